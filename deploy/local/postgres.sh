@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Local PostgreSQL for Chorus.
+#
+#   deploy/local/postgres.sh start|stop|status|reset|url
+#
+# start  when a server already answers at $CHORUS_DATABASE_URL, uses it and
+#        does nothing else. Otherwise installs Debian's `postgresql` package if
+#        no server binaries exist, and runs a private cluster: initdb into
+#        .local/postgres, port $CHORUS_PG_PORT on 127.0.0.1, database `chorus`.
+#        A no-op when that cluster already runs.
+# stop   stops the private cluster (fast shutdown); never a server it did not start.
+# reset  stop and delete the private cluster's data.
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+PG_HOME="$CHORUS_LOCAL/postgres"
+PG_DATA="$PG_HOME/data"
+PG_RUN="$PG_HOME/run"
+PG_LOG="$PG_HOME/postgres.log"
+CHORUS_PG_PORT="${CHORUS_PG_PORT:-54329}"
+CHORUS_DATABASE_URL="${CHORUS_DATABASE_URL:-postgresql://chorus:chorus@127.0.0.1:$CHORUS_PG_PORT/chorus}"
+
+pg_bindir() {
+  local d
+  d="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)"
+  [[ -n "$d" && -x "$d/initdb" ]] && echo "$d"
+}
+
+ensure_binaries() {
+  if [[ -n "$(pg_bindir)" ]]; then return 0; fi
+  [[ "$(id -u)" == 0 ]] || die "no PostgreSQL server binaries; install Debian's 'postgresql' package (needs root) or set CHORUS_DATABASE_URL to a running server"
+  log "installing Debian's postgresql package"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq postgresql >/dev/null || die "apt-get install postgresql failed"
+  [[ -n "$(pg_bindir)" ]] || die "postgresql installed but no server binaries under /usr/lib/postgresql"
+}
+
+# initdb and postgres refuse to run as root; the Debian package creates the
+# 'postgres' user, so the private cluster runs as that user when we are root.
+as_owner() {
+  if [[ "$(id -u)" == 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+url_reachable() {
+  command -v psql >/dev/null || return 1
+  PGCONNECT_TIMEOUT=3 psql "$CHORUS_DATABASE_URL" -qtAc 'select 1' >/dev/null 2>&1
+}
+
+init_cluster() {
+  [[ -f "$PG_DATA/PG_VERSION" ]] && return 0
+  local bin pwfile
+  bin="$(pg_bindir)"
+  log "initdb into $PG_DATA"
+  mkdir -p "$PG_HOME" "$PG_RUN"
+  pwfile="$PG_HOME/.pw"
+  echo chorus >"$pwfile"
+  if [[ "$(id -u)" == 0 ]]; then chown -R postgres:postgres "$PG_HOME"; fi
+  as_owner "$bin/initdb" -D "$PG_DATA" -U chorus --pwfile="$pwfile" \
+    --auth-local=trust --auth-host=scram-sha-256 -E UTF8 --locale=C.UTF-8 >"$PG_HOME/initdb.log" 2>&1 \
+    || { cat "$PG_HOME/initdb.log" >&2; die "initdb failed"; }
+  rm -f "$pwfile"
+  cat >>"$PG_DATA/postgresql.conf" <<CONF
+# Chorus local cluster (deploy/local/postgres.sh)
+listen_addresses = '127.0.0.1'
+port = $CHORUS_PG_PORT
+unix_socket_directories = '$PG_RUN'
+# Every service replica holds a small pool; tests run several at once.
+max_connections = 300
+shared_buffers = 256MB
+logging_collector = off
+log_min_messages = warning
+CONF
+}
+
+cmd_start() {
+  if url_reachable; then
+    log "PostgreSQL reachable at $CHORUS_DATABASE_URL; using it"
+    return 0
+  fi
+  if port_open 127.0.0.1 "$CHORUS_PG_PORT" && [[ ! -f "$PG_DATA/postmaster.pid" ]]; then
+    die "127.0.0.1:$CHORUS_PG_PORT is in use but does not accept $CHORUS_DATABASE_URL; free the port or set CHORUS_PG_PORT / CHORUS_DATABASE_URL"
+  fi
+  ensure_binaries
+  init_cluster
+  local bin t0=$SECONDS
+  bin="$(pg_bindir)"
+  mkdir -p "$PG_RUN"; [[ "$(id -u)" == 0 ]] && chown postgres:postgres "$PG_RUN" "$PG_HOME"
+  touch "$PG_LOG"; [[ "$(id -u)" == 0 ]] && chown postgres:postgres "$PG_LOG"
+  log "starting PostgreSQL on 127.0.0.1:$CHORUS_PG_PORT (log: $PG_LOG)"
+  as_owner "$bin/pg_ctl" -D "$PG_DATA" -l "$PG_LOG" -w -t 60 start >/dev/null \
+    || { tail -n 40 "$PG_LOG" >&2; die "PostgreSQL did not start"; }
+  if ! as_owner "$bin/psql" -h "$PG_RUN" -p "$CHORUS_PG_PORT" -U chorus -d postgres -qtAc \
+      "select 1 from pg_database where datname = 'chorus'" | grep -q 1; then
+    as_owner "$bin/createdb" -h "$PG_RUN" -p "$CHORUS_PG_PORT" -U chorus chorus
+  fi
+  url_reachable || die "PostgreSQL started but $CHORUS_DATABASE_URL does not answer (see $PG_LOG)"
+  log "PostgreSQL ready at $CHORUS_DATABASE_URL ($((SECONDS - t0))s)"
+}
+
+cmd_stop() {
+  local bin
+  bin="$(pg_bindir || true)"
+  if [[ -z "$bin" || ! -f "$PG_DATA/postmaster.pid" ]]; then log "private PostgreSQL is not running"; return 0; fi
+  as_owner "$bin/pg_ctl" -D "$PG_DATA" -m fast -w -t 60 stop >/dev/null && log "PostgreSQL stopped"
+}
+
+cmd_status() {
+  if [[ -f "$PG_DATA/postmaster.pid" ]] && url_reachable; then
+    echo "postgres: running (private cluster, $CHORUS_DATABASE_URL)"
+  elif url_reachable; then
+    echo "postgres: reachable at $CHORUS_DATABASE_URL (not started by this script)"
+  else
+    echo "postgres: stopped"; return 3
+  fi
+}
+
+case "${1:-}" in
+  start) cmd_start ;;
+  stop) cmd_stop ;;
+  status) cmd_status ;;
+  reset) cmd_stop; rm -rf "$PG_HOME"; log "PostgreSQL data removed" ;;
+  url) echo "$CHORUS_DATABASE_URL" ;;
+  *) echo "usage: $0 start|stop|status|reset|url" >&2; exit 2 ;;
+esac

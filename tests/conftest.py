@@ -1,0 +1,68 @@
+"""Test infrastructure shared by every suite.
+
+Integration tests run against the real local stack. The session fixture starts
+Kafka and PostgreSQL through deploy/local (a no-op when they already run); if
+either cannot start, every integration test errors with the scripts' log tail.
+Nothing is ever skipped for missing infrastructure.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from chorus.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _start(script: str) -> None:
+    proc = subprocess.run(
+        [str(ROOT / "deploy" / "local" / script), "start"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if proc.returncode != 0:
+        pytest.fail(
+            f"deploy/local/{script} start failed (exit {proc.returncode}):\n"
+            f"{proc.stdout}\n{proc.stderr}",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    bootstrap = os.environ.get("CHORUS_KAFKA_BOOTSTRAP", LOCAL_KAFKA)
+    if "CHORUS_KAFKA_BOOTSTRAP" not in os.environ:
+        _start("kafka.sh")
+    yield bootstrap
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Iterator[str]:
+    url = os.environ.get("CHORUS_DATABASE_URL", LOCAL_DATABASE_URL)
+    _start("postgres.sh")
+    yield url
+
+
+@pytest.fixture
+async def pg(database_url: str) -> AsyncIterator[asyncpg.Connection]:
+    conn = await asyncpg.connect(database_url)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+def unique() -> str:
+    """A short unique suffix so tests never share topics, groups or ids."""
+    return uuid.uuid4().hex[:10]
