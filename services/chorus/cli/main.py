@@ -1,0 +1,20 @@
+"""Entry point of the ``chorus`` console script: one Typer app, one sub-app per noun."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="chorus",
+    help="Chorus: durable agent workflows on Kafka. Produce, subscribe, replay, operate.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,252 @@
+"""The event registry: topics, versioned schemas and examples under ``schemas/``.
+
+Layout (modelled on getsentry/sentry-kafka-schemas)::
+
+    schemas/envelope.v1.schema.json
+    schemas/topics/<topic>.yaml
+    schemas/events/<event_type>.v<N>.schema.json     (generated from chorus_contracts)
+    schemas/examples/<event_type>/<N>/*.json         (whole envelopes, synthetic data)
+
+The registry is loaded once per process; it is read-only afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import GenerateJsonSchema
+
+import chorus_contracts
+from chorus_contracts.base import CATALOG, UPCASTERS, EventModel
+from chorus_contracts.envelope import Envelope, Priority
+
+JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+SCHEMA_ID_BASE = "https://chorus.dev/schemas/"
+RUNTIME_PRODUCER = "chorus-runtime"
+"""Pseudo-producer: every service's runtime emits these on the service's behalf."""
+
+Compatibility = Literal["backward", "forward", "full", "none"]
+LANE_SUFFIX: dict[str, str] = {"high": ".high", "normal": "", "low": ".low"}
+
+
+class TopicEvent(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    type: str
+    versions: list[int] = Field(min_length=1)
+    compatibility: Compatibility = "backward"
+
+
+class TopicSpec(BaseModel):
+    """One ``schemas/topics/<topic>.yaml``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    topic: str = Field(pattern=r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
+    description: str
+    owner: str
+    producers: list[str]
+    consumers: list[str]
+    partitions: int = Field(ge=1)
+    retention_ms: int = Field(ge=-1)
+    cleanup_policy: Literal["delete", "compact", "compact,delete"] = "delete"
+    message_key: str = "workflow_id"
+    lanes: bool = Field(
+        default=False,
+        description="priority lanes: <topic>.high, <topic> (normal) and <topic>.low",
+    )
+    external: bool = Field(default=False, description="produced or consumed outside Chorus")
+    events: list[TopicEvent] = Field(min_length=1)
+
+    def physical_topics(self) -> list[str]:
+        if not self.lanes:
+            return [self.topic]
+        return [self.topic + LANE_SUFFIX[lane] for lane in ("high", "normal", "low")]
+
+    def physical_topic(self, priority: Priority) -> str:
+        return self.topic + LANE_SUFFIX[priority] if self.lanes else self.topic
+
+
+@dataclass(frozen=True)
+class Example:
+    path: Path
+    body: dict[str, Any]
+
+
+@dataclass
+class Registry:
+    root: Path
+    topics: dict[str, TopicSpec]
+    schemas: dict[tuple[str, int], dict[str, Any]]
+    envelope_schema: dict[str, Any]
+    examples: dict[tuple[str, int], list[Example]] = field(default_factory=dict)
+    _topic_of: dict[str, TopicSpec] = field(default_factory=dict)
+    _physical: dict[str, TopicSpec] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for spec in self.topics.values():
+            for physical in spec.physical_topics():
+                self._physical[physical] = spec
+            for ev in spec.events:
+                if ev.type in self._topic_of:
+                    raise ValueError(
+                        f"event type {ev.type} is declared on two topics: "
+                        f"{self._topic_of[ev.type].topic} and {spec.topic}"
+                    )
+                self._topic_of[ev.type] = spec
+
+    # -- lookups ---------------------------------------------------------------
+
+    def event_types(self) -> list[str]:
+        return sorted(self._topic_of)
+
+    def topic_for(self, event_type: str) -> TopicSpec:
+        return self._topic_of[event_type]
+
+    def topic_of_physical(self, physical: str) -> TopicSpec | None:
+        return self._physical.get(physical)
+
+    def knows(self, event_type: str) -> bool:
+        return event_type in self._topic_of
+
+    def versions(self, event_type: str) -> list[int]:
+        spec = self._topic_of[event_type]
+        return next(ev.versions for ev in spec.events if ev.type == event_type)
+
+    def compatibility(self, event_type: str) -> Compatibility:
+        spec = self._topic_of[event_type]
+        return next(ev.compatibility for ev in spec.events if ev.type == event_type)
+
+    def latest_version(self, event_type: str) -> int:
+        return max(self.versions(event_type))
+
+    def model(self, event_type: str, version: int) -> type[EventModel]:
+        return CATALOG[(event_type, version)]
+
+    def physical_topic(self, event_type: str, priority: Priority = "normal") -> str:
+        return self._topic_of[event_type].physical_topic(priority)
+
+
+def default_schemas_dir() -> Path:
+    configured = os.environ.get("CHORUS_SCHEMAS_DIR")
+    if configured:
+        return Path(configured)
+    # services/chorus/registry.py -> repository root / schemas
+    return Path(__file__).resolve().parents[2] / "schemas"
+
+
+def load_registry(root: Path | None = None) -> Registry:
+    root = root or default_schemas_dir()
+    if not (root / "topics").is_dir():
+        raise FileNotFoundError(f"no event registry at {root} (set CHORUS_SCHEMAS_DIR)")
+    topics: dict[str, TopicSpec] = {}
+    for path in sorted((root / "topics").glob("*.yaml")):
+        data = yaml.safe_load(path.read_text())
+        try:
+            spec = TopicSpec.model_validate(data)
+        except Exception as exc:
+            raise ValueError(f"{path}: {exc}") from exc
+        if path.stem != spec.topic:
+            raise ValueError(f"{path}: file name must be the topic name {spec.topic}.yaml")
+        topics[spec.topic] = spec
+    schemas: dict[tuple[str, int], dict[str, Any]] = {}
+    for path in sorted((root / "events").glob("*.schema.json")):
+        event_type, version = parse_schema_filename(path.name)
+        schemas[(event_type, version)] = json.loads(path.read_text())
+    examples: dict[tuple[str, int], list[Example]] = {}
+    for path in sorted((root / "examples").glob("*/*/*.json")):
+        key = (path.parent.parent.name, int(path.parent.name))
+        examples.setdefault(key, []).append(Example(path, json.loads(path.read_text())))
+    envelope_schema = json.loads((root / "envelope.v1.schema.json").read_text())
+    return Registry(root, topics, schemas, envelope_schema, examples)
+
+
+@cache
+def default_registry() -> Registry:
+    return load_registry()
+
+
+def parse_schema_filename(name: str) -> tuple[str, int]:
+    """``invoice.received.v2.schema.json`` -> (``invoice.received``, 2)."""
+    stem = name.removesuffix(".schema.json")
+    event_type, _, version = stem.rpartition(".v")
+    if not event_type or not version.isdigit():
+        raise ValueError(f"schema file {name} is not named <event_type>.v<N>.schema.json")
+    return event_type, int(version)
+
+
+# -- generation from the models ------------------------------------------------------
+
+
+class _ContractSchema(GenerateJsonSchema):
+    """Pydantic's JSON Schema without per-field titles (they only repeat the field name)."""
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+
+def model_schema(model: type[BaseModel], schema_id: str) -> dict[str, Any]:
+    body = model.model_json_schema(schema_generator=_ContractSchema)
+    return {"$schema": JSON_SCHEMA_DIALECT, "$id": SCHEMA_ID_BASE + schema_id, **body}
+
+
+def event_schema(event_type: str, version: int) -> dict[str, Any]:
+    model = CATALOG[(event_type, version)]
+    body = model_schema(model, f"events/{event_type}.v{version}.schema.json")
+    body["x-event-type"] = event_type
+    body["x-version"] = version
+    return body
+
+
+def generated_files() -> dict[str, str]:
+    """Relative path under schemas/ -> JSON text, for every model in the catalog."""
+    assert chorus_contracts.CATALOG is CATALOG
+    files = {
+        "envelope.v1.schema.json": dump_json(model_schema(Envelope, "envelope.v1.schema.json"))
+    }
+    for event_type, version in sorted(CATALOG):
+        files[f"events/{event_type}.v{version}.schema.json"] = dump_json(
+            event_schema(event_type, version)
+        )
+    return files
+
+
+def dump_json(body: Any) -> str:
+    return json.dumps(body, indent=2, sort_keys=False) + "\n"
+
+
+def write_generated(root: Path) -> list[str]:
+    """Write generated schemas; delete stale generated files. Returns changed paths."""
+    changed: list[str] = []
+    files = generated_files()
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+            changed.append(rel)
+    for path in (root / "events").glob("*.schema.json"):
+        rel = f"events/{path.name}"
+        if rel not in files:
+            path.unlink()
+            changed.append(rel)
+    return changed
+
+
+def upcaster_gaps() -> list[str]:
+    """Every missing step in the version chains of the catalog."""
+    gaps: list[str] = []
+    versions: dict[str, list[int]] = {}
+    for event_type, version in CATALOG:
+        versions.setdefault(event_type, []).append(version)
+    for event_type, vs in sorted(versions.items()):
+        for v in range(1, max(vs)):
+            if (event_type, v) not in UPCASTERS:
+                gaps.append(f"{event_type}: no upcaster v{v} -> v{v + 1}")
+    return gaps

@@ -1,0 +1,25 @@
+"""The event contracts of Chorus: envelope and payload models, the single source of truth.
+
+Importing this package registers every event model (``CATALOG``) and every
+upcaster (``UPCASTERS``). JSON Schemas under ``schemas/events`` are generated
+from these models.
+"""
+
+from __future__ import annotations
+
+from chorus_contracts import platform
+from chorus_contracts.base import CATALOG, UPCASTERS, EventModel, Model, event, upcaster
+from chorus_contracts.envelope import Envelope, Priority, ProducerRef
+
+__all__ = [
+    "CATALOG",
+    "UPCASTERS",
+    "Envelope",
+    "EventModel",
+    "Model",
+    "Priority",
+    "ProducerRef",
+    "event",
+    "platform",
+    "upcaster",
+]

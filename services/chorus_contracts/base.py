@@ -1,0 +1,90 @@
+"""Building blocks of every event model.
+
+Models are the single source of truth for the registry: ``make schemas`` writes
+``schemas/events/<type>.v<N>.schema.json`` from them and a contract test fails
+when a committed file differs from what the model generates.
+
+Models are frozen and strict: a JSON string is never coerced into an integer,
+because a consumer on another language would not coerce it either. Date-times
+and UUIDs arrive as JSON strings, so those two types opt back into parsing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Annotated, Any, ClassVar, TypeVar
+from uuid import UUID
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict
+
+
+def _require_utc(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        raise ValueError("date-time must carry a UTC offset (e.g. 2026-01-01T00:00:00Z)")
+    return value.astimezone(UTC)
+
+
+UtcDateTime = Annotated[datetime, Strict(False), AfterValidator(_require_utc)]
+"""An RFC 3339 date-time with an offset, normalised to UTC."""
+
+Uuid = Annotated[UUID, Strict(False)]
+Name = Annotated[str, Field(min_length=1, max_length=200)]
+Cents = Annotated[int, Field(ge=0, description="an amount in minor currency units")]
+Currency = Annotated[str, Field(pattern=r"^[A-Z]{3}$", description="ISO 4217 code")]
+
+
+class Model(BaseModel):
+    """A frozen, strict value object that is part of a contract (nested or top level)."""
+
+    model_config = ConfigDict(frozen=True, strict=True, extra="ignore")
+
+
+class EventModel(Model):
+    """The payload of one version of one event type."""
+
+    event_type: ClassVar[str]
+    version: ClassVar[int]
+
+
+E = TypeVar("E", bound=type[EventModel])
+
+# (event_type, version) -> model; filled by the @event decorator at import time.
+CATALOG: dict[tuple[str, int], type[EventModel]] = {}
+
+
+def event(event_type: str, version: int) -> Callable[[E], E]:
+    """Register a payload model as ``event_type`` at ``version``."""
+
+    def register(cls: E) -> E:
+        key = (event_type, version)
+        if key in CATALOG and CATALOG[key] is not cls:
+            raise ValueError(f"{event_type} v{version} is defined twice")
+        cls.event_type = event_type
+        cls.version = version
+        # The snake_case title names the schema in generated docs (AsyncAPI, errors).
+        cls.model_config["title"] = f"{event_type.replace('.', '_')}_v{version}"
+        cls.model_rebuild(force=True)
+        CATALOG[key] = cls
+        return cls
+
+    return register
+
+
+# Upcasters: (event_type, from_version) -> function turning a payload dict of
+# from_version into one of from_version + 1.
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+
+
+def upcaster(event_type: str, from_version: int) -> Callable[[Upcaster], Upcaster]:
+    """Register the step ``event_type`` v``from_version`` -> v``from_version + 1``."""
+
+    def register(fn: Upcaster) -> Upcaster:
+        key = (event_type, from_version)
+        if key in UPCASTERS:
+            raise ValueError(f"two upcasters for {event_type} v{from_version}")
+        UPCASTERS[key] = fn
+        return fn
+
+    return register
