@@ -58,6 +58,9 @@ def event(event_type: str, version: int) -> Callable[[E], E]:
 
     def register(cls: E) -> E:
         key = (event_type, version)
+        clash = {"event_type", "version"} & set(cls.model_fields)
+        if clash:
+            raise TypeError(f"{cls.__name__}: field names {sorted(clash)} are reserved")
         if key in CATALOG and CATALOG[key] is not cls:
             raise ValueError(f"{event_type} v{version} is defined twice")
         cls.event_type = event_type

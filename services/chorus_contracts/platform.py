@@ -38,6 +38,9 @@ class Failure(Model):
     attempt: int = Field(ge=1)
     error_class: Name
     message: str
+    retry_in_s: float | None = Field(
+        default=None, description="the backoff chosen after this failure, when it was retried"
+    )
 
 
 class FireTarget(Model):
@@ -104,9 +107,20 @@ class EventDeadLettered(EventModel):
     error: ErrorDetail
     attempts: int = Field(ge=1)
     failures: list[Failure]
-    event_type: str | None = None
-    event_id: str | None = None
-    source_workflow_id: str | None = None
+    original_event_type: str | None = None
+    original_event_id: str | None = None
+    original_workflow_id: str | None = None
+
+
+@event("event.discarded", 1)
+class EventDiscarded(EventModel):
+    """An operator discarded a dead letter: the service stops waiting for that event."""
+
+    service: Name
+    consumer_group: Name
+    discarded_event_id: Name
+    reason: str
+    actor: Name
 
 
 @event("review.requested", 1)

@@ -1,0 +1,65 @@
+"""Structured JSON logs carrying trace_id, workflow_id and event_id of the event at hand."""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+_context: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("chorus_log", default={})
+
+
+@contextmanager
+def log_context(**fields: str | None) -> Iterator[None]:
+    """Fields added to every log line written inside the block (per asyncio task)."""
+    merged = {**_context.get(), **{k: v for k, v in fields.items() if v is not None}}
+    token = _context.set(merged)
+    try:
+        yield
+    finally:
+        _context.reset(token)
+
+
+class JsonFormatter(logging.Formatter):
+    def __init__(self, service: str) -> None:
+        super().__init__()
+        self.service = service
+
+    def format(self, record: logging.LogRecord) -> str:
+        body: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "service": self.service,
+            "logger": record.name,
+            "msg": record.getMessage(),
+            **_context.get(),
+        }
+        extra = getattr(record, "fields", None)
+        if isinstance(extra, dict):
+            body.update(extra)
+        if record.exc_info:
+            body["exc"] = self.formatException(record.exc_info)
+        return json.dumps(body, default=str)
+
+
+def setup_logging(service: str, level: str = "INFO", json_lines: bool = True) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if json_lines:
+        handler.setFormatter(JsonFormatter(service))
+    else:
+        handler.setFormatter(logging.Formatter(f"%(asctime)s {service} %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # aiokafka logs every coordinator hiccup at INFO/WARNING; keep its errors only.
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)
+
+
+def fields(**values: Any) -> dict[str, Any]:
+    """``log.info("...", extra=fields(k=v))`` adds k to the JSON line."""
+    return {"fields": values}

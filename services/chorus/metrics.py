@@ -1,0 +1,56 @@
+"""The four numbers an operator watches, per service, in Prometheus form.
+
+Queue depth (consumer lag per partition, outbox backlog), latency (handle
+histogram), failures by category, and completion (workflows ended by outcome).
+Each service process owns one registry so that several services can run in one
+test process without clashing.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+class Metrics:
+    def __init__(self, service: str) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.service = service
+        r = self.registry
+        self.events_in = Counter(
+            "chorus_events_in", "Records read, by topic and event type", ["topic", "event_type"], registry=r
+        )
+        self.events_out = Counter(
+            "chorus_events_out", "Events published by the outbox relay", ["topic"], registry=r
+        )
+        self.handle_latency = Histogram(
+            "chorus_handle_seconds",
+            "Time from reading a record to committing its outcome",
+            ["event_type"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.failures = Counter(
+            "chorus_failures", "Handler and decode failures by category", ["category", "event_type"], registry=r
+        )
+        self.dead_letters = Counter(
+            "chorus_dead_letters", "Records sent to the dead-letter topic", ["category"], registry=r
+        )
+        self.retries = Counter("chorus_retries", "Durable retries scheduled", ["event_type"], registry=r)
+        self.duplicates = Counter(
+            "chorus_duplicates_skipped", "Deliveries skipped because the inbox had them", registry=r
+        )
+        self.completions = Counter(
+            "chorus_workflows_ended", "Workflows this service ended, by outcome", ["workflow_type", "outcome"], registry=r
+        )
+        self.consumer_lag = Gauge(
+            "chorus_consumer_lag", "Records not yet consumed (queue depth)", ["topic", "partition"], registry=r
+        )
+        self.in_flight = Gauge("chorus_in_flight", "Records being handled now", registry=r)
+        self.outbox_backlog = Gauge(
+            "chorus_outbox_backlog", "Outbox rows committed but not yet published", registry=r
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,1 @@
+"""The service runtime: the Kafka edge, the handling pipeline and the outbox relay."""

@@ -1,0 +1,763 @@
+"""From one Kafka record to exactly one committed outcome. No Kafka in here.
+
+decode -> route (own retry? not ours?) -> dedupe (inbox) -> ordering (parked?) ->
+load checkpoint -> handler -> classify -> ONE transaction (inbox + checkpoint +
+outbox [+ effects]) -> drain events that queued behind this one.
+
+The caller commits the Kafka offset only after :meth:`Pipeline.handle` returns.
+An exception out of ``handle`` means infrastructure failed (PostgreSQL down):
+nothing was committed and the caller must try the same record again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import random
+import time
+import traceback
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import asyncpg
+from pydantic import BaseModel, ValidationError
+
+from chorus.clock import Clock
+from chorus.codec import Event, decode, encode
+from chorus.envelopes import child_envelope, derived_event_id, system_envelope
+from chorus.errors import (
+    DecodeError,
+    HandlerTimeoutError,
+    PersistentError,
+    SemanticError,
+    TransientError,
+)
+from chorus.faults import fault_point
+from chorus.logs import fields, log_context
+from chorus.metrics import Metrics
+from chorus.registry import Registry
+from chorus.runtime.backoff import full_jitter
+from chorus.runtime.guard import DeadLetterGuard
+from chorus.runtime.records import Record, record_from_original, to_original
+from chorus.service import (
+    CancelTimer,
+    Context,
+    Emit,
+    On,
+    Outcome,
+    RescheduleTimer,
+    ScheduleTimer,
+    ServiceSpec,
+)
+from chorus.store import (
+    DEAD_LETTERED,
+    DISCARDED,
+    DONE,
+    PARKED,
+    RETRYING,
+    REVIEW,
+    ConflictError,
+    Loaded,
+    OutboxMessage,
+    ServiceStore,
+    StateRow,
+)
+from chorus.tracing import handling_span, span_traceparent
+from chorus_contracts.base import EventModel
+from chorus_contracts.envelope import Envelope, ProducerRef
+from chorus_contracts.platform import (
+    ErrorDetail,
+    EventDeadLettered,
+    EventDiscarded,
+    Failure,
+    FireTarget,
+    RetryDue,
+    ReviewRequested,
+    TimerCancel,
+    TimerReschedule,
+    TimerSchedule,
+)
+
+log = logging.getLogger("chorus.pipeline")
+
+MAX_CONFLICT_RETRIES = 8
+
+
+@dataclass(frozen=True)
+class _Succeeded:
+    outcome: Outcome[Any]
+
+
+@dataclass(frozen=True)
+class _Retry:
+    error: BaseException
+    category: str
+    wait_s: float
+
+
+@dataclass(frozen=True)
+class _DeadLetter:
+    error: BaseException
+    category: str
+
+
+@dataclass(frozen=True)
+class _Review:
+    errors: list[str]
+
+
+_Result = _Succeeded | _Retry | _DeadLetter | _Review
+
+
+@dataclass
+class _Frame:
+    """Where one handling stands: the checkpoint revision it builds on."""
+
+    revision: int | None
+    state_version: int
+    parked_on: uuid.UUID | None
+    state: dict[str, Any] | None = None
+    checkpoints: int = field(default=0)
+
+
+class GuardTrippedError(RuntimeError):
+    """Too many dead letters in a row: a bad deploy. The consumer must stop."""
+
+    fatal = True
+
+
+class Pipeline:
+    def __init__(
+        self,
+        *,
+        spec: ServiceSpec[Any, Any],
+        deps: Any,
+        registry: Registry,
+        store: ServiceStore,
+        pool: asyncpg.Pool,
+        clock: Clock,
+        metrics: Metrics,
+        group: str,
+        guard: DeadLetterGuard,
+        max_bytes: int,
+        on_outbox: Any = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.spec = spec
+        self.deps = deps
+        self.registry = registry
+        self.store = store
+        self.pool = pool
+        self.clock = clock
+        self.metrics = metrics
+        self.group = group
+        self.guard = guard
+        self.max_bytes = max_bytes
+        self.on_outbox = on_outbox or (lambda: None)
+        self.rng = rng or random.Random()
+        self.producer = ProducerRef(service=spec.name, version=spec.version)
+        self.accept = {**spec.consumes(), "retry.due": 1, "event.discarded": 1}
+
+    # -- entry points -------------------------------------------------------------------
+
+    async def handle(self, rec: Record) -> None:
+        """Process one record to a committed outcome (or decide it is not ours)."""
+        started = time.perf_counter()
+        try:
+            event = decode(rec.value, self.registry, accept=self.accept, max_bytes=self.max_bytes)
+        except DecodeError as exc:
+            self.metrics.events_in.labels(rec.topic, "undecodable").inc()
+            await self._dead_letter_poison(rec, exc)
+            return
+        self.metrics.events_in.labels(rec.topic, event.event_type).inc()
+        if isinstance(event.payload, RetryDue):
+            await self._on_retry_due(event.payload)
+        elif isinstance(event.payload, EventDiscarded):
+            await self._on_discarded(event.envelope, event.payload)
+        elif self.spec.handler_for(event.event_type) is not None:
+            await self._process(event, rec, attempt=event.envelope.attempt, failures=[], via="delivery")
+        else:
+            return  # another service's event on a shared topic
+        self.metrics.handle_latency.labels(event.event_type).observe(time.perf_counter() - started)
+
+    async def drain(self, workflow_id: str) -> None:
+        """Process, in arrival order, records that waited while the workflow was parked."""
+        while True:
+            async with self.pool.acquire() as conn:
+                row = await self.store.next_parked(conn, workflow_id)
+                parked_on = await conn.fetchval(
+                    f"SELECT parked_on FROM {self.store.schema}.state WHERE workflow_id = $1",
+                    workflow_id,
+                )
+            if row is None or parked_on is not None:
+                return
+            rec = Record(
+                row.topic, row.partition, row.offset, row.key, row.value,
+                tuple(row.headers), row.timestamp_ms,
+            )
+            try:
+                event = decode(rec.value, self.registry, accept=self.accept, max_bytes=self.max_bytes)
+            except DecodeError:  # it decoded when parked; the registry changed under it
+                event = None
+            if event is None:
+                async with self.pool.acquire() as conn, conn.transaction():
+                    await self.store.unpark(conn, row.id)
+                continue
+            await self._process(
+                event, rec, attempt=row.attempt, failures=[], via="drain", parked_id=row.id
+            )
+
+    # -- control messages -------------------------------------------------------------------
+
+    async def _on_retry_due(self, due: RetryDue) -> None:
+        if due.service != self.spec.name or due.consumer_group != self.group:
+            return
+        original = record_from_original(due.original)
+        try:
+            event = decode(original.value, self.registry, accept=self.accept, max_bytes=self.max_bytes)
+        except DecodeError as exc:
+            await self._dead_letter_poison(original, exc)
+            return
+        await self._process(
+            event, original, attempt=due.attempt, failures=list(due.failures), via="retry"
+        )
+
+    async def _on_discarded(self, envelope: Envelope, msg: EventDiscarded) -> None:
+        if msg.service != self.spec.name or msg.consumer_group != self.group:
+            return
+        discarded = uuid.UUID(msg.discarded_event_id)
+        now = self.clock.now()
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(
+                f"""UPDATE {self.store.schema}.inbox SET outcome = $3, processed_at = $4
+                    WHERE consumer_group = $1 AND event_id = $2 AND outcome = $5""",
+                self.group, discarded, DISCARDED, now, DEAD_LETTERED,
+            )
+            await conn.execute(
+                f"""UPDATE {self.store.schema}.state SET parked_on = NULL, revision = revision + 1,
+                    updated_at = $3 WHERE workflow_id = $1 AND parked_on = $2""",
+                envelope.workflow_id, discarded, now,
+            )
+        await self.drain(envelope.workflow_id)
+
+    # -- the main path ----------------------------------------------------------------------
+
+    async def _process(
+        self,
+        event: Event[EventModel],
+        rec: Record,
+        *,
+        attempt: int,
+        failures: list[Failure],
+        via: str,
+        parked_id: int | None = None,
+    ) -> None:
+        env = event.envelope
+        route = self.spec.handler_for(env.event_type)
+        assert route is not None
+        with log_context(
+            workflow_id=env.workflow_id, event_id=str(env.event_id),
+            trace_id=env.traceparent[3:35], event_type=env.event_type,
+        ):
+            for _ in range(MAX_CONFLICT_RETRIES):
+                async with self.pool.acquire() as conn:
+                    loaded = await self.store.load(conn, self.group, env.event_id, env.workflow_id)
+                if not self._should_process(loaded, attempt, via):
+                    self.metrics.duplicates.inc()
+                    if parked_id is not None:  # handled elsewhere already; drop the parked copy
+                        async with self.pool.acquire() as conn, conn.transaction():
+                            await self.store.unpark(conn, parked_id)
+                    return
+                blocked = (
+                    loaded.state is not None
+                    and loaded.state.parked_on is not None
+                    and loaded.state.parked_on != env.event_id
+                )
+                if via != "drain" and blocked:
+                    await self._park(event, rec, attempt)
+                    return
+                if via == "delivery" and loaded.has_parked and not blocked:
+                    # A crash interrupted an earlier drain; finish it before overtaking.
+                    await self.drain(env.workflow_id)
+                    continue
+                frame = _Frame(
+                    revision=loaded.state.revision if loaded.state else None,
+                    state_version=self.spec.state_version,
+                    parked_on=loaded.state.parked_on if loaded.state else None,
+                    state=self._migrated(loaded.state),
+                )
+                try:
+                    result, traceparent = await self._run(route, event, frame, attempt, failures)
+                    resolved = await self._commit(
+                        event, rec, route, frame, result, attempt, failures, traceparent, parked_id
+                    )
+                except ConflictError:
+                    log.info("checkpoint moved under us; reloading", extra=fields(via=via))
+                    continue
+                if resolved and via != "drain":
+                    await self.drain(env.workflow_id)
+                return
+            raise RuntimeError(
+                f"workflow {env.workflow_id}: {MAX_CONFLICT_RETRIES} conflicting updates in a row"
+            )
+
+    def _should_process(self, loaded: Loaded, attempt: int, via: str) -> bool:
+        inbox = loaded.inbox
+        if via == "drain":
+            return inbox is not None and inbox.outcome == PARKED
+        if inbox is None:
+            return True
+        return inbox.outcome in (RETRYING, DEAD_LETTERED) and attempt > inbox.attempt
+
+    def _migrated(self, row: StateRow | None) -> dict[str, Any] | None:
+        if row is None or row.state is None:
+            return None
+        state, version = row.state, row.state_version
+        while version < self.spec.state_version:
+            step = self.spec.state_migrations.get(version)
+            if step is None:
+                raise PersistentError(
+                    f"no state migration from v{version} to v{version + 1} in {self.spec.name}"
+                )
+            state, version = step(state), version + 1
+        return state
+
+    async def _run(
+        self,
+        route: On,
+        event: Event[EventModel],
+        frame: _Frame,
+        attempt: int,
+        failures: list[Failure],
+    ) -> tuple[_Result, str]:
+        """Call the handler, with semantic re-tries; classify how it ended."""
+        env = event.envelope
+        feedback: list[str] = []
+        with handling_span(
+            self.spec.name, env.event_type, env.traceparent,
+            {"workflow.id": env.workflow_id, "event.id": str(env.event_id), "attempt": str(attempt)},
+        ) as span:
+            traceparent = span_traceparent(span, env.traceparent)
+            state_model = self.spec.state
+            for _ in range(route.semantic_attempts):
+                try:
+                    state = (
+                        state_model.model_validate(frame.state)
+                        if state_model is not None and frame.state is not None
+                        else None
+                    )
+                    ctx: Context[Any] = Context(
+                        service=self.spec.name,
+                        deps=self.deps,
+                        clock=self.clock,
+                        envelope=env,
+                        attempt=attempt,
+                        feedback=list(feedback),
+                        log=logging.LoggerAdapter(logging.getLogger(self.spec.name)),
+                        _checkpoint=lambda s: self._checkpoint(env, frame, s),
+                    )
+                    try:
+                        outcome = await asyncio.wait_for(
+                            route.handler(event, state, ctx), timeout=route.timeout_s
+                        )
+                    except TimeoutError:
+                        raise HandlerTimeoutError(
+                            f"handler ran longer than its {route.timeout_s}s timeout"
+                        ) from None
+                    self._check_outcome(outcome)
+                    return _Succeeded(outcome), traceparent
+                except SemanticError as exc:
+                    self.metrics.failures.labels("semantic", env.event_type).inc()
+                    feedback.extend(exc.errors)
+                    log.warning("semantic failure; re-running with feedback", extra=fields(errors=exc.errors))
+                    continue
+                except ConflictError:
+                    raise
+                except TransientError as exc:
+                    return self._transient(route, route.max_attempts, exc, "transient", attempt, failures), traceparent
+                except PersistentError as exc:
+                    self.metrics.failures.labels(exc.category, env.event_type).inc()
+                    return _DeadLetter(exc, exc.category), traceparent
+                except ValidationError as exc:
+                    # A state or emitted model the handler built is invalid: the code is wrong.
+                    self.metrics.failures.labels("persistent", env.event_type).inc()
+                    return _DeadLetter(exc, "persistent"), traceparent
+                except Exception as exc:
+                    return self._transient(
+                        route, self.spec.unexpected_max_attempts, exc, "unexpected", attempt, failures
+                    ), traceparent
+            return _Review(feedback), traceparent
+
+    def _transient(
+        self,
+        route: On,
+        max_attempts: int,
+        exc: BaseException,
+        category: str,
+        attempt: int,
+        failures: list[Failure],
+    ) -> _Result:
+        self.metrics.failures.labels(category, route.event.event_type).inc()
+        if attempt >= max_attempts:
+            return _DeadLetter(exc, category)
+        retry_after = exc.retry_after_s if isinstance(exc, TransientError) else None
+        wait = (
+            retry_after
+            if retry_after is not None
+            else full_jitter(attempt, route.backoff_base_s, route.backoff_cap_s, self.rng)
+        )
+        log.warning(
+            "transient failure; retrying later",
+            extra=fields(error=repr(exc), attempt=attempt, retry_in_s=round(wait, 3)),
+        )
+        return _Retry(exc, category, wait)
+
+    def _check_outcome(self, outcome: Outcome[Any]) -> None:
+        if not isinstance(outcome, Outcome):
+            raise PersistentError(f"handler returned {type(outcome).__name__}, not an Outcome")
+        for item in outcome.emit:
+            event = item.event if isinstance(item, Emit) else item
+            if event.event_type not in self.spec.produces:
+                raise PersistentError(
+                    f"{self.spec.name} emitted {event.event_type}, which it does not declare "
+                    "in ServiceSpec.produces (and the registry does not list it as a producer)"
+                )
+        for timer in outcome.timers:
+            if isinstance(timer, ScheduleTimer) and timer.event.event_type not in self.spec.produces:
+                raise PersistentError(
+                    f"{self.spec.name} schedules {timer.event.event_type} without declaring it"
+                )
+
+    async def _checkpoint(self, env: Envelope, frame: _Frame, state: BaseModel) -> None:
+        body = state.model_dump(mode="json")
+        async with self.pool.acquire() as conn, conn.transaction():
+            frame.revision = await self.store.write_state(
+                conn,
+                workflow_id=env.workflow_id,
+                workflow_type=env.workflow_type,
+                state=body,
+                state_version=self.spec.state_version,
+                expected_revision=frame.revision,
+                parked_on=frame.parked_on,
+                subject_ref=env.subject_ref,
+                now=self.clock.now(),
+            )
+        frame.state = body
+        frame.checkpoints += 1
+
+    # -- the one transaction -----------------------------------------------------------------
+
+    async def _commit(
+        self,
+        event: Event[EventModel],
+        rec: Record,
+        route: On,
+        frame: _Frame,
+        result: _Result,
+        attempt: int,
+        failures: list[Failure],
+        traceparent: str,
+        parked_id: int | None,
+    ) -> bool:
+        """Commit the outcome; True when a park on this event was resolved (drain next)."""
+        env = event.envelope
+        now = self.clock.now()
+        was_blocker = frame.parked_on == env.event_id
+        messages: list[OutboxMessage] = []
+        new_state = frame.state
+        parked_on: uuid.UUID | None = None if was_blocker else frame.parked_on
+        if isinstance(result, _Succeeded):
+            outcome_name = DONE
+            if result.outcome.state is not None:
+                new_state = result.outcome.state.model_dump(mode="json")
+            messages = self._outcome_messages(env, result.outcome, now, traceparent)
+        elif isinstance(result, _Retry):
+            outcome_name, parked_on = RETRYING, env.event_id
+            failure = self._failure(result.error, attempt, now, retry_in_s=result.wait_s)
+            messages = [self._retry_message(env, rec, attempt, [*failures, failure], now, result.wait_s, traceparent)]
+            self.metrics.retries.labels(env.event_type).inc()
+        elif isinstance(result, _DeadLetter):
+            outcome_name, parked_on = DEAD_LETTERED, env.event_id
+            self._guard_dead_letter()
+            failure = self._failure(result.error, attempt, now)
+            messages = [
+                self._dead_letter_message(
+                    rec, result.error, result.category, attempt, [*failures, failure], now,
+                    parent=env, traceparent=traceparent,
+                )
+            ]
+        else:
+            outcome_name = REVIEW
+            messages = [self._review_message(env, result.errors, route.semantic_attempts, now, traceparent)]
+        if isinstance(result, _Succeeded | _Review):
+            self.guard.record_success()
+
+        async with self.pool.acquire() as conn, conn.transaction():
+            claimed = await self.store.claim_inbox(
+                conn,
+                group=self.group,
+                event_id=env.event_id,
+                attempt=attempt,
+                outcome=outcome_name,
+                event_type=env.event_type,
+                workflow_id=env.workflow_id,
+                now=now,
+                from_parked=parked_id is not None,
+            )
+            if not claimed:
+                raise ConflictError("inbox row taken by a concurrent delivery")
+            fault_point("after_inbox_insert")
+            # Every step of a workflow that has a checkpoint bumps its revision, so a
+            # decision taken on a state another replica has since moved is refused.
+            if frame.revision is not None or new_state is not None or parked_on is not None:
+                await self.store.write_state(
+                    conn,
+                    workflow_id=env.workflow_id,
+                    workflow_type=env.workflow_type,
+                    state=new_state,
+                    state_version=self.spec.state_version,
+                    expected_revision=frame.revision,
+                    parked_on=parked_on,
+                    subject_ref=env.subject_ref,
+                    now=now,
+                )
+            await self.store.add_outbox(conn, messages)
+            if isinstance(result, _Succeeded):
+                for effect in result.outcome.effects:
+                    await effect.apply(conn)
+            if parked_id is not None:
+                await self.store.unpark(conn, parked_id)
+        fault_point("after_db_commit")
+        if messages:
+            self.on_outbox()
+        if isinstance(result, _Succeeded) and result.outcome.ended:
+            self.metrics.completions.labels(env.workflow_type, result.outcome.ended).inc()
+        if isinstance(result, _DeadLetter):
+            self.metrics.dead_letters.labels(result.category).inc()
+            log.error("dead-lettered", extra=fields(error=repr(result.error), attempt=attempt))
+        return was_blocker and parked_on is None
+
+    async def _park(self, event: Event[EventModel], rec: Record, attempt: int) -> None:
+        env = event.envelope
+        now = self.clock.now()
+        async with self.pool.acquire() as conn, conn.transaction():
+            claimed = await self.store.claim_inbox(
+                conn, group=self.group, event_id=env.event_id, attempt=attempt, outcome=PARKED,
+                event_type=env.event_type, workflow_id=env.workflow_id, now=now,
+            )
+            if not claimed:
+                return
+            await self.store.park(
+                conn, workflow_id=env.workflow_id, topic=rec.topic, partition=rec.partition,
+                offset=rec.offset, key=rec.key, value=rec.value or b"", headers=rec.headers,
+                attempt=attempt, timestamp_ms=rec.timestamp_ms, now=now,
+            )
+        log.info("workflow is waiting on an earlier event; parked this one")
+
+    async def _dead_letter_poison(self, rec: Record, exc: DecodeError) -> None:
+        """A record that is not a valid event: dead-letter it, once, with its bytes."""
+        now = self.clock.now()
+        self.metrics.failures.labels(exc.category, "undecodable").inc()
+        self._guard_dead_letter()
+        poison_id = uuid.uuid5(
+            uuid.NAMESPACE_URL, f"chorus:{self.group}:{rec.topic}:{rec.partition}:{rec.offset}"
+        )
+        failure = self._failure(exc, 1, now)
+        message = self._dead_letter_message(rec, exc, exc.category, 1, [failure], now)
+        async with self.pool.acquire() as conn, conn.transaction():
+            claimed = await self.store.claim_inbox(
+                conn, group=self.group, event_id=poison_id, attempt=1, outcome=DEAD_LETTERED,
+                event_type=None, workflow_id=None, now=now,
+            )
+            if not claimed:
+                return
+            await self.store.add_outbox(conn, [message])
+        self.on_outbox()
+        self.metrics.dead_letters.labels(exc.category).inc()
+        log.error(
+            "dead-lettered an undecodable record",
+            extra=fields(topic=rec.topic, partition=rec.partition, offset=rec.offset, error=str(exc)),
+        )
+
+    def _guard_dead_letter(self) -> None:
+        if self.guard.record_dead_letter():
+            raise GuardTrippedError(self.guard.describe())
+
+    # -- building outgoing messages --------------------------------------------------------------
+
+    def _message(self, envelope: Envelope, traceparent: str | None = None) -> OutboxMessage:
+        topic = self.registry.physical_topic(envelope.event_type, envelope.priority)
+        return OutboxMessage(
+            topic=topic,
+            key=envelope.workflow_id.encode(),
+            value=encode(envelope),
+            headers=[
+                ("traceparent", (traceparent or envelope.traceparent).encode()),
+                ("event_type", envelope.event_type.encode()),
+                ("schema_version", str(envelope.schema_version).encode()),
+            ],
+            event_id=envelope.event_id,
+            workflow_id=envelope.workflow_id,
+        )
+
+    def _child(
+        self, parent: Envelope, event: EventModel, now: datetime, position: str, traceparent: str,
+        **overrides: Any,
+    ) -> Envelope:
+        return child_envelope(
+            parent, event, producer=self.producer, now=now, position=position,
+            traceparent=traceparent, **overrides,
+        )
+
+    def _outcome_messages(
+        self, env: Envelope, outcome: Outcome[Any], now: datetime, traceparent: str
+    ) -> list[OutboxMessage]:
+        messages: list[OutboxMessage] = []
+        for index, item in enumerate(outcome.emit):
+            if isinstance(item, Emit):
+                child = self._child(
+                    env, item.event, now, f"emit/{index}", traceparent,
+                    workflow_id=item.workflow_id, workflow_type=item.workflow_type,
+                    priority=item.priority, idempotency_key=item.idempotency_key,
+                    deadline=item.deadline, subject_ref=item.subject_ref,
+                )
+            else:
+                child = self._child(env, item, now, f"emit/{index}", traceparent)
+            messages.append(self._message(child))
+        for index, timer in enumerate(outcome.timers):
+            timer_id = f"{self.spec.name}:{env.workflow_id}:{timer.timer_id}"
+            command: EventModel
+            if isinstance(timer, ScheduleTimer):
+                fired = self._child(env, timer.event, now, f"timer/{timer.timer_id}", traceparent)
+                command = TimerSchedule(
+                    timer_id=timer_id,
+                    due_at=timer.due_at,
+                    fire=FireTarget(
+                        topic=self.registry.physical_topic(fired.event_type, fired.priority),
+                        key=fired.workflow_id,
+                        value=fired.model_dump(mode="json"),
+                    ),
+                    purpose=timer.purpose if timer.purpose in _PURPOSES else "other",  # type: ignore[arg-type]
+                )
+            elif isinstance(timer, CancelTimer):
+                command = TimerCancel(timer_id=timer_id, reason=timer.reason)
+            else:
+                assert isinstance(timer, RescheduleTimer)
+                command = TimerReschedule(timer_id=timer_id, due_at=timer.due_at)
+            messages.append(self._message(self._child(env, command, now, f"timer-cmd/{index}", traceparent)))
+        return messages
+
+    def _retry_message(
+        self,
+        env: Envelope,
+        rec: Record,
+        attempt: int,
+        failures: list[Failure],
+        now: datetime,
+        wait_s: float,
+        traceparent: str,
+    ) -> OutboxMessage:
+        due = RetryDue(
+            service=self.spec.name,
+            consumer_group=self.group,
+            attempt=attempt + 1,
+            original=to_original(rec),
+            failures=failures,
+        )
+        fired = self._child(env, due, now, f"retry/{attempt + 1}", traceparent)
+        schedule = TimerSchedule(
+            timer_id=f"retry:{self.group}:{env.event_id}:{attempt + 1}",
+            due_at=now + timedelta(seconds=wait_s),
+            fire=FireTarget(
+                topic=self.registry.physical_topic("retry.due"),
+                key=env.workflow_id,
+                value=fired.model_dump(mode="json"),
+            ),
+            purpose="retry",
+        )
+        return self._message(self._child(env, schedule, now, f"retry-timer/{attempt + 1}", traceparent))
+
+    def _dead_letter_message(
+        self,
+        rec: Record,
+        error: BaseException,
+        category: str,
+        attempts: int,
+        failures: Sequence[Failure],
+        now: datetime,
+        *,
+        parent: Envelope | None = None,
+        traceparent: str | None = None,
+    ) -> OutboxMessage:
+        pointer = getattr(error, "pointer", None)
+        body = EventDeadLettered(
+            service=self.spec.name,
+            service_version=self.spec.version,
+            consumer_group=self.group,
+            original=to_original(rec),
+            error=ErrorDetail(
+                category=category,  # type: ignore[arg-type]
+                error_class=type(error).__name__,
+                message=str(error) or type(error).__name__,
+                traceback="".join(traceback.format_exception(error))[-8000:],
+                pointer=pointer,
+            ),
+            attempts=attempts,
+            failures=list(failures),
+            original_event_type=parent.event_type if parent else None,
+            original_event_id=str(parent.event_id) if parent else None,
+            original_workflow_id=parent.workflow_id if parent else None,
+        )
+        if parent is not None:
+            envelope = self._child(parent, body, now, f"dead-letter/{attempts}", traceparent or parent.traceparent)
+        else:
+            header_tp = dict(rec.headers).get("traceparent")
+            envelope = system_envelope(
+                body,
+                producer=self.producer,
+                now=now,
+                event_id=derived_event_id(
+                    uuid.uuid5(uuid.NAMESPACE_URL, f"{rec.topic}:{rec.partition}:{rec.offset}"),
+                    self.spec.name,
+                    "poison",
+                ),
+                workflow_id=f"poison:{rec.topic}:{rec.partition}:{rec.offset}",
+                traceparent=header_tp.decode("latin-1") if header_tp else None,
+            )
+        return self._message(envelope)
+
+    def _review_message(
+        self, env: Envelope, errors: list[str], attempts: int, now: datetime, traceparent: str
+    ) -> OutboxMessage:
+        body = ReviewRequested(
+            service=self.spec.name,
+            reason=f"{env.event_type} output failed validation {attempts} times",
+            validation_errors=errors[-20:],
+            attempts=attempts,
+            original_event_type=env.event_type,
+            original_event_id=str(env.event_id),
+        )
+        return self._message(self._child(env, body, now, "review", traceparent))
+
+    @staticmethod
+    def _failure(
+        error: BaseException, attempt: int, now: datetime, retry_in_s: float | None = None
+    ) -> Failure:
+        return Failure(
+            at=now,
+            attempt=attempt,
+            error_class=type(error).__name__,
+            message=(str(error) or type(error).__name__)[:2000],
+            retry_in_s=retry_in_s,
+        )
+
+
+_PURPOSES = {"retry", "deadline", "escalation", "reminder", "other"}
+
+
+def b64(data: bytes | None) -> str | None:
+    return base64.b64encode(data).decode() if data is not None else None

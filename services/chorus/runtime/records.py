@@ -1,0 +1,57 @@
+"""A Kafka record as the runtime sees it, independent of the client library."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+
+from chorus_contracts.platform import KafkaHeader, OriginalRecord
+
+
+@dataclass(frozen=True)
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
+    timestamp_ms: int | None = None
+
+    @property
+    def workflow_key(self) -> str:
+        """Lane key: the message key (workflow id), or the partition for keyless records."""
+        if self.key:
+            return self.key.decode("utf-8", "replace")
+        return f"{self.topic}/{self.partition}"
+
+
+def _b64(data: bytes | None) -> str | None:
+    return base64.b64encode(data).decode() if data is not None else None
+
+
+def to_original(rec: Record) -> OriginalRecord:
+    return OriginalRecord(
+        topic=rec.topic,
+        partition=rec.partition,
+        offset=rec.offset,
+        key_b64=_b64(rec.key),
+        value_b64=_b64(rec.value) or "",
+        headers=[KafkaHeader(key=k, value_b64=_b64(v)) for k, v in rec.headers],
+        timestamp_ms=rec.timestamp_ms,
+    )
+
+
+def record_from_original(original: OriginalRecord) -> Record:
+    return Record(
+        topic=original.topic,
+        partition=original.partition,
+        offset=original.offset,
+        key=base64.b64decode(original.key_b64) if original.key_b64 is not None else None,
+        value=base64.b64decode(original.value_b64),
+        headers=tuple(
+            (h.key, base64.b64decode(h.value_b64) if h.value_b64 is not None else b"")
+            for h in original.headers
+        ),
+        timestamp_ms=original.timestamp_ms,
+    )

@@ -1,0 +1,306 @@
+"""Wiring and lifecycle of one service process: the only place that knows every part.
+
+start: logging, tracing, PostgreSQL pool and DDL, Kafka producer and consumer,
+outbox relay, HTTP (/health, /metrics).
+stop (SIGTERM): stop polling, let in-flight records finish (grace period), flush
+the outbox, commit offsets, leave the group, close everything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from pathlib import Path
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from typing import Any
+
+import asyncpg
+from pydantic_settings import SettingsConfigDict
+
+from chorus.clock import Clock, clock_from_setting
+from chorus.db import create_pool
+from chorus.http import HttpServer
+from chorus.kafka import make_consumer, make_producer
+from chorus.logs import setup_logging
+from chorus.metrics import Metrics
+from chorus.registry import RUNTIME_PRODUCER, Registry, load_registry
+from chorus.runtime.consumer import KafkaEdge
+from chorus.runtime.dispatch import Dispatcher
+from chorus.runtime.guard import DeadLetterGuard
+from chorus.runtime.pipeline import Pipeline
+from chorus.runtime.relay import OutboxRelay
+from chorus.service import RuntimeHandle, ServiceSpec
+from chorus.settings import ChorusSettings
+from chorus.store import ServiceStore
+from chorus.tracing import setup_tracing
+
+log = logging.getLogger("chorus.runner")
+
+CONTROL_TOPIC_EVENT = "retry.due"
+
+
+class ServiceSettings(ChorusSettings):
+    """Settings every service has; a service's config.py subclasses this."""
+
+    model_config = SettingsConfigDict(env_prefix="CHORUS_", extra="ignore", frozen=True)
+
+    http_host: str = "127.0.0.1"
+    http_port: int = 0
+    group_id: str = ""
+    """Consumer group; defaults to the service name."""
+    instance: str = ""
+    concurrency: int = 32
+    max_buffered_per_partition: int = 200
+    max_poll_interval_ms: int = 300_000
+    session_timeout_ms: int = 10_000
+    heartbeat_interval_ms: int = 2_000
+    commit_interval_s: float = 0.5
+    shutdown_grace_s: float = 20.0
+    max_event_bytes: int = 1_048_576
+    dead_letter_guard_consecutive: int = 25
+    db_pool_size: int = 10
+
+
+class ServiceRunner:
+    def __init__(
+        self,
+        spec: ServiceSpec[Any, Any],
+        settings: ServiceSettings,
+        *,
+        deps: Any = None,
+        clock: Clock | None = None,
+        registry: Registry | None = None,
+    ) -> None:
+        self.spec = spec
+        self.settings = settings
+        self.deps = deps
+        self.clock = clock or clock_from_setting(settings.clock)
+        self.registry = registry or load_registry(
+            Path(settings.schemas_dir) if settings.schemas_dir else None
+        )
+        self.group = settings.group_id or spec.name
+        self.metrics = Metrics(spec.name)
+        self.store = ServiceStore(spec.name)
+        self.guard = DeadLetterGuard(max_consecutive=settings.dead_letter_guard_consecutive)
+        self.pool: asyncpg.Pool | None = None
+        self.relay: OutboxRelay | None = None
+        self.edge: KafkaEdge | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.pipeline: Pipeline | None = None
+        self.http: HttpServer | None = None
+        self.handle: RuntimeHandle | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stack = AsyncExitStack()
+        self._stopped = asyncio.Event()
+        self.fatal: BaseException | None = None
+
+    # -- topology --------------------------------------------------------------------------
+
+    def topics(self) -> list[str]:
+        """Physical topics to subscribe: those of every handled event type, plus control."""
+        names: set[str] = set()
+        for event_type in self.spec.consumes():
+            names.update(self.registry.topic_for(event_type).physical_topics())
+        names.update(self.registry.topic_for(CONTROL_TOPIC_EVENT).physical_topics())
+        return sorted(names)
+
+    def priority_of(self, physical_topic: str) -> str:
+        spec = self.registry.topic_of_physical(physical_topic)
+        if spec is None or not spec.lanes:
+            return "normal"
+        for lane in ("high", "low"):
+            if physical_topic == spec.physical_topic(lane):  # type: ignore[arg-type]
+                return lane
+        return "normal"
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        s = self.settings
+        setup_logging(self.spec.name, s.log_level, s.log_json)
+        setup_tracing(self.spec.name, self.spec.version)
+        self.pool = await create_pool(s.database_url, max_size=s.db_pool_size)
+        self._stack.push_async_callback(self.pool.close)
+        async with self.pool.acquire() as conn:
+            await self.store.migrate(conn)
+            for migration in self.spec.migrations:
+                await migration(conn)
+        if self.deps is None:
+            self.deps = await self._stack.enter_async_context(self.spec.bootstrap(s))
+        client_id = f"{self.spec.name}{'-' + s.instance if s.instance else ''}"
+        producer = make_producer(s.kafka_bootstrap, client_id=client_id)
+        await _start_kafka(producer.start(), s.kafka_bootstrap)
+        self._stack.push_async_callback(producer.stop)
+        self.relay = OutboxRelay(
+            store=self.store, database_url=s.database_url, pool=self.pool, producer=producer,
+            clock=self.clock, metrics=self.metrics,
+        )
+        self.pipeline = Pipeline(
+            spec=self.spec, deps=self.deps, registry=self.registry, store=self.store, pool=self.pool,
+            clock=self.clock, metrics=self.metrics, group=self.group, guard=self.guard,
+            max_bytes=s.max_event_bytes, on_outbox=self.relay.wake,
+        )
+        self.dispatcher = Dispatcher(
+            self.pipeline.handle, concurrency=s.concurrency, on_fatal=self._on_fatal
+        )
+        consumer = make_consumer(
+            s.kafka_bootstrap,
+            group_id=self.group,
+            client_id=client_id,
+            max_poll_interval_ms=s.max_poll_interval_ms,
+            session_timeout_ms=s.session_timeout_ms,
+            heartbeat_interval_ms=s.heartbeat_interval_ms,
+            max_partition_fetch_bytes=max(1_048_576, s.max_event_bytes * 2),
+        )
+        self.edge = KafkaEdge(
+            consumer, self.topics(), self.dispatcher, self.metrics, self.priority_of,
+            max_buffered_per_partition=s.max_buffered_per_partition,
+            commit_interval_s=s.commit_interval_s,
+        )
+        await _start_kafka(self.edge.start(), s.kafka_bootstrap)
+        self.handle = RuntimeHandle(
+            service=self.spec.name, pool=self.pool, clock=self.clock, metrics=self.metrics,
+            store=self.store, registry=self.registry, settings=s, deps=self.deps,
+            wake_relay=self.relay.wake, producer=self.pipeline.producer,
+        )
+        self.http = HttpServer(s.http_host, s.http_port, self.metrics, self.health)
+        if self.spec.http_routes is not None:
+            self.http.app.add_routes(list(self.spec.http_routes(self.handle)))
+        await self.http.start()
+        self._tasks = [
+            asyncio.create_task(self.relay.run(), name="outbox-relay"),
+            asyncio.create_task(self.edge.run(), name="poll-loop"),
+            asyncio.create_task(self._housekeeping(), name="housekeeping"),
+            *(
+                asyncio.create_task(worker(self.handle), name=f"worker:{getattr(worker, '__name__', 'w')}")
+                for worker in self.spec.workers
+            ),
+        ]
+        for task in self._tasks:
+            task.add_done_callback(self._task_ended)
+        log.info(
+            "service started",
+            extra={"fields": {"topics": self.topics(), "group": self.group, "http_port": self.http.port}},
+        )
+
+    async def stop(self) -> None:
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        assert self.edge and self.dispatcher and self.relay
+        self.edge.stop_polling()
+        finished = await self.dispatcher.wait_idle(self.settings.shutdown_grace_s)
+        if not finished:
+            log.warning("in-flight records did not finish within the grace period; they will be redelivered")
+        await self.dispatcher.close()
+        await self.relay.flush()
+        self.relay.stop()
+        with contextlib.suppress(Exception):
+            await self.edge.stop()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.http:
+            await self.http.stop()
+        await self._stack.aclose()
+        log.info("service stopped")
+
+    async def run_until_signalled(self) -> int:
+        """Run until SIGTERM/SIGINT (graceful) or a fatal error; returns the exit code."""
+        loop = asyncio.get_running_loop()
+        stop_requested = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop_requested.set)
+        await self.start()
+        fatal_wait = asyncio.create_task(self._wait_fatal())
+        stop_wait = asyncio.create_task(stop_requested.wait())
+        await asyncio.wait({fatal_wait, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+        fatal_wait.cancel()
+        stop_wait.cancel()
+        await self.stop()
+        return 3 if self.fatal else 0
+
+    async def _wait_fatal(self) -> None:
+        while self.fatal is None:
+            await asyncio.sleep(0.2)
+
+    def _on_fatal(self, exc: BaseException) -> None:
+        if self.fatal is None:
+            self.fatal = exc
+            log.critical("stopping the consumer: %s", exc)
+            if self.edge:
+                self.edge.stop_polling()
+
+    def _task_ended(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or self._stopped.is_set():
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.critical("%s crashed: %r", task.get_name(), exc, exc_info=exc)
+            self._on_fatal(exc)
+
+    async def _housekeeping(self) -> None:
+        """Outbox backlog gauge and the sweep for drains a crash interrupted."""
+        assert self.pool and self.pipeline and self.dispatcher
+        while True:
+            try:
+                async with self.pool.acquire() as conn:
+                    self.metrics.outbox_backlog.set(await self.store.outbox_backlog(conn))
+                    stranded = await self.store.workflows_to_drain(conn)
+                for workflow_id in stranded:
+                    pipeline = self.pipeline
+                    self.dispatcher.run_exclusive(
+                        workflow_id, lambda w=workflow_id: pipeline.drain(w)  # type: ignore[misc]
+                    )
+            except (OSError, asyncpg.PostgresError) as exc:
+                log.warning("housekeeping skipped a round: %r", exc)
+            await asyncio.sleep(5.0)
+
+    async def health(self) -> dict[str, Any]:
+        ok = self.fatal is None and not self._stopped.is_set()
+        return {
+            "status": "ok" if ok else "failing",
+            "service": self.spec.name,
+            "version": self.spec.version,
+            "group": self.group,
+            "assigned_partitions": len(self.edge.assignment) if self.edge else 0,
+            "in_flight": self.dispatcher.in_flight if self.dispatcher else 0,
+            "relay_leader": bool(self.relay and self.relay.is_leader),
+            "error": str(self.fatal) if self.fatal else None,
+        }
+
+
+async def _start_kafka(starting: Any, bootstrap: str) -> None:
+    from aiokafka.errors import KafkaConnectionError
+
+    try:
+        await starting
+    except KafkaConnectionError as exc:
+        raise ConnectionError(
+            f"cannot reach Kafka at {bootstrap}: {exc}. Is it running? Try `make up`."
+        ) from exc
+
+
+@contextlib.asynccontextmanager
+async def running(
+    spec: ServiceSpec[Any, Any], settings: ServiceSettings, **kwargs: Any
+) -> AsyncIterator[ServiceRunner]:
+    """Run a service inside ``async with`` (tests, embedding)."""
+    runner = ServiceRunner(spec, settings, **kwargs)
+    await runner.start()
+    try:
+        yield runner
+    finally:
+        await runner.stop()
+
+
+def main(spec: ServiceSpec[Any, Any], settings: ServiceSettings) -> None:
+    """The body of every service's ``__main__``."""
+    code = asyncio.run(ServiceRunner(spec, settings).run_until_signalled())
+    raise SystemExit(code)
+
+
+__all__ = ["RUNTIME_PRODUCER", "ServiceRunner", "ServiceSettings", "main", "running"]

@@ -1,0 +1,201 @@
+"""What a service author writes: handlers, and one declaration of the service.
+
+A handler is a plain async function ``on_<event>(event, state, ctx)`` that returns
+an :class:`Outcome`: the workflow's new state, the events to emit, the timers to
+schedule. It never touches Kafka or SQL; the runtime loads the state, calls the
+handler and persists its outcome in one transaction with the inbox and outbox.
+
+Platform services whose state is not per-workflow (timers, dead letters, the
+audit log) return :class:`Effect` objects: adapter code that runs inside that
+same transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, Protocol, TypeVar
+
+import asyncpg
+from pydantic import BaseModel
+
+from chorus.clock import Clock
+from chorus.codec import Event
+from chorus_contracts.base import EventModel
+from chorus_contracts.envelope import Envelope, Priority
+
+S = TypeVar("S", bound=BaseModel)
+D = TypeVar("D")
+
+
+@dataclass(frozen=True)
+class Emit:
+    """An event to publish, with envelope overrides. A bare EventModel in ``Outcome.emit``
+    means: same workflow, same priority, causation = the event being handled."""
+
+    event: EventModel
+    workflow_id: str | None = None
+    workflow_type: str | None = None
+    priority: Priority | None = None
+    idempotency_key: str | None = None
+    deadline: datetime | None = None
+    subject_ref: str | None = None
+
+
+@dataclass(frozen=True)
+class ScheduleTimer:
+    """Fire ``event`` (into its registry topic, for this workflow) at ``due_at``.
+
+    ``timer_id`` is scoped to the service and workflow; scheduling the same id
+    twice is one timer.
+    """
+
+    timer_id: str
+    due_at: datetime
+    event: EventModel
+    purpose: str = "other"
+
+
+@dataclass(frozen=True)
+class CancelTimer:
+    timer_id: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class RescheduleTimer:
+    timer_id: str
+    due_at: datetime
+
+
+TimerCommand = ScheduleTimer | CancelTimer | RescheduleTimer
+
+
+class Effect(Protocol):
+    """Adapter work that must commit atomically with the event's inbox row."""
+
+    async def apply(self, conn: asyncpg.Connection) -> None: ...
+
+
+@dataclass(frozen=True)
+class Outcome(Generic[S]):
+    state: S | None = None
+    """The new checkpoint; None keeps the current one."""
+    emit: Sequence[EventModel | Emit] = ()
+    timers: Sequence[TimerCommand] = ()
+    effects: Sequence[Effect] = ()
+    ended: str | None = None
+    """Set when this step ends the workflow ("completed", "rejected", "failed", ...)."""
+
+
+@dataclass
+class Context(Generic[D]):
+    """What a handler may use besides its event and state."""
+
+    service: str
+    deps: D
+    clock: Clock
+    envelope: Envelope
+    attempt: int
+    feedback: list[str]
+    """Validation errors of earlier tries of this delivery (for re-prompting)."""
+    log: logging.LoggerAdapter[logging.Logger]
+    _checkpoint: Callable[[BaseModel], Awaitable[None]]
+
+    def idempotency_key(self, *parts: str) -> str:
+        """A key for an external call that is the same on every retry of this step."""
+        return ":".join([self.envelope.idempotency_key, self.service, *parts])
+
+    async def checkpoint(self, state: BaseModel) -> None:
+        """Commit ``state`` now, mid-handler (a step boundary).
+
+        If the process dies later in this handler, the redelivered event sees
+        this state, so finished steps are not repeated.
+        """
+        await self._checkpoint(state)
+
+
+Handler = Callable[[Event[Any], Any, Context[Any]], Awaitable[Outcome[Any]]]
+
+
+@dataclass(frozen=True)
+class RuntimeHandle:
+    """What a platform service's background workers and HTTP routes get from the runtime."""
+
+    service: str
+    pool: asyncpg.Pool
+    clock: Clock
+    metrics: Any
+    store: Any
+    registry: Any
+    settings: Any
+    deps: Any
+    wake_relay: Callable[[], None]
+    producer: Any
+
+
+Worker = Callable[[RuntimeHandle], Awaitable[None]]
+Routes = Callable[[RuntimeHandle], Sequence[Any]]
+
+
+@dataclass(frozen=True)
+class On:
+    """Route ``event`` (a payload model class: type and the version the code reads) to ``handler``."""
+
+    event: type[EventModel]
+    handler: Handler
+    timeout_s: float = 300.0
+    max_attempts: int = 6
+    """Transient failures are retried until this many attempts, then dead-lettered."""
+    semantic_attempts: int = 3
+    """Tries with validation feedback before a person is asked (review.requested)."""
+    backoff_base_s: float = 1.0
+    backoff_cap_s: float = 300.0
+
+
+@asynccontextmanager
+async def no_deps(_: Any) -> AsyncIterator[None]:
+    yield None
+
+
+@dataclass(frozen=True)
+class ServiceSpec(Generic[S, D]):
+    """The declaration of one deployable service (its ``service.py``)."""
+
+    name: str
+    version: str
+    handlers: Sequence[On]
+    produces: frozenset[str] = frozenset()
+    """Event types the handlers may emit (runtime events such as retries are implicit)."""
+    state: type[S] | None = None
+    state_version: int = 1
+    state_migrations: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = field(
+        default_factory=dict
+    )
+    """from_version -> function producing from_version + 1, applied on load."""
+    bootstrap: Callable[[Any], AbstractAsyncContextManager[D]] = no_deps  # type: ignore[assignment]
+    """settings -> async context manager yielding the handlers' dependencies."""
+    unexpected_max_attempts: int = 3
+    migrations: Sequence[Callable[[asyncpg.Connection], Awaitable[None]]] = ()
+    """DDL of the service's own tables, applied at start before any record is consumed."""
+    workers: Sequence[Worker] = ()
+    """Background loops beside the consumer (e.g. the timer service's firing loop)."""
+    http_routes: Routes | None = None
+    """aiohttp route definitions added to the service's HTTP server."""
+
+    def __post_init__(self) -> None:
+        routes = {h.event.event_type: h for h in self.handlers}
+        if len(routes) != len(self.handlers):
+            raise ValueError(f"{self.name}: two handlers for one event type")
+        object.__setattr__(self, "_route_table", routes)
+
+    def handler_for(self, event_type: str) -> On | None:
+        table: dict[str, On] = self._route_table  # type: ignore[attr-defined]
+        return table.get(event_type)
+
+    def consumes(self) -> dict[str, int]:
+        """event type -> version the service's code reads."""
+        return {h.event.event_type: h.event.version for h in self.handlers}

@@ -1,0 +1,366 @@
+"""The durable state of one service: inbox, checkpoints, outbox and parked events.
+
+Every service owns a PostgreSQL schema named after it; nothing outside the
+service reads these tables (the gateway reads the audit projection instead).
+
+- ``inbox``   one row per (consumer group, event id): the outcome of that event.
+              A delivery whose row says it is done is a duplicate and is skipped.
+- ``state``   one checkpoint per workflow, with the state model's schema version
+              and a revision for optimistic concurrency; ``parked_on`` names the
+              event the workflow waits on (a retry or a dead letter) so later
+              events of that workflow queue behind it instead of overtaking it.
+- ``outbox``  events to publish, written in the same transaction as the state.
+- ``parked``  records that arrived while their workflow was parked, in order.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from chorus.db import apply_ddl, ident
+
+# Inbox outcomes. "done" is final; the others let a later attempt through.
+DONE = "done"
+RETRYING = "retrying"
+DEAD_LETTERED = "dead_lettered"
+PARKED = "parked"
+REVIEW = "review_requested"
+DISCARDED = "discarded"
+SKIPPED = "skipped"
+
+
+@dataclass(frozen=True)
+class OutboxMessage:
+    topic: str
+    key: bytes | None
+    value: bytes
+    headers: Sequence[tuple[str, bytes]]
+    event_id: uuid.UUID | None = None
+    workflow_id: str | None = None
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    id: int
+    topic: str
+    key: bytes | None
+    value: bytes
+    headers: list[tuple[str, bytes]]
+
+
+@dataclass(frozen=True)
+class InboxRow:
+    outcome: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class StateRow:
+    state: dict[str, Any] | None
+    state_version: int
+    revision: int
+    parked_on: uuid.UUID | None
+
+
+@dataclass(frozen=True)
+class Loaded:
+    inbox: InboxRow | None
+    state: StateRow | None
+    has_parked: bool
+
+
+@dataclass(frozen=True)
+class ParkedRow:
+    id: int
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    headers: list[tuple[str, bytes]]
+    attempt: int
+    timestamp_ms: int | None
+
+
+class ConflictError(Exception):
+    """Another replica (or an earlier delivery) changed the workflow first; reload and retry."""
+
+
+def _encode_headers(headers: Sequence[tuple[str, bytes]]) -> str:
+    return json.dumps([[k, v.hex()] for k, v in headers])
+
+
+def _decode_headers(raw: str | None) -> list[tuple[str, bytes]]:
+    return [(k, bytes.fromhex(v)) for k, v in json.loads(raw or "[]")]
+
+
+class ServiceStore:
+    """SQL for one service's schema. Methods take a connection so callers own transactions."""
+
+    def __init__(self, service: str) -> None:
+        self.schema = ident(service)
+        s = self.schema
+        self._load_sql = f"""
+            SELECT i.outcome, i.attempt,
+                   s.state::text AS state, s.state_version, s.revision, s.parked_on,
+                   EXISTS (SELECT 1 FROM {s}.parked p WHERE p.workflow_id = $3) AS has_parked
+            FROM (SELECT 1) one
+            LEFT JOIN {s}.inbox i ON i.consumer_group = $1 AND i.event_id = $2
+            LEFT JOIN {s}.state s ON s.workflow_id = $3"""
+
+    def ddl(self) -> list[str]:
+        s = self.schema
+        return [
+            f"CREATE SCHEMA IF NOT EXISTS {s}",
+            f"""CREATE TABLE IF NOT EXISTS {s}.inbox (
+                consumer_group text NOT NULL,
+                event_id uuid NOT NULL,
+                attempt int NOT NULL,
+                outcome text NOT NULL,
+                event_type text,
+                workflow_id text,
+                processed_at timestamptz NOT NULL,
+                PRIMARY KEY (consumer_group, event_id))""",
+            f"""CREATE TABLE IF NOT EXISTS {s}.state (
+                workflow_id text PRIMARY KEY,
+                workflow_type text NOT NULL,
+                state jsonb,
+                state_version int NOT NULL,
+                revision bigint NOT NULL,
+                parked_on uuid,
+                subject_ref text,
+                created_at timestamptz NOT NULL,
+                updated_at timestamptz NOT NULL)""",
+            f"""CREATE TABLE IF NOT EXISTS {s}.outbox (
+                id bigserial PRIMARY KEY,
+                topic text NOT NULL,
+                key bytea,
+                value bytea NOT NULL,
+                headers jsonb NOT NULL DEFAULT '[]',
+                event_id uuid,
+                workflow_id text,
+                created_at timestamptz NOT NULL DEFAULT now(),
+                dispatched_at timestamptz)""",
+            # The relay scans only undispatched rows; this keeps that scan small
+            # however many dispatched rows wait for the janitor.
+            f"CREATE INDEX IF NOT EXISTS outbox_pending ON {s}.outbox (id) WHERE dispatched_at IS NULL",
+            f"""CREATE TABLE IF NOT EXISTS {s}.parked (
+                id bigserial PRIMARY KEY,
+                workflow_id text NOT NULL,
+                topic text NOT NULL,
+                partition int NOT NULL,
+                "offset" bigint NOT NULL,
+                key bytea,
+                value bytea NOT NULL,
+                headers jsonb NOT NULL DEFAULT '[]',
+                attempt int NOT NULL,
+                timestamp_ms bigint,
+                parked_at timestamptz NOT NULL)""",
+            f"CREATE INDEX IF NOT EXISTS parked_by_workflow ON {s}.parked (workflow_id, id)",
+        ]
+
+    async def migrate(self, conn: asyncpg.Connection) -> None:
+        await apply_ddl(conn, f"chorus-ddl-{self.schema}", self.ddl())
+
+    # -- reads ---------------------------------------------------------------------
+
+    async def load(
+        self, conn: asyncpg.Connection, group: str, event_id: uuid.UUID, workflow_id: str
+    ) -> Loaded:
+        row = await conn.fetchrow(self._load_sql, group, event_id, workflow_id)
+        assert row is not None
+        inbox = InboxRow(row["outcome"], row["attempt"]) if row["outcome"] is not None else None
+        state = None
+        if row["revision"] is not None:
+            state = StateRow(
+                json.loads(row["state"]) if row["state"] is not None else None,
+                row["state_version"],
+                row["revision"],
+                row["parked_on"],
+            )
+        return Loaded(inbox, state, row["has_parked"])
+
+    # -- the handling transaction -----------------------------------------------------
+
+    async def claim_inbox(
+        self,
+        conn: asyncpg.Connection,
+        *,
+        group: str,
+        event_id: uuid.UUID,
+        attempt: int,
+        outcome: str,
+        event_type: str | None,
+        workflow_id: str | None,
+        now: datetime,
+        from_parked: bool = False,
+    ) -> bool:
+        """Record the event's outcome; False when it was already finished (a duplicate).
+
+        A row that says retrying / dead-lettered lets a later attempt through (a
+        durable retry or a redrive); a parked row lets the drain through once.
+        """
+        row = await conn.fetchrow(
+            f"""INSERT INTO {self.schema}.inbox AS i
+                  (consumer_group, event_id, attempt, outcome, event_type, workflow_id, processed_at)
+                VALUES ($1, $2, $3, $4, $5, $6, $7)
+                ON CONFLICT (consumer_group, event_id) DO UPDATE
+                  SET attempt = EXCLUDED.attempt, outcome = EXCLUDED.outcome,
+                      processed_at = EXCLUDED.processed_at
+                  WHERE (i.outcome IN ('{RETRYING}', '{DEAD_LETTERED}') AND i.attempt < EXCLUDED.attempt)
+                     OR (i.outcome = '{PARKED}' AND $8)
+                RETURNING 1""",
+            group,
+            event_id,
+            attempt,
+            outcome,
+            event_type,
+            workflow_id,
+            now,
+            from_parked,
+        )
+        return row is not None
+
+    async def write_state(
+        self,
+        conn: asyncpg.Connection,
+        *,
+        workflow_id: str,
+        workflow_type: str,
+        state: dict[str, Any] | None,
+        state_version: int,
+        expected_revision: int | None,
+        parked_on: uuid.UUID | None,
+        subject_ref: str | None,
+        now: datetime,
+    ) -> int:
+        """Write the checkpoint if nobody moved it since ``expected_revision``; returns the new revision."""
+        body = json.dumps(state) if state is not None else None
+        if expected_revision is None:
+            revision = await conn.fetchval(
+                f"""INSERT INTO {self.schema}.state
+                      (workflow_id, workflow_type, state, state_version, revision, parked_on,
+                       subject_ref, created_at, updated_at)
+                    VALUES ($1, $2, $3::jsonb, $4, 1, $5, $6, $7, $7)
+                    ON CONFLICT (workflow_id) DO NOTHING
+                    RETURNING revision""",
+                workflow_id, workflow_type, body, state_version, parked_on, subject_ref, now,
+            )
+        else:
+            revision = await conn.fetchval(
+                f"""UPDATE {self.schema}.state
+                    SET state = $2::jsonb, state_version = $3, revision = revision + 1,
+                        parked_on = $4, subject_ref = coalesce($5, subject_ref), updated_at = $6
+                    WHERE workflow_id = $1 AND revision = $7
+                    RETURNING revision""",
+                workflow_id, body, state_version, parked_on, subject_ref, now, expected_revision,
+            )
+        if revision is None:
+            raise ConflictError(f"workflow {workflow_id} changed concurrently")
+        return int(revision)
+
+    async def add_outbox(self, conn: asyncpg.Connection, messages: Sequence[OutboxMessage]) -> None:
+        if not messages:
+            return
+        await conn.executemany(
+            f"""INSERT INTO {self.schema}.outbox (topic, key, value, headers, event_id, workflow_id)
+                VALUES ($1, $2, $3, $4::jsonb, $5, $6)""",
+            [
+                (m.topic, m.key, m.value, _encode_headers(m.headers), m.event_id, m.workflow_id)
+                for m in messages
+            ],
+        )
+
+    # -- parking --------------------------------------------------------------------------
+
+    async def park(
+        self,
+        conn: asyncpg.Connection,
+        *,
+        workflow_id: str,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes,
+        headers: Sequence[tuple[str, bytes]],
+        attempt: int,
+        timestamp_ms: int | None,
+        now: datetime,
+    ) -> None:
+        await conn.execute(
+            f"""INSERT INTO {self.schema}.parked
+                  (workflow_id, topic, partition, "offset", key, value, headers, attempt,
+                   timestamp_ms, parked_at)
+                VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10)""",
+            workflow_id, topic, partition, offset, key, value, _encode_headers(headers),
+            attempt, timestamp_ms, now,
+        )
+
+    async def next_parked(self, conn: asyncpg.Connection, workflow_id: str) -> ParkedRow | None:
+        row = await conn.fetchrow(
+            f"""SELECT id, topic, partition, "offset", key, value, headers::text AS headers,
+                       attempt, timestamp_ms
+                FROM {self.schema}.parked WHERE workflow_id = $1 ORDER BY id LIMIT 1""",
+            workflow_id,
+        )
+        if row is None:
+            return None
+        return ParkedRow(
+            row["id"], row["topic"], row["partition"], row["offset"], row["key"], row["value"],
+            _decode_headers(row["headers"]), row["attempt"], row["timestamp_ms"],
+        )
+
+    async def unpark(self, conn: asyncpg.Connection, parked_id: int) -> None:
+        await conn.execute(f"DELETE FROM {self.schema}.parked WHERE id = $1", parked_id)
+
+    async def workflows_to_drain(self, conn: asyncpg.Connection, limit: int = 100) -> list[str]:
+        """Workflows with parked records but nothing to wait on (a crash interrupted a drain)."""
+        rows = await conn.fetch(
+            f"""SELECT DISTINCT p.workflow_id FROM {self.schema}.parked p
+                LEFT JOIN {self.schema}.state s ON s.workflow_id = p.workflow_id
+                WHERE s.parked_on IS NULL LIMIT $1""",
+            limit,
+        )
+        return [r["workflow_id"] for r in rows]
+
+    # -- outbox relay -----------------------------------------------------------------------
+
+    async def pending_outbox(self, conn: asyncpg.Connection, limit: int) -> list[OutboxRow]:
+        rows = await conn.fetch(
+            f"""SELECT id, topic, key, value, headers::text AS headers FROM {self.schema}.outbox
+                WHERE dispatched_at IS NULL ORDER BY id LIMIT $1""",
+            limit,
+        )
+        return [
+            OutboxRow(r["id"], r["topic"], r["key"], r["value"], _decode_headers(r["headers"]))
+            for r in rows
+        ]
+
+    async def mark_dispatched(self, conn: asyncpg.Connection, ids: Sequence[int], now: datetime) -> None:
+        await conn.execute(
+            f"UPDATE {self.schema}.outbox SET dispatched_at = $2 WHERE id = ANY($1::bigint[])",
+            list(ids),
+            now,
+        )
+
+    async def outbox_backlog(self, conn: asyncpg.Connection) -> int:
+        return int(
+            await conn.fetchval(
+                f"SELECT count(*) FROM {self.schema}.outbox WHERE dispatched_at IS NULL"
+            )
+        )
+
+    async def purge_dispatched(self, conn: asyncpg.Connection, before: datetime) -> int:
+        result = await conn.execute(
+            f"DELETE FROM {self.schema}.outbox WHERE dispatched_at IS NOT NULL AND dispatched_at < $1",
+            before,
+        )
+        return int(result.split()[-1])

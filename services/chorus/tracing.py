@@ -1,0 +1,101 @@
+"""W3C trace context across every hop, and one OpenTelemetry span per handled event.
+
+The ``traceparent`` travels in the envelope and in the Kafka header of the same
+name, so tools that only read headers see it too. The trace id set by whoever
+produced a workflow's first event stays on every later event of the workflow;
+each hop gets a new span id whose parent is the span that handled the cause.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, TraceFlags
+
+_TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
+
+
+@dataclass(frozen=True)
+class TraceContext:
+    trace_id: str
+    span_id: str
+    flags: str = "01"
+
+    @property
+    def traceparent(self) -> str:
+        return f"00-{self.trace_id}-{self.span_id}-{self.flags}"
+
+    @classmethod
+    def parse(cls, traceparent: str | None) -> TraceContext | None:
+        match = _TRACEPARENT.match(traceparent or "")
+        if not match or set(match.group(1)) == {"0"} or set(match.group(2)) == {"0"}:
+            return None
+        return cls(match.group(1), match.group(2), match.group(3))
+
+    @classmethod
+    def new_root(cls) -> TraceContext:
+        return cls(secrets.token_hex(16), secrets.token_hex(8))
+
+    def child(self) -> TraceContext:
+        return TraceContext(self.trace_id, secrets.token_hex(8), self.flags)
+
+
+def child_traceparent(parent: str | None) -> str:
+    """A new span in the parent's trace, or a new trace when there is no valid parent."""
+    ctx = TraceContext.parse(parent)
+    return (ctx.child() if ctx else TraceContext.new_root()).traceparent
+
+
+_provider: TracerProvider | None = None
+
+
+def setup_tracing(service: str, version: str) -> None:
+    """Install the SDK provider once per process. Exporters come from OTel env settings."""
+    global _provider
+    if _provider is not None:
+        return
+    _provider = TracerProvider(
+        resource=Resource.create({"service.name": service, "service.version": version})
+    )
+    trace.set_tracer_provider(_provider)
+
+
+@contextmanager
+def handling_span(
+    service: str, event_type: str, traceparent: str, attributes: dict[str, str]
+) -> Iterator[Span]:
+    """A span for handling one event, parented on the span in ``traceparent``.
+
+    The span id the runtime puts into emitted events is this span's id, so a
+    trace viewer shows the chain hop by hop.
+    """
+    tracer = trace.get_tracer("chorus.runtime")
+    parent = TraceContext.parse(traceparent)
+    context = None
+    if parent is not None:
+        remote = SpanContext(
+            trace_id=int(parent.trace_id, 16),
+            span_id=int(parent.span_id, 16),
+            is_remote=True,
+            trace_flags=TraceFlags(int(parent.flags, 16)),
+        )
+        context = trace.set_span_in_context(NonRecordingSpan(remote))
+    with tracer.start_as_current_span(
+        f"{service} handle {event_type}", context=context, attributes=attributes
+    ) as span:
+        yield span
+
+
+def span_traceparent(span: Span, fallback: str) -> str:
+    """The traceparent naming ``span`` (falls back to a child of ``fallback`` when not sampled)."""
+    ctx = span.get_span_context()
+    if not ctx.is_valid:
+        return child_traceparent(fallback)
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"

@@ -1,0 +1,1 @@
+"""The durable timer service: waits that survive restarts, deploys and crashes."""

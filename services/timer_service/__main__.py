@@ -1,0 +1,10 @@
+"""``python -m timer_service``: run one replica."""
+
+from __future__ import annotations
+
+from chorus.runtime.runner import main
+from timer_service.config import Settings
+from timer_service.service import SPEC
+
+if __name__ == "__main__":
+    main(SPEC, Settings())

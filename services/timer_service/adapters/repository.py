@@ -1,0 +1,156 @@
+"""The ``timer_service.timers`` table and the effects handlers return.
+
+Timers are rows; a pending timer costs a row and an index entry, no memory.
+The partial index on pending due times keeps "what is due now" cheap with
+hundreds of thousands of timers waiting.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from chorus.db import apply_ddl
+from timer_service.domain import CANCELLED, FIRED, PENDING
+
+SCHEMA = "timer_service"
+
+DDL = [
+    f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}",
+    f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.timers (
+        timer_id text PRIMARY KEY,
+        due_at timestamptz,
+        status text NOT NULL,
+        topic text,
+        key text,
+        envelope jsonb,
+        purpose text NOT NULL DEFAULT 'other',
+        workflow_id text,
+        scheduled_by text,
+        created_at timestamptz NOT NULL,
+        updated_at timestamptz NOT NULL,
+        fired_at timestamptz,
+        lateness_ms double precision,
+        cancel_reason text)""",
+    f"""CREATE INDEX IF NOT EXISTS timers_pending_due
+        ON {SCHEMA}.timers (due_at) WHERE status = '{PENDING}'""",
+]
+
+
+async def migrate(conn: asyncpg.Connection) -> None:
+    await apply_ddl(conn, "chorus-ddl-timer_service-timers", DDL)
+
+
+@dataclass(frozen=True)
+class ScheduleTimerRow:
+    """Insert a pending timer; an existing id (pending, fired or cancelled) wins."""
+
+    timer_id: str
+    due_at: datetime
+    topic: str
+    key: str
+    envelope: dict[str, Any]
+    purpose: str
+    workflow_id: str
+    scheduled_by: str
+    now: datetime
+
+    async def apply(self, conn: asyncpg.Connection) -> None:
+        await conn.execute(
+            f"""INSERT INTO {SCHEMA}.timers
+                  (timer_id, due_at, status, topic, key, envelope, purpose, workflow_id,
+                   scheduled_by, created_at, updated_at)
+                VALUES ($1, $2, '{PENDING}', $3, $4, $5::jsonb, $6, $7, $8, $9, $9)
+                ON CONFLICT (timer_id) DO NOTHING""",
+            self.timer_id, self.due_at, self.topic, self.key, json.dumps(self.envelope),
+            self.purpose, self.workflow_id, self.scheduled_by, self.now,
+        )
+
+
+@dataclass(frozen=True)
+class CancelTimerRow:
+    """Cancel a pending timer. Unknown ids get a cancelled tombstone, so a schedule
+    that arrives later (it cannot on one key, but can from a redrive) never fires."""
+
+    timer_id: str
+    reason: str
+    workflow_id: str
+    now: datetime
+
+    async def apply(self, conn: asyncpg.Connection) -> None:
+        await conn.execute(
+            f"""INSERT INTO {SCHEMA}.timers
+                  (timer_id, status, workflow_id, created_at, updated_at, cancel_reason)
+                VALUES ($1, '{CANCELLED}', $3, $4, $4, $2)
+                ON CONFLICT (timer_id) DO UPDATE
+                  SET status = '{CANCELLED}', cancel_reason = $2, updated_at = $4
+                  WHERE {SCHEMA}.timers.status = '{PENDING}'""",
+            self.timer_id, self.reason, self.workflow_id, self.now,
+        )
+
+
+@dataclass(frozen=True)
+class RescheduleTimerRow:
+    timer_id: str
+    due_at: datetime
+    now: datetime
+
+    async def apply(self, conn: asyncpg.Connection) -> None:
+        await conn.execute(
+            f"""UPDATE {SCHEMA}.timers SET due_at = $2, updated_at = $3
+                WHERE timer_id = $1 AND status = '{PENDING}'""",
+            self.timer_id, self.due_at, self.now,
+        )
+
+
+@dataclass(frozen=True)
+class DueTimer:
+    timer_id: str
+    due_at: datetime
+    topic: str
+    key: str
+    envelope: dict[str, Any]
+
+
+async def claim_due(conn: asyncpg.Connection, now: datetime, limit: int) -> list[DueTimer]:
+    """Lock a batch of due timers; rows another replica holds are skipped, not waited for."""
+    rows = await conn.fetch(
+        f"""SELECT timer_id, due_at, topic, key, envelope::text AS envelope
+            FROM {SCHEMA}.timers
+            WHERE status = '{PENDING}' AND due_at <= $1
+            ORDER BY due_at
+            LIMIT $2
+            FOR UPDATE SKIP LOCKED""",
+        now, limit,
+    )
+    return [
+        DueTimer(r["timer_id"], r["due_at"], r["topic"], r["key"], json.loads(r["envelope"]))
+        for r in rows
+    ]
+
+
+async def mark_fired(
+    conn: asyncpg.Connection, fired: list[tuple[str, float]], now: datetime
+) -> None:
+    await conn.executemany(
+        f"""UPDATE {SCHEMA}.timers SET status = '{FIRED}', fired_at = $3, lateness_ms = $2,
+                updated_at = $3 WHERE timer_id = $1""",
+        [(timer_id, lateness_ms, now) for timer_id, lateness_ms in fired],
+    )
+
+
+async def next_due(conn: asyncpg.Connection) -> datetime | None:
+    value: datetime | None = await conn.fetchval(
+        f"SELECT min(due_at) FROM {SCHEMA}.timers WHERE status = '{PENDING}'"
+    )
+    return value
+
+
+async def pending_count(conn: asyncpg.Connection) -> int:
+    return int(
+        await conn.fetchval(f"SELECT count(*) FROM {SCHEMA}.timers WHERE status = '{PENDING}'")
+    )

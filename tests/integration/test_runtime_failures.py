@@ -1,0 +1,165 @@
+"""Failure routing: durable retries with backoff, dead letters, human review, ordering."""
+
+from __future__ import annotations
+
+import base64
+import json
+from contextlib import AsyncExitStack
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chorus.registry import Registry
+from chorus.runtime.backoff import backoff_cap
+from chorus.runtime.runner import ServiceRunner, ServiceSettings, running
+from tests.support.events import TaskSubmitted
+from tests.support.kafka import envelope, events_of, publish, read_topic
+from tests.support.registry import isolated_registry
+from tests.support.testservice import make_spec
+from timer_service.config import Settings as TimerSettings
+from timer_service.service import SPEC as TIMER_SPEC
+
+pytestmark = pytest.mark.integration
+
+
+class Stack:
+    def __init__(self, registry: Registry, runner: ServiceRunner) -> None:
+        self.registry = registry
+        self.runner = runner
+
+
+async def start_stack(
+    stack: AsyncExitStack, tmp_path: Path, unique: str, kafka: str, db: str
+) -> Stack:
+    registry = await isolated_registry(tmp_path, unique, kafka)
+    common: dict[str, Any] = {"kafka_bootstrap": kafka, "database_url": db, "log_json": False}
+    await stack.enter_async_context(
+        running(TIMER_SPEC, TimerSettings(**common, group_id=f"timers-{unique}", max_idle_s=0.1), registry=registry)
+    )
+    runner = await stack.enter_async_context(
+        running(make_spec(f"svc_{unique}"), ServiceSettings(**common), registry=registry)
+    )
+    return Stack(registry, runner)
+
+
+def payloads(records: list[Any], event_type: str, workflow_id: str) -> list[dict[str, Any]]:
+    return [e for e in events_of(records, event_type) if e["workflow_id"] == workflow_id]
+
+
+async def test_transient_twice_then_success_on_attempt_three(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+) -> None:
+    async with AsyncExitStack() as stack:
+        s = await start_stack(stack, tmp_path, unique, kafka_bootstrap, database_url)
+        topic = s.registry.physical_topic("test.task_submitted")
+        env = envelope(TaskSubmitted(task="flaky", transient_failures=2))
+        await publish(kafka_bootstrap, topic, [env])
+        records = await read_topic(
+            kafka_bootstrap,
+            [topic, s.registry.physical_topic("timer.schedule"), s.registry.physical_topic("event.dead_lettered")],
+            until=lambda rs: bool(payloads(rs, "test.task_done", env.workflow_id)),
+        )
+    done = payloads(records, "test.task_done", env.workflow_id)
+    assert [d["payload"]["attempt"] for d in done] == [3]
+    assert payloads(records, "event.dead_lettered", env.workflow_id) == []
+
+    retries = [
+        e for e in payloads(records, "timer.schedule", env.workflow_id) if e["payload"]["purpose"] == "retry"
+    ]
+    assert len(retries) == 2
+    waits = []
+    for n, schedule in enumerate(retries, start=1):
+        due = datetime.fromisoformat(schedule["payload"]["due_at"])
+        at = datetime.fromisoformat(schedule["occurred_at"])
+        wait = (due - at).total_seconds()
+        fired = schedule["payload"]["fire"]["value"]["payload"]
+        assert fired["attempt"] == n + 1
+        assert fired["failures"][-1]["retry_in_s"] == pytest.approx(wait, abs=1e-3)
+        # Full jitter: each wait is drawn from [0, base * 2^(n-1)], a window that doubles.
+        assert 0 <= wait <= backoff_cap(n, 0.2, 5.0) + 1e-6
+        waits.append(wait)
+    assert backoff_cap(2, 0.2, 5.0) == 2 * backoff_cap(1, 0.2, 5.0)
+    assert len(set(waits)) == 2, "jittered waits should differ"
+
+
+async def test_persistent_error_dead_letters_at_once_with_full_context(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+) -> None:
+    async with AsyncExitStack() as stack:
+        s = await start_stack(stack, tmp_path, unique, kafka_bootstrap, database_url)
+        topic = s.registry.physical_topic("test.task_submitted")
+        env = envelope(TaskSubmitted(task="rejected", mode="persistent"))
+        await publish(kafka_bootstrap, topic, [env])
+        dlq = s.registry.physical_topic("event.dead_lettered")
+        records = await read_topic(
+            kafka_bootstrap, [dlq], until=lambda rs: bool(payloads(rs, "event.dead_lettered", env.workflow_id))
+        )
+    letter = payloads(records, "event.dead_lettered", env.workflow_id)[0]["payload"]
+    assert letter["attempts"] == 1
+    assert letter["error"]["category"] == "persistent"
+    assert "business rule" in letter["error"]["message"]
+    assert "PersistentError" in letter["error"]["traceback"]
+    assert letter["original"]["topic"] == topic
+    assert json.loads(base64.b64decode(letter["original"]["value_b64"]))["event_id"] == str(env.event_id)
+    assert letter["original_event_id"] == str(env.event_id)
+    assert len(letter["failures"]) == 1
+
+
+async def test_unexpected_exception_is_retried_with_a_cap_then_dead_lettered(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+) -> None:
+    async with AsyncExitStack() as stack:
+        s = await start_stack(stack, tmp_path, unique, kafka_bootstrap, database_url)
+        topic = s.registry.physical_topic("test.task_submitted")
+        env = envelope(TaskSubmitted(task="buggy", mode="unexpected"))
+        await publish(kafka_bootstrap, topic, [env])
+        records = await read_topic(
+            kafka_bootstrap,
+            [s.registry.physical_topic("event.dead_lettered")],
+            until=lambda rs: bool(payloads(rs, "event.dead_lettered", env.workflow_id)),
+        )
+    letter = payloads(records, "event.dead_lettered", env.workflow_id)[0]["payload"]
+    assert letter["attempts"] == 3
+    assert letter["error"]["category"] == "unexpected"
+    assert [f["error_class"] for f in letter["failures"]] == ["ZeroDivisionError"] * 3
+    assert [f["attempt"] for f in letter["failures"]] == [1, 2, 3]
+
+
+async def test_semantic_failures_rerun_with_feedback_then_ask_a_person(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+) -> None:
+    async with AsyncExitStack() as stack:
+        s = await start_stack(stack, tmp_path, unique, kafka_bootstrap, database_url)
+        topic = s.registry.physical_topic("test.task_submitted")
+        env = envelope(TaskSubmitted(task="vague", mode="semantic"))
+        await publish(kafka_bootstrap, topic, [env])
+        reviews = s.registry.physical_topic("review.requested")
+        records = await read_topic(
+            kafka_bootstrap, [reviews], until=lambda rs: bool(payloads(rs, "review.requested", env.workflow_id))
+        )
+    review = payloads(records, "review.requested", env.workflow_id)[0]["payload"]
+    assert review["attempts"] == 3
+    # Each re-run saw the errors of the runs before it.
+    assert review["validation_errors"] == [f"/summary: missing (try {n})" for n in (1, 2, 3)]
+    assert review["original_event_id"] == str(env.event_id)
+
+
+async def test_later_events_wait_behind_a_retrying_event_of_their_workflow(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+) -> None:
+    async with AsyncExitStack() as stack:
+        s = await start_stack(stack, tmp_path, unique, kafka_bootstrap, database_url)
+        topic = s.registry.physical_topic("test.task_submitted")
+        first = envelope(TaskSubmitted(task="first", transient_failures=1))
+        wf = first.workflow_id
+        second = envelope(TaskSubmitted(task="second"), workflow_id=wf)
+        third = envelope(TaskSubmitted(task="third"), workflow_id=wf)
+        await publish(kafka_bootstrap, topic, [first, second, third])
+        records = await read_topic(
+            kafka_bootstrap, [topic], until=lambda rs: len(payloads(rs, "test.task_done", wf)) >= 3
+        )
+    done = payloads(records, "test.task_done", wf)
+    assert [d["payload"]["task"] for d in done] == ["first", "second", "third"]
+    assert [d["payload"]["handled_count"] for d in done] == [1, 2, 3]

@@ -1,0 +1,44 @@
+"""Event types that exist only in tests, on the test-only topic ``test.tasks``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from chorus_contracts.base import EventModel, event
+
+
+@event("test.task_submitted", 1)
+class TaskSubmitted(EventModel):
+    task: str
+    mode: Literal["ok", "persistent", "semantic", "slow", "unexpected"] = "ok"
+    transient_failures: int = 0
+    """The handler raises TransientError on attempts 1..transient_failures."""
+    sleep_s: float = 0.0
+
+
+@event("test.task_done", 1)
+class TaskDone(EventModel):
+    task: str
+    attempt: int
+    handled_count: int
+
+
+TEST_TOPIC_YAML = """\
+topic: test.tasks
+description: Test-only work items.
+owner: test_service
+producers: [test_service]
+consumers: [test_service]
+partitions: 3
+retention_ms: 3600000
+cleanup_policy: delete
+message_key: workflow_id
+lanes: true
+events:
+  - type: test.task_submitted
+    versions: [1]
+    compatibility: full
+  - type: test.task_done
+    versions: [1]
+    compatibility: full
+"""

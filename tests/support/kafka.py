@@ -1,0 +1,111 @@
+"""Producing and reading test topics directly (the test is the outside world here)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from aiokafka import ConsumerRecord
+
+from chorus.codec import encode
+from chorus.envelopes import start_envelope
+from chorus.kafka import make_consumer, make_producer
+from chorus_contracts.base import EventModel
+from chorus_contracts.envelope import Envelope, Priority, ProducerRef
+
+TEST_PRODUCER = ProducerRef(service="test_client", version="0")
+
+
+def envelope(
+    event: EventModel,
+    *,
+    workflow_id: str | None = None,
+    workflow_type: str = "test",
+    priority: Priority = "normal",
+    traceparent: str | None = None,
+    event_id: uuid.UUID | None = None,
+) -> Envelope:
+    wf = workflow_id or f"wf-{uuid.uuid4().hex[:12]}"
+    return start_envelope(
+        event,
+        workflow_id=wf,
+        workflow_type=workflow_type,
+        producer=TEST_PRODUCER,
+        now=datetime.now(UTC),
+        idempotency_key=f"test-{uuid.uuid4()}",
+        priority=priority,
+        traceparent=traceparent,
+        event_id=event_id,
+    )
+
+
+async def publish(
+    bootstrap: str,
+    topic: str,
+    values: Sequence[bytes | Envelope],
+    *,
+    key: bytes | None = None,
+    headers: list[tuple[str, bytes]] | None = None,
+) -> None:
+    producer = make_producer(bootstrap)
+    await producer.start()
+    try:
+        for value in values:
+            if isinstance(value, Envelope):
+                await producer.send(topic, encode(value), key=value.workflow_id.encode(), headers=headers)
+            else:
+                await producer.send(topic, value, key=key, headers=headers)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+async def read_topic(
+    bootstrap: str,
+    topics: Sequence[str],
+    *,
+    until: Callable[[list[ConsumerRecord[bytes, bytes]]], bool],
+    timeout_s: float = 60.0,
+) -> list[ConsumerRecord[bytes, bytes]]:
+    """Read from the beginning until ``until(records)`` holds; fails loudly on timeout."""
+    consumer = make_consumer(bootstrap, *topics, group_id=None)
+    await consumer.start()
+    records: list[ConsumerRecord[bytes, bytes]] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    try:
+        while not until(records):
+            if loop.time() > deadline:
+                raise AssertionError(
+                    f"timed out after {timeout_s}s reading {list(topics)}; got {len(records)} records: "
+                    + "; ".join(summarize(r) for r in records[-10:])
+                )
+            for batch in (await consumer.getmany(timeout_ms=200)).values():
+                records.extend(batch)
+    finally:
+        await consumer.stop()
+    return records
+
+
+def summarize(record: ConsumerRecord[bytes, bytes]) -> str:
+    try:
+        body = json.loads(record.value or b"")
+        return f"{body.get('event_type')}@{record.topic}:{record.offset}"
+    except ValueError:
+        return f"<raw {len(record.value or b'')} bytes>@{record.topic}:{record.offset}"
+
+
+def events_of(records: Sequence[ConsumerRecord[bytes, bytes]], event_type: str) -> list[dict[str, Any]]:
+    out = []
+    for r in records:
+        try:
+            body = json.loads(r.value or b"")
+        except ValueError:
+            continue
+        if isinstance(body, dict) and body.get("event_type") == event_type:
+            out.append(body)
+    return out

@@ -1,0 +1,69 @@
+"""A small service built on the runtime, exercising every path a real one can take.
+
+Runs in-process (``spec``) or as its own OS process (``python -m tests.support.testservice``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pydantic import BaseModel
+
+from chorus.codec import Event
+from chorus.errors import PersistentError, SemanticError, TransientError
+from chorus.runtime.runner import ServiceSettings, main
+from chorus.service import Context, On, Outcome, ServiceSpec
+from tests.support.events import TaskDone, TaskSubmitted
+
+
+class Progress(BaseModel):
+    handled: int = 0
+    tasks: list[str] = []
+
+
+async def on_task_submitted(
+    event: Event[TaskSubmitted], state: Progress | None, ctx: Context[Any]
+) -> Outcome[Progress]:
+    task = event.payload
+    if ctx.attempt <= task.transient_failures:
+        raise TransientError(f"simulated outage on attempt {ctx.attempt}")
+    if task.mode == "persistent":
+        raise PersistentError("simulated business rule violation")
+    if task.mode == "unexpected":
+        raise ZeroDivisionError("simulated bug")
+    if task.mode == "semantic":
+        raise SemanticError("output lacks a summary", [f"/summary: missing (try {len(ctx.feedback) + 1})"])
+    if task.mode == "slow":
+        await asyncio.sleep(task.sleep_s)  # stands for a long LLM call
+    progress = state or Progress()
+    progress = Progress(handled=progress.handled + 1, tasks=[*progress.tasks, task.task])
+    return Outcome(
+        state=progress,
+        emit=[TaskDone(task=task.task, attempt=ctx.attempt, handled_count=progress.handled)],
+    )
+
+
+def make_spec(name: str = "test_service", *, backoff_base_s: float = 0.2) -> ServiceSpec[Progress, None]:
+    return ServiceSpec(
+        name=name,
+        version="0.1.0",
+        handlers=[
+            On(
+                TaskSubmitted,
+                on_task_submitted,
+                timeout_s=600,
+                max_attempts=4,
+                backoff_base_s=backoff_base_s,
+                backoff_cap_s=5.0,
+            )
+        ],
+        produces=frozenset({"test.task_done"}),
+        state=Progress,
+    )
+
+
+if __name__ == "__main__":
+    import os
+
+    main(make_spec(os.environ.get("TEST_SERVICE_NAME", "test_service")), ServiceSettings())
