@@ -7,7 +7,7 @@ from these models.
 
 from __future__ import annotations
 
-from chorus_contracts import platform
+from chorus_contracts import approvals, lifecycle, platform, procurement, research
 from chorus_contracts.base import CATALOG, UPCASTERS, EventModel, Model, event, upcaster
 from chorus_contracts.envelope import Envelope, Priority, ProducerRef
 
@@ -20,6 +20,10 @@ __all__ = [
     "Priority",
     "ProducerRef",
     "event",
+    "approvals",
+    "lifecycle",
     "platform",
+    "procurement",
+    "research",
     "upcaster",
 ]

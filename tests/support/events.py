@@ -10,7 +10,7 @@ from chorus_contracts.base import EventModel, event
 @event("test.task_submitted", 1)
 class TaskSubmitted(EventModel):
     task: str
-    mode: Literal["ok", "persistent", "semantic", "slow", "unexpected"] = "ok"
+    mode: Literal["ok", "persistent", "semantic", "slow", "unexpected", "steps"] = "ok"
     transient_failures: int = 0
     """The handler raises TransientError on attempts 1..transient_failures."""
     sleep_s: float = 0.0

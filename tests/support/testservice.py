@@ -20,6 +20,8 @@ from tests.support.events import TaskDone, TaskSubmitted
 class Progress(BaseModel):
     handled: int = 0
     tasks: list[str] = []
+    steps_done: list[int] = []
+    step_calls: list[int] = []
 
 
 async def on_task_submitted(
@@ -37,7 +39,21 @@ async def on_task_submitted(
     if task.mode == "slow":
         await asyncio.sleep(task.sleep_s)  # stands for a long LLM call
     progress = state or Progress()
-    progress = Progress(handled=progress.handled + 1, tasks=[*progress.tasks, task.task])
+    if task.mode == "steps":
+        # Three expensive steps with a checkpoint after each; the first attempt
+        # fails after step 2, so the retry must start at step 3.
+        for step in (1, 2, 3):
+            if step in progress.steps_done:
+                continue
+            progress = progress.model_copy(
+                update={"steps_done": [*progress.steps_done, step], "step_calls": [*progress.step_calls, step]}
+            )
+            await ctx.checkpoint(progress)
+            if step == 2 and ctx.attempt == 1:
+                raise TransientError("connection reset after step 2")
+    progress = progress.model_copy(
+        update={"handled": progress.handled + 1, "tasks": [*progress.tasks, task.task]}
+    )
     return Outcome(
         state=progress,
         emit=[TaskDone(task=task.task, attempt=ctx.attempt, handled_count=progress.handled)],

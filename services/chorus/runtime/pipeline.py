@@ -167,6 +167,13 @@ class Pipeline:
     async def handle(self, rec: Record) -> None:
         """Process one record to a committed outcome (or decide it is not ours)."""
         started = time.perf_counter()
+        self.metrics.in_flight.inc()
+        try:
+            await self._handle(rec, started)
+        finally:
+            self.metrics.in_flight.dec()
+
+    async def _handle(self, rec: Record, started: float) -> None:
         try:
             event = decode(rec.value, self.registry, accept=self.accept, max_bytes=self.max_bytes)
         except DecodeError as exc:

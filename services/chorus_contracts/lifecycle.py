@@ -1,0 +1,38 @@
+"""Events every workflow has, whatever its type: it started, it ended, its deadline came."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from chorus_contracts.base import EventModel, Name, UtcDateTime, event
+
+Outcome = Literal["completed", "rejected", "failed", "compensated", "timed_out", "cancelled"]
+
+
+@event("workflow.started", 1)
+class WorkflowStarted(EventModel):
+    """The gateway accepted work; the domain's first event follows on its own topic."""
+
+    submitted_by: Name
+    start_event_type: Name
+    callback_url: str | None = Field(default=None, description="webhook for the result")
+    deadline_at: UtcDateTime | None = None
+
+
+@event("workflow.ended", 1)
+class WorkflowEnded(EventModel):
+    """Terminal: nothing more happens in this workflow. ``result`` is what the submitter gets."""
+
+    outcome: Outcome
+    reason: str = ""
+    result: dict[str, Any] = {}
+    ended_by: Name
+
+
+@event("workflow.deadline_reached", 1)
+class WorkflowDeadlineReached(EventModel):
+    """The workflow-level deadline passed (fired by the timer the gateway scheduled)."""
+
+    deadline_at: UtcDateTime

@@ -1,0 +1,117 @@
+"""Services as separate OS processes, the way they run in production.
+
+Each process gets its own environment (registry copy, HTTP port, faults), logs to
+a file under the test's tmp dir, and is killed or terminated by the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class ServiceProcess:
+    def __init__(self, module: str, env: dict[str, str], log_dir: Path, name: str | None = None) -> None:
+        self.module = module
+        self.name = name or module
+        self.port = free_port()
+        self.env = {
+            **os.environ,
+            "CHORUS_HTTP_PORT": str(self.port),
+            "CHORUS_LOG_JSON": "true",
+            "PYTHONUNBUFFERED": "1",
+            **env,
+        }
+        self.log_path = log_dir / f"{self.name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self, **extra_env: str) -> ServiceProcess:
+        self.starts += 1
+        log = self.log_path.open("ab")
+        log.write(f"--- start #{self.starts} ---\n".encode())
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", self.module],
+            env={**self.env, **extra_env},
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def wait_healthy(self, timeout_s: float = 60.0) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            while loop.time() < deadline:
+                if self.proc is not None and self.proc.poll() is not None:
+                    raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{self.tail()}")
+                try:
+                    response = await client.get(f"{self.url}/health")
+                    if response.status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.1)
+        raise AssertionError(f"{self.name} not healthy after {timeout_s}s:\n{self.tail()}")
+
+    async def wait_exit(self, timeout_s: float = 60.0) -> int:
+        assert self.proc is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.proc.poll() is None:
+            if loop.time() > deadline:
+                raise AssertionError(f"{self.name} still running after {timeout_s}s:\n{self.tail()}")
+            await asyncio.sleep(0.05)
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    async def terminate(self, timeout_s: float = 30.0) -> int:
+        """SIGTERM and wait for the graceful exit."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return await self.wait_exit(timeout_s)
+        finally:
+            self.kill()
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    def __enter__(self) -> ServiceProcess:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.kill()

@@ -1,0 +1,91 @@
+"""decode(): every way bytes can be wrong gets its own error, naming the field."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from chorus.codec import decode
+from chorus.errors import (
+    NotJSONError,
+    OversizeError,
+    SchemaValidationError,
+    UnknownEventTypeError,
+    UnknownVersionError,
+)
+from chorus.registry import Registry, default_registry
+
+
+@pytest.fixture(scope="module")
+def registry() -> Registry:
+    return default_registry()
+
+
+def timer_schedule() -> dict[str, Any]:
+    example = default_registry().examples[("timer.schedule", 1)][0]
+    body = json.loads(json.dumps(example.body))
+    body["event_id"] = str(uuid.uuid4())
+    return body
+
+
+def test_a_valid_event_decodes_to_typed_models(registry: Registry) -> None:
+    event = decode(json.dumps(timer_schedule()).encode(), registry)
+    assert event.event_type == "timer.schedule"
+    assert event.payload.due_at.tzinfo is not None  # type: ignore[attr-defined]
+
+
+def test_non_json_bytes(registry: Registry) -> None:
+    with pytest.raises(NotJSONError):
+        decode(b"\x00\x01binary", registry)
+    with pytest.raises(NotJSONError, match="not a JSON object"):
+        decode(b"[1, 2]", registry)
+
+
+def test_oversize_record(registry: Registry) -> None:
+    with pytest.raises(OversizeError, match="at most 100 bytes"):
+        decode(json.dumps(timer_schedule()).encode(), registry, max_bytes=100)
+
+
+def test_unknown_event_type_suggests_close_names(registry: Registry) -> None:
+    body = timer_schedule() | {"event_type": "timer.schedul"}
+    with pytest.raises(UnknownEventTypeError, match="did you mean timer.schedule"):
+        decode(json.dumps(body).encode(), registry)
+
+
+def test_unknown_version(registry: Registry) -> None:
+    body = timer_schedule() | {"schema_version": 9}
+    with pytest.raises(UnknownVersionError) as err:
+        decode(json.dumps(body).encode(), registry)
+    assert err.value.pointer == "/schema_version"
+
+
+def test_wrong_type_in_a_nested_field_names_it_with_a_json_pointer(registry: Registry) -> None:
+    body = timer_schedule()
+    body["payload"]["fire"]["key"] = 42
+    with pytest.raises(SchemaValidationError) as err:
+        decode(json.dumps(body).encode(), registry)
+    assert err.value.pointer == "/payload/fire/key"
+    assert err.value.expected == "string_type"
+    assert err.value.got == "42"
+    assert "/payload/fire/key" in str(err.value)
+
+
+def test_envelope_errors_point_into_the_envelope(registry: Registry) -> None:
+    body = timer_schedule()
+    body["producer"]["service"] = ""
+    with pytest.raises(SchemaValidationError) as err:
+        decode(json.dumps(body).encode(), registry)
+    assert err.value.pointer == "/producer/service"
+
+
+def test_naive_timestamps_are_refused(registry: Registry) -> None:
+    body = timer_schedule()
+    body["payload"]["due_at"] = datetime(2026, 1, 1).isoformat()
+    with pytest.raises(SchemaValidationError) as err:
+        decode(json.dumps(body).encode(), registry)
+    assert err.value.pointer == "/payload/due_at"
+    assert datetime.now(UTC)  # UTC offsets are what the error asks for

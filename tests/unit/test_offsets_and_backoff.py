@@ -1,0 +1,55 @@
+"""Pure pieces of the runtime: commit offsets, backoff windows, the dead-letter guard."""
+
+from __future__ import annotations
+
+import random
+
+from chorus.runtime.backoff import backoff_cap, full_jitter
+from chorus.runtime.guard import DeadLetterGuard
+from chorus.runtime.offsets import PartitionOffsets
+
+
+def test_commit_offset_stops_at_the_first_unfinished_record() -> None:
+    offsets = PartitionOffsets()
+    for o in (10, 11, 12, 13):
+        offsets.track(o)
+    offsets.finish(12)
+    offsets.finish(13)
+    assert offsets.to_commit() is None  # 10 still runs: committing 14 would lose it on a crash
+    offsets.finish(10)
+    assert offsets.to_commit() == 11
+    offsets.committed(11)
+    assert offsets.to_commit() is None
+    offsets.finish(11)
+    assert offsets.to_commit() == 14
+    assert offsets.in_flight == 0
+
+
+def test_backoff_window_doubles_up_to_the_cap_and_jitter_stays_inside() -> None:
+    assert [backoff_cap(n, 1.0, 10.0) for n in range(1, 7)] == [1, 2, 4, 8, 10, 10]
+    rng = random.Random(7)
+    for n in range(1, 8):
+        draws = [full_jitter(n, 1.0, 10.0, rng) for _ in range(200)]
+        assert all(0 <= d <= backoff_cap(n, 1.0, 10.0) for d in draws)
+        assert max(draws) > 0.8 * backoff_cap(n, 1.0, 10.0)  # uses the whole window
+
+
+def test_guard_trips_on_consecutive_dead_letters_and_resets_on_success() -> None:
+    guard = DeadLetterGuard(max_consecutive=3, window=100)
+    assert not any(guard.record_dead_letter() for _ in range(3))
+    guard.record_success()
+    assert not guard.record_dead_letter()
+    for _ in range(2):
+        guard.record_dead_letter()
+    assert guard.record_dead_letter()
+    assert "3 dead letters" not in guard.describe() and "in a row" in guard.describe()
+
+
+def test_guard_trips_on_ratio_when_dead_letters_dominate() -> None:
+    guard = DeadLetterGuard(max_consecutive=1000, max_ratio=0.5, window=10)
+    for i in range(9):
+        if i % 3 == 0:
+            guard.record_success()
+        else:
+            guard.record_dead_letter()
+    assert guard.record_dead_letter()  # 7 of 10 were dead letters
