@@ -12,12 +12,14 @@ STAMP := $(VENV)/.installed
 LOCAL := deploy/local
 PYTEST_ARGS ?=
 
-.PHONY: help setup up down status demo test test-unit test-integration lint fmt bench lock clean
+.PHONY: help setup up down status demo test test-unit test-integration lint fmt bench lock clean \
+	schemas docs topics
 
 help:
 	@echo "make demo   start Kafka, PostgreSQL and every service, run the main job"
 	@echo "make test   start what is needed and run every test against real Kafka and PostgreSQL"
 	@echo "make up | down | status | lint | fmt | bench | setup | lock | clean"
+	@echo "make schemas | docs | topics   regenerate JSON Schemas | AsyncAPI doc; create Kafka topics"
 
 $(STAMP): requirements.lock pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: Chorus needs Python 3.11" >&2; exit 1; }
@@ -33,6 +35,7 @@ setup: $(STAMP)
 
 up: setup
 	$(LOCAL)/kafka.sh start
+	$(VENV)/bin/chorus topics apply
 	$(LOCAL)/postgres.sh start
 
 down:
@@ -46,7 +49,14 @@ status:
 demo: up
 	$(PY) -m chorus.demo
 
+# The compatibility gate runs first: against HEAD (uncommitted changes) and, when the
+# clone has it, HEAD~1 (the last commit). A missing ref is a note, not a failure.
 test: up
+	$(VENV)/bin/chorus schemas check --against HEAD
+	@if git rev-parse --verify -q HEAD~1 >/dev/null; then \
+	  echo "$(VENV)/bin/chorus schemas check --against HEAD~1"; \
+	  $(VENV)/bin/chorus schemas check --against HEAD~1; \
+	fi
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: setup
@@ -60,6 +70,19 @@ lint: setup
 fmt: setup
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
+
+# JSON Schemas under schemas/ from the models in services/chorus_contracts.
+schemas: setup
+	$(VENV)/bin/chorus schemas generate
+
+# schemas/asyncapi.yaml from the registry (after regenerating the schemas it documents).
+docs: schemas
+	$(VENV)/bin/chorus schemas asyncapi
+
+# Every topic of schemas/topics on CHORUS_KAFKA_BOOTSTRAP (created, or partitions and
+# configs brought in line; never shrunk). `make up` runs it after starting Kafka.
+topics: setup
+	$(VENV)/bin/chorus topics apply
 
 bench: up
 	@echo "bench: the benchmark suite arrives with its issue; nothing to run yet"

@@ -82,7 +82,9 @@ def parse_json(raw: bytes, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, Any]
         data = json.loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:
         raise NotJSONError(
-            f"not UTF-8 JSON: {exc}", expected="a JSON object", got=_short(raw[:40].decode("latin-1"))
+            f"not UTF-8 JSON: {exc}",
+            expected="a JSON object",
+            got=_short(raw[:40].decode("latin-1")),
         ) from None
     if not isinstance(data, dict):
         raise NotJSONError("not a JSON object", expected="object", got=type(data).__name__)

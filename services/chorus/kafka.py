@@ -94,3 +94,18 @@ async def ensure_topics(
     finally:
         await admin.close()
     return created
+
+
+def make_admin(
+    bootstrap: str, *, client_id: str = "chorus-admin", request_timeout_ms: int = 15000
+) -> AIOKafkaAdminClient:
+    """An admin client; the caller starts and closes it.
+
+    A request timeout shorter than aiokafka's 40 s, so that an operator's command
+    against a sick cluster answers within seconds rather than hanging.
+    """
+    return AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap,
+        client_id=client_id,
+        request_timeout_ms=request_timeout_ms,
+    )

@@ -10,7 +10,24 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+LATENCY_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+    300,
+)
 
 
 class Metrics:
@@ -19,7 +36,10 @@ class Metrics:
         self.service = service
         r = self.registry
         self.events_in = Counter(
-            "chorus_events_in", "Records read, by topic and event type", ["topic", "event_type"], registry=r
+            "chorus_events_in",
+            "Records read, by topic and event type",
+            ["topic", "event_type"],
+            registry=r,
         )
         self.events_out = Counter(
             "chorus_events_out", "Events published by the outbox relay", ["topic"], registry=r
@@ -32,20 +52,31 @@ class Metrics:
             registry=r,
         )
         self.failures = Counter(
-            "chorus_failures", "Handler and decode failures by category", ["category", "event_type"], registry=r
+            "chorus_failures",
+            "Handler and decode failures by category",
+            ["category", "event_type"],
+            registry=r,
         )
         self.dead_letters = Counter(
             "chorus_dead_letters", "Records sent to the dead-letter topic", ["category"], registry=r
         )
-        self.retries = Counter("chorus_retries", "Durable retries scheduled", ["event_type"], registry=r)
+        self.retries = Counter(
+            "chorus_retries", "Durable retries scheduled", ["event_type"], registry=r
+        )
         self.duplicates = Counter(
             "chorus_duplicates_skipped", "Deliveries skipped because the inbox had them", registry=r
         )
         self.completions = Counter(
-            "chorus_workflows_ended", "Workflows this service ended, by outcome", ["workflow_type", "outcome"], registry=r
+            "chorus_workflows_ended",
+            "Workflows this service ended, by outcome",
+            ["workflow_type", "outcome"],
+            registry=r,
         )
         self.consumer_lag = Gauge(
-            "chorus_consumer_lag", "Records not yet consumed (queue depth)", ["topic", "partition"], registry=r
+            "chorus_consumer_lag",
+            "Records not yet consumed (queue depth)",
+            ["topic", "partition"],
+            registry=r,
         )
         self.in_flight = Gauge("chorus_in_flight", "Records being handled now", registry=r)
         self.outbox_backlog = Gauge(

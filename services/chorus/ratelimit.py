@@ -63,7 +63,10 @@ class RateLimiter:
                 """INSERT INTO chorus.rate_limits (name, rate_per_s, burst, tokens, refilled_at)
                    VALUES ($1, $2, $3, $3, $4)
                    ON CONFLICT (name) DO UPDATE SET rate_per_s = $2, burst = $3""",
-                self.name, self.rate, self.burst, self.clock.now(),
+                self.name,
+                self.rate,
+                self.burst,
+                self.clock.now(),
             )
 
     async def try_acquire(self, tokens: float = 1.0) -> Acquired:
@@ -79,7 +82,9 @@ class RateLimiter:
                      refilled_at = greatest(r.refilled_at, $2)
                    FROM cur WHERE r.name = cur.name
                    RETURNING cur.avail >= $3 AS granted, cur.avail AS avail, cur.rate_per_s AS rate""",
-                self.name, self.clock.now(), tokens,
+                self.name,
+                self.clock.now(),
+                tokens,
             )
         if row is None:
             raise KeyError(f"rate limiter {self.name!r} is not set up; call setup() first")
@@ -96,8 +101,6 @@ class RateLimiter:
                 return
             pause = result.wait_s * (1.0 + self.rng.random())  # jitter: spread the herd
             if waited + pause > timeout_s:
-                raise RateLimitTimeout(
-                    f"rate limiter {self.name!r}: no token within {timeout_s}s"
-                )
+                raise RateLimitTimeout(f"rate limiter {self.name!r}: no token within {timeout_s}s")
             await self.clock.sleep(pause)
             waited += pause

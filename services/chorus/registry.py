@@ -40,7 +40,7 @@ class TopicEvent(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     type: str
     versions: list[int] = Field(min_length=1)
-    compatibility: Compatibility = "backward"
+    compatibility: Compatibility = "full"
 
 
 class TopicSpec(BaseModel):

@@ -251,7 +251,13 @@ class ServiceStore:
                     VALUES ($1, $2, $3::jsonb, $4, 1, $5, $6, $7, $7)
                     ON CONFLICT (workflow_id) DO NOTHING
                     RETURNING revision""",
-                workflow_id, workflow_type, body, state_version, parked_on, subject_ref, now,
+                workflow_id,
+                workflow_type,
+                body,
+                state_version,
+                parked_on,
+                subject_ref,
+                now,
             )
         else:
             revision = await conn.fetchval(
@@ -260,7 +266,13 @@ class ServiceStore:
                         parked_on = $4, subject_ref = coalesce($5, subject_ref), updated_at = $6
                     WHERE workflow_id = $1 AND revision = $7
                     RETURNING revision""",
-                workflow_id, body, state_version, parked_on, subject_ref, now, expected_revision,
+                workflow_id,
+                body,
+                state_version,
+                parked_on,
+                subject_ref,
+                now,
+                expected_revision,
             )
         if revision is None:
             raise ConflictError(f"workflow {workflow_id} changed concurrently")
@@ -300,8 +312,16 @@ class ServiceStore:
                   (workflow_id, topic, partition, "offset", key, value, headers, attempt,
                    timestamp_ms, parked_at)
                 VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10)""",
-            workflow_id, topic, partition, offset, key, value, _encode_headers(headers),
-            attempt, timestamp_ms, now,
+            workflow_id,
+            topic,
+            partition,
+            offset,
+            key,
+            value,
+            _encode_headers(headers),
+            attempt,
+            timestamp_ms,
+            now,
         )
 
     async def next_parked(self, conn: asyncpg.Connection, workflow_id: str) -> ParkedRow | None:
@@ -314,8 +334,15 @@ class ServiceStore:
         if row is None:
             return None
         return ParkedRow(
-            row["id"], row["topic"], row["partition"], row["offset"], row["key"], row["value"],
-            _decode_headers(row["headers"]), row["attempt"], row["timestamp_ms"],
+            row["id"],
+            row["topic"],
+            row["partition"],
+            row["offset"],
+            row["key"],
+            row["value"],
+            _decode_headers(row["headers"]),
+            row["attempt"],
+            row["timestamp_ms"],
         )
 
     async def unpark(self, conn: asyncpg.Connection, parked_id: int) -> None:
@@ -344,7 +371,9 @@ class ServiceStore:
             for r in rows
         ]
 
-    async def mark_dispatched(self, conn: asyncpg.Connection, ids: Sequence[int], now: datetime) -> None:
+    async def mark_dispatched(
+        self, conn: asyncpg.Connection, ids: Sequence[int], now: datetime
+    ) -> None:
         await conn.execute(
             f"UPDATE {self.schema}.outbox SET dispatched_at = $2 WHERE id = ANY($1::bigint[])",
             list(ids),

@@ -32,7 +32,9 @@ async def on_timer_schedule(
     )
 
 
-async def on_timer_cancel(event: Event[TimerCancel], state: None, ctx: Context[Any]) -> Outcome[Any]:
+async def on_timer_cancel(
+    event: Event[TimerCancel], state: None, ctx: Context[Any]
+) -> Outcome[Any]:
     return Outcome(
         effects=[
             CancelTimerRow(

@@ -67,12 +67,18 @@ async def test_poison_records_are_dead_lettered_with_their_bytes_and_consumer_go
     await publish(kafka_bootstrap, topic, [invalid], key=bad["workflow_id"].encode())
     await publish(kafka_bootstrap, topic, [good])
 
-    async with running(spec := make_spec(f"svc_{unique}"), settings(kafka_bootstrap, database_url), registry=registry):
+    async with running(
+        spec := make_spec(f"svc_{unique}"),
+        settings(kafka_bootstrap, database_url),
+        registry=registry,
+    ):
         records = await read_topic(
             kafka_bootstrap,
             [topic, dlq],
-            until=lambda rs: len(events_of(rs, "event.dead_lettered")) >= 2
-            and len(events_of(rs, "test.task_done")) >= 1,
+            until=lambda rs: (
+                len(events_of(rs, "event.dead_lettered")) >= 2
+                and len(events_of(rs, "test.task_done")) >= 1
+            ),
         )
     letters = {
         base64.b64decode(d["payload"]["original"]["value_b64"]): d["payload"]

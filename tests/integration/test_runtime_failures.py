@@ -36,7 +36,11 @@ async def start_stack(
     registry = await isolated_registry(tmp_path, unique, kafka)
     common: dict[str, Any] = {"kafka_bootstrap": kafka, "database_url": db, "log_json": False}
     await stack.enter_async_context(
-        running(TIMER_SPEC, TimerSettings(**common, group_id=f"timers-{unique}", max_idle_s=0.1), registry=registry)
+        running(
+            TIMER_SPEC,
+            TimerSettings(**common, group_id=f"timers-{unique}", max_idle_s=0.1),
+            registry=registry,
+        )
     )
     runner = await stack.enter_async_context(
         running(make_spec(f"svc_{unique}"), ServiceSettings(**common), registry=registry)
@@ -58,7 +62,11 @@ async def test_transient_twice_then_success_on_attempt_three(
         await publish(kafka_bootstrap, topic, [env])
         records = await read_topic(
             kafka_bootstrap,
-            [topic, s.registry.physical_topic("timer.schedule"), s.registry.physical_topic("event.dead_lettered")],
+            [
+                topic,
+                s.registry.physical_topic("timer.schedule"),
+                s.registry.physical_topic("event.dead_lettered"),
+            ],
             until=lambda rs: bool(payloads(rs, "test.task_done", env.workflow_id)),
         )
     done = payloads(records, "test.task_done", env.workflow_id)
@@ -66,7 +74,9 @@ async def test_transient_twice_then_success_on_attempt_three(
     assert payloads(records, "event.dead_lettered", env.workflow_id) == []
 
     retries = [
-        e for e in payloads(records, "timer.schedule", env.workflow_id) if e["payload"]["purpose"] == "retry"
+        e
+        for e in payloads(records, "timer.schedule", env.workflow_id)
+        if e["payload"]["purpose"] == "retry"
     ]
     assert len(retries) == 2
     waits = []
@@ -94,7 +104,9 @@ async def test_persistent_error_dead_letters_at_once_with_full_context(
         await publish(kafka_bootstrap, topic, [env])
         dlq = s.registry.physical_topic("event.dead_lettered")
         records = await read_topic(
-            kafka_bootstrap, [dlq], until=lambda rs: bool(payloads(rs, "event.dead_lettered", env.workflow_id))
+            kafka_bootstrap,
+            [dlq],
+            until=lambda rs: bool(payloads(rs, "event.dead_lettered", env.workflow_id)),
         )
     letter = payloads(records, "event.dead_lettered", env.workflow_id)[0]["payload"]
     assert letter["attempts"] == 1
@@ -102,7 +114,9 @@ async def test_persistent_error_dead_letters_at_once_with_full_context(
     assert "business rule" in letter["error"]["message"]
     assert "PersistentError" in letter["error"]["traceback"]
     assert letter["original"]["topic"] == topic
-    assert json.loads(base64.b64decode(letter["original"]["value_b64"]))["event_id"] == str(env.event_id)
+    assert json.loads(base64.b64decode(letter["original"]["value_b64"]))["event_id"] == str(
+        env.event_id
+    )
     assert letter["original_event_id"] == str(env.event_id)
     assert len(letter["failures"]) == 1
 
@@ -137,7 +151,9 @@ async def test_semantic_failures_rerun_with_feedback_then_ask_a_person(
         await publish(kafka_bootstrap, topic, [env])
         reviews = s.registry.physical_topic("review.requested")
         records = await read_topic(
-            kafka_bootstrap, [reviews], until=lambda rs: bool(payloads(rs, "review.requested", env.workflow_id))
+            kafka_bootstrap,
+            [reviews],
+            until=lambda rs: bool(payloads(rs, "review.requested", env.workflow_id)),
         )
     review = payloads(records, "review.requested", env.workflow_id)[0]["payload"]
     assert review["attempts"] == 3

@@ -100,7 +100,11 @@ async def test_trace_id_of_the_first_event_is_on_every_later_event(
     await publish(kafka_bootstrap, topic, [env])
     common = {"kafka_bootstrap": kafka_bootstrap, "database_url": database_url, "log_json": False}
     async with (
-        running(TIMER_SPEC, TimerSettings(**common, group_id=f"timers-{unique}", max_idle_s=0.1), registry=registry),
+        running(
+            TIMER_SPEC,
+            TimerSettings(**common, group_id=f"timers-{unique}", max_idle_s=0.1),
+            registry=registry,
+        ),
         running(make_spec(f"svc_{unique}"), ServiceSettings(**common), registry=registry),
     ):
         timers = registry.physical_topic("timer.schedule")
@@ -111,7 +115,8 @@ async def test_trace_id_of_the_first_event_is_on_every_later_event(
             until=lambda rs: bool(events_of(rs, "test.task_done")),
         )
     later = [
-        r for r in records
+        r
+        for r in records
         if r.value and b'"event_type"' in r.value and str(env.event_id).encode() not in r.value[:80]
     ]
     kinds = Counter()
@@ -147,7 +152,9 @@ async def test_sigterm_finishes_in_flight_work_and_leaves_the_group(
         async with httpx.AsyncClient() as client:
             health = (await client.get(f"{service.url}/health")).json()
             assert health["status"] == "ok"
-        await publish(kafka_bootstrap, topic, [envelope(TaskSubmitted(task="long", mode="slow", sleep_s=3.0))])
+        await publish(
+            kafka_bootstrap, topic, [envelope(TaskSubmitted(task="long", mode="slow", sleep_s=3.0))]
+        )
         async with httpx.AsyncClient() as client:
             for _ in range(300):
                 metrics = (await client.get(f"{service.url}/metrics")).text
@@ -158,6 +165,8 @@ async def test_sigterm_finishes_in_flight_work_and_leaves_the_group(
                 raise AssertionError("the slow handler never started")
         # SIGTERM while the handler runs: it must finish, publish and commit before exit.
         assert await service.terminate() == 0
-    records = await read_topic(kafka_bootstrap, [topic], until=lambda rs: bool(events_of(rs, "test.task_done")))
+    records = await read_topic(
+        kafka_bootstrap, [topic], until=lambda rs: bool(events_of(rs, "test.task_done"))
+    )
     assert [d["payload"]["task"] for d in events_of(records, "test.task_done")] == ["long"]
     assert "service stopped" in service.tail(200)

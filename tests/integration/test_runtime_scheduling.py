@@ -71,16 +71,30 @@ async def test_step_checkpoints_make_a_retry_resume_after_the_last_finished_step
     topic = registry.physical_topic("test.task_submitted")
     env = envelope(TaskSubmitted(task="report", mode="steps"))
     await publish(kafka_bootstrap, topic, [env])
-    common: dict[str, Any] = {"kafka_bootstrap": kafka_bootstrap, "database_url": database_url, "log_json": False}
+    common: dict[str, Any] = {
+        "kafka_bootstrap": kafka_bootstrap,
+        "database_url": database_url,
+        "log_json": False,
+    }
     name = f"svc_{unique}"
     async with AsyncExitStack() as stack:
         await stack.enter_async_context(
-            running(TIMER_SPEC, TimerSettings(**common, group_id=f"timers-{unique}", max_idle_s=0.1), registry=registry)
+            running(
+                TIMER_SPEC,
+                TimerSettings(**common, group_id=f"timers-{unique}", max_idle_s=0.1),
+                registry=registry,
+            )
         )
-        await stack.enter_async_context(running(make_spec(name), ServiceSettings(**common), registry=registry))
-        records = await read_topic(kafka_bootstrap, [topic], until=lambda rs: bool(events_of(rs, "test.task_done")))
+        await stack.enter_async_context(
+            running(make_spec(name), ServiceSettings(**common), registry=registry)
+        )
+        records = await read_topic(
+            kafka_bootstrap, [topic], until=lambda rs: bool(events_of(rs, "test.task_done"))
+        )
     assert events_of(records, "test.task_done")[0]["payload"]["attempt"] == 2
-    state = json.loads(await pg.fetchval(f"SELECT state FROM {name}.state WHERE workflow_id = $1", env.workflow_id))
+    state = json.loads(
+        await pg.fetchval(f"SELECT state FROM {name}.state WHERE workflow_id = $1", env.workflow_id)
+    )
     assert state["steps_done"] == [1, 2, 3]
     assert state["step_calls"] == [1, 2, 3]  # steps 1 and 2 were not run again on attempt 2
 
@@ -100,7 +114,11 @@ async def test_old_checkpoints_are_migrated_on_load(
         state_version=2,
         state_migrations={1: lambda old: {"handled": old["count"], "tasks": old["names"]}},
     )
-    common: dict[str, Any] = {"kafka_bootstrap": kafka_bootstrap, "database_url": database_url, "log_json": False}
+    common: dict[str, Any] = {
+        "kafka_bootstrap": kafka_bootstrap,
+        "database_url": database_url,
+        "log_json": False,
+    }
     async with running(spec_v2, ServiceSettings(**common), registry=registry):
         await pg.execute(
             f"""INSERT INTO {name}.state (workflow_id, workflow_type, state, state_version, revision,
@@ -109,8 +127,12 @@ async def test_old_checkpoints_are_migrated_on_load(
             json.dumps({"count": 41, "names": ["old"]}),
         )
         await publish(kafka_bootstrap, topic, [env])
-        records = await read_topic(kafka_bootstrap, [topic], until=lambda rs: bool(events_of(rs, "test.task_done")))
-        row = await pg.fetchrow(f"SELECT state, state_version FROM {name}.state WHERE workflow_id = $1", env.workflow_id)
+        records = await read_topic(
+            kafka_bootstrap, [topic], until=lambda rs: bool(events_of(rs, "test.task_done"))
+        )
+        row = await pg.fetchrow(
+            f"SELECT state, state_version FROM {name}.state WHERE workflow_id = $1", env.workflow_id
+        )
     assert events_of(records, "test.task_done")[0]["payload"]["handled_count"] == 42
     assert row["state_version"] == 2
     assert json.loads(row["state"])["tasks"] == ["old", "after-upgrade"]
@@ -123,18 +145,27 @@ async def test_metrics_endpoint_reports_the_four_numbers(
     topic = registry.physical_topic("test.task_submitted")
     await publish(kafka_bootstrap, topic, [envelope(TaskSubmitted(task=f"m{i}")) for i in range(3)])
     await publish(kafka_bootstrap, topic, [envelope(TaskSubmitted(task="bad", mode="persistent"))])
-    settings = ServiceSettings(kafka_bootstrap=kafka_bootstrap, database_url=database_url, log_json=False)
+    settings = ServiceSettings(
+        kafka_bootstrap=kafka_bootstrap, database_url=database_url, log_json=False
+    )
     async with running(make_spec(f"svc_{unique}"), settings, registry=registry) as runner:
         assert runner.http is not None
         url = f"http://127.0.0.1:{runner.http.port}/metrics"
         async with httpx.AsyncClient() as client:
+
             async def scraped() -> str | None:
                 text = (await client.get(url)).text
-                return text if "chorus_dead_letters_total" in text and "chorus_consumer_lag{" in text else None
+                return (
+                    text
+                    if "chorus_dead_letters_total" in text and "chorus_consumer_lag{" in text
+                    else None
+                )
 
             text = await wait_until(scraped, what="metrics with lag and a dead letter")
     assert 'chorus_events_in_total{event_type="test.task_submitted"' in text
     assert "chorus_handle_seconds_bucket" in text
-    assert 'chorus_failures_total{category="persistent",event_type="test.task_submitted"} 1.0' in text
+    assert (
+        'chorus_failures_total{category="persistent",event_type="test.task_submitted"} 1.0' in text
+    )
     assert f'chorus_consumer_lag{{partition="0",topic="{topic}"}}' in text
     assert "chorus_outbox_backlog" in text

@@ -27,5 +27,7 @@ async def wait_until(
         if result:
             return result  # type: ignore[return-value]
         if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last: {last!r})")
+            raise AssertionError(
+                f"timed out after {timeout_s}s waiting for {what} (last: {last!r})"
+            )
         await asyncio.sleep(interval_s)

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import typer
 
+from chorus.cli import schemas as schemas_cli
+from chorus.cli import topics as topics_cli
+
 app = typer.Typer(
     name="chorus",
     help="Chorus: durable agent workflows on Kafka. Produce, subscribe, replay, operate.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
+app.add_typer(schemas_cli.app, name="schemas")
+app.add_typer(topics_cli.app, name="topics")
 
 
 def main() -> None:

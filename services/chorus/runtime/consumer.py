@@ -137,7 +137,9 @@ class KafkaEdge(ConsumerRebalanceListener):  # type: ignore[misc]
         except (CommitFailedError, KafkaError) as exc:
             # A rebalance took the partitions; the new owner resumes from the last
             # successful commit and the inbox drops what we already handled.
-            log.warning("offset commit failed (%r); records will be redelivered and deduplicated", exc)
+            log.warning(
+                "offset commit failed (%r); records will be redelivered and deduplicated", exc
+            )
             return
         for tp, offset in offsets.items():
             self._offsets[tp].committed(offset)

@@ -165,7 +165,9 @@ class Dispatcher:
                 # Infrastructure failed (database down, broker away): nothing was
                 # committed, so the same record is tried again; the lane waits.
                 log.warning(
-                    "record could not be processed (%r); retrying in %.1fs", exc, delay,
+                    "record could not be processed (%r); retrying in %.1fs",
+                    exc,
+                    delay,
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self._infra_retry_max_s)

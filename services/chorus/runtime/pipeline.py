@@ -186,7 +186,9 @@ class Pipeline:
         elif isinstance(event.payload, EventDiscarded):
             await self._on_discarded(event.envelope, event.payload)
         elif self.spec.handler_for(event.event_type) is not None:
-            await self._process(event, rec, attempt=event.envelope.attempt, failures=[], via="delivery")
+            await self._process(
+                event, rec, attempt=event.envelope.attempt, failures=[], via="delivery"
+            )
         else:
             return  # another service's event on a shared topic
         self.metrics.handle_latency.labels(event.event_type).observe(time.perf_counter() - started)
@@ -203,11 +205,18 @@ class Pipeline:
             if row is None or parked_on is not None:
                 return
             rec = Record(
-                row.topic, row.partition, row.offset, row.key, row.value,
-                tuple(row.headers), row.timestamp_ms,
+                row.topic,
+                row.partition,
+                row.offset,
+                row.key,
+                row.value,
+                tuple(row.headers),
+                row.timestamp_ms,
             )
             try:
-                event = decode(rec.value, self.registry, accept=self.accept, max_bytes=self.max_bytes)
+                event = decode(
+                    rec.value, self.registry, accept=self.accept, max_bytes=self.max_bytes
+                )
             except DecodeError:  # it decoded when parked; the registry changed under it
                 event = None
             if event is None:
@@ -225,7 +234,9 @@ class Pipeline:
             return
         original = record_from_original(due.original)
         try:
-            event = decode(original.value, self.registry, accept=self.accept, max_bytes=self.max_bytes)
+            event = decode(
+                original.value, self.registry, accept=self.accept, max_bytes=self.max_bytes
+            )
         except DecodeError as exc:
             await self._dead_letter_poison(original, exc)
             return
@@ -242,12 +253,18 @@ class Pipeline:
             await conn.execute(
                 f"""UPDATE {self.store.schema}.inbox SET outcome = $3, processed_at = $4
                     WHERE consumer_group = $1 AND event_id = $2 AND outcome = $5""",
-                self.group, discarded, DISCARDED, now, DEAD_LETTERED,
+                self.group,
+                discarded,
+                DISCARDED,
+                now,
+                DEAD_LETTERED,
             )
             await conn.execute(
                 f"""UPDATE {self.store.schema}.state SET parked_on = NULL, revision = revision + 1,
                     updated_at = $3 WHERE workflow_id = $1 AND parked_on = $2""",
-                envelope.workflow_id, discarded, now,
+                envelope.workflow_id,
+                discarded,
+                now,
             )
         await self.drain(envelope.workflow_id)
 
@@ -267,8 +284,10 @@ class Pipeline:
         route = self.spec.handler_for(env.event_type)
         assert route is not None
         with log_context(
-            workflow_id=env.workflow_id, event_id=str(env.event_id),
-            trace_id=env.traceparent[3:35], event_type=env.event_type,
+            workflow_id=env.workflow_id,
+            event_id=str(env.event_id),
+            trace_id=env.traceparent[3:35],
+            event_type=env.event_type,
         ):
             for _ in range(MAX_CONFLICT_RETRIES):
                 async with self.pool.acquire() as conn:
@@ -345,8 +364,14 @@ class Pipeline:
         env = event.envelope
         feedback: list[str] = []
         with handling_span(
-            self.spec.name, env.event_type, env.traceparent,
-            {"workflow.id": env.workflow_id, "event.id": str(env.event_id), "attempt": str(attempt)},
+            self.spec.name,
+            env.event_type,
+            env.traceparent,
+            {
+                "workflow.id": env.workflow_id,
+                "event.id": str(env.event_id),
+                "attempt": str(attempt),
+            },
         ) as span:
             traceparent = span_traceparent(span, env.traceparent)
             state_model = self.spec.state
@@ -380,12 +405,17 @@ class Pipeline:
                 except SemanticError as exc:
                     self.metrics.failures.labels("semantic", env.event_type).inc()
                     feedback.extend(exc.errors)
-                    log.warning("semantic failure; re-running with feedback", extra=fields(errors=exc.errors))
+                    log.warning(
+                        "semantic failure; re-running with feedback",
+                        extra=fields(errors=exc.errors),
+                    )
                     continue
                 except ConflictError:
                     raise
                 except TransientError as exc:
-                    return self._transient(route, route.max_attempts, exc, "transient", attempt, failures), traceparent
+                    return self._transient(
+                        route, route.max_attempts, exc, "transient", attempt, failures
+                    ), traceparent
                 except PersistentError as exc:
                     self.metrics.failures.labels(exc.category, env.event_type).inc()
                     return _DeadLetter(exc, exc.category), traceparent
@@ -395,7 +425,12 @@ class Pipeline:
                     return _DeadLetter(exc, "persistent"), traceparent
                 except Exception as exc:
                     return self._transient(
-                        route, self.spec.unexpected_max_attempts, exc, "unexpected", attempt, failures
+                        route,
+                        self.spec.unexpected_max_attempts,
+                        exc,
+                        "unexpected",
+                        attempt,
+                        failures,
                     ), traceparent
             return _Review(feedback), traceparent
 
@@ -434,7 +469,10 @@ class Pipeline:
                     "in ServiceSpec.produces (and the registry does not list it as a producer)"
                 )
         for timer in outcome.timers:
-            if isinstance(timer, ScheduleTimer) and timer.event.event_type not in self.spec.produces:
+            if (
+                isinstance(timer, ScheduleTimer)
+                and timer.event.event_type not in self.spec.produces
+            ):
                 raise PersistentError(
                     f"{self.spec.name} schedules {timer.event.event_type} without declaring it"
                 )
@@ -485,7 +523,11 @@ class Pipeline:
         elif isinstance(result, _Retry):
             outcome_name, parked_on = RETRYING, env.event_id
             failure = self._failure(result.error, attempt, now, retry_in_s=result.wait_s)
-            messages = [self._retry_message(env, rec, attempt, [*failures, failure], now, result.wait_s, traceparent)]
+            messages = [
+                self._retry_message(
+                    env, rec, attempt, [*failures, failure], now, result.wait_s, traceparent
+                )
+            ]
             self.metrics.retries.labels(env.event_type).inc()
         elif isinstance(result, _DeadLetter):
             outcome_name, parked_on = DEAD_LETTERED, env.event_id
@@ -493,13 +535,21 @@ class Pipeline:
             failure = self._failure(result.error, attempt, now)
             messages = [
                 self._dead_letter_message(
-                    rec, result.error, result.category, attempt, [*failures, failure], now,
-                    parent=env, traceparent=traceparent,
+                    rec,
+                    result.error,
+                    result.category,
+                    attempt,
+                    [*failures, failure],
+                    now,
+                    parent=env,
+                    traceparent=traceparent,
                 )
             ]
         else:
             outcome_name = REVIEW
-            messages = [self._review_message(env, result.errors, route.semantic_attempts, now, traceparent)]
+            messages = [
+                self._review_message(env, result.errors, route.semantic_attempts, now, traceparent)
+            ]
         if isinstance(result, _Succeeded | _Review):
             self.guard.record_success()
 
@@ -553,15 +603,29 @@ class Pipeline:
         now = self.clock.now()
         async with self.pool.acquire() as conn, conn.transaction():
             claimed = await self.store.claim_inbox(
-                conn, group=self.group, event_id=env.event_id, attempt=attempt, outcome=PARKED,
-                event_type=env.event_type, workflow_id=env.workflow_id, now=now,
+                conn,
+                group=self.group,
+                event_id=env.event_id,
+                attempt=attempt,
+                outcome=PARKED,
+                event_type=env.event_type,
+                workflow_id=env.workflow_id,
+                now=now,
             )
             if not claimed:
                 return
             await self.store.park(
-                conn, workflow_id=env.workflow_id, topic=rec.topic, partition=rec.partition,
-                offset=rec.offset, key=rec.key, value=rec.value or b"", headers=rec.headers,
-                attempt=attempt, timestamp_ms=rec.timestamp_ms, now=now,
+                conn,
+                workflow_id=env.workflow_id,
+                topic=rec.topic,
+                partition=rec.partition,
+                offset=rec.offset,
+                key=rec.key,
+                value=rec.value or b"",
+                headers=rec.headers,
+                attempt=attempt,
+                timestamp_ms=rec.timestamp_ms,
+                now=now,
             )
         log.info("workflow is waiting on an earlier event; parked this one")
 
@@ -577,8 +641,14 @@ class Pipeline:
         message = self._dead_letter_message(rec, exc, exc.category, 1, [failure], now)
         async with self.pool.acquire() as conn, conn.transaction():
             claimed = await self.store.claim_inbox(
-                conn, group=self.group, event_id=poison_id, attempt=1, outcome=DEAD_LETTERED,
-                event_type=None, workflow_id=None, now=now,
+                conn,
+                group=self.group,
+                event_id=poison_id,
+                attempt=1,
+                outcome=DEAD_LETTERED,
+                event_type=None,
+                workflow_id=None,
+                now=now,
             )
             if not claimed:
                 return
@@ -587,7 +657,9 @@ class Pipeline:
         self.metrics.dead_letters.labels(exc.category).inc()
         log.error(
             "dead-lettered an undecodable record",
-            extra=fields(topic=rec.topic, partition=rec.partition, offset=rec.offset, error=str(exc)),
+            extra=fields(
+                topic=rec.topic, partition=rec.partition, offset=rec.offset, error=str(exc)
+            ),
         )
 
     def _guard_dead_letter(self) -> None:
@@ -612,12 +684,22 @@ class Pipeline:
         )
 
     def _child(
-        self, parent: Envelope, event: EventModel, now: datetime, position: str, traceparent: str,
+        self,
+        parent: Envelope,
+        event: EventModel,
+        now: datetime,
+        position: str,
+        traceparent: str,
         **overrides: Any,
     ) -> Envelope:
         return child_envelope(
-            parent, event, producer=self.producer, now=now, position=position,
-            traceparent=traceparent, **overrides,
+            parent,
+            event,
+            producer=self.producer,
+            now=now,
+            position=position,
+            traceparent=traceparent,
+            **overrides,
         )
 
     def _outcome_messages(
@@ -627,10 +709,17 @@ class Pipeline:
         for index, item in enumerate(outcome.emit):
             if isinstance(item, Emit):
                 child = self._child(
-                    env, item.event, now, f"emit/{index}", traceparent,
-                    workflow_id=item.workflow_id, workflow_type=item.workflow_type,
-                    priority=item.priority, idempotency_key=item.idempotency_key,
-                    deadline=item.deadline, subject_ref=item.subject_ref,
+                    env,
+                    item.event,
+                    now,
+                    f"emit/{index}",
+                    traceparent,
+                    workflow_id=item.workflow_id,
+                    workflow_type=item.workflow_type,
+                    priority=item.priority,
+                    idempotency_key=item.idempotency_key,
+                    deadline=item.deadline,
+                    subject_ref=item.subject_ref,
                 )
             else:
                 child = self._child(env, item, now, f"emit/{index}", traceparent)
@@ -655,7 +744,9 @@ class Pipeline:
             else:
                 assert isinstance(timer, RescheduleTimer)
                 command = TimerReschedule(timer_id=timer_id, due_at=timer.due_at)
-            messages.append(self._message(self._child(env, command, now, f"timer-cmd/{index}", traceparent)))
+            messages.append(
+                self._message(self._child(env, command, now, f"timer-cmd/{index}", traceparent))
+            )
         return messages
 
     def _retry_message(
@@ -686,7 +777,9 @@ class Pipeline:
             ),
             purpose="retry",
         )
-        return self._message(self._child(env, schedule, now, f"retry-timer/{attempt + 1}", traceparent))
+        return self._message(
+            self._child(env, schedule, now, f"retry-timer/{attempt + 1}", traceparent)
+        )
 
     def _dead_letter_message(
         self,
@@ -720,7 +813,9 @@ class Pipeline:
             original_workflow_id=parent.workflow_id if parent else None,
         )
         if parent is not None:
-            envelope = self._child(parent, body, now, f"dead-letter/{attempts}", traceparent or parent.traceparent)
+            envelope = self._child(
+                parent, body, now, f"dead-letter/{attempts}", traceparent or parent.traceparent
+            )
         else:
             header_tp = dict(rec.headers).get("traceparent")
             envelope = system_envelope(

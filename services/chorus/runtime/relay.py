@@ -125,7 +125,9 @@ class OutboxRelay:
         while loop.time() < deadline:
             if await self.publish_batch() == 0:
                 return
-        log.warning("outbox not empty after %.0fs of flushing; the next start publishes the rest", timeout_s)
+        log.warning(
+            "outbox not empty after %.0fs of flushing; the next start publishes the rest", timeout_s
+        )
 
     def stop(self) -> None:
         self._stopping = True

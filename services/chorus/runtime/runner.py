@@ -12,9 +12,9 @@ import asyncio
 import contextlib
 import logging
 import signal
-from pathlib import Path
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -135,13 +135,25 @@ class ServiceRunner:
         await _start_kafka(producer.start(), s.kafka_bootstrap)
         self._stack.push_async_callback(producer.stop)
         self.relay = OutboxRelay(
-            store=self.store, database_url=s.database_url, pool=self.pool, producer=producer,
-            clock=self.clock, metrics=self.metrics,
+            store=self.store,
+            database_url=s.database_url,
+            pool=self.pool,
+            producer=producer,
+            clock=self.clock,
+            metrics=self.metrics,
         )
         self.pipeline = Pipeline(
-            spec=self.spec, deps=self.deps, registry=self.registry, store=self.store, pool=self.pool,
-            clock=self.clock, metrics=self.metrics, group=self.group, guard=self.guard,
-            max_bytes=s.max_event_bytes, on_outbox=self.relay.wake,
+            spec=self.spec,
+            deps=self.deps,
+            registry=self.registry,
+            store=self.store,
+            pool=self.pool,
+            clock=self.clock,
+            metrics=self.metrics,
+            group=self.group,
+            guard=self.guard,
+            max_bytes=s.max_event_bytes,
+            on_outbox=self.relay.wake,
         )
         self.dispatcher = Dispatcher(
             self.pipeline.handle, concurrency=s.concurrency, on_fatal=self._on_fatal
@@ -156,15 +168,26 @@ class ServiceRunner:
             max_partition_fetch_bytes=max(1_048_576, s.max_event_bytes * 2),
         )
         self.edge = KafkaEdge(
-            consumer, self.topics(), self.dispatcher, self.metrics, self.priority_of,
+            consumer,
+            self.topics(),
+            self.dispatcher,
+            self.metrics,
+            self.priority_of,
             max_buffered_per_partition=s.max_buffered_per_partition,
             commit_interval_s=s.commit_interval_s,
         )
         await _start_kafka(self.edge.start(), s.kafka_bootstrap)
         self.handle = RuntimeHandle(
-            service=self.spec.name, pool=self.pool, clock=self.clock, metrics=self.metrics,
-            store=self.store, registry=self.registry, settings=s, deps=self.deps,
-            wake_relay=self.relay.wake, producer=self.pipeline.producer,
+            service=self.spec.name,
+            pool=self.pool,
+            clock=self.clock,
+            metrics=self.metrics,
+            store=self.store,
+            registry=self.registry,
+            settings=s,
+            deps=self.deps,
+            wake_relay=self.relay.wake,
+            producer=self.pipeline.producer,
         )
         self.http = HttpServer(s.http_host, s.http_port, self.metrics, self.health)
         if self.spec.http_routes is not None:
@@ -175,7 +198,9 @@ class ServiceRunner:
             asyncio.create_task(self.edge.run(), name="poll-loop"),
             asyncio.create_task(self._housekeeping(), name="housekeeping"),
             *(
-                asyncio.create_task(worker(self.handle), name=f"worker:{getattr(worker, '__name__', 'w')}")
+                asyncio.create_task(
+                    worker(self.handle), name=f"worker:{getattr(worker, '__name__', 'w')}"
+                )
                 for worker in self.spec.workers
             ),
         ]
@@ -183,7 +208,13 @@ class ServiceRunner:
             task.add_done_callback(self._task_ended)
         log.info(
             "service started",
-            extra={"fields": {"topics": self.topics(), "group": self.group, "http_port": self.http.port}},
+            extra={
+                "fields": {
+                    "topics": self.topics(),
+                    "group": self.group,
+                    "http_port": self.http.port,
+                }
+            },
         )
 
     async def stop(self) -> None:
@@ -194,7 +225,9 @@ class ServiceRunner:
         self.edge.stop_polling()
         finished = await self.dispatcher.wait_idle(self.settings.shutdown_grace_s)
         if not finished:
-            log.warning("in-flight records did not finish within the grace period; they will be redelivered")
+            log.warning(
+                "in-flight records did not finish within the grace period; they will be redelivered"
+            )
         await self.dispatcher.close()
         await self.relay.flush()
         self.relay.stop()
@@ -253,7 +286,8 @@ class ServiceRunner:
                 for workflow_id in stranded:
                     pipeline = self.pipeline
                     self.dispatcher.run_exclusive(
-                        workflow_id, lambda w=workflow_id: pipeline.drain(w)  # type: ignore[misc]
+                        workflow_id,
+                        lambda w=workflow_id: pipeline.drain(w),  # type: ignore[misc]
                     )
             except (OSError, asyncpg.PostgresError) as exc:
                 log.warning("housekeeping skipped a round: %r", exc)

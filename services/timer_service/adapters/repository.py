@@ -66,8 +66,15 @@ class ScheduleTimerRow:
                    scheduled_by, created_at, updated_at)
                 VALUES ($1, $2, '{PENDING}', $3, $4, $5::jsonb, $6, $7, $8, $9, $9)
                 ON CONFLICT (timer_id) DO NOTHING""",
-            self.timer_id, self.due_at, self.topic, self.key, json.dumps(self.envelope),
-            self.purpose, self.workflow_id, self.scheduled_by, self.now,
+            self.timer_id,
+            self.due_at,
+            self.topic,
+            self.key,
+            json.dumps(self.envelope),
+            self.purpose,
+            self.workflow_id,
+            self.scheduled_by,
+            self.now,
         )
 
 
@@ -89,7 +96,10 @@ class CancelTimerRow:
                 ON CONFLICT (timer_id) DO UPDATE
                   SET status = '{CANCELLED}', cancel_reason = $2, updated_at = $4
                   WHERE {SCHEMA}.timers.status = '{PENDING}'""",
-            self.timer_id, self.reason, self.workflow_id, self.now,
+            self.timer_id,
+            self.reason,
+            self.workflow_id,
+            self.now,
         )
 
 
@@ -103,7 +113,9 @@ class RescheduleTimerRow:
         await conn.execute(
             f"""UPDATE {SCHEMA}.timers SET due_at = $2, updated_at = $3
                 WHERE timer_id = $1 AND status = '{PENDING}'""",
-            self.timer_id, self.due_at, self.now,
+            self.timer_id,
+            self.due_at,
+            self.now,
         )
 
 
@@ -125,7 +137,8 @@ async def claim_due(conn: asyncpg.Connection, now: datetime, limit: int) -> list
             ORDER BY due_at
             LIMIT $2
             FOR UPDATE SKIP LOCKED""",
-        now, limit,
+        now,
+        limit,
     )
     return [
         DueTimer(r["timer_id"], r["due_at"], r["topic"], r["key"], json.loads(r["envelope"]))
