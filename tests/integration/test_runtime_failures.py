@@ -179,3 +179,33 @@ async def test_later_events_wait_behind_a_retrying_event_of_their_workflow(
     done = payloads(records, "test.task_done", wf)
     assert [d["payload"]["task"] for d in done] == ["first", "second", "third"]
     assert [d["payload"]["handled_count"] for d in done] == [1, 2, 3]
+
+
+async def test_a_redriven_dead_letter_runs_first_then_the_events_parked_behind_it(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+) -> None:
+    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
+    topic = registry.physical_topic("test.task_submitted")
+    name = f"svc_{unique}"
+    common: dict[str, Any] = {"kafka_bootstrap": kafka_bootstrap, "database_url": database_url, "log_json": False}
+    poison = envelope(TaskSubmitted(task="blocker", mode="persistent"))
+    wf = poison.workflow_id
+    later = envelope(TaskSubmitted(task="later"), workflow_id=wf)
+    await publish(kafka_bootstrap, topic, [poison, later])
+    async with running(make_spec(name), ServiceSettings(**common), registry=registry):
+        await read_topic(
+            kafka_bootstrap,
+            [registry.physical_topic("event.dead_lettered")],
+            until=lambda rs: bool(payloads(rs, "event.dead_lettered", wf)),
+        )
+    # The fixed deploy receives the redriven copy (same event id, next attempt), as the
+    # dead-letter service sends it; "later" has waited parked behind it all along.
+    redriven = poison.model_copy(update={"attempt": 2})
+    async with running(make_spec(name, fixed=True), ServiceSettings(**common), registry=registry):
+        await publish(kafka_bootstrap, topic, [redriven])
+        records = await read_topic(
+            kafka_bootstrap, [topic], until=lambda rs: len(payloads(rs, "test.task_done", wf)) >= 2
+        )
+    done = payloads(records, "test.task_done", wf)
+    assert [d["payload"]["task"] for d in done] == ["blocker", "later"]
+    assert done[0]["payload"]["attempt"] == 2

@@ -6,6 +6,7 @@ Runs in-process (``spec``) or as its own OS process (``python -m tests.support.t
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 from pydantic import BaseModel
@@ -25,12 +26,12 @@ class Progress(BaseModel):
 
 
 async def on_task_submitted(
-    event: Event[TaskSubmitted], state: Progress | None, ctx: Context[Any]
+    event: Event[TaskSubmitted], state: Progress | None, ctx: Context[Any], *, fixed: bool = False
 ) -> Outcome[Progress]:
     task = event.payload
     if ctx.attempt <= task.transient_failures:
         raise TransientError(f"simulated outage on attempt {ctx.attempt}")
-    if task.mode == "persistent":
+    if task.mode == "persistent" and not fixed:
         raise PersistentError("simulated business rule violation")
     if task.mode == "unexpected":
         raise ZeroDivisionError("simulated bug")
@@ -60,14 +61,17 @@ async def on_task_submitted(
     )
 
 
-def make_spec(name: str = "test_service", *, backoff_base_s: float = 0.2) -> ServiceSpec[Progress, None]:
+def make_spec(
+    name: str = "test_service", *, backoff_base_s: float = 0.2, fixed: bool = False
+) -> ServiceSpec[Progress, None]:
+    """``fixed``: the deploy after the bug fix; mode "persistent" then succeeds."""
     return ServiceSpec(
         name=name,
         version="0.1.0",
         handlers=[
             On(
                 TaskSubmitted,
-                on_task_submitted,
+                functools.partial(on_task_submitted, fixed=True) if fixed else on_task_submitted,
                 timeout_s=600,
                 max_attempts=4,
                 backoff_base_s=backoff_base_s,
@@ -82,4 +86,10 @@ def make_spec(name: str = "test_service", *, backoff_base_s: float = 0.2) -> Ser
 if __name__ == "__main__":
     import os
 
-    main(make_spec(os.environ.get("TEST_SERVICE_NAME", "test_service")), ServiceSettings())
+    main(
+        make_spec(
+            os.environ.get("TEST_SERVICE_NAME", "test_service"),
+            fixed=os.environ.get("TEST_SERVICE_FIXED") == "1",
+        ),
+        ServiceSettings(),
+    )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import typer
 
+from chorus.cli import audit as audit_cli
+from chorus.cli import dlq as dlq_cli
 from chorus.cli import schemas as schemas_cli
 from chorus.cli import topics as topics_cli
 
@@ -15,6 +17,10 @@ app = typer.Typer(
 )
 app.add_typer(schemas_cli.app, name="schemas")
 app.add_typer(topics_cli.app, name="topics")
+app.add_typer(dlq_cli.app, name="dlq")
+app.command("replay")(audit_cli.replay_command)
+app.command("timeline")(audit_cli.timeline_command)
+app.command("erase")(audit_cli.erase_command)
 
 
 def main() -> None:

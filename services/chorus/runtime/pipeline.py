@@ -27,7 +27,7 @@ import asyncpg
 from pydantic import BaseModel, ValidationError
 
 from chorus.clock import Clock
-from chorus.codec import Event, decode, encode
+from chorus.codec import Event, decode
 from chorus.envelopes import child_envelope, derived_event_id, system_envelope
 from chorus.errors import (
     DecodeError,
@@ -39,6 +39,7 @@ from chorus.errors import (
 from chorus.faults import fault_point
 from chorus.logs import fields, log_context
 from chorus.metrics import Metrics
+from chorus.outbox import outbox_message
 from chorus.registry import Registry
 from chorus.runtime.backoff import full_jitter
 from chorus.runtime.guard import DeadLetterGuard
@@ -306,7 +307,8 @@ class Pipeline:
                 if via != "drain" and blocked:
                     await self._park(event, rec, attempt)
                     return
-                if via == "delivery" and loaded.has_parked and not blocked:
+                nothing_to_wait_on = loaded.state is None or loaded.state.parked_on is None
+                if via == "delivery" and loaded.has_parked and nothing_to_wait_on:
                     # A crash interrupted an earlier drain; finish it before overtaking.
                     await self.drain(env.workflow_id)
                     continue
@@ -668,20 +670,8 @@ class Pipeline:
 
     # -- building outgoing messages --------------------------------------------------------------
 
-    def _message(self, envelope: Envelope, traceparent: str | None = None) -> OutboxMessage:
-        topic = self.registry.physical_topic(envelope.event_type, envelope.priority)
-        return OutboxMessage(
-            topic=topic,
-            key=envelope.workflow_id.encode(),
-            value=encode(envelope),
-            headers=[
-                ("traceparent", (traceparent or envelope.traceparent).encode()),
-                ("event_type", envelope.event_type.encode()),
-                ("schema_version", str(envelope.schema_version).encode()),
-            ],
-            event_id=envelope.event_id,
-            workflow_id=envelope.workflow_id,
-        )
+    def _message(self, envelope: Envelope) -> OutboxMessage:
+        return outbox_message(self.registry, envelope)
 
     def _child(
         self,

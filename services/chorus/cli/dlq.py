@@ -1,0 +1,353 @@
+"""``chorus dlq``: inspect, redrive and discard dead letters.
+
+Every command calls the dead-letter service's HTTP API (``--url``, else
+CHORUS_DLQ_URL, else http://127.0.0.1:8102); nothing here touches Kafka or
+PostgreSQL. Operations are recorded with ``--actor`` (else CHORUS_ACTOR, else the
+OS user).
+
+Exit codes: 0 ok; 1 refused (unknown id, or a letter already redriven or
+discarded: nothing was published); 2 bad input; 69 (EX_UNAVAILABLE) the service
+is unreachable.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, NoReturn
+
+import httpx
+import typer
+
+DEFAULT_URL = "http://127.0.0.1:8102"
+EX_UNAVAILABLE = 69  # sysexits.h: a service the command needs is unavailable
+_RELATIVE = re.compile(r"^(\d+)([smhd])$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+app = typer.Typer(
+    name="dlq",
+    help="Dead letters: list, show, redrive (after a fix) or discard (with a reason).",
+    no_args_is_help=True,
+)
+
+Url = Annotated[
+    str,
+    typer.Option(
+        "--url", envvar="CHORUS_DLQ_URL", show_envvar=True, help="The dead-letter service."
+    ),
+]
+Actor = Annotated[
+    str | None,
+    typer.Option(
+        "--actor",
+        envvar="CHORUS_ACTOR",
+        show_envvar=True,
+        help="Who does this, for the audit trail (default: the OS user).",
+    ),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Print the API's JSON answer.")]
+Service = Annotated[str | None, typer.Option("--service", help="Failing service.")]
+Category = Annotated[
+    str | None,
+    typer.Option(
+        "--category", help="Error category: transient, persistent, semantic, decode, unexpected."
+    ),
+]
+EventType = Annotated[
+    str | None, typer.Option("--event-type", help="Event type of the original record.")
+]
+Since = Annotated[
+    str | None,
+    typer.Option(
+        "--since", help="Dead-lettered at or after: ISO 8601 with offset, or 30m / 2h / 7d ago."
+    ),
+]
+Until = Annotated[
+    str | None,
+    typer.Option("--until", help="Dead-lettered before: ISO 8601 with offset, or 30m / 2h ago."),
+]
+Reason = Annotated[str, typer.Option("--reason", help="Why, for the audit trail.")]
+
+
+@app.command("list")
+def list_command(
+    *,
+    service: Service = None,
+    category: Category = None,
+    event_type: EventType = None,
+    status: Annotated[
+        str | None, typer.Option("--status", help="open, redriven or discarded.")
+    ] = None,
+    since: Since = None,
+    until: Until = None,
+    limit: Annotated[int, typer.Option("--limit", help="At most this many (1..1000).")] = 100,
+    as_json: AsJson = False,
+    url: Url = DEFAULT_URL,
+) -> None:
+    """List dead letters, newest first."""
+    params = _filters(service, category, event_type, since, until)
+    if status:
+        params["status"] = status
+    params["limit"] = str(limit)
+    with _client(url) as client:
+        body = _call(client, "GET", "/v1/dead-letters", params=params)
+    if as_json:
+        _echo_json(body)
+        return
+    rows: list[tuple[str, ...]] = [
+        ("id", "status", "service", "category", "event type", "tries", "dead-lettered", "error")
+    ]
+    for item in body["items"]:
+        rows.append(
+            (
+                item["id"],
+                item["status"],
+                item["service"],
+                item["error"]["category"],
+                item["original_event_type"] or "-",
+                str(item["attempts"]),
+                item["dead_lettered_at"][:19],
+                _clip(f"{item['error']['error_class']}: {item['error']['message']}", 60),
+            )
+        )
+    _table(rows)
+    typer.echo(
+        f"{body['count']} dead letter(s)"
+        + (" (limit reached)" if body["count"] == body["limit"] else "")
+    )
+
+
+@app.command("show")
+def show_command(
+    letter_id: Annotated[str, typer.Argument(help="The dead letter's id.")],
+    as_json: AsJson = False,
+    url: Url = DEFAULT_URL,
+) -> None:
+    """Show one dead letter: error, every failure, original record and operations."""
+    with _client(url) as client:
+        body = _call(client, "GET", f"/v1/dead-letters/{letter_id}")
+    if as_json:
+        _echo_json(body)
+        return
+    original, error = body["original"], body["error"]
+    typer.echo(f"dead letter {body['id']}  [{body['status']}]")
+    lines = [
+        (
+            "service",
+            f"{body['service']} {body['service_version']} (group {body['consumer_group']})",
+        ),
+        (
+            "event",
+            f"{body['original_event_type'] or '(undecodable)'} {body['original_event_id'] or ''}"
+            f" (workflow {body['original_workflow_id'] or '-'})",
+        ),
+        ("error", f"{error['category']} {error['error_class']}: {error['message']}"),
+        ("pointer", error["pointer"] or "-"),
+        ("attempts", str(body["attempts"])),
+        ("dead-lettered", body["dead_lettered_at"]),
+        (
+            "original",
+            f"{original['topic']}[{original['partition']}]@{original['offset']}"
+            f"  key={original['key'] if original['key'] is not None else original['key_b64']}",
+        ),
+        (
+            "resolved",
+            f"{body['resolved_at']} by {body['resolved_by']}" if body["resolved_at"] else "-",
+        ),
+    ]
+    width = max(len(name) for name, _ in lines)
+    for name, value in lines:
+        typer.echo(f"{name.ljust(width)}  {value}")
+    typer.echo("headers")
+    for header in original["headers"]:
+        shown = header["value"] if header["value"] is not None else f"base64:{header['value_b64']}"
+        typer.echo(f"  {header['key']}: {shown}")
+    typer.echo("failures")
+    for failure in body["failures"]:
+        at, error_class = failure["at"], failure["error_class"]
+        typer.echo(f"  #{failure['attempt']} {at} {error_class}: {failure['message']}")
+    if original["value_is_json"]:
+        typer.echo("value (JSON)")
+        typer.echo(_indent(json.dumps(original["value_json"], indent=2, ensure_ascii=False)))
+    typer.echo("value (base64)")
+    typer.echo(_indent(original["value_b64"]))
+    if error["traceback"]:
+        typer.echo("traceback")
+        typer.echo(_indent(error["traceback"].rstrip()))
+    typer.echo("operations" if body["operations"] else "operations  none")
+    for op in reversed(body["operations"]):
+        typer.echo(f"  {_operation_line(op)}")
+
+
+@app.command("redrive")
+def redrive_command(
+    *,
+    letter_id: Annotated[
+        str | None, typer.Argument(help="One letter; omit it to redrive by filter.")
+    ] = None,
+    reason: Reason = "",
+    service: Service = None,
+    category: Category = None,
+    event_type: EventType = None,
+    since: Since = None,
+    until: Until = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", help="Bulk: at most this many (default 100).")
+    ] = None,
+    actor: Actor = None,
+    as_json: AsJson = False,
+    url: Url = DEFAULT_URL,
+) -> None:
+    """Publish a letter's original record again, after the handler was fixed.
+
+    With an id: that letter. Without: every open letter matching the filters
+    (at least one of --service, --category, --event-type, --since, --until).
+    A letter is redriven at most once; asking again is refused (exit 1).
+    """
+    filters = _filters(service, category, event_type, since, until)
+    if letter_id is not None and (filters or limit is not None):
+        _fail("give a letter id or filters, not both", 2)
+    body: dict[str, Any] = {"actor": _actor(actor), "reason": reason}
+    with _client(url) as client:
+        if letter_id is not None:
+            answer = _call(client, "POST", f"/v1/dead-letters/{letter_id}/redrive", json=body)
+            done = [answer]
+        else:
+            if not filters:
+                _fail("name a letter id, or filters for a bulk redrive (see --help)", 2)
+            if limit is not None:
+                filters["limit"] = str(limit)
+            answer = _call(
+                client, "POST", "/v1/dead-letters/redrive", json={**body, "filter": filters}
+            )
+            done = answer["items"]
+    if as_json:
+        _echo_json(answer)
+        return
+    for item in done:
+        detail = item["operation"]["detail"]
+        attempt = (
+            f" as attempt {detail['attempt']}" if detail.get("attempt") else " (bytes unchanged)"
+        )
+        typer.echo(f"redriven {item['letter']['id']} -> {detail['topic']}{attempt}")
+    if letter_id is None:
+        typer.echo(f"{len(done)} dead letter(s) redriven")
+
+
+@app.command("discard")
+def discard_command(
+    letter_id: Annotated[str, typer.Argument(help="The dead letter's id.")],
+    reason: Annotated[str, typer.Option("--reason", help="Why it is given up (required).")],
+    actor: Actor = None,
+    as_json: AsJson = False,
+    url: Url = DEFAULT_URL,
+) -> None:
+    """Give up on a letter: its service stops waiting and the workflow moves on."""
+    body = {"actor": _actor(actor), "reason": reason}
+    with _client(url) as client:
+        answer = _call(client, "POST", f"/v1/dead-letters/{letter_id}/discard", json=body)
+    if as_json:
+        _echo_json(answer)
+        return
+    detail = answer["operation"]["detail"]
+    told = (
+        f"; {answer['letter']['service']} was told to stop waiting"
+        if detail.get("published")
+        else f" ({detail.get('why', 'nothing published')})"
+    )
+    typer.echo(f"discarded {answer['letter']['id']}{told}")
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _actor(given: str | None) -> str:
+    if given:
+        return given
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no login name (a bare container): the API will ask for one
+        _fail("cannot tell who you are; pass --actor or set CHORUS_ACTOR", 2)
+
+
+def _filters(
+    service: str | None,
+    category: str | None,
+    event_type: str | None,
+    since: str | None,
+    until: str | None,
+) -> dict[str, str]:
+    given = {
+        "service": service,
+        "category": category,
+        "event_type": event_type,
+        "since": _instant("--since", since),
+        "until": _instant("--until", until),
+    }
+    return {name: value for name, value in given.items() if value}
+
+
+def _instant(option: str, value: str | None, now: datetime | None = None) -> str | None:
+    """ISO 8601 passes through (the service validates it); ``2h`` means two hours ago."""
+    if not value:
+        return None
+    match = _RELATIVE.match(value.strip())
+    if match is None:
+        return value
+    seconds = int(match.group(1)) * _UNIT_S[match.group(2)]
+    return ((now or datetime.now(UTC)) - timedelta(seconds=seconds)).isoformat()
+
+
+@contextmanager
+def _client(url: str) -> Iterator[httpx.Client]:
+    try:
+        with httpx.Client(base_url=url.rstrip("/"), timeout=30.0) as client:
+            yield client
+    except httpx.TransportError as exc:
+        _fail(f"cannot reach the dead-letter service at {url}: {exc}", EX_UNAVAILABLE)
+
+
+def _call(client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
+    response = client.request(method, path, **kwargs)
+    if response.is_success:
+        return response.json()
+    try:
+        problem = response.json()
+        message = f"{problem['title']}: {problem['detail']}"
+    except (ValueError, KeyError, TypeError):
+        message = f"HTTP {response.status_code}: {response.text[:500]}"
+    _fail(message, 2 if response.status_code == 400 else 1)
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    typer.echo(f"chorus dlq: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _echo_json(body: Any) -> None:
+    typer.echo(json.dumps(body, indent=2, ensure_ascii=False))
+
+
+def _table(rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        typer.echo("  ".join([*cells, row[-1]]))
+
+
+def _operation_line(op: dict[str, Any]) -> str:
+    reason = f" ({op['reason']})" if op["reason"] else ""
+    return f"{op['at'][:19]}  {op['op']} by {op['actor']}: {op['result']}{reason}"
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())

@@ -1,0 +1,10 @@
+"""``python -m deadletter_service``: run one replica."""
+
+from __future__ import annotations
+
+from chorus.runtime.runner import main
+from deadletter_service.config import Settings
+from deadletter_service.service import SPEC
+
+if __name__ == "__main__":
+    main(SPEC, Settings())

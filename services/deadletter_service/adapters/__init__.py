@@ -1,0 +1,1 @@
+"""PostgreSQL access of the dead-letter service."""

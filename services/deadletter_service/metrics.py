@@ -1,0 +1,75 @@
+"""Gauges of what waits for an operator, refreshed from the letters table.
+
+- ``chorus_deadletters_open{service, category}``: open letters (the DLQ depth).
+- ``chorus_deadletters_oldest_open_age_seconds{service}``: how long the oldest open
+  letter of a service has waited since it was dead-lettered.
+
+Every replica computes the same numbers from PostgreSQL, so any one can be scraped.
+A label set whose letters were all resolved drops to 0 rather than vanishing, so an
+alert on "> 0" resolves instead of going stale.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from prometheus_client import Gauge
+
+from chorus.service import RuntimeHandle
+from deadletter_service.adapters import repository as repo
+from deadletter_service.domain import age_s
+
+log = logging.getLogger("deadletter_service.metrics")
+
+
+class DeadLetterGauges:
+    def __init__(self, rt: RuntimeHandle) -> None:
+        registry = rt.metrics.registry
+        self.open = Gauge(
+            "chorus_deadletters_open",
+            "Dead letters waiting for redrive or discard",
+            ["service", "category"],
+            registry=registry,
+        )
+        self.oldest_age = Gauge(
+            "chorus_deadletters_oldest_open_age_seconds",
+            "Age of the oldest open dead letter, since it was dead-lettered",
+            ["service"],
+            registry=registry,
+        )
+        self._seen_depth: set[tuple[str, str]] = set()
+        self._seen_age: set[str] = set()
+
+    async def refresh(self, rt: RuntimeHandle) -> None:
+        async with rt.pool.acquire() as conn:
+            depths = await repo.open_depth(conn)
+        now = rt.clock.now()
+        depth = {(d.service, d.category): d.count for d in depths}
+        oldest: dict[str, float] = {}
+        for d in depths:
+            oldest[d.service] = max(oldest.get(d.service, 0.0), age_s(now, d.oldest))
+        for key in self._seen_depth - depth.keys():
+            self.open.labels(*key).set(0)
+        for service in self._seen_age - oldest.keys():
+            self.oldest_age.labels(service).set(0)
+        for key, count in depth.items():
+            self.open.labels(*key).set(count)
+        for service, age in oldest.items():
+            self.oldest_age.labels(service).set(age)
+        self._seen_depth |= depth.keys()
+        self._seen_age |= oldest.keys()
+
+
+async def export_gauges(rt: RuntimeHandle) -> None:
+    """Worker: refresh the gauges every ``metrics_interval_s``; survives database outages."""
+    gauges = DeadLetterGauges(rt)
+    interval_s: float = rt.settings.metrics_interval_s
+    while True:
+        try:
+            await gauges.refresh(rt)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the numbers go stale for a round; the next one fixes them
+            log.warning("dead-letter gauges not refreshed (%r)", exc)
+        await rt.clock.sleep(interval_s)

@@ -1,0 +1,199 @@
+"""Redrive and discard. Each is one transaction: the letter's status change, the
+audit row and the messages to publish (outbox), so an operation publishes at most
+once however often it is requested, and the relay publishes it at least once.
+
+Redrive puts the original bytes back on the original topic with the same key and
+headers; the envelope's ``attempt`` is raised past the failed one, which is what
+lets the failing service's inbox take the same event id again.
+
+Discard publishes ``event.discarded`` on the control topic, addressed to the
+failing service and consumer group: that runtime marks the event discarded and
+releases the workflow that was parked behind it.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from chorus.envelopes import child_envelope
+from chorus.outbox import outbox_message
+from chorus.service import RuntimeHandle
+from chorus.store import OutboxMessage
+from chorus_contracts.envelope import Envelope
+from chorus_contracts.platform import EventDiscarded
+from deadletter_service.adapters import repository as repo
+from deadletter_service.adapters.repository import Letter, OperationRow
+from deadletter_service.domain import (
+    LetterFilter,
+    Operation,
+    TransitionRefusedError,
+    redrive_value,
+    resolve,
+)
+
+REFUSED = "refused"
+
+
+class LetterNotFoundError(LookupError):
+    def __init__(self, letter_id: str) -> None:
+        super().__init__(f"no dead letter with id {letter_id}")
+        self.letter_id = letter_id
+
+
+class LetterNotOpenError(Exception):
+    """The letter was resolved before; nothing was published. ``operation`` is the
+    refused attempt as recorded in the audit trail."""
+
+    def __init__(self, letter: Letter, operation: OperationRow, op: str) -> None:
+        super().__init__(
+            f"dead letter {letter.id} is {letter.status} (by {letter.resolved_by} at "
+            f"{letter.resolved_at.isoformat() if letter.resolved_at else '?'}); "
+            f"{op} applies to open letters only, so nothing was published"
+        )
+        self.letter = letter
+        self.operation = operation
+
+
+@dataclass(frozen=True)
+class Done:
+    """A letter resolved by one operation, as it is after the commit."""
+
+    letter: Letter
+    operation: OperationRow
+
+
+async def redrive(rt: RuntimeHandle, letter_id: uuid.UUID, *, actor: str, reason: str) -> Done:
+    """Publish the letter's original record again, once.
+
+    Raises LetterNotFoundError, or LetterNotOpenError (nothing published) when the
+    letter was already redriven or discarded.
+    """
+    return await _resolve_one(rt, letter_id, "redrive", actor=actor, reason=reason)
+
+
+async def discard(rt: RuntimeHandle, letter_id: uuid.UUID, *, actor: str, reason: str) -> Done:
+    """Give up on the letter and tell its service to stop waiting for it. Same errors."""
+    return await _resolve_one(rt, letter_id, "discard", actor=actor, reason=reason)
+
+
+async def redrive_matching(
+    rt: RuntimeHandle, f: LetterFilter, *, actor: str, reason: str
+) -> list[Done]:
+    """Redrive every open letter matching ``f`` (at most ``f.limit``, oldest first),
+    all in one transaction. Letters a concurrent operation holds are left out."""
+    now = rt.clock.now()
+    done: list[Done] = []
+    async with rt.pool.acquire() as conn, conn.transaction():
+        letters = await repo.lock_open_letters(conn, f)
+        messages: list[OutboxMessage] = []
+        for letter in letters:
+            status = resolve(letter.status, "redrive")
+            message, detail = _redrive_message(letter)
+            messages.append(message)
+            await repo.set_status(conn, letter.id, status, actor, now)
+            operation = await repo.add_operation(
+                conn, op="redrive", letter_id=letter.id, actor=actor, reason=reason, at=now,
+                result=status, detail={**detail, "bulk": True},
+            )  # fmt: skip
+            done.append(Done(_resolved(letter, status, actor, now), operation))
+        await rt.store.add_outbox(conn, messages)
+    if done:
+        rt.wake_relay()
+    return done
+
+
+async def _resolve_one(
+    rt: RuntimeHandle, letter_id: uuid.UUID, op: Operation, *, actor: str, reason: str
+) -> Done:
+    now = rt.clock.now()
+    async with rt.pool.acquire() as conn, conn.transaction():
+        # The row lock serialises concurrent operations on one letter: the second
+        # sees the status the first committed and is refused.
+        letter = await repo.get_letter(conn, letter_id, for_update=True)
+        if letter is None:
+            raise LetterNotFoundError(str(letter_id))
+        try:
+            status = resolve(letter.status, op)
+        except TransitionRefusedError:
+            refused = await repo.add_operation(
+                conn, op=op, letter_id=letter_id, actor=actor, reason=reason, at=now,
+                result=REFUSED, detail={"status": letter.status},
+            )  # fmt: skip
+            outcome: Done | LetterNotOpenError = LetterNotOpenError(letter, refused, op)
+        else:
+            if op == "redrive":
+                message, detail = _redrive_message(letter)
+                messages = [message]
+            else:
+                messages, detail = _discard_outbox(rt, letter, actor, reason, now)
+            await rt.store.add_outbox(conn, messages)
+            await repo.set_status(conn, letter_id, status, actor, now)
+            operation = await repo.add_operation(
+                conn, op=op, letter_id=letter_id, actor=actor, reason=reason, at=now,
+                result=status, detail=detail,
+            )  # fmt: skip
+            outcome = Done(_resolved(letter, status, actor, now), operation)
+    if isinstance(outcome, LetterNotOpenError):
+        raise outcome
+    rt.wake_relay()
+    return outcome
+
+
+def _redrive_message(letter: Letter) -> tuple[OutboxMessage, dict[str, Any]]:
+    redriven = redrive_value(letter.original_value, letter.attempts)
+    message = OutboxMessage(
+        topic=letter.original_topic,
+        key=letter.original_key,
+        value=redriven.value,
+        headers=[
+            (h["key"] or "", base64.b64decode(h["value_b64"]) if h["value_b64"] else b"")
+            for h in letter.original_headers
+        ],
+        event_id=_uuid(letter.original_event_id),
+        workflow_id=letter.original_workflow_id,
+    )
+    detail = {
+        "topic": letter.original_topic,
+        "attempt": redriven.attempt,
+        "event_id": letter.original_event_id,
+        "bytes_unchanged": redriven.attempt is None,
+    }
+    return message, detail
+
+
+def _discard_outbox(
+    rt: RuntimeHandle, letter: Letter, actor: str, reason: str, now: datetime
+) -> tuple[list[OutboxMessage], dict[str, Any]]:
+    if letter.original_event_id is None:
+        # An undecodable record parks no workflow and has no event id to name;
+        # the service has nothing to stop waiting for.
+        return [], {"published": False, "why": "the original record was not a decodable event"}
+    parent = Envelope.model_validate({**letter.envelope, "payload": {}})
+    body = EventDiscarded(
+        service=letter.service,
+        consumer_group=letter.consumer_group,
+        discarded_event_id=letter.original_event_id,
+        reason=reason,
+        actor=actor,
+    )
+    # A child of the dead letter: same workflow (which the runtime un-parks), same
+    # trace, and an id derived from the letter's, so the discard has one identity.
+    envelope = child_envelope(parent, body, producer=rt.producer, now=now, position="discard")
+    message = outbox_message(rt.registry, envelope)
+    detail = {"published": True, "topic": message.topic, "event_id": str(envelope.event_id)}
+    return [message], detail
+
+
+def _resolved(letter: Letter, status: str, actor: str, now: datetime) -> Letter:
+    return replace(letter, status=status, resolved_by=actor, resolved_at=now)
+
+
+def _uuid(value: str | None) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(value) if value is not None else None
+    except ValueError:
+        return None

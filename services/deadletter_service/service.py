@@ -1,0 +1,28 @@
+"""The dead-letter service's declaration: what it consumes, and what runs beside the consumer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chorus.service import On, ServiceSpec
+from chorus_contracts.platform import EventDeadLettered
+from deadletter_service.adapters.repository import migrate
+from deadletter_service.api import routes
+from deadletter_service.handlers import on_event_dead_lettered
+from deadletter_service.metrics import export_gauges
+
+VERSION = "0.1.0"
+
+# No per-workflow state: letters are rows of its own tables, written as effects.
+SPEC: ServiceSpec[Any, None] = ServiceSpec(
+    name="deadletter_service",
+    version=VERSION,
+    handlers=[On(EventDeadLettered, on_event_dead_lettered, timeout_s=30)],
+    # Handlers emit nothing; an operator's discard publishes event.discarded through
+    # the outbox. Redriven records are whatever the failing service consumed, with
+    # that record's original producer, so they are no edge of this service.
+    produces=frozenset({"event.discarded"}),
+    migrations=[migrate],
+    workers=[export_gauges],
+    http_routes=routes,
+)
