@@ -1,0 +1,139 @@
+"""The registry as a whole: schemas, examples, topics, versions. Parametrized over everything."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator, FormatChecker
+
+from chorus.codec import decode
+from chorus.registry import (
+    RUNTIME_PRODUCER,
+    generated_files,
+    load_registry,
+    upcaster_gaps,
+)
+from chorus_contracts.base import CATALOG, EventModel
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMAS = ROOT / "schemas"
+REGISTRY = load_registry(SCHEMAS)
+
+
+def contract_models() -> dict[tuple[str, int], type[EventModel]]:
+    """The catalog without test-only events (tests register their own on test topics)."""
+    return {k: m for k, m in CATALOG.items() if m.__module__.startswith("chorus_contracts")}
+
+
+def all_examples() -> list[Any]:
+    return [
+        pytest.param(key, example, id=f"{key[0]}.v{key[1]}/{example.path.name}")
+        for key, examples in sorted(REGISTRY.examples.items())
+        for example in examples
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(generated_files()))
+def test_committed_schema_is_what_the_models_generate(name: str) -> None:
+    path = SCHEMAS / name
+    assert path.exists(), f"{name} is missing: run make schemas"
+    assert path.read_text() == generated_files()[name], (
+        f"schemas/{name} differs from its model in services/chorus_contracts: "
+        "change the model, then run make schemas (the JSON Schema is generated)"
+    )
+
+
+def test_no_stale_schema_files() -> None:
+    committed = {f"events/{p.name}" for p in (SCHEMAS / "events").glob("*.schema.json")}
+    generated = {n for n in generated_files() if n.startswith("events/")}
+    assert committed - generated == set(), "schema files without a model: run make schemas"
+
+
+@pytest.mark.parametrize(
+    "key", sorted(REGISTRY.schemas), ids=lambda k: f"{k[0]}.v{k[1]}" if isinstance(k, tuple) else k
+)
+def test_every_schema_is_valid_json_schema_2020_12(key: tuple[str, int]) -> None:
+    schema = REGISTRY.schemas[key]
+    Draft202012Validator.check_schema(schema)
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema["title"] == f"{key[0].replace('.', '_')}_v{key[1]}"  # snake_case titles
+
+
+def test_envelope_schema_is_valid() -> None:
+    Draft202012Validator.check_schema(REGISTRY.envelope_schema)
+
+
+@pytest.mark.parametrize(("key", "example"), all_examples())
+def test_every_example_validates(key: tuple[str, int], example: Any) -> None:
+    body = example.body
+    assert (body["event_type"], body["schema_version"]) == key, "example stored under the wrong type/version"
+    checker = FormatChecker()
+    Draft202012Validator(REGISTRY.envelope_schema, format_checker=checker).validate(body)
+    Draft202012Validator(REGISTRY.schemas[key], format_checker=checker).validate(body["payload"])
+    event = decode(json.dumps(body).encode(), REGISTRY)
+    assert event.envelope.workflow_id == body["workflow_id"]
+    # The model reads back what the example says (nothing dropped or coerced).
+    assert event.payload.model_dump(mode="json") == json.loads(
+        type(event.payload).model_validate(body["payload"]).model_dump_json()
+    )
+
+
+@pytest.mark.parametrize("key", sorted(contract_models()), ids=lambda k: f"{k[0]}.v{k[1]}")
+def test_every_event_version_has_a_topic_a_schema_and_an_example(key: tuple[str, int]) -> None:
+    event_type, version = key
+    assert REGISTRY.knows(event_type), f"{event_type} is on no topic in schemas/topics (orphan)"
+    assert version in REGISTRY.versions(event_type), (
+        f"{event_type} v{version} has a model but its topic does not list the version"
+    )
+    assert key in REGISTRY.schemas, f"{event_type} v{version}: no schema file (run make schemas)"
+    assert REGISTRY.examples.get(key), (
+        f"{event_type} v{version}: add an example under schemas/examples/{event_type}/{version}/"
+    )
+
+
+def test_every_topic_event_has_a_model() -> None:
+    models = contract_models()
+    missing = [
+        f"{ev.type} v{v} (topic {spec.topic})"
+        for spec in REGISTRY.topics.values()
+        for ev in spec.events
+        for v in ev.versions
+        if (ev.type, v) not in models
+    ]
+    assert missing == [], f"declared on a topic but no model in chorus_contracts: {missing}"
+
+
+@pytest.mark.parametrize("topic", sorted(REGISTRY.topics))
+def test_every_topic_has_an_owner_a_producer_and_a_consumer(topic: str) -> None:
+    spec = REGISTRY.topics[topic]
+    assert spec.owner, f"{topic} has no owner"
+    if not spec.external:
+        assert spec.producers, f"{topic} has no producer (declare it external if it comes from outside)"
+        assert spec.consumers, f"{topic} has no consumer (declare it external if it goes outside)"
+    assert spec.message_key == "workflow_id", f"{topic}: events of a workflow must share a key"
+
+
+def test_every_version_chain_has_upcasters() -> None:
+    assert upcaster_gaps() == []
+
+
+def test_runtime_pseudo_producer_only_on_platform_topics() -> None:
+    runtime_topics = {t for t, s in REGISTRY.topics.items() if RUNTIME_PRODUCER in s.producers}
+    assert runtime_topics <= {"chorus.timers", "chorus.control", "chorus.deadletters", "chorus.reviews"}
+
+
+def test_the_registry_loader_rejects_an_event_on_two_topics(tmp_path: Path) -> None:
+    import shutil
+
+    copy = tmp_path / "schemas"
+    shutil.copytree(SCHEMAS, copy)
+    extra = (copy / "topics" / "chorus.timers.yaml").read_text().replace(
+        "topic: chorus.timers", "topic: chorus.timers2"
+    )
+    (copy / "topics" / "chorus.timers2.yaml").write_text(extra)
+    with pytest.raises(ValueError, match="declared on two topics"):
+        load_registry(copy)
+

@@ -1,0 +1,189 @@
+"""Every service's declared edges match the registry, and its handlers honour the contracts."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import json
+import pkgutil
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chorus.clock import ManualClock
+from chorus.codec import decode, encode
+from chorus.envelopes import child_envelope
+from chorus.registry import RUNTIME_PRODUCER, load_registry
+from chorus.errors import ChorusError
+from chorus.service import Context, ServiceEdges, ServiceSpec
+from chorus_contracts.envelope import ProducerRef
+
+ROOT = Path(__file__).resolve().parents[1]
+REGISTRY = load_registry(ROOT / "schemas")
+RUNTIME_TOPICS = {"chorus.control"}
+LIBRARIES = {"chorus", "chorus_contracts"}  # imported by services, not deployed
+
+
+def discover() -> dict[str, tuple[ServiceEdges, ServiceSpec[Any, Any] | None]]:
+    """Every services/<name>/service.py exposing SPEC (runtime) or EDGES (other)."""
+    found: dict[str, tuple[ServiceEdges, ServiceSpec[Any, Any] | None]] = {}
+    for module in pkgutil.iter_modules([str(ROOT / "services")]):
+        if module.name in LIBRARIES or not (ROOT / "services" / module.name / "service.py").exists():
+            continue
+        mod = importlib.import_module(f"{module.name}.service")
+        spec = getattr(mod, "SPEC", None)
+        if isinstance(spec, ServiceSpec):
+            found[spec.name] = (spec.edges(), spec)
+        elif isinstance(getattr(mod, "EDGES", None), ServiceEdges):
+            found[mod.EDGES.name] = (mod.EDGES, None)
+        else:
+            raise AssertionError(f"services/{module.name}/service.py declares neither SPEC nor EDGES")
+    return found
+
+
+SERVICES = discover()
+
+
+def declared(role: str, service: str, runtime: bool) -> set[str]:
+    """Topics where the registry lists ``service`` (or, for runtime services, chorus-runtime)."""
+    names = {service} | ({RUNTIME_PRODUCER} if runtime else set())
+    return {t for t, spec in REGISTRY.topics.items() if names & set(getattr(spec, role))}
+
+
+def test_services_are_discovered() -> None:
+    assert "timer_service" in SERVICES
+
+
+def test_every_service_the_registry_names_exists() -> None:
+    named = {
+        name
+        for spec in REGISTRY.topics.values()
+        for name in (*spec.producers, *spec.consumers, spec.owner)
+    } - {RUNTIME_PRODUCER}
+    assert named - set(SERVICES) == set(), "the registry names services that do not exist"
+
+
+@pytest.mark.parametrize("name", sorted(SERVICES))
+def test_consumed_topics_match_the_registry(name: str) -> None:
+    edges, _ = SERVICES[name]
+    unknown = [t for t in edges.consumes if not REGISTRY.knows(t)]
+    assert unknown == [], f"{name} handles event types the registry does not know: {unknown}"
+    from_code = {REGISTRY.topic_for(t).topic for t in edges.consumes}
+    if edges.runtime:
+        from_code |= RUNTIME_TOPICS
+    from_registry = declared("consumers", name, edges.runtime)
+    assert from_code == from_registry, (
+        f"{name}: code consumes {sorted(from_code)}, "
+        f"registry lists it as consumer of {sorted(from_registry)}"
+    )
+
+
+@pytest.mark.parametrize("name", sorted(SERVICES))
+def test_produced_topics_match_the_registry(name: str) -> None:
+    edges, _ = SERVICES[name]
+    unknown = [t for t in edges.produces if not REGISTRY.knows(t)]
+    assert unknown == [], f"{name} emits event types the registry does not know: {unknown}"
+    from_code = {REGISTRY.topic_for(t).topic for t in edges.produces}
+    from_registry = {
+        t for t, spec in REGISTRY.topics.items() if name in spec.producers
+    }
+    assert from_code == from_registry, (
+        f"{name}: code produces onto {sorted(from_code)}, "
+        f"registry lists it as producer of {sorted(from_registry)}"
+    )
+
+
+def handler_cases() -> list[Any]:
+    cases = []
+    for name, (_, spec) in sorted(SERVICES.items()):
+        if spec is None:
+            continue
+        for handler in spec.handlers:
+            event_type = handler.event.event_type
+            for version in REGISTRY.versions(event_type):
+                if version > handler.event.version:
+                    continue
+                for example in REGISTRY.examples.get((event_type, version), []):
+                    cases.append(
+                        pytest.param(name, event_type, example, id=f"{name}:{example.path.parent.parent.name}.v{version}/{example.path.name}")
+                    )
+    return cases
+
+
+@pytest.mark.parametrize(("name", "event_type", "example"), handler_cases())
+def test_consumer_accepts_every_example_of_every_version_it_claims(
+    name: str, event_type: str, example: Any
+) -> None:
+    _, spec = SERVICES[name]
+    assert spec is not None
+    event = decode(json.dumps(example.body).encode(), REGISTRY, accept=spec.consumes())
+    assert event.payload.version == spec.consumes()[event_type]
+
+
+def emitted_validates(spec: ServiceSpec[Any, Any], outcome: Any, parent: Any) -> list[str]:
+    """Build every emitted event as the runtime would and decode it back."""
+    problems = []
+    for index, item in enumerate(outcome.emit):
+        model = getattr(item, "event", item)
+        if model.event_type not in spec.produces:
+            problems.append(f"emits undeclared {model.event_type}")
+        child = child_envelope(
+            parent, model, producer=ProducerRef(service=spec.name, version=spec.version),
+            now=parent.occurred_at, position=f"contract/{index}",
+        )
+        decode(encode(child), REGISTRY)
+    return problems
+
+
+async def test_handlers_run_on_examples_emit_only_valid_declared_events() -> None:
+    """Run every handler on every example of what it consumes (fresh workflow, offline deps).
+
+    Handlers may refuse an example (a ChorusError, e.g. an approval for a workflow
+    they never saw); whatever they do emit must be declared and must validate.
+    """
+    ran: dict[str, int] = {}
+    problems: list[str] = []
+    for name, (_, spec) in sorted(SERVICES.items()):
+        if spec is None:
+            continue
+        ran[name] = 0
+        deps_cm = spec.contract_deps() if spec.contract_deps is not None else _none()
+        async with deps_cm as deps:
+            for handler in spec.handlers:
+                key = (handler.event.event_type, handler.event.version)
+                for example in REGISTRY.examples.get(key, []):
+                    event = decode(json.dumps(example.body).encode(), REGISTRY, accept=spec.consumes())
+                    ctx: Context[Any] = Context(
+                        service=name,
+                        deps=deps,
+                        clock=ManualClock(event.envelope.occurred_at),
+                        envelope=event.envelope,
+                        attempt=1,
+                        feedback=[],
+                        log=logging.LoggerAdapter(logging.getLogger(name)),
+                        _checkpoint=_no_checkpoint,
+                    )
+                    try:
+                        outcome = await handler.handler(event, None, ctx)
+                    except ChorusError:
+                        continue
+                    ran[name] += 1
+                    problems += [
+                        f"{name} on {example.path.name}: {p}"
+                        for p in emitted_validates(spec, outcome, event.envelope)
+                    ]
+    assert problems == []
+    idle = [n for n, count in ran.items() if count == 0]
+    assert idle == [], f"no handler of {idle} accepted any example; add examples it can handle"
+
+
+@asynccontextmanager
+async def _none() -> AsyncIterator[None]:
+    yield None
+
+
+async def _no_checkpoint(_: Any) -> None:
+    return None

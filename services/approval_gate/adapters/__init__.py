@@ -1,0 +1,29 @@
+"""Dependencies of the approval gate's handlers: its settings (chains for reviews)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from chorus_contracts.approvals import EscalationStep, Fallback
+
+
+@dataclass(frozen=True)
+class Deps:
+    review_chain: list[EscalationStep]
+    review_fallback: Fallback
+
+
+@asynccontextmanager
+async def bootstrap(settings: Any) -> AsyncIterator[Deps]:
+    yield Deps(list(settings.review_chain), settings.review_fallback)
+
+
+@asynccontextmanager
+async def offline() -> AsyncIterator[Deps]:
+    from approval_gate.config import Settings
+
+    defaults = Settings()
+    yield Deps(list(defaults.review_chain), defaults.review_fallback)

@@ -1,0 +1,145 @@
+"""Handlers of the approval gate.
+
+While a workflow waits here nothing runs: the wait is one checkpoint row and
+one pending timer. Each window that elapses moves the request one tier up the
+chain; past the last tier the configured fallback decides.
+"""
+
+from __future__ import annotations
+
+from chorus.codec import Event
+from chorus.service import CancelTimer, Context, Outcome, ScheduleTimer
+from chorus_contracts.approvals import (
+    ApprovalContext,
+    ApprovalDecided,
+    ApprovalDecisionSubmitted,
+    ApprovalEscalated,
+    ApprovalRequested,
+    ApprovalWindowElapsed,
+)
+from chorus_contracts.lifecycle import WorkflowEnded
+from chorus_contracts.platform import ReviewRequested
+from approval_gate.adapters import Deps
+from approval_gate.domain import (
+    FALLBACK_ACTOR,
+    Gate,
+    fallback_decision,
+    is_current,
+    window_end,
+    window_timer_id,
+)
+
+
+def _window_timer(gate: Gate, ctx: Context[Deps]) -> ScheduleTimer:
+    return ScheduleTimer(
+        timer_id=window_timer_id(gate.approval_id, gate.level),
+        due_at=window_end(ctx.clock.now(), gate),
+        event=ApprovalWindowElapsed(approval_id=gate.approval_id, level=gate.level),
+        purpose="escalation",
+    )
+
+
+async def on_approval_requested(
+    event: Event[ApprovalRequested], state: Gate | None, ctx: Context[Deps]
+) -> Outcome[Gate]:
+    request = event.payload
+    if state is not None and state.approval_id == request.approval_id:
+        return Outcome()  # the same request again
+    timers: list[CancelTimer | ScheduleTimer] = []
+    if state is not None and state.status == "pending":
+        timers.append(CancelTimer(window_timer_id(state.approval_id, state.level), "superseded"))
+    gate = Gate(
+        approval_id=request.approval_id,
+        requested_by=request.requested_by,
+        chain=request.chain,
+        fallback=request.fallback,
+        context=request.context,
+    )
+    return Outcome(state=gate, timers=[*timers, _window_timer(gate, ctx)])
+
+
+async def on_approval_window_elapsed(
+    event: Event[ApprovalWindowElapsed], state: Gate | None, ctx: Context[Deps]
+) -> Outcome[Gate]:
+    elapsed = event.payload
+    if state is None or not is_current(state, elapsed.approval_id) or state.level != elapsed.level:
+        return Outcome()  # decided, superseded or already escalated
+    if state.level + 1 < len(state.chain):
+        gate = state.model_copy(update={"level": state.level + 1})
+        escalated = ApprovalEscalated(
+            approval_id=gate.approval_id,
+            level=gate.level,
+            from_tier=state.chain[state.level].tier,
+            to_tier=gate.chain[gate.level].tier,
+            waiting_until=window_end(ctx.clock.now(), gate),
+        )
+        return Outcome(state=gate, emit=[escalated], timers=[_window_timer(gate, ctx)])
+    decided = ApprovalDecided(
+        approval_id=state.approval_id,
+        decision=fallback_decision(state.fallback),
+        comment=f"no answer from {' / '.join(s.tier for s in state.chain)} in time",
+        decided_by=FALLBACK_ACTOR,
+        tier=state.chain[state.level].tier,
+        automatic=True,
+        requested_by=state.requested_by,
+    )
+    return Outcome(state=state.model_copy(update={"status": "decided"}), emit=[decided])
+
+
+async def on_approval_decision_submitted(
+    event: Event[ApprovalDecisionSubmitted], state: Gate | None, ctx: Context[Deps]
+) -> Outcome[Gate]:
+    submitted = event.payload
+    if state is None or not is_current(state, submitted.approval_id):
+        ctx.log.warning("decision for an approval that is not pending; ignored")
+        return Outcome()
+    tier = state.chain[state.level].tier
+    if submitted.reviewer_tier != tier:
+        # The gateway answers 403 first; this guards against a race with an escalation.
+        ctx.log.warning("decision from tier %s while %s decides; ignored", submitted.reviewer_tier, tier)
+        return Outcome()
+    decided = ApprovalDecided(
+        approval_id=state.approval_id,
+        decision=submitted.decision,
+        comment=submitted.comment,
+        decided_by=submitted.reviewer,
+        tier=tier,
+        requested_by=state.requested_by,
+    )
+    return Outcome(
+        state=state.model_copy(update={"status": "decided"}),
+        emit=[decided],
+        timers=[CancelTimer(window_timer_id(state.approval_id, state.level), "decided")],
+    )
+
+
+async def on_review_requested(
+    event: Event[ReviewRequested], state: Gate | None, ctx: Context[Deps]
+) -> Outcome[Gate]:
+    """Output a handler could not get right becomes an approval for a person."""
+    review = event.payload
+    request = ApprovalRequested(
+        approval_id=f"review-{event.envelope.workflow_id}-{review.original_event_id[:8]}",
+        requested_by=review.service,
+        chain=ctx.deps.review_chain,
+        fallback=ctx.deps.review_fallback,
+        context=ApprovalContext(
+            summary=f"{review.service} could not produce valid output for {review.original_event_type}",
+            inputs={"validation_errors": review.validation_errors, "attempts": review.attempts},
+            steps_taken=[f"{review.attempts} attempts, each re-prompted with the previous errors"],
+            options=["approve", "reject", "revise"],
+            why=review.reason,
+        ),
+    )
+    return Outcome(emit=[request])
+
+
+async def on_workflow_ended(
+    event: Event[WorkflowEnded], state: Gate | None, ctx: Context[Deps]
+) -> Outcome[Gate]:
+    if state is None or state.status != "pending":
+        return Outcome()
+    return Outcome(
+        state=state.model_copy(update={"status": "closed"}),
+        timers=[CancelTimer(window_timer_id(state.approval_id, state.level), "workflow ended")],
+    )

@@ -1,0 +1,1 @@
+"""The budget agent: reserves budget, asks for approval, and compensates when payment fails."""

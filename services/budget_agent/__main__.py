@@ -1,0 +1,10 @@
+"""``python -m budget_agent``: run one replica."""
+
+from __future__ import annotations
+
+from budget_agent.config import Settings
+from budget_agent.service import SPEC
+from chorus.runtime.runner import main
+
+if __name__ == "__main__":
+    main(SPEC, Settings())

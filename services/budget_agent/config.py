@@ -1,0 +1,18 @@
+"""Settings of the budget agent (CHORUS_* environment variables)."""
+
+from __future__ import annotations
+
+from chorus.runtime.runner import ServiceSettings
+from chorus_contracts.approvals import EscalationStep, Fallback
+
+
+class Settings(ServiceSettings):
+    http_port: int = 8112
+    budgets: dict[str, int] = {"cc-research": 5_000_000, "cc-ops": 2_000_000, "cc-marketing": 100_000}
+    """Cost center -> budget in cents, created when missing (existing budgets are kept)."""
+    approval_chain: list[EscalationStep] = [
+        EscalationStep(tier="manager", window_s=8 * 3600),
+        EscalationStep(tier="director", window_s=8 * 3600),
+    ]
+    """Who approves a procurement and how long each tier has before it escalates."""
+    approval_fallback: Fallback = "auto_reject"

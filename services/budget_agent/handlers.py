@@ -1,0 +1,130 @@
+"""Handlers of the budget agent."""
+
+from __future__ import annotations
+
+from chorus.codec import Event
+from chorus.service import Context, Outcome
+from chorus_contracts.approvals import ApprovalDecided
+from chorus_contracts.lifecycle import WorkflowEnded
+from chorus_contracts.procurement import (
+    BudgetRejected,
+    BudgetReleased,
+    BudgetReserved,
+    InvoiceValidated,
+    PaymentFailed,
+    RequesterNotified,
+)
+from budget_agent.adapters import Deps, Release, Reserve
+from budget_agent.domain import BudgetState, approval_request, reservation_id
+
+SERVICE = "budget_agent"
+
+
+async def on_invoice_validated(
+    event: Event[InvoiceValidated], state: BudgetState | None, ctx: Context[Deps]
+) -> Outcome[BudgetState]:
+    validated = event.payload
+    workflow_id = event.envelope.workflow_id
+    if state is not None and state.status != "reserved":
+        return Outcome()  # released or rejected already: a late revision changes nothing
+    if state is not None and state.reservation_id is not None:
+        # A revised reading of an invoice we already reserved for: ask again.
+        state = state.model_copy(update={"approval_rounds": state.approval_rounds + 1})
+        request = approval_request(state, validated, workflow_id, ctx.deps.chain, ctx.deps.fallback)
+        return Outcome(state=state, emit=[request])
+    amount = validated.extracted.total_cents
+    state = BudgetState(
+        invoice_id=validated.invoice_id,
+        cost_center=validated.cost_center,
+        amount_cents=amount,
+        currency=validated.extracted.currency,
+        requester_ref=event.envelope.subject_ref or "",
+    )
+    available = await ctx.deps.ledger.available(validated.cost_center)
+    if available is None or available < amount:
+        rejected = BudgetRejected(
+            invoice_id=validated.invoice_id,
+            cost_center=validated.cost_center,
+            requested_cents=amount,
+            available_cents=available or 0,
+        )
+        ended = WorkflowEnded(
+            outcome="rejected",
+            reason=f"budget {validated.cost_center} has {available or 0} cents, {amount} needed",
+            ended_by=SERVICE,
+        )
+        return Outcome(state=state.model_copy(update={"status": "rejected"}), emit=[rejected, ended], ended="rejected")
+    res_id = reservation_id(workflow_id, validated.invoice_id)
+    state = state.model_copy(update={"reservation_id": res_id, "approval_rounds": 1})
+    reserved = BudgetReserved(
+        invoice_id=validated.invoice_id,
+        reservation_id=res_id,
+        cost_center=validated.cost_center,
+        amount_cents=amount,
+        currency=validated.extracted.currency,
+    )
+    request = approval_request(state, validated, workflow_id, ctx.deps.chain, ctx.deps.fallback)
+    return Outcome(
+        state=state,
+        emit=[reserved, request],
+        effects=[Reserve(res_id, workflow_id, validated.cost_center, amount)],
+    )
+
+
+async def on_approval_decided(
+    event: Event[ApprovalDecided], state: BudgetState | None, ctx: Context[Deps]
+) -> Outcome[BudgetState]:
+    decision = event.payload
+    if state is None or decision.requested_by != SERVICE or decision.decision != "reject":
+        return Outcome()  # approve: the payment agent pays; revise: the invoice agent re-reads
+    who = decision.decided_by if not decision.automatic else "the fallback policy"
+    return release(state, f"approval rejected by {who}", outcome="rejected", notify=False)
+
+
+async def on_payment_failed(
+    event: Event[PaymentFailed], state: BudgetState | None, ctx: Context[Deps]
+) -> Outcome[BudgetState]:
+    if state is None:
+        return Outcome()
+    return release(state, f"payment failed: {event.payload.reason}", outcome="compensated", notify=True)
+
+
+async def on_workflow_ended(
+    event: Event[WorkflowEnded], state: BudgetState | None, ctx: Context[Deps]
+) -> Outcome[BudgetState]:
+    """A workflow that timed out (or was cancelled) must not keep its budget."""
+    if state is None or event.payload.outcome not in ("timed_out", "cancelled"):
+        return Outcome()
+    released = release(state, f"workflow {event.payload.outcome}", outcome=None, notify=False)
+    return released
+
+
+def release(
+    state: BudgetState, reason: str, *, outcome: str | None, notify: bool
+) -> Outcome[BudgetState]:
+    if state.status != "reserved" or state.reservation_id is None:
+        return Outcome()
+    events = [
+        BudgetReleased(
+            invoice_id=state.invoice_id,
+            reservation_id=state.reservation_id,
+            amount_cents=state.amount_cents,
+            reason=reason,
+        )
+    ]
+    if notify:
+        events.append(
+            RequesterNotified(
+                invoice_id=state.invoice_id,
+                requester_ref=state.requester_ref or "unknown",
+                template="payment_failed",
+            )
+        )
+    if outcome is not None:
+        events.append(WorkflowEnded(outcome=outcome, reason=reason, ended_by=SERVICE))  # type: ignore[arg-type]
+    return Outcome(
+        state=state.model_copy(update={"status": "released"}),
+        emit=events,
+        effects=[Release(state.reservation_id)],
+        ended=outcome,
+    )

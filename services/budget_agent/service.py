@@ -1,0 +1,41 @@
+"""The budget agent's declaration."""
+
+from __future__ import annotations
+
+from budget_agent.adapters import Deps, bootstrap, migrate, offline
+from budget_agent.domain import BudgetState
+from budget_agent.handlers import (
+    on_approval_decided,
+    on_invoice_validated,
+    on_payment_failed,
+    on_workflow_ended,
+)
+from chorus.service import On, ServiceSpec
+from chorus_contracts.approvals import ApprovalDecided
+from chorus_contracts.lifecycle import WorkflowEnded
+from chorus_contracts.procurement import InvoiceValidated, PaymentFailed
+
+SPEC: ServiceSpec[BudgetState, Deps] = ServiceSpec(
+    name="budget_agent",
+    version="0.1.0",
+    handlers=[
+        On(InvoiceValidated, on_invoice_validated, timeout_s=30),
+        On(ApprovalDecided, on_approval_decided, timeout_s=30),
+        On(PaymentFailed, on_payment_failed, timeout_s=30),
+        On(WorkflowEnded, on_workflow_ended, timeout_s=30),
+    ],
+    produces=frozenset(
+        {
+            "budget.reserved",
+            "budget.rejected",
+            "budget.released",
+            "requester.notified",
+            "approval.requested",
+            "workflow.ended",
+        }
+    ),
+    state=BudgetState,
+    migrations=[migrate],
+    bootstrap=bootstrap,
+    contract_deps=offline,
+)

@@ -1,0 +1,195 @@
+"""One LLM interface, two implementations.
+
+- :class:`OpenAICompatibleLLM`: chat completions over HTTP (httpx) against any
+  OpenAI-compatible server (base URL, model and key from settings), behind the
+  shared rate limiter, with the task timeout and errors mapped onto the taxonomy:
+  429/5xx/timeouts transient, 401 persistent, output that fails its schema semantic.
+- :class:`OfflineModel`: a deterministic stand-in, named ``chorus-offline-deterministic``,
+  so the demo and the tests run with no network. Each task ("extract_invoice",
+  "draft_report") has a deterministic skill supplied by the service that owns it.
+
+Prompts name their task on the system message's first line (``task: <name>``),
+which is how the offline model (and the sandbox's HTTP model) pick a skill.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from chorus.errors import PersistentError, SemanticError
+from chorus.external import ExternalRejection, call_json
+from chorus.ratelimit import RateLimiter
+
+OFFLINE_MODEL_NAME = "chorus-offline-deterministic"
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: str
+    content: str
+
+    def as_json(self) -> dict[str, str]:
+        return {"role": self.role, "content": self.content}
+
+
+Skill = Callable[[list[ChatMessage]], str]
+
+
+class LLM(Protocol):
+    name: str
+
+    async def complete(self, messages: list[ChatMessage], *, timeout_s: float = 120.0) -> str:
+        """The assistant's reply text. Raises TransientError / PersistentError."""
+        ...
+
+
+def task_of(messages: list[ChatMessage]) -> str:
+    first = messages[0].content.splitlines()[0] if messages and messages[0].content else ""
+    if not first.startswith("task:"):
+        raise PersistentError("prompt does not name its task on the first system line")
+    return first.removeprefix("task:").strip()
+
+
+class OfflineModel:
+    """Deterministic answers from the owning service's skills; no network, no randomness."""
+
+    name = OFFLINE_MODEL_NAME
+
+    def __init__(self, skills: Mapping[str, Skill]) -> None:
+        self.skills = dict(skills)
+        self.calls = 0
+
+    async def complete(self, messages: list[ChatMessage], *, timeout_s: float = 120.0) -> str:
+        self.calls += 1
+        task = task_of(messages)
+        skill = self.skills.get(task)
+        if skill is None:
+            raise PersistentError(f"the offline model has no skill for task {task!r}")
+        return skill(messages)
+
+
+class OpenAICompatibleLLM:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str = "",
+        limiter: RateLimiter | None = None,
+    ) -> None:
+        self.client = client
+        self.base_url = base_url.rstrip("/")
+        self.name = model
+        self.api_key = api_key
+        self.limiter = limiter
+
+    async def complete(self, messages: list[ChatMessage], *, timeout_s: float = 120.0) -> str:
+        if self.limiter is not None:
+            await self.limiter.acquire(timeout_s=timeout_s)
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        try:
+            response = await call_json(
+                self.client,
+                "POST",
+                f"{self.base_url}/chat/completions",
+                what="LLM",
+                json={
+                    "model": self.name,
+                    "messages": [m.as_json() for m in messages],
+                    "temperature": 0,
+                    "response_format": {"type": "json_object"},
+                },
+                headers=headers,
+                timeout_s=timeout_s,
+            )
+        except ExternalRejection as exc:
+            raise PersistentError(f"LLM request refused ({exc.status}): {exc.body}") from exc
+        try:
+            body = response.json()
+            content: str = body["choices"][0]["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise SemanticError("LLM answered without choices[0].message.content", [str(exc)]) from exc
+        return content
+
+
+def parse_json_output(text: str, model: type[M]) -> M:
+    """The model's answer as ``model``, or a SemanticError listing what is wrong, by pointer."""
+    try:
+        data: Any = json.loads(text)
+    except ValueError as exc:
+        raise SemanticError("output is not JSON", [f"/: not JSON ({exc})"]) from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        errors = [
+            "/" + "/".join(str(p) for p in err["loc"]) + f": {err['msg']}"
+            for err in exc.errors(include_url=False)
+        ]
+        raise SemanticError(f"output does not match {model.__name__}", errors) from None
+
+
+def llm_from_settings(
+    *,
+    base_url: str,
+    model: str,
+    api_key: str,
+    client: httpx.AsyncClient,
+    skills: Mapping[str, Skill],
+    limiter: RateLimiter | None = None,
+) -> LLM:
+    """``base_url == "offline"`` (the default everywhere) selects the deterministic model."""
+    if base_url == "offline":
+        return OfflineModel(skills)
+    return OpenAICompatibleLLM(client, base_url=base_url, model=model, api_key=api_key, limiter=limiter)
+
+
+class LLMSettings(BaseModel):
+    """Fields a service that talks to an LLM adds to its Settings (CHORUS_LLM_*)."""
+
+    llm_base_url: str = "offline"
+    """``offline`` (deterministic, no network) or an OpenAI-compatible base URL (…/v1)."""
+    llm_model: str = "gpt-4o-mini"
+    llm_api_key: str = ""
+    llm_rate_per_s: float = 10.0
+    """Shared by every replica of every service through PostgreSQL (limiter ``llm``)."""
+    llm_timeout_s: float = 120.0
+
+
+@asynccontextmanager
+async def llm_dependency(settings: Any, skills: Mapping[str, Skill]) -> AsyncIterator[LLM]:
+    """The LLM a service's handlers use, built from its settings (bootstrap helper).
+
+    The offline model needs nothing; a real endpoint gets an HTTP client and the
+    shared ``llm`` rate limiter (its own two-connection pool).
+    """
+    if settings.llm_base_url == "offline":
+        yield OfflineModel(skills)
+        return
+    from chorus.clock import clock_from_setting
+    from chorus.db import create_pool
+
+    pool = await create_pool(settings.database_url, max_size=2)
+    limiter = RateLimiter(
+        pool, "llm", rate_per_s=settings.llm_rate_per_s, clock=clock_from_setting(settings.clock)
+    )
+    await limiter.setup()
+    try:
+        async with httpx.AsyncClient() as client:
+            yield OpenAICompatibleLLM(
+                client,
+                base_url=settings.llm_base_url,
+                model=settings.llm_model,
+                api_key=settings.llm_api_key,
+                limiter=limiter,
+            )
+    finally:
+        await pool.close()

@@ -1,0 +1,28 @@
+"""Dependencies of the invoice agent's handlers."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from chorus.llm import LLM, OfflineModel, llm_dependency
+from invoice_agent.domain import TASK, offline_extract
+
+
+@dataclass(frozen=True)
+class Deps:
+    llm: LLM
+    llm_timeout_s: float = 120.0
+
+
+@asynccontextmanager
+async def bootstrap(settings: Any) -> AsyncIterator[Deps]:
+    async with llm_dependency(settings, {TASK: offline_extract}) as llm:
+        yield Deps(llm=llm, llm_timeout_s=settings.llm_timeout_s)
+
+
+@asynccontextmanager
+async def offline() -> AsyncIterator[Deps]:
+    yield Deps(llm=OfflineModel({TASK: offline_extract}))

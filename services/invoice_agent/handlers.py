@@ -1,0 +1,83 @@
+"""Handlers of the invoice agent."""
+
+from __future__ import annotations
+
+from chorus.codec import Event
+from chorus.llm import parse_json_output
+from chorus.service import Context, Outcome
+from chorus_contracts.approvals import ApprovalDecided
+from chorus_contracts.base import EventModel
+from chorus_contracts.lifecycle import WorkflowEnded
+from chorus_contracts.procurement import (
+    ExtractedInvoice,
+    InvoiceReceived,
+    InvoiceRejected,
+    InvoiceValidated,
+)
+from invoice_agent.adapters import Deps
+from invoice_agent.domain import (
+    InvoiceState,
+    check_against_po,
+    extraction_prompt,
+    from_purchase_order,
+)
+
+SERVICE = "invoice_agent"
+
+
+async def on_invoice_received(
+    event: Event[InvoiceReceived], state: InvoiceState | None, ctx: Context[Deps]
+) -> Outcome[InvoiceState]:
+    if state is not None and state.validated:
+        return Outcome()  # a second start event for the same workflow changes nothing
+    invoice = event.payload
+    extracted = await read_invoice(invoice, ctx)
+    return decide(InvoiceState(invoice=invoice, readings=1), extracted)
+
+
+async def on_approval_decided(
+    event: Event[ApprovalDecided], state: InvoiceState | None, ctx: Context[Deps]
+) -> Outcome[InvoiceState]:
+    """A reviewer asked for a revision (budget approval) or answered a review of a reading."""
+    decision = event.payload
+    if state is None or event.envelope.workflow_type != "procurement":
+        return Outcome()
+    own_review = decision.requested_by == SERVICE
+    if decision.decision == "revise" and (own_review or decision.requested_by == "budget_agent"):
+        extracted = await read_invoice(state.invoice, ctx, reviewer_comment=decision.comment)
+        return decide(state.model_copy(update={"readings": state.readings + 1}), extracted)
+    if own_review and decision.decision == "approve":
+        return decide(state, from_purchase_order(state.invoice), vouched_by=decision.decided_by)
+    if own_review and decision.decision == "reject":
+        return rejected(state, [f"rejected in review by {decision.decided_by}: {decision.comment}".strip()])
+    return Outcome()
+
+
+async def read_invoice(
+    invoice: InvoiceReceived, ctx: Context[Deps], reviewer_comment: str = ""
+) -> ExtractedInvoice:
+    """Ask the LLM; an answer that fails the schema is a SemanticError (re-prompted with it)."""
+    messages = extraction_prompt(invoice.document_text, ctx.feedback, reviewer_comment)
+    answer = await ctx.deps.llm.complete(messages, timeout_s=ctx.deps.llm_timeout_s)
+    return parse_json_output(answer, ExtractedInvoice)
+
+
+def decide(state: InvoiceState, extracted: ExtractedInvoice, vouched_by: str = "") -> Outcome[InvoiceState]:
+    po = state.invoice.purchase_order
+    checks, reasons = check_against_po(extracted, po)
+    if reasons:
+        return rejected(state, reasons)
+    if vouched_by:
+        checks.append(f"reading confirmed by reviewer {vouched_by}")
+    validated = InvoiceValidated(
+        invoice_id=state.invoice.invoice_id, extracted=extracted, checks=checks, cost_center=po.cost_center
+    )
+    return Outcome(state=state.model_copy(update={"validated": True}), emit=[validated])
+
+
+def rejected(state: InvoiceState, reasons: list[str]) -> Outcome[InvoiceState]:
+    events: list[EventModel] = [
+        InvoiceRejected(invoice_id=state.invoice.invoice_id, reasons=reasons),
+        WorkflowEnded(outcome="rejected", reason="; ".join(reasons), ended_by=SERVICE),
+    ]
+    return Outcome(state=state, emit=events, ended="rejected")

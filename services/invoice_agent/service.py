@@ -1,0 +1,25 @@
+"""The invoice agent's declaration."""
+
+from __future__ import annotations
+
+from chorus.service import On, ServiceSpec
+from chorus_contracts.approvals import ApprovalDecided
+from chorus_contracts.procurement import InvoiceReceived
+from invoice_agent.adapters import Deps, bootstrap, offline
+from invoice_agent.domain import InvoiceState
+from invoice_agent.handlers import on_approval_decided, on_invoice_received
+
+SPEC: ServiceSpec[InvoiceState, Deps] = ServiceSpec(
+    name="invoice_agent",
+    version="0.1.0",
+    handlers=[
+        # An LLM reading can take minutes; three tries with the validation errors
+        # as feedback, then a person reviews it.
+        On(InvoiceReceived, on_invoice_received, timeout_s=300, semantic_attempts=3),
+        On(ApprovalDecided, on_approval_decided, timeout_s=300, semantic_attempts=3),
+    ],
+    produces=frozenset({"invoice.validated", "invoice.rejected", "workflow.ended"}),
+    state=InvoiceState,
+    bootstrap=bootstrap,
+    contract_deps=offline,
+)

@@ -1,0 +1,74 @@
+"""The payment provider client (HTTP) and the handlers' dependencies."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from chorus.external import call_json
+
+
+@dataclass(frozen=True)
+class PaymentReceipt:
+    payment_id: str
+    reference: str
+
+
+class PaymentClient:
+    """POST /payments with an Idempotency-Key: the provider pays each key once.
+
+    Raises TransientError (retry later), PersistentError (credentials) or
+    ExternalRejection (the provider refused this payment).
+    """
+
+    def __init__(self, client: httpx.AsyncClient, base_url: str, api_key: str, timeout_s: float) -> None:
+        self.client = client
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.timeout_s = timeout_s
+
+    async def pay(
+        self, *, key: str, invoice_id: str, vendor_id: str, amount_cents: int, currency: str
+    ) -> PaymentReceipt:
+        response = await call_json(
+            self.client,
+            "POST",
+            f"{self.base_url}/payments",
+            what="payment provider",
+            json={
+                "invoice_id": invoice_id,
+                "vendor_id": vendor_id,
+                "amount_cents": amount_cents,
+                "currency": currency,
+            },
+            headers={"Idempotency-Key": key, "Authorization": f"Bearer {self.api_key}"},
+            timeout_s=self.timeout_s,
+        )
+        body = response.json()
+        return PaymentReceipt(payment_id=str(body["payment_id"]), reference=str(body["reference"]))
+
+
+@dataclass(frozen=True)
+class Deps:
+    payments: PaymentClient
+    max_attempts: int = 6
+
+
+@asynccontextmanager
+async def bootstrap(settings: Any) -> AsyncIterator[Deps]:
+    async with httpx.AsyncClient() as client:
+        yield Deps(
+            PaymentClient(client, settings.payment_api_url, settings.payment_api_key, settings.payment_timeout_s),
+            settings.payment_max_attempts,
+        )
+
+
+@asynccontextmanager
+async def offline() -> AsyncIterator[Deps]:
+    """Contract tests: a client whose provider is unreachable (every call is transient)."""
+    async with httpx.AsyncClient() as client:
+        yield Deps(PaymentClient(client, "http://127.0.0.1:9", "none", 0.5))

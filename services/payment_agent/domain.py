@@ -1,0 +1,34 @@
+"""What the payment agent knows of a workflow, and the payment's idempotency key."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+
+class PaymentState(BaseModel):
+    invoice_id: str = ""
+    vendor_id: str = ""
+    amount_cents: int = 0
+    currency: str = ""
+    reservation_id: str = ""
+    approved_by: str | None = None
+    payment_id: str | None = None
+    failed: bool = False
+
+    @property
+    def payable(self) -> bool:
+        """Approved, and both facts a payment needs have arrived (in either order)."""
+        return bool(
+            self.approved_by
+            and self.invoice_id
+            and self.vendor_id
+            and self.amount_cents
+            and self.reservation_id
+            and self.payment_id is None
+            and not self.failed
+        )
+
+
+def payment_key(workflow_id: str, invoice_id: str) -> str:
+    """One payment per invoice per workflow, whatever crashes or retries happen."""
+    return f"pay:{workflow_id}:{invoice_id}"

@@ -1,0 +1,27 @@
+"""The payment agent's declaration."""
+
+from __future__ import annotations
+
+from chorus.service import On, ServiceSpec
+from chorus_contracts.approvals import ApprovalDecided
+from chorus_contracts.procurement import BudgetReserved, InvoiceValidated
+from payment_agent.adapters import Deps, bootstrap, offline
+from payment_agent.domain import PaymentState
+from payment_agent.handlers import on_approval_decided, on_budget_reserved, on_invoice_validated
+
+SPEC: ServiceSpec[PaymentState, Deps] = ServiceSpec(
+    name="payment_agent",
+    version="0.1.0",
+    handlers=[
+        # Any of the three may be the last fact needed and so make the payment. The
+        # agent turns exhausted retries into payment.failed itself, so the runtime's
+        # cap is one attempt above the agent's own.
+        On(InvoiceValidated, on_invoice_validated, timeout_s=60, max_attempts=7, backoff_cap_s=60),
+        On(BudgetReserved, on_budget_reserved, timeout_s=60, max_attempts=7, backoff_cap_s=60),
+        On(ApprovalDecided, on_approval_decided, timeout_s=60, max_attempts=7, backoff_cap_s=60),
+    ],
+    produces=frozenset({"payment.issued", "payment.failed", "workflow.ended"}),
+    state=PaymentState,
+    bootstrap=bootstrap,
+    contract_deps=offline,
+)

@@ -1,0 +1,167 @@
+"""One aiohttp app standing in for every external system Chorus talks to.
+
+Each endpoint counts the requests it receives (GET /stats), because the tests'
+strongest claims are about those counts: one payment per approved invoice,
+sources not fetched again after a resume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from chorus.llm import ChatMessage
+from chorus.llm.client import OFFLINE_MODEL_NAME, task_of
+from invoice_agent.domain import TASK as INVOICE_TASK
+from invoice_agent.domain import offline_extract
+from report_agent.domain import TASK as REPORT_TASK
+from report_agent.domain import offline_draft
+
+SKILLS = {INVOICE_TASK: offline_extract, REPORT_TASK: offline_draft}
+CLOSED_VENDORS = {"vendor-closed"}
+
+
+@dataclass
+class SandboxConfig:
+    api_key: str = "sandbox-key"
+    webhook_secret: str = "demo-webhook-secret"
+    flaky_sources: frozenset[str] = frozenset()
+    """Sources that answer 503 to every other request."""
+    payment_failures_per_key: int = 0
+    """The first N requests of each payment key answer 503."""
+    payment_delay_s: float = 0.0
+
+
+@dataclass
+class Sandbox:
+    config: SandboxConfig
+    requests: Counter[str] = field(default_factory=Counter)
+    payments: dict[str, dict[str, Any]] = field(default_factory=dict)
+    payment_requests: Counter[str] = field(default_factory=Counter)
+    source_calls: Counter[str] = field(default_factory=Counter)
+    source_topics: Counter[str] = field(default_factory=Counter)
+    deliveries: list[dict[str, Any]] = field(default_factory=list)
+    webhooks: list[dict[str, Any]] = field(default_factory=list)
+    llm_calls: Counter[str] = field(default_factory=Counter)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "requests": dict(self.requests),
+            "payments": {"unique": len(self.payments), "by_key": self.payments},
+            "payment_requests": dict(self.payment_requests),
+            "source_calls": dict(self.source_calls),
+            "source_calls_by_topic": dict(self.source_topics),
+            "deliveries": self.deliveries,
+            "webhooks": self.webhooks,
+            "llm_calls": dict(self.llm_calls),
+        }
+
+
+def create_app(config: SandboxConfig) -> web.Application:
+    sandbox = Sandbox(config)
+    app = web.Application()
+    app["sandbox"] = sandbox
+
+    async def payments(request: web.Request) -> web.Response:
+        sandbox.requests["payments"] += 1
+        if request.headers.get("Authorization") != f"Bearer {config.api_key}":
+            return web.json_response({"error": "bad credentials"}, status=401)
+        key = request.headers.get("Idempotency-Key")
+        if not key:
+            return web.json_response({"error": "Idempotency-Key header required"}, status=400)
+        sandbox.payment_requests[key] += 1
+        if config.payment_delay_s:
+            await asyncio.sleep(config.payment_delay_s)
+        if sandbox.payment_requests[key] <= config.payment_failures_per_key:
+            return web.json_response({"error": "try again"}, status=503)
+        body = await request.json()
+        if body.get("vendor_id") in CLOSED_VENDORS:
+            return web.json_response({"error": "vendor account closed"}, status=422)
+        if key in sandbox.payments:  # the same key pays once; a retry sees the same payment
+            return web.json_response(sandbox.payments[key], status=200)
+        payment = {
+            "payment_id": f"pay-{uuid.uuid4().hex[:12]}",
+            "reference": f"prov-{len(sandbox.payments) + 1:06d}",
+            "amount_cents": body.get("amount_cents"),
+            "currency": body.get("currency"),
+            "invoice_id": body.get("invoice_id"),
+        }
+        sandbox.payments[key] = payment
+        return web.json_response(payment, status=201)
+
+    async def source(request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        sandbox.requests["sources"] += 1
+        sandbox.source_calls[name] += 1
+        topic = request.headers.get("X-Topic", "")
+        sandbox.source_topics[f"{topic}/{name}"] += 1
+        if name in config.flaky_sources and sandbox.source_calls[name] % 2 == 1:
+            return web.json_response({"error": "temporarily unavailable"}, status=503)
+        excerpt = f"{name} reports that durable execution keeps long agent runs alive across failures"
+        return web.json_response({"name": name, "excerpt": excerpt})
+
+    async def delivery(request: web.Request) -> web.Response:
+        sandbox.requests["deliveries"] += 1
+        sandbox.deliveries.append(
+            {"idempotency_key": request.headers.get("Idempotency-Key"), "body": await request.json()}
+        )
+        return web.json_response({"received": True}, status=200)
+
+    async def hook(request: web.Request) -> web.Response:
+        sandbox.requests["webhooks"] += 1
+        raw = await request.read()
+        timestamp = request.headers.get("X-Chorus-Timestamp", "")
+        expected = "sha256=" + hmac.new(
+            config.webhook_secret.encode(), timestamp.encode() + b"." + raw, hashlib.sha256
+        ).hexdigest()
+        valid = hmac.compare_digest(expected, request.headers.get("X-Chorus-Signature", ""))
+        sandbox.webhooks.append(
+            {
+                "name": request.match_info["name"],
+                "delivery": request.headers.get("X-Chorus-Delivery"),
+                "signature_valid": valid,
+                "body": json.loads(raw or b"{}"),
+            }
+        )
+        return web.json_response({"ok": valid}, status=200 if valid else 401)
+
+    async def chat(request: web.Request) -> web.Response:
+        sandbox.requests["llm"] += 1
+        body = await request.json()
+        messages = [ChatMessage(m["role"], m["content"]) for m in body.get("messages", [])]
+        try:
+            task = task_of(messages)
+        except Exception:
+            return web.json_response({"error": {"message": "no task line"}}, status=400)
+        sandbox.llm_calls[task] += 1
+        skill = SKILLS.get(task)
+        if skill is None:
+            return web.json_response({"error": {"message": f"unknown task {task}"}}, status=400)
+        content = skill(messages)
+        return web.json_response(
+            {
+                "id": f"chatcmpl-{uuid.uuid4().hex[:10]}",
+                "object": "chat.completion",
+                "model": OFFLINE_MODEL_NAME,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+            }
+        )
+
+    async def stats(_: web.Request) -> web.Response:
+        return web.json_response(sandbox.stats())
+
+    app.router.add_post("/payments", payments)
+    app.router.add_get("/sources/{name}", source)
+    app.router.add_post("/deliveries", delivery)
+    app.router.add_post("/hooks/{name}", hook)
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/stats", stats)
+    return app
