@@ -12,11 +12,12 @@ from jsonschema import Draft202012Validator, FormatChecker
 from chorus.codec import decode
 from chorus.registry import (
     RUNTIME_PRODUCER,
+    contract_catalog,
     generated_files,
     load_registry,
     upcaster_gaps,
 )
-from chorus_contracts.base import CATALOG, EventModel
+from chorus_contracts.base import EventModel
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMAS = ROOT / "schemas"
@@ -25,7 +26,7 @@ REGISTRY = load_registry(SCHEMAS)
 
 def contract_models() -> dict[tuple[str, int], type[EventModel]]:
     """The catalog without test-only events (tests register their own on test topics)."""
-    return {k: m for k, m in CATALOG.items() if m.__module__.startswith("chorus_contracts")}
+    return contract_catalog()
 
 
 def all_examples() -> list[Any]:

@@ -152,13 +152,15 @@ def decode(
 
     target = accept.get(event_type, version) if accept is not None else version
     payload_data = envelope.payload
-    if version > target:
+    if version > target and registry.compatibility(event_type) not in ("forward", "full"):
         raise UnknownVersionError(
             f"this consumer reads {event_type} up to v{target}; roll out consumers first",
             pointer="/schema_version",
             expected=f"v{target} or older",
             got=f"v{version}",
         )
+    # A newer version under forward/full compatibility is readable with the
+    # consumer's older model: it only added fields, which the model ignores.
     if version < target:
         payload_data = upcast(event_type, payload_data, version, target)
     model = CATALOG[(event_type, target)]

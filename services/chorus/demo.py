@@ -1,74 +1,258 @@
-"""`make demo`: a visible round trip through the real local stack.
+"""`make demo`: the main job, end to end, on this machine.
 
-Creates a topic, produces one versioned event, consumes it, stores it in
-PostgreSQL and prints each step. The reference workflows replace this once
-they exist.
+Starts every service as its own process (Kafka and PostgreSQL are already up),
+submits a procurement and a research report over HTTP, waits at the approval
+gates (the procurement's manager window is shortened so that it visibly
+escalates to the director), approves as the reviewers would, and prints each
+workflow's timeline, the payment provider's request count and one summary line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
+import time
 import uuid
-from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
-import asyncpg
+import httpx
+from rich.console import Console
+from rich.table import Table
 
-from chorus.kafka import ensure_topics, make_consumer, make_producer
-from chorus.settings import ChorusSettings
+from chorus.devstack import ROOT, DevStack
+
+SUBMITTER = "demo-submitter-key"
+MANAGER = "demo-manager-key"
+DIRECTOR = "demo-director-key"
+EDITOR = "demo-editor-key"
+MANAGER_WINDOW_S = 4
+TERMINAL = {"completed", "rejected", "failed", "compensated", "timed_out", "cancelled"}
+
+console = Console(highlight=False, width=110)
 
 
-async def round_trip(settings: ChorusSettings) -> None:
-    topic = "demo.roundtrip"
-    await ensure_topics(settings.kafka_bootstrap, [(topic, 1)])
-    print(f"1. topic {topic!r} exists on {settings.kafka_bootstrap}")
-
-    event = {
-        "event_id": str(uuid.uuid4()),
-        "event_type": "demo.pinged",
-        "schema_version": 1,
-        "occurred_at": datetime.now(UTC).isoformat(),
-        "payload": {"message": "hello from chorus"},
+def invoice_input(run: str) -> dict[str, Any]:
+    return {
+        "invoice_id": f"INV-{run}",
+        "vendor_id": "vendor-acme",
+        "document_text": (
+            f"INVOICE INV-{run}\nVendor: vendor-acme\nPO: PO-7781\n"
+            "40 x GPU hours @ 31.00 EUR\nTotal: 1240.00 EUR"
+        ),
+        "purchase_order": {
+            "po_number": "PO-7781",
+            "vendor_id": "vendor-acme",
+            "currency": "EUR",
+            "total_cents": 150000,
+            "cost_center": "cc-research",
+        },
+        "requester_ref": "subject:requester-0042",
     }
-    producer = make_producer(settings.kafka_bootstrap)
-    await producer.start()
-    try:
-        meta = await producer.send_and_wait(topic, json.dumps(event).encode(), key=b"demo")
-    finally:
-        await producer.stop()
-    print(f"2. produced {event['event_type']} v1 {event['event_id']} at offset {meta.offset}")
 
-    consumer = make_consumer(settings.kafka_bootstrap, topic, group_id=None)
-    await consumer.start()
-    try:
-        received = None
-        while received is None:
-            for records in (await consumer.getmany(timeout_ms=1000)).values():
-                for record in records:
-                    if json.loads(record.value)["event_id"] == event["event_id"]:
-                        received = record
-    finally:
-        await consumer.stop()
-    print(f"3. consumed it back from partition {received.partition} offset {received.offset}")
 
-    conn = await asyncpg.connect(settings.database_url)
+def report_input(sandbox: str) -> dict[str, Any]:
+    return {
+        "topic": "Durable execution for long-running AI agents",
+        "sources": [
+            {"name": n, "url": f"{sandbox}/sources/{n}"} for n in ("alpha", "beta", "gamma")
+        ],
+        "required_sections": ["Summary", "Findings", "Sources"],
+        "min_words": 80,
+        "delivery_url": f"{sandbox}/deliveries",
+    }
+
+
+class Client:
+    def __init__(self, api: str) -> None:
+        self.api = api
+        self.http = httpx.AsyncClient(base_url=api, timeout=10.0)
+
+    async def post(
+        self, path: str, key: str, body: dict[str, Any], **headers: str
+    ) -> httpx.Response:
+        return await self.http.post(
+            path, json=body, headers={"Authorization": f"Bearer {key}", **headers}
+        )
+
+    async def get(self, path: str, key: str) -> dict[str, Any]:
+        response = await self.http.get(path, headers={"Authorization": f"Bearer {key}"})
+        response.raise_for_status()
+        body: dict[str, Any] = response.json()
+        return body
+
+    async def wait_for(
+        self, workflow_id: str, predicate: Any, what: str, timeout_s: float = 90.0
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        last: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            last = await self.get(f"/v1/workflows/{workflow_id}", SUBMITTER)
+            if predicate(last):
+                return last
+            await asyncio.sleep(0.3)
+        raise RuntimeError(
+            f"{workflow_id}: timed out waiting for {what}; last status: {json.dumps(last)[:500]}"
+        )
+
+
+def waiting_on(tier: str) -> Any:
+    return lambda s: (
+        s.get("status") == "waiting" and (s.get("pending_approval") or {}).get("tier") == tier
+    )
+
+
+def timeline_table(title: str, status: dict[str, Any]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in ("at", "event", "by", "detail"):
+        table.add_column(column)
+    for item in status.get("timeline", []):
+        table.add_row(
+            str(item.get("occurred_at", ""))[11:23],
+            str(item.get("event_type", "")),
+            str(item.get("actor") or item.get("producer") or ""),
+            str(item.get("decision") or item.get("external_call") or "")[:60],
+        )
+    return table
+
+
+async def run_demo(workdir: Path) -> int:
+    stack = DevStack(
+        workdir,
+        sandbox_args=["--flaky-source", "beta"],
+        service_env={
+            # The manager gets a few seconds instead of 8 hours, so the demo escalates.
+            "budget_agent": {
+                "CHORUS_APPROVAL_CHAIN": json.dumps(
+                    [
+                        {"tier": "manager", "window_s": MANAGER_WINDOW_S},
+                        {"tier": "director", "window_s": 3600},
+                    ]
+                )
+            }
+        },
+    )
+    console.print(f"[bold]Starting {len(stack.procs)} processes[/] (logs in {workdir})")
+    started = time.monotonic()
     try:
-        await conn.execute(
-            "CREATE TABLE IF NOT EXISTS demo_roundtrip (event_id uuid PRIMARY KEY, body jsonb)"
+        await stack.start()
+        console.print(
+            f"all healthy in {time.monotonic() - started:.1f}s; gateway API at {stack.api_url}\n"
         )
-        await conn.execute(
-            "INSERT INTO demo_roundtrip VALUES ($1, $2::jsonb) ON CONFLICT DO NOTHING",
-            uuid.UUID(event["event_id"]),
-            received.value.decode(),
+        client = Client(stack.api_url)
+        run = uuid.uuid4().hex[:8]
+
+        # 1. Submit both workflows; the procurement twice with one Idempotency-Key.
+        first = await client.post(
+            "/v1/workflows/procurement",
+            SUBMITTER,
+            {"input": invoice_input(run), "callback_url": f"{stack.sandbox_url}/hooks/procurement"},
+            **{"Idempotency-Key": f"demo-{run}"},
         )
-        count = await conn.fetchval("SELECT count(*) FROM demo_roundtrip")
+        again = await client.post(
+            "/v1/workflows/procurement",
+            SUBMITTER,
+            {"input": invoice_input(run), "callback_url": f"{stack.sandbox_url}/hooks/procurement"},
+            **{"Idempotency-Key": f"demo-{run}"},
+        )
+        procurement = first.json()["workflow_id"]
+        assert again.json()["workflow_id"] == procurement, (
+            "idempotent resubmission started a second workflow"
+        )
+        console.print(
+            f"POST /v1/workflows/procurement -> {first.status_code} {procurement} (retry with the same Idempotency-Key -> same id)"
+        )
+        report_resp = await client.post(
+            "/v1/workflows/research_report",
+            SUBMITTER,
+            {
+                "input": report_input(stack.sandbox_url),
+                "callback_url": f"{stack.sandbox_url}/hooks/report",
+            },
+        )
+        report = report_resp.json()["workflow_id"]
+        console.print(f"POST /v1/workflows/research_report -> {report_resp.status_code} {report}\n")
+
+        # 2. Procurement: the manager does not answer; it escalates to the director.
+        status = await client.wait_for(procurement, waiting_on("manager"), "the manager's approval")
+        console.print(
+            f"procurement waits for: {status.get('waiting_for')} until {status.get('waiting_until')}"
+        )
+        status = await client.wait_for(
+            procurement, waiting_on("director"), "escalation to the director", timeout_s=60
+        )
+        approval = status["pending_approval"]["approval_id"]
+        console.print(
+            f"no answer within {MANAGER_WINDOW_S}s: escalated, now waits for: {status.get('waiting_for')}"
+        )
+        wrong = await client.post(f"/v1/approvals/{approval}", MANAGER, {"decision": "approve"})
+        console.print(
+            f"the manager tries to approve now -> {wrong.status_code} ({wrong.json().get('detail')})"
+        )
+        decided = await client.post(
+            f"/v1/approvals/{approval}", DIRECTOR, {"decision": "approve", "comment": "within plan"}
+        )
+        console.print(f"the director approves -> {decided.status_code}")
+
+        # 3. Report: gathered (one source fails every other call), drafted, waits for an editor.
+        status = await client.wait_for(
+            report, waiting_on("editor"), "the editor's approval", timeout_s=120
+        )
+        approval = status["pending_approval"]["approval_id"]
+        decided = await client.post(f"/v1/approvals/{approval}", EDITOR, {"decision": "approve"})
+        console.print(
+            f"report drafted and waiting for the editor; the editor approves -> {decided.status_code}\n"
+        )
+
+        final_p = await client.wait_for(
+            procurement, lambda s: s.get("status") in TERMINAL, "procurement to end"
+        )
+        final_r = await client.wait_for(
+            report, lambda s: s.get("status") in TERMINAL, "report to end"
+        )
+        stats = await stack.sandbox_stats()
+        payments = stats["payments"]["unique"]  # type: ignore[index]
+        console.print(timeline_table(f"procurement {procurement}", final_p))
+        console.print(timeline_table(f"research report {report}", final_r))
+        console.print(
+            f"payment provider: {stats['requests'].get('payments', 0)} request(s), {payments} payment(s); "  # type: ignore[attr-defined]
+            f"sources called: {stats['source_calls']}; webhooks received: {len(stats['webhooks'])}"  # type: ignore[arg-type]
+        )
+        print_manual_steps(stack.api_url)
+        console.print(f"finished in {time.monotonic() - started:.1f}s")
+        print(
+            f"demo: procurement={final_p['status']} report={final_r['status']} payments={payments}"
+        )
+        return 0 if final_p["status"] == "completed" and final_r["status"] == "completed" else 1
+    except Exception as exc:
+        console.print(f"[red]demo failed:[/] {exc}")
+        for name, proc in stack.procs.items():
+            if not proc.running:
+                console.print(f"[yellow]{name} is not running; last log lines:[/]\n{proc.tail(15)}")
+        print("demo: procurement=error report=error payments=0")
+        return 1
     finally:
-        await conn.close()
-    print(f"4. stored in PostgreSQL table demo_roundtrip ({count} row(s) in total)")
+        await stack.stop()
+
+
+def print_manual_steps(api: str) -> None:
+    console.print(
+        "\n[bold]Do the same by hand[/] (with `make up` and the services running, e.g. `python -m gateway`):\n"
+        f"  curl -s -X POST {api}/v1/workflows/procurement -H 'Authorization: Bearer {SUBMITTER}' \\\n"
+        "       -H 'Idempotency-Key: my-first-invoice' -H 'Content-Type: application/json' \\\n"
+        "       -d @deploy/local/samples/procurement-request.json\n"
+        f"  curl -s {api}/v1/workflows/<workflow_id> -H 'Authorization: Bearer {SUBMITTER}'\n"
+        f"  curl -s '{api}/v1/approvals?assignee=me' -H 'Authorization: Bearer {MANAGER}'\n"
+        f"  curl -s -X POST {api}/v1/approvals/<approval_id> -H 'Authorization: Bearer {MANAGER}' \\\n"
+        '       -H \'Content-Type: application/json\' -d \'{"decision": "approve", "comment": "ok"}\'\n'
+        "  .venv/bin/chorus timeline <workflow_id>\n"
+    )
 
 
 def main() -> None:
-    asyncio.run(round_trip(ChorusSettings()))
+    workdir = ROOT / ".local" / "demo" / time.strftime("%Y%m%d-%H%M%S")
+    sys.exit(asyncio.run(run_demo(workdir)))
 
 
 if __name__ == "__main__":

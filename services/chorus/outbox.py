@@ -17,11 +17,16 @@ def outbox_message(registry: Registry, envelope: Envelope) -> OutboxMessage:
         topic=registry.physical_topic(envelope.event_type, envelope.priority),
         key=envelope.workflow_id.encode(),
         value=encode(envelope),
-        headers=[
-            ("traceparent", envelope.traceparent.encode()),
-            ("event_type", envelope.event_type.encode()),
-            ("schema_version", str(envelope.schema_version).encode()),
-        ],
+        headers=envelope_headers(envelope),
         event_id=envelope.event_id,
         workflow_id=envelope.workflow_id,
     )
+
+
+def envelope_headers(envelope: Envelope) -> list[tuple[str, bytes]]:
+    """The Kafka headers every Chorus producer sets."""
+    return [
+        ("traceparent", envelope.traceparent.encode()),
+        ("event_type", envelope.event_type.encode()),
+        ("schema_version", str(envelope.schema_version).encode()),
+    ]

@@ -204,13 +204,19 @@ def event_schema(event_type: str, version: int) -> dict[str, Any]:
     return body
 
 
+def contract_catalog() -> dict[tuple[str, int], type[EventModel]]:
+    """The registry's models: those of chorus_contracts, not test- or bench-only ones
+    that tests register on their own topics in the same process."""
+    assert chorus_contracts.CATALOG is CATALOG
+    return {k: m for k, m in CATALOG.items() if m.__module__.startswith("chorus_contracts")}
+
+
 def generated_files() -> dict[str, str]:
     """Relative path under schemas/ -> JSON text, for every model in the catalog."""
-    assert chorus_contracts.CATALOG is CATALOG
     files = {
         "envelope.v1.schema.json": dump_json(model_schema(Envelope, "envelope.v1.schema.json"))
     }
-    for event_type, version in sorted(CATALOG):
+    for event_type, version in sorted(contract_catalog()):
         files[f"events/{event_type}.v{version}.schema.json"] = dump_json(
             event_schema(event_type, version)
         )
@@ -243,7 +249,7 @@ def upcaster_gaps() -> list[str]:
     """Every missing step in the version chains of the catalog."""
     gaps: list[str] = []
     versions: dict[str, list[int]] = {}
-    for event_type, version in CATALOG:
+    for event_type, version in contract_catalog():
         versions.setdefault(event_type, []).append(version)
     for event_type, vs in sorted(versions.items()):
         for v in range(1, max(vs)):

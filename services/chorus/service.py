@@ -156,6 +156,22 @@ class On:
     backoff_cap_s: float = 300.0
 
 
+@dataclass(frozen=True)
+class ServiceEdges:
+    """What a service reads and writes, checked against the registry by contracts-tests.
+
+    Runtime services derive theirs from the ServiceSpec; a service not built on
+    the runtime (the faust analytics app) declares one in its service.py as EDGES.
+    ``runtime`` services also read chorus.control and may emit the runtime's own
+    events (timers, retries, dead letters, reviews).
+    """
+
+    name: str
+    consumes: frozenset[str]
+    produces: frozenset[str]
+    runtime: bool = False
+
+
 @asynccontextmanager
 async def no_deps(_: Any) -> AsyncIterator[None]:
     yield None
@@ -185,12 +201,23 @@ class ServiceSpec(Generic[S, D]):
     """Background loops beside the consumer (e.g. the timer service's firing loop)."""
     http_routes: Routes | None = None
     """aiohttp route definitions added to the service's HTTP server."""
+    contract_deps: Callable[[], AbstractAsyncContextManager[D]] | None = None
+    """Offline dependencies (deterministic fakes) for running handlers on the registry's
+    examples in contracts-tests; None when the handlers need no dependencies."""
 
     def __post_init__(self) -> None:
         routes = {h.event.event_type: h for h in self.handlers}
         if len(routes) != len(self.handlers):
             raise ValueError(f"{self.name}: two handlers for one event type")
         object.__setattr__(self, "_route_table", routes)
+
+    def edges(self) -> ServiceEdges:
+        return ServiceEdges(
+            name=self.name,
+            consumes=frozenset(self.consumes()),
+            produces=self.produces,
+            runtime=True,
+        )
 
     def handler_for(self, event_type: str) -> On | None:
         table: dict[str, On] = self._route_table  # type: ignore[attr-defined]

@@ -105,13 +105,18 @@ def create_app(config: SandboxConfig) -> web.Application:
         sandbox.source_topics[f"{topic}/{name}"] += 1
         if name in config.flaky_sources and sandbox.source_calls[name] % 2 == 1:
             return web.json_response({"error": "temporarily unavailable"}, status=503)
-        excerpt = f"{name} reports that durable execution keeps long agent runs alive across failures"
+        excerpt = (
+            f"{name} reports that durable execution keeps long agent runs alive across failures"
+        )
         return web.json_response({"name": name, "excerpt": excerpt})
 
     async def delivery(request: web.Request) -> web.Response:
         sandbox.requests["deliveries"] += 1
         sandbox.deliveries.append(
-            {"idempotency_key": request.headers.get("Idempotency-Key"), "body": await request.json()}
+            {
+                "idempotency_key": request.headers.get("Idempotency-Key"),
+                "body": await request.json(),
+            }
         )
         return web.json_response({"received": True}, status=200)
 
@@ -119,9 +124,12 @@ def create_app(config: SandboxConfig) -> web.Application:
         sandbox.requests["webhooks"] += 1
         raw = await request.read()
         timestamp = request.headers.get("X-Chorus-Timestamp", "")
-        expected = "sha256=" + hmac.new(
-            config.webhook_secret.encode(), timestamp.encode() + b"." + raw, hashlib.sha256
-        ).hexdigest()
+        expected = (
+            "sha256="
+            + hmac.new(
+                config.webhook_secret.encode(), timestamp.encode() + b"." + raw, hashlib.sha256
+            ).hexdigest()
+        )
         valid = hmac.compare_digest(expected, request.headers.get("X-Chorus-Signature", ""))
         sandbox.webhooks.append(
             {
@@ -151,7 +159,13 @@ def create_app(config: SandboxConfig) -> web.Application:
                 "id": f"chatcmpl-{uuid.uuid4().hex[:10]}",
                 "object": "chat.completion",
                 "model": OFFLINE_MODEL_NAME,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": content},
+                        "finish_reason": "stop",
+                    }
+                ],
             }
         )
 

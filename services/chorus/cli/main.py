@@ -6,6 +6,7 @@ import typer
 
 from chorus.cli import audit as audit_cli
 from chorus.cli import dlq as dlq_cli
+from chorus.cli import events as events_cli
 from chorus.cli import schemas as schemas_cli
 from chorus.cli import topics as topics_cli
 
@@ -17,6 +18,8 @@ app = typer.Typer(
 )
 app.add_typer(schemas_cli.app, name="schemas")
 app.add_typer(topics_cli.app, name="topics")
+app.command("produce")(events_cli.produce)
+app.command("subscribe")(events_cli.subscribe)
 app.add_typer(dlq_cli.app, name="dlq")
 app.command("replay")(audit_cli.replay_command)
 app.command("timeline")(audit_cli.timeline_command)

@@ -12,11 +12,9 @@ nothing was committed and the caller must try the same record again.
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import random
 import time
-import traceback
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,7 +26,8 @@ from pydantic import BaseModel, ValidationError
 
 from chorus.clock import Clock
 from chorus.codec import Event, decode
-from chorus.envelopes import child_envelope, derived_event_id, system_envelope
+from chorus.deadletters import dead_letter_envelope, failure
+from chorus.envelopes import child_envelope
 from chorus.errors import (
     DecodeError,
     HandlerTimeoutError,
@@ -71,8 +70,6 @@ from chorus.tracing import handling_span, span_traceparent
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.platform import (
-    ErrorDetail,
-    EventDeadLettered,
     EventDiscarded,
     Failure,
     FireTarget,
@@ -524,24 +521,24 @@ class Pipeline:
             messages = self._outcome_messages(env, result.outcome, now, traceparent)
         elif isinstance(result, _Retry):
             outcome_name, parked_on = RETRYING, env.event_id
-            failure = self._failure(result.error, attempt, now, retry_in_s=result.wait_s)
+            this_failure = failure(result.error, attempt, now, retry_in_s=result.wait_s)
             messages = [
                 self._retry_message(
-                    env, rec, attempt, [*failures, failure], now, result.wait_s, traceparent
+                    env, rec, attempt, [*failures, this_failure], now, result.wait_s, traceparent
                 )
             ]
             self.metrics.retries.labels(env.event_type).inc()
         elif isinstance(result, _DeadLetter):
             outcome_name, parked_on = DEAD_LETTERED, env.event_id
             self._guard_dead_letter()
-            failure = self._failure(result.error, attempt, now)
+            this_failure = failure(result.error, attempt, now)
             messages = [
                 self._dead_letter_message(
                     rec,
                     result.error,
                     result.category,
                     attempt,
-                    [*failures, failure],
+                    [*failures, this_failure],
                     now,
                     parent=env,
                     traceparent=traceparent,
@@ -639,8 +636,8 @@ class Pipeline:
         poison_id = uuid.uuid5(
             uuid.NAMESPACE_URL, f"chorus:{self.group}:{rec.topic}:{rec.partition}:{rec.offset}"
         )
-        failure = self._failure(exc, 1, now)
-        message = self._dead_letter_message(rec, exc, exc.category, 1, [failure], now)
+        this_failure = failure(exc, 1, now)
+        message = self._dead_letter_message(rec, exc, exc.category, 1, [this_failure], now)
         async with self.pool.acquire() as conn, conn.transaction():
             claimed = await self.store.claim_inbox(
                 conn,
@@ -697,11 +694,14 @@ class Pipeline:
     ) -> list[OutboxMessage]:
         messages: list[OutboxMessage] = []
         for index, item in enumerate(outcome.emit):
+            # Events of one step are stamped a microsecond apart in emit order, so any
+            # timeline (merging topics) orders them as the handler did.
+            stamped = now + timedelta(microseconds=index)
             if isinstance(item, Emit):
                 child = self._child(
                     env,
                     item.event,
-                    now,
+                    stamped,
                     f"emit/{index}",
                     traceparent,
                     workflow_id=item.workflow_id,
@@ -712,7 +712,7 @@ class Pipeline:
                     subject_ref=item.subject_ref,
                 )
             else:
-                child = self._child(env, item, now, f"emit/{index}", traceparent)
+                child = self._child(env, item, stamped, f"emit/{index}", traceparent)
             messages.append(self._message(child))
         for index, timer in enumerate(outcome.timers):
             timer_id = f"{self.spec.name}:{env.workflow_id}:{timer.timer_id}"
@@ -783,43 +783,18 @@ class Pipeline:
         parent: Envelope | None = None,
         traceparent: str | None = None,
     ) -> OutboxMessage:
-        pointer = getattr(error, "pointer", None)
-        body = EventDeadLettered(
-            service=self.spec.name,
-            service_version=self.spec.version,
+        envelope = dead_letter_envelope(
+            rec,
+            error,
+            category,  # type: ignore[arg-type]
+            producer=self.producer,
             consumer_group=self.group,
-            original=to_original(rec),
-            error=ErrorDetail(
-                category=category,  # type: ignore[arg-type]
-                error_class=type(error).__name__,
-                message=str(error) or type(error).__name__,
-                traceback="".join(traceback.format_exception(error))[-8000:],
-                pointer=pointer,
-            ),
+            now=now,
             attempts=attempts,
-            failures=list(failures),
-            original_event_type=parent.event_type if parent else None,
-            original_event_id=str(parent.event_id) if parent else None,
-            original_workflow_id=parent.workflow_id if parent else None,
+            failures=failures,
+            parent=parent,
+            traceparent=traceparent,
         )
-        if parent is not None:
-            envelope = self._child(
-                parent, body, now, f"dead-letter/{attempts}", traceparent or parent.traceparent
-            )
-        else:
-            header_tp = dict(rec.headers).get("traceparent")
-            envelope = system_envelope(
-                body,
-                producer=self.producer,
-                now=now,
-                event_id=derived_event_id(
-                    uuid.uuid5(uuid.NAMESPACE_URL, f"{rec.topic}:{rec.partition}:{rec.offset}"),
-                    self.spec.name,
-                    "poison",
-                ),
-                workflow_id=f"poison:{rec.topic}:{rec.partition}:{rec.offset}",
-                traceparent=header_tp.decode("latin-1") if header_tp else None,
-            )
         return self._message(envelope)
 
     def _review_message(
@@ -835,21 +810,5 @@ class Pipeline:
         )
         return self._message(self._child(env, body, now, "review", traceparent))
 
-    @staticmethod
-    def _failure(
-        error: BaseException, attempt: int, now: datetime, retry_in_s: float | None = None
-    ) -> Failure:
-        return Failure(
-            at=now,
-            attempt=attempt,
-            error_class=type(error).__name__,
-            message=(str(error) or type(error).__name__)[:2000],
-            retry_in_s=retry_in_s,
-        )
-
 
 _PURPOSES = {"retry", "deadline", "escalation", "reminder", "other"}
-
-
-def b64(data: bytes | None) -> str | None:
-    return base64.b64encode(data).decode() if data is not None else None

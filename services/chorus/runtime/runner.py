@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+from aiokafka.errors import KafkaConnectionError, UnknownTopicOrPartitionError
 from pydantic_settings import SettingsConfigDict
 
 from chorus.clock import Clock, clock_from_setting
@@ -119,6 +120,13 @@ class ServiceRunner:
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
+        try:
+            await self._start()
+        except BaseException:
+            await self._stack.aclose()  # close whatever did start: pool, producer, consumer
+            raise
+
+    async def _start(self) -> None:
         s = self.settings
         setup_logging(self.spec.name, s.log_level, s.log_json)
         setup_tracing(self.spec.name, self.spec.version)
@@ -176,7 +184,8 @@ class ServiceRunner:
             max_buffered_per_partition=s.max_buffered_per_partition,
             commit_interval_s=s.commit_interval_s,
         )
-        await _start_kafka(self.edge.start(), s.kafka_bootstrap)
+        self._stack.push_async_callback(consumer.stop)
+        await _start_kafka(self.edge.start(), s.kafka_bootstrap, self.topics())
         self.handle = RuntimeHandle(
             service=self.spec.name,
             pool=self.pool,
@@ -307,14 +316,17 @@ class ServiceRunner:
         }
 
 
-async def _start_kafka(starting: Any, bootstrap: str) -> None:
-    from aiokafka.errors import KafkaConnectionError
-
+async def _start_kafka(starting: Any, bootstrap: str, topics: list[str] | None = None) -> None:
     try:
         await starting
     except KafkaConnectionError as exc:
         raise ConnectionError(
             f"cannot reach Kafka at {bootstrap}: {exc}. Is it running? Try `make up`."
+        ) from exc
+    except UnknownTopicOrPartitionError as exc:
+        raise ConnectionError(
+            f"a topic this service reads does not exist on {bootstrap} ({', '.join(topics or [])}): "
+            "create them with `chorus topics apply` (make up does)"
         ) from exc
 
 

@@ -1,0 +1,1 @@
+"""The audit projector: an append-only audit log and a status per workflow."""

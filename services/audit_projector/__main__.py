@@ -1,0 +1,11 @@
+"""``python -m audit_projector``: run one replica."""
+
+from __future__ import annotations
+
+from audit_projector.config import Settings
+from audit_projector.service import make_spec
+from chorus.runtime.runner import main
+
+if __name__ == "__main__":
+    settings = Settings()
+    main(make_spec(settings.service_name), settings)

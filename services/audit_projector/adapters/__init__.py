@@ -1,0 +1,1 @@
+"""PostgreSQL access of the audit projector: the projection, its read helpers, maintenance."""

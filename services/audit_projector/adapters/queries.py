@@ -1,0 +1,248 @@
+"""Read helpers over the audit projection, for the gateway and the CLI.
+
+Plain functions over an asyncpg connection; no writes, no locks. Two flavours of each:
+``*_view`` / ``*_entries`` / ``*_tasks`` return typed models (Python callers, the CLI);
+``workflow_status``, ``timeline``, ``pending_approvals`` and ``approval`` return the
+same data as JSON-ready dicts (``model_dump(mode="json")``: date-times are ISO 8601
+strings), which is what HTTP endpoints answer with.
+
+The projection is eventually consistent: it lags the topics by the projector's consumer
+lag (normally milliseconds), so a client that just submitted a decision may read the
+previous status for a moment.
+
+``schema`` names the projection (``audit_projector`` unless you read a replay).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+from pydantic import BaseModel, ConfigDict
+
+from audit_projector.adapters.projection import SCHEMA
+from audit_projector.domain import TERMINAL, WorkflowFacts, approval_state
+from chorus.db import ident
+
+
+class _View(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class PendingApprovalView(_View):
+    approval_id: str
+    tier: str
+    level: int
+    waiting_until: datetime | None
+    context: dict[str, Any] | None
+
+
+class WorkflowStatusView(_View):
+    """What ``GET /v1/workflows/{id}`` answers (without the timeline)."""
+
+    workflow_id: str
+    workflow_type: str
+    status: str
+    """running, waiting, attention, or the outcome: completed, rejected, failed,
+    compensated, timed_out, cancelled."""
+    stage: str | None
+    waiting_for: str | None
+    waiting_until: datetime | None
+    attempts: int
+    outcome: str | None
+    outcome_reason: str | None
+    result: dict[str, Any] | None
+    started_at: datetime
+    ended_at: datetime | None
+    duration_s: float | None
+    last_event_at: datetime
+    events: int
+    subject_ref: str | None
+    pending_approval: PendingApprovalView | None
+
+
+class ApprovalTask(_View):
+    """One line of ``GET /v1/approvals?assignee=<tier>``."""
+
+    workflow_id: str
+    workflow_type: str
+    approval_id: str
+    tier: str
+    level: int
+    waiting_until: datetime | None
+    context: dict[str, Any] | None
+    stage: str | None
+
+
+class ApprovalView(_View):
+    """One approval gate, whatever its state (what a decision is checked against)."""
+
+    approval_id: str
+    workflow_id: str
+    workflow_type: str
+    status: str
+    """pending, decided, or closed (the workflow ended before anyone decided)."""
+    tier: str | None
+    level: int
+    waiting_until: datetime | None
+    context: dict[str, Any] | None
+    decision: str | None
+    decided_at: datetime | None
+
+
+class TimelineEntry(_View):
+    event_id: str
+    origin: str
+    """topic, or janitor / erasure for rows the projector wrote itself."""
+    event_type: str
+    schema_version: int
+    producer: str
+    occurred_at: datetime
+    recorded_at: datetime
+    trace_id: str | None
+    causation_id: str | None
+    decision: str | None
+    actor: str | None
+    external_call: str | None
+    payload: dict[str, Any]
+
+
+def _loads(value: str | None) -> Any:
+    return json.loads(value) if value is not None else None
+
+
+# -- typed ---------------------------------------------------------------------------------------
+
+
+async def status_view(
+    conn: asyncpg.Connection, workflow_id: str, *, schema: str = SCHEMA
+) -> WorkflowStatusView | None:
+    """The workflow's status row, or None when the projection has never seen it (or the
+    janitor removed it)."""
+    r = await conn.fetchrow(
+        f"""SELECT workflow_id, workflow_type, status, stage, waiting_for, waiting_until,
+                   attempts, outcome, outcome_reason, result::text AS result, started_at,
+                   ended_at, duration_s, last_event_at, events, subject_ref,
+                   pending_approval_id, pending_tier, pending_level,
+                   pending_context::text AS pending_context
+            FROM {ident(schema)}.workflow_status WHERE workflow_id = $1""",
+        workflow_id,
+    )
+    if r is None:
+        return None
+    pending = None
+    if r["pending_approval_id"] is not None:
+        pending = PendingApprovalView(
+            approval_id=r["pending_approval_id"],
+            tier=r["pending_tier"],
+            level=r["pending_level"],
+            waiting_until=r["waiting_until"],
+            context=_loads(r["pending_context"]),
+        )
+    row = {k: v for k, v in dict(r).items() if not k.startswith("pending_")}
+    row["result"] = _loads(row["result"])
+    return WorkflowStatusView(**row, pending_approval=pending)
+
+
+async def approval_tasks(
+    conn: asyncpg.Connection, tier: str | None = None, *, schema: str = SCHEMA, limit: int = 200
+) -> list[ApprovalTask]:
+    """Open approvals (of workflows not ended), soonest deadline first; only ``tier``'s
+    when given."""
+    rows = await conn.fetch(
+        f"""SELECT workflow_id, workflow_type, pending_approval_id, pending_tier,
+                   pending_level, waiting_until, pending_context::text AS pending_context, stage
+            FROM {ident(schema)}.workflow_status
+            WHERE pending_approval_id IS NOT NULL AND NOT (status = ANY($1::text[]))
+              AND ($2::text IS NULL OR pending_tier = $2)
+            ORDER BY waiting_until NULLS LAST, workflow_id
+            LIMIT $3""",
+        sorted(TERMINAL),
+        tier,
+        limit,
+    )
+    return [
+        ApprovalTask(
+            workflow_id=r["workflow_id"],
+            workflow_type=r["workflow_type"],
+            approval_id=r["pending_approval_id"],
+            tier=r["pending_tier"],
+            level=r["pending_level"],
+            waiting_until=r["waiting_until"],
+            context=_loads(r["pending_context"]),
+            stage=r["stage"],
+        )
+        for r in rows
+    ]
+
+
+async def approval_view(
+    conn: asyncpg.Connection, approval_id: str, *, schema: str = SCHEMA
+) -> ApprovalView | None:
+    """The gate ``approval_id``, decided or not; None when no workflow has it."""
+    r = await conn.fetchrow(
+        f"""SELECT workflow_id, workflow_type, facts::text AS facts
+            FROM {ident(schema)}.workflow_status WHERE facts->'approvals' ? $1
+            ORDER BY workflow_id LIMIT 1""",
+        approval_id,
+    )
+    if r is None:
+        return None
+    state = approval_state(WorkflowFacts.model_validate_json(r["facts"]), approval_id)
+    if state is None:
+        return None
+    return ApprovalView(
+        workflow_id=r["workflow_id"], workflow_type=r["workflow_type"], **state.__dict__
+    )
+
+
+async def timeline_entries(
+    conn: asyncpg.Connection, workflow_id: str, *, schema: str = SCHEMA
+) -> list[TimelineEntry]:
+    """The workflow's audit rows in the order they happened (ties by event id)."""
+    rows = await conn.fetch(
+        f"""SELECT event_id::text AS event_id, origin, event_type, schema_version, producer,
+                   occurred_at, recorded_at, trace_id, causation_id, decision, actor,
+                   external_call, payload::text AS payload
+            FROM {ident(schema)}.audit_log WHERE workflow_id = $1
+            ORDER BY occurred_at, event_id""",
+        workflow_id,
+    )
+    return [TimelineEntry(**{**dict(r), "payload": _loads(r["payload"])}) for r in rows]
+
+
+# -- JSON-ready ------------------------------------------------------------------------------------
+
+
+async def workflow_status(
+    conn: asyncpg.Connection, workflow_id: str, *, schema: str = SCHEMA
+) -> dict[str, Any] | None:
+    """:func:`status_view` as a JSON-ready dict."""
+    view = await status_view(conn, workflow_id, schema=schema)
+    return view.model_dump(mode="json") if view is not None else None
+
+
+async def pending_approvals(
+    conn: asyncpg.Connection, tier: str | None = None, *, schema: str = SCHEMA, limit: int = 200
+) -> list[dict[str, Any]]:
+    """:func:`approval_tasks` as JSON-ready dicts."""
+    tasks = await approval_tasks(conn, tier, schema=schema, limit=limit)
+    return [task.model_dump(mode="json") for task in tasks]
+
+
+async def approval(
+    conn: asyncpg.Connection, approval_id: str, *, schema: str = SCHEMA
+) -> dict[str, Any] | None:
+    """:func:`approval_view` as a JSON-ready dict."""
+    view = await approval_view(conn, approval_id, schema=schema)
+    return view.model_dump(mode="json") if view is not None else None
+
+
+async def timeline(
+    conn: asyncpg.Connection, workflow_id: str, *, schema: str = SCHEMA
+) -> list[dict[str, Any]]:
+    """:func:`timeline_entries` as JSON-ready dicts."""
+    entries = await timeline_entries(conn, workflow_id, schema=schema)
+    return [entry.model_dump(mode="json") for entry in entries]

@@ -1,0 +1,26 @@
+"""Settings of the audit projector (CHORUS_* environment variables)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from chorus.runtime.runner import ServiceSettings
+
+
+class Settings(ServiceSettings):
+    http_port: int = 8103
+    service_name: str = "audit_projector"
+    """Service name: its PostgreSQL schema (runtime tables, projection and ledger), its
+    default consumer group and producer name. Only tests run a projector under another."""
+    retention_days: dict[str, float] = {"procurement": 90.0, "research_report": 30.0}
+    """Maximum lifetime per workflow type, counted from the workflow's first event
+    (JSON in CHORUS_RETENTION_DAYS)."""
+    default_retention_days: float = 30.0
+    """Lifetime of workflow types not in ``retention_days``."""
+    janitor_mode: Literal["archive", "purge"] = "archive"
+    """archive: copy state, parked and projection rows to ``<name>.archive``, then delete;
+    purge: delete only."""
+    janitor_interval_s: float = 3600.0
+    """Time between janitor passes (on the injected clock)."""
+    janitor_batch_size: int = 500
+    """Workflows removed per transaction."""

@@ -1,0 +1,527 @@
+"""Audit decisions, free of I/O: what one event means for the audit log and for the
+status of its workflow, plus the retention and erasure rules.
+
+The status projection is a *fold* over a workflow's events that does not depend on
+their order. Events of one workflow arrive in order per topic but interleave across
+topics, a restart redelivers some of them, and a replay interleaves them differently
+again; every component of :class:`WorkflowFacts` is therefore a minimum, a maximum, a
+count, a sticky flag or a per-approval merge, each keyed by ``(occurred_at, event_id)``.
+Folding the same set of events in any order yields the same facts, so the live
+projection and a replay produce the same rows (the replay checksum relies on it).
+The fold is not idempotent for counts: the inbox and the audit log's primary key make
+sure each event is folded once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict
+
+from chorus_contracts.approvals import (
+    ApprovalDecided,
+    ApprovalDecisionSubmitted,
+    ApprovalEscalated,
+    ApprovalRequested,
+)
+from chorus_contracts.base import EventModel
+from chorus_contracts.envelope import Envelope
+from chorus_contracts.lifecycle import WorkflowEnded
+from chorus_contracts.platform import EventDeadLettered, ReviewRequested
+from chorus_contracts.procurement import (
+    BudgetRejected,
+    BudgetReserved,
+    InvoiceRejected,
+    InvoiceValidated,
+    PaymentIssued,
+)
+from chorus_contracts.research import ReportDelivered
+
+# -- statuses -------------------------------------------------------------------------------
+
+RUNNING = "running"
+WAITING = "waiting"
+ATTENTION = "attention"
+"""A dead letter is the latest thing that happened: an operator has to act."""
+TERMINAL = frozenset({"completed", "rejected", "failed", "compensated", "timed_out", "cancelled"})
+STATUSES = frozenset({RUNNING, WAITING, ATTENTION, *TERMINAL})
+
+HUMAN_REVIEW = "human review"
+ERASED: dict[str, Any] = {"erased": True}
+"""What personal data is replaced with (audit payloads, results, approval contexts)."""
+
+# Events of the platform rather than of the workflow's domain: they never become the
+# workflow's "current stage", they flag it (attention, review).
+PLATFORM_EVENTS = frozenset({"event.dead_lettered", "review.requested"})
+
+# Rows the projector writes itself (not derived from any topic).
+ORIGIN_TOPIC = "topic"
+ORIGIN_JANITOR = "janitor"
+ORIGIN_ERASURE = "erasure"
+WORKFLOW_PURGED = "audit.workflow_purged"
+ERASURE_RECORDED = "audit.erasure_recorded"
+
+
+# -- the audit log ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One audit-log row, as derived from one event (``recorded_at`` is added on write)."""
+
+    event_id: UUID
+    event_type: str
+    schema_version: int
+    workflow_id: str
+    workflow_type: str
+    producer: str
+    occurred_at: datetime
+    trace_id: str
+    causation_id: str | None
+    decision: str | None
+    actor: str | None
+    external_call: str | None
+    subject_ref: str | None
+    payload: dict[str, Any]
+
+
+def audit_entry(envelope: Envelope, payload: EventModel) -> AuditEntry:
+    """The audit row of an event. ``payload`` is the decoded model (typed access);
+    the row keeps the payload exactly as it was sent (``envelope.payload``)."""
+    return AuditEntry(
+        event_id=envelope.event_id,
+        event_type=envelope.event_type,
+        schema_version=envelope.schema_version,
+        workflow_id=envelope.workflow_id,
+        workflow_type=envelope.workflow_type,
+        producer=envelope.producer.service,
+        occurred_at=envelope.occurred_at,
+        trace_id=envelope.traceparent[3:35],
+        causation_id=envelope.causation_id,
+        decision=decision_of(payload),
+        actor=actor_of(payload),
+        external_call=external_call_of(payload),
+        subject_ref=envelope.subject_ref,
+        payload=dict(envelope.payload),
+    )
+
+
+def decision_of(payload: EventModel) -> str | None:
+    """The decision a decision event records; None for every other event."""
+    if isinstance(payload, ApprovalDecided | ApprovalDecisionSubmitted):
+        return payload.decision
+    if isinstance(payload, InvoiceRejected | BudgetRejected):
+        return "reject"
+    if isinstance(payload, InvoiceValidated | BudgetReserved):
+        return "accept"
+    return None
+
+
+def actor_of(payload: EventModel) -> str | None:
+    """The person (or fallback) behind a human decision."""
+    if isinstance(payload, ApprovalDecided):
+        return payload.decided_by
+    if isinstance(payload, ApprovalDecisionSubmitted):
+        return payload.reviewer
+    return None
+
+
+def external_call_of(payload: EventModel) -> str | None:
+    """The call to a system outside Chorus that an event reports having made."""
+    if isinstance(payload, PaymentIssued):
+        return f"payment provider: {payload.provider_reference}"
+    if isinstance(payload, ReportDelivered):
+        return f"webhook: {payload.delivered_to} (HTTP {payload.status_code})"
+    return None
+
+
+def redact_entry(entry: AuditEntry) -> AuditEntry:
+    """The row as kept for an erased subject: what happened and when, but no payload,
+    no actor, no external address and no link to the subject."""
+    return AuditEntry(
+        **{
+            **entry.__dict__,
+            "payload": dict(ERASED),
+            "actor": None,
+            "external_call": None,
+            "subject_ref": None,
+        }
+    )
+
+
+def subject_hash(subject_ref: str) -> str:
+    """The only form in which an erased subject reference is kept (erasure ledger)."""
+    return "sha256:" + hashlib.sha256(subject_ref.encode()).hexdigest()
+
+
+# -- the status fold --------------------------------------------------------------------------
+
+
+class _Fact(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Stamp(_Fact):
+    """When something happened, with the event id as a tie-breaker (total order)."""
+
+    at: datetime
+    event_id: str
+
+    def key(self) -> tuple[datetime, str]:
+        return (self.at, self.event_id)
+
+
+class Tagged(Stamp):
+    """A stamped value (an event type, a workflow type, a subject reference)."""
+
+    value: str
+
+
+T = TypeVar("T", bound=Stamp)
+
+
+class Ended(Stamp):
+    outcome: str
+    reason: str | None
+    result: dict[str, Any]
+
+
+class Escalation(Stamp):
+    level: int
+    tier: str
+    waiting_until: datetime
+
+
+class ApprovalFacts(_Fact):
+    """What is known of one approval gate; any of its events may arrive first."""
+
+    requested: Stamp | None = None
+    tier: str | None = None
+    """The first tier of the chain (who decides at level 0)."""
+    window_s: float | None = None
+    context: dict[str, Any] | None = None
+    escalation: Escalation | None = None
+    """The highest level reached."""
+    decided: Tagged | None = None
+    """The first decision (its value is approve / reject / revise)."""
+
+
+class WorkflowFacts(_Fact):
+    """Everything the status of one workflow is derived from (stored as ``facts`` jsonb)."""
+
+    workflow_type: Tagged
+    """The workflow type of the earliest event."""
+    subject: Tagged | None = None
+    """The subject reference of the earliest event that has one."""
+    first_at: datetime
+    last_at: datetime
+    events: int = 0
+    stage: Tagged | None = None
+    """The latest domain event (its type is the workflow's current stage)."""
+    ended: Ended | None = None
+    approvals: dict[str, ApprovalFacts] = {}
+    last_dead_letter: Stamp | None = None
+    last_review: Stamp | None = None
+    dead_letters: int = 0
+    reviews: int = 0
+    retries: int = 0
+    """Re-tries reported by dead letters (failures retried before giving up) and by
+    reviews (re-prompts with validation feedback)."""
+    erased: bool = False
+    """Sticky: some event of this workflow belongs to an erased subject."""
+
+
+def _earliest(a: T | None, b: T | None) -> T | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a if a.key() <= b.key() else b
+
+
+def _latest(a: T | None, b: T | None) -> T | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a if a.key() >= b.key() else b
+
+
+def fold(facts: WorkflowFacts | None, entry: AuditEntry, payload: EventModel) -> WorkflowFacts:
+    """Add one event to a workflow's facts. Commutative: the order of calls does not
+    change the result (see the module docstring)."""
+    stamp = Stamp(at=entry.occurred_at, event_id=str(entry.event_id))
+    typed = Tagged(at=stamp.at, event_id=stamp.event_id, value=entry.workflow_type)
+    subject = (
+        Tagged(at=stamp.at, event_id=stamp.event_id, value=entry.subject_ref)
+        if entry.subject_ref is not None
+        else None
+    )
+    if facts is None:
+        facts = WorkflowFacts(workflow_type=typed, first_at=stamp.at, last_at=stamp.at)
+    update: dict[str, Any] = {
+        "workflow_type": _earliest(facts.workflow_type, typed),
+        "subject": _earliest(facts.subject, subject),
+        "first_at": min(facts.first_at, stamp.at),
+        "last_at": max(facts.last_at, stamp.at),
+        "events": facts.events + 1,
+    }
+    if entry.event_type not in PLATFORM_EVENTS:
+        stage = Tagged(at=stamp.at, event_id=stamp.event_id, value=entry.event_type)
+        update["stage"] = _latest(facts.stage, stage)
+    if isinstance(payload, WorkflowEnded):
+        ended = Ended(
+            at=stamp.at,
+            event_id=stamp.event_id,
+            outcome=payload.outcome,
+            reason=payload.reason,
+            result=dict(payload.result),
+        )
+        # The first end wins: "nothing more happens" after it.
+        update["ended"] = _earliest(facts.ended, ended)
+    elif isinstance(payload, EventDeadLettered):
+        update["last_dead_letter"] = _latest(facts.last_dead_letter, stamp)
+        update["dead_letters"] = facts.dead_letters + 1
+        update["retries"] = facts.retries + sum(
+            1 for f in payload.failures if f.retry_in_s is not None
+        )
+    elif isinstance(payload, ReviewRequested):
+        update["last_review"] = _latest(facts.last_review, stamp)
+        update["reviews"] = facts.reviews + 1
+        update["retries"] = facts.retries + max(0, payload.attempts - 1)
+    elif isinstance(payload, ApprovalRequested | ApprovalEscalated | ApprovalDecided):
+        update["approvals"] = {
+            **facts.approvals,
+            payload.approval_id: _fold_approval(
+                facts.approvals.get(payload.approval_id, ApprovalFacts()), stamp, payload
+            ),
+        }
+    return facts.model_copy(update=update)
+
+
+def _fold_approval(
+    approval: ApprovalFacts,
+    stamp: Stamp,
+    payload: ApprovalRequested | ApprovalEscalated | ApprovalDecided,
+) -> ApprovalFacts:
+    if isinstance(payload, ApprovalRequested):
+        if approval.requested is not None and approval.requested.key() <= stamp.key():
+            return approval  # a second request for the same id: the first one stands
+        return approval.model_copy(
+            update={
+                "requested": stamp,
+                "tier": payload.chain[0].tier,
+                "window_s": payload.chain[0].window_s,
+                "context": payload.context.model_dump(mode="json"),
+            }
+        )
+    if isinstance(payload, ApprovalEscalated):
+        escalation = Escalation(
+            at=stamp.at,
+            event_id=stamp.event_id,
+            level=payload.level,
+            tier=payload.to_tier,
+            waiting_until=payload.waiting_until,
+        )
+        current = approval.escalation
+        if current is None or (escalation.level, *escalation.key()) > (
+            current.level,
+            *current.key(),
+        ):
+            return approval.model_copy(update={"escalation": escalation})
+        return approval
+    decided = Tagged(at=stamp.at, event_id=stamp.event_id, value=payload.decision)
+    return approval.model_copy(update={"decided": _earliest(approval.decided, decided)})
+
+
+def redact_facts(facts: WorkflowFacts) -> WorkflowFacts:
+    """Facts of a workflow whose subject was erased: the structure stays (status,
+    stages, tiers, times), the subject reference, results, reasons and approval
+    contexts go. Idempotent, and ``redact(fold(redact(f), e)) == redact(fold(f, e))``,
+    so erasing before or after an event arrives ends in the same row."""
+    ended = facts.ended
+    if ended is not None:
+        ended = ended.model_copy(update={"reason": None, "result": dict(ERASED)})
+    return facts.model_copy(
+        update={
+            "subject": None,
+            "ended": ended,
+            "approvals": {
+                key: approval.model_copy(update={"context": None})
+                for key, approval in facts.approvals.items()
+            },
+            "erased": True,
+        }
+    )
+
+
+@dataclass(frozen=True)
+class PendingApproval:
+    approval_id: str
+    tier: str
+    level: int
+    waiting_until: datetime | None
+    context: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class StatusView:
+    """The columns of one ``workflow_status`` row (besides ``facts`` and ``updated_at``)."""
+
+    workflow_type: str
+    status: str
+    stage: str | None
+    waiting_for: str | None
+    waiting_until: datetime | None
+    attempts: int
+    outcome: str | None
+    outcome_reason: str | None
+    result: dict[str, Any] | None
+    started_at: datetime
+    ended_at: datetime | None
+    duration_s: float | None
+    last_event_at: datetime
+    events: int
+    subject_ref: str | None
+    pending: PendingApproval | None
+
+
+def pending_approval(facts: WorkflowFacts) -> PendingApproval | None:
+    """The approval the workflow waits on: requested or escalated, not decided, and
+    the workflow not ended. With several open gates, the most recently active one."""
+    best: tuple[tuple[datetime, str], PendingApproval] | None = None
+    for approval_id, approval in facts.approvals.items():
+        state = approval_state(facts, approval_id)
+        active = approval.escalation or approval.requested
+        if state is None or state.status != "pending" or state.tier is None or active is None:
+            continue
+        view = PendingApproval(
+            approval_id, state.tier, state.level, state.waiting_until, state.context
+        )
+        if best is None or active.key() > best[0]:
+            best = (active.key(), view)
+    return best[1] if best is not None else None
+
+
+@dataclass(frozen=True)
+class ApprovalState:
+    """One approval gate as a reviewer's client sees it."""
+
+    approval_id: str
+    status: str
+    """pending (someone may decide now), decided, or closed (the workflow ended first)."""
+    tier: str | None
+    level: int
+    waiting_until: datetime | None
+    context: dict[str, Any] | None
+    decision: str | None
+    decided_at: datetime | None
+
+
+def approval_state(facts: WorkflowFacts, approval_id: str) -> ApprovalState | None:
+    """The state of gate ``approval_id`` of this workflow; None when it never saw it."""
+    approval = facts.approvals.get(approval_id)
+    if approval is None:
+        return None
+    if approval.decided is not None:
+        status = "decided"
+    elif facts.ended is not None:
+        status = "closed"
+    else:
+        status = "pending"
+    esc = approval.escalation
+    until = None
+    if esc is not None:
+        until = esc.waiting_until
+    elif approval.requested is not None:
+        until = approval.requested.at + timedelta(seconds=approval.window_s or 0.0)
+    return ApprovalState(
+        approval_id=approval_id,
+        status=status,
+        tier=esc.tier if esc is not None else approval.tier,
+        level=esc.level if esc is not None else 0,
+        waiting_until=until,
+        context=approval.context,
+        decision=approval.decided.value if approval.decided else None,
+        decided_at=approval.decided.at if approval.decided else None,
+    )
+
+
+def _after_progress(flag: Stamp | None, stage: Tagged | None) -> bool:
+    """True when ``flag`` (a dead letter, a review) is newer than the last domain event:
+    nothing has moved the workflow on since."""
+    if flag is None:
+        return False
+    return stage is None or flag.key() > stage.key()
+
+
+def derive(facts: WorkflowFacts) -> StatusView:
+    """The status columns. Precedence: ended (terminal, never left) > attention (a
+    dead letter after the last progress) > waiting (human review, then approval) >
+    running."""
+    pending = pending_approval(facts)
+    waiting_for: str | None = None
+    waiting_until: datetime | None = None
+    ended = facts.ended
+    if ended is not None:
+        status = ended.outcome
+    elif _after_progress(facts.last_dead_letter, facts.stage):
+        status = ATTENTION
+    elif _after_progress(facts.last_review, facts.stage):
+        status, waiting_for = WAITING, HUMAN_REVIEW
+    elif pending is not None:
+        status = WAITING
+        waiting_for, waiting_until = f"approval by {pending.tier}", pending.waiting_until
+    else:
+        status = RUNNING
+    return StatusView(
+        workflow_type=facts.workflow_type.value,
+        status=status,
+        stage=facts.stage.value if facts.stage else None,
+        waiting_for=waiting_for,
+        waiting_until=waiting_until,
+        # Failed handling seen in this workflow: each dead letter, each review, each retry.
+        attempts=facts.dead_letters + facts.reviews + facts.retries,
+        outcome=ended.outcome if ended else None,
+        outcome_reason=ended.reason if ended else None,
+        result=ended.result if ended else None,
+        started_at=facts.first_at,
+        ended_at=ended.at if ended else None,
+        duration_s=(ended.at - facts.first_at).total_seconds() if ended else None,
+        last_event_at=facts.last_at,
+        events=facts.events,
+        subject_ref=facts.subject.value if facts.subject else None,
+        pending=pending,
+    )
+
+
+# -- retention ------------------------------------------------------------------------------
+
+
+def lifetime(
+    workflow_type: str, lifetimes_days: Mapping[str, float], default_days: float
+) -> timedelta:
+    """The maximum lifetime of a workflow type (from its first event)."""
+    return timedelta(days=lifetimes_days.get(workflow_type, default_days))
+
+
+def expiry_cutoff(
+    workflow_type: str, now: datetime, lifetimes_days: Mapping[str, float], default_days: float
+) -> datetime:
+    """Workflows of ``workflow_type`` that started at or before this instant are expired."""
+    return now - lifetime(workflow_type, lifetimes_days, default_days)
+
+
+def is_expired(
+    workflow_type: str,
+    started_at: datetime,
+    now: datetime,
+    lifetimes_days: Mapping[str, float],
+    default_days: float,
+) -> bool:
+    return started_at <= expiry_cutoff(workflow_type, now, lifetimes_days, default_days)

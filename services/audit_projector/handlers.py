@@ -1,0 +1,43 @@
+"""The projector's handler. Every event it consumes is projected the same way, so one
+function serves every route (one ``On`` per event type in ``service.py``); what differs
+by event type lives in ``domain`` (decision, actor, external call, status rules)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from audit_projector.adapters.projection import ProjectEvent
+from audit_projector.domain import audit_entry
+from chorus.codec import Event
+from chorus.service import Context, Outcome
+from chorus_contracts.base import EventModel
+
+
+@dataclass(frozen=True)
+class ProjectorDeps:
+    """Where projections go: ``schema`` receives the rows, ``ledger`` (the live
+    projection's schema) says what was erased or retired. Equal for the live
+    projector; a replay writes elsewhere and reads the live ledger."""
+
+    schema: str
+    ledger: str
+
+
+async def on_workflow_event(
+    event: Event[EventModel], state: None, ctx: Context[ProjectorDeps]
+) -> Outcome[Any]:
+    """Project ``event`` into the audit log and its workflow's status, as an effect
+    committed with the event's inbox row. Emits nothing; never fails on content (an
+    event that decoded is an event worth recording)."""
+    return Outcome(
+        effects=[
+            ProjectEvent(
+                schema=ctx.deps.schema,
+                ledger=ctx.deps.ledger,
+                entry=audit_entry(event.envelope, event.payload),
+                payload=event.payload,
+                recorded_at=ctx.clock.now(),
+            )
+        ]
+    )

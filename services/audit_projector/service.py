@@ -1,0 +1,97 @@
+"""The audit projector's declaration: every workflow event in, projection rows out."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+import asyncpg
+
+from audit_projector.adapters.projection import SCHEMA, migrate_projection
+from audit_projector.handlers import ProjectorDeps, on_workflow_event
+from audit_projector.janitor import expire_workflows
+from chorus.service import On, ServiceSpec
+from chorus_contracts.approvals import (
+    ApprovalDecided,
+    ApprovalDecisionSubmitted,
+    ApprovalEscalated,
+    ApprovalRequested,
+    ApprovalWindowElapsed,
+)
+from chorus_contracts.base import EventModel
+from chorus_contracts.lifecycle import WorkflowDeadlineReached, WorkflowEnded, WorkflowStarted
+from chorus_contracts.platform import EventDeadLettered, ReviewRequested
+from chorus_contracts.procurement import (
+    BudgetRejected,
+    BudgetReleased,
+    BudgetReserved,
+    InvoiceReceived,
+    InvoiceRejected,
+    InvoiceValidated,
+    PaymentFailed,
+    PaymentIssued,
+    RequesterNotified,
+)
+from chorus_contracts.research import ReportDelivered, ReportDrafted, ReportRequested
+
+VERSION = "0.1.0"
+
+# Exactly the event types of the topics that list audit_projector as a consumer
+# (workflows.lifecycle, procurement.events, research.events, approvals.events,
+# chorus.reviews, chorus.deadletters); a unit test holds this to the registry.
+PROJECTED: tuple[type[EventModel], ...] = (
+    WorkflowStarted,
+    WorkflowEnded,
+    WorkflowDeadlineReached,
+    InvoiceReceived,
+    InvoiceValidated,
+    InvoiceRejected,
+    BudgetReserved,
+    BudgetRejected,
+    PaymentIssued,
+    PaymentFailed,
+    BudgetReleased,
+    RequesterNotified,
+    ReportRequested,
+    ReportDrafted,
+    ReportDelivered,
+    ApprovalRequested,
+    ApprovalEscalated,
+    ApprovalWindowElapsed,
+    ApprovalDecisionSubmitted,
+    ApprovalDecided,
+    ReviewRequested,
+    EventDeadLettered,
+)
+
+
+def make_spec(name: str = SCHEMA) -> ServiceSpec[Any, ProjectorDeps]:
+    """The projector under ``name``: its schema, group and producer name (tests use a
+    unique one so that they never share a projection)."""
+    deps = ProjectorDeps(schema=name, ledger=name)
+
+    @asynccontextmanager
+    async def bootstrap(_: object) -> AsyncIterator[ProjectorDeps]:
+        yield deps
+
+    async def migrate(conn: asyncpg.Connection) -> None:
+        await migrate_projection(conn, name, ledger=True)
+
+    def contract_deps() -> AbstractAsyncContextManager[ProjectorDeps]:
+        return bootstrap(None)
+
+    migrations: list[Callable[[asyncpg.Connection], Awaitable[None]]] = [migrate]
+    return ServiceSpec(
+        name=name,
+        version=VERSION,
+        handlers=[On(model, on_workflow_event, timeout_s=30) for model in PROJECTED],
+        produces=frozenset(),
+        bootstrap=bootstrap,
+        migrations=migrations,
+        workers=[expire_workflows],
+        contract_deps=contract_deps,
+    )
+
+
+SPEC = make_spec()

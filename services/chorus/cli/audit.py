@@ -1,0 +1,426 @@
+"""``chorus replay``, ``chorus timeline`` and ``chorus erase``: the audit projection from
+an operator's terminal.
+
+Exit codes: 0 ok (replay: projections equal); 1 replay found differences, or the
+workflow is unknown; 2 usage errors; 69 (EX_UNAVAILABLE) PostgreSQL or Kafka not
+reachable at the address tried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+import logging
+from collections.abc import Coroutine, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import asyncpg
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from chorus.db import create_pool, redact
+from chorus.registry import load_registry
+from chorus.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
+
+EX_UNAVAILABLE = 69
+LIVE_SCHEMA = "audit_projector"
+T = TypeVar("T")
+
+console = Console(highlight=False)
+errors = Console(stderr=True, highlight=False)
+
+DatabaseUrl = Annotated[
+    str,
+    typer.Option(
+        "--database-url", envvar="CHORUS_DATABASE_URL", show_envvar=True, help="PostgreSQL URL."
+    ),
+]
+Bootstrap = Annotated[
+    str,
+    typer.Option(
+        "--bootstrap",
+        envvar="CHORUS_KAFKA_BOOTSTRAP",
+        show_envvar=True,
+        help="Kafka bootstrap servers.",
+    ),
+]
+Schema = Annotated[
+    str,
+    typer.Option("--schema", help="Schema of the live audit projection (the projector's name)."),
+]
+
+
+class Unavailable(Exception):
+    """PostgreSQL or Kafka could not be reached; the message names the address."""
+
+
+def _fail(message: str, code: int) -> typer.Exit:
+    errors.print(f"chorus: {message}", markup=False)
+    return typer.Exit(code)
+
+
+@contextmanager
+def _unavailable_exits() -> Iterator[None]:
+    # aiokafka logs every failed connection at ERROR; the command names the address once.
+    kafka_log = logging.getLogger("aiokafka")
+    previous = kafka_log.level
+    kafka_log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    except Unavailable as exc:
+        raise _fail(str(exc), EX_UNAVAILABLE) from None
+    finally:
+        kafka_log.setLevel(previous)
+
+
+async def _pool(url: str) -> asyncpg.Pool:
+    try:
+        return await create_pool(url, max_size=5)
+    except ConnectionError as exc:
+        raise Unavailable(str(exc)) from None
+
+
+async def _with_conn(url: str, work: Any) -> Any:
+    try:
+        conn = await asyncpg.connect(url, timeout=10)
+    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+        raise Unavailable(
+            f"cannot connect to PostgreSQL at {redact(url)}: {exc}. Is it running? Try `make up`."
+        ) from None
+    try:
+        return await work(conn)
+    finally:
+        await conn.close()
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def _parse_since(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise _fail(f"--since {value!r} is not an ISO 8601 date-time", 2) from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+# -- replay ------------------------------------------------------------------------------------
+
+
+def replay_command(
+    *,
+    projection: Annotated[
+        str, typer.Option("--projection", help="Which projection to rebuild (only 'audit').")
+    ] = "audit",
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            help="Replay from the first record at or after this ISO 8601 time (default: "
+            "from the start of the topics). Naive times are UTC.",
+        ),
+    ] = None,
+    verify: Annotated[
+        bool,
+        typer.Option("--verify", help="Compare with the live projection; exit 1 when they differ."),
+    ] = False,
+    drop: Annotated[
+        bool, typer.Option("--drop", help="Drop the rebuilt schema when done.")
+    ] = False,
+    live_timeout_s: Annotated[
+        float,
+        typer.Option(
+            "--live-timeout",
+            help="Seconds to wait for the live projector to reach the same "
+            "offsets before comparing.",
+        ),
+    ] = 30.0,
+    schema: Schema = LIVE_SCHEMA,
+    schemas_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--schemas-dir",
+            envvar="CHORUS_SCHEMAS_DIR",
+            file_okay=False,
+            help="Event registry (default: schemas/ of this checkout).",
+        ),
+    ] = None,
+    bootstrap: Bootstrap = LOCAL_KAFKA,
+    database_url: DatabaseUrl = LOCAL_DATABASE_URL,
+) -> None:
+    """Rebuild a projection from the topics and compare it with the live one.
+
+    The rebuild goes into a fresh schema (audit_replay_<id>) with its own consumer group,
+    without touching the live projector, and stops at the end offsets seen at start.
+    With --verify it is compared row for row with the live projection (exit 1 when
+    they differ)."""
+    if projection != "audit":
+        raise _fail(f"unknown projection {projection!r}; known: audit", 2)
+    since_at = _parse_since(since)
+    try:
+        registry = load_registry(schemas_dir)
+    except (FileNotFoundError, ValueError) as exc:
+        raise _fail(str(exc), 2) from None
+    with _unavailable_exits():
+        code = _run(
+            _replay(
+                registry=registry,
+                bootstrap=bootstrap,
+                database_url=database_url,
+                schema=schema,
+                since=since_at,
+                verify=verify,
+                drop=drop,
+                live_timeout_s=live_timeout_s,
+            )
+        )
+    raise typer.Exit(code)
+
+
+async def _replay(
+    *,
+    registry: Any,
+    bootstrap: str,
+    database_url: str,
+    schema: str,
+    since: datetime | None,
+    verify: bool,
+    drop: bool,
+    live_timeout_s: float,
+) -> int:
+    from aiokafka.errors import KafkaConnectionError
+
+    from audit_projector.replay import (
+        MissingProjectionError,
+        MissingTopicError,
+        compare,
+        rebuild,
+        wait_for_live,
+    )
+
+    pool = await _pool(database_url)
+    try:
+        with Progress(
+            TextColumn("[bold]replaying[/bold] {task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        ) as bar:
+            task = bar.add_task("topics", total=None)
+
+            def advance(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total)
+
+            try:
+                result = await rebuild(
+                    registry=registry,
+                    bootstrap=bootstrap,
+                    pool=pool,
+                    live_schema=schema,
+                    since=since,
+                    progress=advance,
+                )
+            except MissingTopicError as exc:
+                errors.print(f"chorus: {exc}", markup=False)
+                return 2
+            except MissingProjectionError as exc:
+                errors.print(f"chorus: {exc}", markup=False)
+                return 1
+            except KafkaConnectionError as exc:
+                raise Unavailable(
+                    f"cannot reach Kafka at {bootstrap}: {exc}. Is it running? Try `make up`."
+                ) from None
+        rate = result.records / result.seconds if result.seconds else 0.0
+        console.print(
+            f"replayed {result.records} record(s) ({result.applied} projected) from "
+            f"{len(result.topics)} topic(s) into schema [bold]{result.target.schema}[/bold] "
+            f"(group {result.target.group}) in {result.seconds:.2f}s ({rate:.0f} records/s)"
+            + (
+                f"; {result.undecodable} undecodable record(s) skipped"
+                if result.undecodable
+                else ""
+            )
+        )
+        code = 0
+        if verify:
+            lag = await wait_for_live(bootstrap, schema, result.end_offsets, live_timeout_s)
+            if lag:
+                errors.print(
+                    f"warning: the live projector ({schema}) is still {lag} record(s) behind "
+                    "the replayed offsets; differences may only be lag"
+                )
+            async with pool.acquire() as conn:
+                comparison = await compare(
+                    conn, live=schema, replay=result.target.schema, since=since
+                )
+            console.print(f"live    {schema}: md5 {comparison.live_checksum}")
+            console.print(f"replay  {result.target.schema}: md5 {comparison.replay_checksum}")
+            if comparison.equal:
+                console.print(f"[green]equal[/green]: {comparison.workflows} workflow(s)")
+            else:
+                console.print(
+                    f"[red]different[/red]: {len(comparison.differing)} of "
+                    f"{comparison.workflows} workflow(s) differ; first:"
+                )
+                for workflow_id in comparison.differing[:10]:
+                    console.print(f"  {workflow_id}", markup=False)
+                code = 1
+        if drop:
+            async with pool.acquire() as conn:
+                await conn.execute(f"DROP SCHEMA {result.target.schema} CASCADE")
+            console.print(f"dropped schema {result.target.schema}")
+        return code
+    finally:
+        await pool.close()
+
+
+# -- timeline ----------------------------------------------------------------------------------
+
+
+def timeline_command(
+    workflow_id: Annotated[str, typer.Argument(help="The workflow id.")],
+    schema: Schema = LIVE_SCHEMA,
+    database_url: DatabaseUrl = LOCAL_DATABASE_URL,
+) -> None:
+    """A workflow's events, stages, waits and decisions, from the audit projection."""
+    from audit_projector.adapters.queries import status_view, timeline_entries
+
+    async def read(conn: asyncpg.Connection) -> Any:
+        try:
+            return await status_view(conn, workflow_id, schema=schema), await timeline_entries(
+                conn, workflow_id, schema=schema
+            )
+        except asyncpg.UndefinedTableError:
+            raise _fail(
+                f"no audit projection in schema {schema!r} at {redact(database_url)} "
+                "(has the audit projector run?)",
+                1,
+            ) from None
+
+    with _unavailable_exits():
+        status, entries = _run(_with_conn(database_url, read))
+    if status is None and not entries:
+        raise _fail(f"unknown workflow {workflow_id!r} (not in the audit projection {schema})", 1)
+    if status is not None:
+        console.print(
+            f"[bold]{escape(workflow_id)}[/bold]  {escape(status.workflow_type)}  status "
+            f"[bold]{status.status}[/bold]  stage {status.stage or '-'}"
+        )
+        waiting = (
+            f"  waiting for {escape(status.waiting_for)}"
+            + (f" until {_at(status.waiting_until)}" if status.waiting_until else "")
+            if status.waiting_for
+            else ""
+        )
+        ended = (
+            f"  ended {_at(status.ended_at)} (took {_span(status.duration_s or 0.0)})"
+            if status.ended_at
+            else ""
+        )
+        console.print(
+            f"started {_at(status.started_at)}{ended}{waiting}  events {status.events}"
+            f"  attempts {status.attempts}"
+        )
+    else:
+        console.print(f"[bold]{escape(workflow_id)}[/bold]: no status row (removed by the janitor)")
+    table = Table(show_lines=False)
+    for column in ("occurred at", "event", "from", "decision / actor", "wait / call", "trace"):
+        table.add_column(column)
+    for e in entries:
+        table.add_row(
+            _at(e.occurred_at),
+            e.event_type if e.origin == "topic" else f"{e.event_type} [dim]({e.origin})[/dim]",
+            escape(e.producer),
+            escape(" / ".join(filter(None, [e.decision, e.actor]))),
+            escape(_wait_or_call(e.event_type, e.payload, e.external_call)),
+            (e.trace_id or "")[:8],
+        )
+    console.print(table)
+
+
+def _at(value: datetime | None) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+
+
+def _span(seconds: float) -> str:
+    """8h, 1d 2h, 90s: a window as a person reads it."""
+    days, rest = divmod(int(seconds), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{n}{unit}" for n, unit in ((days, "d"), (hours, "h"), (minutes, "m"), (secs, "s"))]
+    return " ".join(p for p in parts if not p.startswith("0")) or "0s"
+
+
+def _wait_or_call(event_type: str, payload: dict[str, Any], external_call: str | None) -> str:
+    if external_call:
+        return external_call
+    if event_type == "approval.requested" and isinstance(payload.get("chain"), list):
+        first = payload["chain"][0] if payload["chain"] else {}
+        window = first.get("window_s")
+        span = _span(float(window)) if isinstance(window, int | float) else "?"
+        return f"waits: approval by {first.get('tier')} (window {span})"
+    if event_type == "approval.escalated":
+        return f"waits: approval by {payload.get('to_tier')} until {payload.get('waiting_until')}"
+    if event_type == "review.requested":
+        return "waits: human review"
+    if event_type == "event.dead_lettered":
+        error = payload.get("error") or {}
+        return f"dead letter: {error.get('error_class', '?')}"
+    if event_type == "workflow.ended":
+        return f"outcome: {payload.get('outcome', '?')}"
+    return ""
+
+
+# -- erase -------------------------------------------------------------------------------------
+
+
+def erase_command(
+    subject: Annotated[
+        str, typer.Option("--subject", help="The subject reference to erase (subject_ref).")
+    ],
+    actor: Annotated[
+        str | None,
+        typer.Option("--actor", help="Who asks for the erasure (default: the OS user)."),
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+    schema: Schema = LIVE_SCHEMA,
+    database_url: DatabaseUrl = LOCAL_DATABASE_URL,
+) -> None:
+    """Erase a data subject's data from projections and service state.
+
+    Redacts its audit payloads and status details in every projection, deletes its state
+    rows in every service schema, and records the erasure (a hash of the reference,
+    counts, actor, time) in the audit log."""
+    from audit_projector.adapters.maintenance import erase_subject
+
+    who = actor or getpass.getuser()
+    if not yes:
+        typer.confirm(f"Erase every trace of {subject!r}? This cannot be undone", abort=True)
+
+    async def erase(conn: asyncpg.Connection) -> Any:
+        try:
+            return await erase_subject(
+                conn, subject, actor=who, now=datetime.now(UTC), ledger=schema
+            )
+        except asyncpg.UndefinedTableError:
+            raise _fail(f"no audit projection in schema {schema!r}", 1) from None
+
+    with _unavailable_exits():
+        report = _run(_with_conn(database_url, erase))
+    console.print(
+        f"erasure {report.erasure_id} recorded ({report.subject_hash}); "
+        f"{report.workflows} workflow(s) touched"
+    )
+    console.print(json.dumps(report.rows, indent=2))

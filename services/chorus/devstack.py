@@ -1,0 +1,220 @@
+"""Every Chorus service as its own OS process on this machine (demo, end-to-end and reliability tests).
+
+Kafka and PostgreSQL come from deploy/local; this starts the sandbox (stand-ins
+for the outside world) and one process per service, each with its own log file,
+HTTP port and environment, and can kill, pause or restart any of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Start order: platform first, so nothing the agents emit waits for its consumer.
+SERVICES = (
+    "timer_service",
+    "deadletter_service",
+    "audit_projector",
+    "approval_gate",
+    "invoice_agent",
+    "budget_agent",
+    "payment_agent",
+    "report_agent",
+    "gateway",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Proc:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    health_url: str | None
+    popen: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    def start(self, extra_env: Mapping[str, str] | None = None) -> None:
+        self.starts += 1
+        with self.log_path.open("ab") as log:
+            log.write(f"--- start #{self.starts} ---\n".encode())
+            self.popen = subprocess.Popen(
+                self.argv,
+                env={**self.env, **(extra_env or {})},
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    @property
+    def running(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+
+@dataclass
+class DevStack:
+    """Processes of one Chorus deployment. ``env`` applies to every service."""
+
+    workdir: Path
+    env: dict[str, str] = field(default_factory=dict)
+    services: tuple[str, ...] = SERVICES
+    sandbox_args: list[str] = field(default_factory=list)
+    service_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    procs: dict[str, Proc] = field(default_factory=dict)
+    api_port: int = 0
+    sandbox_port: int = 0
+
+    def __post_init__(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.api_port = self.api_port or free_port()
+        self.sandbox_port = self.sandbox_port or free_port()
+        base = {**os.environ, "PYTHONUNBUFFERED": "1", "CHORUS_LOG_JSON": "true", **self.env}
+        sandbox_url = f"http://127.0.0.1:{self.sandbox_port}"
+        self.procs["sandbox"] = Proc(
+            "sandbox",
+            [sys.executable, "-m", "sandbox", "--port", str(self.sandbox_port), *self.sandbox_args],
+            base,
+            self.workdir / "sandbox.log",
+            f"{sandbox_url}/stats",
+        )
+        for name in self.services:
+            port = free_port()
+            env = {
+                **base,
+                "CHORUS_HTTP_PORT": str(port),
+                "CHORUS_PAYMENT_API_URL": sandbox_url,
+                **self.service_env.get(name, {}),
+            }
+            if name == "gateway":
+                env["CHORUS_API_PORT"] = str(self.api_port)
+            self.procs[name] = Proc(
+                name,
+                [sys.executable, "-m", name],
+                env,
+                self.workdir / f"{name}.log",
+                f"http://127.0.0.1:{port}/health",
+            )
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+    @property
+    def sandbox_url(self) -> str:
+        return f"http://127.0.0.1:{self.sandbox_port}"
+
+    async def start(self, timeout_s: float = 90.0) -> None:
+        for proc in self.procs.values():
+            proc.start()
+        await asyncio.gather(*(self.wait_healthy(name, timeout_s) for name in self.procs))
+        await self._wait_api(timeout_s)
+
+    async def wait_healthy(self, name: str, timeout_s: float = 90.0) -> None:
+        proc = self.procs[name]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            while loop.time() < deadline:
+                if not proc.running:
+                    raise RuntimeError(f"{name} exited during start:\n{proc.tail()}")
+                try:
+                    if proc.health_url and (await client.get(proc.health_url)).status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.2)
+        raise RuntimeError(f"{name} not healthy after {timeout_s}s:\n{proc.tail()}")
+
+    async def _wait_api(self, timeout_s: float) -> None:
+        if "gateway" not in self.procs:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            while loop.time() < deadline:
+                try:
+                    await client.get(f"{self.api_url}/openapi.json")
+                    return
+                except httpx.HTTPError:
+                    await asyncio.sleep(0.2)
+        raise RuntimeError(
+            f"gateway API not answering on {self.api_url}:\n{self.procs['gateway'].tail()}"
+        )
+
+    def kill(self, name: str) -> None:
+        """SIGKILL: no shutdown code runs, as in a crash or an OOM kill."""
+        proc = self.procs[name]
+        if proc.popen is not None and proc.running:
+            proc.popen.send_signal(signal.SIGKILL)
+            proc.popen.wait()
+
+    def pause(self, name: str) -> None:
+        """SIGSTOP: the process keeps its sockets but stops responding (a zombie)."""
+        assert self.procs[name].popen is not None
+        self.procs[name].popen.send_signal(signal.SIGSTOP)  # type: ignore[union-attr]
+
+    def resume(self, name: str) -> None:
+        assert self.procs[name].popen is not None
+        self.procs[name].popen.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
+
+    async def restart(self, name: str, extra_env: Mapping[str, str] | None = None) -> None:
+        self.kill(name)
+        self.procs[name].start(extra_env)
+        await self.wait_healthy(name)
+
+    async def wait_exit(self, name: str, timeout_s: float = 60.0) -> int:
+        proc = self.procs[name]
+        assert proc.popen is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while proc.popen.poll() is None:
+            if loop.time() > deadline:
+                raise RuntimeError(f"{name} still running after {timeout_s}s")
+            await asyncio.sleep(0.05)
+        return proc.popen.returncode
+
+    async def stop(self, timeout_s: float = 30.0) -> None:
+        """SIGTERM everything (graceful), then SIGKILL whatever is left."""
+        for proc in self.procs.values():
+            if proc.popen is not None and proc.running:
+                with_stop = proc.popen
+                try:
+                    with_stop.send_signal(signal.SIGCONT)
+                    with_stop.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while any(p.running for p in self.procs.values()) and loop.time() < deadline:
+            await asyncio.sleep(0.1)
+        for name in self.procs:
+            self.kill(name)
+
+    async def sandbox_stats(self) -> dict[str, object]:
+        async with httpx.AsyncClient(timeout=5.0) as client:
+            stats: dict[str, object] = (await client.get(f"{self.sandbox_url}/stats")).json()
+            return stats

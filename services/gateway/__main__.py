@@ -1,0 +1,10 @@
+"""``python -m gateway``: run one replica (API on CHORUS_API_PORT, default 8080)."""
+
+from __future__ import annotations
+
+from chorus.runtime.runner import main
+from gateway.config import Settings
+from gateway.service import SPEC
+
+if __name__ == "__main__":
+    main(SPEC, Settings())

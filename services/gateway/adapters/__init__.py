@@ -1,0 +1,1 @@
+"""PostgreSQL, the audit projection and webhooks: the gateway's adapters."""

@@ -1,0 +1,23 @@
+"""Dependencies of the gateway's handlers: the webhook sender."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+
+from gateway.adapters.webhooks import WebhookSender
+
+
+@asynccontextmanager
+async def bootstrap(settings: Any) -> AsyncIterator[WebhookSender]:
+    async with httpx.AsyncClient() as client:
+        yield WebhookSender(client, settings.webhook_secret, settings.webhook_timeout_s)
+
+
+@asynccontextmanager
+async def offline() -> AsyncIterator[WebhookSender]:
+    async with httpx.AsyncClient() as client:
+        yield WebhookSender(client, "contract-secret", 0.5)

@@ -1,0 +1,117 @@
+"""The gateway's own tables (schema gateway): submissions by idempotency key, decisions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+
+from chorus.db import apply_ddl
+
+DDL = [
+    "CREATE SCHEMA IF NOT EXISTS gateway",
+    """CREATE TABLE IF NOT EXISTS gateway.submissions (
+        workflow_id text PRIMARY KEY,
+        workflow_type text NOT NULL,
+        submitter text NOT NULL,
+        idempotency_key text,
+        request_hash text NOT NULL,
+        callback_url text,
+        accepted_at timestamptz NOT NULL)""",
+    # One workflow per (submitter, key): a retried POST finds the first one.
+    """CREATE UNIQUE INDEX IF NOT EXISTS submissions_idempotency
+        ON gateway.submissions (submitter, idempotency_key) WHERE idempotency_key IS NOT NULL""",
+    """CREATE TABLE IF NOT EXISTS gateway.decisions (
+        approval_id text NOT NULL,
+        level int NOT NULL,
+        workflow_id text NOT NULL,
+        reviewer text NOT NULL,
+        decision text NOT NULL,
+        comment text NOT NULL,
+        decided_at timestamptz NOT NULL,
+        PRIMARY KEY (approval_id, level))""",
+]
+
+
+async def migrate(conn: asyncpg.Connection) -> None:
+    await apply_ddl(conn, "chorus-ddl-gateway", DDL)
+
+
+@dataclass(frozen=True)
+class SubmissionRow:
+    workflow_id: str
+    workflow_type: str
+    request_hash: str
+    accepted_at: datetime
+
+
+async def find_by_key(conn: asyncpg.Connection, submitter: str, key: str) -> SubmissionRow | None:
+    row = await conn.fetchrow(
+        """SELECT workflow_id, workflow_type, request_hash, accepted_at FROM gateway.submissions
+           WHERE submitter = $1 AND idempotency_key = $2""",
+        submitter,
+        key,
+    )
+    return SubmissionRow(**dict(row)) if row else None
+
+
+async def find_by_workflow(conn: asyncpg.Connection, workflow_id: str) -> SubmissionRow | None:
+    row = await conn.fetchrow(
+        """SELECT workflow_id, workflow_type, request_hash, accepted_at FROM gateway.submissions
+           WHERE workflow_id = $1""",
+        workflow_id,
+    )
+    return SubmissionRow(**dict(row)) if row else None
+
+
+async def insert_submission(
+    conn: asyncpg.Connection,
+    *,
+    workflow_id: str,
+    workflow_type: str,
+    submitter: str,
+    idempotency_key: str | None,
+    request_hash: str,
+    callback_url: str | None,
+    now: datetime,
+) -> bool:
+    """False when a concurrent request with the same key won."""
+    inserted = await conn.fetchval(
+        """INSERT INTO gateway.submissions VALUES ($1, $2, $3, $4, $5, $6, $7)
+           ON CONFLICT DO NOTHING RETURNING 1""",
+        workflow_id,
+        workflow_type,
+        submitter,
+        idempotency_key,
+        request_hash,
+        callback_url,
+        now,
+    )
+    return inserted is not None
+
+
+async def insert_decision(
+    conn: asyncpg.Connection,
+    *,
+    approval_id: str,
+    level: int,
+    workflow_id: str,
+    reviewer: str,
+    decision: str,
+    comment: str,
+    now: datetime,
+) -> bool:
+    """False when this approval already has a decision at this level (409)."""
+    inserted = await conn.fetchval(
+        """INSERT INTO gateway.decisions VALUES ($1, $2, $3, $4, $5, $6, $7)
+           ON CONFLICT DO NOTHING RETURNING 1""",
+        approval_id,
+        level,
+        workflow_id,
+        reviewer,
+        decision,
+        comment,
+        now,
+    )
+    return inserted is not None

@@ -1,0 +1,43 @@
+"""Settings of the gateway (CHORUS_* environment variables)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+from chorus.runtime.runner import ServiceSettings
+
+
+class ApiKey(BaseModel):
+    """Who a key belongs to and what it may do."""
+
+    principal: str
+    role: Literal["submitter", "reviewer", "operator"]
+    tier: str | None = None
+    """Reviewer tier (e.g. manager, director, editor); reviewers act only on their tier."""
+
+
+DEMO_KEYS = {
+    "demo-submitter-key": ApiKey(principal="demo-submitter", role="submitter"),
+    "demo-manager-key": ApiKey(principal="dana.manager", role="reviewer", tier="manager"),
+    "demo-director-key": ApiKey(principal="erin.director", role="reviewer", tier="director"),
+    "demo-editor-key": ApiKey(principal="lee.editor", role="reviewer", tier="editor"),
+    "demo-operator-key": ApiKey(principal="sam.operator", role="operator"),
+}
+
+
+class Settings(ServiceSettings):
+    http_port: int = 8110
+    """/health and /metrics of the runtime (the API has its own port)."""
+    api_host: str = "127.0.0.1"
+    api_port: int = 8080
+    public_url: str = ""
+    """Base of the status URLs handed out; defaults to http://<api_host>:<api_port>."""
+    api_keys: dict[str, ApiKey] = DEMO_KEYS
+    """API key -> principal. The demo keys are for local use only: set CHORUS_API_KEYS."""
+    webhook_secret: str = "demo-webhook-secret"
+    """HMAC-SHA256 key for completion callbacks (X-Chorus-Signature)."""
+    webhook_timeout_s: float = 10.0
+    deadlines_s: dict[str, float] = {"procurement": 7 * 86400, "research_report": 2 * 86400}
+    """Workflow-level deadline per workflow type; a workflow still running then times out."""

@@ -1,0 +1,72 @@
+"""Gateway decisions: which workflow types exist, what starts them, signatures. No I/O."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from chorus_contracts.base import EventModel
+from chorus_contracts.envelope import Priority
+from chorus_contracts.procurement import InvoiceReceived
+from chorus_contracts.research import ReportRequested
+
+SERVICE = "gateway"
+
+
+@dataclass(frozen=True)
+class WorkflowType:
+    name: str
+    start: type[EventModel]
+
+
+WORKFLOW_TYPES: dict[str, WorkflowType] = {
+    "procurement": WorkflowType("procurement", InvoiceReceived),
+    "research_report": WorkflowType("research_report", ReportRequested),
+}
+
+
+class Submission(BaseModel):
+    """The body of POST /v1/workflows/{workflow_type}."""
+
+    input: dict[str, Any] = Field(description="the payload of the workflow type's start event")
+    callback_url: str | None = Field(
+        default=None, description="POSTed the result, HMAC-signed, when it ends"
+    )
+    priority: Priority = "normal"
+    subject_ref: str | None = Field(
+        default=None, description="reference to the data subject (for erasure)"
+    )
+
+
+class DecisionBody(BaseModel):
+    decision: Literal["approve", "reject", "revise"]
+    comment: str = Field(default="", max_length=2000)
+
+
+class GatewayState(BaseModel):
+    """What the gateway remembers of a workflow it started."""
+
+    callback_url: str | None = None
+    ended: bool = False
+    outcome: str | None = None
+
+
+def request_hash(workflow_type: str, submission: Submission) -> str:
+    """Same Idempotency-Key with a different request is an error, not a replay."""
+    body = json.dumps([workflow_type, submission.model_dump(mode="json")], sort_keys=True)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def sign(secret: str, timestamp: str, body: bytes) -> str:
+    """``sha256=<hex>`` of HMAC-SHA256 over ``<timestamp>.<body>`` (replay-resistant)."""
+    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
+    return "sha256=" + mac.hexdigest()
+
+
+def verify(secret: str, timestamp: str, body: bytes, signature: str) -> bool:
+    return hmac.compare_digest(sign(secret, timestamp, body), signature)

@@ -1,0 +1,56 @@
+"""Handlers of the gateway: completion webhooks and the workflow-level deadline."""
+
+from __future__ import annotations
+
+from chorus.codec import Event
+from chorus.service import Context, Outcome
+from chorus_contracts.lifecycle import WorkflowDeadlineReached, WorkflowEnded, WorkflowStarted
+from gateway.adapters.webhooks import WebhookSender
+from gateway.domain import SERVICE, GatewayState
+
+
+async def on_workflow_started(
+    event: Event[WorkflowStarted], state: GatewayState | None, ctx: Context[WebhookSender]
+) -> Outcome[GatewayState]:
+    if state is not None:
+        return Outcome()
+    return Outcome(state=GatewayState(callback_url=event.payload.callback_url))
+
+
+async def on_workflow_ended(
+    event: Event[WorkflowEnded], state: GatewayState | None, ctx: Context[WebhookSender]
+) -> Outcome[GatewayState]:
+    """Tell the submitter. A failing callback is retried with durable backoff (TransientError)."""
+    ended = event.payload
+    if state is None or state.ended:
+        return Outcome()  # not started here, or told already
+    env = event.envelope
+    if state.callback_url:
+        await ctx.deps.send(
+            state.callback_url,
+            {
+                "workflow_id": env.workflow_id,
+                "workflow_type": env.workflow_type,
+                "outcome": ended.outcome,
+                "reason": ended.reason,
+                "result": ended.result,
+                "ended_at": env.occurred_at.isoformat(),
+            },
+            delivery_id=str(env.event_id),
+            now=ctx.clock.now(),
+        )
+    return Outcome(state=state.model_copy(update={"ended": True, "outcome": ended.outcome}))
+
+
+async def on_workflow_deadline_reached(
+    event: Event[WorkflowDeadlineReached], state: GatewayState | None, ctx: Context[WebhookSender]
+) -> Outcome[GatewayState]:
+    """A workflow still running at its deadline ends with a clear terminal status."""
+    if state is None or state.ended:
+        return Outcome()
+    ended = WorkflowEnded(
+        outcome="timed_out",
+        reason=f"workflow deadline {event.payload.deadline_at.isoformat()} passed",
+        ended_by=SERVICE,
+    )
+    return Outcome(emit=[ended], ended="timed_out")

@@ -1,0 +1,36 @@
+"""Runs the FastAPI app inside the service process, beside the runtime's consumer."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import uvicorn
+
+from chorus.service import RuntimeHandle
+from gateway.api import create_app
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """uvicorn without its own signal handling: the runtime owns SIGTERM and shuts down."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def serve_api(rt: RuntimeHandle) -> None:
+    settings = rt.settings
+    config = uvicorn.Config(
+        create_app(rt, settings),
+        host=settings.api_host,
+        port=settings.api_port,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+    )
+    server = _EmbeddedServer(config)
+    try:
+        await server.serve()
+    finally:
+        server.should_exit = True

@@ -1,0 +1,46 @@
+"""The gateway's declaration: an HTTP API beside handlers for webhooks and deadlines."""
+
+from __future__ import annotations
+
+from chorus.service import On, ServiceSpec
+from chorus_contracts.lifecycle import WorkflowDeadlineReached, WorkflowEnded, WorkflowStarted
+from gateway.adapters.deps import bootstrap, offline
+from gateway.adapters.repository import migrate
+from gateway.adapters.webhooks import WebhookSender
+from gateway.domain import GatewayState
+from gateway.handlers import on_workflow_deadline_reached, on_workflow_ended, on_workflow_started
+from gateway.server import serve_api
+
+SPEC: ServiceSpec[GatewayState, WebhookSender] = ServiceSpec(
+    name="gateway",
+    version="0.1.0",
+    handlers=[
+        On(WorkflowStarted, on_workflow_started, timeout_s=30),
+        # A callback receiver that is down gets retried for about an hour of backoff.
+        On(
+            WorkflowEnded,
+            on_workflow_ended,
+            timeout_s=60,
+            max_attempts=10,
+            backoff_base_s=2.0,
+            backoff_cap_s=600,
+        ),
+        On(WorkflowDeadlineReached, on_workflow_deadline_reached, timeout_s=30),
+    ],
+    # The API (not a handler) emits the start events and decisions through the same outbox.
+    produces=frozenset(
+        {
+            "workflow.started",
+            "workflow.ended",
+            "workflow.deadline_reached",
+            "invoice.received",
+            "report.requested",
+            "approval.decision_submitted",
+        }
+    ),
+    state=GatewayState,
+    migrations=[migrate],
+    workers=[serve_api],
+    bootstrap=bootstrap,
+    contract_deps=offline,
+)

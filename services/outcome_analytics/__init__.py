@@ -1,0 +1,1 @@
+"""Outcome analytics: per workflow type and hour, how workflows start, end, escalate and fail."""

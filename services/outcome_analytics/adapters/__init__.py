@@ -1,0 +1,1 @@
+"""The edges of outcome analytics: dead-letter producer, HTTP routes, Prometheus collector."""

@@ -1,0 +1,139 @@
+"""One record in: decoded, folded into the view, or dead-lettered. Never raises.
+
+faust-streaming 0.15.3 skips the offset of a record whose agent raised (#527) and
+the agent stops; so everything that can fail here is caught and the record goes
+to the dead-letter topic with its original bytes before the next one is read.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from chorus.clock import Clock
+from chorus.codec import Event, decode
+from chorus.deadletters import dead_letter_envelope, failure
+from chorus.errors import DecodeError
+from chorus.logs import fields, log_context
+from chorus.metrics import Metrics
+from chorus.registry import Registry
+from chorus.runtime.records import Record
+from chorus_contracts.base import EventModel
+from chorus_contracts.envelope import Envelope, ProducerRef
+from chorus_contracts.platform import ErrorCategory, EventDeadLettered
+from outcome_analytics.adapters.deadletters import DeadLetterSink
+from outcome_analytics.domain import ACCEPT, OutcomeView
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Deps:
+    """Everything :func:`on_record` needs, wired once by the app."""
+
+    registry: Registry
+    view: OutcomeView
+    dead_letters: DeadLetterSink
+    metrics: Metrics
+    clock: Clock
+    producer: ProducerRef
+    consumer_group: str
+    max_event_bytes: int = 1_048_576
+    positions: dict[tuple[str, int], int] = field(default_factory=dict)
+    """(topic, partition) -> offset of the next record to read (last handled + 1)."""
+
+
+async def on_record(record: Record, deps: Deps) -> None:
+    """Decode ``record``, apply it to the view, or dead-letter it; then note its position.
+
+    Returns after the record is fully handled: applied, ignored, or its dead letter
+    acknowledged by the broker (which may take as long as the broker is away).
+    Only cancellation propagates.
+    """
+    try:
+        await _handle(record, deps)
+    except Exception:
+        # Only reachable through a bug in the failure path itself. Logged loudly and
+        # counted, and the record is skipped: raising would make faust skip it anyway
+        # (#527) and stop the agent, leaving an ever staler view behind.
+        deps.metrics.failures.labels("unexpected", "unhandled").inc()
+        log.exception(
+            "record could not be handled nor dead-lettered",
+            extra=fields(topic=record.topic, partition=record.partition, offset=record.offset),
+        )
+    deps.positions[(record.topic, record.partition)] = record.offset + 1
+
+
+async def _handle(record: Record, deps: Deps) -> None:
+    try:
+        event = decode(record.value, deps.registry, accept=ACCEPT, max_bytes=deps.max_event_bytes)
+    except DecodeError as exc:
+        await _dead_letter(record, exc, "decode", None, deps)
+        return
+    except Exception as exc:
+        # decode() raises DecodeError for bad bytes; anything else is a registry or
+        # code mismatch (an event type declared on the topic with no model here).
+        await _dead_letter(record, exc, "unexpected", None, deps)
+        return
+    envelope = event.envelope
+    deps.metrics.events_in.labels(record.topic, envelope.event_type).inc()
+    with log_context(
+        event_id=str(envelope.event_id),
+        workflow_id=envelope.workflow_id,
+        event_type=envelope.event_type,
+    ):
+        try:
+            deps.view.apply(envelope, event.payload)
+        except Exception as exc:
+            if _is_own_dead_letter(event, deps):
+                # Dead-lettering our own dead letter would put it back on the topic we
+                # read, failing again, forever. It already is on the dead-letter topic.
+                log.exception("could not count this service's own dead letter; skipped")
+                deps.metrics.failures.labels("unexpected", envelope.event_type).inc()
+                return
+            await _dead_letter(record, exc, "unexpected", envelope, deps)
+
+
+def _is_own_dead_letter(event: Event[EventModel], deps: Deps) -> bool:
+    return (
+        isinstance(event.payload, EventDeadLettered)
+        and event.envelope.producer.service == deps.producer.service
+    )
+
+
+async def _dead_letter(
+    record: Record,
+    error: BaseException,
+    category: ErrorCategory,
+    parent: Envelope | None,
+    deps: Deps,
+) -> None:
+    event_type = parent.event_type if parent else "undecodable"
+    deps.metrics.failures.labels(category, event_type).inc()
+    now = deps.clock.now()
+    # A derived view has no retries: the same bytes fail the same way on every
+    # rebuild, so the first failure is the last.
+    envelope = dead_letter_envelope(
+        record,
+        error,
+        category,
+        producer=deps.producer,
+        consumer_group=deps.consumer_group,
+        now=now,
+        attempts=1,
+        failures=[failure(error, 1, now)],
+        parent=parent,
+    )
+    log.warning(
+        "record dead-lettered",
+        extra=fields(
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            category=category,
+            error=str(error)[:500],
+            dead_letter_id=str(envelope.event_id),
+        ),
+    )
+    await deps.dead_letters.publish(envelope)
+    deps.metrics.dead_letters.labels(category).inc()

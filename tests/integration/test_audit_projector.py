@@ -1,0 +1,742 @@
+"""The audit projector on real Kafka and PostgreSQL: status, replay, erasure, retention."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import asyncpg
+import httpx
+import pytest
+
+from audit_projector.adapters.projection import REPLAY_PREFIX
+from audit_projector.adapters.queries import (
+    approval,
+    approval_tasks,
+    pending_approvals,
+    status_view,
+    timeline_entries,
+    workflow_status,
+)
+from audit_projector.config import Settings
+from audit_projector.domain import ERASURE_RECORDED, WORKFLOW_PURGED, subject_hash
+from audit_projector.replay import compare, rebuild
+from audit_projector.service import make_spec
+from chorus.clock import ManualClock
+from chorus.db import create_pool
+from chorus.registry import Registry
+from chorus.runtime.runner import ServiceSettings, running
+from chorus_contracts.base import CATALOG
+from chorus_contracts.envelope import Envelope, ProducerRef
+from tests.support.events import TaskSubmitted
+from tests.support.kafka import envelope, publish
+from tests.support.processes import ServiceProcess
+from tests.support.registry import isolated_registry
+from tests.support.testservice import make_spec as make_test_service
+
+pytestmark = pytest.mark.integration
+
+CHORUS = str(Path(sys.executable).parent / "chorus")
+T = TypeVar("T")
+
+
+async def eventually(probe: Callable[[], Awaitable[T]], *, what: str, timeout_s: float = 60.0) -> T:
+    """The probe's first truthy result; fails naming ``what`` after ``timeout_s``.
+    (tests.support.wait.wait_until, with a signature mypy can infer for async probes.)"""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        last = await probe()
+        if last:
+            return last
+        if loop.time() > deadline:
+            raise AssertionError(
+                f"timed out after {timeout_s}s waiting for {what} (last: {last!r})"
+            )
+        await asyncio.sleep(0.1)
+
+
+# -- building synthetic workflows from the registry's examples ---------------------------------
+
+
+class Stream:
+    """Events to publish, each on the physical topic the registry assigns it."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        self.items: list[tuple[str, Envelope]] = []
+
+    def add(
+        self,
+        event_type: str,
+        workflow_id: str,
+        at: datetime,
+        *,
+        workflow_type: str = "procurement",
+        subject: str | None = None,
+        priority: Any = "normal",
+        **payload: Any,
+    ) -> Envelope:
+        """The registry's example of ``event_type`` with ``payload`` overrides, in an
+        envelope of ``workflow_id`` that occurred at ``at``."""
+        example = self.registry.examples[(event_type, 1)][0].body
+        model = CATALOG[(event_type, 1)].model_validate({**example["payload"], **payload})
+        env = envelope(
+            model, workflow_id=workflow_id, workflow_type=workflow_type, priority=priority
+        ).model_copy(
+            update={
+                "occurred_at": at,
+                "subject_ref": subject,
+                "producer": ProducerRef(**example["producer"]),
+            }
+        )
+        topic = self.registry.physical_topic(event_type, priority)
+        self.items.append((topic, env))
+        return env
+
+    async def publish(self, bootstrap: str, items: Iterable[tuple[str, Envelope]] = ()) -> None:
+        by_topic: dict[str, list[Envelope]] = defaultdict(list)
+        for topic, env in list(items) or self.items:
+            by_topic[topic].append(env)
+        await asyncio.gather(*(publish(bootstrap, t, envs) for t, envs in by_topic.items()))
+
+
+def scenario(stream: Stream, kind: str, workflow_id: str, t0: datetime, subject: str) -> None:
+    """One workflow of ``kind``, its events a second apart."""
+    clock = iter(t0 + timedelta(seconds=i) for i in range(100))
+    proc: dict[str, Any] = {"workflow_id": workflow_id, "subject": subject}
+    research: dict[str, Any] = {**proc, "workflow_type": "research_report", "priority": "high"}
+    approval = f"appr-{workflow_id}"
+    if kind.startswith("research"):
+        stream.add("workflow.started", at=next(clock), **research)
+        stream.add("report.requested", at=next(clock), **research)
+        if kind == "research_review":
+            stream.add("review.requested", at=next(clock), **research)
+            return
+        stream.add("report.drafted", at=next(clock), **research)
+        stream.add("approval.requested", at=next(clock), approval_id=approval, **research)
+        stream.add("approval.decided", at=next(clock), approval_id=approval, **research)
+        stream.add("report.delivered", at=next(clock), **research)
+        stream.add("workflow.ended", at=next(clock), outcome="completed", **research)
+        return
+    stream.add("workflow.started", at=next(clock), **proc)
+    stream.add("invoice.received", at=next(clock), **proc)
+    if kind == "dead_lettered":
+        stream.add("event.dead_lettered", at=next(clock), **proc)
+        return
+    stream.add("invoice.validated", at=next(clock), **proc)
+    if kind == "budget_rejected":
+        stream.add("budget.rejected", at=next(clock), **proc)
+        stream.add("workflow.ended", at=next(clock), outcome="rejected", **proc)
+        stream.add("requester.notified", at=next(clock), **proc)
+        return
+    stream.add("budget.reserved", at=next(clock), **proc)
+    stream.add("approval.requested", at=next(clock), approval_id=approval, **proc)
+    if kind == "escalated":
+        stream.add("approval.window_elapsed", at=next(clock), approval_id=approval, level=0, **proc)
+        stream.add(
+            "approval.escalated",
+            at=next(clock),
+            approval_id=approval,
+            waiting_until=(t0 + timedelta(hours=16)).isoformat(),
+            **proc,
+        )
+        return
+    stream.add("approval.decision_submitted", at=next(clock), approval_id=approval, **proc)
+    stream.add("approval.decided", at=next(clock), approval_id=approval, **proc)
+    if kind == "payment_failed":
+        stream.add("payment.failed", at=next(clock), **proc)
+        stream.add("budget.released", at=next(clock), **proc)
+        stream.add("workflow.ended", at=next(clock), outcome="compensated", **proc)
+        return
+    stream.add("payment.issued", at=next(clock), **proc)
+    stream.add("workflow.ended", at=next(clock), outcome="completed", **proc)
+    stream.add("requester.notified", at=next(clock), **proc)
+
+
+KINDS = (
+    "completed",
+    "budget_rejected",
+    "escalated",
+    "dead_lettered",
+    "payment_failed",
+    "research_delivered",
+    "research_review",
+)
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def projector_settings(
+    kafka_bootstrap: str, database_url: str, name: str, **extra: Any
+) -> Settings:
+    return Settings(
+        kafka_bootstrap=kafka_bootstrap,
+        database_url=database_url,
+        log_json=False,
+        http_port=0,
+        service_name=name,
+        **extra,
+    )
+
+
+async def chorus(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """Run the ``chorus`` console script; returns (exit code, stdout, stderr)."""
+    proc = await asyncio.create_subprocess_exec(
+        CHORUS,
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "240", **(env or {})},
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=300)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def count(pg: asyncpg.Connection, sql: str, *args: Any) -> int:
+    return int(await pg.fetchval(sql, *args))
+
+
+async def all_text(pg: asyncpg.Connection, schemas: Iterable[str]) -> str:
+    """Every value of every row of every table in ``schemas``, as text (bytea decoded),
+    so a string that is stored anywhere shows up."""
+    parts: list[str] = []
+    for schema in schemas:
+        tables = await pg.fetch(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = $1", schema
+        )
+        assert tables, f"schema {schema} has no tables"
+        for t in tables:
+            for row in await pg.fetch(f'SELECT * FROM {schema}."{t["table_name"]}"'):
+                for value in row.values():
+                    if isinstance(value, bytes):
+                        parts.append(value.decode("utf-8", "replace"))
+                    else:
+                        parts.append(str(value))
+    return "\n".join(parts)
+
+
+# -- status ------------------------------------------------------------------------------------
+
+
+async def test_procurement_run_shows_waiting_for_approval_then_completed(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, pg: asyncpg.Connection, unique: str
+) -> None:
+    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
+    name = f"audit_{unique}"
+    wf = f"wf-proc-{unique}"
+    t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=10)
+    first = Stream(registry)
+    common: dict[str, Any] = {"workflow_id": wf, "subject": f"subject:{unique}"}
+    first.add("workflow.started", at=t0, **common)
+    first.add("invoice.received", at=t0 + timedelta(seconds=1), **common)
+    first.add("invoice.validated", at=t0 + timedelta(seconds=2), **common)
+    first.add("budget.reserved", at=t0 + timedelta(seconds=3), **common)
+    requested = first.add(
+        "approval.requested", at=t0 + timedelta(seconds=4), approval_id="appr-1", **common
+    )
+    second = Stream(registry)
+    second.add(
+        "approval.decided",
+        at=t0 + timedelta(seconds=60),
+        approval_id="appr-1",
+        decision="approve",
+        decided_by="manager-17",
+        **common,
+    )
+    second.add(
+        "payment.issued", at=t0 + timedelta(seconds=61), provider_reference="PRV-4711", **common
+    )
+    second.add(
+        "workflow.ended",
+        at=t0 + timedelta(seconds=62),
+        outcome="completed",
+        result={"payment_id": "pay-1"},
+        **common,
+    )
+
+    async with running(
+        make_spec(name), projector_settings(kafka_bootstrap, database_url, name), registry=registry
+    ):
+        await first.publish(kafka_bootstrap)
+        status = await eventually(
+            lambda: _status_if(pg, wf, name, events=5), what="five events projected"
+        )
+        assert status.status == "waiting"
+        assert status.waiting_for == "approval by manager"
+        assert status.waiting_until == requested.occurred_at + timedelta(seconds=28800)
+        assert status.stage == "approval.requested"
+        assert status.pending_approval is not None
+        assert status.pending_approval.approval_id == "appr-1"
+        assert status.pending_approval.context is not None
+        managers = await approval_tasks(pg, "manager", schema=name)
+        assert [a.workflow_id for a in managers] == [wf]
+        assert await approval_tasks(pg, "director", schema=name) == []
+        # The JSON the gateway answers with.
+        [task] = await pending_approvals(pg, "manager", schema=name)
+        assert task["approval_id"] == "appr-1"
+        assert datetime.fromisoformat(task["waiting_until"]) == status.waiting_until
+        gate = await approval(pg, "appr-1", schema=name)
+        assert gate is not None
+        assert (gate["status"], gate["tier"], gate["workflow_id"]) == ("pending", "manager", wf)
+        as_json = await workflow_status(pg, wf, schema=name)
+        assert as_json is not None
+        assert as_json["status"] == "waiting"
+        assert as_json["pending_approval"]["tier"] == "manager"
+
+        # The end is published before the payment it follows: topics interleave.
+        await second.publish(kafka_bootstrap, reversed(second.items))
+        status = await eventually(
+            lambda: _status_if(pg, wf, name, events=8), what="eight events projected"
+        )
+    assert status.status == "completed"
+    assert (status.outcome, status.result) == ("completed", {"payment_id": "pay-1"})
+    assert (status.waiting_for, status.pending_approval) == (None, None)
+    assert status.stage == "workflow.ended"
+    assert status.started_at == t0
+    assert status.duration_s == 62.0
+    assert await pending_approvals(pg, schema=name) == []
+    gate = await approval(pg, "appr-1", schema=name)
+    assert gate is not None
+    assert (gate["status"], gate["decision"]) == ("decided", "approve")
+    assert await approval(pg, "appr-nobody", schema=name) is None
+    entries = await timeline_entries(pg, wf, schema=name)
+    assert [e.event_type for e in entries][-3:] == [
+        "approval.decided",
+        "payment.issued",
+        "workflow.ended",
+    ]
+    decided = entries[-3]
+    assert (decided.decision, decided.actor) == ("approve", "manager-17")
+    assert entries[-2].external_call == "payment provider: PRV-4711"
+
+    code, out, err = await chorus("timeline", wf, "--schema", name)
+    assert code == 0, err
+    assert "completed" in out
+    assert "approval by manager" in out
+    assert "approve / manager-17" in out
+    code, out, err = await chorus("timeline", "wf-nobody", "--schema", name)
+    assert code == 1
+    assert "unknown workflow 'wf-nobody'" in err
+    unreachable = "postgresql://chorus:chorus@127.0.0.1:1/chorus"
+    code, out, err = await chorus(
+        "timeline", wf, "--schema", name, env={"CHORUS_DATABASE_URL": unreachable}
+    )
+    assert code == 69
+    assert "127.0.0.1:1" in err
+    assert "make up" in err
+
+
+async def _status_if(pg: asyncpg.Connection, workflow_id: str, schema: str, *, events: int) -> Any:
+    status = await status_view(pg, workflow_id, schema=schema)
+    return status if status is not None and status.events >= events else None
+
+
+# -- replay ------------------------------------------------------------------------------------
+
+
+async def test_replaying_every_topic_rebuilds_the_live_projection_exactly(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, pg: asyncpg.Connection, unique: str
+) -> None:
+    """Duplicates on the topics, a crash between DB commit and offset commit (so every
+    record handled before it is redelivered), then a replay from the start: same rows."""
+    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
+    name = f"audit_{unique}"
+    rng = random.Random(unique)
+    t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=2)
+    wave1 = Stream(registry)
+    for i in range(105):
+        kind = KINDS[i % len(KINDS)]
+        scenario(wave1, kind, f"wf-{i:03d}-{kind}-{unique}", t0 + timedelta(minutes=i), f"s:{i}")
+    duplicates = [item for item in wave1.items if rng.random() < 0.25]
+    service = ServiceProcess(
+        "audit_projector",
+        {
+            "CHORUS_SCHEMAS_DIR": str(registry.root),
+            "CHORUS_KAFKA_BOOTSTRAP": kafka_bootstrap,
+            "CHORUS_DATABASE_URL": database_url,
+            "CHORUS_SERVICE_NAME": name,
+        },
+        tmp_path,
+    )
+    with service:
+        await wave1.publish(kafka_bootstrap, [*wave1.items, *duplicates])
+        # Dies after its 200th committed event, before any offset commit.
+        service.start(CHORUS_FAULTS="after_db_commit:200", CHORUS_COMMIT_INTERVAL_S="30")
+        assert await service.wait_exit() == -signal.SIGKILL
+        service.start()
+        await service.wait_healthy()
+        since = datetime.now(UTC)
+        await asyncio.sleep(1.0)  # Kafka timestamps of wave 2 fall after ``since``
+        wave2 = Stream(registry)
+        t1 = since + timedelta(seconds=5)
+        for i in range(14):
+            kind = KINDS[i % len(KINDS)]
+            scenario(wave2, kind, f"wf-late-{i:02d}-{unique}", t1 + timedelta(seconds=i), "s:l")
+        redelivered = rng.sample(wave1.items, 60)  # a producer retried old events
+        await wave2.publish(kafka_bootstrap, [*wave2.items, *redelivered, *wave2.items[:10]])
+        distinct = len({env.event_id for _, env in [*wave1.items, *wave2.items]})
+        await eventually(
+            lambda: _at_least(count(pg, f"SELECT count(*) FROM {name}.audit_log"), distinct),
+            timeout_s=120,
+            what=f"{distinct} events in the live audit log",
+        )
+        async with httpx.AsyncClient() as client:
+            metrics = (await client.get(f"{service.url}/metrics")).text
+        # The restarted process read everything again: the 200 events the first one
+        # committed (offsets never were) and every duplicate copy were recognised.
+        copies = len(duplicates) + len(redelivered) + 10
+        assert _metric(metrics, "chorus_duplicates_skipped_total") >= copies + 200
+
+        started = time.perf_counter()
+        code, out, err = await chorus(
+            "replay",
+            "--projection",
+            "audit",
+            "--verify",
+            "--schema",
+            name,
+            "--schemas-dir",
+            str(registry.root),
+        )
+        replay_s = time.perf_counter() - started
+        assert code == 0, out + err
+        assert "equal: 119 workflow(s)" in out
+        records = len(wave1.items) + len(duplicates) + len(wave2.items) + 10 + 60
+        assert f"replayed {records} record(s) ({records} projected)" in out, out
+        summary = next(line for line in out.splitlines() if line.startswith("replayed"))
+        print(
+            f"\n{distinct} events, 119 workflows; replay --verify took {replay_s:.2f}s; {summary}"
+        )
+        replay_schema = out.split("into schema ")[1].split()[0]
+        assert replay_schema.startswith(REPLAY_PREFIX)
+        for table in ("audit_log", "workflow_status"):
+            assert await count(pg, f"SELECT count(*) FROM {replay_schema}.{table}") == await count(
+                pg, f"SELECT count(*) FROM {name}.{table}"
+            )
+        await pg.execute(f"DROP SCHEMA {replay_schema} CASCADE")
+        statuses = dict(
+            await pg.fetch(f"SELECT status, count(*) FROM {name}.workflow_status GROUP BY 1")
+        )
+        assert statuses == {
+            "completed": 34,  # 17 paid invoices, 17 delivered reports
+            "rejected": 17,
+            "waiting": 34,  # 17 escalated approvals, 17 reviews
+            "attention": 17,  # dead letters
+            "compensated": 17,
+        }
+
+        # From a timestamp: only the workflows started after it are compared.
+        registry_dir = ("--schemas-dir", str(registry.root))
+        since_arg = ("--since", since.isoformat())
+        code, out, err = await chorus(
+            "replay", "--verify", "--drop", *since_arg, "--schema", name, *registry_dir
+        )
+        assert code == 0, out + err
+        assert "equal: 14 workflow(s)" in out
+
+        # The comparison notices a single changed row and names its workflow.
+        changed = f"wf-000-completed-{unique}"
+        await pg.execute(
+            f"UPDATE {name}.workflow_status SET stage = 'invoice.received' WHERE workflow_id = $1",
+            changed,
+        )
+        code, out, err = await chorus(
+            "replay", "--verify", "--drop", "--schema", name, "--schemas-dir", str(registry.root)
+        )
+        assert code == 1, out + err
+        assert "1 of 119 workflow(s) differ" in out
+        assert changed in out
+        await service.terminate()
+
+
+def _metric(text: str, name: str) -> float:
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + " ")
+    )
+
+
+async def _at_least(value: Awaitable[int], n: int) -> bool:
+    return int(await value) >= n
+
+
+# -- erasure -----------------------------------------------------------------------------------
+
+
+async def test_an_erased_subject_is_nowhere_in_projections_or_state_and_the_audit_says_so(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, pg: asyncpg.Connection, unique: str
+) -> None:
+    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
+    name, svc = f"audit_{unique}", f"svc_{unique}"
+    erased, kept = f"subject:erase-{unique}", f"subject:keep-{unique}"
+    pii = {erased: "Jane Roe <jane.roe@example.test>", kept: "John Poe <john.poe@example.test>"}
+    t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=30)
+    stream = Stream(registry)
+    tasks = []
+    for n, subject in enumerate((erased, kept)):
+        wf = f"wf-{n}-{unique}"
+        who = pii[subject]
+        at = iter(t0 + timedelta(seconds=10 * n + i) for i in range(10))
+        stream.add("workflow.started", wf, next(at), subject=subject, submitted_by=who)
+        stream.add(
+            "invoice.received", wf, next(at), subject=subject, document_text=f"Invoice of {who}"
+        )
+        stream.add(
+            "approval.requested",
+            wf,
+            next(at),
+            subject=subject,
+            approval_id=f"a-{n}",
+            context={"summary": f"pay {who}"},
+        )
+        stream.add(
+            "approval.decided", wf, next(at), subject=subject, approval_id=f"a-{n}", decided_by=who
+        )
+        stream.add(
+            "workflow.ended", wf, next(at), subject=subject, outcome="completed", result={"to": who}
+        )
+        # Another service keeps state for the same workflow and subject.
+        task = envelope(TaskSubmitted(task=f"expenses of {who}"), workflow_id=wf)
+        tasks.append(task.model_copy(update={"subject_ref": subject}))
+
+    settings = projector_settings(kafka_bootstrap, database_url, name)
+    other = ServiceSettings(
+        kafka_bootstrap=kafka_bootstrap, database_url=database_url, log_json=False
+    )
+    async with (
+        running(make_spec(name), settings, registry=registry),
+        running(make_test_service(svc), other, registry=registry),
+    ):
+        await stream.publish(kafka_bootstrap)
+        await publish(kafka_bootstrap, registry.physical_topic("test.task_submitted"), tasks)
+        await eventually(
+            lambda: _at_least(count(pg, f"SELECT count(*) FROM {name}.audit_log"), 10),
+            what="ten events projected",
+        )
+        await eventually(
+            lambda: _at_least(
+                count(pg, f"SELECT count(*) FROM {svc}.outbox WHERE dispatched_at IS NOT NULL"), 2
+            ),
+            what="the other service handled both tasks",
+        )
+        pool = await create_pool(database_url)
+        try:
+            replayed = await rebuild(
+                registry=registry, bootstrap=kafka_bootstrap, pool=pool, live_schema=name
+            )
+        finally:
+            await pool.close()
+        schemas = [name, svc, replayed.target.schema]
+        before = await all_text(pg, schemas)
+        assert erased in before and pii[erased] in before  # the scan sees stored data
+
+        code, out, err = await chorus(
+            "erase", "--subject", erased, "--actor", "dpo@example.test", "--yes", "--schema", name
+        )
+        assert code == 0, out + err
+        after = await all_text(pg, schemas)
+        assert erased not in after
+        assert pii[erased] not in after
+        assert kept in after and pii[kept] in after  # only that subject
+        record = await pg.fetchrow(
+            f"SELECT * FROM {name}.audit_log WHERE event_type = $1", ERASURE_RECORDED
+        )
+        assert record is not None
+        assert (record["origin"], record["actor"], record["subject_ref"]) == (
+            "erasure",
+            "dpo@example.test",
+            None,
+        )
+        body = json.loads(record["payload"])
+        assert body["subject_hash"] == subject_hash(erased)
+        assert body["rows"][f"{name}.audit_log"] == 5
+        assert body["rows"][f"{replayed.target.schema}.audit_log"] == 5
+        assert body["rows"][f"{svc}.state"] == 1
+        assert body["rows"][f"{svc}.outbox"] >= 1
+        status = await status_view(pg, f"wf-0-{unique}", schema=name)
+        assert status is not None
+        assert (status.status, status.subject_ref, status.result) == (
+            "completed",
+            None,
+            {"erased": True},
+        )
+        assert [e.payload for e in await timeline_entries(pg, f"wf-0-{unique}", schema=name)] == [
+            {"erased": True}
+        ] * 5
+
+        # Whatever arrives for the subject later is written redacted.
+        late = Stream(registry)
+        late.add(
+            "requester.notified",
+            f"wf-0-{unique}",
+            t0 + timedelta(minutes=5),
+            subject=erased,
+            requester_ref=pii[erased],
+        )
+        await late.publish(kafka_bootstrap)
+        await eventually(
+            lambda: _at_least(count(pg, f"SELECT count(*) FROM {name}.audit_log"), 12),
+            what="the late event projected",
+        )
+        assert pii[erased] not in await all_text(pg, [name])
+
+        # A replay after the erasure rebuilds the redacted projection, not the original.
+        pool = await create_pool(database_url)
+        try:
+            again = await rebuild(
+                registry=registry, bootstrap=kafka_bootstrap, pool=pool, live_schema=name
+            )
+            async with pool.acquire() as conn:
+                comparison = await compare(conn, live=name, replay=again.target.schema)
+        finally:
+            await pool.close()
+        assert comparison.equal, comparison.differing
+        assert pii[erased] not in await all_text(pg, [again.target.schema])
+        for schema in (replayed.target.schema, again.target.schema):
+            await pg.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+# -- retention ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["archive", "purge"])
+async def test_the_janitor_removes_expired_workflows_everywhere_and_records_it(
+    *,
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    database_url: str,
+    pg: asyncpg.Connection,
+    unique: str,
+    mode: str,
+) -> None:
+    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
+    name, svc = f"audit_{unique}", f"svc_{unique}"
+    now = datetime.now(UTC)
+    clock = ManualClock(now)
+    research, procurement = f"wf-r-{unique}", f"wf-p-{unique}"
+    subject = f"subject:{unique}"
+    stream = Stream(registry)
+    rr: dict[str, Any] = {"workflow_type": "research_report", "subject": subject}
+    stream.add("workflow.started", research, now - timedelta(minutes=2), **rr)
+    stream.add("report.requested", research, now - timedelta(minutes=1), **rr)
+    stream.add("workflow.started", procurement, now - timedelta(minutes=2), subject=subject)
+    stream.add("invoice.received", procurement, now - timedelta(minutes=1), subject=subject)
+    tasks = [
+        envelope(TaskSubmitted(task="notes"), workflow_id=wf).model_copy(
+            update={"subject_ref": subject}
+        )
+        for wf in (research, procurement)
+    ]
+    settings = projector_settings(
+        kafka_bootstrap,
+        database_url,
+        name,
+        retention_days={"procurement": 90.0, "research_report": 30.0},
+        default_retention_days=30.0,
+        janitor_mode=mode,
+        janitor_interval_s=3600.0,
+    )
+    other = ServiceSettings(
+        kafka_bootstrap=kafka_bootstrap, database_url=database_url, log_json=False
+    )
+
+    async def runs(workflows: int) -> list[asyncpg.Record]:
+        return list(
+            await pg.fetch(
+                f"SELECT * FROM {name}.janitor_runs WHERE workflows = $1 ORDER BY clock_now",
+                workflows,
+            )
+        )
+
+    async with (
+        running(make_spec(name), settings, registry=registry, clock=clock),
+        running(make_test_service(svc), other, registry=registry),
+    ):
+        await stream.publish(kafka_bootstrap)
+        await publish(kafka_bootstrap, registry.physical_topic("test.task_submitted"), tasks)
+        await eventually(
+            lambda: _at_least(count(pg, f"SELECT count(*) FROM {name}.workflow_status"), 2),
+            what="both workflows projected",
+        )
+        await eventually(
+            lambda: _at_least(count(pg, f"SELECT count(*) FROM {svc}.state"), 2),
+            what="the other service's checkpoints",
+        )
+        # An event waiting behind a retry in the other service (parked) is state too.
+        await pg.execute(
+            f"""INSERT INTO {svc}.parked (workflow_id, topic, partition, "offset", value, attempt,
+                                          parked_at)
+                VALUES ($1, 't', 0, 0, 'x'::bytea, 1, now())""",
+            research,
+        )
+        assert len(await runs(0)) >= 1  # the pass at start found nothing to do
+
+        clock.advance(timedelta(days=31).total_seconds())
+        first = (await eventually(lambda: runs(1), what="a pass that removed one workflow"))[0]
+        assert first["mode"] == mode
+        assert await status_view(pg, research, schema=name) is None
+        assert await status_view(pg, procurement, schema=name) is not None  # 90 days
+        for table in ("state", "inbox", "parked"):
+            left = await count(
+                pg, f"SELECT count(*) FROM {svc}.{table} WHERE workflow_id = $1", research
+            )
+            assert left == 0, f"{svc}.{table} still has {left} row(s) of {research}"
+        assert (
+            await count(pg, f"SELECT count(*) FROM {svc}.state WHERE workflow_id = $1", procurement)
+            == 1
+        )
+        rows = json.loads(first["rows"])
+        assert rows[f"{svc}.state"] == rows[f"{svc}.parked"] == 1
+        assert rows[f"{name}.audit_log"] == 2 and rows[f"{name}.workflow_status"] == 1
+        [purge] = await timeline_entries(pg, research, schema=name)  # the only row left of it
+        assert (purge.event_type, purge.origin) == (WORKFLOW_PURGED, "janitor")
+        assert purge.decision == ("archived" if mode == "archive" else "purged")
+        assert purge.payload["rows"] == rows
+        assert subject not in json.dumps(purge.payload)
+        assert (
+            await pg.fetchval(
+                f"SELECT subject_ref FROM {name}.audit_log WHERE event_id::text = $1",
+                purge.event_id,
+            )
+            is None
+        )
+        archived = await count(
+            pg, f"SELECT count(*) FROM {name}.archive WHERE workflow_id = $1", research
+        )
+        assert archived == (5 if mode == "archive" else 0)  # state, parked, 2 audit, status
+
+        # A late event of the removed workflow does not bring it back.
+        late = Stream(registry)
+        late.add("report.drafted", research, now, **rr)
+        await late.publish(kafka_bootstrap)
+        await eventually(
+            lambda: count(
+                pg,
+                f"SELECT count(*) FROM {name}.inbox WHERE event_id = $1",
+                late.items[0][1].event_id,
+            ),
+            what="the late event consumed",
+        )
+        assert await status_view(pg, research, schema=name) is None
+
+        clock.advance(timedelta(days=60).total_seconds())
+        await eventually(lambda: _at_least(_len(runs(1)), 2), what="a pass at day 91")
+        assert await status_view(pg, procurement, schema=name) is None
+        assert await count(pg, f"SELECT count(*) FROM {svc}.state") == 0
+        assert await count(pg, f"SELECT count(*) FROM {name}.retired_workflows") == 2
+
+
+async def _len(value: Awaitable[list[asyncpg.Record]]) -> int:
+    return len(await value)

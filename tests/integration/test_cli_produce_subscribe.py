@@ -1,0 +1,352 @@
+"""``chorus produce`` and ``chorus subscribe`` as a user runs them: the console script, real Kafka.
+
+Each test works on its own copy of the registry (topics renamed with a uuid), so a
+subscriber reading from the beginning sees only what the test produced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from chorus.codec import decode
+from chorus.registry import Registry, load_registry
+from tests.support.kafka import publish, read_topic
+from tests.support.registry import isolated_registry, isolated_schemas
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+EX_DATAERR = 65
+EX_UNAVAILABLE = 69
+
+# Canonical JSON (compact, fields in the model's order, every default spelled out), so
+# that what the model sends is exactly these bytes: non-ASCII text, floats, nesting.
+APPROVAL_PAYLOAD = (
+    '{"approval_id":"ap-7","requested_by":"budget_agent",'
+    '"chain":[{"tier":"manager","window_s":3600.0},{"tier":"cfo","window_s":86400.5}],'
+    '"fallback":"auto_reject",'
+    '"context":{"summary":"Budget überschritten — 12 % ✓",'
+    '"inputs":{"amount_cents":129900,"vendor":"Zoë & Co","lines":[1,2.5,null,true]},'
+    '"steps_taken":["validated","budget checked"],"options":["approve","reject"],'
+    '"why":"over the cost center\'s threshold"}}'
+).encode()
+
+INVOICE_PAYLOAD = {
+    "invoice_id": "inv-1",
+    "vendor_id": "v-1",
+    "document_text": "1 x widget, 10.00 EUR",
+    "purchase_order": {
+        "po_number": "po-1",
+        "vendor_id": "v-1",
+        "currency": "EUR",
+        "total_cents": 1000,
+        "cost_center": "cc-1",
+    },
+    "requester_ref": "req-1",
+}
+
+
+@pytest.fixture
+def registry(tmp_path: Path, kafka_bootstrap: str, unique: str) -> Registry:
+    return asyncio.run(isolated_registry(tmp_path, unique, kafka_bootstrap))
+
+
+@pytest.fixture
+def cli_env(registry: Registry, kafka_bootstrap: str) -> Iterator[dict[str, str]]:
+    yield {"CHORUS_SCHEMAS_DIR": str(registry.root), "CHORUS_KAFKA_BOOTSTRAP": kafka_bootstrap}
+
+
+def chorus(
+    env: dict[str, str], *args: str, stdin: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """The console script's module, as its own process (what `.venv/bin/chorus` runs)."""
+    return subprocess.run(
+        [sys.executable, "-m", "chorus.cli.main", *args],
+        env={**os.environ, **env},
+        cwd=ROOT,
+        input=stdin,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def published(result: subprocess.CompletedProcess[bytes]) -> tuple[str, str, int, int]:
+    """(event id, topic, partition, offset) from produce's output line."""
+    assert result.returncode == 0, result.stderr.decode()
+    match = re.search(rb"published (\S+) .* to (\S+) partition (\d+) offset (\d+)", result.stdout)
+    assert match, result.stdout
+    return match[1].decode(), match[2].decode(), int(match[3]), int(match[4])
+
+
+def end_offsets(bootstrap: str, topic: str) -> int:
+    """Records ever written to ``topic`` (sum of its partitions' end offsets)."""
+
+    async def total() -> int:
+        consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+            return sum((await consumer.end_offsets(partitions)).values())
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(total())
+
+
+def test_produce_then_subscribe_round_trips_the_payload_byte_for_byte(
+    tmp_path: Path, registry: Registry, cli_env: dict[str, str], kafka_bootstrap: str, unique: str
+) -> None:
+    data = tmp_path / "approval.json"
+    data.write_bytes(APPROVAL_PAYLOAD)
+    workflow_id = f"wf-cli-{unique}"
+    result = chorus(
+        cli_env,
+        "produce",
+        "approval.requested",
+        "--data",
+        f"@{data}",
+        "--workflow-id",
+        workflow_id,
+        "--workflow-type",
+        "procurement",
+    )
+    event_id, topic, partition, offset = published(result)
+    assert topic == registry.physical_topic("approval.requested")
+
+    tail = chorus(
+        cli_env,
+        "subscribe",
+        "approval.requested",
+        "--from-beginning",
+        "--json",
+        "--filter",
+        f"workflow_id={workflow_id}",
+        "--max",
+        "1",
+        "--timeout",
+        "60",
+    )
+    assert tail.returncode == 0, tail.stderr.decode()
+    [line] = tail.stdout.splitlines()
+    # The payload inside the printed envelope is the file's bytes, unchanged.
+    assert line.endswith(b'"payload":' + APPROVAL_PAYLOAD + b"}")
+    envelope = json.loads(line)
+    assert envelope["event_id"] == event_id
+    assert envelope["workflow_id"] == workflow_id
+    assert envelope["workflow_type"] == "procurement"
+    assert envelope["producer"]["service"] == "chorus-cli"
+    # ... and the printed line is the record on the topic, byte for byte, where produce said.
+    [record] = asyncio.run(read_topic(kafka_bootstrap, [topic], until=lambda rs: len(rs) >= 1))
+    assert record.value == line
+    assert (record.partition, record.offset, record.key) == (
+        partition,
+        offset,
+        workflow_id.encode(),
+    )
+    assert dict(record.headers)["event_type"] == b"approval.requested"
+    assert decode(record.value, registry).payload.model_dump(mode="json") == json.loads(
+        APPROVAL_PAYLOAD
+    )
+
+
+def test_an_invalid_payload_names_the_field_and_publishes_nothing(
+    registry: Registry, cli_env: dict[str, str], kafka_bootstrap: str
+) -> None:
+    bad = json.loads(APPROVAL_PAYLOAD)
+    bad["chain"][0]["window_s"] = "soon"
+    del bad["context"]["summary"]
+    result = chorus(
+        cli_env, "produce", "approval.requested", "--data", "-", stdin=json.dumps(bad).encode()
+    )
+    assert result.returncode == EX_DATAERR
+    err = result.stderr.decode()
+    assert "approval.requested v1 payload is invalid" in err
+    assert (
+        '/chain/0/window_s: Input should be a valid number (expected a number, got "soon")' in err
+    )
+    assert "/context/summary: required field is missing" in err
+    assert result.stdout == b""
+    assert end_offsets(kafka_bootstrap, registry.physical_topic("approval.requested")) == 0
+
+
+def test_an_unknown_event_type_suggests_the_closest_names(cli_env: dict[str, str]) -> None:
+    result = chorus(cli_env, "produce", "approval.requestd", "--data", "{}")
+    assert result.returncode == EX_DATAERR
+    assert "unknown event type 'approval.requestd'; did you mean approval.requested" in (
+        result.stderr.decode()
+    )
+    unknown_target = chorus(cli_env, "subscribe", "workflow.endd", "--timeout", "1")
+    assert unknown_target.returncode == EX_DATAERR
+    assert "did you mean workflow.ended" in unknown_target.stderr.decode()
+
+
+def test_dry_run_prints_a_valid_envelope_and_publishes_nothing(
+    registry: Registry, cli_env: dict[str, str], kafka_bootstrap: str
+) -> None:
+    result = chorus(
+        cli_env,
+        "produce",
+        "invoice.received",
+        "--data",
+        json.dumps({**INVOICE_PAYLOAD, "not_a_field": 1}),
+        "--priority",
+        "high",
+        "--dry-run",
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    envelope = json.loads(result.stdout)
+    event = decode(json.dumps(envelope).encode(), registry)
+    assert (event.event_type, event.envelope.priority) == ("invoice.received", "high")
+    assert envelope["payload"] == INVOICE_PAYLOAD
+    err = result.stderr.decode()
+    assert "/not_a_field is not a field of invoice.received v1" in err
+    assert f"would publish to {registry.physical_topic('invoice.received', 'high')}" in err
+    for lane in registry.topic_for("invoice.received").physical_topics():
+        assert end_offsets(kafka_bootstrap, lane) == 0
+
+
+def test_priority_picks_the_lane_and_a_topic_name_subscribes_to_every_lane(
+    registry: Registry, cli_env: dict[str, str]
+) -> None:
+    topics = []
+    for lane in ("high", "low"):
+        result = chorus(
+            cli_env,
+            "produce",
+            "invoice.received",
+            "--data",
+            json.dumps(INVOICE_PAYLOAD),
+            "--priority",
+            lane,
+        )
+        topics.append(published(result)[1])
+    assert topics == [
+        registry.physical_topic("invoice.received", "high"),
+        registry.physical_topic("invoice.received", "low"),
+    ]
+    logical = registry.topic_for("invoice.received").topic
+    tail = chorus(
+        cli_env, "subscribe", logical, "--from-beginning", "--json", "--max", "2", "--timeout", "60"
+    )
+    assert tail.returncode == 0, tail.stderr.decode()
+    assert sorted(json.loads(line)["priority"] for line in tail.stdout.splitlines()) == [
+        "high",
+        "low",
+    ]
+
+
+def test_subscribe_shows_undecodable_records_and_starts_where_asked(
+    registry: Registry, cli_env: dict[str, str], kafka_bootstrap: str, unique: str
+) -> None:
+    topic = registry.physical_topic("workflow.started")
+    key = f"wf-{unique}".encode()
+    asyncio.run(publish(kafka_bootstrap, topic, [b"\x00 not an event"], key=key))
+    first = chorus(
+        cli_env,
+        "produce",
+        "workflow.started",
+        "--data",
+        '{"submitted_by": "cli", "start_event_type": "invoice.received"}',
+        "--workflow-id",
+        key.decode(),
+    )
+    first_id = published(first)[0]
+    time.sleep(1.5)  # record timestamps are milliseconds: leave a clear gap
+    between = datetime.now(UTC)
+    time.sleep(0.5)
+    second_id = published(
+        chorus(
+            cli_env,
+            "produce",
+            "workflow.started",
+            "--data",
+            '{"submitted_by": "cli", "start_event_type": "report.requested"}',
+            "--workflow-id",
+            key.decode(),
+        )
+    )[0]
+
+    everything = chorus(
+        cli_env, "subscribe", topic, "--from-beginning", "--json", "--max", "3", "--timeout", "60"
+    )
+    assert everything.returncode == 0, everything.stderr.decode()
+    poison, one, two = (json.loads(line) for line in everything.stdout.splitlines())
+    assert poison["undecodable"] is True
+    assert base64.b64decode(poison["value_b64"]) == b"\x00 not an event"
+    assert poison["key"] == key.decode() and poison["error"].startswith("NotJSONError")
+    assert (one["event_id"], two["event_id"]) == (first_id, second_id)
+
+    readable = chorus(
+        cli_env, "subscribe", topic, "--from-beginning", "--max", "3", "--timeout", "60"
+    )
+    assert readable.returncode == 0, readable.stderr.decode()
+    lines = readable.stdout.decode().splitlines()
+    assert lines[0].startswith("undecodable ") and "NotJSONError" in lines[0]
+    assert all("workflow.started v1" in line and key.decode() in line for line in lines[1:])
+
+    since = chorus(
+        cli_env, "subscribe", topic, "--since", between.isoformat(), "--json", "--timeout", "8"
+    )
+    assert since.returncode == 0, since.stderr.decode()
+    assert [json.loads(line)["event_id"] for line in since.stdout.splitlines()] == [second_id]
+
+    # A group resumes after what it printed, and only that.
+    group = f"cli-test-{uuid.uuid4().hex[:8]}"
+    once = chorus(
+        cli_env,
+        "subscribe",
+        topic,
+        "--group",
+        group,
+        "--from-beginning",
+        "--json",
+        "--max",
+        "1",
+        "--timeout",
+        "60",
+    )
+    assert [json.loads(line).get("undecodable") for line in once.stdout.splitlines()] == [True]
+    rest = chorus(cli_env, "subscribe", topic, "--group", group, "--json", "--timeout", "8")
+    assert rest.returncode == 0, rest.stderr.decode()
+    assert [json.loads(line)["event_id"] for line in rest.stdout.splitlines()] == [
+        first_id,
+        second_id,
+    ]
+
+
+def test_no_broker_or_no_topic_says_where_and_what_to_do(
+    tmp_path: Path, kafka_bootstrap: str, unique: str
+) -> None:
+    registry = load_registry(isolated_schemas(tmp_path, f"{unique}x"))
+    payload = '{"submitted_by": "cli", "start_event_type": "invoice.received"}'
+    env = {"CHORUS_SCHEMAS_DIR": str(registry.root), "CHORUS_KAFKA_BOOTSTRAP": "127.0.0.1:1"}
+    down = chorus(env, "produce", "workflow.started", "--data", payload)
+    assert down.returncode == EX_UNAVAILABLE
+    assert "cannot reach Kafka at 127.0.0.1:1" in down.stderr.decode()
+    assert "make up" in down.stderr.decode()
+    also_down = chorus(env, "subscribe", "workflow.started", "--timeout", "1")
+    assert also_down.returncode == EX_UNAVAILABLE
+
+    # A broker, but the registry's topics were never created on it.
+    env["CHORUS_KAFKA_BOOTSTRAP"] = kafka_bootstrap
+    missing = chorus(env, "produce", "workflow.started", "--data", payload)
+    assert missing.returncode == EX_UNAVAILABLE
+    assert f"topic {registry.physical_topic('workflow.started')} does not exist" in (
+        missing.stderr.decode()
+    )
+    assert "chorus topics apply" in missing.stderr.decode()

@@ -1,0 +1,574 @@
+"""Outcome analytics as its own process (``python -m outcome_analytics``) on real Kafka.
+
+A synthetic stream with known numbers goes to an isolated copy of the registry;
+the expected per-hour buckets are computed here from the plan (percentiles with
+:func:`statistics.quantiles`, not the service's code). The view must equal them
+exactly once the service has read every record of its input topics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import statistics
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, get_args
+
+import httpx
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
+
+from chorus.codec import encode
+from chorus.envelopes import child_envelope, start_envelope, system_envelope
+from chorus.registry import Registry
+from chorus_contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
+from chorus_contracts.base import EventModel
+from chorus_contracts.envelope import Envelope, ProducerRef
+from chorus_contracts.lifecycle import Outcome, WorkflowEnded, WorkflowStarted
+from chorus_contracts.platform import (
+    ErrorCategory,
+    ErrorDetail,
+    EventDeadLettered,
+    Failure,
+    OriginalRecord,
+    ReviewRequested,
+)
+from tests.support.kafka import events_of, publish, read_topic
+from tests.support.processes import ServiceProcess
+from tests.support.registry import isolated_registry
+
+pytestmark = pytest.mark.integration
+
+H0 = datetime(2026, 2, 1, 8, tzinfo=UTC)
+H1 = H0 + timedelta(hours=1)
+GATEWAY = ProducerRef(service="gateway", version="1")
+AGENT = ProducerRef(service="invoice_agent", version="1")
+OUTCOMES: tuple[str, ...] = get_args(Outcome)
+CATEGORIES: tuple[str, ...] = get_args(ErrorCategory)
+# Cycled over each type's workflows: every outcome occurs, and some never end.
+OUTCOME_CYCLE: list[Outcome | None] = [
+    "completed",
+    "compensated",
+    "completed",
+    "failed",
+    "rejected",
+    None,
+    "timed_out",
+    "completed",
+    "compensated",
+    "cancelled",
+]
+RUNTIME_CATEGORIES: list[ErrorCategory] = ["persistent", "transient", "semantic", "unexpected"]
+
+
+@dataclass
+class Planned:
+    """One synthetic workflow and everything that happens to it."""
+
+    workflow_id: str
+    workflow_type: str
+    started_at: datetime
+    outcome: Outcome | None
+    duration_s: int | None
+    approval: bool
+    review: bool
+    dead_letters: list[tuple[ErrorCategory, bool]] = field(default_factory=list)
+    """(category, original is poison bytes keyed by the workflow id)."""
+
+    @property
+    def ended_at(self) -> datetime | None:
+        if self.duration_s is None:
+            return None
+        return self.started_at + timedelta(seconds=self.duration_s)
+
+
+def plan(unique: str) -> list[Planned]:
+    """Two types x two hours; all times fixed, so the expected numbers are too."""
+    plans: list[Planned] = []
+    started_per_hour = {"procurement": (9, 7), "research": (6, 8)}
+    for workflow_type, counts in started_per_hour.items():
+        index = 0
+        for hour_index, count in enumerate(counts):
+            for n in range(count):
+                hour = H0 + timedelta(hours=hour_index)
+                started_at = hour + timedelta(minutes=(n * 7) % 30, seconds=(n * 13) % 60)
+                outcome = OUTCOME_CYCLE[index % len(OUTCOME_CYCLE)]
+                # Hour-0 workflows may end in hour 1 (up to ~58 min); hour-1 ones stay in it.
+                longest = 3500 if hour_index == 0 else 1700
+                duration = 45 + (index * 397) % longest if outcome else None
+                item = Planned(
+                    workflow_id=f"wf-{workflow_type[:3]}-{hour_index}-{n}-{unique}",
+                    workflow_type=workflow_type,
+                    started_at=started_at,
+                    outcome=outcome,
+                    duration_s=duration,
+                    approval=index % 3 == 0,
+                    review=index % 4 == 0,
+                )
+                if index % 5 == 1:
+                    item.dead_letters.append(
+                        (RUNTIME_CATEGORIES[(index // 5) % len(RUNTIME_CATEGORIES)], False)
+                    )
+                if index % 7 == 3:
+                    item.dead_letters.append(("decode", True))
+                plans.append(item)
+                index += 1
+    return plans
+
+
+ORPHAN_DEAD_LETTERS = [H0 + timedelta(minutes=10), H1 + timedelta(minutes=10)]
+"""Dead letters of poison records with no key: their workflow type cannot be known."""
+
+
+# -- the expected view, computed independently ----------------------------------------------
+
+
+def hour(moment: datetime) -> str:
+    return moment.replace(minute=0, second=0, microsecond=0).strftime("%Y-%m-%dT%H:00:00Z")
+
+
+def expected_rows(plans: Sequence[Planned]) -> dict[tuple[str, str], dict[str, Any]]:
+    started: Counter[tuple[str, str]] = Counter()
+    ended: dict[tuple[str, str], Counter[str]] = {}
+    escalated: dict[tuple[str, str], set[str]] = {}
+    dead: dict[tuple[str, str], Counter[str]] = {}
+    durations: dict[tuple[str, str], list[float]] = {}
+    for p in plans:
+        started[(p.workflow_type, hour(p.started_at))] += 1
+        if p.ended_at is not None and p.outcome is not None and p.duration_s is not None:
+            key = (p.workflow_type, hour(p.ended_at))
+            ended.setdefault(key, Counter())[p.outcome] += 1
+            durations.setdefault(key, []).append(float(p.duration_s))
+        if p.approval or p.review:
+            escalated.setdefault((p.workflow_type, hour(p.started_at)), set()).add(p.workflow_id)
+        for category, _ in p.dead_letters:
+            dead.setdefault((p.workflow_type, hour(dead_letter_time(p))), Counter())[category] += 1
+    for moment in ORPHAN_DEAD_LETTERS:
+        dead.setdefault(("unknown", hour(moment)), Counter())["decode"] += 1
+    keys = set(started) | set(ended) | set(escalated) | set(dead)
+    rows = {}
+    for key in keys:
+        values = sorted(durations.get(key, []))
+        rows[key] = {
+            "workflow_type": key[0],
+            "hour": key[1],
+            "started": started[key],
+            "ended": {o: ended.get(key, Counter())[o] for o in OUTCOMES},
+            "escalated": len(escalated.get(key, set())),
+            "dead_lettered": {c: dead.get(key, Counter())[c] for c in CATEGORIES},
+            "duration_s": independent_percentiles(values),
+        }
+    return rows
+
+
+def independent_percentiles(values: list[float]) -> dict[str, Any]:
+    if not values:
+        return {"count": 0, "p50": None, "p90": None, "p99": None}
+    if len(values) == 1:
+        return {"count": 1, "p50": values[0], "p90": values[0], "p99": values[0]}
+    cuts = statistics.quantiles(values, n=100, method="inclusive")
+    return {"count": len(values), "p50": cuts[49], "p90": cuts[89], "p99": cuts[98]}
+
+
+def dead_letter_time(p: Planned) -> datetime:
+    return p.started_at + timedelta(minutes=2)
+
+
+# -- the stream, as the services would have written it ---------------------------------------
+
+
+@dataclass
+class Stream:
+    """Envelopes or raw bytes per topic, split into before and after the service starts."""
+
+    before: dict[str, list[Envelope]] = field(default_factory=dict)
+    after: dict[str, list[Envelope]] = field(default_factory=dict)
+
+    def add(self, topic: str, envelope: Envelope) -> None:
+        target = self.before if envelope.occurred_at < H1 else self.after
+        target.setdefault(topic, []).append(envelope)
+
+
+def build_stream(registry: Registry, plans: Iterable[Planned]) -> Stream:
+    lifecycle = registry.physical_topic("workflow.started")
+    approvals = registry.physical_topic("approval.requested")
+    reviews = registry.physical_topic("review.requested")
+    deadletters = registry.physical_topic("event.dead_lettered")
+    stream = Stream()
+    for p in plans:
+        started = start_envelope(
+            WorkflowStarted(submitted_by="analyst", start_event_type="invoice.received"),
+            workflow_id=p.workflow_id,
+            workflow_type=p.workflow_type,
+            producer=GATEWAY,
+            now=p.started_at,
+            idempotency_key=f"start-{p.workflow_id}",
+        )
+        stream.add(lifecycle, started)
+        one_minute_in = p.started_at + timedelta(minutes=1)
+        if p.approval:
+            stream.add(approvals, child(started, approval_requested(), one_minute_in, "approval"))
+        if p.review:
+            stream.add(reviews, child(started, review_requested(started), one_minute_in, "review"))
+        for i, (category, poison) in enumerate(p.dead_letters):
+            when = dead_letter_time(p)
+            if poison:
+                letter = orphan_letter(when, category, key=p.workflow_id.encode(), n=i)
+            else:
+                letter = runtime_letter(started, category, when)
+            stream.add(deadletters, letter)
+        if p.outcome is not None and p.ended_at is not None:
+            ended = WorkflowEnded(outcome=p.outcome, ended_by="payment_agent")
+            stream.add(lifecycle, child(started, ended, p.ended_at, "end"))
+    for n, when in enumerate(ORPHAN_DEAD_LETTERS):
+        stream.add(deadletters, orphan_letter(when, "decode", key=None, n=100 + n))
+    return stream
+
+
+def child(parent: Envelope, event: EventModel, now: datetime, position: str) -> Envelope:
+    return child_envelope(parent, event, producer=AGENT, now=now, position=position)
+
+
+def approval_requested() -> ApprovalRequested:
+    return ApprovalRequested(
+        approval_id=f"ap-{uuid.uuid4().hex[:8]}",
+        requested_by="budget_agent",
+        chain=[EscalationStep(tier="manager", window_s=3600.0)],
+        context=ApprovalContext(summary="over the cost center's budget"),
+    )
+
+
+def review_requested(parent: Envelope) -> ReviewRequested:
+    return ReviewRequested(
+        service="invoice_agent",
+        reason="extraction failed validation 3 times",
+        validation_errors=["/invoice_number: missing"],
+        attempts=3,
+        original_event_type=parent.event_type,
+        original_event_id=str(parent.event_id),
+    )
+
+
+def runtime_letter(parent: Envelope, category: ErrorCategory, now: datetime) -> Envelope:
+    """What the runtime publishes when a handler of ``parent`` fails for good."""
+    body = EventDeadLettered(
+        service="invoice_agent",
+        service_version="1",
+        consumer_group="invoice_agent",
+        original=OriginalRecord(
+            topic="workflows.lifecycle",
+            partition=0,
+            offset=1,
+            key_b64=base64.b64encode(parent.workflow_id.encode()).decode(),
+            value_b64=base64.b64encode(encode(parent)).decode(),
+        ),
+        error=ErrorDetail(category=category, error_class="Boom", message="boom"),
+        attempts=3,
+        failures=[Failure(at=now, attempt=3, error_class="Boom", message="boom")],
+        original_event_type=parent.event_type,
+        original_event_id=str(parent.event_id),
+        original_workflow_id=parent.workflow_id,
+    )
+    return child_envelope(parent, body, producer=AGENT, now=now, position=f"dl/{category}")
+
+
+def orphan_letter(now: datetime, category: ErrorCategory, *, key: bytes | None, n: int) -> Envelope:
+    """What the runtime publishes for a record that did not even decode."""
+    body = EventDeadLettered(
+        service="invoice_agent",
+        service_version="1",
+        consumer_group="invoice_agent",
+        original=OriginalRecord(
+            topic="procurement.events",
+            partition=1,
+            offset=n,
+            key_b64=base64.b64encode(key).decode() if key is not None else None,
+            value_b64=base64.b64encode(b"\x00\x01 not an event").decode(),
+        ),
+        error=ErrorDetail(category=category, error_class="NotJSONError", message="not JSON"),
+        attempts=1,
+        failures=[Failure(at=now, attempt=1, error_class="NotJSONError", message="not JSON")],
+    )
+    return system_envelope(
+        body,
+        producer=AGENT,
+        now=now,
+        event_id=uuid.uuid4(),
+        workflow_id=f"poison:procurement.events:1:{n}",
+    )
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def analytics_process(registry: Registry, bootstrap: str, tmp: Path, unique: str) -> ServiceProcess:
+    return ServiceProcess(
+        "outcome_analytics",
+        {
+            "CHORUS_SCHEMAS_DIR": str(registry.root),
+            "CHORUS_KAFKA_BOOTSTRAP": bootstrap,
+            "CHORUS_GROUP_ID": f"outcome_analytics.t{unique}",
+        },
+        tmp,
+    )
+
+
+async def end_offsets(bootstrap: str, topics: Sequence[str]) -> dict[str, int]:
+    """``"topic:partition"`` -> end offset, for every non-empty partition of ``topics``."""
+    # Subscribed (without a group), so that start() loads these topics' metadata.
+    consumer = AIOKafkaConsumer(*topics, bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        partitions = [
+            TopicPartition(topic, p)
+            for topic in topics
+            for p in sorted(consumer.partitions_for_topic(topic) or ())
+        ]
+        assert partitions, f"no partitions for {topics}"
+        ends = await consumer.end_offsets(partitions)
+        return {f"{tp.topic}:{tp.partition}": offset for tp, offset in ends.items() if offset}
+    finally:
+        await consumer.stop()
+
+
+async def wait_caught_up(service: ServiceProcess, bootstrap: str, timeout_s: float = 60.0) -> None:
+    """Until the service has handled every record now on its input topics."""
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    behind: dict[str, tuple[int, int]] = {}
+    while loop.time() < deadline:
+        health = await get_json(f"{service.url}/health")
+        ends = await end_offsets(bootstrap, health["topics"])
+        positions: dict[str, int] = health["positions"]
+        behind = {
+            tp: (positions.get(tp, 0), end)
+            for tp, end in ends.items()
+            if positions.get(tp, 0) < end
+        }
+        if not behind:
+            return
+        await asyncio.sleep(0.3)
+    raise AssertionError(
+        f"view not caught up after {timeout_s}s: (position, end) {behind}\n{service.tail()}"
+    )
+
+
+async def get_json(url: str) -> Any:
+    async with httpx.AsyncClient(timeout=5.0) as client:
+        response = await client.get(url)
+        response.raise_for_status()
+        return response.json()
+
+
+def assert_rows_equal(
+    actual: list[dict[str, Any]], expected: dict[tuple[str, str], dict[str, Any]]
+) -> None:
+    by_key = {(row["workflow_type"], row["hour"]): row for row in actual}
+    assert sorted(by_key) == sorted(expected)
+    for key, row in expected.items():
+        got = dict(by_key[key])
+        got_durations = got.pop("duration_s")
+        want = dict(row)
+        want_durations = want.pop("duration_s")
+        assert got == want, key
+        assert got_durations["count"] == want_durations["count"], key
+        for p in ("p50", "p90", "p99"):
+            if want_durations[p] is None:
+                assert got_durations[p] is None, key
+            else:
+                assert got_durations[p] == pytest.approx(want_durations[p], rel=1e-9), (key, p)
+
+
+def logged_errors(service: ServiceProcess) -> list[str]:
+    """Error-level lines of the service's JSON log (a crashed faust agent logs one)."""
+    lines = service.log_path.read_text(errors="replace").splitlines()
+    errors = []
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue  # the process runner's own markers
+        if isinstance(entry, dict) and entry.get("level") in {"error", "critical"}:
+            errors.append(line[:400])
+    return errors
+
+
+async def publish_all(bootstrap: str, batches: dict[str, list[Envelope]]) -> None:
+    await asyncio.gather(*(publish(bootstrap, topic, envs) for topic, envs in batches.items()))
+
+
+# -- tests ------------------------------------------------------------------------------------
+
+
+async def test_the_view_equals_the_numbers_of_a_known_stream(
+    tmp_path: Path, kafka_bootstrap: str, unique: str
+) -> None:
+    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
+    plans = plan(unique)
+    expected = expected_rows(plans)
+    # The plan exercises what it claims to (a wrong plan would make a weak test).
+    totals = Counter[str]()
+    for row in expected.values():
+        totals.update(row["ended"])
+        totals["started"] += row["started"]
+        totals["escalated"] += row["escalated"]
+        totals["dead_lettered"] += sum(row["dead_lettered"].values())
+    assert totals["started"] == 30
+    assert min(totals[o] for o in OUTCOMES) >= 1
+    assert totals["compensated"] >= 4 and totals["failed"] >= 2
+    assert ("unknown", hour(H0)) in expected and ("unknown", hour(H1)) in expected
+    assert len({key[1] for key in expected}) == 2  # two hours, two types
+
+    stream = build_stream(registry, plans)
+    # Hour 0 is on the topics before the service starts (the rebuild path) ...
+    await publish_all(kafka_bootstrap, stream.before)
+    service = analytics_process(registry, kafka_bootstrap, tmp_path, unique)
+    with service:
+        service.start()
+        await service.wait_healthy()
+        # ... hour 1 arrives while it runs (the live path).
+        await publish_all(kafka_bootstrap, stream.after)
+        await wait_caught_up(service, kafka_bootstrap)
+
+        body = await get_json(f"{service.url}/analytics/outcomes")
+        assert_rows_equal(body["buckets"], expected)
+
+        one = await get_json(
+            f"{service.url}/analytics/outcomes?workflow_type=research&hour=2026-02-01T09:30:00Z"
+        )
+        assert_rows_equal(
+            one["buckets"], {("research", hour(H1)): expected[("research", hour(H1))]}
+        )
+
+        async with httpx.AsyncClient(timeout=5.0) as client:
+            metrics_text = (await client.get(f"{service.url}/metrics")).text
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(metrics_text)
+            for s in family.samples
+        }
+        for workflow_type in ("procurement", "research"):
+            rows = [r for (t, _), r in expected.items() if t == workflow_type]
+            labels = (("workflow_type", workflow_type),)
+            assert samples[("chorus_analytics_workflows_started", labels)] == sum(
+                r["started"] for r in rows
+            )
+            compensated = (("outcome", "compensated"), ("workflow_type", workflow_type))
+            assert samples[("chorus_analytics_workflows_ended", compensated)] == sum(
+                r["ended"]["compensated"] for r in rows
+            )
+            all_durations = sorted(
+                float(p.duration_s)
+                for p in plans
+                if p.workflow_type == workflow_type and p.duration_s is not None
+            )
+            assert samples[("chorus_analytics_workflow_duration_seconds_count", labels)] == len(
+                all_durations
+            )
+            p99 = (("quantile", "0.99"), ("workflow_type", workflow_type))
+            assert samples[("chorus_analytics_workflow_duration_seconds", p99)] == pytest.approx(
+                statistics.quantiles(all_durations, n=100, method="inclusive")[98], rel=1e-9
+            )
+        unknown_decode = (("category", "decode"), ("workflow_type", "unknown"))
+        assert samples[("chorus_analytics_dead_letters", unknown_decode)] == 2
+
+        async with httpx.AsyncClient(timeout=5.0) as client:
+            bad = await client.get(f"{service.url}/analytics/outcomes?hour=noon")
+        assert bad.status_code == 400 and "noon" in bad.json()["error"]
+
+        assert await service.terminate() == 0  # SIGTERM: a clean stop
+        assert logged_errors(service) == []
+
+
+async def test_a_poison_record_is_dead_lettered_with_its_bytes_and_the_view_keeps_going(
+    tmp_path: Path, kafka_bootstrap: str, unique: str
+) -> None:
+    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
+    lifecycle = registry.physical_topic("workflow.started")
+    deadletters = registry.physical_topic("event.dead_lettered")
+    workflow_id = f"wf-poisoned-{unique}"
+    now = datetime.now(UTC)
+    started = start_envelope(
+        WorkflowStarted(submitted_by="analyst", start_event_type="invoice.received"),
+        workflow_id=workflow_id,
+        workflow_type="procurement",
+        producer=GATEWAY,
+        now=now,
+        idempotency_key=f"start-{workflow_id}",
+    )
+    ended = child(started, WorkflowEnded(outcome="completed", ended_by="x"), now, "end")
+    not_json = b"\x00\xffnot json at all" + unique.encode()
+    bad_payload = encode(child(started, WorkflowEnded(outcome="failed", ended_by="x"), now, "bad"))
+    bad_payload = bad_payload.replace(b'"outcome":"failed"', b'"outcome":"exploded"')
+    assert b"exploded" in bad_payload
+
+    service = analytics_process(registry, kafka_bootstrap, tmp_path, unique)
+    with service:
+        service.start()
+        await service.wait_healthy()
+        # Same key, so one partition: the poison sits between the start and the end.
+        key = workflow_id.encode()
+        await publish(kafka_bootstrap, lifecycle, [started])
+        await publish(kafka_bootstrap, lifecycle, [not_json, bad_payload], key=key)
+        await publish(kafka_bootstrap, lifecycle, [ended])
+
+        records = await read_topic(
+            kafka_bootstrap,
+            [deadletters],
+            until=lambda rs: len(events_of(rs, "event.dead_lettered")) >= 2,
+        )
+        letters = {
+            base64.b64decode(d["payload"]["original"]["value_b64"]): d
+            for d in events_of(records, "event.dead_lettered")
+        }
+        assert set(letters) == {not_json, bad_payload}  # the original bytes, exactly
+        inputs = await read_topic(kafka_bootstrap, [lifecycle], until=lambda rs: len(rs) >= 4)
+        poison = next(r for r in inputs if r.value == not_json)
+        original = letters[not_json]["payload"]["original"]
+        assert (original["topic"], original["partition"], original["offset"]) == (
+            lifecycle,
+            poison.partition,
+            poison.offset,
+        )
+        assert base64.b64decode(original["key_b64"]) == key
+        for letter in letters.values():
+            assert letter["producer"]["service"] == "outcome_analytics"
+            assert letter["payload"]["error"]["category"] == "decode"
+        assert letters[bad_payload]["payload"]["error"]["pointer"] == "/payload/outcome"
+
+        await wait_caught_up(service, kafka_bootstrap)
+        rows = (await get_json(f"{service.url}/analytics/outcomes"))["buckets"]
+        # Dead letters fall in the hour the service dead-lettered them (its clock), which
+        # may be the hour after ``now``: sum over rows rather than assume one.
+        assert {row["workflow_type"] for row in rows} == {"procurement"}
+        assert sum(row["started"] for row in rows) == 1
+        # The end after the poison was counted: the agent kept going on that partition.
+        assert sum(row["ended"]["completed"] for row in rows) == 1
+        assert sum(sum(row["ended"].values()) for row in rows) == 1
+        assert sum(row["duration_s"]["count"] for row in rows) == 1
+        # Its own two dead letters are read back and, the original keyed by the
+        # workflow, counted under its type; nothing else is.
+        assert sum(row["dead_lettered"]["decode"] for row in rows) == 2
+        assert sum(sum(row["dead_lettered"].values()) for row in rows) == 2
+
+        # A restart rebuilds the same view from the beginning (fresh group). It dead-letters
+        # the poison records again, under the same event ids, and counts them once.
+        assert await service.terminate() == 0
+        service.start()
+        await service.wait_healthy()
+        await wait_caught_up(service, kafka_bootstrap)
+        assert (await get_json(f"{service.url}/analytics/outcomes"))["buckets"] == rows
+        again = await read_topic(kafka_bootstrap, [deadletters], until=lambda rs: len(rs) >= 4)
+        assert len(again) == 4
+        assert len({d["event_id"] for d in events_of(again, "event.dead_lettered")}) == 2
+        assert await service.terminate() == 0
+        # Caught inside the agent, not survived by faust restarting a crashed one.
+        assert logged_errors(service) == []
