@@ -96,7 +96,9 @@ async def on_approval_decision_submitted(
     tier = state.chain[state.level].tier
     if submitted.reviewer_tier != tier:
         # The gateway answers 403 first; this guards against a race with an escalation.
-        ctx.log.warning("decision from tier %s while %s decides; ignored", submitted.reviewer_tier, tier)
+        ctx.log.warning(
+            "decision from tier %s while %s decides; ignored", submitted.reviewer_tier, tier
+        )
         return Outcome()
     decided = ApprovalDecided(
         approval_id=state.approval_id,

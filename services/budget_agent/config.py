@@ -8,7 +8,11 @@ from chorus_contracts.approvals import EscalationStep, Fallback
 
 class Settings(ServiceSettings):
     http_port: int = 8112
-    budgets: dict[str, int] = {"cc-research": 5_000_000, "cc-ops": 2_000_000, "cc-marketing": 100_000}
+    budgets: dict[str, int] = {
+        "cc-research": 5_000_000,
+        "cc-ops": 2_000_000,
+        "cc-marketing": 100_000,
+    }
     """Cost center -> budget in cents, created when missing (existing budgets are kept)."""
     approval_chain: list[EscalationStep] = [
         EscalationStep(tier="manager", window_s=8 * 3600),

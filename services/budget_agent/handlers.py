@@ -53,7 +53,11 @@ async def on_invoice_validated(
             reason=f"budget {validated.cost_center} has {available or 0} cents, {amount} needed",
             ended_by=SERVICE,
         )
-        return Outcome(state=state.model_copy(update={"status": "rejected"}), emit=[rejected, ended], ended="rejected")
+        return Outcome(
+            state=state.model_copy(update={"status": "rejected"}),
+            emit=[rejected, ended],
+            ended="rejected",
+        )
     res_id = reservation_id(workflow_id, validated.invoice_id)
     state = state.model_copy(update={"reservation_id": res_id, "approval_rounds": 1})
     reserved = BudgetReserved(
@@ -86,7 +90,9 @@ async def on_payment_failed(
 ) -> Outcome[BudgetState]:
     if state is None:
         return Outcome()
-    return release(state, f"payment failed: {event.payload.reason}", outcome="compensated", notify=True)
+    return release(
+        state, f"payment failed: {event.payload.reason}", outcome="compensated", notify=True
+    )
 
 
 async def on_workflow_ended(

@@ -26,7 +26,9 @@ class InvoiceState(BaseModel):
     validated: bool = False
 
 
-def extraction_prompt(document: str, feedback: list[str], reviewer_comment: str = "") -> list[ChatMessage]:
+def extraction_prompt(
+    document: str, feedback: list[str], reviewer_comment: str = ""
+) -> list[ChatMessage]:
     schema = json.dumps(ExtractedInvoice.model_json_schema())
     system = (
         f"task: {TASK}\n"
@@ -62,7 +64,11 @@ def offline_extract(messages: list[ChatMessage]) -> str:
     number = re.search(r"INVOICE\s+(\S+)", document)
     total = re.search(r"^Total:\s*([\d.,]+)\s*([A-Z]{3})?", document, re.MULTILINE)
     lines = [
-        {"description": m.group(2).strip(), "quantity": int(m.group(1)), "unit_price_cents": _cents(m.group(3))}
+        {
+            "description": m.group(2).strip(),
+            "quantity": int(m.group(1)),
+            "unit_price_cents": _cents(m.group(3)),
+        }
         for m in re.finditer(r"^(\d+)\s*x\s*(.+?)\s*@\s*([\d.,]+)", document, re.MULTILINE)
     ]
     answer: dict[str, object] = {
@@ -85,17 +91,32 @@ def check_against_po(extracted: ExtractedInvoice, po: PurchaseOrder) -> tuple[li
     def check(ok: bool, good: str, bad: str) -> None:
         (passed if ok else reasons).append(good if ok else bad)
 
-    check(extracted.vendor_id == po.vendor_id, "vendor matches the PO",
-          f"vendor {extracted.vendor_id} is not the PO's vendor {po.vendor_id}")
-    check(extracted.po_number == po.po_number, "PO number matches",
-          f"invoice cites {extracted.po_number}, expected {po.po_number}")
-    check(extracted.currency == po.currency, "currency matches the PO",
-          f"currency {extracted.currency} differs from the PO's {po.currency}")
+    check(
+        extracted.vendor_id == po.vendor_id,
+        "vendor matches the PO",
+        f"vendor {extracted.vendor_id} is not the PO's vendor {po.vendor_id}",
+    )
+    check(
+        extracted.po_number == po.po_number,
+        "PO number matches",
+        f"invoice cites {extracted.po_number}, expected {po.po_number}",
+    )
+    check(
+        extracted.currency == po.currency,
+        "currency matches the PO",
+        f"currency {extracted.currency} differs from the PO's {po.currency}",
+    )
     line_sum = sum(line.quantity * line.unit_price_cents for line in extracted.lines)
-    check(line_sum == extracted.total_cents, "lines add up to the total",
-          f"lines add up to {line_sum} but the total says {extracted.total_cents}")
-    check(extracted.total_cents <= po.total_cents, "total within the PO",
-          f"total {extracted.total_cents} exceeds the PO total {po.total_cents}")
+    check(
+        line_sum == extracted.total_cents,
+        "lines add up to the total",
+        f"lines add up to {line_sum} but the total says {extracted.total_cents}",
+    )
+    check(
+        extracted.total_cents <= po.total_cents,
+        "total within the PO",
+        f"total {extracted.total_cents} exceeds the PO total {po.total_cents}",
+    )
     return passed, reasons
 
 
@@ -108,5 +129,11 @@ def from_purchase_order(invoice: InvoiceReceived) -> ExtractedInvoice:
         po_number=po.po_number,
         currency=po.currency,
         total_cents=po.total_cents,
-        lines=[{"description": "as approved by reviewer", "quantity": 1, "unit_price_cents": po.total_cents}],  # type: ignore[list-item]
+        lines=[
+            {
+                "description": "as approved by reviewer",
+                "quantity": 1,
+                "unit_price_cents": po.total_cents,
+            }
+        ],  # type: ignore[list-item]
     )

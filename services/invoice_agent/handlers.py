@@ -49,7 +49,9 @@ async def on_approval_decided(
     if own_review and decision.decision == "approve":
         return decide(state, from_purchase_order(state.invoice), vouched_by=decision.decided_by)
     if own_review and decision.decision == "reject":
-        return rejected(state, [f"rejected in review by {decision.decided_by}: {decision.comment}".strip()])
+        return rejected(
+            state, [f"rejected in review by {decision.decided_by}: {decision.comment}".strip()]
+        )
     return Outcome()
 
 
@@ -62,7 +64,9 @@ async def read_invoice(
     return parse_json_output(answer, ExtractedInvoice)
 
 
-def decide(state: InvoiceState, extracted: ExtractedInvoice, vouched_by: str = "") -> Outcome[InvoiceState]:
+def decide(
+    state: InvoiceState, extracted: ExtractedInvoice, vouched_by: str = ""
+) -> Outcome[InvoiceState]:
     po = state.invoice.purchase_order
     checks, reasons = check_against_po(extracted, po)
     if reasons:
@@ -70,7 +74,10 @@ def decide(state: InvoiceState, extracted: ExtractedInvoice, vouched_by: str = "
     if vouched_by:
         checks.append(f"reading confirmed by reviewer {vouched_by}")
     validated = InvoiceValidated(
-        invoice_id=state.invoice.invoice_id, extracted=extracted, checks=checks, cost_center=po.cost_center
+        invoice_id=state.invoice.invoice_id,
+        extracted=extracted,
+        checks=checks,
+        cost_center=po.cost_center,
     )
     return Outcome(state=state.model_copy(update={"validated": True}), emit=[validated])
 

@@ -8,7 +8,12 @@ from chorus.external import ExternalRejection
 from chorus.service import Context, Outcome
 from chorus_contracts.approvals import ApprovalDecided
 from chorus_contracts.lifecycle import WorkflowEnded
-from chorus_contracts.procurement import BudgetReserved, InvoiceValidated, PaymentFailed, PaymentIssued
+from chorus_contracts.procurement import (
+    BudgetReserved,
+    InvoiceValidated,
+    PaymentFailed,
+    PaymentIssued,
+)
 from payment_agent.adapters import Deps
 from payment_agent.domain import PaymentState, payment_key
 
@@ -20,7 +25,10 @@ async def on_invoice_validated(
 ) -> Outcome[PaymentState]:
     state = state or PaymentState()
     updated = state.model_copy(
-        update={"invoice_id": event.payload.invoice_id, "vendor_id": event.payload.extracted.vendor_id}
+        update={
+            "invoice_id": event.payload.invoice_id,
+            "vendor_id": event.payload.extracted.vendor_id,
+        }
     )
     return await pay_when_possible(updated, event.envelope.workflow_id, ctx)
 
@@ -76,7 +84,9 @@ async def pay_when_possible(
         return failed(state, f"provider refused: {exc.body}", "rejected_by_provider")
     except TransientError as exc:
         if ctx.attempt >= ctx.deps.max_attempts:
-            return failed(state, f"gave up after {ctx.attempt} attempts: {exc}", "exhausted_retries")
+            return failed(
+                state, f"gave up after {ctx.attempt} attempts: {exc}", "exhausted_retries"
+            )
         raise
     issued = PaymentIssued(
         invoice_id=state.invoice_id,
@@ -88,11 +98,17 @@ async def pay_when_possible(
     ended = WorkflowEnded(
         outcome="completed",
         reason=f"paid {state.amount_cents / 100:.2f} {state.currency}",
-        result={"payment_id": receipt.payment_id, "amount_cents": state.amount_cents, "currency": state.currency},
+        result={
+            "payment_id": receipt.payment_id,
+            "amount_cents": state.amount_cents,
+            "currency": state.currency,
+        },
         ended_by=SERVICE,
     )
     return Outcome(
-        state=state.model_copy(update={"payment_id": receipt.payment_id}), emit=[issued, ended], ended="completed"
+        state=state.model_copy(update={"payment_id": receipt.payment_id}),
+        emit=[issued, ended],
+        ended="completed",
     )
 
 

@@ -35,7 +35,9 @@ class DraftOutput(BaseModel):
     citations: list[str]
 
 
-def draft_prompt(state: ReportState, feedback: list[str], reviewer_comment: str = "") -> list[ChatMessage]:
+def draft_prompt(
+    state: ReportState, feedback: list[str], reviewer_comment: str = ""
+) -> list[ChatMessage]:
     request = state.request
     system = (
         f"task: {TASK}\n"
@@ -110,7 +112,11 @@ def word_count(draft: DraftOutput) -> int:
 
 
 def approval_for(
-    state: ReportState, drafted: ReportDrafted, workflow_id: str, chain: list[EscalationStep], fallback: Fallback
+    state: ReportState,
+    drafted: ReportDrafted,
+    workflow_id: str,
+    chain: list[EscalationStep],
+    fallback: Fallback,
 ) -> ApprovalRequested:
     return ApprovalRequested(
         approval_id=f"appr-{workflow_id}-{state.approval_round}",

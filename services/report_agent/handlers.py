@@ -10,7 +10,14 @@ from chorus_contracts.approvals import ApprovalDecided
 from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_contracts.research import ReportDelivered, ReportDrafted, ReportRequested
 from report_agent.adapters import Deps
-from report_agent.domain import DraftOutput, ReportState, approval_for, draft_prompt, validation_errors, word_count
+from report_agent.domain import (
+    DraftOutput,
+    ReportState,
+    approval_for,
+    draft_prompt,
+    validation_errors,
+    word_count,
+)
 
 SERVICE = "report_agent"
 
@@ -41,9 +48,13 @@ async def on_approval_decided(
     workflow_id = event.envelope.workflow_id
     if decision.decision == "reject":
         ended = WorkflowEnded(
-            outcome="rejected", reason=f"rejected by {decision.decided_by}: {decision.comment}".strip(), ended_by=SERVICE
+            outcome="rejected",
+            reason=f"rejected by {decision.decided_by}: {decision.comment}".strip(),
+            ended_by=SERVICE,
         )
-        return Outcome(state=state.model_copy(update={"ended": True}), emit=[ended], ended="rejected")
+        return Outcome(
+            state=state.model_copy(update={"ended": True}), emit=[ended], ended="rejected"
+        )
     if decision.decision == "revise" or state.draft is None:
         return await draft_and_ask(state, workflow_id, ctx, reviewer_comment=decision.comment)
     return await deliver(state, workflow_id, ctx)
@@ -81,12 +92,20 @@ async def deliver(state: ReportState, workflow_id: str, ctx: Context[Deps]) -> O
             target, state.draft.model_dump(mode="json"), key=ctx.idempotency_key("delivery")
         )
     delivered = ReportDelivered(
-        delivered_to=target or "(none requested)", status_code=status, word_count=state.draft.word_count
+        delivered_to=target or "(none requested)",
+        status_code=status,
+        word_count=state.draft.word_count,
     )
     ended = WorkflowEnded(
         outcome="completed",
         reason="report approved and delivered",
-        result={"title": state.draft.title, "word_count": state.draft.word_count, "delivered_to": target},
+        result={
+            "title": state.draft.title,
+            "word_count": state.draft.word_count,
+            "delivered_to": target,
+        },
         ended_by=SERVICE,
     )
-    return Outcome(state=state.model_copy(update={"ended": True}), emit=[delivered, ended], ended="completed")
+    return Outcome(
+        state=state.model_copy(update={"ended": True}), emit=[delivered, ended], ended="completed"
+    )

@@ -15,10 +15,26 @@ SPEC: ServiceSpec[ReportState, Deps] = ServiceSpec(
     handlers=[
         # Gathering three sources and drafting can take minutes; a flaky source is
         # retried with durable backoff while the checkpoint keeps what was gathered.
-        On(ReportRequested, on_report_requested, timeout_s=600, max_attempts=8, backoff_base_s=0.5, backoff_cap_s=30),
-        On(ApprovalDecided, on_approval_decided, timeout_s=300, max_attempts=8, backoff_base_s=0.5, backoff_cap_s=30),
+        On(
+            ReportRequested,
+            on_report_requested,
+            timeout_s=600,
+            max_attempts=8,
+            backoff_base_s=0.5,
+            backoff_cap_s=30,
+        ),
+        On(
+            ApprovalDecided,
+            on_approval_decided,
+            timeout_s=300,
+            max_attempts=8,
+            backoff_base_s=0.5,
+            backoff_cap_s=30,
+        ),
     ],
-    produces=frozenset({"report.drafted", "report.delivered", "approval.requested", "workflow.ended"}),
+    produces=frozenset(
+        {"report.drafted", "report.delivered", "approval.requested", "workflow.ended"}
+    ),
     state=ReportState,
     bootstrap=bootstrap,
     contract_deps=offline,

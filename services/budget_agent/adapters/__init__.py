@@ -55,13 +55,17 @@ class Reserve:
         updated = await conn.fetchval(
             """UPDATE budget_agent.budgets SET reserved_cents = reserved_cents + $2
                WHERE cost_center = $1 AND reserved_cents + $2 <= limit_cents RETURNING 1""",
-            self.cost_center, self.amount_cents,
+            self.cost_center,
+            self.amount_cents,
         )
         if updated is None:
             raise ConflictError(f"budget {self.cost_center} changed while deciding")
         await conn.execute(
             """INSERT INTO budget_agent.reservations VALUES ($1, $2, $3, $4, 'reserved')""",
-            self.reservation_id, self.workflow_id, self.cost_center, self.amount_cents,
+            self.reservation_id,
+            self.workflow_id,
+            self.cost_center,
+            self.amount_cents,
         )
 
 
@@ -81,7 +85,8 @@ class Release:
         if row is not None:
             await conn.execute(
                 "UPDATE budget_agent.budgets SET reserved_cents = reserved_cents - $2 WHERE cost_center = $1",
-                row["cost_center"], row["amount_cents"],
+                row["cost_center"],
+                row["amount_cents"],
             )
 
 
@@ -127,4 +132,3 @@ async def offline() -> AsyncIterator[Deps]:
     ledger.fixed = dict(Settings().budgets)
     defaults = Settings()
     yield Deps(ledger, list(defaults.approval_chain), defaults.approval_fallback)
-

@@ -25,7 +25,9 @@ class PaymentClient:
     ExternalRejection (the provider refused this payment).
     """
 
-    def __init__(self, client: httpx.AsyncClient, base_url: str, api_key: str, timeout_s: float) -> None:
+    def __init__(
+        self, client: httpx.AsyncClient, base_url: str, api_key: str, timeout_s: float
+    ) -> None:
         self.client = client
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
@@ -62,7 +64,12 @@ class Deps:
 async def bootstrap(settings: Any) -> AsyncIterator[Deps]:
     async with httpx.AsyncClient() as client:
         yield Deps(
-            PaymentClient(client, settings.payment_api_url, settings.payment_api_key, settings.payment_timeout_s),
+            PaymentClient(
+                client,
+                settings.payment_api_url,
+                settings.payment_api_key,
+                settings.payment_timeout_s,
+            ),
             settings.payment_max_attempts,
         )
 

@@ -25,7 +25,11 @@ class Sources:
 
     async def fetch(self, source: SourceRef, topic: str) -> GatheredSource:
         response = await call_json(
-            self.client, "GET", source.url, what=f"source {source.name}", timeout_s=self.timeout_s,
+            self.client,
+            "GET",
+            source.url,
+            what=f"source {source.name}",
+            timeout_s=self.timeout_s,
             headers={"X-Topic": topic[:200]},
         )
         return GatheredSource(name=source.name, excerpt=str(response.json()["excerpt"])[:2000])
@@ -38,8 +42,13 @@ class Delivery:
 
     async def deliver(self, url: str, report: dict[str, Any], key: str) -> int:
         response = await call_json(
-            self.client, "POST", url, what="report delivery", json=report,
-            headers={"Idempotency-Key": key}, timeout_s=self.timeout_s,
+            self.client,
+            "POST",
+            url,
+            what="report delivery",
+            json=report,
+            headers={"Idempotency-Key": key},
+            timeout_s=self.timeout_s,
         )
         return response.status_code
 
@@ -56,7 +65,10 @@ class Deps:
 
 @asynccontextmanager
 async def bootstrap(settings: Any) -> AsyncIterator[Deps]:
-    async with httpx.AsyncClient() as client, llm_dependency(settings, {TASK: offline_draft}) as llm:
+    async with (
+        httpx.AsyncClient() as client,
+        llm_dependency(settings, {TASK: offline_draft}) as llm,
+    ):
         yield Deps(
             llm=llm,
             sources=Sources(client, settings.source_timeout_s),
