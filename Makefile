@@ -12,8 +12,8 @@ STAMP := $(VENV)/.installed
 LOCAL := deploy/local
 PYTEST_ARGS ?=
 
-.PHONY: help setup up down status demo test test-unit test-integration lint fmt bench lock clean \
-	schemas docs topics
+.PHONY: help setup up down status demo services test test-unit test-integration lint fmt bench lock clean \
+	schemas docs topics bench-quick
 
 help:
 	@echo "make demo   start Kafka, PostgreSQL and every service, run the main job"
@@ -48,6 +48,10 @@ status:
 
 demo: up
 	$(PY) -m chorus.demo
+
+# Every service in the foreground (API on :8080, sandbox on :9400) until Ctrl-C.
+services: up
+	$(PY) -m chorus.devstack
 
 # The compatibility gate runs first: against HEAD (uncommitted changes) and, when the
 # clone has it, HEAD~1 (the last commit). A missing ref is a note, not a failure.
@@ -84,8 +88,20 @@ docs: schemas
 topics: setup
 	$(VENV)/bin/chorus topics apply
 
+# Benchmarks (bench/README.md): Chorus and its baselines side by side, one run, same broker
+# and database. Results in .local/bench-results/<timestamp>-<mode>/. The side venvs (chart
+# and profiler tools; DBOS, which cannot share .venv with faust) are built once.
 bench: up
-	@echo "bench: the benchmark suite arrives with its issue; nothing to run yet"
+	bench/make-venv.sh
+	bench/dbos/make-venv.sh
+	$(PY) -m bench.run --mode full
+
+# The short version (under 2 minutes once the side venvs exist); its last line is
+# R2=.. R3=.. R4_p50_ms=.. R4_p99_ms=.. R5=.. timer_p99_ms=..
+bench-quick: up
+	bench/make-venv.sh
+	bench/dbos/make-venv.sh
+	$(PY) -m bench.run --mode quick
 
 # Re-pin every dependency after editing pyproject.toml.
 lock:

@@ -145,9 +145,7 @@ def test_schemas_are_valid_and_examples_match_their_message(
     assert checked, "the registry has no examples to check the document against"
 
 
-def test_a_payload_missing_a_required_field_is_rejected(
-    document: dict[str, Any], registry: Registry
-) -> None:
+def test_a_payload_missing_a_required_field_is_rejected(document: dict[str, Any], registry: Registry) -> None:
     (event_type, version), examples = sorted(registry.examples.items())[0]
     required = registry.schemas[(event_type, version)]["required"][0]
     broken = copy.deepcopy(examples[0].body)

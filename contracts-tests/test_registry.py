@@ -123,7 +123,12 @@ def test_every_version_chain_has_upcasters() -> None:
 
 def test_runtime_pseudo_producer_only_on_platform_topics() -> None:
     runtime_topics = {t for t, s in REGISTRY.topics.items() if RUNTIME_PRODUCER in s.producers}
-    assert runtime_topics <= {"chorus.timers", "chorus.control", "chorus.deadletters", "chorus.reviews"}
+    assert runtime_topics <= {
+        "chorus.timers",
+        "chorus.control",
+        "chorus.deadletters",
+        "chorus.reviews",
+    }
 
 
 def test_the_registry_loader_rejects_an_event_on_two_topics(tmp_path: Path) -> None:
@@ -131,10 +136,11 @@ def test_the_registry_loader_rejects_an_event_on_two_topics(tmp_path: Path) -> N
 
     copy = tmp_path / "schemas"
     shutil.copytree(SCHEMAS, copy)
-    extra = (copy / "topics" / "chorus.timers.yaml").read_text().replace(
-        "topic: chorus.timers", "topic: chorus.timers2"
+    extra = (
+        (copy / "topics" / "chorus.timers.yaml")
+        .read_text()
+        .replace("topic: chorus.timers", "topic: chorus.timers2")
     )
     (copy / "topics" / "chorus.timers2.yaml").write_text(extra)
     with pytest.raises(ValueError, match="declared on two topics"):
         load_registry(copy)
-

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import importlib
-import logging
 import json
+import logging
 import pkgutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,8 +16,8 @@ import pytest
 from chorus.clock import ManualClock
 from chorus.codec import decode, encode
 from chorus.envelopes import child_envelope
-from chorus.registry import RUNTIME_PRODUCER, load_registry
 from chorus.errors import ChorusError
+from chorus.registry import RUNTIME_PRODUCER, load_registry
 from chorus.service import Context, ServiceEdges, ServiceSpec
 from chorus_contracts.envelope import ProducerRef
 
@@ -59,9 +59,7 @@ def test_services_are_discovered() -> None:
 
 def test_every_service_the_registry_names_exists() -> None:
     named = {
-        name
-        for spec in REGISTRY.topics.values()
-        for name in (*spec.producers, *spec.consumers, spec.owner)
+        name for spec in REGISTRY.topics.values() for name in (*spec.producers, *spec.consumers, spec.owner)
     } - {RUNTIME_PRODUCER}
     assert named - set(SERVICES) == set(), "the registry names services that do not exist"
 
@@ -76,8 +74,7 @@ def test_consumed_topics_match_the_registry(name: str) -> None:
         from_code |= RUNTIME_TOPICS
     from_registry = declared("consumers", name, edges.runtime)
     assert from_code == from_registry, (
-        f"{name}: code consumes {sorted(from_code)}, "
-        f"registry lists it as consumer of {sorted(from_registry)}"
+        f"{name}: code consumes {sorted(from_code)}, registry lists it as consumer of {sorted(from_registry)}"
     )
 
 
@@ -87,9 +84,7 @@ def test_produced_topics_match_the_registry(name: str) -> None:
     unknown = [t for t in edges.produces if not REGISTRY.knows(t)]
     assert unknown == [], f"{name} emits event types the registry does not know: {unknown}"
     from_code = {REGISTRY.topic_for(t).topic for t in edges.produces}
-    from_registry = {
-        t for t, spec in REGISTRY.topics.items() if name in spec.producers
-    }
+    from_registry = {t for t, spec in REGISTRY.topics.items() if name in spec.producers}
     assert from_code == from_registry, (
         f"{name}: code produces onto {sorted(from_code)}, "
         f"registry lists it as producer of {sorted(from_registry)}"
@@ -108,7 +103,12 @@ def handler_cases() -> list[Any]:
                     continue
                 for example in REGISTRY.examples.get((event_type, version), []):
                     cases.append(
-                        pytest.param(name, event_type, example, id=f"{name}:{example.path.parent.parent.name}.v{version}/{example.path.name}")
+                        pytest.param(
+                            name,
+                            event_type,
+                            example,
+                            id=f"{name}:{example.path.parent.parent.name}.v{version}/{example.path.name}",
+                        )
                     )
     return cases
 
@@ -131,8 +131,11 @@ def emitted_validates(spec: ServiceSpec[Any, Any], outcome: Any, parent: Any) ->
         if model.event_type not in spec.produces:
             problems.append(f"emits undeclared {model.event_type}")
         child = child_envelope(
-            parent, model, producer=ProducerRef(service=spec.name, version=spec.version),
-            now=parent.occurred_at, position=f"contract/{index}",
+            parent,
+            model,
+            producer=ProducerRef(service=spec.name, version=spec.version),
+            now=parent.occurred_at,
+            position=f"contract/{index}",
         )
         decode(encode(child), REGISTRY)
     return problems

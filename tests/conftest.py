@@ -32,8 +32,7 @@ def _start(script: str) -> None:
     )
     if proc.returncode != 0:
         pytest.fail(
-            f"deploy/local/{script} start failed (exit {proc.returncode}):\n"
-            f"{proc.stdout}\n{proc.stderr}",
+            f"deploy/local/{script} start failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}",
             pytrace=False,
         )
 

@@ -7,6 +7,15 @@ chain; past the last tier the configured fallback decides.
 
 from __future__ import annotations
 
+from approval_gate.adapters import Deps
+from approval_gate.domain import (
+    FALLBACK_ACTOR,
+    Gate,
+    fallback_decision,
+    is_current,
+    window_end,
+    window_timer_id,
+)
 from chorus.codec import Event
 from chorus.service import CancelTimer, Context, Outcome, ScheduleTimer
 from chorus_contracts.approvals import (
@@ -19,15 +28,6 @@ from chorus_contracts.approvals import (
 )
 from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_contracts.platform import ReviewRequested
-from approval_gate.adapters import Deps
-from approval_gate.domain import (
-    FALLBACK_ACTOR,
-    Gate,
-    fallback_decision,
-    is_current,
-    window_end,
-    window_timer_id,
-)
 
 
 def _window_timer(gate: Gate, ctx: Context[Deps]) -> ScheduleTimer:
@@ -96,9 +96,7 @@ async def on_approval_decision_submitted(
     tier = state.chain[state.level].tier
     if submitted.reviewer_tier != tier:
         # The gateway answers 403 first; this guards against a race with an escalation.
-        ctx.log.warning(
-            "decision from tier %s while %s decides; ignored", submitted.reviewer_tier, tier
-        )
+        ctx.log.warning("decision from tier %s while %s decides; ignored", submitted.reviewer_tier, tier)
         return Outcome()
     decided = ApprovalDecided(
         approval_id=state.approval_id,

@@ -287,9 +287,7 @@ def fold(facts: WorkflowFacts | None, entry: AuditEntry, payload: EventModel) ->
     elif isinstance(payload, EventDeadLettered):
         update["last_dead_letter"] = _latest(facts.last_dead_letter, stamp)
         update["dead_letters"] = facts.dead_letters + 1
-        update["retries"] = facts.retries + sum(
-            1 for f in payload.failures if f.retry_in_s is not None
-        )
+        update["retries"] = facts.retries + sum(1 for f in payload.failures if f.retry_in_s is not None)
     elif isinstance(payload, ReviewRequested):
         update["last_review"] = _latest(facts.last_review, stamp)
         update["reviews"] = facts.reviews + 1
@@ -400,9 +398,7 @@ def pending_approval(facts: WorkflowFacts) -> PendingApproval | None:
         active = approval.escalation or approval.requested
         if state is None or state.status != "pending" or state.tier is None or active is None:
             continue
-        view = PendingApproval(
-            approval_id, state.tier, state.level, state.waiting_until, state.context
-        )
+        view = PendingApproval(approval_id, state.tier, state.level, state.waiting_until, state.context)
         if best is None or active.key() > best[0]:
             best = (active.key(), view)
     return best[1] if best is not None else None
@@ -503,9 +499,7 @@ def derive(facts: WorkflowFacts) -> StatusView:
 # -- retention ------------------------------------------------------------------------------
 
 
-def lifetime(
-    workflow_type: str, lifetimes_days: Mapping[str, float], default_days: float
-) -> timedelta:
+def lifetime(workflow_type: str, lifetimes_days: Mapping[str, float], default_days: float) -> timedelta:
     """The maximum lifetime of a workflow type (from its first event)."""
     return timedelta(days=lifetimes_days.get(workflow_type, default_days))
 

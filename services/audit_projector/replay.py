@@ -192,9 +192,7 @@ async def partitions(bootstrap: str, topics: list[str]) -> list[TopicPartition]:
             f"topic(s) {', '.join(missing)} do not exist on {bootstrap}; "
             "run `chorus topics apply` (or check --schemas-dir)"
         )
-    return sorted(
-        TopicPartition(d["topic"], p["partition"]) for d in described for p in d["partitions"]
-    )
+    return sorted(TopicPartition(d["topic"], p["partition"]) for d in described for p in d["partitions"])
 
 
 async def _start_offsets(
@@ -274,9 +272,7 @@ async def live_lag(bootstrap: str, group: str, end: dict[TopicPartition, int]) -
     return lag
 
 
-async def wait_for_live(
-    bootstrap: str, group: str, end: dict[TopicPartition, int], timeout_s: float
-) -> int:
+async def wait_for_live(bootstrap: str, group: str, end: dict[TopicPartition, int], timeout_s: float) -> int:
     """Wait until the live group has committed the snapshot's end offsets; returns the
     lag left when ``timeout_s`` passed (0 when it caught up)."""
     loop = asyncio.get_running_loop()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from budget_agent.adapters import Deps, Release, Reserve
+from budget_agent.domain import BudgetState, approval_request, reservation_id
 from chorus.codec import Event
 from chorus.service import Context, Outcome
 from chorus_contracts.approvals import ApprovalDecided
+from chorus_contracts.base import EventModel
 from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_contracts.procurement import (
     BudgetRejected,
@@ -14,8 +17,6 @@ from chorus_contracts.procurement import (
     PaymentFailed,
     RequesterNotified,
 )
-from budget_agent.adapters import Deps, Release, Reserve
-from budget_agent.domain import BudgetState, approval_request, reservation_id
 
 SERVICE = "budget_agent"
 
@@ -90,9 +91,7 @@ async def on_payment_failed(
 ) -> Outcome[BudgetState]:
     if state is None:
         return Outcome()
-    return release(
-        state, f"payment failed: {event.payload.reason}", outcome="compensated", notify=True
-    )
+    return release(state, f"payment failed: {event.payload.reason}", outcome="compensated", notify=True)
 
 
 async def on_workflow_ended(
@@ -105,12 +104,10 @@ async def on_workflow_ended(
     return released
 
 
-def release(
-    state: BudgetState, reason: str, *, outcome: str | None, notify: bool
-) -> Outcome[BudgetState]:
+def release(state: BudgetState, reason: str, *, outcome: str | None, notify: bool) -> Outcome[BudgetState]:
     if state.status != "reserved" or state.reservation_id is None:
         return Outcome()
-    events = [
+    events: list[EventModel] = [
         BudgetReleased(
             invoice_id=state.invoice_id,
             reservation_id=state.reservation_id,

@@ -93,9 +93,7 @@ def build_document(registry: Registry) -> dict[str, Any]:
         refs = [{"$ref": f"#/channels/{_escape(topic)}/messages/{mid}"} for mid in channel_messages]
         for action, services in (("send", spec.producers), ("receive", spec.consumers)):
             for service in services:
-                operations[operation_id(service, action, topic)] = _operation(
-                    service, action, topic, refs
-                )
+                operations[operation_id(service, action, topic)] = _operation(service, action, topic, refs)
 
     return {
         "asyncapi": ASYNCAPI_VERSION,
@@ -234,15 +232,11 @@ def _message(
     }
     examples = registry.examples.get((event_type, version), [])
     if examples:
-        message["examples"] = [
-            {"name": example.path.stem, "payload": example.body} for example in examples
-        ]
+        message["examples"] = [{"name": example.path.stem, "payload": example.body} for example in examples]
     return message
 
 
-def _operation(
-    service: str, action: str, topic: str, messages: list[dict[str, str]]
-) -> dict[str, Any]:
+def _operation(service: str, action: str, topic: str, messages: list[dict[str, str]]) -> dict[str, Any]:
     verb = "sends to" if action == "send" else "receives from"
     operation: dict[str, Any] = {
         "action": action,
@@ -252,9 +246,7 @@ def _operation(
         "x-service": service,
     }
     if service == RUNTIME_PRODUCER:
-        operation["description"] = (
-            f"The runtime inside every service {verb} {topic} on the service's behalf."
-        )
+        operation["description"] = f"The runtime inside every service {verb} {topic} on the service's behalf."
     return operation
 
 
@@ -268,9 +260,7 @@ def _components(name: str, schema: dict[str, Any]) -> dict[str, Any]:
             for key, value in node.items():
                 if key == "$ref" and isinstance(value, str) and value.startswith("#/$defs/"):
                     target, _, rest = value.removeprefix("#/$defs/").partition("/")
-                    out[key] = f"#/components/schemas/{name}.{target}" + (
-                        f"/{rest}" if rest else ""
-                    )
+                    out[key] = f"#/components/schemas/{name}.{target}" + (f"/{rest}" if rest else "")
                 else:
                     out[key] = rewrite(value)
             return out

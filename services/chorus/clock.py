@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from datetime import UTC, datetime, timedelta
@@ -54,11 +55,8 @@ class ManualClock:
     async def sleep(self, seconds: float) -> None:
         until = self._now + timedelta(seconds=seconds)
         while self._now < until:
-            event = self._changed
-            try:
-                await asyncio.wait_for(event.wait(), timeout=0.05)
-            except TimeoutError:
-                pass
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout=0.05)
 
 
 class OffsetFileClock:

@@ -209,18 +209,14 @@ class GitRepo:
 
     def registry_files(self, commit: str) -> dict[str, str]:
         """The registry files at ``commit``, keyed like :func:`registry_files`."""
-        listing = _git(
-            self.toplevel, "ls-tree", "-r", "-z", "--name-only", commit, "--", self.prefix
-        )
+        listing = _git(self.toplevel, "ls-tree", "-r", "-z", "--name-only", commit, "--", self.prefix)
         wanted: list[str] = []
         for path in listing.split("\0"):
             rel = path.removeprefix(self.prefix)
             if not path or rel == path:
                 continue
             is_topic = rel.startswith("topics/") and rel.endswith(".yaml") and rel.count("/") == 1
-            is_schema = (
-                rel.startswith("events/") and rel.endswith(".schema.json") and rel.count("/") == 1
-            )
+            is_schema = rel.startswith("events/") and rel.endswith(".schema.json") and rel.count("/") == 1
             if is_topic or is_schema or rel == ENVELOPE_FILE:
                 wanted.append(rel)
         blobs = self._cat(commit, [self.prefix + rel for rel in wanted])
@@ -423,9 +419,7 @@ class _Differ:
     def body(self, o: Schema, n: Schema, ptr: str, active: frozenset[RefPair]) -> None:
         if o.get("$ref") != n.get("$ref"):
             # Only refs that could not be followed are left: what they name is unknown.
-            self.add(
-                ptr, f"$ref changed from {_short(o.get('$ref'))} to {_short(n.get('$ref'))}", BOTH
-            )
+            self.add(ptr, f"$ref changed from {_short(o.get('$ref'))} to {_short(n.get('$ref'))}", BOTH)
         self._enum(o, n, ptr)
         self._bounds(o, n, ptr)
         self._exact(o, n, ptr)
@@ -439,9 +433,7 @@ class _Differ:
             # A keyword the gate does not model: any change may break either side.
             self.add(ptr, f"{key} changed", BOTH)
         if "default" in o and "default" in n and _canon(o["default"]) != _canon(n["default"]):
-            self.add(
-                ptr, f"default changed from {_short(o['default'])} to {_short(n['default'])}", SAFE
-            )
+            self.add(ptr, f"default changed from {_short(o['default'])} to {_short(n['default'])}", SAFE)
 
     def _object(self, o: Schema, n: Schema, ptr: str, active: frozenset[RefPair]) -> None:
         po: dict[str, Any] = o.get("properties") or {}
@@ -459,16 +451,12 @@ class _Differ:
                     FORWARD | (BACKWARD if closed_n else SAFE),
                 )
             else:
-                self.add(
-                    _child(ptr, name), "optional field removed", BACKWARD if closed_n else SAFE
-                )
+                self.add(_child(ptr, name), "optional field removed", BACKWARD if closed_n else SAFE)
         for name, new_prop in pn.items():
             here = _child(ptr, name)
             if name not in po:
                 if name in rn:
-                    self.add(
-                        here, "required field added", BACKWARD | (FORWARD if closed_o else SAFE)
-                    )
+                    self.add(here, "required field added", BACKWARD | (FORWARD if closed_o else SAFE))
                 else:
                     self.add(here, "optional field added", FORWARD if closed_o else SAFE)
                 continue
@@ -708,11 +696,7 @@ def _pair_branches(
     for branch in list(left):
         types = _types(branch.schema)
         similar = next(
-            (
-                o
-                for o in right
-                if types is None or (t := _types(o.schema)) is None or _overlap(types, t)
-            ),
+            (o for o in right if types is None or (t := _types(o.schema)) is None or _overlap(types, t)),
             None,
         )
         if similar is not None:
@@ -733,9 +717,7 @@ def _is_object(schema: Schema) -> bool:
 
 
 def _closed(schema: Schema) -> bool:
-    return (
-        schema.get("additionalProperties") is False or schema.get("unevaluatedProperties") is False
-    )
+    return schema.get("additionalProperties") is False or schema.get("unevaluatedProperties") is False
 
 
 def _enum_values(schema: Schema) -> list[Any] | None:
@@ -785,9 +767,7 @@ class Finding:
         where = f"{self.event_type} v{self.version} {self.pointer}"
         if not self.breaking:
             return f"ok        {where}: {self.what}"
-        why = "; ".join(
-            WHO_BREAKS[d] for d in sorted(self.breaks & REQUIRED_DIRECTIONS[self.compatibility])
-        )
+        why = "; ".join(WHO_BREAKS[d] for d in sorted(self.breaks & REQUIRED_DIRECTIONS[self.compatibility]))
         consumers = ", ".join(self.consumers) or "(no consumers declared)"
         return (
             f"BREAKING  {where}: {self.what} ({why}; compatibility {self.compatibility})"
@@ -847,9 +827,7 @@ def compare(old: Snapshot, new: Snapshot) -> Report:
         mode, consumers = mode_and_consumers(event_type)
         for change in diff_schemas(old.schemas[key], new.schemas[key], "/payload"):
             report.findings.append(
-                Finding(
-                    event_type, version, change.pointer, change.what, change.breaks, mode, consumers
-                )
+                Finding(event_type, version, change.pointer, change.what, change.breaks, mode, consumers)
             )
 
     for event_type, version in sorted(old.schemas.keys() - new.schemas.keys()):
@@ -876,9 +854,7 @@ def compare(old: Snapshot, new: Snapshot) -> Report:
         topic = d.topic if d else "(no topic)"
         previous = (event_type, version - 1)
         if version > 1 and previous in new.schemas:
-            changes = diff_schemas(
-                new.schemas[previous], new.schemas[(event_type, version)], "/payload"
-            )
+            changes = diff_schemas(new.schemas[previous], new.schemas[(event_type, version)], "/payload")
             report.rollouts.append(Rollout(event_type, version, topic, mode, tuple(changes)))
         else:
             report.notes.append(f"new event type {event_type} v{version} on {topic}")
@@ -922,9 +898,7 @@ def compare(old: Snapshot, new: Snapshot) -> Report:
         else:
             for change in diff_schemas(old.envelope, new.envelope):
                 report.findings.append(
-                    Finding(
-                        ENVELOPE, 1, change.pointer, change.what, change.breaks, "full", consumers
-                    )
+                    Finding(ENVELOPE, 1, change.pointer, change.what, change.breaks, "full", consumers)
                 )
     return report
 

@@ -24,9 +24,7 @@ def ident(name: str) -> str:
 
 async def create_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
     try:
-        pool = await asyncpg.create_pool(
-            url, min_size=min_size, max_size=max_size, command_timeout=60
-        )
+        pool = await asyncpg.create_pool(url, min_size=min_size, max_size=max_size, command_timeout=60)
     except (OSError, asyncpg.PostgresError) as exc:
         raise ConnectionError(
             f"cannot connect to PostgreSQL at {redact(url)}: {exc}. Is it running? Try `make up`."

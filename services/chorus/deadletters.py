@@ -25,9 +25,7 @@ MAX_TRACEBACK_CHARS = 8000
 MAX_MESSAGE_CHARS = 2000
 
 
-def failure(
-    error: BaseException, attempt: int, now: datetime, retry_in_s: float | None = None
-) -> Failure:
+def failure(error: BaseException, attempt: int, now: datetime, retry_in_s: float | None = None) -> Failure:
     return Failure(
         at=now,
         attempt=attempt,
@@ -83,9 +81,7 @@ def dead_letter_envelope(
         body,
         producer=producer,
         now=now,
-        event_id=derived_event_id(
-            uuid.uuid5(uuid.NAMESPACE_URL, where), producer.service, "poison"
-        ),
+        event_id=derived_event_id(uuid.uuid5(uuid.NAMESPACE_URL, where), producer.service, "poison"),
         workflow_id=f"poison:{where}",
         traceparent=header_traceparent.decode("latin-1") if header_traceparent else None,
     )

@@ -55,9 +55,7 @@ def invoice_input(run: str) -> dict[str, Any]:
 def report_input(sandbox: str) -> dict[str, Any]:
     return {
         "topic": "Durable execution for long-running AI agents",
-        "sources": [
-            {"name": n, "url": f"{sandbox}/sources/{n}"} for n in ("alpha", "beta", "gamma")
-        ],
+        "sources": [{"name": n, "url": f"{sandbox}/sources/{n}"} for n in ("alpha", "beta", "gamma")],
         "required_sections": ["Summary", "Findings", "Sources"],
         "min_words": 80,
         "delivery_url": f"{sandbox}/deliveries",
@@ -69,12 +67,8 @@ class Client:
         self.api = api
         self.http = httpx.AsyncClient(base_url=api, timeout=10.0)
 
-    async def post(
-        self, path: str, key: str, body: dict[str, Any], **headers: str
-    ) -> httpx.Response:
-        return await self.http.post(
-            path, json=body, headers={"Authorization": f"Bearer {key}", **headers}
-        )
+    async def post(self, path: str, key: str, body: dict[str, Any], **headers: str) -> httpx.Response:
+        return await self.http.post(path, json=body, headers={"Authorization": f"Bearer {key}", **headers})
 
     async def get(self, path: str, key: str) -> dict[str, Any]:
         response = await self.http.get(path, headers={"Authorization": f"Bearer {key}"})
@@ -98,9 +92,7 @@ class Client:
 
 
 def waiting_on(tier: str) -> Any:
-    return lambda s: (
-        s.get("status") == "waiting" and (s.get("pending_approval") or {}).get("tier") == tier
-    )
+    return lambda s: s.get("status") == "waiting" and (s.get("pending_approval") or {}).get("tier") == tier
 
 
 def timeline_table(title: str, status: dict[str, Any]) -> Table:
@@ -137,9 +129,7 @@ async def run_demo(workdir: Path) -> int:
     started = time.monotonic()
     try:
         await stack.start()
-        console.print(
-            f"all healthy in {time.monotonic() - started:.1f}s; gateway API at {stack.api_url}\n"
-        )
+        console.print(f"all healthy in {time.monotonic() - started:.1f}s; gateway API at {stack.api_url}\n")
         client = Client(stack.api_url)
         run = uuid.uuid4().hex[:8]
 
@@ -157,11 +147,10 @@ async def run_demo(workdir: Path) -> int:
             **{"Idempotency-Key": f"demo-{run}"},
         )
         procurement = first.json()["workflow_id"]
-        assert again.json()["workflow_id"] == procurement, (
-            "idempotent resubmission started a second workflow"
-        )
+        assert again.json()["workflow_id"] == procurement, "idempotent resubmission started a second workflow"
         console.print(
-            f"POST /v1/workflows/procurement -> {first.status_code} {procurement} (retry with the same Idempotency-Key -> same id)"
+            f"POST /v1/workflows/procurement -> {first.status_code} {procurement} "
+            "(retry with the same Idempotency-Key -> same id)"
         )
         report_resp = await client.post(
             "/v1/workflows/research_report",
@@ -196,9 +185,7 @@ async def run_demo(workdir: Path) -> int:
         console.print(f"the director approves -> {decided.status_code}")
 
         # 3. Report: gathered (one source fails every other call), drafted, waits for an editor.
-        status = await client.wait_for(
-            report, waiting_on("editor"), "the editor's approval", timeout_s=120
-        )
+        status = await client.wait_for(report, waiting_on("editor"), "the editor's approval", timeout_s=120)
         approval = status["pending_approval"]["approval_id"]
         decided = await client.post(f"/v1/approvals/{approval}", EDITOR, {"decision": "approve"})
         console.print(
@@ -208,9 +195,7 @@ async def run_demo(workdir: Path) -> int:
         final_p = await client.wait_for(
             procurement, lambda s: s.get("status") in TERMINAL, "procurement to end"
         )
-        final_r = await client.wait_for(
-            report, lambda s: s.get("status") in TERMINAL, "report to end"
-        )
+        final_r = await client.wait_for(report, lambda s: s.get("status") in TERMINAL, "report to end")
         stats = await stack.sandbox_stats()
         payments = stats["payments"]["unique"]  # type: ignore[index]
         console.print(timeline_table(f"procurement {procurement}", final_p))
@@ -221,9 +206,7 @@ async def run_demo(workdir: Path) -> int:
         )
         print_manual_steps(stack.api_url)
         console.print(f"finished in {time.monotonic() - started:.1f}s")
-        print(
-            f"demo: procurement={final_p['status']} report={final_r['status']} payments={payments}"
-        )
+        print(f"demo: procurement={final_p['status']} report={final_r['status']} payments={payments}")
         return 0 if final_p["status"] == "completed" and final_r["status"] == "completed" else 1
     except Exception as exc:
         console.print(f"[red]demo failed:[/] {exc}")
@@ -238,7 +221,7 @@ async def run_demo(workdir: Path) -> int:
 
 def print_manual_steps(api: str) -> None:
     console.print(
-        "\n[bold]Do the same by hand[/] (with `make up` and the services running, e.g. `python -m gateway`):\n"
+        "\n[bold]Do the same by hand[/] (`make up`, then `make services` in another terminal):\n"
         f"  curl -s -X POST {api}/v1/workflows/procurement -H 'Authorization: Bearer {SUBMITTER}' \\\n"
         "       -H 'Idempotency-Key: my-first-invoice' -H 'Content-Type: application/json' \\\n"
         "       -d @deploy/local/samples/procurement-request.json\n"

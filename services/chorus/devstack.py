@@ -161,9 +161,7 @@ class DevStack:
                     return
                 except httpx.HTTPError:
                     await asyncio.sleep(0.2)
-        raise RuntimeError(
-            f"gateway API not answering on {self.api_url}:\n{self.procs['gateway'].tail()}"
-        )
+        raise RuntimeError(f"gateway API not answering on {self.api_url}:\n{self.procs['gateway'].tail()}")
 
     def kill(self, name: str) -> None:
         """SIGKILL: no shutdown code runs, as in a crash or an OOM kill."""
@@ -209,7 +207,8 @@ class DevStack:
                     pass
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        while any(p.running for p in self.procs.values()) and loop.time() < deadline:
+        # Popen has no awaitable exit; poll.
+        while any(p.running for p in self.procs.values()) and loop.time() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.1)
         for name in self.procs:
             self.kill(name)
@@ -218,3 +217,29 @@ class DevStack:
         async with httpx.AsyncClient(timeout=5.0) as client:
             stats: dict[str, object] = (await client.get(f"{self.sandbox_url}/stats")).json()
             return stats
+
+
+async def _run_forever(workdir: Path) -> None:
+    """Every service in the foreground on the documented ports until Ctrl-C."""
+    import contextlib
+    import signal as signals
+
+    stack = DevStack(workdir, api_port=8080, sandbox_port=9400)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signals.SIGINT, signals.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stack.start()
+        print(f"Chorus is running: API {stack.api_url}, sandbox {stack.sandbox_url}, logs in {workdir}")
+        print("Ctrl-C stops every service (Kafka and PostgreSQL keep running; `make down` stops them).")
+        with contextlib.suppress(asyncio.CancelledError):
+            await stop.wait()
+    finally:
+        await stack.stop()
+
+
+if __name__ == "__main__":
+    import time
+
+    asyncio.run(_run_forever(ROOT / ".local" / "services" / time.strftime("%Y%m%d-%H%M%S")))

@@ -60,9 +60,7 @@ async def call_json(
     fault_point("mid_external_call")
     status = response.status_code
     if status == 429 or status >= 500:
-        raise TransientError(
-            f"{what}: {url} answered {status}", retry_after_s=_retry_after(response)
-        )
+        raise TransientError(f"{what}: {url} answered {status}", retry_after_s=_retry_after(response))
     if status in (401, 403):
         raise PersistentError(f"{what}: {url} refused our credentials ({status})")
     if status >= 400:

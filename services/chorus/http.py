@@ -36,9 +36,9 @@ class HttpServer:
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
         # Port 0 picks a free port; report the real one.
-        server = site._server
-        if server is not None and getattr(server, "sockets", None):
-            self.port = server.sockets[0].getsockname()[1]
+        sockets = getattr(site._server, "sockets", None)
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
         if self._runner is not None:

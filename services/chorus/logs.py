@@ -11,7 +11,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-_context: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("chorus_log", default={})
+# The default is never mutated: log_context always sets a new dict.
+_context: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("chorus_log", default={})  # noqa: B039
 
 
 @contextmanager

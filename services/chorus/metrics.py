@@ -60,9 +60,7 @@ class Metrics:
         self.dead_letters = Counter(
             "chorus_dead_letters", "Records sent to the dead-letter topic", ["category"], registry=r
         )
-        self.retries = Counter(
-            "chorus_retries", "Durable retries scheduled", ["event_type"], registry=r
-        )
+        self.retries = Counter("chorus_retries", "Durable retries scheduled", ["event_type"], registry=r)
         self.duplicates = Counter(
             "chorus_duplicates_skipped", "Deliveries skipped because the inbox had them", registry=r
         )

@@ -213,13 +213,9 @@ def contract_catalog() -> dict[tuple[str, int], type[EventModel]]:
 
 def generated_files() -> dict[str, str]:
     """Relative path under schemas/ -> JSON text, for every model in the catalog."""
-    files = {
-        "envelope.v1.schema.json": dump_json(model_schema(Envelope, "envelope.v1.schema.json"))
-    }
+    files = {"envelope.v1.schema.json": dump_json(model_schema(Envelope, "envelope.v1.schema.json"))}
     for event_type, version in sorted(contract_catalog()):
-        files[f"events/{event_type}.v{version}.schema.json"] = dump_json(
-            event_schema(event_type, version)
-        )
+        files[f"events/{event_type}.v{version}.schema.json"] = dump_json(event_schema(event_type, version))
     return files
 
 

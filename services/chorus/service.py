@@ -13,7 +13,7 @@ same transaction.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -27,7 +27,7 @@ from chorus.codec import Event
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, Priority
 
-S = TypeVar("S", bound=BaseModel)
+S = TypeVar("S", bound=BaseModel | None)
 D = TypeVar("D")
 
 
@@ -137,7 +137,7 @@ class RuntimeHandle:
     producer: Any
 
 
-Worker = Callable[[RuntimeHandle], Awaitable[None]]
+Worker = Callable[[RuntimeHandle], Coroutine[Any, Any, None]]
 Routes = Callable[[RuntimeHandle], Sequence[Any]]
 
 
@@ -188,9 +188,7 @@ class ServiceSpec(Generic[S, D]):
     """Event types the handlers may emit (runtime events such as retries are implicit)."""
     state: type[S] | None = None
     state_version: int = 1
-    state_migrations: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = field(
-        default_factory=dict
-    )
+    state_migrations: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = field(default_factory=dict)
     """from_version -> function producing from_version + 1, applied on load."""
     bootstrap: Callable[[Any], AbstractAsyncContextManager[D]] = no_deps  # type: ignore[assignment]
     """settings -> async context manager yielding the handlers' dependencies."""

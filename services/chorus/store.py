@@ -367,13 +367,10 @@ class ServiceStore:
             limit,
         )
         return [
-            OutboxRow(r["id"], r["topic"], r["key"], r["value"], _decode_headers(r["headers"]))
-            for r in rows
+            OutboxRow(r["id"], r["topic"], r["key"], r["value"], _decode_headers(r["headers"])) for r in rows
         ]
 
-    async def mark_dispatched(
-        self, conn: asyncpg.Connection, ids: Sequence[int], now: datetime
-    ) -> None:
+    async def mark_dispatched(self, conn: asyncpg.Connection, ids: Sequence[int], now: datetime) -> None:
         await conn.execute(
             f"UPDATE {self.schema}.outbox SET dispatched_at = $2 WHERE id = ANY($1::bigint[])",
             list(ids),
@@ -382,9 +379,7 @@ class ServiceStore:
 
     async def outbox_backlog(self, conn: asyncpg.Connection) -> int:
         return int(
-            await conn.fetchval(
-                f"SELECT count(*) FROM {self.schema}.outbox WHERE dispatched_at IS NULL"
-            )
+            await conn.fetchval(f"SELECT count(*) FROM {self.schema}.outbox WHERE dispatched_at IS NULL")
         )
 
     async def purge_dispatched(self, conn: asyncpg.Connection, before: datetime) -> int:

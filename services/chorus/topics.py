@@ -34,18 +34,14 @@ EX_UNAVAILABLE = 69  # sysexits.h: a service the command needs is unavailable
 MAX_DEFAULT_REPLICATION_FACTOR = 3
 UNKNOWN_TOPIC_OR_PARTITION = 3
 DYNAMIC_TOPIC_CONFIG = 1  # DescribeConfigs config_source: set on the topic itself
-MAKE_UP_HINT = (
-    "start the local broker with `make up`, or point CHORUS_KAFKA_BOOTSTRAP at a running one"
-)
+MAKE_UP_HINT = "start the local broker with `make up`, or point CHORUS_KAFKA_BOOTSTRAP at a running one"
 
 
 class BrokerUnavailableError(Exception):
     """No broker answered at the bootstrap address."""
 
     def __init__(self, bootstrap: str, cause: str) -> None:
-        super().__init__(
-            f"cannot reach Kafka at {bootstrap}: no broker answered ({cause}); {MAKE_UP_HINT}"
-        )
+        super().__init__(f"cannot reach Kafka at {bootstrap}: no broker answered ({cause}); {MAKE_UP_HINT}")
         self.bootstrap = bootstrap
 
 
@@ -151,8 +147,7 @@ def plan(
                 Change(
                     want.name,
                     "create",
-                    f"{want.partitions} partitions, replication factor {replication_factor},"
-                    f" {settings}",
+                    f"{want.partitions} partitions, replication factor {replication_factor}, {settings}",
                     partitions=want.partitions,
                     configs=want.configs,
                 )
@@ -347,10 +342,7 @@ async def _execute(admin: AIOKafkaAdminClient, changes: Sequence[Change], factor
     creates = [c for c in changes if c.action == "create"]
     if creates:
         response = await admin.create_topics(
-            [
-                NewTopic(c.topic, c.partitions, factor, topic_configs=dict(c.configs))
-                for c in creates
-            ]
+            [NewTopic(c.topic, c.partitions, factor, topic_configs=dict(c.configs)) for c in creates]
         )
         for error in response.to_object()["topic_errors"]:
             code = error["error_code"]

@@ -58,7 +58,7 @@ _provider: TracerProvider | None = None
 
 def setup_tracing(service: str, version: str) -> None:
     """Install the SDK provider once per process. Exporters come from OTel env settings."""
-    global _provider
+    global _provider  # noqa: PLW0603 - one provider per process, set once
     if _provider is not None:
         return
     _provider = TracerProvider(

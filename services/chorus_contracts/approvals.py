@@ -24,9 +24,7 @@ class ApprovalContext(Model):
     inputs: dict[str, Any] = {}
     steps_taken: list[str] = []
     options: list[Decision] = ["approve", "reject", "revise"]
-    why: str = Field(
-        default="", description="why a person is asked (policy, threshold, escalation)"
-    )
+    why: str = Field(default="", description="why a person is asked (policy, threshold, escalation)")
 
 
 @event("approval.requested", 1)

@@ -58,7 +58,8 @@ def event(event_type: str, version: int) -> Callable[[E], E]:
 
     def register(cls: E) -> E:
         key = (event_type, version)
-        clash = {"event_type", "version"} & set(cls.model_fields)
+        model: type[EventModel] = cls
+        clash = {"event_type", "version"} & set(model.model_fields)
         if clash:
             raise TypeError(f"{cls.__name__}: field names {sorted(clash)} are reserved")
         if key in CATALOG and CATALOG[key] is not cls:

@@ -12,7 +12,7 @@ from pydantic import Field
 
 from chorus_contracts.base import Model, Name, UtcDateTime, Uuid
 
-ENVELOPE_VERSION = 1
+ENVELOPE_VERSION: Literal[1] = 1
 Priority = Literal["high", "normal", "low"]
 EVENT_TYPE_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$"
 TRACEPARENT_PATTERN = r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"

@@ -18,9 +18,7 @@ class ReportRequested(EventModel):
     sources: list[SourceRef] = Field(min_length=1, max_length=10)
     required_sections: list[Name] = ["Summary", "Findings", "Sources"]
     min_words: int = Field(default=80, ge=1)
-    delivery_url: str | None = Field(
-        default=None, description="where the approved report is POSTed"
-    )
+    delivery_url: str | None = Field(default=None, description="where the approved report is POSTed")
 
 
 class ReportSection(Model):

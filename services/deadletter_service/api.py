@@ -207,9 +207,7 @@ def _bulk_filter(raw: Mapping[str, object], max_bulk: int) -> LetterFilter:
     if not f.narrows:
         # Redriving every open letter at once is never what an operator means by
         # an empty filter; name a service, category, event type or time range.
-        raise bad_parameter(
-            "filter", "name at least one of service, category, event_type, since, until"
-        )
+        raise bad_parameter("filter", "name at least one of service, category, event_type, since, until")
     return f
 
 

@@ -44,9 +44,7 @@ def resolve(status: str, op: Operation) -> str:
 
 # -- filters -------------------------------------------------------------------------------
 
-LIST_PARAMETERS = frozenset(
-    {"service", "category", "event_type", "status", "since", "until", "limit"}
-)
+LIST_PARAMETERS = frozenset({"service", "category", "event_type", "status", "since", "until", "limit"})
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 
@@ -77,8 +75,7 @@ class LetterFilter:
     def narrows(self) -> bool:
         """True when something other than status and limit restricts the match."""
         return any(
-            v is not None
-            for v in (self.service, self.category, self.event_type, self.since, self.until)
+            v is not None for v in (self.service, self.category, self.event_type, self.since, self.until)
         )
 
 

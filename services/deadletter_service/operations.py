@@ -80,9 +80,7 @@ async def discard(rt: RuntimeHandle, letter_id: uuid.UUID, *, actor: str, reason
     return await _resolve_one(rt, letter_id, "discard", actor=actor, reason=reason)
 
 
-async def redrive_matching(
-    rt: RuntimeHandle, f: LetterFilter, *, actor: str, reason: str
-) -> list[Done]:
+async def redrive_matching(rt: RuntimeHandle, f: LetterFilter, *, actor: str, reason: str) -> list[Done]:
     """Redrive every open letter matching ``f`` (at most ``f.limit``, oldest first),
     all in one transaction. Letters a concurrent operation holds are left out."""
     now = rt.clock.now()

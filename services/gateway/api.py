@@ -39,9 +39,7 @@ class Problem(Exception):
         self.status, self.title, self.detail, self.extra = status, title, detail, extra
 
 
-def problem_response(
-    status: int, title: str, detail: str, instance: str, **extra: Any
-) -> JSONResponse:
+def problem_response(status: int, title: str, detail: str, instance: str, **extra: Any) -> JSONResponse:
     body = {
         "type": "about:blank",
         "title": title,
@@ -80,9 +78,7 @@ def role(*allowed: str) -> Any:
 
     def check(who: Anyone) -> ApiKey:
         if who.role not in allowed:
-            raise Problem(
-                403, "Forbidden", f"{who.role} may not do this (needs {' or '.join(allowed)})"
-            )
+            raise Problem(403, "Forbidden", f"{who.role} may not do this (needs {' or '.join(allowed)})")
         return who
 
     return check
@@ -109,9 +105,7 @@ def create_app(rt: RuntimeHandle, settings: Settings) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [
-            {"pointer": pointer(tuple(e["loc"][1:])), "message": e["msg"]} for e in exc.errors()
-        ]
+        errors = [{"pointer": pointer(tuple(e["loc"][1:])), "message": e["msg"]} for e in exc.errors()]
         first = errors[0] if errors else {"pointer": "/", "message": "invalid request"}
         return problem_response(
             422,
@@ -270,11 +264,7 @@ def create_app(rt: RuntimeHandle, settings: Settings) -> FastAPI:
         """Pending approvals for the caller's tier (``assignee=me``); operators see every tier."""
         if assignee != "me" and who.role != "operator":
             raise Problem(403, "Forbidden", "reviewers list their own approvals only (assignee=me)")
-        tier = (
-            who.tier
-            if who.role == "reviewer"
-            else (None if assignee in ("me", "all") else assignee)
-        )
+        tier = who.tier if who.role == "reviewer" else (None if assignee in ("me", "all") else assignee)
         async with rt.pool.acquire() as conn:
             items = await readmodel.pending_approvals(conn, tier)
         return {"assignee": who.principal, "tier": tier, "approvals": items}
@@ -287,9 +277,7 @@ def create_app(rt: RuntimeHandle, settings: Settings) -> FastAPI:
             if pending is None:
                 raise Problem(404, "Unknown approval", f"no approval {approval_id!r}")
             if pending["status"] != "pending":
-                raise Problem(
-                    409, "Already decided", f"approval {approval_id} is {pending['status']}"
-                )
+                raise Problem(409, "Already decided", f"approval {approval_id} is {pending['status']}")
             if pending["tier"] != who.tier:
                 raise Problem(
                     403,
@@ -310,9 +298,7 @@ def create_app(rt: RuntimeHandle, settings: Settings) -> FastAPI:
                     now=now,
                 )
                 if not first:
-                    raise Problem(
-                        409, "Already decided", f"approval {approval_id} already has a decision"
-                    )
+                    raise Problem(409, "Already decided", f"approval {approval_id} already has a decision")
                 await rt.store.add_outbox(conn, [outbox_message(rt.registry, submitted)])
         rt.wake_relay()
         return JSONResponse(
@@ -330,9 +316,7 @@ def create_app(rt: RuntimeHandle, settings: Settings) -> FastAPI:
 
 def _replayed(existing: repository.SubmissionRow, digest: str, base_url: str) -> JSONResponse:
     if existing.request_hash != digest:
-        raise Problem(
-            409, "Idempotency key reused", "this Idempotency-Key was used for a different request"
-        )
+        raise Problem(409, "Idempotency key reused", "this Idempotency-Key was used for a different request")
     status_url = f"{base_url}/v1/workflows/{existing.workflow_id}"
     return JSONResponse(
         {"workflow_id": existing.workflow_id, "status_url": status_url, "status": "accepted"},
@@ -359,9 +343,7 @@ def _deadline_timer(rt: RuntimeHandle, started: Envelope, deadline_at: Any, now:
         ),
         purpose="deadline",
     )
-    return child_envelope(
-        started, command, producer=rt.producer, now=now, position="deadline-timer"
-    )
+    return child_envelope(started, command, producer=rt.producer, now=now, position="deadline-timer")
 
 
 def _decision_envelope(

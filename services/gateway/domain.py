@@ -34,13 +34,9 @@ class Submission(BaseModel):
     """The body of POST /v1/workflows/{workflow_type}."""
 
     input: dict[str, Any] = Field(description="the payload of the workflow type's start event")
-    callback_url: str | None = Field(
-        default=None, description="POSTed the result, HMAC-signed, when it ends"
-    )
+    callback_url: str | None = Field(default=None, description="POSTed the result, HMAC-signed, when it ends")
     priority: Priority = "normal"
-    subject_ref: str | None = Field(
-        default=None, description="reference to the data subject (for erasure)"
-    )
+    subject_ref: str | None = Field(default=None, description="reference to the data subject (for erasure)")
 
 
 class DecisionBody(BaseModel):

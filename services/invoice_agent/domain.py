@@ -11,7 +11,7 @@ import re
 from pydantic import BaseModel
 
 from chorus.llm import ChatMessage
-from chorus_contracts.procurement import ExtractedInvoice, InvoiceReceived, PurchaseOrder
+from chorus_contracts.procurement import ExtractedInvoice, InvoiceLine, InvoiceReceived, PurchaseOrder
 
 TASK = "extract_invoice"
 DOCUMENT_START = "<<<INVOICE"
@@ -26,9 +26,7 @@ class InvoiceState(BaseModel):
     validated: bool = False
 
 
-def extraction_prompt(
-    document: str, feedback: list[str], reviewer_comment: str = ""
-) -> list[ChatMessage]:
+def extraction_prompt(document: str, feedback: list[str], reviewer_comment: str = "") -> list[ChatMessage]:
     schema = json.dumps(ExtractedInvoice.model_json_schema())
     system = (
         f"task: {TASK}\n"
@@ -130,10 +128,6 @@ def from_purchase_order(invoice: InvoiceReceived) -> ExtractedInvoice:
         currency=po.currency,
         total_cents=po.total_cents,
         lines=[
-            {
-                "description": "as approved by reviewer",
-                "quantity": 1,
-                "unit_price_cents": po.total_cents,
-            }
-        ],  # type: ignore[list-item]
+            InvoiceLine(description="as approved by reviewer", quantity=1, unit_price_cents=po.total_cents)
+        ],
     )

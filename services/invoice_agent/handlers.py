@@ -49,9 +49,7 @@ async def on_approval_decided(
     if own_review and decision.decision == "approve":
         return decide(state, from_purchase_order(state.invoice), vouched_by=decision.decided_by)
     if own_review and decision.decision == "reject":
-        return rejected(
-            state, [f"rejected in review by {decision.decided_by}: {decision.comment}".strip()]
-        )
+        return rejected(state, [f"rejected in review by {decision.decided_by}: {decision.comment}".strip()])
     return Outcome()
 
 
@@ -64,9 +62,7 @@ async def read_invoice(
     return parse_json_output(answer, ExtractedInvoice)
 
 
-def decide(
-    state: InvoiceState, extracted: ExtractedInvoice, vouched_by: str = ""
-) -> Outcome[InvoiceState]:
+def decide(state: InvoiceState, extracted: ExtractedInvoice, vouched_by: str = "") -> Outcome[InvoiceState]:
     po = state.invoice.purchase_order
     checks, reasons = check_against_po(extracted, po)
     if reasons:

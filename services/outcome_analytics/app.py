@@ -65,9 +65,7 @@ log = logging.getLogger(__name__)
 def input_topics(registry: Registry) -> list[str]:
     """Every physical topic (lanes included) carrying an event type the view counts."""
     names = {
-        physical
-        for event_type in ACCEPT
-        for physical in registry.topic_for(event_type).physical_topics()
+        physical for event_type in ACCEPT for physical in registry.topic_for(event_type).physical_topics()
     }
     return sorted(names)
 
@@ -209,9 +207,7 @@ def run(settings: Settings) -> None:
                 "assigned_partitions": len(assigned),
                 "applied": view.applied,
                 "dead_letters_published": dead_letters.published,
-                "positions": {
-                    f"{t}:{p}": offset for (t, p), offset in sorted(deps.positions.items())
-                },
+                "positions": {f"{t}:{p}": offset for (t, p), offset in sorted(deps.positions.items())},
             }
 
         http = HttpServer(settings.http_host, settings.http_port, metrics, health)

@@ -85,9 +85,7 @@ class Bucket:
     """Seconds, kept sorted so percentiles are exact."""
 
     def is_empty(self) -> bool:
-        return not (
-            self.started or +self.ended or self.escalated or +self.dead_lettered or self.durations
-        )
+        return not (self.started or +self.ended or self.escalated or +self.dead_lettered or self.durations)
 
 
 @dataclass
@@ -275,9 +273,7 @@ class OutcomeView:
 
     # -- reading ------------------------------------------------------------------------
 
-    def rows(
-        self, *, workflow_type: str | None = None, hour: datetime | None = None
-    ) -> list[dict[str, Any]]:
+    def rows(self, *, workflow_type: str | None = None, hour: datetime | None = None) -> list[dict[str, Any]]:
         """JSON-ready buckets, oldest hour first, optionally for one type and/or one hour."""
         keys = sorted(
             (
@@ -305,9 +301,7 @@ def bucket_row(key: BucketKey, bucket: Bucket) -> dict[str, Any]:
         "started": bucket.started,
         "ended": {outcome: bucket.ended[outcome] for outcome in OUTCOMES},
         "escalated": len(bucket.escalated),
-        "dead_lettered": {
-            category: bucket.dead_lettered[category] for category in ERROR_CATEGORIES
-        },
+        "dead_lettered": {category: bucket.dead_lettered[category] for category in ERROR_CATEGORIES},
         "duration_s": duration_summary(bucket.durations),
     }
 

@@ -84,9 +84,7 @@ async def pay_when_possible(
         return failed(state, f"provider refused: {exc.body}", "rejected_by_provider")
     except TransientError as exc:
         if ctx.attempt >= ctx.deps.max_attempts:
-            return failed(
-                state, f"gave up after {ctx.attempt} attempts: {exc}", "exhausted_retries"
-            )
+            return failed(state, f"gave up after {ctx.attempt} attempts: {exc}", "exhausted_retries")
         raise
     issued = PaymentIssued(
         invoice_id=state.invoice_id,

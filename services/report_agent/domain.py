@@ -35,9 +35,7 @@ class DraftOutput(BaseModel):
     citations: list[str]
 
 
-def draft_prompt(
-    state: ReportState, feedback: list[str], reviewer_comment: str = ""
-) -> list[ChatMessage]:
+def draft_prompt(state: ReportState, feedback: list[str], reviewer_comment: str = "") -> list[ChatMessage]:
     request = state.request
     system = (
         f"task: {TASK}\n"

@@ -52,9 +52,7 @@ async def on_approval_decided(
             reason=f"rejected by {decision.decided_by}: {decision.comment}".strip(),
             ended_by=SERVICE,
         )
-        return Outcome(
-            state=state.model_copy(update={"ended": True}), emit=[ended], ended="rejected"
-        )
+        return Outcome(state=state.model_copy(update={"ended": True}), emit=[ended], ended="rejected")
     if decision.decision == "revise" or state.draft is None:
         return await draft_and_ask(state, workflow_id, ctx, reviewer_comment=decision.comment)
     return await deliver(state, workflow_id, ctx)
@@ -106,6 +104,4 @@ async def deliver(state: ReportState, workflow_id: str, ctx: Context[Deps]) -> O
         },
         ended_by=SERVICE,
     )
-    return Outcome(
-        state=state.model_copy(update={"ended": True}), emit=[delivered, ended], ended="completed"
-    )
+    return Outcome(state=state.model_copy(update={"ended": True}), emit=[delivered, ended], ended="completed")

@@ -32,9 +32,7 @@ SPEC: ServiceSpec[ReportState, Deps] = ServiceSpec(
             backoff_cap_s=30,
         ),
     ],
-    produces=frozenset(
-        {"report.drafted", "report.delivered", "approval.requested", "workflow.ended"}
-    ),
+    produces=frozenset({"report.drafted", "report.delivered", "approval.requested", "workflow.ended"}),
     state=ReportState,
     bootstrap=bootstrap,
     contract_deps=offline,

@@ -105,9 +105,7 @@ def create_app(config: SandboxConfig) -> web.Application:
         sandbox.source_topics[f"{topic}/{name}"] += 1
         if name in config.flaky_sources and sandbox.source_calls[name] % 2 == 1:
             return web.json_response({"error": "temporarily unavailable"}, status=503)
-        excerpt = (
-            f"{name} reports that durable execution keeps long agent runs alive across failures"
-        )
+        excerpt = f"{name} reports that durable execution keeps long agent runs alive across failures"
         return web.json_response({"name": name, "excerpt": excerpt})
 
     async def delivery(request: web.Request) -> web.Response:

@@ -11,9 +11,7 @@ from chorus_contracts.platform import TimerCancel, TimerReschedule, TimerSchedul
 from timer_service.adapters.repository import CancelTimerRow, RescheduleTimerRow, ScheduleTimerRow
 
 
-async def on_timer_schedule(
-    event: Event[TimerSchedule], state: None, ctx: Context[Any]
-) -> Outcome[Any]:
+async def on_timer_schedule(event: Event[TimerSchedule], state: None, ctx: Context[Any]) -> Outcome[Any]:
     cmd = event.payload
     return Outcome(
         effects=[
@@ -32,9 +30,7 @@ async def on_timer_schedule(
     )
 
 
-async def on_timer_cancel(
-    event: Event[TimerCancel], state: None, ctx: Context[Any]
-) -> Outcome[Any]:
+async def on_timer_cancel(event: Event[TimerCancel], state: None, ctx: Context[Any]) -> Outcome[Any]:
     return Outcome(
         effects=[
             CancelTimerRow(
@@ -47,9 +43,7 @@ async def on_timer_cancel(
     )
 
 
-async def on_timer_reschedule(
-    event: Event[TimerReschedule], state: None, ctx: Context[Any]
-) -> Outcome[Any]:
+async def on_timer_reschedule(event: Event[TimerReschedule], state: None, ctx: Context[Any]) -> Outcome[Any]:
     return Outcome(
         effects=[
             RescheduleTimerRow(

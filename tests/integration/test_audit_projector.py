@@ -60,9 +60,7 @@ async def eventually(probe: Callable[[], Awaitable[T]], *, what: str, timeout_s:
         if last:
             return last
         if loop.time() > deadline:
-            raise AssertionError(
-                f"timed out after {timeout_s}s waiting for {what} (last: {last!r})"
-            )
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last: {last!r})")
         await asyncio.sleep(0.1)
 
 
@@ -178,9 +176,7 @@ KINDS = (
 # -- helpers -----------------------------------------------------------------------------------
 
 
-def projector_settings(
-    kafka_bootstrap: str, database_url: str, name: str, **extra: Any
-) -> Settings:
+def projector_settings(kafka_bootstrap: str, database_url: str, name: str, **extra: Any) -> Settings:
     return Settings(
         kafka_bootstrap=kafka_bootstrap,
         database_url=database_url,
@@ -244,9 +240,7 @@ async def test_procurement_run_shows_waiting_for_approval_then_completed(
     first.add("invoice.received", at=t0 + timedelta(seconds=1), **common)
     first.add("invoice.validated", at=t0 + timedelta(seconds=2), **common)
     first.add("budget.reserved", at=t0 + timedelta(seconds=3), **common)
-    requested = first.add(
-        "approval.requested", at=t0 + timedelta(seconds=4), approval_id="appr-1", **common
-    )
+    requested = first.add("approval.requested", at=t0 + timedelta(seconds=4), approval_id="appr-1", **common)
     second = Stream(registry)
     second.add(
         "approval.decided",
@@ -256,9 +250,7 @@ async def test_procurement_run_shows_waiting_for_approval_then_completed(
         decided_by="manager-17",
         **common,
     )
-    second.add(
-        "payment.issued", at=t0 + timedelta(seconds=61), provider_reference="PRV-4711", **common
-    )
+    second.add("payment.issued", at=t0 + timedelta(seconds=61), provider_reference="PRV-4711", **common)
     second.add(
         "workflow.ended",
         at=t0 + timedelta(seconds=62),
@@ -271,9 +263,7 @@ async def test_procurement_run_shows_waiting_for_approval_then_completed(
         make_spec(name), projector_settings(kafka_bootstrap, database_url, name), registry=registry
     ):
         await first.publish(kafka_bootstrap)
-        status = await eventually(
-            lambda: _status_if(pg, wf, name, events=5), what="five events projected"
-        )
+        status = await eventually(lambda: _status_if(pg, wf, name, events=5), what="five events projected")
         assert status.status == "waiting"
         assert status.waiting_for == "approval by manager"
         assert status.waiting_until == requested.occurred_at + timedelta(seconds=28800)
@@ -298,9 +288,7 @@ async def test_procurement_run_shows_waiting_for_approval_then_completed(
 
         # The end is published before the payment it follows: topics interleave.
         await second.publish(kafka_bootstrap, reversed(second.items))
-        status = await eventually(
-            lambda: _status_if(pg, wf, name, events=8), what="eight events projected"
-        )
+        status = await eventually(lambda: _status_if(pg, wf, name, events=8), what="eight events projected")
     assert status.status == "completed"
     assert (status.outcome, status.result) == ("completed", {"payment_id": "pay-1"})
     assert (status.waiting_for, status.pending_approval) == (None, None)
@@ -331,9 +319,7 @@ async def test_procurement_run_shows_waiting_for_approval_then_completed(
     assert code == 1
     assert "unknown workflow 'wf-nobody'" in err
     unreachable = "postgresql://chorus:chorus@127.0.0.1:1/chorus"
-    code, out, err = await chorus(
-        "timeline", wf, "--schema", name, env={"CHORUS_DATABASE_URL": unreachable}
-    )
+    code, out, err = await chorus("timeline", wf, "--schema", name, env={"CHORUS_DATABASE_URL": unreachable})
     assert code == 69
     assert "127.0.0.1:1" in err
     assert "make up" in err
@@ -417,9 +403,7 @@ async def test_replaying_every_topic_rebuilds_the_live_projection_exactly(
         records = len(wave1.items) + len(duplicates) + len(wave2.items) + 10 + 60
         assert f"replayed {records} record(s) ({records} projected)" in out, out
         summary = next(line for line in out.splitlines() if line.startswith("replayed"))
-        print(
-            f"\n{distinct} events, 119 workflows; replay --verify took {replay_s:.2f}s; {summary}"
-        )
+        print(f"\n{distinct} events, 119 workflows; replay --verify took {replay_s:.2f}s; {summary}")
         replay_schema = out.split("into schema ")[1].split()[0]
         assert replay_schema.startswith(REPLAY_PREFIX)
         for table in ("audit_log", "workflow_status"):
@@ -427,9 +411,7 @@ async def test_replaying_every_topic_rebuilds_the_live_projection_exactly(
                 pg, f"SELECT count(*) FROM {name}.{table}"
             )
         await pg.execute(f"DROP SCHEMA {replay_schema} CASCADE")
-        statuses = dict(
-            await pg.fetch(f"SELECT status, count(*) FROM {name}.workflow_status GROUP BY 1")
-        )
+        statuses = dict(await pg.fetch(f"SELECT status, count(*) FROM {name}.workflow_status GROUP BY 1"))
         assert statuses == {
             "completed": 34,  # 17 paid invoices, 17 delivered reports
             "rejected": 17,
@@ -463,9 +445,7 @@ async def test_replaying_every_topic_rebuilds_the_live_projection_exactly(
 
 
 def _metric(text: str, name: str) -> float:
-    return sum(
-        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + " ")
-    )
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + " "))
 
 
 async def _at_least(value: Awaitable[int], n: int) -> bool:
@@ -490,9 +470,7 @@ async def test_an_erased_subject_is_nowhere_in_projections_or_state_and_the_audi
         who = pii[subject]
         at = iter(t0 + timedelta(seconds=10 * n + i) for i in range(10))
         stream.add("workflow.started", wf, next(at), subject=subject, submitted_by=who)
-        stream.add(
-            "invoice.received", wf, next(at), subject=subject, document_text=f"Invoice of {who}"
-        )
+        stream.add("invoice.received", wf, next(at), subject=subject, document_text=f"Invoice of {who}")
         stream.add(
             "approval.requested",
             wf,
@@ -501,20 +479,14 @@ async def test_an_erased_subject_is_nowhere_in_projections_or_state_and_the_audi
             approval_id=f"a-{n}",
             context={"summary": f"pay {who}"},
         )
-        stream.add(
-            "approval.decided", wf, next(at), subject=subject, approval_id=f"a-{n}", decided_by=who
-        )
-        stream.add(
-            "workflow.ended", wf, next(at), subject=subject, outcome="completed", result={"to": who}
-        )
+        stream.add("approval.decided", wf, next(at), subject=subject, approval_id=f"a-{n}", decided_by=who)
+        stream.add("workflow.ended", wf, next(at), subject=subject, outcome="completed", result={"to": who})
         # Another service keeps state for the same workflow and subject.
         task = envelope(TaskSubmitted(task=f"expenses of {who}"), workflow_id=wf)
         tasks.append(task.model_copy(update={"subject_ref": subject}))
 
     settings = projector_settings(kafka_bootstrap, database_url, name)
-    other = ServiceSettings(
-        kafka_bootstrap=kafka_bootstrap, database_url=database_url, log_json=False
-    )
+    other = ServiceSettings(kafka_bootstrap=kafka_bootstrap, database_url=database_url, log_json=False)
     async with (
         running(make_spec(name), settings, registry=registry),
         running(make_test_service(svc), other, registry=registry),
@@ -550,9 +522,7 @@ async def test_an_erased_subject_is_nowhere_in_projections_or_state_and_the_audi
         assert erased not in after
         assert pii[erased] not in after
         assert kept in after and pii[kept] in after  # only that subject
-        record = await pg.fetchrow(
-            f"SELECT * FROM {name}.audit_log WHERE event_type = $1", ERASURE_RECORDED
-        )
+        record = await pg.fetchrow(f"SELECT * FROM {name}.audit_log WHERE event_type = $1", ERASURE_RECORDED)
         assert record is not None
         assert (record["origin"], record["actor"], record["subject_ref"]) == (
             "erasure",
@@ -595,9 +565,7 @@ async def test_an_erased_subject_is_nowhere_in_projections_or_state_and_the_audi
         # A replay after the erasure rebuilds the redacted projection, not the original.
         pool = await create_pool(database_url)
         try:
-            again = await rebuild(
-                registry=registry, bootstrap=kafka_bootstrap, pool=pool, live_schema=name
-            )
+            again = await rebuild(registry=registry, bootstrap=kafka_bootstrap, pool=pool, live_schema=name)
             async with pool.acquire() as conn:
                 comparison = await compare(conn, live=name, replay=again.target.schema)
         finally:
@@ -634,9 +602,7 @@ async def test_the_janitor_removes_expired_workflows_everywhere_and_records_it(
     stream.add("workflow.started", procurement, now - timedelta(minutes=2), subject=subject)
     stream.add("invoice.received", procurement, now - timedelta(minutes=1), subject=subject)
     tasks = [
-        envelope(TaskSubmitted(task="notes"), workflow_id=wf).model_copy(
-            update={"subject_ref": subject}
-        )
+        envelope(TaskSubmitted(task="notes"), workflow_id=wf).model_copy(update={"subject_ref": subject})
         for wf in (research, procurement)
     ]
     settings = projector_settings(
@@ -648,9 +614,7 @@ async def test_the_janitor_removes_expired_workflows_everywhere_and_records_it(
         janitor_mode=mode,
         janitor_interval_s=3600.0,
     )
-    other = ServiceSettings(
-        kafka_bootstrap=kafka_bootstrap, database_url=database_url, log_json=False
-    )
+    other = ServiceSettings(kafka_bootstrap=kafka_bootstrap, database_url=database_url, log_json=False)
 
     async def runs(workflows: int) -> list[asyncpg.Record]:
         return list(
@@ -689,14 +653,9 @@ async def test_the_janitor_removes_expired_workflows_everywhere_and_records_it(
         assert await status_view(pg, research, schema=name) is None
         assert await status_view(pg, procurement, schema=name) is not None  # 90 days
         for table in ("state", "inbox", "parked"):
-            left = await count(
-                pg, f"SELECT count(*) FROM {svc}.{table} WHERE workflow_id = $1", research
-            )
+            left = await count(pg, f"SELECT count(*) FROM {svc}.{table} WHERE workflow_id = $1", research)
             assert left == 0, f"{svc}.{table} still has {left} row(s) of {research}"
-        assert (
-            await count(pg, f"SELECT count(*) FROM {svc}.state WHERE workflow_id = $1", procurement)
-            == 1
-        )
+        assert await count(pg, f"SELECT count(*) FROM {svc}.state WHERE workflow_id = $1", procurement) == 1
         rows = json.loads(first["rows"])
         assert rows[f"{svc}.state"] == rows[f"{svc}.parked"] == 1
         assert rows[f"{name}.audit_log"] == 2 and rows[f"{name}.workflow_status"] == 1
@@ -712,9 +671,7 @@ async def test_the_janitor_removes_expired_workflows_everywhere_and_records_it(
             )
             is None
         )
-        archived = await count(
-            pg, f"SELECT count(*) FROM {name}.archive WHERE workflow_id = $1", research
-        )
+        archived = await count(pg, f"SELECT count(*) FROM {name}.archive WHERE workflow_id = $1", research)
         assert archived == (5 if mode == "archive" else 0)  # state, parked, 2 audit, status
 
         # A late event of the removed workflow does not bring it back.

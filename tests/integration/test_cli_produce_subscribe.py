@@ -70,9 +70,7 @@ def cli_env(registry: Registry, kafka_bootstrap: str) -> Iterator[dict[str, str]
     yield {"CHORUS_SCHEMAS_DIR": str(registry.root), "CHORUS_KAFKA_BOOTSTRAP": kafka_bootstrap}
 
 
-def chorus(
-    env: dict[str, str], *args: str, stdin: bytes | None = None
-) -> subprocess.CompletedProcess[bytes]:
+def chorus(env: dict[str, str], *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     """The console script's module, as its own process (what `.venv/bin/chorus` runs)."""
     return subprocess.run(
         [sys.executable, "-m", "chorus.cli.main", *args],
@@ -159,9 +157,7 @@ def test_produce_then_subscribe_round_trips_the_payload_byte_for_byte(
         workflow_id.encode(),
     )
     assert dict(record.headers)["event_type"] == b"approval.requested"
-    assert decode(record.value, registry).payload.model_dump(mode="json") == json.loads(
-        APPROVAL_PAYLOAD
-    )
+    assert decode(record.value, registry).payload.model_dump(mode="json") == json.loads(APPROVAL_PAYLOAD)
 
 
 def test_an_invalid_payload_names_the_field_and_publishes_nothing(
@@ -170,15 +166,11 @@ def test_an_invalid_payload_names_the_field_and_publishes_nothing(
     bad = json.loads(APPROVAL_PAYLOAD)
     bad["chain"][0]["window_s"] = "soon"
     del bad["context"]["summary"]
-    result = chorus(
-        cli_env, "produce", "approval.requested", "--data", "-", stdin=json.dumps(bad).encode()
-    )
+    result = chorus(cli_env, "produce", "approval.requested", "--data", "-", stdin=json.dumps(bad).encode())
     assert result.returncode == EX_DATAERR
     err = result.stderr.decode()
     assert "approval.requested v1 payload is invalid" in err
-    assert (
-        '/chain/0/window_s: Input should be a valid number (expected a number, got "soon")' in err
-    )
+    assert '/chain/0/window_s: Input should be a valid number (expected a number, got "soon")' in err
     assert "/context/summary: required field is missing" in err
     assert result.stdout == b""
     assert end_offsets(kafka_bootstrap, registry.physical_topic("approval.requested")) == 0
@@ -291,17 +283,13 @@ def test_subscribe_shows_undecodable_records_and_starts_where_asked(
     assert poison["key"] == key.decode() and poison["error"].startswith("NotJSONError")
     assert (one["event_id"], two["event_id"]) == (first_id, second_id)
 
-    readable = chorus(
-        cli_env, "subscribe", topic, "--from-beginning", "--max", "3", "--timeout", "60"
-    )
+    readable = chorus(cli_env, "subscribe", topic, "--from-beginning", "--max", "3", "--timeout", "60")
     assert readable.returncode == 0, readable.stderr.decode()
     lines = readable.stdout.decode().splitlines()
     assert lines[0].startswith("undecodable ") and "NotJSONError" in lines[0]
     assert all("workflow.started v1" in line and key.decode() in line for line in lines[1:])
 
-    since = chorus(
-        cli_env, "subscribe", topic, "--since", between.isoformat(), "--json", "--timeout", "8"
-    )
+    since = chorus(cli_env, "subscribe", topic, "--since", between.isoformat(), "--json", "--timeout", "8")
     assert since.returncode == 0, since.stderr.decode()
     assert [json.loads(line)["event_id"] for line in since.stdout.splitlines()] == [second_id]
 
@@ -346,7 +334,5 @@ def test_no_broker_or_no_topic_says_where_and_what_to_do(
     env["CHORUS_KAFKA_BOOTSTRAP"] = kafka_bootstrap
     missing = chorus(env, "produce", "workflow.started", "--data", payload)
     assert missing.returncode == EX_UNAVAILABLE
-    assert f"topic {registry.physical_topic('workflow.started')} does not exist" in (
-        missing.stderr.decode()
-    )
+    assert f"topic {registry.physical_topic('workflow.started')} does not exist" in (missing.stderr.decode())
     assert "chorus topics apply" in missing.stderr.decode()

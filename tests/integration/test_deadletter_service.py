@@ -163,9 +163,7 @@ async def test_poison_event_is_listed_redriven_after_the_fix_processed_and_redri
         }  # fmt: skip
         assert original["topic"] == topic
         assert original["key"] == poison.workflow_id
-        assert [(h["key"], base64.b64decode(h["value_b64"])) for h in original["headers"]] == (
-            headers
-        )
+        assert [(h["key"], base64.b64decode(h["value_b64"])) for h in original["headers"]] == (headers)
         assert detail["consumer_group"] == name
         assert "simulated business rule violation" in detail["error"]["message"]
         assert "PersistentError" in detail["error"]["traceback"]
@@ -215,8 +213,7 @@ async def test_poison_event_is_listed_redriven_after_the_fix_processed_and_redri
         assert len(queued) == 1, "a second redrive must not queue the record again"
         await eventually(
             lambda: pg.fetchval(
-                "SELECT dispatched_at IS NOT NULL FROM deadletter_service.outbox"
-                " WHERE event_id = $1",
+                "SELECT dispatched_at IS NOT NULL FROM deadletter_service.outbox WHERE event_id = $1",
                 poison.event_id,
             ),
             what="the redrive to be published",
@@ -287,9 +284,7 @@ async def test_discard_releases_the_workflow_parked_behind_the_dead_letter(
         assert shown["status"] == "discarded"
         assert shown["resolved_by"] == "carol"
         # Discarded is final: a redrive now would replay an event the workflow moved past.
-        refused = await s.http.post(
-            f"/v1/dead-letters/{letter['id']}/redrive", json={"actor": "dave"}
-        )
+        refused = await s.http.post(f"/v1/dead-letters/{letter['id']}/redrive", json={"actor": "dave"})
         assert refused.status_code == 409
         assert refused.json()["letter_status"] == "discarded"
 
@@ -345,19 +340,14 @@ async def test_list_filters_groups_and_bad_filters(shared: Stack, kafka_bootstra
     now = datetime.now(UTC)
     a, b = f"svc_a_{uuid.uuid4().hex[:8]}", f"svc_b_{uuid.uuid4().hex[:8]}"
     a1 = synthetic_letter(shared.registry, a, "persistent", at=now - timedelta(hours=3), offset=1)
-    a2 = synthetic_letter(
-        shared.registry, a, "decode", at=now - timedelta(hours=2), offset=2, poison=True
-    )
+    a2 = synthetic_letter(shared.registry, a, "decode", at=now - timedelta(hours=2), offset=2, poison=True)
     b1 = synthetic_letter(shared.registry, b, "unexpected", at=now - timedelta(hours=1), offset=3)
     b2 = synthetic_letter(shared.registry, b, "persistent", at=now - timedelta(minutes=5), offset=4)
     # a1 twice: a redelivered dead letter is stored once.
     await publish_letters(shared, kafka_bootstrap, [a1, a2, b1, b2, a1])
 
     async def both_services() -> bool:
-        return (
-            len(await letters(shared.http, service=a)) + len(await letters(shared.http, service=b))
-            == 4
-        )
+        return len(await letters(shared.http, service=a)) + len(await letters(shared.http, service=b)) == 4
 
     await eventually(both_services, what="four letters")
 
@@ -477,17 +467,13 @@ async def test_bulk_redrive_publishes_each_matching_open_letter_once(
     now = datetime.now(UTC)
     target, other = f"svc_bulk_{uuid.uuid4().hex[:8]}", f"svc_keep_{uuid.uuid4().hex[:8]}"
     hits = [
-        synthetic_letter(
-            shared.registry, target, "persistent", at=now - timedelta(minutes=m), offset=m
-        )
+        synthetic_letter(shared.registry, target, "persistent", at=now - timedelta(minutes=m), offset=m)
         for m in (30, 20)
     ]
     miss = synthetic_letter(shared.registry, target, "decode", at=now, offset=7, poison=True)
     kept = synthetic_letter(shared.registry, other, "persistent", at=now, offset=8)
     await publish_letters(shared, kafka_bootstrap, [*hits, miss, kept])
-    await eventually(
-        lambda: _count(shared, target, 3), what="the letters of the bulk test to be stored"
-    )
+    await eventually(lambda: _count(shared, target, 3), what="the letters of the bulk test to be stored")
     await eventually(lambda: _count(shared, other, 1), what="the letter to keep")
 
     result = run_cli(
@@ -496,9 +482,7 @@ async def test_bulk_redrive_publishes_each_matching_open_letter_once(
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "2 dead letter(s) redriven" in result.output
-    oldest_first = [
-        line.split()[1] for line in result.output.splitlines() if line.startswith("redriven ")
-    ]
+    oldest_first = [line.split()[1] for line in result.output.splitlines() if line.startswith("redriven ")]
     assert oldest_first == [str(h.event_id) for h in hits]
     again = await shared.http.post(
         "/v1/dead-letters/redrive",
@@ -526,16 +510,12 @@ async def test_bulk_redrive_publishes_each_matching_open_letter_once(
         [shared.registry.physical_topic("test.task_submitted")],
         until=lambda rs: wanted <= {json.loads(r.value)["event_id"] for r in rs},
     )
-    republished = [
-        json.loads(r.value) for r in records if json.loads(r.value)["event_id"] in wanted
-    ]
+    republished = [json.loads(r.value) for r in records if json.loads(r.value)["event_id"] in wanted]
     # Different workflows, so different partitions: no order between them on the topic.
     assert sorted((e["event_id"], e["attempt"]) for e in republished) == sorted(
         (o["event_id"], 2) for o in originals
     )
-    ops = (
-        await shared.http.get("/v1/operations", params={"op": "redrive", "actor": "alice"})
-    ).json()
+    ops = (await shared.http.get("/v1/operations", params={"op": "redrive", "actor": "alice"})).json()
     bulk = [o for o in ops["items"] if o["letter_id"] in {str(h.event_id) for h in hits}]
     assert len(bulk) == 2
     assert all(o["detail"]["bulk"] and o["reason"] == "bulk fix" for o in bulk)
@@ -559,9 +539,7 @@ async def test_metrics_show_depth_by_category_and_service_and_the_oldest_age(
 ) -> None:
     now = datetime.now(UTC)
     svc = f"svc_metrics_{uuid.uuid4().hex[:8]}"
-    old = synthetic_letter(
-        shared.registry, svc, "persistent", at=now - timedelta(hours=5), offset=1
-    )
+    old = synthetic_letter(shared.registry, svc, "persistent", at=now - timedelta(hours=5), offset=1)
     new = synthetic_letter(shared.registry, svc, "persistent", at=now, offset=2)
     decode = synthetic_letter(shared.registry, svc, "decode", at=now, offset=3, poison=True)
     await publish_letters(shared, kafka_bootstrap, [old, new, decode])
@@ -592,6 +570,4 @@ async def test_metrics_show_depth_by_category_and_service_and_the_oldest_age(
             f"/v1/dead-letters/{letter.event_id}/discard", json={"actor": "ops", "reason": "stale"}
         )
         assert response.status_code == 200, response.text
-    await eventually(
-        metrics_when({"persistent": 0, "decode": 1}), what="resolved letters to leave the depth"
-    )
+    await eventually(metrics_when({"persistent": 0, "decode": 1}), what="resolved letters to leave the depth")

@@ -348,17 +348,11 @@ async def wait_caught_up(service: ServiceProcess, bootstrap: str, timeout_s: flo
         health = await get_json(f"{service.url}/health")
         ends = await end_offsets(bootstrap, health["topics"])
         positions: dict[str, int] = health["positions"]
-        behind = {
-            tp: (positions.get(tp, 0), end)
-            for tp, end in ends.items()
-            if positions.get(tp, 0) < end
-        }
+        behind = {tp: (positions.get(tp, 0), end) for tp, end in ends.items() if positions.get(tp, 0) < end}
         if not behind:
             return
         await asyncio.sleep(0.3)
-    raise AssertionError(
-        f"view not caught up after {timeout_s}s: (position, end) {behind}\n{service.tail()}"
-    )
+    raise AssertionError(f"view not caught up after {timeout_s}s: (position, end) {behind}\n{service.tail()}")
 
 
 async def get_json(url: str) -> Any:
@@ -368,9 +362,7 @@ async def get_json(url: str) -> Any:
         return response.json()
 
 
-def assert_rows_equal(
-    actual: list[dict[str, Any]], expected: dict[tuple[str, str], dict[str, Any]]
-) -> None:
+def assert_rows_equal(actual: list[dict[str, Any]], expected: dict[tuple[str, str], dict[str, Any]]) -> None:
     by_key = {(row["workflow_type"], row["hour"]): row for row in actual}
     assert sorted(by_key) == sorted(expected)
     for key, row in expected.items():
@@ -444,9 +436,7 @@ async def test_the_view_equals_the_numbers_of_a_known_stream(
         one = await get_json(
             f"{service.url}/analytics/outcomes?workflow_type=research&hour=2026-02-01T09:30:00Z"
         )
-        assert_rows_equal(
-            one["buckets"], {("research", hour(H1)): expected[("research", hour(H1))]}
-        )
+        assert_rows_equal(one["buckets"], {("research", hour(H1)): expected[("research", hour(H1))]})
 
         async with httpx.AsyncClient(timeout=5.0) as client:
             metrics_text = (await client.get(f"{service.url}/metrics")).text
@@ -458,9 +448,7 @@ async def test_the_view_equals_the_numbers_of_a_known_stream(
         for workflow_type in ("procurement", "research"):
             rows = [r for (t, _), r in expected.items() if t == workflow_type]
             labels = (("workflow_type", workflow_type),)
-            assert samples[("chorus_analytics_workflows_started", labels)] == sum(
-                r["started"] for r in rows
-            )
+            assert samples[("chorus_analytics_workflows_started", labels)] == sum(r["started"] for r in rows)
             compensated = (("outcome", "compensated"), ("workflow_type", workflow_type))
             assert samples[("chorus_analytics_workflows_ended", compensated)] == sum(
                 r["ended"]["compensated"] for r in rows
@@ -470,9 +458,7 @@ async def test_the_view_equals_the_numbers_of_a_known_stream(
                 for p in plans
                 if p.workflow_type == workflow_type and p.duration_s is not None
             )
-            assert samples[("chorus_analytics_workflow_duration_seconds_count", labels)] == len(
-                all_durations
-            )
+            assert samples[("chorus_analytics_workflow_duration_seconds_count", labels)] == len(all_durations)
             p99 = (("quantile", "0.99"), ("workflow_type", workflow_type))
             assert samples[("chorus_analytics_workflow_duration_seconds", p99)] == pytest.approx(
                 statistics.quantiles(all_durations, n=100, method="inclusive")[98], rel=1e-9

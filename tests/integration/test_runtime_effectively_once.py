@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -19,7 +20,7 @@ from tests.support.wait import wait_until
 pytestmark = pytest.mark.integration
 
 
-def settings(kafka_bootstrap: str, database_url: str, **extra: object) -> ServiceSettings:
+def settings(kafka_bootstrap: str, database_url: str, **extra: Any) -> ServiceSettings:
     return ServiceSettings(
         kafka_bootstrap=kafka_bootstrap, database_url=database_url, log_json=False, **extra
     )
@@ -76,8 +77,7 @@ async def test_poison_records_are_dead_lettered_with_their_bytes_and_consumer_go
             kafka_bootstrap,
             [topic, dlq],
             until=lambda rs: (
-                len(events_of(rs, "event.dead_lettered")) >= 2
-                and len(events_of(rs, "test.task_done")) >= 1
+                len(events_of(rs, "event.dead_lettered")) >= 2 and len(events_of(rs, "test.task_done")) >= 1
             ),
         )
     letters = {

@@ -30,9 +30,7 @@ class Stack:
         self.runner = runner
 
 
-async def start_stack(
-    stack: AsyncExitStack, tmp_path: Path, unique: str, kafka: str, db: str
-) -> Stack:
+async def start_stack(stack: AsyncExitStack, tmp_path: Path, unique: str, kafka: str, db: str) -> Stack:
     registry = await isolated_registry(tmp_path, unique, kafka)
     common: dict[str, Any] = {"kafka_bootstrap": kafka, "database_url": db, "log_json": False}
     await stack.enter_async_context(
@@ -74,9 +72,7 @@ async def test_transient_twice_then_success_on_attempt_three(
     assert payloads(records, "event.dead_lettered", env.workflow_id) == []
 
     retries = [
-        e
-        for e in payloads(records, "timer.schedule", env.workflow_id)
-        if e["payload"]["purpose"] == "retry"
+        e for e in payloads(records, "timer.schedule", env.workflow_id) if e["payload"]["purpose"] == "retry"
     ]
     assert len(retries) == 2
     waits = []
@@ -114,9 +110,7 @@ async def test_persistent_error_dead_letters_at_once_with_full_context(
     assert "business rule" in letter["error"]["message"]
     assert "PersistentError" in letter["error"]["traceback"]
     assert letter["original"]["topic"] == topic
-    assert json.loads(base64.b64decode(letter["original"]["value_b64"]))["event_id"] == str(
-        env.event_id
-    )
+    assert json.loads(base64.b64decode(letter["original"]["value_b64"]))["event_id"] == str(env.event_id)
     assert letter["original_event_id"] == str(env.event_id)
     assert len(letter["failures"]) == 1
 
@@ -187,7 +181,11 @@ async def test_a_redriven_dead_letter_runs_first_then_the_events_parked_behind_i
     registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
     topic = registry.physical_topic("test.task_submitted")
     name = f"svc_{unique}"
-    common: dict[str, Any] = {"kafka_bootstrap": kafka_bootstrap, "database_url": database_url, "log_json": False}
+    common: dict[str, Any] = {
+        "kafka_bootstrap": kafka_bootstrap,
+        "database_url": database_url,
+        "log_json": False,
+    }
     poison = envelope(TaskSubmitted(task="blocker", mode="persistent"))
     wf = poison.workflow_id
     later = envelope(TaskSubmitted(task="later"), workflow_id=wf)

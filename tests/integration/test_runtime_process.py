@@ -6,6 +6,7 @@ import asyncio
 import signal
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -98,7 +99,11 @@ async def test_trace_id_of_the_first_event_is_on_every_later_event(
         traceparent=f"00-{trace_id}-00f067aa0ba902b7-01",
     )
     await publish(kafka_bootstrap, topic, [env])
-    common = {"kafka_bootstrap": kafka_bootstrap, "database_url": database_url, "log_json": False}
+    common: dict[str, Any] = {
+        "kafka_bootstrap": kafka_bootstrap,
+        "database_url": database_url,
+        "log_json": False,
+    }
     async with (
         running(
             TIMER_SPEC,
@@ -119,7 +124,7 @@ async def test_trace_id_of_the_first_event_is_on_every_later_event(
         for r in records
         if r.value and b'"event_type"' in r.value and str(env.event_id).encode() not in r.value[:80]
     ]
-    kinds = Counter()
+    kinds: Counter[str] = Counter()
     for event_type in ("timer.schedule", "retry.due", "test.task_done"):
         for e in events_of(later, event_type):
             assert e["traceparent"].split("-")[1] == trace_id, e

@@ -145,9 +145,7 @@ async def test_metrics_endpoint_reports_the_four_numbers(
     topic = registry.physical_topic("test.task_submitted")
     await publish(kafka_bootstrap, topic, [envelope(TaskSubmitted(task=f"m{i}")) for i in range(3)])
     await publish(kafka_bootstrap, topic, [envelope(TaskSubmitted(task="bad", mode="persistent"))])
-    settings = ServiceSettings(
-        kafka_bootstrap=kafka_bootstrap, database_url=database_url, log_json=False
-    )
+    settings = ServiceSettings(kafka_bootstrap=kafka_bootstrap, database_url=database_url, log_json=False)
     async with running(make_spec(f"svc_{unique}"), settings, registry=registry) as runner:
         assert runner.http is not None
         url = f"http://127.0.0.1:{runner.http.port}/metrics"
@@ -156,16 +154,12 @@ async def test_metrics_endpoint_reports_the_four_numbers(
             async def scraped() -> str | None:
                 text = (await client.get(url)).text
                 return (
-                    text
-                    if "chorus_dead_letters_total" in text and "chorus_consumer_lag{" in text
-                    else None
+                    text if "chorus_dead_letters_total" in text and "chorus_consumer_lag{" in text else None
                 )
 
             text = await wait_until(scraped, what="metrics with lag and a dead letter")
     assert 'chorus_events_in_total{event_type="test.task_submitted"' in text
     assert "chorus_handle_seconds_bucket" in text
-    assert (
-        'chorus_failures_total{category="persistent",event_type="test.task_submitted"} 1.0' in text
-    )
+    assert 'chorus_failures_total{category="persistent",event_type="test.task_submitted"} 1.0' in text
     assert f'chorus_consumer_lag{{partition="0",topic="{topic}"}}' in text
     assert "chorus_outbox_backlog" in text

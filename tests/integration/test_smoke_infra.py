@@ -10,7 +10,7 @@ import json
 
 import asyncpg
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from chorus.kafka import ensure_topics, make_consumer, make_producer
 
@@ -66,9 +66,7 @@ async def test_group_resumes_exactly_after_last_commit(kafka_bootstrap: str, uni
     try:
         seen: list[bytes] = []
         while len(seen) < 7:
-            for records in (
-                await first.getmany(tp, timeout_ms=500, max_records=7 - len(seen))
-            ).values():
+            for records in (await first.getmany(tp, timeout_ms=500, max_records=7 - len(seen))).values():
                 seen.extend(r.value for r in records if r.value is not None)
         # Processed 0..6: commit offset 7 (the next one to read), then "crash" after reading more.
         await first.commit({tp: 7})
@@ -86,9 +84,7 @@ async def test_group_resumes_exactly_after_last_commit(kafka_bootstrap: str, uni
     assert [int(v) for v in rest] == list(range(7, 20))
 
 
-async def test_transaction_with_offsets_hides_aborted_messages(
-    kafka_bootstrap: str, unique: str
-) -> None:
+async def test_transaction_with_offsets_hides_aborted_messages(kafka_bootstrap: str, unique: str) -> None:
     source, sink, group = f"smoke.tx.in.{unique}", f"smoke.tx.out.{unique}", f"g-{unique}"
     await ensure_topics(kafka_bootstrap, [(source, 1), (sink, 1)])
     plain = make_producer(kafka_bootstrap)
@@ -104,7 +100,7 @@ async def test_transaction_with_offsets_hides_aborted_messages(
     await consumer.start()
     await txp.start()
     try:
-        records = []
+        records: list[ConsumerRecord[bytes, bytes]] = []
         while len(records) < 4:
             for batch in (await consumer.getmany(timeout_ms=500)).values():
                 records.extend(batch)

@@ -149,9 +149,7 @@ def test_apply_creates_then_changes_nothing_then_grows_partitions(
     assert f"all 4 topic(s) on {kafka_bootstrap} match the registry" in out
 
 
-def test_apply_never_removes_partitions_and_says_so(
-    registry: TestRegistry, kafka_bootstrap: str
-) -> None:
+def test_apply_never_removes_partitions_and_says_so(registry: TestRegistry, kafka_bootstrap: str) -> None:
     where = ["--schemas-dir", str(registry.root)]
     code, out = chorus(kafka_bootstrap, "topics", "apply", *where)
     assert code == 0, out
@@ -175,18 +173,14 @@ def test_apply_never_removes_partitions_and_says_so(
 
 
 def test_dry_run_changes_nothing(registry: TestRegistry, kafka_bootstrap: str) -> None:
-    code, out = chorus(
-        kafka_bootstrap, "topics", "apply", "--dry-run", "--schemas-dir", str(registry.root)
-    )
+    code, out = chorus(kafka_bootstrap, "topics", "apply", "--dry-run", "--schemas-dir", str(registry.root))
 
     assert code == 0, out
     assert f"{registry.plain}: would be created with 2 partitions" in out
     assert broker_state(kafka_bootstrap, registry.physical()) == {}
 
 
-def test_more_replicas_than_brokers_is_refused(
-    registry: TestRegistry, kafka_bootstrap: str
-) -> None:
+def test_more_replicas_than_brokers_is_refused(registry: TestRegistry, kafka_bootstrap: str) -> None:
     code, out = chorus(
         kafka_bootstrap,
         "topics",

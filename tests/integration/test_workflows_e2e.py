@@ -63,17 +63,12 @@ class World:
             if predicate(last):
                 return last
             await asyncio.sleep(0.2)
-        raise AssertionError(
-            f"{workflow_id}: no {what} within {timeout_s}s; last: {json.dumps(last)[:800]}"
-        )
+        raise AssertionError(f"{workflow_id}: no {what} within {timeout_s}s; last: {json.dumps(last)[:800]}")
 
     async def waiting_on(self, workflow_id: str, tier: str) -> dict[str, Any]:
         return await self.wait(
             workflow_id,
-            lambda s: (
-                s.get("status") == "waiting"
-                and (s.get("pending_approval") or {}).get("tier") == tier
-            ),
+            lambda s: s.get("status") == "waiting" and (s.get("pending_approval") or {}).get("tier") == tier,
             f"wait for a {tier}",
         )
 
@@ -90,7 +85,7 @@ class World:
         )
 
     async def stats(self) -> dict[str, Any]:
-        return await self.stack.sandbox_stats()  # type: ignore[return-value]
+        return await self.stack.sandbox_stats()
 
 
 def invoice(
@@ -100,7 +95,10 @@ def invoice(
         "input": {
             "invoice_id": f"INV-{run}",
             "vendor_id": vendor,
-            "document_text": f"INVOICE INV-{run}\nVendor: {vendor}\nPO: PO-7781\n40 x GPU hours @ 31.00 EUR\nTotal: {total} EUR",
+            "document_text": (
+                f"INVOICE INV-{run}\nVendor: {vendor}\nPO: PO-7781\n"
+                f"40 x GPU hours @ 31.00 EUR\nTotal: {total} EUR"
+            ),
             "purchase_order": {
                 "po_number": "PO-7781",
                 "vendor_id": vendor,
@@ -219,9 +217,7 @@ async def test_payment_agent_killed_mid_request_pays_exactly_once(world: World) 
     assert stats["payment_requests"][keys[0]] == 2  # ...although the provider was asked twice
 
 
-async def test_persistently_failing_payment_releases_the_budget(
-    world: World, pg: asyncpg.Connection
-) -> None:
+async def test_persistently_failing_payment_releases_the_budget(world: World, pg: asyncpg.Connection) -> None:
     run = uuid.uuid4().hex[:8]
     before = await pg.fetchval(
         "SELECT reserved_cents FROM budget_agent.budgets WHERE cost_center = 'cc-research'"
@@ -254,16 +250,12 @@ async def test_wrong_tier_gets_403_and_the_workflow_stays_paused(world: World) -
     forbidden = await world.decide(approval_id, EDITOR, "approve")
     assert forbidden.status_code == 403
     assert "manager" in forbidden.json()["detail"]
-    unauthenticated = await world.http.post(
-        f"/v1/approvals/{approval_id}", json={"decision": "approve"}
-    )
+    unauthenticated = await world.http.post(f"/v1/approvals/{approval_id}", json={"decision": "approve"})
     assert unauthenticated.status_code == 401
     await asyncio.sleep(1.0)
     still = await world.status(workflow_id)
     assert still["status"] == "waiting" and still["pending_approval"]["tier"] == "manager"
-    listed = (await world.http.get("/v1/approvals?assignee=me", headers=MANAGER)).json()[
-        "approvals"
-    ]
+    listed = (await world.http.get("/v1/approvals?assignee=me", headers=MANAGER)).json()["approvals"]
     mine = [a for a in listed if a["approval_id"] == approval_id]
     assert mine and mine[0]["context"]["summary"].startswith(f"Invoice INV-{run}")
 
@@ -274,9 +266,7 @@ async def test_report_resumes_at_source_three_after_a_crash_and_is_delivered(wor
     body = {
         "input": {
             "topic": topic,
-            "sources": [
-                {"name": n, "url": f"{sandbox}/sources/{n}"} for n in ("alpha", "gamma", "delta")
-            ],
+            "sources": [{"name": n, "url": f"{sandbox}/sources/{n}"} for n in ("alpha", "gamma", "delta")],
             "delivery_url": f"{sandbox}/deliveries",
         },
         "callback_url": f"{sandbox}/hooks/report",

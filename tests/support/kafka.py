@@ -56,9 +56,7 @@ async def publish(
     try:
         for value in values:
             if isinstance(value, Envelope):
-                await producer.send(
-                    topic, encode(value), key=value.workflow_id.encode(), headers=headers
-                )
+                await producer.send(topic, encode(value), key=value.workflow_id.encode(), headers=headers)
             else:
                 await producer.send(topic, value, key=key, headers=headers)
         await producer.flush()
@@ -101,9 +99,7 @@ def summarize(record: ConsumerRecord[bytes, bytes]) -> str:
         return f"<raw {len(record.value or b'')} bytes>@{record.topic}:{record.offset}"
 
 
-def events_of(
-    records: Sequence[ConsumerRecord[bytes, bytes]], event_type: str
-) -> list[dict[str, Any]]:
+def events_of(records: Sequence[ConsumerRecord[bytes, bytes]], event_type: str) -> list[dict[str, Any]]:
     out = []
     for r in records:
         try:

@@ -27,9 +27,7 @@ def free_port() -> int:
 
 
 class ServiceProcess:
-    def __init__(
-        self, module: str, env: dict[str, str], log_dir: Path, name: str | None = None
-    ) -> None:
+    def __init__(self, module: str, env: dict[str, str], log_dir: Path, name: str | None = None) -> None:
         self.module = module
         self.name = name or module
         self.port = free_port()
@@ -67,9 +65,7 @@ class ServiceProcess:
         async with httpx.AsyncClient(timeout=2.0) as client:
             while loop.time() < deadline:
                 if self.proc is not None and self.proc.poll() is not None:
-                    raise AssertionError(
-                        f"{self.name} exited with {self.proc.returncode}:\n{self.tail()}"
-                    )
+                    raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{self.tail()}")
                 try:
                     response = await client.get(f"{self.url}/health")
                     if response.status_code == 200:
@@ -85,9 +81,7 @@ class ServiceProcess:
         deadline = loop.time() + timeout_s
         while self.proc.poll() is None:
             if loop.time() > deadline:
-                raise AssertionError(
-                    f"{self.name} still running after {timeout_s}s:\n{self.tail()}"
-                )
+                raise AssertionError(f"{self.name} still running after {timeout_s}s:\n{self.tail()}")
             await asyncio.sleep(0.05)
         return self.proc.returncode
 

@@ -47,7 +47,10 @@ async def on_task_submitted(
             if step in progress.steps_done:
                 continue
             progress = progress.model_copy(
-                update={"steps_done": [*progress.steps_done, step], "step_calls": [*progress.step_calls, step]}
+                update={
+                    "steps_done": [*progress.steps_done, step],
+                    "step_calls": [*progress.step_calls, step],
+                }
             )
             await ctx.checkpoint(progress)
             if step == 2 and ctx.attempt == 1:

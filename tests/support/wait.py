@@ -3,31 +3,28 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
-
-T = TypeVar("T")
+from collections.abc import Callable
+from typing import Any
 
 
 async def wait_until(
-    probe: Callable[[], Awaitable[T]] | Callable[[], T],
+    probe: Callable[[], Any],
     *,
     timeout_s: float = 60.0,
     interval_s: float = 0.1,
     what: str = "condition",
-) -> T:
+) -> Any:
+    """Call ``probe`` (sync or async) until it returns something truthy; return that."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
-    last: T | None = None
+    last: Any = None
     while True:
         result = probe()
         if asyncio.iscoroutine(result):
             result = await result
-        last = result  # type: ignore[assignment]
+        last = result
         if result:
-            return result  # type: ignore[return-value]
+            return result
         if loop.time() > deadline:
-            raise AssertionError(
-                f"timed out after {timeout_s}s waiting for {what} (last: {last!r})"
-            )
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last: {last!r})")
         await asyncio.sleep(interval_s)

@@ -148,9 +148,7 @@ def only(view: OutcomeView, workflow_type: str, hour: datetime) -> dict[str, Any
 
 
 def test_hours_are_utc_windows_of_the_event_time() -> None:
-    local = datetime(2026, 3, 1, 12, 59, 59, 999999, tzinfo=UTC).astimezone(
-        ZoneInfo("Europe/Berlin")
-    )
+    local = datetime(2026, 3, 1, 12, 59, 59, 999999, tzinfo=UTC).astimezone(ZoneInfo("Europe/Berlin"))
     assert hour_of(local) == datetime(2026, 3, 1, 12, tzinfo=UTC)
     assert format_hour(hour_of(local)) == "2026-03-01T12:00:00Z"
     assert parse_hour("2026-03-01T12") == datetime(2026, 3, 1, 12, tzinfo=UTC)

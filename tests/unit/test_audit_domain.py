@@ -119,9 +119,7 @@ def test_audit_row_carries_decision_actor_and_external_calls() -> None:
     rejected, _ = ev("invoice.rejected", 1)
     budget, _ = ev("budget.rejected", 1)
     paid, _ = ev("payment.issued", 1, provider_reference="PRV-991")
-    delivered, _ = ev(
-        "report.delivered", 1, workflow_type="research_report", delivered_to="https://x.test/r"
-    )
+    delivered, _ = ev("report.delivered", 1, workflow_type="research_report", delivered_to="https://x.test/r")
     started, _ = ev("workflow.started", 0)
     assert (decided.decision, decided.actor) == ("reject", "dana")
     assert (submitted.decision, submitted.actor) == ("approve", "lee")

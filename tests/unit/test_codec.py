@@ -27,7 +27,7 @@ def registry() -> Registry:
 
 def timer_schedule() -> dict[str, Any]:
     example = default_registry().examples[("timer.schedule", 1)][0]
-    body = json.loads(json.dumps(example.body))
+    body: dict[str, Any] = json.loads(json.dumps(example.body))
     body["event_id"] = str(uuid.uuid4())
     return body
 
@@ -52,7 +52,7 @@ def test_oversize_record(registry: Registry) -> None:
 
 def test_unknown_event_type_suggests_close_names(registry: Registry) -> None:
     body = timer_schedule() | {"event_type": "timer.schedul"}
-    with pytest.raises(UnknownEventTypeError, match="did you mean timer.schedule"):
+    with pytest.raises(UnknownEventTypeError, match=r"did you mean timer\.schedule"):
         decode(json.dumps(body).encode(), registry)
 
 

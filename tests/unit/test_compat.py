@@ -180,10 +180,7 @@ def test_retyping_a_nested_field_fails_with_its_pointer(repo: Repo) -> None:
     code, out = check(repo)
 
     assert code == 1, out
-    assert (
-        "order.placed v1 /payload/lines/items/amount_cents: type changed from integer to string"
-        in out
-    )
+    assert "order.placed v1 /payload/lines/items/amount_cents: type changed from integer to string" in out
     assert "billing, shipping" in out
 
 
@@ -273,9 +270,7 @@ def test_outside_a_git_repository_it_is_a_usage_error(tmp_path: Path) -> None:
     schemas = tmp_path / "plain" / "schemas"
     (schemas / "topics").mkdir(parents=True)
 
-    result = CliRunner().invoke(
-        app, ["schemas", "check", "--against", "HEAD", "--schemas-dir", str(schemas)]
-    )
+    result = CliRunner().invoke(app, ["schemas", "check", "--against", "HEAD", "--schemas-dir", str(schemas)])
 
     assert result.exit_code == 2
     assert "not a git repository" in result.output

@@ -140,9 +140,7 @@ def test_an_envelope_is_redriven_with_the_next_attempt_and_nothing_else_changed(
 
 
 def test_an_envelope_already_past_the_letters_attempts_still_moves_forward() -> None:
-    raw = json.dumps(
-        {"event_id": str(uuid.uuid4()), "event_type": "a.b", "payload": {}, "attempt": 9}
-    )
+    raw = json.dumps({"event_id": str(uuid.uuid4()), "event_type": "a.b", "payload": {}, "attempt": 9})
     assert redrive_value(raw.encode(), attempts=2).attempt == 10
 
 

@@ -43,19 +43,12 @@ async def test_high_priority_is_preferred_without_starving_low() -> None:
     dispatcher = Dispatcher(process, concurrency=1, weights={"high": 6, "normal": 3, "low": 1})
     gate = asyncio.Event()
 
-    async def blocker(_: Record) -> None:
-        await gate.wait()
-
     # Occupy the only slot so that everything below queues up first.
-    dispatcher.run_exclusive("block", lambda: gate.wait())
+    dispatcher.run_exclusive("block", gate.wait)
     for i in range(50):
-        dispatcher.submit(
-            Work(Record("low", 0, i, f"l{i}".encode(), b""), "low", on_done=lambda: None)
-        )
+        dispatcher.submit(Work(Record("low", 0, i, f"l{i}".encode(), b""), "low", on_done=lambda: None))
     for i in range(12):
-        dispatcher.submit(
-            Work(Record("high", 0, i, f"h{i}".encode(), b""), "high", on_done=lambda: None)
-        )
+        dispatcher.submit(Work(Record("high", 0, i, f"h{i}".encode(), b""), "high", on_done=lambda: None))
     gate.set()
     assert await dispatcher.wait_idle(10)
     first_twenty = order[:14]

@@ -199,8 +199,7 @@ async def _purge_batch(
                 ids,
             )
         deleted = await conn.fetch(
-            f"DELETE FROM {name} t WHERE t.workflow_id = ANY($1::text[]) {where}"
-            " RETURNING t.workflow_id",
+            f"DELETE FROM {name} t WHERE t.workflow_id = ANY($1::text[]) {where} RETURNING t.workflow_id",
             ids,
         )
         for r in deleted:
@@ -325,8 +324,7 @@ async def erase_subject(
             if not service.state_has_subject:
                 continue
             deleted = await conn.fetch(
-                f"DELETE FROM {quote(service.schema)}.state WHERE subject_ref = $1"
-                " RETURNING workflow_id",
+                f"DELETE FROM {quote(service.schema)}.state WHERE subject_ref = $1 RETURNING workflow_id",
                 subject_ref,
             )
             rows[f"{service.schema}.state"] += len(deleted)

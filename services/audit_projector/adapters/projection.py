@@ -195,8 +195,7 @@ class ProjectEvent:
         # it started, so reads in the same statement could miss an erasure that
         # committed while this one waited for the lock.
         await conn.execute(
-            "SELECT pg_advisory_xact_lock_shared($1::bigint),"
-            " pg_advisory_xact_lock($2::int, hashtext($3))",
+            "SELECT pg_advisory_xact_lock_shared($1::bigint), pg_advisory_xact_lock($2::int, hashtext($3))",
             maintenance_key(self.ledger),
             _schema_key(self.schema),
             entry.workflow_id,
@@ -214,9 +213,7 @@ class ProjectEvent:
         if known["retired"]:
             return
         erased = bool(known["erased"])
-        if not await insert_audit_row(
-            conn, s, redact_entry(entry) if erased else entry, self.recorded_at
-        ):
+        if not await insert_audit_row(conn, s, redact_entry(entry) if erased else entry, self.recorded_at):
             return  # projected before: the fold must not count it twice
         raw = known["facts"]
         facts = fold(
@@ -407,10 +404,7 @@ async def workflow_digests(
             FROM w FULL JOIN a ON a.workflow_id = w.workflow_id""",
         since,
     )
-    return {
-        r["workflow_id"]: WorkflowDigest(r["workflow_id"], r["digest"], r["started_at"])
-        for r in rows
-    }
+    return {r["workflow_id"]: WorkflowDigest(r["workflow_id"], r["digest"], r["started_at"]) for r in rows}
 
 
 def checksum(digests: dict[str, WorkflowDigest], scope: set[str]) -> str:

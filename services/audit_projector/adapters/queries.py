@@ -193,9 +193,7 @@ async def approval_view(
     state = approval_state(WorkflowFacts.model_validate_json(r["facts"]), approval_id)
     if state is None:
         return None
-    return ApprovalView(
-        workflow_id=r["workflow_id"], workflow_type=r["workflow_type"], **state.__dict__
-    )
+    return ApprovalView(workflow_id=r["workflow_id"], workflow_type=r["workflow_type"], **state.__dict__)
 
 
 async def timeline_entries(

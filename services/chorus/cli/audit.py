@@ -38,9 +38,7 @@ errors = Console(stderr=True, highlight=False)
 
 DatabaseUrl = Annotated[
     str,
-    typer.Option(
-        "--database-url", envvar="CHORUS_DATABASE_URL", show_envvar=True, help="PostgreSQL URL."
-    ),
+    typer.Option("--database-url", envvar="CHORUS_DATABASE_URL", show_envvar=True, help="PostgreSQL URL."),
 ]
 Bootstrap = Annotated[
     str,
@@ -134,15 +132,12 @@ def replay_command(
         bool,
         typer.Option("--verify", help="Compare with the live projection; exit 1 when they differ."),
     ] = False,
-    drop: Annotated[
-        bool, typer.Option("--drop", help="Drop the rebuilt schema when done.")
-    ] = False,
+    drop: Annotated[bool, typer.Option("--drop", help="Drop the rebuilt schema when done.")] = False,
     live_timeout_s: Annotated[
         float,
         typer.Option(
             "--live-timeout",
-            help="Seconds to wait for the live projector to reach the same "
-            "offsets before comparing.",
+            help="Seconds to wait for the live projector to reach the same offsets before comparing.",
         ),
     ] = 30.0,
     schema: Schema = LIVE_SCHEMA,
@@ -247,11 +242,7 @@ async def _replay(
             f"replayed {result.records} record(s) ({result.applied} projected) from "
             f"{len(result.topics)} topic(s) into schema [bold]{result.target.schema}[/bold] "
             f"(group {result.target.group}) in {result.seconds:.2f}s ({rate:.0f} records/s)"
-            + (
-                f"; {result.undecodable} undecodable record(s) skipped"
-                if result.undecodable
-                else ""
-            )
+            + (f"; {result.undecodable} undecodable record(s) skipped" if result.undecodable else "")
         )
         code = 0
         if verify:
@@ -262,9 +253,7 @@ async def _replay(
                     "the replayed offsets; differences may only be lag"
                 )
             async with pool.acquire() as conn:
-                comparison = await compare(
-                    conn, live=schema, replay=result.target.schema, since=since
-                )
+                comparison = await compare(conn, live=schema, replay=result.target.schema, since=since)
             console.print(f"live    {schema}: md5 {comparison.live_checksum}")
             console.print(f"replay  {result.target.schema}: md5 {comparison.replay_checksum}")
             if comparison.equal:
@@ -387,9 +376,7 @@ def _wait_or_call(event_type: str, payload: dict[str, Any], external_call: str |
 
 
 def erase_command(
-    subject: Annotated[
-        str, typer.Option("--subject", help="The subject reference to erase (subject_ref).")
-    ],
+    subject: Annotated[str, typer.Option("--subject", help="The subject reference to erase (subject_ref).")],
     actor: Annotated[
         str | None,
         typer.Option("--actor", help="Who asks for the erasure (default: the OS user)."),
@@ -411,9 +398,7 @@ def erase_command(
 
     async def erase(conn: asyncpg.Connection) -> Any:
         try:
-            return await erase_subject(
-                conn, subject, actor=who, now=datetime.now(UTC), ledger=schema
-            )
+            return await erase_subject(conn, subject, actor=who, now=datetime.now(UTC), ledger=schema)
         except asyncpg.UndefinedTableError:
             raise _fail(f"no audit projection in schema {schema!r}", 1) from None
 

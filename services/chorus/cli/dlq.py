@@ -36,9 +36,7 @@ app = typer.Typer(
 
 Url = Annotated[
     str,
-    typer.Option(
-        "--url", envvar="CHORUS_DLQ_URL", show_envvar=True, help="The dead-letter service."
-    ),
+    typer.Option("--url", envvar="CHORUS_DLQ_URL", show_envvar=True, help="The dead-letter service."),
 ]
 Actor = Annotated[
     str | None,
@@ -53,18 +51,12 @@ AsJson = Annotated[bool, typer.Option("--json", help="Print the API's JSON answe
 Service = Annotated[str | None, typer.Option("--service", help="Failing service.")]
 Category = Annotated[
     str | None,
-    typer.Option(
-        "--category", help="Error category: transient, persistent, semantic, decode, unexpected."
-    ),
+    typer.Option("--category", help="Error category: transient, persistent, semantic, decode, unexpected."),
 ]
-EventType = Annotated[
-    str | None, typer.Option("--event-type", help="Event type of the original record.")
-]
+EventType = Annotated[str | None, typer.Option("--event-type", help="Event type of the original record.")]
 Since = Annotated[
     str | None,
-    typer.Option(
-        "--since", help="Dead-lettered at or after: ISO 8601 with offset, or 30m / 2h / 7d ago."
-    ),
+    typer.Option("--since", help="Dead-lettered at or after: ISO 8601 with offset, or 30m / 2h / 7d ago."),
 ]
 Until = Annotated[
     str | None,
@@ -79,9 +71,7 @@ def list_command(
     service: Service = None,
     category: Category = None,
     event_type: EventType = None,
-    status: Annotated[
-        str | None, typer.Option("--status", help="open, redriven or discarded.")
-    ] = None,
+    status: Annotated[str | None, typer.Option("--status", help="open, redriven or discarded.")] = None,
     since: Since = None,
     until: Until = None,
     limit: Annotated[int, typer.Option("--limit", help="At most this many (1..1000).")] = 100,
@@ -116,8 +106,7 @@ def list_command(
         )
     _table(rows)
     typer.echo(
-        f"{body['count']} dead letter(s)"
-        + (" (limit reached)" if body["count"] == body["limit"] else "")
+        f"{body['count']} dead letter(s)" + (" (limit reached)" if body["count"] == body["limit"] else "")
     )
 
 
@@ -186,9 +175,7 @@ def show_command(
 @app.command("redrive")
 def redrive_command(
     *,
-    letter_id: Annotated[
-        str | None, typer.Argument(help="One letter; omit it to redrive by filter.")
-    ] = None,
+    letter_id: Annotated[str | None, typer.Argument(help="One letter; omit it to redrive by filter.")] = None,
     reason: Reason = "",
     service: Service = None,
     category: Category = None,
@@ -221,18 +208,14 @@ def redrive_command(
                 _fail("name a letter id, or filters for a bulk redrive (see --help)", 2)
             if limit is not None:
                 filters["limit"] = str(limit)
-            answer = _call(
-                client, "POST", "/v1/dead-letters/redrive", json={**body, "filter": filters}
-            )
+            answer = _call(client, "POST", "/v1/dead-letters/redrive", json={**body, "filter": filters})
             done = answer["items"]
     if as_json:
         _echo_json(answer)
         return
     for item in done:
         detail = item["operation"]["detail"]
-        attempt = (
-            f" as attempt {detail['attempt']}" if detail.get("attempt") else " (bytes unchanged)"
-        )
+        attempt = f" as attempt {detail['attempt']}" if detail.get("attempt") else " (bytes unchanged)"
         typer.echo(f"redriven {item['letter']['id']} -> {detail['topic']}{attempt}")
     if letter_id is None:
         typer.echo(f"{len(done)} dead letter(s) redriven")

@@ -96,15 +96,11 @@ class CliError(Exception):
 
 
 def produce(
-    event_type: Annotated[
-        str, typer.Argument(help="Event type of the registry, e.g. invoice.received.")
-    ],
+    event_type: Annotated[str, typer.Argument(help="Event type of the registry, e.g. invoice.received.")],
     *,
     data: Annotated[
         str,
-        typer.Option(
-            "--data", "-d", help="The payload: @file.json, - for stdin, or inline JSON text."
-        ),
+        typer.Option("--data", "-d", help="The payload: @file.json, - for stdin, or inline JSON text."),
     ],
     workflow_id: Annotated[
         str | None,
@@ -159,9 +155,7 @@ def produce(
         topic = registry.physical_topic(event_type, envelope.priority)
         if dry_run:
             typer.echo(json.dumps(envelope.model_dump(mode="json"), indent=2, ensure_ascii=False))
-            typer.echo(
-                f"dry run: would publish to {topic} with key {envelope.workflow_id}", err=True
-            )
+            typer.echo(f"dry run: would publish to {topic} with key {envelope.workflow_id}", err=True)
             return
         with _quiet_client_logs():
             partition, offset = asyncio.run(publish_envelope(bootstrap, topic, envelope))
@@ -207,9 +201,7 @@ def build_envelope(
     and every invalid field by JSON pointer with what was expected and what came.
     """
     if not registry.knows(event_type):
-        raise CliError(
-            unknown_name_message("event type", event_type, registry.event_types()), EX_DATAERR
-        )
+        raise CliError(unknown_name_message("event type", event_type, registry.event_types()), EX_DATAERR)
     versions = registry.versions(event_type)
     version = schema_version or max(versions)
     if version not in versions:
@@ -229,9 +221,7 @@ def build_envelope(
     try:
         payload = model.model_validate(data)
     except ValidationError as exc:
-        raise CliError(
-            invalid_message(f"{event_type} v{version} payload", exc), EX_DATAERR
-        ) from None
+        raise CliError(invalid_message(f"{event_type} v{version} payload", exc), EX_DATAERR) from None
     event_id = uuid.uuid4()
     try:
         envelope = start_envelope(
@@ -369,9 +359,7 @@ def subscribe(
     ] = False,
     since: Annotated[
         str | None,
-        typer.Option(
-            "--since", help="Start at records this old: 90s, 15m, 1h, 2d, or an ISO time."
-        ),
+        typer.Option("--since", help="Start at records this old: 90s, 15m, 1h, 2d, or an ISO time."),
     ] = None,
     filters: Annotated[
         list[str] | None,
@@ -454,9 +442,7 @@ def resolve_target(registry: Registry, target: str) -> tuple[list[str], str | No
         return [target], None
     names = [*registry.event_types(), *registry.topics]
     names += [p for spec in registry.topics.values() for p in spec.physical_topics()]
-    raise CliError(
-        unknown_name_message("topic or event type", target, sorted(set(names))), EX_DATAERR
-    )
+    raise CliError(unknown_name_message("topic or event type", target, sorted(set(names))), EX_DATAERR)
 
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d|w)$")
@@ -471,9 +457,7 @@ def parse_since(text: str, now: datetime) -> datetime:
     try:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:
-        raise ValueError(
-            f"{text!r} is neither a duration (90s, 15m, 1h, 2d) nor an ISO time"
-        ) from None
+        raise ValueError(f"{text!r} is neither a duration (90s, 15m, 1h, 2d) nor an ISO time") from None
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
@@ -544,9 +528,7 @@ class Tail:
             await consumer.stop()
         return self.shown
 
-    async def _loop(
-        self, consumer: AIOKafkaConsumer, *, commit: bool, timeout_s: float | None
-    ) -> None:
+    async def _loop(self, consumer: AIOKafkaConsumer, *, commit: bool, timeout_s: float | None) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s if timeout_s is not None else None
         while not self._done():

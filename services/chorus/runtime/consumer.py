@@ -10,6 +10,7 @@ after the records' outcomes are committed in PostgreSQL.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 
@@ -137,9 +138,7 @@ class KafkaEdge(ConsumerRebalanceListener):  # type: ignore[misc]
         except (CommitFailedError, KafkaError) as exc:
             # A rebalance took the partitions; the new owner resumes from the last
             # successful commit and the inbox drops what we already handled.
-            log.warning(
-                "offset commit failed (%r); records will be redelivered and deduplicated", exc
-            )
+            log.warning("offset commit failed (%r); records will be redelivered and deduplicated", exc)
             return
         for tp, offset in offsets.items():
             self._offsets[tp].committed(offset)
@@ -171,10 +170,8 @@ class KafkaEdge(ConsumerRebalanceListener):  # type: ignore[misc]
                 work.cancelled = True  # not started yet: the next owner handles it
             self._offsets.pop(tp, None)
             self._paused.discard(tp)
-            try:
+            with contextlib.suppress(KeyError):  # never reported
                 self.metrics.consumer_lag.remove(tp.topic, str(tp.partition))
-            except KeyError:
-                pass  # never reported
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         for tp in assigned:

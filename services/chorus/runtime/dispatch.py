@@ -75,18 +75,17 @@ class Dispatcher:
 
     @property
     def queued(self) -> int:
-        return sum(len(q) for q in self._pending.values()) + sum(
-            len(q) for q in self._backlog.values()
-        )
+        return sum(len(q) for q in self._pending.values()) + sum(len(q) for q in self._backlog.values())
 
-    async def wait_idle(self, timeout: float | None = None) -> bool:
+    async def wait_idle(self, limit_s: float | None = None) -> bool:
+        """True once nothing runs or waits; False when ``limit_s`` passed first."""
         try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
+            await asyncio.wait_for(self._idle.wait(), limit_s)
             return True
         except TimeoutError:
             return False
 
-    def run_exclusive(self, key: str, job: Callable[[], Awaitable[None]]) -> None:
+    def run_exclusive(self, key: str, job: Callable[[], Awaitable[object]]) -> None:
         """Run ``job`` in ``key``'s lane (after its queued records), e.g. a parked-event drain."""
         record = Record(topic="", partition=-1, offset=-1, key=key.encode(), value=None)
         work = Work(record, "normal", on_done=lambda: None)

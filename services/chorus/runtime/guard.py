@@ -12,9 +12,7 @@ from collections import deque
 
 
 class DeadLetterGuard:
-    def __init__(
-        self, max_consecutive: int = 25, max_ratio: float = 0.5, window: int = 200
-    ) -> None:
+    def __init__(self, max_consecutive: int = 25, max_ratio: float = 0.5, window: int = 200) -> None:
         self.max_consecutive = max_consecutive
         self.max_ratio = max_ratio
         self.window = window

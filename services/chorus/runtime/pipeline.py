@@ -184,9 +184,7 @@ class Pipeline:
         elif isinstance(event.payload, EventDiscarded):
             await self._on_discarded(event.envelope, event.payload)
         elif self.spec.handler_for(event.event_type) is not None:
-            await self._process(
-                event, rec, attempt=event.envelope.attempt, failures=[], via="delivery"
-            )
+            await self._process(event, rec, attempt=event.envelope.attempt, failures=[], via="delivery")
         else:
             return  # another service's event on a shared topic
         self.metrics.handle_latency.labels(event.event_type).observe(time.perf_counter() - started)
@@ -212,18 +210,14 @@ class Pipeline:
                 row.timestamp_ms,
             )
             try:
-                event = decode(
-                    rec.value, self.registry, accept=self.accept, max_bytes=self.max_bytes
-                )
+                event = decode(rec.value, self.registry, accept=self.accept, max_bytes=self.max_bytes)
             except DecodeError:  # it decoded when parked; the registry changed under it
                 event = None
             if event is None:
                 async with self.pool.acquire() as conn, conn.transaction():
                     await self.store.unpark(conn, row.id)
                 continue
-            await self._process(
-                event, rec, attempt=row.attempt, failures=[], via="drain", parked_id=row.id
-            )
+            await self._process(event, rec, attempt=row.attempt, failures=[], via="drain", parked_id=row.id)
 
     # -- control messages -------------------------------------------------------------------
 
@@ -232,15 +226,11 @@ class Pipeline:
             return
         original = record_from_original(due.original)
         try:
-            event = decode(
-                original.value, self.registry, accept=self.accept, max_bytes=self.max_bytes
-            )
+            event = decode(original.value, self.registry, accept=self.accept, max_bytes=self.max_bytes)
         except DecodeError as exc:
             await self._dead_letter_poison(original, exc)
             return
-        await self._process(
-            event, original, attempt=due.attempt, failures=list(due.failures), via="retry"
-        )
+        await self._process(event, original, attempt=due.attempt, failures=list(due.failures), via="retry")
 
     async def _on_discarded(self, envelope: Envelope, msg: EventDiscarded) -> None:
         if msg.service != self.spec.name or msg.consumer_group != self.group:
@@ -468,10 +458,7 @@ class Pipeline:
                     "in ServiceSpec.produces (and the registry does not list it as a producer)"
                 )
         for timer in outcome.timers:
-            if (
-                isinstance(timer, ScheduleTimer)
-                and timer.event.event_type not in self.spec.produces
-            ):
+            if isinstance(timer, ScheduleTimer) and timer.event.event_type not in self.spec.produces:
                 raise PersistentError(
                     f"{self.spec.name} schedules {timer.event.event_type} without declaring it"
                 )
@@ -546,9 +533,7 @@ class Pipeline:
             ]
         else:
             outcome_name = REVIEW
-            messages = [
-                self._review_message(env, result.errors, route.semantic_attempts, now, traceparent)
-            ]
+            messages = [self._review_message(env, result.errors, route.semantic_attempts, now, traceparent)]
         if isinstance(result, _Succeeded | _Review):
             self.guard.record_success()
 
@@ -656,9 +641,7 @@ class Pipeline:
         self.metrics.dead_letters.labels(exc.category).inc()
         log.error(
             "dead-lettered an undecodable record",
-            extra=fields(
-                topic=rec.topic, partition=rec.partition, offset=rec.offset, error=str(exc)
-            ),
+            extra=fields(topic=rec.topic, partition=rec.partition, offset=rec.offset, error=str(exc)),
         )
 
     def _guard_dead_letter(self) -> None:
@@ -734,9 +717,7 @@ class Pipeline:
             else:
                 assert isinstance(timer, RescheduleTimer)
                 command = TimerReschedule(timer_id=timer_id, due_at=timer.due_at)
-            messages.append(
-                self._message(self._child(env, command, now, f"timer-cmd/{index}", traceparent))
-            )
+            messages.append(self._message(self._child(env, command, now, f"timer-cmd/{index}", traceparent)))
         return messages
 
     def _retry_message(
@@ -767,9 +748,7 @@ class Pipeline:
             ),
             purpose="retry",
         )
-        return self._message(
-            self._child(env, schedule, now, f"retry-timer/{attempt + 1}", traceparent)
-        )
+        return self._message(self._child(env, schedule, now, f"retry-timer/{attempt + 1}", traceparent))
 
     def _dead_letter_message(
         self,

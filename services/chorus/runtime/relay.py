@@ -11,6 +11,7 @@ the copies by event id (inbox), which is what makes the whole effectively-once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import zlib
 
@@ -84,10 +85,8 @@ class OutboxRelay:
                 sent = await self.publish_batch()
                 if sent == 0:
                     self._wake.clear()
-                    try:
+                    with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._wake.wait(), self.poll_interval_s)
-                    except TimeoutError:
-                        pass
         finally:
             self.is_leader = False
             await conn.close()  # releases the advisory lock
@@ -109,8 +108,7 @@ class OutboxRelay:
         # send() only enqueues; the idempotent producer keeps per-partition order,
         # so all sends go out before any is awaited.
         futures = [
-            await self.producer.send(r.topic, r.value, key=r.key, headers=list(r.headers))
-            for r in rows
+            await self.producer.send(r.topic, r.value, key=r.key, headers=list(r.headers)) for r in rows
         ]
         await asyncio.gather(*futures)
         for r in rows:
@@ -125,9 +123,7 @@ class OutboxRelay:
         while loop.time() < deadline:
             if await self.publish_batch() == 0:
                 return
-        log.warning(
-            "outbox not empty after %.0fs of flushing; the next start publishes the rest", timeout_s
-        )
+        log.warning("outbox not empty after %.0fs of flushing; the next start publishes the rest", timeout_s)
 
     def stop(self) -> None:
         self._stopping = True

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 from collections.abc import AsyncIterator
@@ -37,6 +38,7 @@ from chorus.service import RuntimeHandle, ServiceSpec
 from chorus.settings import ChorusSettings
 from chorus.store import ServiceStore
 from chorus.tracing import setup_tracing
+from chorus_contracts.envelope import Priority
 
 log = logging.getLogger("chorus.runner")
 
@@ -97,6 +99,7 @@ class ServiceRunner:
         self._stack = AsyncExitStack()
         self._stopped = asyncio.Event()
         self.fatal: BaseException | None = None
+        self._fatal_event = asyncio.Event()
 
     # -- topology --------------------------------------------------------------------------
 
@@ -112,8 +115,9 @@ class ServiceRunner:
         spec = self.registry.topic_of_physical(physical_topic)
         if spec is None or not spec.lanes:
             return "normal"
-        for lane in ("high", "low"):
-            if physical_topic == spec.physical_topic(lane):  # type: ignore[arg-type]
+        lanes: tuple[Priority, ...] = ("high", "low")
+        for lane in lanes:
+            if physical_topic == spec.physical_topic(lane):
                 return lane
         return "normal"
 
@@ -163,9 +167,7 @@ class ServiceRunner:
             max_bytes=s.max_event_bytes,
             on_outbox=self.relay.wake,
         )
-        self.dispatcher = Dispatcher(
-            self.pipeline.handle, concurrency=s.concurrency, on_fatal=self._on_fatal
-        )
+        self.dispatcher = Dispatcher(self.pipeline.handle, concurrency=s.concurrency, on_fatal=self._on_fatal)
         consumer = make_consumer(
             s.kafka_bootstrap,
             group_id=self.group,
@@ -207,9 +209,7 @@ class ServiceRunner:
             asyncio.create_task(self.edge.run(), name="poll-loop"),
             asyncio.create_task(self._housekeeping(), name="housekeeping"),
             *(
-                asyncio.create_task(
-                    worker(self.handle), name=f"worker:{getattr(worker, '__name__', 'w')}"
-                )
+                asyncio.create_task(worker(self.handle), name=f"worker:{getattr(worker, '__name__', 'w')}")
                 for worker in self.spec.workers
             ),
         ]
@@ -234,9 +234,7 @@ class ServiceRunner:
         self.edge.stop_polling()
         finished = await self.dispatcher.wait_idle(self.settings.shutdown_grace_s)
         if not finished:
-            log.warning(
-                "in-flight records did not finish within the grace period; they will be redelivered"
-            )
+            log.warning("in-flight records did not finish within the grace period; they will be redelivered")
         await self.dispatcher.close()
         await self.relay.flush()
         self.relay.stop()
@@ -266,12 +264,12 @@ class ServiceRunner:
         return 3 if self.fatal else 0
 
     async def _wait_fatal(self) -> None:
-        while self.fatal is None:
-            await asyncio.sleep(0.2)
+        await self._fatal_event.wait()
 
     def _on_fatal(self, exc: BaseException) -> None:
         if self.fatal is None:
             self.fatal = exc
+            self._fatal_event.set()
             log.critical("stopping the consumer: %s", exc)
             if self.edge:
                 self.edge.stop_polling()
@@ -293,10 +291,8 @@ class ServiceRunner:
                     self.metrics.outbox_backlog.set(await self.store.outbox_backlog(conn))
                     stranded = await self.store.workflows_to_drain(conn)
                 for workflow_id in stranded:
-                    pipeline = self.pipeline
                     self.dispatcher.run_exclusive(
-                        workflow_id,
-                        lambda w=workflow_id: pipeline.drain(w),  # type: ignore[misc]
+                        workflow_id, functools.partial(self.pipeline.drain, workflow_id)
                     )
             except (OSError, asyncpg.PostgresError) as exc:
                 log.warning("housekeeping skipped a round: %r", exc)

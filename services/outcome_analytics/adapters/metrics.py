@@ -43,8 +43,7 @@ class ViewCollector:
         )
         dead = GaugeMetricFamily(
             f"{PREFIX}_dead_letters",
-            "Dead-lettered records by error category, under their workflow's type"
-            " ('unknown' when not known)",
+            "Dead-lettered records by error category, under their workflow's type ('unknown' when not known)",
             labels=["workflow_type", "category"],
         )
         duration = Metric(
@@ -60,12 +59,8 @@ class ViewCollector:
             for category, count in total.dead_lettered.items():
                 dead.add_metric([workflow_type, category], count)
             labels = {"workflow_type": workflow_type}
-            duration.add_sample(
-                f"{PREFIX}_workflow_duration_seconds_count", labels, len(total.durations)
-            )
-            duration.add_sample(
-                f"{PREFIX}_workflow_duration_seconds_sum", labels, sum(total.durations)
-            )
+            duration.add_sample(f"{PREFIX}_workflow_duration_seconds_count", labels, len(total.durations))
+            duration.add_sample(f"{PREFIX}_workflow_duration_seconds_sum", labels, sum(total.durations))
             if total.durations:
                 for p in PERCENTILES:
                     duration.add_sample(

@@ -25,9 +25,7 @@ class PaymentClient:
     ExternalRejection (the provider refused this payment).
     """
 
-    def __init__(
-        self, client: httpx.AsyncClient, base_url: str, api_key: str, timeout_s: float
-    ) -> None:
+    def __init__(self, client: httpx.AsyncClient, base_url: str, api_key: str, timeout_s: float) -> None:
         self.client = client
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key

@@ -141,14 +141,11 @@ async def claim_due(conn: asyncpg.Connection, now: datetime, limit: int) -> list
         limit,
     )
     return [
-        DueTimer(r["timer_id"], r["due_at"], r["topic"], r["key"], json.loads(r["envelope"]))
-        for r in rows
+        DueTimer(r["timer_id"], r["due_at"], r["topic"], r["key"], json.loads(r["envelope"])) for r in rows
     ]
 
 
-async def mark_fired(
-    conn: asyncpg.Connection, fired: list[tuple[str, float]], now: datetime
-) -> None:
+async def mark_fired(conn: asyncpg.Connection, fired: list[tuple[str, float]], now: datetime) -> None:
     await conn.executemany(
         f"""UPDATE {SCHEMA}.timers SET status = '{FIRED}', fired_at = $3, lateness_ms = $2,
                 updated_at = $3 WHERE timer_id = $1""",
@@ -164,6 +161,4 @@ async def next_due(conn: asyncpg.Connection) -> datetime | None:
 
 
 async def pending_count(conn: asyncpg.Connection) -> int:
-    return int(
-        await conn.fetchval(f"SELECT count(*) FROM {SCHEMA}.timers WHERE status = '{PENDING}'")
-    )
+    return int(await conn.fetchval(f"SELECT count(*) FROM {SCHEMA}.timers WHERE status = '{PENDING}'"))
