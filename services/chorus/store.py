@@ -151,6 +151,9 @@ class ServiceStore:
             # The relay scans only undispatched rows; this keeps that scan small
             # however many dispatched rows wait for the janitor.
             f"CREATE INDEX IF NOT EXISTS outbox_pending ON {s}.outbox (id) WHERE dispatched_at IS NULL",
+            # Retention and erasure delete one workflow's rows across every service.
+            f"CREATE INDEX IF NOT EXISTS inbox_by_workflow ON {s}.inbox (workflow_id)",
+            f"CREATE INDEX IF NOT EXISTS outbox_by_workflow ON {s}.outbox (workflow_id)",
             f"""CREATE TABLE IF NOT EXISTS {s}.parked (
                 id bigserial PRIMARY KEY,
                 workflow_id text NOT NULL,

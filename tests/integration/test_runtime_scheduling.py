@@ -163,3 +163,27 @@ async def test_metrics_endpoint_reports_the_four_numbers(
     assert 'chorus_failures_total{category="persistent",event_type="test.task_submitted"} 1.0' in text
     assert f'chorus_consumer_lag{{partition="0",topic="{topic}"}}' in text
     assert "chorus_outbox_backlog" in text
+
+
+async def test_published_outbox_rows_are_purged_after_their_keep_time(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, pg: asyncpg.Connection, unique: str
+) -> None:
+    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
+    topic = registry.physical_topic("test.task_submitted")
+    name = f"svc_{unique}"
+    await publish(kafka_bootstrap, topic, [envelope(TaskSubmitted(task=f"p{i}")) for i in range(5)])
+    settings = ServiceSettings(
+        kafka_bootstrap=kafka_bootstrap, database_url=database_url, log_json=False, outbox_keep_s=0
+    )
+    async with running(make_spec(name), settings, registry=registry):
+        await read_topic(kafka_bootstrap, [topic], until=lambda rs: len(events_of(rs, "test.task_done")) >= 5)
+
+        async def outbox_rows() -> int:
+            return int(await pg.fetchval(f"SELECT count(*) FROM {name}.outbox"))
+
+        await wait_until(lambda: _is_zero(outbox_rows()), timeout_s=30, what="published rows purged")
+    assert await pg.fetchval(f"SELECT count(*) FROM {name}.inbox") == 5  # dedupe memory stays
+
+
+async def _is_zero(value: Any) -> bool:
+    return bool(await value == 0)

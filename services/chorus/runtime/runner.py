@@ -15,6 +15,7 @@ import logging
 import signal
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,8 @@ class ServiceSettings(ChorusSettings):
     max_event_bytes: int = 1_048_576
     dead_letter_guard_consecutive: int = 25
     db_pool_size: int = 10
+    outbox_keep_s: float = 3600.0
+    """Published outbox rows are kept this long (for inspection), then deleted."""
 
 
 class ServiceRunner:
@@ -290,6 +293,9 @@ class ServiceRunner:
                 async with self.pool.acquire() as conn:
                     self.metrics.outbox_backlog.set(await self.store.outbox_backlog(conn))
                     stranded = await self.store.workflows_to_drain(conn)
+                    await self.store.purge_dispatched(
+                        conn, self.clock.now() - timedelta(seconds=self.settings.outbox_keep_s)
+                    )
                 for workflow_id in stranded:
                     self.dispatcher.run_exclusive(
                         workflow_id, functools.partial(self.pipeline.drain, workflow_id)
