@@ -18,6 +18,7 @@ import asyncpg
 import pytest
 
 from chorus.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
+from tests.support.registry import delete_created_topics
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,11 +39,12 @@ def _start(script: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap() -> Iterator[str]:
+async def kafka_bootstrap() -> AsyncIterator[str]:
     bootstrap = os.environ.get("CHORUS_KAFKA_BOOTSTRAP", LOCAL_KAFKA)
     if "CHORUS_KAFKA_BOOTSTRAP" not in os.environ:
         _start("kafka.sh")
     yield bootstrap
+    await delete_created_topics(bootstrap)
 
 
 @pytest.fixture(scope="session")

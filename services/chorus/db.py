@@ -22,9 +22,17 @@ def ident(name: str) -> str:
     return name
 
 
+async def _keep_session(_: asyncpg.Connection) -> None:
+    """Chorus keeps no session state on pooled connections (advisory locks and LISTEN
+    live on dedicated connections), so the reset round trip asyncpg does on every
+    release is pure cost; an open transaction is still rolled back by asyncpg itself."""
+
+
 async def create_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
     try:
-        pool = await asyncpg.create_pool(url, min_size=min_size, max_size=max_size, command_timeout=60)
+        pool = await asyncpg.create_pool(
+            url, min_size=min_size, max_size=max_size, command_timeout=60, reset=_keep_session
+        )
     except (OSError, asyncpg.PostgresError) as exc:
         raise ConnectionError(
             f"cannot connect to PostgreSQL at {redact(url)}: {exc}. Is it running? Try `make up`."

@@ -93,6 +93,41 @@ class ConflictError(Exception):
     """Another replica (or an earlier delivery) changed the workflow first; reload and retry."""
 
 
+@dataclass(frozen=True)
+class StepWrite:
+    """Everything one handled event commits: inbox outcome, checkpoint, outbox rows, unpark."""
+
+    group: str
+    event_id: uuid.UUID
+    attempt: int
+    outcome: str
+    event_type: str | None
+    workflow_id: str | None
+    workflow_type: str
+    now: datetime
+    from_parked: bool
+    state_mode: int
+    """0: no checkpoint write; 1: insert the first checkpoint; 2: update at expected_revision."""
+    state: dict[str, Any] | None
+    state_version: int
+    expected_revision: int | None
+    parked_on: uuid.UUID | None
+    subject_ref: str | None
+    messages: Sequence[OutboxMessage]
+    parked_id: int | None
+
+
+SHARED_DDL_LOCK = "chorus-ddl-shared"
+
+# Raised inside the step statement to undo its inbox and outbox writes when the
+# checkpoint moved (SQLSTATE 40001, so it reads as the serialization conflict it is).
+CONFLICT_FUNCTION = """
+CREATE OR REPLACE FUNCTION chorus.step_conflict(what text) RETURNS int LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION 'chorus step conflict: %', what USING ERRCODE = '40001';
+END $$"""
+
+
 def _encode_headers(headers: Sequence[tuple[str, bytes]]) -> str:
     return json.dumps([[k, v.hex()] for k, v in headers])
 
@@ -170,6 +205,9 @@ class ServiceStore:
         ]
 
     async def migrate(self, conn: asyncpg.Connection) -> None:
+        # Objects every service shares take one lock (services start together and
+        # CREATE OR REPLACE FUNCTION is not safe to run concurrently).
+        await apply_ddl(conn, SHARED_DDL_LOCK, ["CREATE SCHEMA IF NOT EXISTS chorus", CONFLICT_FUNCTION])
         await apply_ddl(conn, f"chorus-ddl-{self.schema}", self.ddl())
 
     # -- reads ---------------------------------------------------------------------
@@ -179,6 +217,38 @@ class ServiceStore:
     ) -> Loaded:
         row = await conn.fetchrow(self._load_sql, group, event_id, workflow_id)
         assert row is not None
+        inbox = InboxRow(row["outcome"], row["attempt"]) if row["outcome"] is not None else None
+        state = None
+        if row["revision"] is not None:
+            state = StateRow(
+                json.loads(row["state"]) if row["state"] is not None else None,
+                row["state_version"],
+                row["revision"],
+                row["parked_on"],
+            )
+        return Loaded(inbox, state, row["has_parked"])
+
+    async def load_many(
+        self, conn: asyncpg.Connection, group: str, keys: Sequence[tuple[uuid.UUID, str]]
+    ) -> list[Loaded]:
+        """:meth:`load` for many (event id, workflow id) pairs in one round trip, in order."""
+        s = self.schema
+        rows = await conn.fetch(
+            f"""SELECT t.n, i.outcome, i.attempt,
+                       st.state::text AS state, st.state_version, st.revision, st.parked_on,
+                       EXISTS (SELECT 1 FROM {s}.parked p WHERE p.workflow_id = t.wf) AS has_parked
+                FROM unnest($2::uuid[], $3::text[]) WITH ORDINALITY AS t(eid, wf, n)
+                LEFT JOIN {s}.inbox i ON i.consumer_group = $1 AND i.event_id = t.eid
+                LEFT JOIN {s}.state st ON st.workflow_id = t.wf
+                ORDER BY t.n""",
+            group,
+            [k[0] for k in keys],
+            [k[1] for k in keys],
+        )
+        return [self._loaded(row) for row in rows]
+
+    @staticmethod
+    def _loaded(row: Any) -> Loaded:
         inbox = InboxRow(row["outcome"], row["attempt"]) if row["outcome"] is not None else None
         state = None
         if row["revision"] is not None:
@@ -292,6 +362,188 @@ class ServiceStore:
                 for m in messages
             ],
         )
+
+    async def commit_step(self, conn: asyncpg.Connection, w: StepWrite) -> None:
+        """All of a step's writes in ONE statement (one round trip, atomic without BEGIN/COMMIT).
+
+        Every write is conditional on the inbox claim, so a duplicate writes nothing;
+        a checkpoint that moved since it was loaded aborts the whole statement.
+        Raises ConflictError in both cases: the caller reloads and decides again.
+        """
+        try:
+            row = await conn.fetchrow(self._step_sql, *self._step_args(w))
+        except asyncpg.SerializationError as exc:
+            raise ConflictError(f"workflow {w.workflow_id} changed concurrently") from exc
+        assert row is not None
+        if row["claimed"] == 0:
+            raise ConflictError("inbox row taken by a concurrent delivery")
+
+    async def commit_steps(self, conn: asyncpg.Connection, writes: Sequence[StepWrite]) -> None:
+        """Many steps (of different workflows) in ONE statement: all commit, or none.
+
+        Any duplicate or moved checkpoint aborts the whole statement with ConflictError;
+        the caller then commits the steps one by one to find out which one it was.
+        """
+        if len(writes) == 1:
+            await self.commit_step(conn, writes[0])
+            return
+        args = self._batch_args(writes)
+        try:
+            await conn.fetchval(self._batch_sql, *args)
+        except (asyncpg.SerializationError, asyncpg.CardinalityViolationError) as exc:
+            # A moved checkpoint, a duplicate, or one event twice in the batch.
+            raise ConflictError("a step of the batch conflicted") from exc
+
+    @property
+    def _batch_sql(self) -> str:
+        s = self.schema
+        return f"""
+        WITH items AS (
+          SELECT * FROM unnest($1::text[], $2::uuid[], $3::int[], $4::text[], $5::text[], $6::text[],
+                               $7::timestamptz[], $8::bool[], $9::text[], $10::text[], $11::int[],
+                               $12::int[], $13::uuid[], $14::text[], $15::bigint[], $16::bigint[])
+            AS t(grp, event_id, attempt, outcome, event_type, workflow_id, at, from_parked,
+                 workflow_type, state, state_version, mode, parked_on, subject_ref, rev, parked_id)),
+        claim AS (
+          INSERT INTO {s}.inbox AS i
+            (consumer_group, event_id, attempt, outcome, event_type, workflow_id, processed_at)
+          SELECT grp, event_id, attempt, outcome, event_type, workflow_id, at FROM items
+          ON CONFLICT (consumer_group, event_id) DO UPDATE
+            SET attempt = EXCLUDED.attempt, outcome = EXCLUDED.outcome,
+                processed_at = EXCLUDED.processed_at
+            WHERE (i.outcome IN ('{RETRYING}', '{DEAD_LETTERED}') AND i.attempt < EXCLUDED.attempt)
+               OR (i.outcome = '{PARKED}' AND EXISTS (
+                     SELECT 1 FROM items x WHERE x.event_id = EXCLUDED.event_id AND x.from_parked))
+          RETURNING 1),
+        first_state AS (
+          INSERT INTO {s}.state (workflow_id, workflow_type, state, state_version, revision,
+                                 parked_on, subject_ref, created_at, updated_at)
+          SELECT workflow_id, workflow_type, state::jsonb, state_version, 1, parked_on, subject_ref, at, at
+          FROM items WHERE mode = 1
+          ON CONFLICT (workflow_id) DO NOTHING
+          RETURNING 1),
+        next_state AS (
+          UPDATE {s}.state st SET state = it.state::jsonb, state_version = it.state_version,
+                 revision = st.revision + 1, parked_on = it.parked_on,
+                 subject_ref = coalesce(it.subject_ref, st.subject_ref), updated_at = it.at
+          FROM items it
+          WHERE it.mode = 2 AND st.workflow_id = it.workflow_id AND st.revision = it.rev
+          RETURNING 1),
+        outbox AS (
+          INSERT INTO {s}.outbox (topic, key, value, headers, event_id, workflow_id)
+          SELECT u.topic, u.key, u.value, u.headers::jsonb, u.event_id, u.workflow_id
+          FROM unnest($17::text[], $18::bytea[], $19::bytea[], $20::text[], $21::uuid[], $22::text[])
+               WITH ORDINALITY AS u(topic, key, value, headers, event_id, workflow_id, n)
+          ORDER BY u.n
+          RETURNING 1),
+        unparked AS (
+          DELETE FROM {s}.parked WHERE id IN (SELECT parked_id FROM items WHERE parked_id IS NOT NULL)
+          RETURNING 1)
+        SELECT CASE WHEN (SELECT count(*) FROM claim) <> $23
+                      OR (SELECT count(*) FROM first_state) + (SELECT count(*) FROM next_state) <> $24
+                    THEN chorus.step_conflict('batch') ELSE (SELECT count(*) FROM outbox) END"""
+
+    @staticmethod
+    def _batch_args(writes: Sequence[StepWrite]) -> list[Any]:
+        messages = [m for w in writes for m in w.messages]
+        return [
+            [w.group for w in writes],
+            [w.event_id for w in writes],
+            [w.attempt for w in writes],
+            [w.outcome for w in writes],
+            [w.event_type for w in writes],
+            [w.workflow_id for w in writes],
+            [w.now for w in writes],
+            [w.from_parked for w in writes],
+            [w.workflow_type for w in writes],
+            [json.dumps(w.state) if w.state is not None else None for w in writes],
+            [w.state_version for w in writes],
+            [w.state_mode for w in writes],
+            [w.parked_on for w in writes],
+            [w.subject_ref for w in writes],
+            [w.expected_revision for w in writes],
+            [w.parked_id for w in writes],
+            [m.topic for m in messages],
+            [m.key for m in messages],
+            [m.value for m in messages],
+            [_encode_headers(m.headers) for m in messages],
+            [m.event_id for m in messages],
+            [m.workflow_id for m in messages],
+            len(writes),
+            sum(1 for w in writes if w.state_mode != 0),
+        ]
+
+    @property
+    def _step_sql(self) -> str:
+        s = self.schema
+        return f"""
+        WITH claim AS (
+          INSERT INTO {s}.inbox AS i
+            (consumer_group, event_id, attempt, outcome, event_type, workflow_id, processed_at)
+          VALUES ($1, $2, $3, $4, $5, $6, $7)
+          ON CONFLICT (consumer_group, event_id) DO UPDATE
+            SET attempt = EXCLUDED.attempt, outcome = EXCLUDED.outcome,
+                processed_at = EXCLUDED.processed_at
+            WHERE (i.outcome IN ('{RETRYING}', '{DEAD_LETTERED}') AND i.attempt < EXCLUDED.attempt)
+               OR (i.outcome = '{PARKED}' AND $8)
+          RETURNING 1),
+        first_state AS (
+          INSERT INTO {s}.state (workflow_id, workflow_type, state, state_version, revision,
+                                 parked_on, subject_ref, created_at, updated_at)
+          SELECT $6, $9, $10::jsonb, $11, 1, $13, $14, $7, $7
+          WHERE $12 = 1 AND EXISTS (SELECT 1 FROM claim)
+          ON CONFLICT (workflow_id) DO NOTHING
+          RETURNING revision),
+        next_state AS (
+          UPDATE {s}.state SET state = $10::jsonb, state_version = $11, revision = revision + 1,
+                 parked_on = $13, subject_ref = coalesce($14, subject_ref), updated_at = $7
+          WHERE $12 = 2 AND workflow_id = $6 AND revision = $15 AND EXISTS (SELECT 1 FROM claim)
+          RETURNING revision),
+        outbox AS (
+          INSERT INTO {s}.outbox (topic, key, value, headers, event_id, workflow_id)
+          SELECT u.topic, u.key, u.value, u.headers::jsonb, u.event_id, u.workflow_id
+          FROM unnest($16::text[], $17::bytea[], $18::bytea[], $19::text[], $20::uuid[], $21::text[])
+               WITH ORDINALITY AS u(topic, key, value, headers, event_id, workflow_id, n)
+          WHERE EXISTS (SELECT 1 FROM claim)
+          ORDER BY u.n
+          RETURNING 1),
+        unparked AS (
+          DELETE FROM {s}.parked WHERE id = $22 AND EXISTS (SELECT 1 FROM claim) RETURNING 1)
+        SELECT (SELECT count(*) FROM claim) AS claimed,
+               CASE WHEN $12 <> 0 AND EXISTS (SELECT 1 FROM claim)
+                         AND NOT EXISTS (SELECT 1 FROM first_state)
+                         AND NOT EXISTS (SELECT 1 FROM next_state)
+                    THEN chorus.step_conflict('checkpoint moved') ELSE 0 END AS guard,
+               (SELECT count(*) FROM outbox) AS outboxed,
+               (SELECT count(*) FROM unparked) AS unparked"""
+
+    @staticmethod
+    def _step_args(w: StepWrite) -> list[Any]:
+        m = w.messages
+        return [
+            w.group,
+            w.event_id,
+            w.attempt,
+            w.outcome,
+            w.event_type,
+            w.workflow_id,
+            w.now,
+            w.from_parked,
+            w.workflow_type,
+            json.dumps(w.state) if w.state is not None else None,
+            w.state_version,
+            w.state_mode,
+            w.parked_on,
+            w.subject_ref,
+            w.expected_revision,
+            [x.topic for x in m],
+            [x.key for x in m],
+            [x.value for x in m],
+            [_encode_headers(x.headers) for x in m],
+            [x.event_id for x in m],
+            [x.workflow_id for x in m],
+            w.parked_id,
+        ]
 
     # -- parking --------------------------------------------------------------------------
 

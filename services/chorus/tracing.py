@@ -13,6 +13,7 @@ import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
@@ -67,6 +68,12 @@ def setup_tracing(service: str, version: str) -> None:
     trace.set_tracer_provider(_provider)
 
 
+@cache
+def _tracer() -> trace.Tracer:
+    # Looked up once: get_tracer builds a new instrumentation scope on every call.
+    return trace.get_tracer("chorus.runtime")
+
+
 @contextmanager
 def handling_span(
     service: str, event_type: str, traceparent: str, attributes: dict[str, str]
@@ -76,7 +83,7 @@ def handling_span(
     The span id the runtime puts into emitted events is this span's id, so a
     trace viewer shows the chain hop by hop.
     """
-    tracer = trace.get_tracer("chorus.runtime")
+    tracer = _tracer()
     parent = TraceContext.parse(traceparent)
     context = None
     if parent is not None:

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import yaml
+from aiokafka.admin import AIOKafkaAdminClient
 
 from chorus.kafka import ensure_topics
 from chorus.registry import Registry, load_registry
@@ -18,7 +19,17 @@ from tests.support.events import TEST_TOPIC_YAML
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
 
-def isolated_schemas(tmp: Path, suffix: str, *, with_test_topic: bool = True) -> Path:
+# Topics this test process created; conftest deletes them when the session ends, so
+# the shared local broker does not accumulate thousands of partitions (each one
+# holds open files: the broker died of "Too many open files" before this).
+CREATED_TOPICS: list[str] = []
+
+
+def isolated_schemas(
+    tmp: Path, suffix: str, *, with_test_topic: bool = True, partitions: int | None = 1
+) -> Path:
+    """A copy of the registry with unique topic names; ``partitions`` overrides every topic's
+    partition count (1 keeps the broker light; None keeps the registry's counts)."""
     root = tmp / f"schemas-{suffix}"
     shutil.copytree(SCHEMAS, root)
     topics = root / "topics"
@@ -27,6 +38,8 @@ def isolated_schemas(tmp: Path, suffix: str, *, with_test_topic: bool = True) ->
     for path in list(topics.glob("*.yaml")):
         data = yaml.safe_load(path.read_text())
         data["topic"] = f"{data['topic']}.t{suffix}"
+        if partitions is not None:
+            data["partitions"] = partitions
         path.unlink()
         (topics / f"{data['topic']}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     return root
@@ -38,10 +51,26 @@ async def provision(registry: Registry, bootstrap: str) -> None:
         for spec in registry.topics.values()
         for physical in spec.physical_topics()
     ]
+    CREATED_TOPICS.extend(name for name, _ in wanted)
     await ensure_topics(bootstrap, wanted)
 
 
-async def isolated_registry(tmp: Path, suffix: str, bootstrap: str) -> Registry:
-    registry = load_registry(isolated_schemas(tmp, suffix))
+async def delete_created_topics(bootstrap: str) -> None:
+    if not CREATED_TOPICS:
+        return
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="chorus-tests-cleanup")
+    await admin.start()
+    try:
+        for start in range(0, len(CREATED_TOPICS), 100):
+            await admin.delete_topics(CREATED_TOPICS[start : start + 100])
+    finally:
+        await admin.close()
+    CREATED_TOPICS.clear()
+
+
+async def isolated_registry(
+    tmp: Path, suffix: str, bootstrap: str, *, partitions: int | None = 1
+) -> Registry:
+    registry = load_registry(isolated_schemas(tmp, suffix, partitions=partitions))
     await provision(registry, bootstrap)
     return registry

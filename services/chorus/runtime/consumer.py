@@ -47,7 +47,9 @@ class KafkaEdge(ConsumerRebalanceListener):  # type: ignore[misc]
         self.commit_interval_s = commit_interval_s
         self.poll_records = poll_records
         self._offsets: dict[TopicPartition, PartitionOffsets] = {}
-        self._works: dict[TopicPartition, list[Work]] = {}
+        # Records handed to the dispatcher and not finished yet, per partition, so a
+        # revocation can cancel those that have not started (finished ones leave at once).
+        self._works: dict[TopicPartition, dict[int, Work]] = {}
         self._paused: set[TopicPartition] = set()
         self._stopping = False
         self.rebalances = 0
@@ -97,15 +99,16 @@ class KafkaEdge(ConsumerRebalanceListener):  # type: ignore[misc]
             timestamp_ms=r.timestamp,  # type: ignore[attr-defined]
         )
         tracker.track(record.offset)
-        works = self._works.setdefault(tp, [])
+        works = self._works.setdefault(tp, {})
 
-        def done(t: PartitionOffsets = tracker, offset: int = record.offset) -> None:
+        def done(
+            t: PartitionOffsets = tracker, offset: int = record.offset, w: dict[int, Work] = works
+        ) -> None:
             t.finish(offset)
+            w.pop(offset, None)
 
         work = Work(record, self.priority_of(record.topic), on_done=done)
-        works.append(work)
-        if len(works) > 4 * self.max_buffered:  # forget finished ones now and then
-            self._works[tp] = [w for w in works if not w.cancelled]
+        works[record.offset] = work
         self.dispatcher.submit(work)
 
     def _apply_backpressure(self) -> None:
@@ -166,7 +169,7 @@ class KafkaEdge(ConsumerRebalanceListener):  # type: ignore[misc]
         self.rebalances += 1
         await self.commit()
         for tp in revoked:
-            for work in self._works.pop(tp, []):
+            for work in self._works.pop(tp, {}).values():
                 work.cancelled = True  # not started yet: the next owner handles it
             self._offsets.pop(tp, None)
             self._paused.discard(tp)

@@ -41,6 +41,7 @@ from chorus.metrics import Metrics
 from chorus.outbox import outbox_message
 from chorus.registry import Registry
 from chorus.runtime.backoff import full_jitter
+from chorus.runtime.coalesce import Coalescer
 from chorus.runtime.guard import DeadLetterGuard
 from chorus.runtime.records import Record, record_from_original, to_original
 from chorus.service import (
@@ -65,6 +66,7 @@ from chorus.store import (
     OutboxMessage,
     ServiceStore,
     StateRow,
+    StepWrite,
 )
 from chorus.tracing import handling_span, span_traceparent
 from chorus_contracts.base import EventModel
@@ -159,6 +161,35 @@ class Pipeline:
         self.rng = rng or random.Random()
         self.producer = ProducerRef(service=spec.name, version=spec.version)
         self.accept = {**spec.consumes(), "retry.due": 1, "event.discarded": 1}
+        # Concurrent lanes share round trips: loads and commits go in batches.
+        self._loads: Coalescer[tuple[uuid.UUID, str], Loaded] = Coalescer(self._load_batch)
+        self._commits: Coalescer[StepWrite, None] = Coalescer(self._commit_batch)
+
+    async def close(self) -> None:
+        await self._loads.close()
+        await self._commits.close()
+
+    async def _load_batch(self, keys: list[tuple[uuid.UUID, str]]) -> list[Loaded | BaseException]:
+        async with self.pool.acquire() as conn:
+            return list(await self.store.load_many(conn, self.group, keys))
+
+    async def _commit_batch(self, writes: list[StepWrite]) -> list[BaseException | None]:
+        async with self.pool.acquire() as conn:
+            try:
+                await self.store.commit_steps(conn, writes)
+                return [None] * len(writes)
+            except ConflictError:
+                if len(writes) == 1:
+                    raise
+            # Someone in the batch conflicted (rare): commit one by one to find out who.
+            results: list[BaseException | None] = []
+            for write in writes:
+                try:
+                    await self.store.commit_step(conn, write)
+                    results.append(None)
+                except ConflictError as exc:
+                    results.append(exc)
+            return results
 
     # -- entry points -------------------------------------------------------------------
 
@@ -278,8 +309,7 @@ class Pipeline:
             event_type=env.event_type,
         ):
             for _ in range(MAX_CONFLICT_RETRIES):
-                async with self.pool.acquire() as conn:
-                    loaded = await self.store.load(conn, self.group, env.event_id, env.workflow_id)
+                loaded = await self._loads.submit((env.event_id, env.workflow_id))
                 if not self._should_process(loaded, attempt, via):
                     self.metrics.duplicates.inc()
                     if parked_id is not None:  # handled elsewhere already; drop the parked copy
@@ -537,41 +567,45 @@ class Pipeline:
         if isinstance(result, _Succeeded | _Review):
             self.guard.record_success()
 
-        async with self.pool.acquire() as conn, conn.transaction():
-            claimed = await self.store.claim_inbox(
-                conn,
-                group=self.group,
-                event_id=env.event_id,
-                attempt=attempt,
-                outcome=outcome_name,
-                event_type=env.event_type,
-                workflow_id=env.workflow_id,
-                now=now,
-                from_parked=parked_id is not None,
-            )
-            if not claimed:
-                raise ConflictError("inbox row taken by a concurrent delivery")
-            fault_point("after_inbox_insert")
-            # Every step of a workflow that has a checkpoint bumps its revision, so a
-            # decision taken on a state another replica has since moved is refused.
-            if frame.revision is not None or new_state is not None or parked_on is not None:
-                await self.store.write_state(
-                    conn,
-                    workflow_id=env.workflow_id,
-                    workflow_type=env.workflow_type,
-                    state=new_state,
-                    state_version=self.spec.state_version,
-                    expected_revision=frame.revision,
-                    parked_on=parked_on,
-                    subject_ref=env.subject_ref,
-                    now=now,
-                )
-            await self.store.add_outbox(conn, messages)
-            if isinstance(result, _Succeeded):
-                for effect in result.outcome.effects:
+        # Every step of a workflow that has a checkpoint bumps its revision, so a
+        # decision taken on a state another replica has since moved is refused.
+        if frame.revision is not None:
+            state_mode = 2
+        elif new_state is not None or parked_on is not None:
+            state_mode = 1
+        else:
+            state_mode = 0
+        write = StepWrite(
+            group=self.group,
+            event_id=env.event_id,
+            attempt=attempt,
+            outcome=outcome_name,
+            event_type=env.event_type,
+            workflow_id=env.workflow_id,
+            workflow_type=env.workflow_type,
+            now=now,
+            from_parked=parked_id is not None,
+            state_mode=state_mode,
+            state=new_state,
+            state_version=self.spec.state_version,
+            expected_revision=frame.revision,
+            parked_on=parked_on,
+            subject_ref=env.subject_ref,
+            messages=messages,
+            parked_id=parked_id,
+        )
+        effects = result.outcome.effects if isinstance(result, _Succeeded) else ()
+        if effects:
+            async with self.pool.acquire() as conn, conn.transaction():
+                await self.store.commit_step(conn, write)
+                fault_point("after_inbox_insert")
+                for effect in effects:
                     await effect.apply(conn)
-            if parked_id is not None:
-                await self.store.unpark(conn, parked_id)
+        else:
+            # One atomic statement (batched with other lanes'): a crash "after the inbox
+            # insert" is a crash before that statement commits, which is where it fires.
+            fault_point("after_inbox_insert")
+            await self._commits.submit(write)
         fault_point("after_db_commit")
         if messages:
             self.on_outbox()

@@ -239,6 +239,8 @@ class ServiceRunner:
         if not finished:
             log.warning("in-flight records did not finish within the grace period; they will be redelivered")
         await self.dispatcher.close()
+        if self.pipeline is not None:
+            await self.pipeline.close()
         await self.relay.flush()
         self.relay.stop()
         with contextlib.suppress(Exception):
