@@ -1,0 +1,1 @@
+"""Chorus benchmarks: every measurement side by side with its baseline, in one run (issue 9)."""

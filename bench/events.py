@@ -1,0 +1,82 @@
+"""Event types and topics that exist only in benchmarks (registered like tests/support/events.py).
+
+Each measured service gets its own input and output topic, so that a backlog
+preloaded for one variant is never read by another one's consumer group.
+"""
+
+from __future__ import annotations
+
+from chorus_contracts.base import EventModel, event
+
+
+class _Hop(EventModel):
+    seq: int
+    sent_ns: int
+    """time.time_ns() at the driver when the input was produced (latency)."""
+    pad: str = ""
+    """Filler that brings the whole envelope to about 1 KB."""
+
+
+@event("bench.noop_ping", 1)
+class NoopPing(_Hop):
+    pass
+
+
+@event("bench.noop_pong", 1)
+class NoopPong(_Hop):
+    pass
+
+
+@event("bench.durable_ping", 1)
+class DurablePing(_Hop):
+    pass
+
+
+@event("bench.durable_pong", 1)
+class DurablePong(_Hop):
+    pass
+
+
+@event("bench.step", 1)
+class FlowStep(EventModel):
+    step: int
+    started_ns: int
+    pad: str = ""
+
+
+@event("bench.flow_done", 1)
+class FlowDone(EventModel):
+    steps: int
+    started_ns: int
+
+
+@event("bench.timer_fired", 1)
+class TimerFired(EventModel):
+    due_ns: int
+
+
+def _topic(name: str, *event_types: str) -> str:
+    events = "".join(f"  - type: {t}\n    versions: [1]\n    compatibility: full\n" for t in event_types)
+    return (
+        f"topic: {name}\n"
+        "description: Benchmark-only topic (bench/).\n"
+        "owner: bench\n"
+        "producers: [bench]\n"
+        "consumers: [bench]\n"
+        "partitions: 6\n"
+        "retention_ms: 3600000\n"
+        "cleanup_policy: delete\n"
+        "message_key: workflow_id\n"
+        f"events:\n{events}"
+    )
+
+
+BENCH_TOPICS: dict[str, str] = {
+    "bench.noop.in": _topic("bench.noop.in", "bench.noop_ping"),
+    "bench.noop.out": _topic("bench.noop.out", "bench.noop_pong"),
+    "bench.durable.in": _topic("bench.durable.in", "bench.durable_ping"),
+    "bench.durable.out": _topic("bench.durable.out", "bench.durable_pong"),
+    "bench.steps": _topic("bench.steps", "bench.step"),
+    "bench.done": _topic("bench.done", "bench.flow_done"),
+    "bench.fired": _topic("bench.fired", "bench.timer_fired"),
+}

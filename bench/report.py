@@ -1,0 +1,229 @@
+"""results.json, results.md and the one-line summary of a run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def _m(s: dict[str, Any], fmt: str = "{:.2f}") -> str:
+    """median [min-max] of a summary()."""
+    return f"{fmt.format(s['median'])} [{fmt.format(s['min'])}-{fmt.format(s['max'])}]"
+
+
+def _yes(ok: bool) -> str:
+    return "**yes**" if ok else "**no**"
+
+
+def verdicts(r: dict[str, Any]) -> dict[str, bool]:
+    out: dict[str, bool] = {}
+    if "R2" in r:
+        out["R2"] = r["R2"]["ratio"]["median"] >= 0.8
+    if "R3" in r:
+        out["R3"] = r["R3"]["ratio"]["median"] >= 0.9
+    if "R4" in r:
+        out["R4"] = r4_tax(r, "p50") <= 2.0 and r4_tax(r, "p99") <= 10.0
+    if "R5" in r:
+        out["R5"] = r["R5"]["ratio"]["median"] >= 1.5 and r["R5"]["p50_diff_ms"]["median"] <= 0
+    if "timers" in r:
+        out["timers"] = r["timers"]["lateness_ms"]["p99"] <= 250
+    if "parked" in r:
+        out["parked"] = all(v < 100 for v in r["parked"]["rss_growth_bytes_per_workflow"].values())
+    return out
+
+
+def r4_tax(r: dict[str, Any], q: str) -> float:
+    """The worse of the two conditions (one in flight, 50% load): both must meet the target."""
+    return max(float(r["R4"][c]["tax"][q]["median"]) for c in ("inflight", "load"))
+
+
+def summary_line(r: dict[str, Any]) -> str:
+    def val(key: str, get: Any, fmt: str) -> str:
+        return fmt.format(get()) if key in r else "NA"
+
+    return " ".join(
+        [
+            "R2=" + val("R2", lambda: r["R2"]["ratio"]["median"], "{:.2f}"),
+            "R3=" + val("R3", lambda: r["R3"]["ratio"]["median"], "{:.2f}"),
+            "R4_p50_ms=" + val("R4", lambda: r4_tax(r, "p50"), "{:.2f}"),
+            "R4_p99_ms=" + val("R4", lambda: r4_tax(r, "p99"), "{:.2f}"),
+            "R5=" + val("R5", lambda: r["R5"]["ratio"]["median"], "{:.2f}"),
+            "timer_p99_ms=" + val("timers", lambda: r["timers"]["lateness_ms"]["p99"], "{:.0f}"),
+        ]
+    )
+
+
+def markdown(r: dict[str, Any], line: str) -> str:
+    ok = verdicts(r)
+    env = r.get("environment", {})
+    lines = [
+        f"# Chorus bench ({r['mode']}, {r['started_at']}, {r['duration_s']:.0f} s)",
+        "",
+        f"`{line}`",
+        "",
+    ]
+    if "failed_section" in r:
+        failed = r["failed_section"]
+        lines += [
+            f"**This run failed in section `{failed['section']}`: {failed['error']}**; "
+            "the results below are those of the sections before it.",
+            "",
+        ]
+    lines += [
+        "Each value: median [min-max] over interleaved rounds "
+        f"({r['sizes']['rounds']} rounds; ratios are computed per round, then the median).",
+        "",
+        "| Measure | Chorus | Baseline | Result | Target | Met |",
+        "|---|---|---|---|---|---|",
+    ]
+    if "R1" in r:
+        lines.append(f"| R1 raw loop msg/s | - | {_m(r['R1'], '{:.0f}')} | - | ceiling | - |")
+    if "R2" in r:
+        x = r["R2"]
+        lines.append(
+            f"| R2 no-op handler msg/s | {_m(x['chorus'], '{:.0f}')} | {_m(r['R1'], '{:.0f}')} "
+            f"| ratio {_m(x['ratio'])} | ≥ 0.8 | {_yes(ok['R2'])} |"
+        )
+    if "R3" in r:
+        x = r["R3"]
+        lines.append(
+            f"| R3 durable hop msg/s | {_m(x['chorus'], '{:.0f}')} | {_m(x['baseline'], '{:.0f}')} "
+            f"| ratio {_m(x['ratio'])} | ≥ 0.9 | {_yes(ok['R3'])} |"
+        )
+    if "R4" in r:
+        for cond, label in (
+            ("inflight", "one in flight"),
+            ("load", f"{r['R4']['rate_per_s']:.0f}/s (50%)"),
+        ):
+            c = r["R4"][cond]
+            for q in ("p50", "p99"):
+                limit = 2 if q == "p50" else 10
+                met = c["tax"][q]["median"] <= limit
+                lines.append(
+                    f"| R4 {q} latency, {label} (ms) | {_m(c['chorus'][q])} | {_m(c['raw'][q])} "
+                    f"| tax {_m(c['tax'][q])} | ≤ +{limit} ms | {_yes(met)} |"
+                )
+    if "R4" in r and "chorus_handle_ms" in r["R4"]["load"]:
+        h = r["R4"]["load"]["chorus_handle_ms"]
+        lines.append(
+            f"| R4 of which Chorus read-to-commit (ms, at 50% load) | p50 {_m(h['p50'])}, "
+            f"p99 {_m(h['p99'])} | - | histogram bucket bounds; rest = relay + Kafka | - | - |"
+        )
+        u = r["R4"]["load"]["cpu_utilization"]
+        lines.append(
+            f"| R4 CPU of the process at 50% load (share of one core) | {_m(u['chorus'])} "
+            f"| {_m(u['raw'])} | - | - | - |"
+        )
+    if "R5" in r:
+        x = r["R5"]
+        lines.append(
+            f"| R5 workflows/s (5 steps) | {_m(x['chorus']['per_s'], '{:.1f}')} "
+            f"| DBOS {_m(x['dbos']['per_s'], '{:.1f}')} | ratio {_m(x['ratio'])} | ≥ 1.5 "
+            f"| {_yes(x['ratio']['median'] >= 1.5)} |"
+        )
+        for q in ("p50_ms", "p99_ms"):
+            extra = f"diff {_m(x['p50_diff_ms'], '{:.1f}')}" if q == "p50_ms" else "-"
+            met = _yes(x["p50_diff_ms"]["median"] <= 0) if q == "p50_ms" else "-"
+            target = "no worse" if q == "p50_ms" else "-"
+            lines.append(
+                f"| R5 workflow {q[:3]} latency (ms) | {_m(x['chorus'][q], '{:.1f}')} "
+                f"| DBOS {_m(x['dbos'][q], '{:.1f}')} | {extra} | {target} | {met} |"
+            )
+    if "timers" in r:
+        t = r["timers"]
+        lines.append(
+            f"| Timers: {t['timers']} scheduled | {t['schedule_per_s']:.0f} scheduled/s | - "
+            f"| lateness p50 {t['lateness_ms']['p50']:.0f} ms, "
+            f"p99 {t['lateness_ms']['p99']:.0f} ms "
+            f"| p99 ≤ 250 ms | {_yes(ok['timers'])} |"
+        )
+    if "parked" in r:
+        p = r["parked"]
+        growth = ", ".join(f"{k} {v:.0f} B" for k, v in p["rss_growth_bytes_per_workflow"].items())
+        lines.append(
+            f"| Parked: {p['workflows']} workflows | RSS growth per workflow: {growth} | - "
+            f"| {p['postgres_bytes_per_workflow']:.0f} B of PostgreSQL per workflow "
+            f"| RSS flat | {_yes(ok['parked'])} |"
+        )
+    if "cpu" in r:
+        c = r["cpu"]
+        lines += [
+            "",
+            "## CPU per workflow step (ms, R5 throughput trials)",
+            "",
+            "| | service | PostgreSQL (our backends) | broker | whole machine |",
+            "|---|---|---|---|---|",
+        ]
+        for name in ("chorus", "dbos"):
+            x = c[name]
+            lines.append(
+                f"| {name} | {_m(x['service'])} | {_m(x['postgres'])} | {_m(x['broker'])} "
+                f"| {_m(x['machine_busy'])} |"
+            )
+        lines += ["", f"_{c['note']}_"]
+    if "R3" in r:
+        c = r["R3"]["cpu_ms_per_msg"]
+        lines += [
+            "",
+            "R3 CPU per message (ms): "
+            f"raw loop {_m(c['raw'], '{:.3f}')} + PostgreSQL {_m(c['postgres_raw'], '{:.3f}')}; "
+            f"Chorus {_m(c['chorus'], '{:.3f}')} + PostgreSQL {_m(c['postgres_chorus'], '{:.3f}')}",
+        ]
+    if "timers" in r:
+        t = r["timers"]
+        lines += [
+            "",
+            "## Timers",
+            "",
+            f"- {t['timers']} timers, due evenly over {t['fire_spread_s']:.0f} s; all scheduled "
+            f"before the first was due: {t['scheduled_before_first_due']}",
+            f"- lateness at the target consumer: p50 {t['lateness_ms']['p50']:.1f} ms, "
+            f"p99 {t['lateness_ms']['p99']:.1f} ms, max {t['lateness_ms']['max']:.1f} ms",
+            f"- of which at the firing loop (fired_at - due_at): p50 "
+            f"{t['lateness_at_firing_loop_ms']['p50']:.1f} ms, p99 "
+            f"{t['lateness_at_firing_loop_ms']['p99']:.1f} ms; the rest is outbox relay + Kafka",
+        ]
+    if "parked" in r:
+        p = r["parked"]
+        lines += ["", "## Parked workflows: RSS (MB) of every service process", ""]
+        names = list(p["snapshots"][0]["rss_mb"])
+        lines.append("| parked | " + " | ".join(names) + " |")
+        lines.append("|---" * (len(names) + 1) + "|")
+        for snap in p["snapshots"]:
+            lines.append(
+                f"| {snap['parked']} | " + " | ".join(f"{snap['rss_mb'][n]:.1f}" for n in names) + " |"
+            )
+        lines += ["", "Largest tables after the run (MB, incl. indexes and earlier sections):", ""]
+        for name, mb in list(p["tables_mb"].items())[:8]:
+            lines.append(f"- {name}: {mb:.1f}")
+    if "profile" in r:
+        prof = r["profile"]
+        lines += [
+            "",
+            f"## Profile of the Chorus durable hop (py-spy, {prof['samples']} samples, "
+            f"{prof['throughput_under_profiler_per_s']:.0f} msg/s under the profiler)",
+            "",
+            "Where the time goes:",
+            "",
+        ]
+        lines += [f"- {c['share']:.1%} {c['frame']}" for c in prof["categories"]]
+        lines += ["", "Top frames by own time:", ""]
+        lines += [f"- {c['share']:.1%} `{c['frame']}`" for c in prof["self"]]
+        lines += ["", "Top frames by inclusive time:", ""]
+        lines += [f"- {c['share']:.1%} `{c['frame']}`" for c in prof["inclusive"]]
+    if env:
+        lines += ["", "## Environment", ""]
+        for k, v in env.items():
+            lines.append(f"- {k}: {v}")
+    lines += ["", "Sizes: " + ", ".join(f"{k}={v}" for k, v in r["sizes"].items())]
+    return "\n".join(lines) + "\n"
+
+
+def write_reports(out: Path, results: dict[str, Any]) -> str:
+    line = summary_line(results)
+    results["summary_line"] = line
+    results["targets_met"] = verdicts(results)
+    (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    (out / "results.md").write_text(markdown(results, line))
+    return line
