@@ -23,7 +23,7 @@ from chorus.outbox import outbox_message
 from chorus.service import RuntimeHandle
 from chorus.tracing import TraceContext
 from chorus_contracts.approvals import ApprovalDecisionSubmitted
-from chorus_contracts.envelope import Envelope
+from chorus_contracts.envelope import Envelope, Priority
 from chorus_contracts.lifecycle import WorkflowDeadlineReached, WorkflowStarted
 from chorus_contracts.platform import FireTarget, TimerSchedule
 from gateway.adapters import readmodel, repository
@@ -197,6 +197,8 @@ def create_app(rt: RuntimeHandle, settings: Settings) -> FastAPI:
                     request_hash=digest,
                     callback_url=body.callback_url,
                     now=now,
+                    priority=body.priority,
+                    traceparent=started.traceparent,
                 )
                 if inserted:
                     await rt.store.add_outbox(
@@ -285,7 +287,8 @@ def create_app(rt: RuntimeHandle, settings: Settings) -> FastAPI:
                     f"approval {approval_id} waits on tier {pending['tier']!r}; you review for {who.tier!r}",
                 )
             now = rt.clock.now()
-            submitted = _decision_envelope(rt, pending, approval_id, body, who, now)
+            submission = await repository.find_by_workflow(conn, pending["workflow_id"])
+            submitted = _decision_envelope(rt, pending, submission, approval_id, body, who, now)
             async with conn.transaction():
                 first = await repository.insert_decision(
                     conn,
@@ -349,11 +352,13 @@ def _deadline_timer(rt: RuntimeHandle, started: Envelope, deadline_at: Any, now:
 def _decision_envelope(
     rt: RuntimeHandle,
     pending: dict[str, Any],
+    submission: repository.SubmissionRow | None,
     approval_id: str,
     body: DecisionBody,
     who: ApiKey,
     now: Any,
 ) -> Envelope:
+    """The reviewer's decision, in the workflow's own trace and priority lane."""
     decision = ApprovalDecisionSubmitted(
         approval_id=approval_id,
         decision=body.decision,
@@ -361,6 +366,10 @@ def _decision_envelope(
         reviewer=who.principal,
         reviewer_tier=who.tier or "",
     )
+    trace = TraceContext.parse(submission.traceparent if submission else None)
+    priority: Priority = "normal"
+    if submission is not None and submission.priority in ("high", "normal", "low"):
+        priority = submission.priority  # type: ignore[assignment]
     return start_envelope(
         decision,
         workflow_id=pending["workflow_id"],
@@ -369,5 +378,6 @@ def _decision_envelope(
         now=now,
         idempotency_key=f"decision:{approval_id}:{pending.get('level') or 0}",
         correlation_id=pending["workflow_id"],
-        subject_ref=None,
+        traceparent=trace.child().traceparent if trace else None,
+        priority=priority,
     )

@@ -161,6 +161,9 @@ async def test_procurement_escalates_on_simulated_time_then_the_director_approve
 
     final = await world.ended(workflow_id)
     assert final["status"] == "completed"
+    # One trace from the submission through the timers and the reviewer's decision to payment.
+    traces = {entry["trace_id"] for entry in final["timeline"]}
+    assert len(traces) == 1, traces
     result = await world.http.get(f"/v1/workflows/{workflow_id}/result", headers=SUBMITTER)
     assert result.json()["result"]["amount_cents"] == 124_000
     stats = await world.stats()

@@ -22,6 +22,9 @@ DDL = [
     # One workflow per (submitter, key): a retried POST finds the first one.
     """CREATE UNIQUE INDEX IF NOT EXISTS submissions_idempotency
         ON gateway.submissions (submitter, idempotency_key) WHERE idempotency_key IS NOT NULL""",
+    # The workflow's trace and lane, so a reviewer's decision continues both.
+    "ALTER TABLE gateway.submissions ADD COLUMN IF NOT EXISTS priority text NOT NULL DEFAULT 'normal'",
+    "ALTER TABLE gateway.submissions ADD COLUMN IF NOT EXISTS traceparent text",
     """CREATE TABLE IF NOT EXISTS gateway.decisions (
         approval_id text NOT NULL,
         level int NOT NULL,
@@ -44,11 +47,16 @@ class SubmissionRow:
     workflow_type: str
     request_hash: str
     accepted_at: datetime
+    priority: str = "normal"
+    traceparent: str | None = None
+
+
+_COLUMNS = "workflow_id, workflow_type, request_hash, accepted_at, priority, traceparent"
 
 
 async def find_by_key(conn: asyncpg.Connection, submitter: str, key: str) -> SubmissionRow | None:
     row = await conn.fetchrow(
-        """SELECT workflow_id, workflow_type, request_hash, accepted_at FROM gateway.submissions
+        f"""SELECT {_COLUMNS} FROM gateway.submissions
            WHERE submitter = $1 AND idempotency_key = $2""",
         submitter,
         key,
@@ -58,8 +66,7 @@ async def find_by_key(conn: asyncpg.Connection, submitter: str, key: str) -> Sub
 
 async def find_by_workflow(conn: asyncpg.Connection, workflow_id: str) -> SubmissionRow | None:
     row = await conn.fetchrow(
-        """SELECT workflow_id, workflow_type, request_hash, accepted_at FROM gateway.submissions
-           WHERE workflow_id = $1""",
+        f"SELECT {_COLUMNS} FROM gateway.submissions WHERE workflow_id = $1",
         workflow_id,
     )
     return SubmissionRow(**dict(row)) if row else None
@@ -75,10 +82,14 @@ async def insert_submission(
     request_hash: str,
     callback_url: str | None,
     now: datetime,
+    priority: str,
+    traceparent: str,
 ) -> bool:
     """False when a concurrent request with the same key won."""
     inserted = await conn.fetchval(
-        """INSERT INTO gateway.submissions VALUES ($1, $2, $3, $4, $5, $6, $7)
+        """INSERT INTO gateway.submissions (workflow_id, workflow_type, submitter, idempotency_key,
+               request_hash, callback_url, accepted_at, priority, traceparent)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
            ON CONFLICT DO NOTHING RETURNING 1""",
         workflow_id,
         workflow_type,
@@ -87,6 +98,8 @@ async def insert_submission(
         request_hash,
         callback_url,
         now,
+        priority,
+        traceparent,
     )
     return inserted is not None
 
