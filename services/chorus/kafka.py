@@ -14,6 +14,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
+MAX_REQUEST_BYTES = 8 * 1024 * 1024
+
 
 def make_producer(
     bootstrap: str,
@@ -31,6 +33,9 @@ def make_producer(
         "enable_idempotence": True,
         "linger_ms": linger_ms,
         "request_timeout_ms": 30000,
+        # The broker enforces each topic's max.message.bytes; the client must not refuse
+        # first: a dead letter wraps a record of up to ~1 MB in base64 plus its context.
+        "max_request_size": MAX_REQUEST_BYTES,
     }
     if transactional_id is not None:
         options["transactional_id"] = transactional_id

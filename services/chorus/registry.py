@@ -62,6 +62,11 @@ class TopicSpec(BaseModel):
         description="priority lanes: <topic>.high, <topic> (normal) and <topic>.low",
     )
     external: bool = Field(default=False, description="produced or consumed outside Chorus")
+    max_message_bytes: int | None = Field(
+        default=None,
+        ge=1024,
+        description="broker max.message.bytes for this topic (default: the broker's, about 1 MB)",
+    )
     events: list[TopicEvent] = Field(min_length=1)
 
     def physical_topics(self) -> list[str]:

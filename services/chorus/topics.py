@@ -127,6 +127,11 @@ def wanted_topics(specs: Iterable[TopicSpec]) -> list[WantedTopic]:
             configs={
                 "retention.ms": str(spec.retention_ms),
                 "cleanup.policy": spec.cleanup_policy,
+                **(
+                    {"max.message.bytes": str(spec.max_message_bytes)}
+                    if spec.max_message_bytes is not None
+                    else {}
+                ),
             },
         )
         for spec in specs

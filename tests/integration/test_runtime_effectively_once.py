@@ -91,3 +91,30 @@ async def test_poison_records_are_dead_lettered_with_their_bytes_and_consumer_go
     assert letters[invalid]["original"]["topic"] == topic
     assert letters[invalid]["service"] == spec.name
     assert [d["payload"]["task"] for d in events_of(records, "test.task_done")] == ["fine"]
+
+
+async def test_a_poison_record_near_the_broker_limit_still_reaches_the_dead_letter_topic(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+) -> None:
+    # Its dead letter is a third larger (base64) than the broker's default 1 MB limit;
+    # the dead-letter topic allows more, so the outbox relay does not get stuck on it.
+    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
+    topic = registry.physical_topic("test.task_submitted")
+    dlq = registry.physical_topic("event.dead_lettered")
+    big = b"\xff" + bytes(range(256)) * 3500  # ~900 KB, not JSON
+    good = envelope(TaskSubmitted(task="after-the-big-one"))
+    await publish(kafka_bootstrap, topic, [big], key=b"big")
+    await publish(kafka_bootstrap, topic, [good])
+    async with running(
+        make_spec(f"svc_{unique}"), settings(kafka_bootstrap, database_url), registry=registry
+    ):
+        records = await read_topic(
+            kafka_bootstrap,
+            [topic, dlq],
+            until=lambda rs: (
+                bool(events_of(rs, "event.dead_lettered")) and bool(events_of(rs, "test.task_done"))
+            ),
+        )
+    letter = events_of(records, "event.dead_lettered")[0]["payload"]
+    assert base64.b64decode(letter["original"]["value_b64"]) == big
+    assert [d["payload"]["task"] for d in events_of(records, "test.task_done")] == ["after-the-big-one"]

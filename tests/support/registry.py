@@ -46,13 +46,11 @@ def isolated_schemas(
 
 
 async def provision(registry: Registry, bootstrap: str) -> None:
-    wanted = [
-        (physical, spec.partitions)
-        for spec in registry.topics.values()
-        for physical in spec.physical_topics()
-    ]
-    CREATED_TOPICS.extend(name for name, _ in wanted)
-    await ensure_topics(bootstrap, wanted)
+    for spec in registry.topics.values():
+        wanted = [(physical, spec.partitions) for physical in spec.physical_topics()]
+        CREATED_TOPICS.extend(name for name, _ in wanted)
+        configs = {"max.message.bytes": str(spec.max_message_bytes)} if spec.max_message_bytes else None
+        await ensure_topics(bootstrap, wanted, configs=configs)
 
 
 async def delete_created_topics(bootstrap: str) -> None:
