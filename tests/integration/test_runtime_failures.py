@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 
 from chorus.registry import Registry
@@ -18,6 +19,7 @@ from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, publish, read_topic
 from tests.support.registry import isolated_registry
 from tests.support.testservice import make_spec
+from tests.support.wait import wait_until
 from timer_service.config import Settings as TimerSettings
 from timer_service.service import SPEC as TIMER_SPEC
 
@@ -207,3 +209,52 @@ async def test_a_redriven_dead_letter_runs_first_then_the_events_parked_behind_i
     done = payloads(records, "test.task_done", wf)
     assert [d["payload"]["task"] for d in done] == ["blocker", "later"]
     assert done[0]["payload"]["attempt"] == 2
+
+
+async def test_a_bad_deploy_that_dead_letters_everything_is_stopped_by_the_guard(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, pg: asyncpg.Connection, unique: str
+) -> None:
+    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
+    topic = registry.physical_topic("test.task_submitted")
+    await publish(
+        kafka_bootstrap, topic, [envelope(TaskSubmitted(task=f"b{i}", mode="persistent")) for i in range(30)]
+    )
+    name = f"svc_{unique}"
+    settings = ServiceSettings(
+        kafka_bootstrap=kafka_bootstrap,
+        database_url=database_url,
+        log_json=False,
+        dead_letter_guard_consecutive=10,
+    )
+    async with running(make_spec(name), settings, registry=registry) as runner:
+        await wait_until(lambda: runner.fatal is not None, what="the guard to stop the consumer")
+        assert "dead-letter guard tripped" in str(runner.fatal)
+        assert (await runner.health())["status"] == "failing"
+    dead = await pg.fetchval(f"SELECT count(*) FROM {name}.inbox WHERE outcome = 'dead_lettered'")
+    assert dead == 10  # the 11th was not written: it waits, uncommitted, for the fixed deploy
+
+
+async def test_a_flood_of_poison_input_does_not_trip_the_guard(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+) -> None:
+    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
+    topic = registry.physical_topic("test.task_submitted")
+    await publish(kafka_bootstrap, topic, [f"junk {i}".encode() for i in range(30)], key=b"junk")
+    good = envelope(TaskSubmitted(task="after-the-flood"))
+    await publish(kafka_bootstrap, topic, [good])
+    settings = ServiceSettings(
+        kafka_bootstrap=kafka_bootstrap,
+        database_url=database_url,
+        log_json=False,
+        dead_letter_guard_consecutive=10,
+    )
+    async with running(make_spec(f"svc_{unique}"), settings, registry=registry) as runner:
+        records = await read_topic(
+            kafka_bootstrap,
+            [topic, registry.physical_topic("event.dead_lettered")],
+            until=lambda rs: (
+                len(events_of(rs, "event.dead_lettered")) >= 30 and bool(events_of(rs, "test.task_done"))
+            ),
+        )
+        assert runner.fatal is None
+    assert len(events_of(records, "event.dead_lettered")) == 30

@@ -648,10 +648,14 @@ class Pipeline:
         log.info("workflow is waiting on an earlier event; parked this one")
 
     async def _dead_letter_poison(self, rec: Record, exc: DecodeError) -> None:
-        """A record that is not a valid event: dead-letter it, once, with its bytes."""
+        """A record that is not a valid event: dead-letter it, once, with its bytes.
+
+        Poison input does not count towards the dead-letter guard: it says nothing
+        about this deploy, and a flood of it from outside (or a replay over records
+        dead-lettered before) must not stop the consumer. The guard watches handlers.
+        """
         now = self.clock.now()
         self.metrics.failures.labels(exc.category, "undecodable").inc()
-        self._guard_dead_letter()
         poison_id = uuid.uuid5(
             uuid.NAMESPACE_URL, f"chorus:{self.group}:{rec.topic}:{rec.partition}:{rec.offset}"
         )
@@ -669,6 +673,7 @@ class Pipeline:
                 now=now,
             )
             if not claimed:
+                self.metrics.duplicates.inc()  # dead-lettered before (offsets rewound)
                 return
             await self.store.add_outbox(conn, [message])
         self.on_outbox()
