@@ -142,13 +142,6 @@ class ServiceStore:
     def __init__(self, service: str) -> None:
         self.schema = ident(service)
         s = self.schema
-        self._load_sql = f"""
-            SELECT i.outcome, i.attempt,
-                   s.state::text AS state, s.state_version, s.revision, s.parked_on,
-                   EXISTS (SELECT 1 FROM {s}.parked p WHERE p.workflow_id = $3) AS has_parked
-            FROM (SELECT 1) one
-            LEFT JOIN {s}.inbox i ON i.consumer_group = $1 AND i.event_id = $2
-            LEFT JOIN {s}.state s ON s.workflow_id = $3"""
 
     def ddl(self) -> list[str]:
         s = self.schema
@@ -212,26 +205,11 @@ class ServiceStore:
 
     # -- reads ---------------------------------------------------------------------
 
-    async def load(
-        self, conn: asyncpg.Connection, group: str, event_id: uuid.UUID, workflow_id: str
-    ) -> Loaded:
-        row = await conn.fetchrow(self._load_sql, group, event_id, workflow_id)
-        assert row is not None
-        inbox = InboxRow(row["outcome"], row["attempt"]) if row["outcome"] is not None else None
-        state = None
-        if row["revision"] is not None:
-            state = StateRow(
-                json.loads(row["state"]) if row["state"] is not None else None,
-                row["state_version"],
-                row["revision"],
-                row["parked_on"],
-            )
-        return Loaded(inbox, state, row["has_parked"])
-
     async def load_many(
         self, conn: asyncpg.Connection, group: str, keys: Sequence[tuple[uuid.UUID, str]]
     ) -> list[Loaded]:
-        """:meth:`load` for many (event id, workflow id) pairs in one round trip, in order."""
+        """Inbox row, checkpoint and "has parked records" for many (event id, workflow id)
+        pairs in one round trip, in order."""
         s = self.schema
         rows = await conn.fetch(
             f"""SELECT t.n, i.outcome, i.attempt,
@@ -363,30 +341,17 @@ class ServiceStore:
             ],
         )
 
-    async def commit_step(self, conn: asyncpg.Connection, w: StepWrite) -> None:
-        """All of a step's writes in ONE statement (one round trip, atomic without BEGIN/COMMIT).
-
-        Every write is conditional on the inbox claim, so a duplicate writes nothing;
-        a checkpoint that moved since it was loaded aborts the whole statement.
-        Raises ConflictError in both cases: the caller reloads and decides again.
-        """
-        try:
-            row = await conn.fetchrow(self._step_sql, *self._step_args(w))
-        except asyncpg.SerializationError as exc:
-            raise ConflictError(f"workflow {w.workflow_id} changed concurrently") from exc
-        assert row is not None
-        if row["claimed"] == 0:
-            raise ConflictError("inbox row taken by a concurrent delivery")
+    async def commit_step(self, conn: asyncpg.Connection, write: StepWrite) -> None:
+        await self.commit_steps(conn, [write])
 
     async def commit_steps(self, conn: asyncpg.Connection, writes: Sequence[StepWrite]) -> None:
-        """Many steps (of different workflows) in ONE statement: all commit, or none.
+        """Steps (of different workflows) in ONE statement: one round trip, atomic without
+        BEGIN/COMMIT, all commit or none.
 
-        Any duplicate or moved checkpoint aborts the whole statement with ConflictError;
-        the caller then commits the steps one by one to find out which one it was.
+        Every write is conditional on its inbox claim. A duplicate delivery or a
+        checkpoint that moved since it was loaded aborts the whole statement with
+        ConflictError; the caller then commits the steps one by one to find out which.
         """
-        if len(writes) == 1:
-            await self.commit_step(conn, writes[0])
-            return
         args = self._batch_args(writes)
         try:
             await conn.fetchval(self._batch_sql, *args)
@@ -471,78 +436,6 @@ class ServiceStore:
             [m.workflow_id for m in messages],
             len(writes),
             sum(1 for w in writes if w.state_mode != 0),
-        ]
-
-    @property
-    def _step_sql(self) -> str:
-        s = self.schema
-        return f"""
-        WITH claim AS (
-          INSERT INTO {s}.inbox AS i
-            (consumer_group, event_id, attempt, outcome, event_type, workflow_id, processed_at)
-          VALUES ($1, $2, $3, $4, $5, $6, $7)
-          ON CONFLICT (consumer_group, event_id) DO UPDATE
-            SET attempt = EXCLUDED.attempt, outcome = EXCLUDED.outcome,
-                processed_at = EXCLUDED.processed_at
-            WHERE (i.outcome IN ('{RETRYING}', '{DEAD_LETTERED}') AND i.attempt < EXCLUDED.attempt)
-               OR (i.outcome = '{PARKED}' AND $8)
-          RETURNING 1),
-        first_state AS (
-          INSERT INTO {s}.state (workflow_id, workflow_type, state, state_version, revision,
-                                 parked_on, subject_ref, created_at, updated_at)
-          SELECT $6, $9, $10::jsonb, $11, 1, $13, $14, $7, $7
-          WHERE $12 = 1 AND EXISTS (SELECT 1 FROM claim)
-          ON CONFLICT (workflow_id) DO NOTHING
-          RETURNING revision),
-        next_state AS (
-          UPDATE {s}.state SET state = $10::jsonb, state_version = $11, revision = revision + 1,
-                 parked_on = $13, subject_ref = coalesce($14, subject_ref), updated_at = $7
-          WHERE $12 = 2 AND workflow_id = $6 AND revision = $15 AND EXISTS (SELECT 1 FROM claim)
-          RETURNING revision),
-        outbox AS (
-          INSERT INTO {s}.outbox (topic, key, value, headers, event_id, workflow_id)
-          SELECT u.topic, u.key, u.value, u.headers::jsonb, u.event_id, u.workflow_id
-          FROM unnest($16::text[], $17::bytea[], $18::bytea[], $19::text[], $20::uuid[], $21::text[])
-               WITH ORDINALITY AS u(topic, key, value, headers, event_id, workflow_id, n)
-          WHERE EXISTS (SELECT 1 FROM claim)
-          ORDER BY u.n
-          RETURNING 1),
-        unparked AS (
-          DELETE FROM {s}.parked WHERE id = $22 AND EXISTS (SELECT 1 FROM claim) RETURNING 1)
-        SELECT (SELECT count(*) FROM claim) AS claimed,
-               CASE WHEN $12 <> 0 AND EXISTS (SELECT 1 FROM claim)
-                         AND NOT EXISTS (SELECT 1 FROM first_state)
-                         AND NOT EXISTS (SELECT 1 FROM next_state)
-                    THEN chorus.step_conflict('checkpoint moved') ELSE 0 END AS guard,
-               (SELECT count(*) FROM outbox) AS outboxed,
-               (SELECT count(*) FROM unparked) AS unparked"""
-
-    @staticmethod
-    def _step_args(w: StepWrite) -> list[Any]:
-        m = w.messages
-        return [
-            w.group,
-            w.event_id,
-            w.attempt,
-            w.outcome,
-            w.event_type,
-            w.workflow_id,
-            w.now,
-            w.from_parked,
-            w.workflow_type,
-            json.dumps(w.state) if w.state is not None else None,
-            w.state_version,
-            w.state_mode,
-            w.parked_on,
-            w.subject_ref,
-            w.expected_revision,
-            [x.topic for x in m],
-            [x.key for x in m],
-            [x.value for x in m],
-            [_encode_headers(x.headers) for x in m],
-            [x.event_id for x in m],
-            [x.workflow_id for x in m],
-            w.parked_id,
         ]
 
     # -- parking --------------------------------------------------------------------------
