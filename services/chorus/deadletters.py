@@ -11,6 +11,7 @@ poison record dead-lettered twice carries one event id both times.
 
 from __future__ import annotations
 
+import hashlib
 import traceback
 import uuid
 from collections.abc import Sequence
@@ -23,6 +24,9 @@ from chorus_contracts.platform import ErrorCategory, ErrorDetail, EventDeadLette
 
 MAX_TRACEBACK_CHARS = 8000
 MAX_MESSAGE_CHARS = 2000
+MAX_ORIGINAL_BYTES = 4 * 1024 * 1024
+"""Larger originals are referenced, not repeated: only a dead letter that failed again
+can be this large, and wrapping it once more must not outgrow the dead-letter topic."""
 
 
 def failure(error: BaseException, attempt: int, now: datetime, retry_in_s: float | None = None) -> Failure:
@@ -48,11 +52,22 @@ def dead_letter_envelope(
     parent: Envelope | None,
     traceparent: str | None = None,
 ) -> Envelope:
+    original = to_original(record)
+    value = record.value or b""
+    if len(value) > MAX_ORIGINAL_BYTES:
+        original = original.model_copy(
+            update={
+                "value_b64": "",
+                "value_omitted": True,
+                "value_size": len(value),
+                "value_sha256": hashlib.sha256(value).hexdigest(),
+            }
+        )
     body = EventDeadLettered(
         service=producer.service,
         service_version=producer.version,
         consumer_group=consumer_group,
-        original=to_original(record),
+        original=original,
         error=ErrorDetail(
             category=category,
             error_class=type(error).__name__,

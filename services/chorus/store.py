@@ -141,7 +141,6 @@ class ServiceStore:
 
     def __init__(self, service: str) -> None:
         self.schema = ident(service)
-        s = self.schema
 
     def ddl(self) -> list[str]:
         s = self.schema

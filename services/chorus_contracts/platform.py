@@ -31,6 +31,13 @@ class OriginalRecord(Model):
     value_b64: str = Field(description="the record's original bytes, base64")
     headers: list[KafkaHeader] = []
     timestamp_ms: int | None = None
+    value_omitted: bool = Field(
+        default=False,
+        description="the bytes were too large to repeat (value_b64 is empty); they stay at "
+        "topic/partition/offset until the topic's retention removes them",
+    )
+    value_size: int | None = None
+    value_sha256: str | None = None
 
 
 class Failure(Model):

@@ -125,8 +125,13 @@ class KafkaEdge(ConsumerRebalanceListener):  # type: ignore[misc]
     async def _commit_loop(self) -> None:
         while True:
             await asyncio.sleep(self.commit_interval_s)
-            await self.commit()
-            await self._update_lag()
+            try:
+                await self.commit()
+                await self._update_lag()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # never let a hiccup end the loop that commits offsets
+                log.warning("offset commit round failed (%r); retrying", exc)
 
     async def commit(self) -> None:
         offsets = {}

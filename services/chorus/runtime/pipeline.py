@@ -161,9 +161,20 @@ class Pipeline:
         self.rng = rng or random.Random()
         self.producer = ProducerRef(service=spec.name, version=spec.version)
         self.accept = {**spec.consumes(), "retry.due": 1, "event.discarded": 1}
+        self._size_limits: dict[str, int] = {}
         # Concurrent lanes share round trips: loads and commits go in batches.
         self._loads: Coalescer[tuple[uuid.UUID, str], Loaded] = Coalescer(self._load_batch)
         self._commits: Coalescer[StepWrite, None] = Coalescer(self._commit_batch)
+
+    def size_limit(self, topic: str) -> int:
+        """The largest record accepted from ``topic``: the service's limit, or the topic's
+        own max_message_bytes when it allows more (dead letters carry whole records)."""
+        limit = self._size_limits.get(topic)
+        if limit is None:
+            spec = self.registry.topic_of_physical(topic)
+            limit = max(self.max_bytes, spec.max_message_bytes or 0) if spec else self.max_bytes
+            self._size_limits[topic] = limit
+        return limit
 
     async def close(self) -> None:
         await self._loads.close()
@@ -204,7 +215,7 @@ class Pipeline:
 
     async def _handle(self, rec: Record, started: float) -> None:
         try:
-            event = decode(rec.value, self.registry, accept=self.accept, max_bytes=self.max_bytes)
+            event = decode(rec.value, self.registry, accept=self.accept, max_bytes=self.size_limit(rec.topic))
         except DecodeError as exc:
             self.metrics.events_in.labels(rec.topic, "undecodable").inc()
             await self._dead_letter_poison(rec, exc)
@@ -241,7 +252,9 @@ class Pipeline:
                 row.timestamp_ms,
             )
             try:
-                event = decode(rec.value, self.registry, accept=self.accept, max_bytes=self.max_bytes)
+                event = decode(
+                    rec.value, self.registry, accept=self.accept, max_bytes=self.size_limit(rec.topic)
+                )
             except DecodeError:  # it decoded when parked; the registry changed under it
                 event = None
             if event is None:
@@ -257,7 +270,9 @@ class Pipeline:
             return
         original = record_from_original(due.original)
         try:
-            event = decode(original.value, self.registry, accept=self.accept, max_bytes=self.max_bytes)
+            event = decode(
+                original.value, self.registry, accept=self.accept, max_bytes=self.size_limit(original.topic)
+            )
         except DecodeError as exc:
             await self._dead_letter_poison(original, exc)
             return

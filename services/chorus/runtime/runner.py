@@ -302,7 +302,9 @@ class ServiceRunner:
                     self.dispatcher.run_exclusive(
                         workflow_id, functools.partial(self.pipeline.drain, workflow_id)
                     )
-            except (OSError, asyncpg.PostgresError) as exc:
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # database restarting, pool refilling: try again next round
                 log.warning("housekeeping skipped a round: %r", exc)
             await asyncio.sleep(5.0)
 
