@@ -37,7 +37,7 @@ from audit_projector.adapters.projection import (
 from audit_projector.handlers import ProjectorDeps
 from audit_projector.service import make_spec
 from chorus.clock import SystemClock
-from chorus.codec import decode
+from chorus.codec import DEFAULT_MAX_BYTES, decode
 from chorus.errors import DecodeError
 from chorus.kafka import make_admin, make_consumer
 from chorus.registry import Registry
@@ -95,6 +95,7 @@ async def rebuild(
     batch_size: int = 500,
     writers: int = 4,
     progress: Progress | None = None,
+    max_event_bytes: int = DEFAULT_MAX_BYTES,
 ) -> ReplayResult:
     """Project the topics (from the start, or from the first record at or after ``since``)
     up to the end offsets seen at start into a fresh schema. Blocks until done.
@@ -112,6 +113,7 @@ async def rebuild(
         spec=make_spec(live_schema),
         deps=ProjectorDeps(schema=target.schema, ledger=live_schema),
         registry=registry,
+        max_bytes=max_event_bytes,
     )
     topics = replay_topics(registry, live_schema)
     tps = await partitions(bootstrap, topics)
@@ -147,7 +149,7 @@ async def rebuild(
                     if record.offset >= end[tp]:
                         break  # written after the snapshot: not this replay's business
                     result.records += 1
-                    projected = await projector.effect_for(record.value)
+                    projected = await projector.effect_for(record.value, record.topic)
                     if projected is None:
                         result.undecodable += 1
                     else:
@@ -215,13 +217,16 @@ class _Projector:
     spec: ServiceSpec[Any, ProjectorDeps]
     deps: ProjectorDeps
     registry: Registry
+    max_bytes: int
+    """The live projector's CHORUS_MAX_EVENT_BYTES: what it dead-letters, replay skips."""
     clock: SystemClock = field(default_factory=SystemClock)
 
-    async def effect_for(self, raw: bytes | None) -> tuple[str, Effect] | None:
+    async def effect_for(self, raw: bytes | None, topic: str) -> tuple[str, Effect] | None:
         """The workflow id and the handler's effect for one record; None when it does
-        not decode."""
+        not decode. Size limits are the live projector's, so both sides drop the same."""
         try:
-            event = decode(raw, self.registry, accept=self.spec.consumes())
+            limit = self.registry.size_limit(topic, self.max_bytes)
+            event = decode(raw, self.registry, accept=self.spec.consumes(), max_bytes=limit)
         except DecodeError:
             return None
         route = self.spec.handler_for(event.event_type)

@@ -117,6 +117,14 @@ class Registry:
     def topic_of_physical(self, physical: str) -> TopicSpec | None:
         return self._physical.get(physical)
 
+    def size_limit(self, physical: str, default: int) -> int:
+        """The largest record a consumer accepts from ``physical``: its own ``default``,
+        or the topic's max_message_bytes when that allows more. Dead letters carry whole
+        records, so a consumer of them must take what the topic takes; live consumers and
+        replays both ask here so they agree on what decodes."""
+        spec = self._physical.get(physical)
+        return max(default, spec.max_message_bytes or 0) if spec else default
+
     def knows(self, event_type: str) -> bool:
         return event_type in self._topic_of
 

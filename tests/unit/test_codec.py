@@ -89,3 +89,11 @@ def test_naive_timestamps_are_refused(registry: Registry) -> None:
         decode(json.dumps(body).encode(), registry)
     assert err.value.pointer == "/payload/due_at"
     assert datetime.now(UTC)  # UTC offsets are what the error asks for
+
+
+def test_dead_letter_topics_take_records_as_large_as_the_topic_allows(registry: Registry) -> None:
+    # A dead letter carries the whole original record, so its consumers (live or replay)
+    # must accept up to the topic's max_message_bytes, not just their own limit.
+    assert registry.size_limit("chorus.deadletters", 65_536) == 8_388_608
+    assert registry.size_limit("chorus.timers", 65_536) == 65_536
+    assert registry.size_limit("no.such.topic", 65_536) == 65_536

@@ -150,6 +150,15 @@ def replay_command(
             help="Event registry (default: schemas/ of this checkout).",
         ),
     ] = None,
+    max_event_bytes: Annotated[
+        int,
+        typer.Option(
+            "--max-event-bytes",
+            envvar="CHORUS_MAX_EVENT_BYTES",
+            min=1,
+            help="The live projector's size limit: larger records are skipped, as it dead-letters them.",
+        ),
+    ] = 1_048_576,
     bootstrap: Bootstrap = LOCAL_KAFKA,
     database_url: DatabaseUrl = LOCAL_DATABASE_URL,
 ) -> None:
@@ -177,6 +186,7 @@ def replay_command(
                 verify=verify,
                 drop=drop,
                 live_timeout_s=live_timeout_s,
+                max_event_bytes=max_event_bytes,
             )
         )
     raise typer.Exit(code)
@@ -192,6 +202,7 @@ async def _replay(
     verify: bool,
     drop: bool,
     live_timeout_s: float,
+    max_event_bytes: int,
 ) -> int:
     from aiokafka.errors import KafkaConnectionError
 
@@ -226,6 +237,7 @@ async def _replay(
                     live_schema=schema,
                     since=since,
                     progress=advance,
+                    max_event_bytes=max_event_bytes,
                 )
             except MissingTopicError as exc:
                 errors.print(f"chorus: {exc}", markup=False)

@@ -167,13 +167,10 @@ class Pipeline:
         self._commits: Coalescer[StepWrite, None] = Coalescer(self._commit_batch)
 
     def size_limit(self, topic: str) -> int:
-        """The largest record accepted from ``topic``: the service's limit, or the topic's
-        own max_message_bytes when it allows more (dead letters carry whole records)."""
+        """The largest record accepted from ``topic`` (see Registry.size_limit)."""
         limit = self._size_limits.get(topic)
         if limit is None:
-            spec = self.registry.topic_of_physical(topic)
-            limit = max(self.max_bytes, spec.max_message_bytes or 0) if spec else self.max_bytes
-            self._size_limits[topic] = limit
+            limit = self._size_limits[topic] = self.registry.size_limit(topic, self.max_bytes)
         return limit
 
     async def close(self) -> None:
