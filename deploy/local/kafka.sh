@@ -11,10 +11,39 @@
 # Environment: KAFKA_NODES=1 (or 3 for a loopback cluster, used by the
 # reliability suite), KAFKA_PORT_BASE=9092 (node n listens on base+2(n-1),
 # its controller on base+2(n-1)+1), KAFKA_START_TIMEOUT=90.
+#
+# KAFKA_CLUSTER=<name> selects a separate cluster beside the default one: its
+# data, logs and cluster id live in .local/kafka/<name>/node<n> (the jars are
+# shared). Its first start needs KAFKA_PORT_BASE (a range apart from 9092) and
+# KAFKA_NODES, which are remembered in .local/kafka/<name>/cluster.env so that
+# stop/status/reset need only KAFKA_CLUSTER. Example (the reliability suite's):
+#   KAFKA_CLUSTER=reliability3 KAFKA_NODES=3 KAFKA_PORT_BASE=19192 deploy/local/kafka.sh start
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 KAFKA_HOME="$CHORUS_LOCAL/kafka"
 KAFKA_LIB="$KAFKA_HOME/lib"
+KAFKA_CLUSTER="${KAFKA_CLUSTER:-}"
+if [[ -n "$KAFKA_CLUSTER" ]]; then
+  [[ "$KAFKA_CLUSTER" =~ ^[a-z0-9][a-z0-9_-]*$ && "$KAFKA_CLUSTER" != lib ]] \
+    || die "KAFKA_CLUSTER must be a plain name ([a-z0-9_-], not 'lib'); got '$KAFKA_CLUSTER'"
+  # Data of a named cluster never shares a folder with the default node1..n.
+  KAFKA_DATA="$KAFKA_HOME/$KAFKA_CLUSTER"
+  CLUSTER_ENV="$KAFKA_DATA/cluster.env"
+  if [[ -f "$CLUSTER_ENV" ]]; then
+    # shellcheck source=/dev/null
+    source "$CLUSTER_ENV"  # SAVED_NODES, SAVED_PORT_BASE of the first start
+    KAFKA_NODES="${KAFKA_NODES:-$SAVED_NODES}"
+    KAFKA_PORT_BASE="${KAFKA_PORT_BASE:-$SAVED_PORT_BASE}"
+    [[ "$KAFKA_NODES" == "$SAVED_NODES" && "$KAFKA_PORT_BASE" == "$SAVED_PORT_BASE" ]] \
+      || die "cluster '$KAFKA_CLUSTER' was created with KAFKA_NODES=$SAVED_NODES KAFKA_PORT_BASE=$SAVED_PORT_BASE; reset it to change them"
+  elif [[ "${1:-}" == start ]]; then
+    # Defaulting to 9092 would find the default broker's port open and "use" it.
+    [[ -n "${KAFKA_PORT_BASE:-}" ]] || die "KAFKA_CLUSTER=$KAFKA_CLUSTER needs KAFKA_PORT_BASE (ports apart from the default broker's 9092)"
+  fi
+else
+  KAFKA_DATA="$KAFKA_HOME"
+  CLUSTER_ENV=""
+fi
 KAFKA_NODES="${KAFKA_NODES:-1}"
 KAFKA_PORT_BASE="${KAFKA_PORT_BASE:-9092}"
 KAFKA_START_TIMEOUT="${KAFKA_START_TIMEOUT:-90}"
@@ -23,7 +52,7 @@ POM="$CHORUS_ROOT/deploy/local/kafka/pom.xml"
 
 client_port() { echo $((KAFKA_PORT_BASE + 2 * ($1 - 1))); }
 controller_port() { echo $((KAFKA_PORT_BASE + 2 * ($1 - 1) + 1)); }
-node_dir() { echo "$KAFKA_HOME/node$1"; }
+node_dir() { echo "$KAFKA_DATA/node$1"; }
 
 voters() {
   local n out=""
@@ -84,9 +113,10 @@ PROPS
 }
 
 format_storage() {
-  local n="$1" dir cluster_id_file="$KAFKA_HOME/cluster.id"
+  local n="$1" dir cluster_id_file="$KAFKA_DATA/cluster.id"
   dir="$(node_dir "$n")"
   [[ -f "$dir/data/meta.properties" ]] && return 0
+  mkdir -p "$KAFKA_DATA"
   [[ -f "$cluster_id_file" ]] || java -cp "$KAFKA_LIB/*" kafka.tools.StorageTool random-uuid >"$cluster_id_file"
   log "formatting KRaft storage for node $n (cluster $(cat "$cluster_id_file"))"
   java -cp "$KAFKA_LIB/*" -Dlog4j2.configurationFile="$CHORUS_ROOT/deploy/local/log4j2.yaml" \
@@ -139,13 +169,23 @@ wait_node() {
 cmd_start() {
   local n t0=$SECONDS
   ensure_jars
+  if [[ -n "$CLUSTER_ENV" && ! -f "$CLUSTER_ENV" ]]; then
+    mkdir -p "$KAFKA_DATA"
+    printf 'SAVED_NODES=%s\nSAVED_PORT_BASE=%s\n' "$KAFKA_NODES" "$KAFKA_PORT_BASE" >"$CLUSTER_ENV"
+  fi
   for ((n = 1; n <= KAFKA_NODES; n++)); do start_node "$n"; done
   for ((n = 1; n <= KAFKA_NODES; n++)); do wait_node "$n"; done
   log "Kafka ready on $(for ((n = 1; n <= KAFKA_NODES; n++)); do printf '127.0.0.1:%s ' "$(client_port "$n")"; done)(${KAFKA_NODES} node(s), $((SECONDS - t0))s)"
 }
 
 cmd_stop() {
-  local n
+  local n pidfile
+  # Every node is told at once: stopped one by one, the last ones lose the controller
+  # quorum and cannot finish a controlled shutdown (they wait out the timeout).
+  for ((n = 1; n <= KAFKA_NODES; n++)); do
+    pidfile="$(node_dir "$n")/kafka.pid"
+    if pid_alive "$pidfile"; then kill -TERM "$(cat "$pidfile")" 2>/dev/null || true; fi
+  done
   for ((n = KAFKA_NODES; n >= 1; n--)); do stop_pid "$(node_dir "$n")/kafka.pid" "kafka node $n" 120; done
 }
 
@@ -168,8 +208,9 @@ cmd_reset() {
   cmd_stop
   local n
   for ((n = 1; n <= KAFKA_NODES; n++)); do rm -rf "$(node_dir "$n")"; done
-  rm -f "$KAFKA_HOME/cluster.id"
-  log "Kafka data removed"
+  rm -f "$KAFKA_DATA/cluster.id"
+  if [[ -n "$CLUSTER_ENV" ]]; then rm -f "$CLUSTER_ENV"; rmdir "$KAFKA_DATA" 2>/dev/null || true; fi
+  log "Kafka data removed${KAFKA_CLUSTER:+ (cluster $KAFKA_CLUSTER)}"
 }
 
 case "${1:-}" in

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Local PostgreSQL for Chorus.
 #
-#   deploy/local/postgres.sh start|stop|status|reset|url
+#   deploy/local/postgres.sh start|stop|restart|status|reset|url
 #
 # start  when a server already answers at $CHORUS_DATABASE_URL, uses it and
 #        does nothing else. Otherwise installs Debian's `postgresql` package if
@@ -9,6 +9,9 @@
 #        .local/postgres, port $CHORUS_PG_PORT on 127.0.0.1, database `chorus`.
 #        A no-op when that cluster already runs.
 # stop   stops the private cluster (fast shutdown); never a server it did not start.
+# restart fast shutdown (open connections are cut, in-flight transactions roll
+#        back) and start again, waiting until it answers: the reliability suite's
+#        "PostgreSQL restart under load". Only the private cluster.
 # reset  stop and delete the private cluster's data.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -104,6 +107,17 @@ cmd_stop() {
   as_owner "$bin/pg_ctl" -D "$PG_DATA" -m fast -w -t 60 stop >/dev/null && log "PostgreSQL stopped"
 }
 
+cmd_restart() {
+  local bin t0=$SECONDS
+  bin="$(pg_bindir || true)"
+  if [[ -z "$bin" || ! -f "$PG_DATA/postmaster.pid" ]]; then die "the private PostgreSQL ($PG_DATA) is not running; nothing to restart"; fi
+  log "restarting PostgreSQL (fast shutdown)"
+  as_owner "$bin/pg_ctl" -D "$PG_DATA" -l "$PG_LOG" -m fast -w -t 60 restart >/dev/null \
+    || { tail -n 40 "$PG_LOG" >&2; die "PostgreSQL did not restart"; }
+  url_reachable || die "PostgreSQL restarted but $CHORUS_DATABASE_URL does not answer (see $PG_LOG)"
+  log "PostgreSQL back at $CHORUS_DATABASE_URL ($((SECONDS - t0))s)"
+}
+
 cmd_status() {
   if [[ -f "$PG_DATA/postmaster.pid" ]] && url_reachable; then
     echo "postgres: running (private cluster, $CHORUS_DATABASE_URL)"
@@ -117,8 +131,9 @@ cmd_status() {
 case "${1:-}" in
   start) cmd_start ;;
   stop) cmd_stop ;;
+  restart) cmd_restart ;;
   status) cmd_status ;;
   reset) cmd_stop; rm -rf "$PG_HOME"; log "PostgreSQL data removed" ;;
   url) echo "$CHORUS_DATABASE_URL" ;;
-  *) echo "usage: $0 start|stop|status|reset|url" >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|restart|status|reset|url" >&2; exit 2 ;;
 esac
