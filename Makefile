@@ -13,7 +13,7 @@ LOCAL := deploy/local
 PYTEST_ARGS ?=
 
 .PHONY: help setup up down status demo services test test-unit test-integration lint fmt bench lock clean \
-	schemas docs topics bench-quick
+	schemas docs topics bench-quick test-reliability
 
 help:
 	@echo "make demo   start Kafka, PostgreSQL and every service, run the main job"
@@ -65,6 +65,15 @@ test: up
 
 test-unit: setup
 	$(PY) -m pytest tests/unit contracts-tests $(PYTEST_ARGS)
+
+# The reliability suite (tests/reliability): every scenario, faults injected into real
+# services on real Kafka and PostgreSQL (the broker and database restarts on private ones
+# it starts itself). Report in .local/reliability-results/<timestamp>/; the last line on
+# stdout is `scenarios=N workflows=M faults=K lost=0 duplicate_effects=0 stuck=0`.
+# RELIABILITY_ARGS="--only NAME" runs one scenario. Its short version runs in `make test`.
+RELIABILITY_ARGS ?=
+test-reliability: up
+	$(PY) -m tests.reliability $(RELIABILITY_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -1,0 +1,518 @@
+"""What the suites run: deployments, scenarios, and running one scenario to a result.
+
+A scenario submits workflows, injects its faults while traffic flows, and hands over
+to the reconciler. Scenarios of one deployment run one after another on it (starting
+a deployment costs tens of seconds on this machine); each scenario's workflow checks
+cover its own workflows, the store-wide checks everything the deployment has seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from chorus.devstack import SERVICES
+from tests.reliability import injectors
+from tests.reliability.deployment import Deployment, DeploymentConfig, FaultLog
+from tests.reliability.driver import Tracked
+from tests.reliability.infra import KafkaCluster, PostgresServer
+from tests.reliability.reconciler import reconcile
+from tests.reliability.report import ScenarioResult
+
+log = logging.getLogger("reliability.scenarios")
+
+HOUR = 3600.0
+
+# Which named fault points each service passes (chorus/faults.py):
+# - after_inbox_insert / after_db_commit: every service that consumes (all of them);
+# - after_publish: services whose relay publishes in these workflows (the audit
+#   projector emits nothing; the dead-letter service only on an operator's discard);
+# - mid_external_call: services that call out: the gateway (completion webhooks), the
+#   invoice agent (its LLM, the sandbox's), the payment agent (the provider), the
+#   report agent (sources, its LLM, the delivery).
+POINTS: dict[str, list[tuple[str, int]]] = {
+    "gateway": [
+        ("after_inbox_insert", 3),
+        ("after_db_commit", 2),
+        ("after_publish", 2),
+        ("mid_external_call", 1),
+    ],
+    "timer_service": [("after_inbox_insert", 3), ("after_db_commit", 2), ("after_publish", 1)],
+    "deadletter_service": [("after_inbox_insert", 2), ("after_db_commit", 2)],
+    "audit_projector": [("after_inbox_insert", 5), ("after_db_commit", 4)],
+    "approval_gate": [("after_inbox_insert", 2), ("after_db_commit", 2), ("after_publish", 1)],
+    "invoice_agent": [
+        ("after_inbox_insert", 2),
+        ("after_db_commit", 1),
+        ("after_publish", 1),
+        ("mid_external_call", 2),
+    ],
+    "budget_agent": [("after_inbox_insert", 2), ("after_db_commit", 1), ("after_publish", 1)],
+    "payment_agent": [
+        ("after_inbox_insert", 1),
+        ("after_db_commit", 1),
+        ("after_publish", 1),
+        ("mid_external_call", 1),
+    ],
+    "report_agent": [
+        ("after_inbox_insert", 2),
+        ("after_db_commit", 2),
+        ("after_publish", 1),
+        ("mid_external_call", 4),
+    ],
+}
+
+
+@dataclass
+class Ctx:
+    dep: Deployment
+    scenario: str
+    faults: FaultLog
+    rng: random.Random
+
+    async def submit(self, count: int, **expect: Any) -> list[Tracked]:
+        return await self.dep.driver.submit_many(count, self.scenario, **expect)
+
+    def trickle(self, every_s: float, limit: int) -> contextlib.AbstractAsyncContextManager[list[Tracked]]:
+        return self.dep.driver.trickle(self.scenario, every_s, limit)
+
+    def workflows(self) -> list[Tracked]:
+        return self.dep.driver.of(self.scenario)
+
+    def topic(self, event_type: str) -> str:
+        return self.dep.physical(event_type)
+
+
+Body = Callable[[Ctx], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    deployment: str
+    body: Body
+    deadline_s: float = 180.0
+    """Recovery deadline: how long after its faults every workflow has to settle."""
+
+
+# -- deployments ---------------------------------------------------------------------------------
+
+
+def deployments(shared_kafka: KafkaCluster | None = None) -> dict[str, DeploymentConfig]:
+    local = shared_kafka or KafkaCluster.shared()
+    return {
+        "main": DeploymentConfig("main", local, PostgresServer.shared()),
+        "kafka-single": DeploymentConfig(
+            "kafka-single", KafkaCluster("reliability1", nodes=1, port_base=19092), PostgresServer.shared()
+        ),
+        "kafka-cluster": DeploymentConfig(
+            "kafka-cluster", KafkaCluster("reliability3", nodes=3, port_base=19192), PostgresServer.shared()
+        ),
+        "postgres": DeploymentConfig("postgres", local, PostgresServer.private()),
+        # Every service with its production default size limits.
+        "defaults": DeploymentConfig("defaults", local, PostgresServer.shared(), max_event_bytes=None),
+    }
+
+
+# -- scenario bodies -------------------------------------------------------------------------------
+
+
+def sigkill(points: list[tuple[str, str, int]], *, initial: int = 4) -> Body:
+    """SIGKILL each (service, point, nth) in turn, services in parallel when several are
+    listed for the same round, under a steady trickle of new workflows."""
+
+    # Round k arms every service's k-th point at once.
+    rounds: list[list[tuple[str, str, int]]] = []
+    for service, point, nth in points:
+        k = sum(1 for r in rounds if any(s == service for s, _, _ in r))
+        if k == len(rounds):
+            rounds.append([])
+        rounds[k].append((service, point, nth))
+
+    async def body(ctx: Ctx) -> None:
+        await ctx.submit(initial)
+        # Traffic for as long as the rounds take (the cap only bounds a run gone wrong).
+        async with ctx.trickle(every_s=2.5, limit=60):
+            for armed in rounds:
+                await asyncio.gather(
+                    *(
+                        injectors.sigkill_at(ctx.dep, ctx.faults, s, p, n, feed=_feeder(ctx, s))
+                        for s, p, n in armed
+                    )
+                )
+
+    return body
+
+
+def _feeder(ctx: Ctx, service: str) -> Callable[[], Awaitable[None]] | None:
+    """The dead-letter service passes its points only when dead letters arrive: feed it
+    a poison record every few seconds while it is armed."""
+    if service != "deadletter_service":
+        return None
+    last = [0.0]
+
+    async def feed() -> None:
+        if time.monotonic() - last[0] < 3.0:
+            return
+        last[0] = time.monotonic()
+        keys = [w.workflow_id for w in ctx.workflows()]
+        await injectors.publish_poison(
+            ctx.dep,
+            ctx.faults,
+            ctx.rng,
+            topics=[ctx.topic("invoice.received")],
+            keys=keys,
+            kinds=["not-json"],
+        )
+
+    return feed
+
+
+async def poison(ctx: Ctx) -> None:
+    workflows = await ctx.submit(6)
+    await asyncio.sleep(2.0)  # they are mid-flight: poison lands between their events
+    topics = [
+        ctx.topic(t)
+        for t in (
+            "invoice.received",
+            "approval.requested",
+            "report.requested",
+            "workflow.started",
+            "timer.schedule",
+        )
+    ]
+    await injectors.publish_poison(
+        ctx.dep, ctx.faults, ctx.rng, topics=topics, keys=[w.workflow_id for w in workflows]
+    )
+    await ctx.submit(2)  # and workflows that start after it
+
+
+async def duplicates(ctx: Ctx) -> None:
+    workflows = await ctx.submit(5)
+    # Left waiting at its first gate on purpose: duplicates must not push it past it.
+    gated = await ctx.dep.driver.submit(
+        "procurement", ctx.scenario, expect_outcome=None, expect_gate="manager", approve_tiers=()
+    )
+    await asyncio.sleep(3.0)
+    ids = {w.workflow_id for w in [*workflows, gated]}
+    await injectors.reinject(ctx.dep, ctx.faults, ids, ctx.rng)
+    await injectors.rewind_services(ctx.dep, ctx.faults, SERVICES)
+    await ctx.dep.driver.wait_settled([*workflows, gated], 150.0)
+    # Once everything settled: every record of these workflows again, 2-5 times.
+    await injectors.reinject(ctx.dep, ctx.faults, ids, ctx.rng)
+
+
+async def timers_while_down(ctx: Ctx) -> None:
+    """Approval windows elapse while the timer service is down; when it is back, the
+    overdue timers fire: procurements escalate to the director (who approves), reports
+    fall back to auto-reject after their editor's window."""
+    procurements = [
+        await ctx.dep.driver.submit("procurement", ctx.scenario, approve_tiers=("director",))
+        for _ in range(2)
+    ]
+    reports = [
+        await ctx.dep.driver.submit(
+            "research_report", ctx.scenario, expect_outcome="rejected", approve_tiers=()
+        )
+        for _ in range(2)
+    ]
+    driver = ctx.dep.driver
+    if not await driver.wait_gate(procurements, "manager", 120.0) or not await driver.wait_gate(
+        reports, "editor", 120.0
+    ):
+        ctx.faults.problems.append("the workflows never reached their first approval gate")
+        return
+    await injectors.kill(ctx.dep, ctx.faults, "timer_service")
+    fault = ctx.faults.faults[-1]
+    ctx.dep.advance_clock(8 * HOUR + 300)  # past the manager's (8h) and the editor's (4h) window
+    # Submitted while it is down: its flaky source's durable retry falls due meanwhile too.
+    await driver.submit("research_report", ctx.scenario)
+    await asyncio.sleep(6.0)
+    moved = [w.workflow_id for w in procurements if not await _still_at(ctx, w, "manager")]
+    if moved:
+        ctx.faults.problems.append(f"escalated while the timer service was down: {moved}")
+    await ctx.dep.start_proc("timer_service")
+    fault.healed_at = time.monotonic()
+
+
+async def _still_at(ctx: Ctx, workflow: Tracked, tier: str) -> bool:
+    async with ctx.dep.pool.acquire() as conn:
+        row = await conn.fetchrow(
+            "SELECT status, pending_tier FROM audit_projector.workflow_status WHERE workflow_id = $1",
+            workflow.workflow_id,
+        )
+    return row is not None and row["status"] == "waiting" and row["pending_tier"] == tier
+
+
+SCALED = ("invoice_agent", "approval_gate", "report_agent", "timer_service")
+
+
+async def rebalance(ctx: Ctx) -> None:
+    await ctx.submit(4)
+    async with ctx.trickle(every_s=2.0, limit=10):
+        await asyncio.sleep(2.0)
+        await asyncio.gather(*(injectors.scale(ctx.dep, ctx.faults, s, 3) for s in SCALED))
+        await asyncio.sleep(12.0)  # work spreads over three replicas of each
+        await asyncio.gather(*(injectors.scale(ctx.dep, ctx.faults, s, 1) for s in SCALED))
+        await asyncio.sleep(3.0)
+
+
+def zombie(service: str) -> Body:
+    async def body(ctx: Ctx) -> None:
+        await ctx.submit(4)
+        async with ctx.trickle(every_s=1.5, limit=14):
+            await injectors.zombie(ctx.dep, ctx.faults, service, paused_s=20.0)
+
+    return body
+
+
+async def broker_restart(ctx: Ctx) -> None:
+    async with ctx.trickle(every_s=2.0, limit=40):
+        for hard in (False, True):
+            await ctx.submit(4)  # in flight when the broker goes
+            await asyncio.sleep(1.5)
+            await injectors.restart_single_broker(ctx.dep, ctx.faults, hard=hard, down_s=3.0)
+            await asyncio.sleep(6.0)
+
+
+async def broker_kill(ctx: Ctx) -> None:
+    async with ctx.trickle(every_s=2.0, limit=40):
+        for _ in range(2):
+            await ctx.submit(4)
+            await asyncio.sleep(1.5)
+            await injectors.kill_broker_node(ctx.dep, ctx.faults, down_s=10.0)
+            await asyncio.sleep(6.0)
+
+
+async def postgres_restart(ctx: Ctx) -> None:
+    async with ctx.trickle(every_s=2.0, limit=40):
+        for _ in range(3):
+            await ctx.submit(3)
+            await asyncio.sleep(1.5)
+            await injectors.restart_postgres(ctx.dep, ctx.faults)
+            await asyncio.sleep(4.0)
+        await ctx.submit(4)
+        await asyncio.sleep(1.5)
+        await injectors.postgres_outage(ctx.dep, ctx.faults, down_s=5.0)
+        await asyncio.sleep(6.0)
+
+
+async def rewind_over_poison(ctx: Ctx) -> None:
+    """Two batches of 20 poison records in the timer service's topic, each followed by
+    ordinary traffic (so a fresh consumer never sees 25 dead letters in a row), then its
+    group is rewound: a replay of records it already dead-lettered must not stop it."""
+    workflows = await ctx.submit(2)
+    topic = ctx.topic("timer.schedule")
+    for _ in range(2):
+        await injectors.publish_poison(
+            ctx.dep,
+            ctx.faults,
+            ctx.rng,
+            topics=[topic],
+            keys=[w.workflow_id for w in workflows],
+            kinds=["not-json"] * 20,
+        )
+        workflows += await ctx.submit(2)
+        await asyncio.sleep(3.0)
+    await ctx.dep.driver.wait_settled(workflows, 120.0)
+    await injectors.rewind_services(ctx.dep, ctx.faults, ["timer_service"])
+    # New traffic only once the replay is over: its successes would reset the guard's count
+    # and hide what the replay alone does.
+    if not await injectors.wait_caught_up(ctx.dep, "timer_service", timeout_s=60.0):
+        await ctx.dep.heal()  # it stopped (recorded as an unexpected exit); carry on
+    await ctx.submit(2)
+
+
+async def poison_at_broker_limit(ctx: Ctx) -> None:
+    """A record just under the broker's 1 MB limit that is not JSON: every consumer of
+    the topic must dead-letter it, although its dead letter (base64 plus a traceback) is
+    larger than the broker accepts."""
+    workflows = await ctx.submit(4)
+    await asyncio.sleep(2.0)
+    await injectors.publish_poison(
+        ctx.dep,
+        ctx.faults,
+        ctx.rng,
+        topics=[ctx.topic("invoice.received")],
+        keys=[w.workflow_id for w in workflows],
+        kinds=["near-limit"],
+    )
+    await ctx.submit(2)
+
+
+# -- the suites ---------------------------------------------------------------------------------------
+
+
+SHORT: list[Scenario] = [
+    Scenario(
+        "sigkill-critical",
+        "one SIGKILL injection point in each critical service, the four armed at once: "
+        "payment agent mid payment, approval gate after its commit, report agent after its "
+        "inbox insert, gateway after its relay published",
+        "main",
+        sigkill(
+            [
+                ("payment_agent", "mid_external_call", 1),
+                ("approval_gate", "after_db_commit", 2),
+                ("report_agent", "after_inbox_insert", 2),
+                ("gateway", "after_publish", 2),
+            ]
+        ),
+    ),
+    Scenario(
+        "poison",
+        "non-JSON, oversize, schema-invalid and unknown-version records in five live topics",
+        "main",
+        poison,
+    ),
+    Scenario(
+        "duplicates",
+        "every record of the workflows re-injected 2-5 times (mid-flight and after), and every "
+        "consumer group rewound to the beginning",
+        "main",
+        duplicates,
+    ),
+    Scenario(
+        "timers-while-down",
+        "the timer service is down while approval windows (8h, 4h of simulated time) elapse",
+        "main",
+        timers_while_down,
+    ),
+]
+
+
+def full() -> list[Scenario]:
+    scenarios = [
+        Scenario(
+            f"sigkill-{service}",
+            f"SIGKILL of {service} at " + ", ".join(f"{p} (#{n})" for p, n in points),
+            "main",
+            sigkill([(service, p, n) for p, n in points]),
+        )
+        for service, points in POINTS.items()
+    ]
+    scenarios += [s for s in SHORT if not s.name.startswith("sigkill")]
+    scenarios += [
+        Scenario(
+            "rebalance",
+            f"{', '.join(SCALED)} scaled 1 -> 3 -> 1 replicas mid-workflow",
+            "main",
+            rebalance,
+        ),
+        Scenario(
+            "zombie-payment_agent",
+            "a payment agent replica paused (SIGSTOP) until its partitions move, then resumed",
+            "main",
+            zombie("payment_agent"),
+        ),
+        Scenario(
+            "zombie-report_agent",
+            "a report agent replica paused (SIGSTOP) until its partitions move, then resumed",
+            "main",
+            zombie("report_agent"),
+        ),
+        Scenario(
+            "rewind-over-poison",
+            "40 poison records in the timer service's topic, dead-lettered, then its consumer "
+            "group rewound to the beginning",
+            "main",
+            rewind_over_poison,
+        ),
+        Scenario(
+            "kafka-broker-restart",
+            "the only broker restarted under load: a controlled shutdown, then a SIGKILL",
+            "kafka-single",
+            broker_restart,
+        ),
+        Scenario(
+            "kafka-broker-kill",
+            "3 brokers (RF 3, min.insync.replicas 2, acks=all): the busiest broker killed and "
+            "brought back, twice",
+            "kafka-cluster",
+            broker_kill,
+        ),
+        Scenario(
+            "postgres-restart",
+            "PostgreSQL restarted under load (pg_ctl restart -m fast) three times, then down for 5s",
+            "postgres",
+            postgres_restart,
+        ),
+        Scenario(
+            "poison-at-broker-limit",
+            "production size limits; a 900 KB non-JSON record (under the broker's 1 MB limit)",
+            "defaults",
+            poison_at_broker_limit,
+        ),
+    ]
+    return scenarios
+
+
+# -- running ---------------------------------------------------------------------------------------------
+
+
+async def run_scenario(dep: Deployment, scenario: Scenario, seed: int = 0) -> ScenarioResult:
+    """Run the scenario's body, then the reconciler; never raises for what went wrong in
+    Chorus (that is the result), only for a broken harness."""
+    faults = FaultLog()
+    ctx = Ctx(dep, scenario.name, faults, random.Random(f"{seed}:{scenario.name}"))
+    started = time.monotonic()
+    crashes_before = len(dep.startup_crashes)
+    exits_before = len(dep.unexpected_exits)
+    retries_before = dep.driver.submit_retries
+    replays_before = dep.driver.replayed_submissions
+    errors: list[str] = []
+    log.info("scenario %s: %s", scenario.name, scenario.description)
+    try:
+        await scenario.body(ctx)
+    except Exception as exc:
+        log.exception("scenario %s raised", scenario.name)
+        errors.append(f"the scenario itself failed: {exc!r}\n{traceback.format_exc(limit=6)}")
+    recon = await reconcile(
+        dep, scenario.name, faults, deadline_s=scenario.deadline_s, exits_before=exits_before
+    )
+    result = ScenarioResult(
+        name=scenario.name,
+        description=scenario.description,
+        deployment=dep.config.name,
+        workflows=recon.workflows,
+        faults=faults.total,
+        faults_by_kind=faults.by_kind(),
+        lost=len(recon.lost),
+        duplicate_effects=recon.duplicate_effects,
+        stuck=len(recon.stuck),
+        wrong=len(recon.wrong),
+        max_recovery_s=recon.max_recovery_s,
+        checks=recon.checks,
+        violations=[*errors, *recon.violations],
+        notes=recon.notes,
+        fault_log=[asdict(f) for f in faults.faults],
+        startup_crashes=dep.startup_crashes[crashes_before:],
+        duration_s=time.monotonic() - started,
+    )
+    if faults.total == 0:
+        result.violations.append("no fault was injected")
+    retries = dep.driver.submit_retries - retries_before
+    if retries:
+        replays = dep.driver.replayed_submissions - replays_before
+        result.notes.append(
+            f"{retries} submission attempt(s) failed during gateway outages and were retried with "
+            f"the same Idempotency-Key; {replays} retry(ies) answered as a replay of a submission "
+            "the gateway had already accepted"
+        )
+    log.info(
+        "scenario %s: %s (%d workflows, %d faults, %.0fs)",
+        scenario.name,
+        "pass" if result.ok else "FAIL",
+        result.workflows,
+        result.faults,
+        result.duration_s,
+    )
+    return result
