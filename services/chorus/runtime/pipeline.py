@@ -68,7 +68,7 @@ from chorus.store import (
     StateRow,
     StepWrite,
 )
-from chorus.tracing import handling_span, span_traceparent
+from chorus.tracing import handling_span
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.platform import (
@@ -403,8 +403,7 @@ class Pipeline:
                 "event.id": str(env.event_id),
                 "attempt": str(attempt),
             },
-        ) as span:
-            traceparent = span_traceparent(span, env.traceparent)
+        ) as traceparent:
             state_model = self.spec.state
             for _ in range(route.semantic_attempts):
                 try:
