@@ -25,6 +25,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from chorus.codec import DEFAULT_MAX_BYTES
 from chorus.db import create_pool, redact
 from chorus.registry import load_registry
 from chorus.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
@@ -158,7 +159,7 @@ def replay_command(
             min=1,
             help="The live projector's size limit: larger records are skipped, as it dead-letters them.",
         ),
-    ] = 1_048_576,
+    ] = DEFAULT_MAX_BYTES,
     bootstrap: Bootstrap = LOCAL_KAFKA,
     database_url: DatabaseUrl = LOCAL_DATABASE_URL,
 ) -> None:
