@@ -34,7 +34,10 @@ class SandboxConfig:
     api_key: str = "sandbox-key"
     webhook_secret: str = "demo-webhook-secret"
     flaky_sources: frozenset[str] = frozenset()
-    """Sources that answer 503 to every other request."""
+    """Sources that answer 503 to every other request for the same topic: each report's
+    first call fails and its retry succeeds. Counted per topic, not globally: with one
+    global count, reports retrying in step take turns at the failing calls and one of
+    them can fail every time until its retries run out."""
     payment_failures_per_key: int = 0
     """The first N requests of each payment key answer 503."""
     payment_delay_s: float = 0.0
@@ -103,7 +106,7 @@ def create_app(config: SandboxConfig) -> web.Application:
         sandbox.source_calls[name] += 1
         topic = request.headers.get("X-Topic", "")
         sandbox.source_topics[f"{topic}/{name}"] += 1
-        if name in config.flaky_sources and sandbox.source_calls[name] % 2 == 1:
+        if name in config.flaky_sources and sandbox.source_topics[f"{topic}/{name}"] % 2 == 1:
             return web.json_response({"error": "temporarily unavailable"}, status=503)
         excerpt = f"{name} reports that durable execution keeps long agent runs alive across failures"
         return web.json_response({"name": name, "excerpt": excerpt})

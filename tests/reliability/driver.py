@@ -107,7 +107,7 @@ def procurement_body(token: str, sandbox: str) -> dict[str, Any]:
 
 
 def report_body(token: str, sandbox: str) -> dict[str, Any]:
-    # beta answers 503 to every other request (the sandbox runs with --flaky-source beta),
+    # beta answers 503 to every other request per topic (the sandbox runs with --flaky-source beta),
     # so reports also take the durable-retry path through the timer service.
     return {
         "input": {
