@@ -7,6 +7,8 @@ chain; past the last tier the configured fallback decides.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from approval_gate.adapters import Deps
 from approval_gate.domain import (
     FALLBACK_ACTOR,
@@ -30,10 +32,10 @@ from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_contracts.platform import ReviewRequested
 
 
-def _window_timer(gate: Gate, ctx: Context[Deps]) -> ScheduleTimer:
+def _window_timer(gate: Gate, start: datetime) -> ScheduleTimer:
     return ScheduleTimer(
         timer_id=window_timer_id(gate.approval_id, gate.level),
-        due_at=window_end(ctx.clock.now(), gate),
+        due_at=window_end(start, gate),
         event=ApprovalWindowElapsed(approval_id=gate.approval_id, level=gate.level),
         purpose="escalation",
     )
@@ -55,7 +57,10 @@ async def on_approval_requested(
         fallback=request.fallback,
         context=request.context,
     )
-    return Outcome(state=gate, timers=[*timers, _window_timer(gate, ctx)])
+    # The first window runs from the request, not from when this gate got to it: the
+    # deadline the reviewer and the status page were shown is the one enforced, and a
+    # gate that was down or slow does not stretch it.
+    return Outcome(state=gate, timers=[*timers, _window_timer(gate, event.envelope.occurred_at)])
 
 
 async def on_approval_window_elapsed(
@@ -65,15 +70,17 @@ async def on_approval_window_elapsed(
     if state is None or not is_current(state, elapsed.approval_id) or state.level != elapsed.level:
         return Outcome()  # decided, superseded or already escalated
     if state.level + 1 < len(state.chain):
+        # The next tier is told now (the escalation event), so its window starts now.
+        now = ctx.clock.now()
         gate = state.model_copy(update={"level": state.level + 1})
         escalated = ApprovalEscalated(
             approval_id=gate.approval_id,
             level=gate.level,
             from_tier=state.chain[state.level].tier,
             to_tier=gate.chain[gate.level].tier,
-            waiting_until=window_end(ctx.clock.now(), gate),
+            waiting_until=window_end(now, gate),
         )
-        return Outcome(state=gate, emit=[escalated], timers=[_window_timer(gate, ctx)])
+        return Outcome(state=gate, emit=[escalated], timers=[_window_timer(gate, now)])
     decided = ApprovalDecided(
         approval_id=state.approval_id,
         decision=fallback_decision(state.fallback),

@@ -1,0 +1,60 @@
+"""The approval gate's escalation windows, decided by its handlers alone."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import timedelta
+from typing import Any
+
+from approval_gate.handlers import on_approval_requested, on_approval_window_elapsed
+from chorus.clock import ManualClock
+from chorus.codec import decode
+from chorus.registry import default_registry
+from chorus.service import Context, ScheduleTimer
+from chorus_contracts.approvals import ApprovalEscalated
+
+
+def _ctx(event: Any, clock: ManualClock) -> Context[Any]:
+    async def no_checkpoint(_: Any) -> None:
+        raise AssertionError("the gate does not checkpoint mid-handler")
+
+    return Context(
+        service="approval_gate",
+        deps=None,
+        clock=clock,
+        envelope=event.envelope,
+        attempt=1,
+        feedback=[],
+        log=logging.LoggerAdapter(logging.getLogger("test")),
+        _checkpoint=no_checkpoint,
+    )
+
+
+async def test_the_first_window_runs_from_the_request_even_when_the_gate_sees_it_late() -> None:
+    registry = default_registry()
+    raw = registry.examples[("approval.requested", 1)][0].body
+    requested = decode(json.dumps(raw).encode(), registry)
+    requested_at = requested.envelope.occurred_at
+    window = timedelta(seconds=requested.payload.chain[0].window_s)  # type: ignore[attr-defined]
+    # The gate was down for 9 hours: the manager's window is over by the time it looks.
+    clock = ManualClock(requested_at + timedelta(hours=9))
+
+    outcome = await on_approval_requested(requested, None, _ctx(requested, clock))  # type: ignore[arg-type]
+    (timer,) = [t for t in outcome.timers if isinstance(t, ScheduleTimer)]
+    assert timer.due_at == requested_at + window  # already due: escalates at once
+
+    elapsed_raw = {
+        **raw,
+        "event_id": "6f1c2a3e-0000-4000-8000-000000000001",
+        "event_type": "approval.window_elapsed",
+        "payload": {"approval_id": requested.payload.approval_id, "level": 0},  # type: ignore[attr-defined]
+    }
+    elapsed = decode(json.dumps(elapsed_raw).encode(), registry)
+    escalated = await on_approval_window_elapsed(elapsed, outcome.state, _ctx(elapsed, clock))  # type: ignore[arg-type]
+    (next_timer,) = [t for t in escalated.timers if isinstance(t, ScheduleTimer)]
+    # The director is told now, so the director's whole window starts now.
+    director_window = timedelta(seconds=requested.payload.chain[1].window_s)  # type: ignore[attr-defined]
+    assert next_timer.due_at == clock.now() + director_window
+    (notice,) = escalated.emit
+    assert isinstance(notice, ApprovalEscalated) and notice.waiting_until == next_timer.due_at
