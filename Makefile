@@ -27,7 +27,7 @@ $(STAMP): requirements.lock pyproject.toml
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -r requirements.lock
 	$(VENV)/bin/pip install -q --no-deps -e .
-	@# docker-compose.yml is validated with `docker compose config`; build the plugin if the client lacks it.
+	@# docker-compose.yml is validated with `docker compose config`; install the plugin if the client lacks it.
 	@if command -v docker >/dev/null; then $(LOCAL)/compose-plugin.sh >/dev/null; fi
 	@touch $(STAMP)
 
