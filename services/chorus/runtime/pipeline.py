@@ -161,17 +161,13 @@ class Pipeline:
         self.rng = rng or random.Random()
         self.producer = ProducerRef(service=spec.name, version=spec.version)
         self.accept = {**spec.consumes(), "retry.due": 1, "event.discarded": 1}
-        self._size_limits: dict[str, int] = {}
         # Concurrent lanes share round trips: loads and commits go in batches.
         self._loads: Coalescer[tuple[uuid.UUID, str], Loaded] = Coalescer(self._load_batch)
         self._commits: Coalescer[StepWrite, None] = Coalescer(self._commit_batch)
 
     def size_limit(self, topic: str) -> int:
         """The largest record accepted from ``topic`` (see Registry.size_limit)."""
-        limit = self._size_limits.get(topic)
-        if limit is None:
-            limit = self._size_limits[topic] = self.registry.size_limit(topic, self.max_bytes)
-        return limit
+        return self.registry.size_limit(topic, self.max_bytes)
 
     async def close(self) -> None:
         await self._loads.close()
