@@ -33,6 +33,13 @@ TERMINAL = {"completed", "rejected", "failed", "compensated", "timed_out", "canc
 console = Console(highlight=False, width=110)
 
 
+def demo_cost_center(run: str) -> str:
+    # A cost center (and budget) per run: the budgets live in the shared database and a
+    # paid invoice spends them, so one shared cost center would run dry after ~40 demos
+    # and the budget agent would reject every later one.
+    return f"cc-demo-{run}"
+
+
 def invoice_input(run: str) -> dict[str, Any]:
     return {
         "invoice_id": f"INV-{run}",
@@ -46,7 +53,7 @@ def invoice_input(run: str) -> dict[str, Any]:
             "vendor_id": "vendor-acme",
             "currency": "EUR",
             "total_cents": 150000,
-            "cost_center": "cc-research",
+            "cost_center": demo_cost_center(run),
         },
         "requester_ref": "subject:requester-0042",
     }
@@ -110,18 +117,20 @@ def timeline_table(title: str, status: dict[str, Any]) -> Table:
 
 
 async def run_demo(workdir: Path) -> int:
+    run = uuid.uuid4().hex[:8]
     stack = DevStack(
         workdir,
         sandbox_args=["--flaky-source", "beta"],
         service_env={
             # The manager gets a few seconds instead of 8 hours, so the demo escalates.
             "budget_agent": {
+                "CHORUS_BUDGETS": json.dumps({demo_cost_center(run): 1_000_000}),
                 "CHORUS_APPROVAL_CHAIN": json.dumps(
                     [
                         {"tier": "manager", "window_s": MANAGER_WINDOW_S},
                         {"tier": "director", "window_s": 3600},
                     ]
-                )
+                ),
             }
         },
     )
@@ -131,7 +140,6 @@ async def run_demo(workdir: Path) -> int:
         await stack.start()
         console.print(f"all healthy in {time.monotonic() - started:.1f}s; gateway API at {stack.api_url}\n")
         client = Client(stack.api_url)
-        run = uuid.uuid4().hex[:8]
 
         # 1. Submit both workflows; the procurement twice with one Idempotency-Key.
         first = await client.post(

@@ -20,6 +20,7 @@ import pytest
 
 from chorus.clock import OffsetFileClock
 from chorus.devstack import DevStack
+from tests.support.database import create_database, drop_database
 from tests.support.registry import isolated_registry
 
 pytestmark = pytest.mark.integration
@@ -33,10 +34,12 @@ TERMINAL = {"completed", "rejected", "failed", "compensated", "timed_out", "canc
 
 
 class World:
-    def __init__(self, stack: DevStack, clock_file: Path, http: httpx.AsyncClient) -> None:
+    def __init__(self, stack: DevStack, clock_file: Path, http: httpx.AsyncClient, database_url: str) -> None:
         self.stack = stack
         self.clock_file = clock_file
         self.http = http
+        self.database_url = database_url
+        """The services' own database (see the world fixture)."""
 
     def advance(self, seconds: float) -> None:
         OffsetFileClock.advance(self.clock_file, seconds)
@@ -120,12 +123,15 @@ async def world(
     suffix = uuid.uuid4().hex[:8]
     registry = await isolated_registry(tmp, suffix, kafka_bootstrap)
     clock_file = tmp / "clock-offset"
+    # Its own database: budgets, timers and gates start as configured, whatever earlier
+    # runs and `make demo` spent or left pending in the shared one.
+    database = f"chorus_e2e_{suffix}"
     stack = DevStack(
         tmp / "logs",
         env={
             "CHORUS_SCHEMAS_DIR": str(registry.root),
             "CHORUS_KAFKA_BOOTSTRAP": kafka_bootstrap,
-            "CHORUS_DATABASE_URL": database_url,
+            "CHORUS_DATABASE_URL": (world_url := await create_database(database_url, database)),
             "CHORUS_CLOCK": f"offset-file:{clock_file}",
         },
         sandbox_args=["--flaky-source", "beta"],
@@ -133,9 +139,20 @@ async def world(
     try:
         await stack.start()
         async with httpx.AsyncClient(base_url=stack.api_url, timeout=10.0) as http:
-            yield World(stack, clock_file, http)
+            yield World(stack, clock_file, http, world_url)
     finally:
         await stack.stop()
+        await drop_database(database_url, database)
+
+
+@pytest.fixture
+async def world_pg(world: World) -> AsyncIterator[asyncpg.Connection]:
+    """A connection to the services' database, to look at their rows."""
+    conn = await asyncpg.connect(world.database_url)
+    try:
+        yield conn
+    finally:
+        await conn.close()
 
 
 async def test_procurement_escalates_on_simulated_time_then_the_director_approves_and_it_pays(
@@ -174,7 +191,7 @@ async def test_procurement_escalates_on_simulated_time_then_the_director_approve
 
 
 async def test_no_answer_from_any_tier_auto_rejects_and_releases_the_budget(
-    world: World, pg: asyncpg.Connection
+    world: World, world_pg: asyncpg.Connection
 ) -> None:
     run = uuid.uuid4().hex[:8]
     workflow_id = (await world.submit("procurement", invoice(run))).json()["workflow_id"]
@@ -184,7 +201,7 @@ async def test_no_answer_from_any_tier_auto_rejects_and_releases_the_budget(
     world.advance(8 * HOUR + 60)
     final = await world.ended(workflow_id)
     assert final["status"] == "rejected"
-    reservation = await pg.fetchrow(
+    reservation = await world_pg.fetchrow(
         "SELECT status FROM budget_agent.reservations WHERE workflow_id = $1", workflow_id
     )
     assert reservation is not None and reservation["status"] == "released"
@@ -220,9 +237,11 @@ async def test_payment_agent_killed_mid_request_pays_exactly_once(world: World) 
     assert stats["payment_requests"][keys[0]] == 2  # ...although the provider was asked twice
 
 
-async def test_persistently_failing_payment_releases_the_budget(world: World, pg: asyncpg.Connection) -> None:
+async def test_persistently_failing_payment_releases_the_budget(
+    world: World, world_pg: asyncpg.Connection
+) -> None:
     run = uuid.uuid4().hex[:8]
-    before = await pg.fetchval(
+    before = await world_pg.fetchval(
         "SELECT reserved_cents FROM budget_agent.budgets WHERE cost_center = 'cc-research'"
     )
     workflow_id = (await world.submit("procurement", invoice(run, vendor="vendor-closed"))).json()[
@@ -232,12 +251,12 @@ async def test_persistently_failing_payment_releases_the_budget(world: World, pg
     await world.decide(status["pending_approval"]["approval_id"], MANAGER, "approve")
     final = await world.ended(workflow_id)
     assert final["status"] == "compensated"
-    reservation = await pg.fetchrow(
+    reservation = await world_pg.fetchrow(
         "SELECT status, amount_cents FROM budget_agent.reservations WHERE workflow_id = $1",
         workflow_id,
     )
     assert reservation["status"] == "released"
-    after = await pg.fetchval(
+    after = await world_pg.fetchval(
         "SELECT reserved_cents FROM budget_agent.budgets WHERE cost_center = 'cc-research'"
     )
     assert after == before  # the reservation came back in full

@@ -14,12 +14,10 @@ import os
 import signal
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
-
-import asyncpg
 
 from chorus.kafka import make_admin
 from chorus.settings import LOCAL_DATABASE_URL
+from tests.support.database import create_database, database_url, drop_database
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL_SCRIPTS = ROOT / "deploy" / "local"
@@ -189,7 +187,7 @@ class PostgresServer:
         }
 
     def database_url(self, database: str) -> str:
-        return urlunsplit(urlsplit(self.admin_url)._replace(path=f"/{database}"))
+        return database_url(self.admin_url, database)
 
     async def start(self) -> None:
         if self.private_dir is not None:
@@ -213,16 +211,7 @@ class PostgresServer:
         """A fresh database for one deployment; returns its URL. Every service's schema
         (inbox, timers, dead letters, audit projection) starts empty there, so the
         reconciler's counts are this deployment's alone."""
-        conn = await asyncpg.connect(self.admin_url)
-        try:
-            await conn.execute(f'CREATE DATABASE "{name}"')
-        finally:
-            await conn.close()
-        return self.database_url(name)
+        return await create_database(self.admin_url, name)
 
     async def drop_database(self, name: str) -> None:
-        conn = await asyncpg.connect(self.admin_url)
-        try:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await conn.close()
+        await drop_database(self.admin_url, name)

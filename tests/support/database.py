@@ -1,0 +1,35 @@
+"""Fresh databases on the test PostgreSQL server.
+
+Tests that run whole services use one of their own: service schemas (budgets, timers,
+approval state) otherwise carry over from earlier runs, `make demo` and other tests,
+and a result would depend on history (a budget spent by last week's runs).
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+
+def database_url(server_url: str, database: str) -> str:
+    """``server_url`` pointed at ``database`` on the same server."""
+    return urlunsplit(urlsplit(server_url)._replace(path=f"/{database}"))
+
+
+async def create_database(server_url: str, database: str) -> str:
+    """A new, empty database on the server of ``server_url``; returns its URL."""
+    conn = await asyncpg.connect(server_url)
+    try:
+        await conn.execute(f'CREATE DATABASE "{database}"')
+    finally:
+        await conn.close()
+    return database_url(server_url, database)
+
+
+async def drop_database(server_url: str, database: str) -> None:
+    conn = await asyncpg.connect(server_url)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+    finally:
+        await conn.close()
