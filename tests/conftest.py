@@ -16,11 +16,25 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from hypothesis import HealthCheck, settings
 
 from chorus.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
 from tests.support.registry import delete_created_topics
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Fuzzing in `make test` is reproducible (a fixed derivation of examples, no example
+# database) and bounded; HYPOTHESIS_PROFILE=deep explores far more, locally.
+settings.register_profile(
+    "ci",
+    max_examples=300,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile("deep", max_examples=20_000, deadline=None, database=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def _start(script: str) -> None:

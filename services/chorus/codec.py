@@ -15,10 +15,13 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
+from chorus import strictjson
 from chorus.errors import (
+    DecodeError,
     NotJSONError,
     OversizeError,
     SchemaValidationError,
+    UndecodableError,
     UnknownEventTypeError,
     UnknownVersionError,
 )
@@ -74,16 +77,24 @@ def validation_error(exc: ValidationError, prefix: str, what: str) -> SchemaVali
 
 
 def parse_json(raw: bytes, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, Any]:
+    """The record's bytes as a JSON object, under the rules of :mod:`chorus.strictjson`."""
     if len(raw) > max_bytes:
         raise OversizeError(
             "record too large", expected=f"at most {max_bytes} bytes", got=f"{len(raw)} bytes"
         )
     try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
+        data = strictjson.loads(raw)
+    except strictjson.StrictJSONError as exc:
+        if exc.pointer is not None:  # well-formed JSON holding text PostgreSQL cannot store
+            raise SchemaValidationError(
+                str(exc).removeprefix(f"{exc.pointer}: "),
+                pointer=exc.pointer,
+                expected="text without NUL or unpaired surrogates",
+                got="such text",
+            ) from None
         raise NotJSONError(
-            f"not UTF-8 JSON: {exc}",
-            expected="a JSON object",
+            str(exc),
+            expected="a UTF-8 JSON object (RFC 7493)",
             got=_short(raw[:40].decode("latin-1")),
         ) from None
     if not isinstance(data, dict):
@@ -117,8 +128,27 @@ def decode(
 
     ``accept`` maps each event type the consumer handles to the version its code is
     written for; older versions are upcast to it, newer ones are refused.
-    Raises a subclass of DecodeError; never returns a partially valid event.
+    Raises a subclass of DecodeError, and nothing else, whatever the bytes are;
+    never returns a partially valid event.
     """
+    try:
+        return _decode(raw, registry, accept, max_bytes)
+    except DecodeError:
+        raise
+    except Exception as exc:
+        # Anything else the bytes provoked (an interpreter limit, an upcaster that
+        # chokes on them) is still a property of this record: a dead letter, not a
+        # reason to hold the partition.
+        raise UndecodableError(
+            f"decoding raised {type(exc).__name__}: {exc}"[:500],
+            expected="a valid event of the registry",
+            got=_short(raw[:40].decode("latin-1")) if raw else "nothing",
+        ) from exc
+
+
+def _decode(
+    raw: bytes | None, registry: Registry, accept: Mapping[str, int] | None, max_bytes: int
+) -> Event[EventModel]:
     if raw is None:
         raise NotJSONError("record has no value (tombstone)", expected="a JSON object", got="null")
     data = parse_json(raw, max_bytes)

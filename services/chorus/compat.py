@@ -204,6 +204,10 @@ class GitRepo:
             return None
         return proc.stdout.strip() or None
 
+    def is_ancestor(self, commit: str, of: str) -> bool:
+        """True when ``commit`` is ``of`` or one of its ancestors."""
+        return _run_git(self.toplevel, "merge-base", "--is-ancestor", commit, of).returncode == 0
+
     def is_shallow(self) -> bool:
         return _git(self.toplevel, "rev-parse", "--is-shallow-repository").strip() == "true"
 
@@ -903,6 +907,46 @@ def compare(old: Snapshot, new: Snapshot) -> Report:
     return report
 
 
+# -- accepted breaks ----------------------------------------------------------------------
+
+ACCEPTED_FILE = "accepted-breaks.yaml"
+
+
+@dataclass(frozen=True)
+class AcceptedBreak:
+    """A tightening made on purpose (``schemas/accepted-breaks.yaml``), like buf's
+    ``breaking.ignore``: accepted only when the gate compares against ``until`` or one of
+    its ancestors, so it covers the one change it was written for and never a later one."""
+
+    until: str
+    reason: str
+
+    def covers(self, finding: Finding) -> bool:
+        # Only tightenings (new consumers may refuse old data, which is then dead-lettered
+        # like any invalid record); a loosening would let old consumers choke on new data.
+        return finding.breaks & REQUIRED_DIRECTIONS[finding.compatibility] == BACKWARD
+
+
+def accepted_breaks(schemas_dir: Path) -> list[AcceptedBreak]:
+    path = schemas_dir / ACCEPTED_FILE
+    if not path.exists():
+        return []
+    try:
+        entries = yaml.safe_load(path.read_text()) or []
+        return [AcceptedBreak(str(e["until"]), str(e["reason"])) for e in entries]
+    except (yaml.YAMLError, KeyError, TypeError) as exc:
+        raise RegistryReadError(f"{path}: each entry needs `until` (a commit) and `reason`: {exc}") from exc
+
+
+def _accepted_for(repo: GitRepo, schemas_dir: Path, commit: str) -> list[AcceptedBreak]:
+    active = []
+    for accepted in accepted_breaks(schemas_dir):
+        until = repo.commit_of(accepted.until)
+        if until is not None and repo.is_ancestor(commit, until):
+            active.append(accepted)
+    return active
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What ``chorus schemas check`` prints and its exit code (0 ok, 1 breaking)."""
@@ -935,9 +979,15 @@ def check(schemas_dir: Path, against: str) -> Outcome:
         return Outcome([f"note: no registry at {repo.prefix} in {label}; nothing to compare"], 0)
     report = compare(old, new)
     lines = [f"note: {n}" for n in report.notes]
-    lines += [f.line() for f in report.findings]
+    active = _accepted_for(repo, schemas_dir, commit) if report.breaking else []
+    waived = [f for f in report.breaking if any(a.covers(f) for a in active)]
+    for finding in report.findings:
+        line = finding.line()
+        lines.append(line.replace("BREAKING ", "ACCEPTED ", 1) if finding in waived else line)
     lines += [r.line() for r in report.rollouts]
-    breaking = report.breaking
+    for accepted in active:
+        lines.append(f"note: tightenings accepted up to {accepted.until[:10]}: {accepted.reason.strip()}")
+    breaking = [f for f in report.breaking if f not in waived]
     if breaking:
         lines.append(
             f"{len(breaking)} breaking change(s) against {label}. Keep the existing version"

@@ -41,6 +41,27 @@ async def create_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> asy
     return pool
 
 
+# SQLSTATEs that say "this value cannot be stored", not "the database is unwell": the
+# data exception class (22: untranslatable character, value too long, numeric overflow,
+# invalid json ...), NOT NULL and CHECK violations, and program limits (54: an index
+# row or a jsonb value over PostgreSQL's size limits).
+_DATA_ERROR_STATES = frozenset({"23502", "23514"})
+_DATA_ERROR_CLASSES = ("22", "54")
+
+
+def is_data_error(exc: BaseException) -> bool:
+    """True when PostgreSQL (or asyncpg encoding an argument) refused a *value*.
+
+    Retrying the same write can never succeed; the record that carried the value is
+    at fault, not the database. asyncpg reports its own argument-encoding failures
+    (a lone surrogate, an int out of range) as ``DataError`` with SQLSTATE 22000.
+    """
+    if isinstance(exc, asyncpg.DataError | UnicodeEncodeError | OverflowError):
+        return True
+    state = getattr(exc, "sqlstate", None)
+    return isinstance(state, str) and (state in _DATA_ERROR_STATES or state.startswith(_DATA_ERROR_CLASSES))
+
+
 def redact(url: str) -> str:
     return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
 

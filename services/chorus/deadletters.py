@@ -17,16 +17,25 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime
 
+from chorus import strictjson
 from chorus.envelopes import child_envelope, derived_event_id, system_envelope
 from chorus.runtime.records import Record, to_original
+from chorus.strictjson import storable
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.platform import ErrorCategory, ErrorDetail, EventDeadLettered, Failure
 
 MAX_TRACEBACK_CHARS = 8000
 MAX_MESSAGE_CHARS = 2000
+MAX_POINTER_CHARS = 500
 MAX_ORIGINAL_BYTES = 4 * 1024 * 1024
 """Larger originals are referenced, not repeated: only a dead letter that failed again
 can be this large, and wrapping it once more must not outgrow the dead-letter topic."""
+
+
+def error_message(error: BaseException) -> str:
+    """The error's message, bounded and storable: it may quote hostile input (a NUL in a
+    field name, say), and every consumer of the dead letter stores it in PostgreSQL."""
+    return storable(str(error) or type(error).__name__)[:MAX_MESSAGE_CHARS]
 
 
 def failure(error: BaseException, attempt: int, now: datetime, retry_in_s: float | None = None) -> Failure:
@@ -34,9 +43,14 @@ def failure(error: BaseException, attempt: int, now: datetime, retry_in_s: float
         at=now,
         attempt=attempt,
         error_class=type(error).__name__,
-        message=(str(error) or type(error).__name__)[:MAX_MESSAGE_CHARS],
+        message=error_message(error),
         retry_in_s=retry_in_s,
     )
+
+
+def _pointer(error: BaseException) -> str | None:
+    pointer = getattr(error, "pointer", None)
+    return storable(pointer)[:MAX_POINTER_CHARS] if isinstance(pointer, str) else None
 
 
 def dead_letter_envelope(
@@ -51,10 +65,14 @@ def dead_letter_envelope(
     failures: Sequence[Failure],
     parent: Envelope | None,
     traceparent: str | None = None,
+    outbox_row: str | None = None,
+    omit_value: bool = False,
 ) -> Envelope:
+    """``outbox_row`` marks a record that was never published (the broker refused it from
+    that outbox row); its identity is then the row, not a topic position."""
     original = to_original(record)
     value = record.value or b""
-    if len(value) > MAX_ORIGINAL_BYTES:
+    if omit_value or len(value) > MAX_ORIGINAL_BYTES:
         original = original.model_copy(
             update={
                 "value_b64": "",
@@ -63,6 +81,8 @@ def dead_letter_envelope(
                 "value_sha256": hashlib.sha256(value).hexdigest(),
             }
         )
+    if outbox_row is not None:
+        original = original.model_copy(update={"outbox_row": outbox_row})
     body = EventDeadLettered(
         service=producer.service,
         service_version=producer.version,
@@ -71,9 +91,9 @@ def dead_letter_envelope(
         error=ErrorDetail(
             category=category,
             error_class=type(error).__name__,
-            message=(str(error) or type(error).__name__)[:MAX_MESSAGE_CHARS],
-            traceback="".join(traceback.format_exception(error))[-MAX_TRACEBACK_CHARS:],
-            pointer=getattr(error, "pointer", None),
+            message=error_message(error),
+            traceback=storable("".join(traceback.format_exception(error)))[-MAX_TRACEBACK_CHARS:],
+            pointer=_pointer(error),
         ),
         attempts=attempts,
         failures=list(failures),
@@ -87,11 +107,11 @@ def dead_letter_envelope(
             body,
             producer=producer,
             now=now,
-            position=f"dead-letter/{attempts}",
+            position=f"dead-letter/{attempts}" if outbox_row is None else f"refused/{outbox_row}",
             traceparent=traceparent,
         )
     header_traceparent = dict(record.headers).get("traceparent")
-    where = f"{record.topic}:{record.partition}:{record.offset}"
+    where = outbox_row or f"{record.topic}:{record.partition}:{record.offset}"
     return system_envelope(
         body,
         producer=producer,
@@ -99,4 +119,36 @@ def dead_letter_envelope(
         event_id=derived_event_id(uuid.uuid5(uuid.NAMESPACE_URL, where), producer.service, "poison"),
         workflow_id=f"poison:{where}",
         traceparent=header_traceparent.decode("latin-1") if header_traceparent else None,
+    )
+
+
+def refused_row_dead_letter(
+    record: Record,
+    error: BaseException,
+    *,
+    producer: ProducerRef,
+    outbox_row: str,
+    now: datetime,
+    omit_value: bool = False,
+) -> Envelope:
+    """The dead letter of an outbox row the broker refused. ``record`` holds the row's topic,
+    key, value and headers (partition and offset 0: it never had a position). When the row's
+    value is an envelope, the dead letter joins that event's workflow and trace."""
+    parent: Envelope | None
+    try:
+        parent = Envelope.model_validate(strictjson.loads(record.value or b""))
+    except (strictjson.StrictJSONError, ValueError):
+        parent = None
+    return dead_letter_envelope(
+        record,
+        error,
+        "persistent",
+        producer=producer,
+        consumer_group=f"{producer.service}-relay",
+        now=now,
+        attempts=1,
+        failures=[failure(error, 1, now)],
+        parent=parent,
+        outbox_row=outbox_row,
+        omit_value=omit_value,
     )

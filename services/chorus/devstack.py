@@ -8,6 +8,7 @@ HTTP port and environment, and can kill, pause or restart any of them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -33,6 +34,24 @@ SERVICES = (
     "report_agent",
     "gateway",
 )
+
+
+# The ports README.md documents (each service's config default): `make services` uses
+# them, so `chorus dlq` (8102) and `chorus status` find every service; tests use free ones.
+DOCUMENTED_PORTS = {
+    "timer_service": 8101,
+    "deadletter_service": 8102,
+    "audit_projector": 8103,
+    "outcome_analytics": 8104,
+    "gateway": 8110,
+    "invoice_agent": 8111,
+    "budget_agent": 8112,
+    "approval_gate": 8113,
+    "payment_agent": 8114,
+    "report_agent": 8115,
+}
+API_PORT = 8080
+SANDBOX_PORT = 9400
 
 
 def free_port() -> int:
@@ -87,6 +106,8 @@ class DevStack:
     procs: dict[str, Proc] = field(default_factory=dict)
     api_port: int = 0
     sandbox_port: int = 0
+    documented_ports: bool = False
+    """Every service on its DOCUMENTED_PORTS entry (``make services``) instead of a free port."""
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -102,7 +123,7 @@ class DevStack:
             f"{sandbox_url}/stats",
         )
         for name in self.services:
-            port = free_port()
+            port = DOCUMENTED_PORTS[name] if self.documented_ports else free_port()
             env = {
                 **base,
                 "CHORUS_HTTP_PORT": str(port),
@@ -219,12 +240,49 @@ class DevStack:
             return stats
 
 
+async def supervise(stack: DevStack, stop: asyncio.Event, *, max_backoff_s: float = 30.0) -> None:
+    """Restart any process that exits, with exponential backoff (1 s doubling to
+    ``max_backoff_s``; reset once it has run a minute), and say so on stdout."""
+    loop = asyncio.get_running_loop()
+    backoff = dict.fromkeys(stack.procs, 1.0)
+    started = dict.fromkeys(stack.procs, loop.time())
+    due: dict[str, float] = {}
+    while not stop.is_set():
+        now = loop.time()
+        for name, proc in stack.procs.items():
+            if proc.running:
+                if now - started[name] > 60.0:
+                    backoff[name] = 1.0
+                continue
+            if name not in due:
+                code = proc.popen.returncode if proc.popen is not None else None
+                due[name] = now + backoff[name]
+                print(
+                    f"{name} exited (code {code}); restarting in {backoff[name]:.0f}s (log: {proc.log_path})",
+                    flush=True,
+                )
+                backoff[name] = min(backoff[name] * 2, max_backoff_s)
+            elif now >= due[name]:
+                del due[name]
+                proc.start()
+                started[name] = now
+                print(f"{name} restarted (start #{proc.starts})", flush=True)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.5)
+
+
 async def _run_forever(workdir: Path) -> None:
-    """Every service in the foreground on the documented ports until Ctrl-C."""
-    import contextlib
+    """Every service in the foreground on the documented ports until Ctrl-C; a service
+    that exits is restarted with backoff."""
     import signal as signals
 
-    stack = DevStack(workdir, api_port=8080, sandbox_port=9400)
+    stack = DevStack(
+        workdir,
+        services=(*SERVICES, "outcome_analytics"),
+        api_port=API_PORT,
+        sandbox_port=SANDBOX_PORT,
+        documented_ports=True,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signals.SIGINT, signals.SIGTERM):
@@ -232,9 +290,9 @@ async def _run_forever(workdir: Path) -> None:
     try:
         await stack.start()
         print(f"Chorus is running: API {stack.api_url}, sandbox {stack.sandbox_url}, logs in {workdir}")
+        print("`chorus status` shows every service; `chorus dlq list` the dead letters.")
         print("Ctrl-C stops every service (Kafka and PostgreSQL keep running; `make down` stops them).")
-        with contextlib.suppress(asyncio.CancelledError):
-            await stop.wait()
+        await supervise(stack, stop)
     finally:
         await stack.stop()
 

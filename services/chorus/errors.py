@@ -8,6 +8,11 @@
   required fields): run the handler again with the error as context, then ask a person.
 
 Any other exception is treated as transient with a small cap, then dead-lettered.
+
+Orthogonal to the path: ``caused_by_input`` says the failure comes from what a record
+or a submitter supplied (bytes that do not decode, a value the database refuses, a
+callback URL that keeps failing), not from the service's own code. Such dead letters
+never count towards the dead-letter guard, which exists to stop a bad deploy.
 """
 
 from __future__ import annotations
@@ -19,6 +24,19 @@ Category = Literal["transient", "persistent", "semantic", "decode", "unexpected"
 
 class ChorusError(Exception):
     category: Category = "unexpected"
+    caused_by_input: bool = False
+
+
+def caused_by_input(error: BaseException) -> bool:
+    """True when ``error`` (or the error it was raised from) blames the input, not the code."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if getattr(current, "caused_by_input", False):
+            return True
+        seen.add(id(current))
+        current = current.__cause__
+    return False
 
 
 class TransientError(ChorusError):
@@ -26,9 +44,12 @@ class TransientError(ChorusError):
 
     category: Category = "transient"
 
-    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+    def __init__(
+        self, message: str, *, retry_after_s: float | None = None, caused_by_input: bool = False
+    ) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+        self.caused_by_input = caused_by_input
 
 
 class PersistentError(ChorusError):
@@ -51,6 +72,7 @@ class DecodeError(PersistentError):
     """Raw bytes that are not a valid event of the registry. ``pointer`` names the field."""
 
     category: Category = "decode"
+    caused_by_input = True
 
     def __init__(
         self,
@@ -72,7 +94,12 @@ class DecodeError(PersistentError):
 
 
 class NotJSONError(DecodeError):
-    """The bytes are not a UTF-8 JSON object."""
+    """The bytes are not a UTF-8 JSON object (see chorus.strictjson for the rules)."""
+
+
+class UndecodableError(DecodeError):
+    """Decoding the bytes raised something unforeseen (an interpreter limit, an upcaster
+    that cannot read them). Still the record's fault: dead letter, never a retry."""
 
 
 class OversizeError(DecodeError):
@@ -89,6 +116,25 @@ class UnknownVersionError(DecodeError):
 
 class SchemaValidationError(DecodeError):
     """The envelope or payload does not match its schema."""
+
+
+class RefusedByStoreError(PersistentError):
+    """PostgreSQL refused a value this record's outcome would store (a data error: a
+    character it cannot hold, a number out of range, a value over a size limit).
+    Dead-letter the record; the rest of the batch and the partition go on."""
+
+    caused_by_input = True
+
+
+class EventTooLargeError(PersistentError):
+    """An event to publish is larger than its topic accepts (registry ``max_message_bytes``,
+    else the broker's default). ``pointer`` names the largest field when it is known."""
+
+    caused_by_input = True
+
+    def __init__(self, message: str, *, size: int, limit: int, pointer: str | None = None) -> None:
+        super().__init__(message)
+        self.size, self.limit, self.pointer = size, limit, pointer
 
 
 class HandlerTimeoutError(TransientError):

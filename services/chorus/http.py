@@ -24,7 +24,8 @@ class HttpServer:
 
     async def _health(self, _: web.Request) -> web.Response:
         body = await self.health()
-        status = 200 if body.get("status") == "ok" else 503
+        # Degraded (records stuck behind an outage) still serves: only failing is unhealthy.
+        status = 503 if body.get("status") == "failing" else 200
         return web.json_response(body, status=status)
 
     async def _metrics(self, _: web.Request) -> web.Response:

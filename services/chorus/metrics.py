@@ -80,6 +80,25 @@ class Metrics:
         self.outbox_backlog = Gauge(
             "chorus_outbox_backlog", "Outbox rows committed but not yet published", registry=r
         )
+        self.outbox_refused = Counter(
+            "chorus_outbox_refused",
+            "Outbox rows the broker cannot take (too large, invalid): set aside and dead-lettered "
+            "(alert on any increase)",
+            ["topic"],
+            registry=r,
+        )
+        self.records_stuck = Gauge(
+            "chorus_records_stuck",
+            "Records retried for an infrastructure reason longer than the stuck-record budget "
+            "(alert when above 0)",
+            registry=r,
+        )
+        self.stuck_alerts = Counter(
+            "chorus_stuck_record_alerts",
+            "Times a record passed the stuck-record budget, by topic",
+            ["topic"],
+            registry=r,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -32,6 +32,11 @@ SCHEMA_ID_BASE = "https://chorus.dev/schemas/"
 RUNTIME_PRODUCER = "chorus-runtime"
 """Pseudo-producer: every service's runtime emits these on the service's behalf."""
 
+BROKER_MAX_MESSAGE_BYTES = 1_048_588
+"""Kafka's default ``message.max.bytes`` (a topic without ``max.message.bytes`` takes this)."""
+RECORD_FRAMING_BYTES = 512
+"""Headroom for the record batch header and per-record framing around value, key and headers."""
+
 Compatibility = Literal["backward", "forward", "full", "none"]
 LANE_SUFFIX: dict[str, str] = {"high": ".high", "normal": "", "low": ".low"}
 
@@ -124,6 +129,14 @@ class Registry:
         replays both ask here so they agree on what decodes."""
         spec = self._physical.get(physical)
         return max(default, spec.max_message_bytes or 0) if spec else default
+
+    def publish_limit(self, physical: str) -> int:
+        """The largest record (value + key + headers) Chorus publishes to ``physical``: the
+        topic's max_message_bytes (else the broker's default), less room for the record
+        batch's own framing. Anything larger would be refused by the broker."""
+        spec = self._physical.get(physical)
+        limit = spec.max_message_bytes if spec and spec.max_message_bytes else BROKER_MAX_MESSAGE_BYTES
+        return limit - RECORD_FRAMING_BYTES
 
     def knows(self, event_type: str) -> bool:
         return event_type in self._topic_of

@@ -12,6 +12,7 @@ same transaction.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -106,8 +107,15 @@ class Context(Generic[D]):
     _checkpoint: Callable[[BaseModel], Awaitable[None]]
 
     def idempotency_key(self, *parts: str) -> str:
-        """A key for an external call that is the same on every retry of this step."""
-        return ":".join([self.envelope.idempotency_key, self.service, *parts])
+        """A key for an external call that is the same on every retry of this step.
+
+        It travels in an HTTP header, so it is visible ASCII of at most 255 characters:
+        a key built from anything else (a submitter's non-ASCII key, a long one) is
+        replaced by its SHA-256, which is just as stable."""
+        key = ":".join([self.envelope.idempotency_key, self.service, *parts])
+        if len(key) <= 255 and key.isascii() and key.isprintable() and " " not in key:
+            return key
+        return f"{self.service}:sha256:{hashlib.sha256(key.encode('utf-8', 'surrogatepass')).hexdigest()}"
 
     async def checkpoint(self, state: BaseModel) -> None:
         """Commit ``state`` now, mid-handler (a step boundary).

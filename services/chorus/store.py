@@ -45,6 +45,15 @@ class OutboxMessage:
     event_id: uuid.UUID | None = None
     workflow_id: str | None = None
 
+    @property
+    def size(self) -> int:
+        """Bytes of value, key and headers: what counts against a topic's record limit."""
+        return record_size(self.value, self.key, self.headers)
+
+
+def record_size(value: bytes, key: bytes | None, headers: Sequence[tuple[str, bytes]]) -> int:
+    return len(value) + len(key or b"") + sum(len(k.encode()) + len(v) for k, v in headers)
+
 
 @dataclass(frozen=True)
 class OutboxRow:
@@ -53,6 +62,10 @@ class OutboxRow:
     key: bytes | None
     value: bytes
     headers: list[tuple[str, bytes]]
+
+    @property
+    def size(self) -> int:
+        return record_size(self.value, self.key, self.headers)
 
 
 @dataclass(frozen=True)
@@ -175,6 +188,10 @@ class ServiceStore:
                 workflow_id text,
                 created_at timestamptz NOT NULL DEFAULT now(),
                 dispatched_at timestamptz)""",
+            # A row the broker refused (record too large, invalid record) is set aside,
+            # dead-lettered with its bytes, and kept here: it never blocks the rows behind it.
+            f"ALTER TABLE {s}.outbox ADD COLUMN IF NOT EXISTS failed_at timestamptz",
+            f"ALTER TABLE {s}.outbox ADD COLUMN IF NOT EXISTS failure text",
             # The relay scans only undispatched rows; this keeps that scan small
             # however many dispatched rows wait for the janitor.
             f"CREATE INDEX IF NOT EXISTS outbox_pending ON {s}.outbox (id) WHERE dispatched_at IS NULL",
@@ -524,6 +541,16 @@ class ServiceStore:
             now,
         )
 
+    async def mark_failed(self, conn: asyncpg.Connection, row_id: int, failure: str, now: datetime) -> None:
+        """Set a row aside for good: the relay will not try it again (it was dead-lettered)."""
+        await conn.execute(
+            f"""UPDATE {self.schema}.outbox SET dispatched_at = $2, failed_at = $2, failure = $3
+                WHERE id = $1""",
+            row_id,
+            now,
+            failure,
+        )
+
     async def outbox_backlog(self, conn: asyncpg.Connection) -> int:
         return int(
             await conn.fetchval(f"SELECT count(*) FROM {self.schema}.outbox WHERE dispatched_at IS NULL")
@@ -531,7 +558,9 @@ class ServiceStore:
 
     async def purge_dispatched(self, conn: asyncpg.Connection, before: datetime) -> int:
         result = await conn.execute(
-            f"DELETE FROM {self.schema}.outbox WHERE dispatched_at IS NOT NULL AND dispatched_at < $1",
+            # Failed rows stay: their dead letter may reference the bytes instead of carrying them.
+            f"""DELETE FROM {self.schema}.outbox
+                WHERE dispatched_at IS NOT NULL AND dispatched_at < $1 AND failed_at IS NULL""",
             before,
         )
         return int(result.split()[-1])

@@ -29,9 +29,33 @@ UtcDateTime = Annotated[datetime, Strict(False), AfterValidator(_require_utc)]
 """An RFC 3339 date-time with an offset, normalised to UTC."""
 
 Uuid = Annotated[UUID, Strict(False)]
+
+# Every string and list of a contract is bounded, so no event can carry more than its
+# consumers expect to store or show (input is never an infrastructure failure).
 Name = Annotated[str, Field(min_length=1, max_length=200)]
-Cents = Annotated[int, Field(ge=0, description="an amount in minor currency units")]
+"""A short label: a name, a tier, a title."""
+REF_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@/#+=-]*$"
+Ref = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=200,
+        pattern=REF_PATTERN,
+        description="a reference (id): ASCII letters, digits and . _ : @ / # + = -",
+    ),
+]
+Text = Annotated[str, Field(max_length=4000)]
+"""Free text a person reads: a reason, a summary, a check's description."""
+Comment = Annotated[str, Field(max_length=2000)]
+"""What a reviewer or operator writes."""
+LongText = Annotated[str, Field(max_length=20000)]
+"""A document or a body of prose."""
+# Explicit classes, not \s: JSON Schema (ECMA-262), Python and Rust disagree on what \s is.
+URL_PATTERN = r"^https?://[^\x00-\x20\x7f/?#]+([/?#][^\x00-\x20\x7f]*)?$"
+Url = Annotated[str, Field(min_length=1, max_length=2048, pattern=URL_PATTERN, description="an http(s) URL")]
+Cents = Annotated[int, Field(ge=0, le=2**53 - 1, description="an amount in minor currency units")]
 Currency = Annotated[str, Field(pattern=r"^[A-Z]{3}$", description="ISO 4217 code")]
+Count = Annotated[int, Field(ge=0, le=2**31 - 1)]
 
 
 class Model(BaseModel):

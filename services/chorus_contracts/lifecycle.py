@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from chorus_contracts.base import EventModel, Name, UtcDateTime, event
+from chorus_contracts.base import EventModel, Name, Text, Url, UtcDateTime, event
 
 Outcome = Literal["completed", "rejected", "failed", "compensated", "timed_out", "cancelled"]
 
@@ -17,7 +17,7 @@ class WorkflowStarted(EventModel):
 
     submitted_by: Name
     start_event_type: Name
-    callback_url: str | None = Field(default=None, description="webhook for the result")
+    callback_url: Url | None = Field(default=None, description="webhook for the result")
     deadline_at: UtcDateTime | None = None
 
 
@@ -26,8 +26,8 @@ class WorkflowEnded(EventModel):
     """Terminal: nothing more happens in this workflow. ``result`` is what the submitter gets."""
 
     outcome: Outcome
-    reason: str = ""
-    result: dict[str, Any] = {}
+    reason: Text = ""
+    result: dict[str, Any] = Field(default={}, max_length=100)
     ended_by: Name
 
 

@@ -11,40 +11,55 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from chorus_contracts.base import EventModel, Model, Name, UtcDateTime, event
+from chorus_contracts.base import Comment, EventModel, Model, Name, Text, UtcDateTime, event
 
 ErrorCategory = Literal["transient", "persistent", "semantic", "decode", "unexpected"]
 
+# Bounds of a carried record: Kafka's own (topic names, header key lengths) and the
+# largest record any Chorus topic takes (8 MiB, base64). Dead-lettering a record must
+# never fail on a bound, so these follow what a broker can hold, not what is sensible.
+MAX_RECORD_B64 = 12_000_000
+MAX_HEADERS = 1000
+
 
 class KafkaHeader(Model):
-    key: str
-    value_b64: str | None = None
+    key: str = Field(max_length=32767)
+    value_b64: str | None = Field(default=None, max_length=MAX_RECORD_B64)
 
 
 class OriginalRecord(Model):
     """A Kafka record exactly as it was read, so it can be inspected and sent back."""
 
     topic: Name
-    partition: int = Field(ge=0)
-    offset: int = Field(ge=0)
-    key_b64: str | None = None
-    value_b64: str = Field(description="the record's original bytes, base64")
-    headers: list[KafkaHeader] = []
-    timestamp_ms: int | None = None
+    partition: int = Field(ge=0, le=2**31 - 1)
+    offset: int = Field(ge=0, le=2**53 - 1)
+    key_b64: str | None = Field(default=None, max_length=MAX_RECORD_B64)
+    value_b64: str = Field(description="the record's original bytes, base64", max_length=MAX_RECORD_B64)
+    headers: list[KafkaHeader] = Field(default=[], max_length=MAX_HEADERS)
+    headers_omitted: int | None = Field(
+        default=None, ge=1, description=f"headers beyond the first {MAX_HEADERS}, not repeated here"
+    )
+    timestamp_ms: int | None = Field(default=None, ge=-(2**53 - 1), le=2**53 - 1)
     value_omitted: bool = Field(
         default=False,
         description="the bytes were too large to repeat (value_b64 is empty); they stay at "
         "topic/partition/offset until the topic's retention removes them",
     )
-    value_size: int | None = None
-    value_sha256: str | None = None
+    value_size: int | None = Field(default=None, ge=0)
+    value_sha256: str | None = Field(default=None, max_length=64)
+    outbox_row: str | None = Field(
+        default=None,
+        max_length=300,
+        description="set when the record was never published: the broker refused it from this "
+        "outbox row (<service>/<id>), which keeps the bytes; partition and offset are then 0",
+    )
 
 
 class Failure(Model):
     at: UtcDateTime
     attempt: int = Field(ge=1)
     error_class: Name
-    message: str
+    message: Text
     retry_in_s: float | None = Field(
         default=None, description="the backoff chosen after this failure, when it was retried"
     )
@@ -55,7 +70,7 @@ class FireTarget(Model):
 
     topic: Name
     key: Name
-    value: dict[str, Any] = Field(description="the envelope (JSON object) to publish")
+    value: dict[str, Any] = Field(description="the envelope (JSON object) to publish", max_length=50)
 
 
 @event("timer.schedule", 1)
@@ -73,7 +88,7 @@ class TimerCancel(EventModel):
     """Command: the timer must not fire. Cancelling a fired or unknown timer is a no-op."""
 
     timer_id: Name
-    reason: str = ""
+    reason: Text = ""
 
 
 @event("timer.reschedule", 1)
@@ -92,15 +107,15 @@ class RetryDue(EventModel):
     consumer_group: Name
     attempt: int = Field(ge=2)
     original: OriginalRecord
-    failures: list[Failure]
+    failures: list[Failure] = Field(max_length=1000)
 
 
 class ErrorDetail(Model):
     category: ErrorCategory
     error_class: Name
-    message: str
-    traceback: str = ""
-    pointer: str | None = Field(default=None, description="JSON pointer to the failing field")
+    message: Text
+    traceback: str = Field(default="", max_length=10000)
+    pointer: str | None = Field(default=None, max_length=500, description="JSON pointer to the failing field")
 
 
 @event("event.dead_lettered", 1)
@@ -113,10 +128,10 @@ class EventDeadLettered(EventModel):
     original: OriginalRecord
     error: ErrorDetail
     attempts: int = Field(ge=1)
-    failures: list[Failure]
-    original_event_type: str | None = None
-    original_event_id: str | None = None
-    original_workflow_id: str | None = None
+    failures: list[Failure] = Field(max_length=1000)
+    original_event_type: str | None = Field(default=None, max_length=200)
+    original_event_id: str | None = Field(default=None, max_length=200)
+    original_workflow_id: str | None = Field(default=None, max_length=200)
 
 
 @event("event.discarded", 1)
@@ -126,7 +141,7 @@ class EventDiscarded(EventModel):
     service: Name
     consumer_group: Name
     discarded_event_id: Name
-    reason: str
+    reason: Comment
     actor: Name
 
 
@@ -135,8 +150,8 @@ class ReviewRequested(EventModel):
     """A handler's output kept failing validation; a person has to look at it."""
 
     service: Name
-    reason: str
-    validation_errors: list[str]
+    reason: Text
+    validation_errors: list[Text] = Field(max_length=100)
     attempts: int = Field(ge=1)
     original_event_type: Name
     original_event_id: Name

@@ -6,32 +6,32 @@ from typing import Literal
 
 from pydantic import Field
 
-from chorus_contracts.base import Cents, Currency, EventModel, Model, Name, event
+from chorus_contracts.base import Cents, Currency, EventModel, LongText, Model, Name, Ref, Text, event
 
 
 class InvoiceLine(Model):
     description: Name
-    quantity: int = Field(ge=1)
+    quantity: int = Field(ge=1, le=10**9)
     unit_price_cents: Cents
 
 
 class PurchaseOrder(Model):
-    po_number: Name
-    vendor_id: Name
+    po_number: Ref
+    vendor_id: Ref
     currency: Currency
     total_cents: Cents
-    cost_center: Name
+    cost_center: Ref
 
 
 @event("invoice.received", 1)
 class InvoiceReceived(EventModel):
     """Start of a procurement workflow. The document text is what the LLM reads."""
 
-    invoice_id: Name
-    vendor_id: Name
-    document_text: str = Field(min_length=1, max_length=20000)
+    invoice_id: Ref
+    vendor_id: Ref
+    document_text: LongText = Field(min_length=1)
     purchase_order: PurchaseOrder
-    requester_ref: Name = Field(description="reference to the requester (no personal data)")
+    requester_ref: Ref = Field(description="reference to the requester (no personal data)")
 
 
 class ExtractedInvoice(Model):
@@ -42,44 +42,44 @@ class ExtractedInvoice(Model):
     po_number: Name
     currency: Currency
     total_cents: Cents
-    lines: list[InvoiceLine] = Field(min_length=1)
+    lines: list[InvoiceLine] = Field(min_length=1, max_length=1000)
 
 
 @event("invoice.validated", 1)
 class InvoiceValidated(EventModel):
-    invoice_id: Name
+    invoice_id: Ref
     extracted: ExtractedInvoice
-    checks: list[str]
-    cost_center: Name
+    checks: list[Text] = Field(max_length=100)
+    cost_center: Ref
 
 
 @event("invoice.rejected", 1)
 class InvoiceRejected(EventModel):
-    invoice_id: Name
-    reasons: list[str] = Field(min_length=1)
+    invoice_id: Ref
+    reasons: list[Text] = Field(min_length=1, max_length=50)
 
 
 @event("budget.reserved", 1)
 class BudgetReserved(EventModel):
-    invoice_id: Name
-    reservation_id: Name
-    cost_center: Name
+    invoice_id: Ref
+    reservation_id: Ref
+    cost_center: Ref
     amount_cents: Cents
     currency: Currency
 
 
 @event("budget.rejected", 1)
 class BudgetRejected(EventModel):
-    invoice_id: Name
-    cost_center: Name
+    invoice_id: Ref
+    cost_center: Ref
     requested_cents: Cents
-    available_cents: int
+    available_cents: int = Field(ge=-(2**53 - 1), le=2**53 - 1)
 
 
 @event("payment.issued", 1)
 class PaymentIssued(EventModel):
-    invoice_id: Name
-    payment_id: Name
+    invoice_id: Ref
+    payment_id: Ref
     provider_reference: Name
     amount_cents: Cents
     currency: Currency
@@ -87,8 +87,8 @@ class PaymentIssued(EventModel):
 
 @event("payment.failed", 1)
 class PaymentFailed(EventModel):
-    invoice_id: Name
-    reason: str
+    invoice_id: Ref
+    reason: Text
     category: Literal["persistent", "rejected_by_provider", "exhausted_retries"]
 
 
@@ -96,14 +96,14 @@ class PaymentFailed(EventModel):
 class BudgetReleased(EventModel):
     """Compensation: a reservation given back (payment failed, rejected, or timed out)."""
 
-    invoice_id: Name
-    reservation_id: Name
+    invoice_id: Ref
+    reservation_id: Ref
     amount_cents: Cents
-    reason: str
+    reason: Text
 
 
 @event("requester.notified", 1)
 class RequesterNotified(EventModel):
-    invoice_id: Name
-    requester_ref: Name
+    invoice_id: Ref
+    requester_ref: Ref
     template: Name

@@ -4,31 +4,31 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from chorus_contracts.base import EventModel, Model, Name, event
+from chorus_contracts.base import Count, EventModel, LongText, Model, Name, Text, Url, event
 
 
 class SourceRef(Model):
     name: Name
-    url: str = Field(min_length=1)
+    url: Url
 
 
 @event("report.requested", 1)
 class ReportRequested(EventModel):
     topic: str = Field(min_length=3, max_length=500)
     sources: list[SourceRef] = Field(min_length=1, max_length=10)
-    required_sections: list[Name] = ["Summary", "Findings", "Sources"]
-    min_words: int = Field(default=80, ge=1)
-    delivery_url: str | None = Field(default=None, description="where the approved report is POSTed")
+    required_sections: list[Name] = Field(default=["Summary", "Findings", "Sources"], max_length=20)
+    min_words: int = Field(default=80, ge=1, le=20000)
+    delivery_url: Url | None = Field(default=None, description="where the approved report is POSTed")
 
 
 class ReportSection(Model):
     heading: Name
-    body: str
+    body: LongText
 
 
 class GatheredSource(Model):
     name: Name
-    excerpt: str
+    excerpt: LongText
 
 
 @event("report.drafted", 1)
@@ -36,15 +36,15 @@ class ReportDrafted(EventModel):
     """A draft that passed validation (sections, length, citations)."""
 
     title: Name
-    sections: list[ReportSection] = Field(min_length=1)
-    citations: list[Name]
-    word_count: int = Field(ge=0)
-    sources_used: list[GatheredSource]
-    revision: int = Field(default=1, ge=1)
+    sections: list[ReportSection] = Field(min_length=1, max_length=50)
+    citations: list[Name] = Field(max_length=100)
+    word_count: Count
+    sources_used: list[GatheredSource] = Field(max_length=10)
+    revision: int = Field(default=1, ge=1, le=1000)
 
 
 @event("report.delivered", 1)
 class ReportDelivered(EventModel):
-    delivered_to: str
-    status_code: int
-    word_count: int
+    delivered_to: Text
+    status_code: int = Field(ge=0, le=999)
+    word_count: Count

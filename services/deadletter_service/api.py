@@ -24,6 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
+from chorus import strictjson
 from chorus.service import RuntimeHandle
 from deadletter_service import operations
 from deadletter_service.adapters import repository as repo
@@ -42,6 +43,7 @@ from deadletter_service.domain import (
 
 PROBLEM = "application/problem+json"
 ACTOR_MAX = 200
+REASON_MAX = 2000  # chorus_contracts.base.Comment
 OPERATION_PARAMETERS = frozenset({"letter_id", "op", "actor", "limit"})
 _GROUP_PARAMETERS = LIST_PARAMETERS - {"limit"}
 
@@ -230,9 +232,15 @@ async def _body(request: web.Request) -> dict[str, Any]:
     if not request.can_read_body:
         return {}
     try:
-        body = await request.json()
-    except ValueError:
-        raise bad_parameter("body", "is not JSON") from None
+        raw = await request.read()  # at most the application's client_max_size (1 MiB)
+    except web.HTTPRequestEntityTooLarge:
+        raise ProblemError(
+            413, "body-too-large", "Content too large", "the body may be at most 1 MiB"
+        ) from None
+    try:
+        body = strictjson.loads(raw, exact_integers=False)
+    except strictjson.StrictJSONError as exc:
+        raise bad_parameter(exc.pointer or "body", str(exc)) from None
     if not isinstance(body, dict):
         raise bad_parameter("body", "must be a JSON object")
     return body
@@ -253,6 +261,8 @@ def _reason(body: Mapping[str, Any], *, required: bool) -> str:
         raise bad_parameter("reason", "must be a string")
     if required and not reason.strip():
         raise bad_parameter("reason", "say why (a non-empty string)")
+    if len(reason) > REASON_MAX:
+        raise bad_parameter("reason", f"at most {REASON_MAX} characters")
     return reason.strip()
 
 

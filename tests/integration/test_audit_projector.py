@@ -549,11 +549,11 @@ async def test_an_erased_subject_is_nowhere_in_projections_or_state_and_the_audi
         # Whatever arrives for the subject later is written redacted.
         late = Stream(registry)
         late.add(
-            "requester.notified",
+            "payment.failed",
             f"wf-0-{unique}",
             t0 + timedelta(minutes=5),
             subject=erased,
-            requester_ref=pii[erased],
+            reason=f"the card of {pii[erased]} was declined",
         )
         await late.publish(kafka_bootstrap)
         await eventually(

@@ -160,6 +160,7 @@ async def test_poison_event_is_listed_redriven_after_the_fix_processed_and_redri
         assert base64.b64decode(original["value_b64"]) == encode(poison)
         assert original["value_json"]["payload"] == {
             "task": "poison", "mode": "persistent", "transient_failures": 0, "sleep_s": 0.0,
+            "note": "", "url": "",
         }  # fmt: skip
         assert original["topic"] == topic
         assert original["key"] == poison.workflow_id
@@ -571,3 +572,26 @@ async def test_metrics_show_depth_by_category_and_service_and_the_oldest_age(
         )
         assert response.status_code == 200, response.text
     await eventually(metrics_when({"persistent": 0, "decode": 1}), what="resolved letters to leave the depth")
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "parameter"),
+    [
+        (b'{"actor": ' + b"[" * 5000 + b"]" * 5000 + b"}", 400, "body"),
+        (b'{"actor": "al\\u0000ice", "reason": "x"}', 400, "/actor"),
+        (b'{"actor": "alice", "reason": NaN}', 400, "body"),
+        (json.dumps({"actor": "alice", "reason": "r" * 2001}).encode(), 400, "reason"),
+        (b'{"actor": "' + b"a" * 2_000_000 + b'"}', 413, None),
+    ],
+    ids=["deep", "nul", "nan", "long-reason", "over-1-MiB"],
+)
+async def test_hostile_operator_bodies_are_problems_never_server_errors(
+    shared: Stack, body: bytes, status: int, parameter: str | None
+) -> None:
+    response = await shared.http.post(
+        f"/v1/dead-letters/{uuid.uuid4()}/discard", content=body, headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    if parameter is not None:
+        assert response.json()["parameter"] == parameter

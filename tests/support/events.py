@@ -10,10 +10,25 @@ from chorus_contracts.base import EventModel, event
 @event("test.task_submitted", 1)
 class TaskSubmitted(EventModel):
     task: str
-    mode: Literal["ok", "persistent", "semantic", "slow", "unexpected", "steps"] = "ok"
+    mode: Literal[
+        "ok",
+        "persistent",
+        "semantic",
+        "slow",
+        "unexpected",
+        "steps",
+        "nul_state",
+        "note",
+        "huge_emit",
+        "call",
+    ] = "ok"
     transient_failures: int = 0
     """The handler raises TransientError on attempts 1..transient_failures."""
     sleep_s: float = 0.0
+    note: str = ""
+    """mode note: written to the service's notes table (varchar(64)) in the step's transaction."""
+    url: str = ""
+    """mode call: a submitter's URL the handler calls (a callback, a source)."""
 
 
 @event("test.task_done", 1)

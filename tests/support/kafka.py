@@ -95,7 +95,7 @@ def summarize(record: ConsumerRecord[bytes, bytes]) -> str:
     try:
         body = json.loads(record.value or b"")
         return f"{body.get('event_type')}@{record.topic}:{record.offset}"
-    except ValueError:
+    except (ValueError, RecursionError, AttributeError):
         return f"<raw {len(record.value or b'')} bytes>@{record.topic}:{record.offset}"
 
 
@@ -104,7 +104,7 @@ def events_of(records: Sequence[ConsumerRecord[bytes, bytes]], event_type: str) 
     for r in records:
         try:
             body = json.loads(r.value or b"")
-        except ValueError:
+        except (ValueError, RecursionError):  # hostile records on purpose
             continue
         if isinstance(body, dict) and body.get("event_type") == event_type:
             out.append(body)

@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
+import asyncpg
+import httpx
 from pydantic import BaseModel
 
 from chorus.codec import Event
 from chorus.errors import PersistentError, SemanticError, TransientError
+from chorus.external import call_json
 from chorus.runtime.runner import ServiceSettings, main
 from chorus.service import Context, On, Outcome, ServiceSpec
 from tests.support.events import TaskDone, TaskSubmitted
@@ -39,7 +44,18 @@ async def on_task_submitted(
         raise SemanticError("output lacks a summary", [f"/summary: missing (try {len(ctx.feedback) + 1})"])
     if task.mode == "slow":
         await asyncio.sleep(task.sleep_s)  # stands for a long LLM call
+    if task.mode == "call":
+        async with httpx.AsyncClient() as client:
+            await call_json(client, "GET", task.url, what="callback", timeout_s=2.0, submitter_url=True)
     progress = state or Progress()
+    if task.mode == "nul_state":
+        # What an LLM may answer: text PostgreSQL cannot store, produced by the handler.
+        progress = progress.model_copy(update={"tasks": [*progress.tasks, "answer:\x00"]})
+    if task.mode == "huge_emit":
+        return Outcome(
+            state=progress, emit=[TaskDone(task="x" * 2_000_000, attempt=ctx.attempt, handled_count=0)]
+        )
+    effects = [Note(ctx.service, task.note)] if task.mode == "note" else []
     if task.mode == "steps":
         # Three expensive steps with a checkpoint after each; the first attempt
         # fails after step 2, so the retry must start at step 3.
@@ -61,7 +77,26 @@ async def on_task_submitted(
     return Outcome(
         state=progress,
         emit=[TaskDone(task=task.task, attempt=ctx.attempt, handled_count=progress.handled)],
+        effects=effects,
     )
+
+
+@dataclass(frozen=True)
+class Note:
+    """An effect: a row in the service's own ``notes`` table, whose column is narrow."""
+
+    service: str
+    text: str
+
+    async def apply(self, conn: asyncpg.Connection) -> None:
+        await conn.execute(f"INSERT INTO {self.service}.notes (note) VALUES ($1)", self.text)
+
+
+def notes_migration(service: str) -> Callable[[asyncpg.Connection], Awaitable[None]]:
+    async def migrate(conn: asyncpg.Connection) -> None:
+        await conn.execute(f"CREATE TABLE IF NOT EXISTS {service}.notes (note varchar(64) NOT NULL)")
+
+    return migrate
 
 
 def make_spec(
@@ -83,6 +118,7 @@ def make_spec(
         ],
         produces=frozenset({"test.task_done"}),
         state=Progress,
+        migrations=[notes_migration(name)],
     )
 
 

@@ -95,5 +95,6 @@ def test_dead_letter_topics_take_records_as_large_as_the_topic_allows(registry: 
     # A dead letter carries the whole original record, so its consumers (live or replay)
     # must accept up to the topic's max_message_bytes, not just their own limit.
     assert registry.size_limit("chorus.deadletters", 65_536) == 8_388_608
-    assert registry.size_limit("chorus.timers", 65_536) == 65_536
+    assert registry.size_limit("chorus.timers", 65_536) == 8_388_608  # retries carry originals too
+    assert registry.size_limit("procurement.events", 65_536) == 65_536
     assert registry.size_limit("no.such.topic", 65_536) == 65_536

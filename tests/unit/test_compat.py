@@ -259,6 +259,39 @@ def test_last_commit_is_checked_too(repo: Repo) -> None:
     assert "/payload/lines/items/sku: maxLength lowered from 64 to 32 (tightened)" in parent_out
 
 
+def test_an_accepted_tightening_passes_against_its_commit_and_never_covers_a_later_change(repo: Repo) -> None:
+    def bound_currency(body: dict[str, Any]) -> None:
+        body["properties"]["currency"]["maxLength"] = 3
+
+    def loosen_total(body: dict[str, Any]) -> None:
+        body["properties"]["total_cents"].pop("minimum", None)
+        body["properties"]["total_cents"]["type"] = ["integer", "null"]
+
+    before = repo.git("rev-parse", "HEAD").strip()
+    (repo.schemas / "accepted-breaks.yaml").write_text(
+        yaml.safe_dump([{"until": before, "reason": "bounds for every string (issue 13)"}])
+    )
+    repo.edit_schema(bound_currency)
+
+    code, out = check(repo)
+    assert code == 0, out
+    assert "ACCEPTED  order.placed v1 /payload/currency: maxLength 3 added (tightened)" in out
+    assert "tightenings accepted up to" in out and "bounds for every string" in out
+
+    repo.edit_schema(loosen_total)  # a loosening is never accepted, even against that commit
+    code, out = check(repo)
+    assert code == 1, out
+    assert "BREAKING  order.placed v1 /payload/total_cents" in out
+
+    repo.edit_schema(lambda body: body["properties"]["total_cents"].update({"type": "integer"}))
+    repo.commit("bounded")
+    repo.edit_schema(lambda body: body["properties"]["currency"].update({"maxLength": 2}))
+    code, out = check(repo)  # against the later commit: the entry no longer applies
+    assert code == 1, out
+    assert "BREAKING  order.placed v1 /payload/currency: maxLength lowered from 3 to 2" in out
+    assert "ACCEPTED" not in out
+
+
 def test_a_ref_that_does_not_exist_is_a_note_not_a_failure(repo: Repo) -> None:
     code, out = check(repo, "HEAD~1")
 

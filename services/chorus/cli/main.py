@@ -8,6 +8,7 @@ from chorus.cli import audit as audit_cli
 from chorus.cli import dlq as dlq_cli
 from chorus.cli import events as events_cli
 from chorus.cli import schemas as schemas_cli
+from chorus.cli import status as status_cli
 from chorus.cli import topics as topics_cli
 
 app = typer.Typer(
@@ -24,6 +25,7 @@ app.add_typer(dlq_cli.app, name="dlq")
 app.command("replay")(audit_cli.replay_command)
 app.command("timeline")(audit_cli.timeline_command)
 app.command("erase")(audit_cli.erase_command)
+app.command("status")(status_cli.status_command)
 
 
 def main() -> None:

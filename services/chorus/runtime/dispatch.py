@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from chorus.runtime.records import Record
+from chorus.runtime.stuck import StuckRecords
 
 log = logging.getLogger("chorus.dispatch")
 
@@ -46,6 +47,7 @@ class Dispatcher:
         infra_retry_s: float = 0.5,
         infra_retry_max_s: float = 10.0,
         on_fatal: Callable[[BaseException], None] | None = None,
+        stuck: StuckRecords | None = None,
     ) -> None:
         self._process = process
         self.concurrency = concurrency
@@ -58,6 +60,7 @@ class Dispatcher:
         self._infra_retry_s = infra_retry_s
         self._infra_retry_max_s = infra_retry_max_s
         self._on_fatal = on_fatal
+        self.stuck = stuck or StuckRecords(alert_after_s=180.0)
         self._idle = asyncio.Event()
         self._idle.set()
         self.closed = False
@@ -147,6 +150,12 @@ class Dispatcher:
             self._pump()
 
     async def _run_one(self, work: Work) -> None:
+        try:
+            await self._run_until_committed(work)
+        finally:
+            self.stuck.finished(work.record)
+
+    async def _run_until_committed(self, work: Work) -> None:
         delay = self._infra_retry_s
         while not self.closed and not work.cancelled:
             try:
@@ -162,12 +171,14 @@ class Dispatcher:
                     self._on_fatal(exc)
                     return
                 # Infrastructure failed (database down, broker away): nothing was
-                # committed, so the same record is tried again; the lane waits.
+                # committed, so the same record is tried again; the lane waits, and
+                # past the stuck-record budget it says so (chorus.runtime.stuck).
                 log.warning(
                     "record could not be processed (%r); retrying in %.1fs",
                     exc,
                     delay,
                 )
+                self.stuck.failed(work.record, exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self._infra_retry_max_s)
                 continue

@@ -26,14 +26,18 @@ from pydantic import BaseModel, ValidationError
 
 from chorus.clock import Clock
 from chorus.codec import Event, decode
+from chorus.db import is_data_error
 from chorus.deadletters import dead_letter_envelope, failure
 from chorus.envelopes import child_envelope
 from chorus.errors import (
     DecodeError,
+    EventTooLargeError,
     HandlerTimeoutError,
     PersistentError,
+    RefusedByStoreError,
     SemanticError,
     TransientError,
+    caused_by_input,
 )
 from chorus.faults import fault_point
 from chorus.logs import fields, log_context
@@ -68,6 +72,7 @@ from chorus.store import (
     StateRow,
     StepWrite,
 )
+from chorus.strictjson import storable
 from chorus.tracing import handling_span
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, ProducerRef
@@ -85,6 +90,8 @@ from chorus_contracts.platform import (
 log = logging.getLogger("chorus.pipeline")
 
 MAX_CONFLICT_RETRIES = 8
+MAX_TEXT = 4000  # chorus_contracts.base.Text
+MAX_FAILURES = 1000  # failures carried by retry.due and dead letters: the latest ones
 
 
 @dataclass(frozen=True)
@@ -122,6 +129,18 @@ class _Frame:
     parked_on: uuid.UUID | None
     state: dict[str, Any] | None = None
     checkpoints: int = field(default=0)
+
+
+def _invalid_outgoing(exc: BaseException) -> PersistentError:
+    invalid = PersistentError(f"an event or timer this handler's outcome emits is invalid: {exc}")
+    invalid.__cause__ = exc
+    return invalid
+
+
+def _refused(exc: BaseException) -> RefusedByStoreError:
+    refused = RefusedByStoreError(f"PostgreSQL refused a value this record's outcome would store: {exc}")
+    refused.__cause__ = exc
+    return refused
 
 
 class GuardTrippedError(RuntimeError):
@@ -185,7 +204,13 @@ class Pipeline:
             except ConflictError:
                 if len(writes) == 1:
                     raise
-            # Someone in the batch conflicted (rare): commit one by one to find out who.
+            except Exception as exc:
+                if not is_data_error(exc):
+                    raise  # the database itself failed: every caller retries
+                if len(writes) == 1:
+                    return [_refused(exc)]
+            # One member of the batch conflicted or carries a value PostgreSQL refuses
+            # (rare): commit one by one, so only that one is affected.
             results: list[BaseException | None] = []
             for write in writes:
                 try:
@@ -193,6 +218,10 @@ class Pipeline:
                     results.append(None)
                 except ConflictError as exc:
                     results.append(exc)
+                except Exception as exc:
+                    if not is_data_error(exc):
+                        raise
+                    results.append(_refused(exc))
             return results
 
     # -- entry points -------------------------------------------------------------------
@@ -211,7 +240,7 @@ class Pipeline:
             event = decode(rec.value, self.registry, accept=self.accept, max_bytes=self.size_limit(rec.topic))
         except DecodeError as exc:
             self.metrics.events_in.labels(rec.topic, "undecodable").inc()
-            await self._dead_letter_poison(rec, exc)
+            await self._dead_letter_record(rec, exc)
             return
         self.metrics.events_in.labels(rec.topic, event.event_type).inc()
         if isinstance(event.payload, RetryDue):
@@ -267,7 +296,7 @@ class Pipeline:
                 original.value, self.registry, accept=self.accept, max_bytes=self.size_limit(original.topic)
             )
         except DecodeError as exc:
-            await self._dead_letter_poison(original, exc)
+            await self._dead_letter_record(original, exc)
             return
         await self._process(event, original, attempt=due.attempt, failures=list(due.failures), via="retry")
 
@@ -531,7 +560,43 @@ class Pipeline:
         traceparent: str,
         parked_id: int | None,
     ) -> bool:
-        """Commit the outcome; True when a park on this event was resolved (drain next)."""
+        """Commit the outcome; True when a park on this event was resolved (drain next).
+
+        An outcome that cannot be committed because of what it holds (a value PostgreSQL
+        refuses, an event too large for its topic, an envelope the handler's overrides made
+        invalid) is the record's persistent failure: it is dead-lettered instead, and the
+        partition goes on. Only the database being unavailable raises out of here.
+        """
+        args = (event, rec, route, frame)
+        rest = (attempt, failures, traceparent, parked_id)
+        try:
+            return await self._commit_result(*args, result, *rest)
+        except (RefusedByStoreError, EventTooLargeError, ValidationError) as exc:
+            error = exc if isinstance(exc, PersistentError) else _invalid_outgoing(exc)
+            if isinstance(result, _DeadLetter):
+                # Not even the dead letter can be written under this event's identity:
+                # dead-letter the raw record by its position, as undecodable input is.
+                await self._dead_letter_record(rec, error)
+                return False
+            log.error(
+                "the outcome cannot be committed; dead-lettering the record",
+                extra=fields(error=repr(error)),
+            )
+            self.metrics.failures.labels(error.category, event.event_type).inc()
+            return await self._commit_result(*args, _DeadLetter(error, error.category), *rest)
+
+    async def _commit_result(
+        self,
+        event: Event[EventModel],
+        rec: Record,
+        route: On,
+        frame: _Frame,
+        result: _Result,
+        attempt: int,
+        failures: list[Failure],
+        traceparent: str,
+        parked_id: int | None,
+    ) -> bool:
         env = event.envelope
         now = self.clock.now()
         was_blocker = frame.parked_on == env.event_id
@@ -545,16 +610,16 @@ class Pipeline:
             messages = self._outcome_messages(env, result.outcome, now, traceparent)
         elif isinstance(result, _Retry):
             outcome_name, parked_on = RETRYING, env.event_id
-            this_failure = failure(result.error, attempt, now, retry_in_s=result.wait_s)
+            history = [*failures, failure(result.error, attempt, now, retry_in_s=result.wait_s)]
             messages = [
                 self._retry_message(
-                    env, rec, attempt, [*failures, this_failure], now, result.wait_s, traceparent
+                    env, rec, attempt, history[-MAX_FAILURES:], now, result.wait_s, traceparent
                 )
             ]
             self.metrics.retries.labels(env.event_type).inc()
         elif isinstance(result, _DeadLetter):
             outcome_name, parked_on = DEAD_LETTERED, env.event_id
-            self._guard_dead_letter()
+            self._guard_dead_letter(result.error, env)
             this_failure = failure(result.error, attempt, now)
             messages = [
                 self._dead_letter_message(
@@ -562,7 +627,7 @@ class Pipeline:
                     result.error,
                     result.category,
                     attempt,
-                    [*failures, this_failure],
+                    [*failures, this_failure][-MAX_FAILURES:],
                     now,
                     parent=env,
                     traceparent=traceparent,
@@ -571,8 +636,6 @@ class Pipeline:
         else:
             outcome_name = REVIEW
             messages = [self._review_message(env, result.errors, route.semantic_attempts, now, traceparent)]
-        if isinstance(result, _Succeeded | _Review):
-            self.guard.record_success()
 
         # Every step of a workflow that has a checkpoint bumps its revision, so a
         # decision taken on a state another replica has since moved is refused.
@@ -603,17 +666,24 @@ class Pipeline:
         )
         effects = result.outcome.effects if isinstance(result, _Succeeded) else ()
         if effects:
-            async with self.pool.acquire() as conn, conn.transaction():
-                await self.store.commit_step(conn, write)
-                fault_point("after_inbox_insert")
-                for effect in effects:
-                    await effect.apply(conn)
+            try:
+                async with self.pool.acquire() as conn, conn.transaction():
+                    await self.store.commit_step(conn, write)
+                    fault_point("after_inbox_insert")
+                    for effect in effects:
+                        await effect.apply(conn)
+            except Exception as exc:
+                if is_data_error(exc):
+                    raise _refused(exc) from exc
+                raise
         else:
             # One atomic statement (batched with other lanes'): a crash "after the inbox
             # insert" is a crash before that statement commits, which is where it fires.
             fault_point("after_inbox_insert")
             await self._commits.submit(write)
         fault_point("after_db_commit")
+        if isinstance(result, _Succeeded | _Review):
+            self.guard.record_success()
         if messages:
             self.on_outbox()
         if isinstance(result, _Succeeded) and result.outcome.ended:
@@ -654,8 +724,9 @@ class Pipeline:
             )
         log.info("workflow is waiting on an earlier event; parked this one")
 
-    async def _dead_letter_poison(self, rec: Record, exc: DecodeError) -> None:
-        """A record that is not a valid event: dead-letter it, once, with its bytes.
+    async def _dead_letter_record(self, rec: Record, exc: PersistentError) -> None:
+        """A record that is not a valid event (or whose outcome cannot be stored under its
+        event's identity): dead-letter it, once, with its bytes, keyed by its position.
 
         Poison input does not count towards the dead-letter guard: it says nothing
         about this deploy, and a flood of it from outside (or a replay over records
@@ -686,12 +757,18 @@ class Pipeline:
         self.on_outbox()
         self.metrics.dead_letters.labels(exc.category).inc()
         log.error(
-            "dead-lettered an undecodable record",
+            "dead-lettered a record by its position",
             extra=fields(topic=rec.topic, partition=rec.partition, offset=rec.offset, error=str(exc)),
         )
 
-    def _guard_dead_letter(self) -> None:
-        if self.guard.record_dead_letter():
+    def _guard_dead_letter(self, error: BaseException, env: Envelope) -> None:
+        tripped = self.guard.record_dead_letter(
+            error_class=type(error).__name__,
+            event_type=env.event_type,
+            workflow_id=env.workflow_id,
+            caused_by_input=caused_by_input(error),
+        )
+        if tripped:
             raise GuardTrippedError(self.guard.describe())
 
     # -- building outgoing messages --------------------------------------------------------------
@@ -828,7 +905,7 @@ class Pipeline:
         body = ReviewRequested(
             service=self.spec.name,
             reason=f"{env.event_type} output failed validation {attempts} times",
-            validation_errors=errors[-20:],
+            validation_errors=[storable(e)[:MAX_TEXT] for e in errors[-20:]],
             attempts=attempts,
             original_event_type=env.event_type,
             original_event_id=str(env.event_id),

@@ -5,7 +5,8 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass
 
-from chorus_contracts.platform import KafkaHeader, OriginalRecord
+from chorus.strictjson import storable
+from chorus_contracts.platform import MAX_HEADERS, KafkaHeader, OriginalRecord
 
 
 @dataclass(frozen=True)
@@ -31,13 +32,18 @@ def _b64(data: bytes | None) -> str | None:
 
 
 def to_original(rec: Record) -> OriginalRecord:
+    """The record as it was read. Header keys are made storable (a NUL or a lone surrogate
+    spelled ``\\u0000``) and at most MAX_HEADERS headers are repeated (the count of the
+    rest is kept), so that carrying any record, however hostile, never fails."""
+    headers = rec.headers[:MAX_HEADERS]
     return OriginalRecord(
         topic=rec.topic,
         partition=rec.partition,
         offset=rec.offset,
         key_b64=_b64(rec.key),
         value_b64=_b64(rec.value) or "",
-        headers=[KafkaHeader(key=k, value_b64=_b64(v)) for k, v in rec.headers],
+        headers=[KafkaHeader(key=storable(k)[:32767], value_b64=_b64(v)) for k, v in headers],
+        headers_omitted=(len(rec.headers) - MAX_HEADERS) if len(rec.headers) > MAX_HEADERS else None,
         timestamp_ms=rec.timestamp_ms,
     )
 

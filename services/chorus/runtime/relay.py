@@ -6,6 +6,14 @@ its order. Rows committed out of id order are not skipped, because the relay
 reads every undispatched row rather than "everything after the last id".
 A crash between publishing and marking republishes those rows; consumers drop
 the copies by event id (inbox), which is what makes the whole effectively-once.
+
+A row the broker can never take (larger than its topic's limit, an invalid record)
+must not hold back the rows behind it. Rows over the registry's limit are set aside
+before sending; a row the broker refuses anyway is found by sending the batch's
+failed rows again one at a time. A set-aside row is marked failed and dead-lettered
+with its bytes, an alert is counted, and the rest is published in order. After a
+refusal the idempotent producer is replaced: its sequence numbers for that partition
+are spent (every later send would fail with OutOfOrderSequenceNumber).
 """
 
 from __future__ import annotations
@@ -14,16 +22,43 @@ import asyncio
 import contextlib
 import logging
 import zlib
+from collections.abc import Callable
 
 import asyncpg
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import (
+    CorruptRecordException,
+    InvalidTimestampError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+)
 
 from chorus.clock import Clock
+from chorus.errors import PersistentError
 from chorus.faults import fault_point
 from chorus.metrics import Metrics
-from chorus.store import OutboxRow, ServiceStore
+from chorus.store import OutboxMessage, OutboxRow, ServiceStore
 
 log = logging.getLogger("chorus.relay")
+
+# The broker's answers that blame one record (or its batch), never the cluster.
+RECORD_REFUSALS = (
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+    CorruptRecordException,
+    InvalidTimestampError,
+)
+
+ProducerFactory = Callable[[], AIOKafkaProducer]
+DeadLetterBuilder = Callable[[OutboxRow, BaseException], OutboxMessage]
+
+
+class RowRefusedError(PersistentError):
+    """The broker cannot take this outbox row (too large for its topic, or invalid)."""
+
+    caused_by_input = True
 
 
 class OutboxRelay:
@@ -36,6 +71,9 @@ class OutboxRelay:
         producer: AIOKafkaProducer,
         clock: Clock,
         metrics: Metrics,
+        size_limit: Callable[[str], int],
+        dead_letter: DeadLetterBuilder,
+        new_producer: ProducerFactory | None = None,
         batch_size: int = 500,
         poll_interval_s: float = 0.1,
     ) -> None:
@@ -43,6 +81,9 @@ class OutboxRelay:
         self.database_url = database_url
         self.pool = pool
         self.producer = producer
+        self.size_limit = size_limit
+        self.dead_letter = dead_letter
+        self.new_producer = new_producer
         self.clock = clock
         self.metrics = metrics
         self.batch_size = batch_size
@@ -97,22 +138,93 @@ class OutboxRelay:
                 rows = await self.store.pending_outbox(conn, self.batch_size)
             if not rows:
                 return 0
-            await self._publish(rows)
+            sendable = []
+            for row in rows:
+                limit = self.size_limit(row.topic)
+                if row.size > limit:
+                    await self._set_aside(
+                        row, RowRefusedError(f"{row.size:,} bytes, more than the {limit:,} {row.topic} takes")
+                    )
+                else:
+                    sendable.append(row)
+            refused = await self._publish(sendable)
             fault_point("after_publish")
+            published = [r for r in sendable if r.id not in refused]
             async with self.pool.acquire() as conn:
-                await self.store.mark_dispatched(conn, [r.id for r in rows], self.clock.now())
-            self.published += len(rows)
+                await self.store.mark_dispatched(conn, [r.id for r in published], self.clock.now())
+            self.published += len(published)
+            if refused:
+                await self._isolate([r for r in sendable if r.id in refused])
             return len(rows)
 
-    async def _publish(self, rows: list[OutboxRow]) -> None:
+    async def _publish(self, rows: list[OutboxRow]) -> set[int]:
+        """Send ``rows``; the ids of those the broker refused as records (with their batch).
+        Any other failure (broker away, timeout) raises: nothing is marked, all go again."""
         # send() only enqueues; the idempotent producer keeps per-partition order,
         # so all sends go out before any is awaited.
-        futures = [
-            await self.producer.send(r.topic, r.value, key=r.key, headers=list(r.headers)) for r in rows
-        ]
-        await asyncio.gather(*futures)
-        for r in rows:
-            self.metrics.events_out.labels(r.topic).inc()
+        futures = [await self._send(r) for r in rows]
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        refusals = [r for r in results if isinstance(r, RECORD_REFUSALS)]
+        if not refusals:
+            for result in results:
+                if isinstance(result, BaseException):
+                    raise result
+        for row, result in zip(rows, results, strict=True):
+            if not isinstance(result, BaseException):
+                self.metrics.events_out.labels(row.topic).inc()
+        # After a refusal the rest of that partition failed too (out of sequence):
+        # every failed row is tried again, alone, by _isolate.
+        return {
+            row.id for row, result in zip(rows, results, strict=True) if isinstance(result, BaseException)
+        }
+
+    async def _send(self, row: OutboxRow) -> asyncio.Future[object]:
+        try:
+            future: asyncio.Future[object] = await self.producer.send(
+                row.topic, row.value, key=row.key, headers=list(row.headers)
+            )
+        except RECORD_REFUSALS as exc:  # refused client-side, before enqueueing
+            future = asyncio.get_running_loop().create_future()
+            future.set_exception(exc)
+        return future
+
+    async def _isolate(self, rows: list[OutboxRow]) -> None:
+        """Send the rows of a refused batch one at a time, in order, on a fresh producer;
+        set aside each one the broker refuses on its own."""
+        await self._replace_producer()
+        for row in rows:
+            try:
+                await (await self._send(row))
+            except RECORD_REFUSALS as exc:
+                await self._set_aside(row, RowRefusedError(f"the broker refused it: {exc!r}"))
+                await self._replace_producer()
+                continue
+            self.metrics.events_out.labels(row.topic).inc()
+            async with self.pool.acquire() as conn:
+                await self.store.mark_dispatched(conn, [row.id], self.clock.now())
+            self.published += 1
+
+    async def _set_aside(self, row: OutboxRow, error: RowRefusedError) -> None:
+        message = self.dead_letter(row, error)
+        async with self.pool.acquire() as conn, conn.transaction():
+            await self.store.mark_failed(conn, row.id, str(error), self.clock.now())
+            await self.store.add_outbox(conn, [message])
+        self.metrics.outbox_refused.labels(row.topic).inc()
+        log.error(
+            "outbox row refused; dead-lettered it and publishing the rest",
+            extra={
+                "fields": {"outbox_id": row.id, "topic": row.topic, "bytes": row.size, "error": str(error)}
+            },
+        )
+        self.wake()
+
+    async def _replace_producer(self) -> None:
+        if self.new_producer is None:
+            return
+        old, self.producer = self.producer, self.new_producer()
+        await self.producer.start()
+        with contextlib.suppress(Exception):
+            await old.stop()
 
     async def flush(self, timeout_s: float = 30.0) -> None:
         """Publish everything committed so far (graceful shutdown). Only the leader publishes."""

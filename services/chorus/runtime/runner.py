@@ -25,21 +25,26 @@ from pydantic_settings import SettingsConfigDict
 
 from chorus.clock import Clock, clock_from_setting
 from chorus.db import create_pool
+from chorus.deadletters import refused_row_dead_letter
+from chorus.errors import EventTooLargeError
 from chorus.http import HttpServer
 from chorus.kafka import make_consumer, make_producer
 from chorus.logs import setup_logging
 from chorus.metrics import Metrics
+from chorus.outbox import outbox_message
 from chorus.registry import RUNTIME_PRODUCER, Registry, load_registry
 from chorus.runtime.consumer import KafkaEdge
 from chorus.runtime.dispatch import Dispatcher
 from chorus.runtime.guard import DeadLetterGuard
 from chorus.runtime.pipeline import Pipeline
+from chorus.runtime.records import Record
 from chorus.runtime.relay import OutboxRelay
+from chorus.runtime.stuck import StuckRecords
 from chorus.service import RuntimeHandle, ServiceSpec
 from chorus.settings import ChorusSettings
-from chorus.store import ServiceStore
+from chorus.store import OutboxMessage, OutboxRow, ServiceStore
 from chorus.tracing import setup_tracing
-from chorus_contracts.envelope import Priority
+from chorus_contracts.envelope import Priority, ProducerRef
 
 log = logging.getLogger("chorus.runner")
 
@@ -68,6 +73,9 @@ class ServiceSettings(ChorusSettings):
     db_pool_size: int = 10
     outbox_keep_s: float = 3600.0
     """Published outbox rows are kept this long (for inspection), then deleted."""
+    stuck_record_alert_s: float = 180.0
+    """A record failing for an infrastructure reason this long is reported stuck (/health,
+    chorus status, chorus_records_stuck) while it goes on being retried."""
 
 
 class ServiceRunner:
@@ -96,6 +104,7 @@ class ServiceRunner:
         self.edge: KafkaEdge | None = None
         self.dispatcher: Dispatcher | None = None
         self.pipeline: Pipeline | None = None
+        self.stuck: StuckRecords | None = None
         self.http: HttpServer | None = None
         self.handle: RuntimeHandle | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -148,7 +157,7 @@ class ServiceRunner:
         client_id = f"{self.spec.name}{'-' + s.instance if s.instance else ''}"
         producer = make_producer(s.kafka_bootstrap, client_id=client_id)
         await _start_kafka(producer.start(), s.kafka_bootstrap)
-        self._stack.push_async_callback(producer.stop)
+        producer_ref = ProducerRef(service=self.spec.name, version=self.spec.version)
         self.relay = OutboxRelay(
             store=self.store,
             database_url=s.database_url,
@@ -156,7 +165,12 @@ class ServiceRunner:
             producer=producer,
             clock=self.clock,
             metrics=self.metrics,
+            size_limit=self.registry.publish_limit,
+            dead_letter=functools.partial(self._refused_row_dead_letter, producer_ref),
+            new_producer=functools.partial(make_producer, s.kafka_bootstrap, client_id=client_id),
         )
+        # The relay may replace its producer (after a refused record); stop whichever it has.
+        self._stack.push_async_callback(lambda: self.relay.producer.stop() if self.relay else _nothing())
         self.pipeline = Pipeline(
             spec=self.spec,
             deps=self.deps,
@@ -170,7 +184,10 @@ class ServiceRunner:
             max_bytes=s.max_event_bytes,
             on_outbox=self.relay.wake,
         )
-        self.dispatcher = Dispatcher(self.pipeline.handle, concurrency=s.concurrency, on_fatal=self._on_fatal)
+        self.stuck = StuckRecords(s.stuck_record_alert_s, self.metrics, wall_clock=self.clock.now)
+        self.dispatcher = Dispatcher(
+            self.pipeline.handle, concurrency=s.concurrency, on_fatal=self._on_fatal, stuck=self.stuck
+        )
         consumer = make_consumer(
             s.kafka_bootstrap,
             group_id=self.group,
@@ -268,6 +285,21 @@ class ServiceRunner:
         await self.stop()
         return 3 if self.fatal else 0
 
+    def _refused_row_dead_letter(
+        self, producer: ProducerRef, row: OutboxRow, error: BaseException
+    ) -> OutboxMessage:
+        record = Record(row.topic, 0, 0, row.key, row.value, tuple(row.headers))
+        where = f"{self.spec.name}/{row.id}"
+        now = self.clock.now()
+        letter = refused_row_dead_letter(record, error, producer=producer, outbox_row=where, now=now)
+        try:
+            return outbox_message(self.registry, letter)
+        except EventTooLargeError:  # the bytes stay in the failed outbox row instead
+            letter = refused_row_dead_letter(
+                record, error, producer=producer, outbox_row=where, now=now, omit_value=True
+            )
+            return outbox_message(self.registry, letter)
+
     async def _wait_fatal(self) -> None:
         await self._fatal_event.wait()
 
@@ -309,9 +341,17 @@ class ServiceRunner:
             await asyncio.sleep(5.0)
 
     async def health(self) -> dict[str, Any]:
-        ok = self.fatal is None and not self._stopped.is_set()
+        """``failing`` (HTTP 503): stopped or the consumer gave up. ``degraded`` (200):
+        running, but records are stuck behind an infrastructure failure."""
+        stuck = [s.as_json() for s in self.stuck.snapshot()] if self.stuck else []
+        status = "ok"
+        if self.fatal is not None or self._stopped.is_set():
+            status = "failing"
+        elif stuck:
+            status = "degraded"
         return {
-            "status": "ok" if ok else "failing",
+            "status": status,
+            "stuck_records": stuck,
             "service": self.spec.name,
             "version": self.spec.version,
             "group": self.group,
@@ -320,6 +360,10 @@ class ServiceRunner:
             "relay_leader": bool(self.relay and self.relay.is_leader),
             "error": str(self.fatal) if self.fatal else None,
         }
+
+
+async def _nothing() -> None:
+    return None
 
 
 async def _start_kafka(starting: Any, bootstrap: str, topics: list[str] | None = None) -> None:

@@ -1,0 +1,105 @@
+"""``chorus status``: every service's ``/health`` in one table, stuck records named.
+
+Asks each service on its documented port (``make services`` runs them there; see
+README.md). Exit codes: 0 every service ok; 1 a service is degraded (records stuck
+behind an infrastructure failure), failing or unreachable; 69 (EX_UNAVAILABLE) none
+answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Annotated, Any
+
+import httpx
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from chorus.devstack import DOCUMENTED_PORTS
+
+EX_UNAVAILABLE = 69
+
+
+async def _health(client: httpx.AsyncClient, name: str, url: str) -> dict[str, Any]:
+    try:
+        response = await client.get(url)
+        body: dict[str, Any] = response.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        return {
+            "service": name,
+            "status": "unreachable",
+            "error": f"no answer at {url} ({type(exc).__name__})",
+        }
+    return {"service": name, **body}
+
+
+async def gather_health(targets: dict[str, str], timeout_s: float) -> list[dict[str, Any]]:
+    async with httpx.AsyncClient(timeout=timeout_s) as client:
+        return list(
+            await asyncio.gather(
+                *(_health(client, name, f"{base.rstrip('/')}/health") for name, base in targets.items())
+            )
+        )
+
+
+def status_command(
+    host: Annotated[str, typer.Option("--host", help="Where the services run.")] = "127.0.0.1",
+    urls: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--url",
+            help="NAME=BASE_URL of a service to ask instead of the documented ports (repeatable).",
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print every /health answer as JSON.")] = False,
+    timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds per service.")] = 3.0,
+) -> None:
+    """Health of every service: partitions, in flight, relay, and records stuck behind an outage."""
+    targets = {name: f"http://{host}:{port}" for name, port in DOCUMENTED_PORTS.items()}
+    if urls:
+        targets = {}
+        for item in urls:
+            name, sep, base = item.partition("=")
+            if not sep or not name or not base.startswith(("http://", "https://")):
+                raise typer.BadParameter(f"{item!r}: expected NAME=http://host:port", param_hint="--url")
+            targets[name] = base
+    reports = asyncio.run(gather_health(targets, timeout_s))
+    if as_json:
+        typer.echo(json.dumps(reports, indent=2))
+    else:
+        _print(reports)
+    statuses = {r["status"] for r in reports}
+    if statuses == {"unreachable"}:
+        raise typer.Exit(EX_UNAVAILABLE)
+    if statuses != {"ok"}:
+        raise typer.Exit(1)
+
+
+def _print(reports: list[dict[str, Any]]) -> None:
+    console = Console()
+    table = Table(show_lines=False)
+    for column in ("service", "status", "partitions", "in flight", "relay", "stuck"):
+        table.add_column(column, no_wrap=True)
+
+    colours = {"ok": "green", "degraded": "yellow"}
+    for r in reports:
+        stuck = r.get("stuck_records") or []
+        table.add_row(
+            r["service"],
+            f"[{colours.get(r['status'], 'red')}]{r['status']}[/]",
+            str(r.get("assigned_partitions", "")),
+            str(r.get("in_flight", "")),
+            "leader" if r.get("relay_leader") else "",
+            str(len(stuck)) if stuck else "",
+        )
+    console.print(table)
+    for r in reports:
+        if r.get("error"):
+            console.print(f"[red]{r['service']}: {r['error']}[/]", soft_wrap=True)
+        for s in r.get("stuck_records") or []:
+            console.print(
+                f"[yellow]{r['service']}: stuck since {s['failing_since']} after {s['attempts']} attempts: "
+                f"{s['topic']}[{s['partition']}]@{s['offset']} ({s['error']})[/]"
+            )

@@ -1,0 +1,229 @@
+"""Input is never an infrastructure failure: whatever a record carries ends as a handled
+event or a dead letter with its original bytes, and the partition behind it flows on.
+Only PostgreSQL or Kafka being unavailable may hold a record, and then it says so."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from chorus.cli.main import app as cli
+from chorus.registry import Registry
+from chorus.runtime.runner import ServiceRunner, ServiceSettings, running
+from tests.support.events import TaskSubmitted
+from tests.support.kafka import envelope, events_of, publish, read_topic
+from tests.support.registry import isolated_registry
+from tests.support.testservice import make_spec
+from tests.support.wait import wait_until
+from timer_service.config import Settings as TimerSettings
+from timer_service.service import SPEC as TIMER_SPEC
+
+pytestmark = pytest.mark.integration
+
+
+def settings(kafka: str, db: str, **extra: Any) -> ServiceSettings:
+    return ServiceSettings(kafka_bootstrap=kafka, database_url=db, log_json=False, **extra)
+
+
+def letters_for(records: list[Any], **match: Any) -> list[dict[str, Any]]:
+    letters = [e["payload"] for e in events_of(records, "event.dead_lettered")]
+    return [p for p in letters if all(p.get(k) == v for k, v in match.items())]
+
+
+async def done_and_dead_lettered(
+    kafka: str, registry: Registry, *, done: int, letters: int, timeout_s: float = 60.0
+) -> list[Any]:
+    """Records of the task topic and the dead-letter topic, once ``done`` tasks are done
+    and ``letters`` records are dead-lettered."""
+    return await read_topic(
+        kafka,
+        [registry.physical_topic("test.task_submitted"), registry.physical_topic("event.dead_lettered")],
+        until=lambda rs: len(events_of(rs, "test.task_done")) >= done and len(letters_for(rs)) >= letters,
+        timeout_s=timeout_s,
+    )
+
+
+def original_bytes(letter: dict[str, Any]) -> bytes:
+    return base64.b64decode(letter["original"]["value_b64"])
+
+
+async def start(
+    stack: AsyncExitStack, tmp_path: Path, unique: str, kafka: str, db: str, **extra: Any
+) -> tuple[Registry, ServiceRunner]:
+    registry = await isolated_registry(tmp_path, unique, kafka)
+    # Durable retries are timers: the timer service runs beside the service under test.
+    timers = TimerSettings(
+        kafka_bootstrap=kafka, database_url=db, log_json=False, group_id=f"timers-{unique}", max_idle_s=0.1
+    )
+    await stack.enter_async_context(running(TIMER_SPEC, timers, registry=registry))
+    runner = await stack.enter_async_context(
+        running(make_spec(f"svc_{unique}"), settings(kafka, db, **extra), registry=registry)
+    )
+    return registry, runner
+
+
+POISON = [
+    b"[" * 100_000,  # the JSON decoder's RecursionError: every consumer used to retry it forever
+    b'{"event_type": "test.task_submitted", "schema_version": NaN}',
+    b'{"a": "\\ud800"}',
+    '{"a": "Grüße"}'.encode("utf-16"),
+]
+
+
+async def test_records_the_decoder_chokes_on_are_dead_lettered_and_the_next_event_of_their_key_flows(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+) -> None:
+    async with AsyncExitStack() as stack:
+        registry, runner = await start(stack, tmp_path, unique, kafka_bootstrap, database_url)
+        topic = registry.physical_topic("test.task_submitted")
+        good = envelope(TaskSubmitted(task="after the poison"))
+        key = good.workflow_id.encode()
+        await publish(kafka_bootstrap, topic, POISON, key=key)  # same key, same partition, first
+        await publish(kafka_bootstrap, topic, [good])
+        records = await done_and_dead_lettered(kafka_bootstrap, registry, done=1, letters=len(POISON))
+        assert runner.fatal is None
+    assert [d["payload"]["task"] for d in events_of(records, "test.task_done")] == ["after the poison"]
+    letters = letters_for(records)
+    assert sorted(original_bytes(letter) for letter in letters) == sorted(POISON)
+    assert {letter["error"]["category"] for letter in letters} == {"decode"}
+    deep = next(letter for letter in letters if original_bytes(letter) == POISON[0])
+    assert "nested deeper than 64 levels" in deep["error"]["message"]
+
+
+async def test_one_record_postgres_refuses_in_a_group_commit_is_dead_lettered_and_the_others_commit(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, pg: asyncpg.Connection, unique: str
+) -> None:
+    async with AsyncExitStack() as stack:
+        registry, runner = await start(stack, tmp_path, unique, kafka_bootstrap, database_url)
+        topic = registry.physical_topic("test.task_submitted")
+        tasks = [envelope(TaskSubmitted(task=f"t{i}")) for i in range(30)]
+        bad = envelope(TaskSubmitted(task="the LLM answered a NUL", mode="nul_state"))
+        # One burst: lanes of different workflows finish together and share commits.
+        await publish(kafka_bootstrap, topic, [*tasks[:15], bad, *tasks[15:]])
+        records = await done_and_dead_lettered(kafka_bootstrap, registry, done=30, letters=1)
+        assert runner.fatal is None
+    assert sorted(d["payload"]["task"] for d in events_of(records, "test.task_done")) == sorted(
+        f"t{i}" for i in range(30)
+    )
+    [letter] = letters_for(records)
+    assert letter["original_workflow_id"] == bad.workflow_id
+    assert letter["error"]["error_class"] == "RefusedByStoreError"
+    assert "\\u0000 cannot be converted to text" in letter["error"]["message"]
+    assert json.loads(original_bytes(letter))["event_id"] == str(bad.event_id)
+    outcomes = await pg.fetch(f"SELECT outcome, count(*) AS n FROM svc_{unique}.inbox GROUP BY outcome")
+    assert {r["outcome"]: r["n"] for r in outcomes} == {"done": 30, "dead_lettered": 1}
+
+
+async def test_a_value_too_long_for_a_column_is_a_dead_letter_not_a_stall(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+) -> None:
+    async with AsyncExitStack() as stack:
+        registry, _ = await start(stack, tmp_path, unique, kafka_bootstrap, database_url)
+        topic = registry.physical_topic("test.task_submitted")
+        long_note = envelope(TaskSubmitted(task="long", mode="note", note="ü" * 65))
+        short_note = envelope(TaskSubmitted(task="short", mode="note", note="Grüße 東京"))
+        await publish(kafka_bootstrap, topic, [long_note, short_note])
+        records = await done_and_dead_lettered(kafka_bootstrap, registry, done=1, letters=1)
+    [letter] = letters_for(records)
+    assert letter["original_workflow_id"] == long_note.workflow_id
+    assert "value too long" in letter["error"]["message"]
+    assert [d["payload"]["task"] for d in events_of(records, "test.task_done")] == ["short"]
+
+
+async def test_an_event_too_large_for_its_topic_is_a_dead_letter_naming_the_field(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+) -> None:
+    async with AsyncExitStack() as stack:
+        registry, _ = await start(stack, tmp_path, unique, kafka_bootstrap, database_url)
+        topic = registry.physical_topic("test.task_submitted")
+        huge = envelope(TaskSubmitted(task="emits 2 MB", mode="huge_emit"))
+        after = envelope(TaskSubmitted(task="after"))
+        await publish(kafka_bootstrap, topic, [huge, after])
+        records = await done_and_dead_lettered(kafka_bootstrap, registry, done=1, letters=1)
+    [letter] = letters_for(records)
+    assert letter["error"]["error_class"] == "EventTooLargeError"
+    assert letter["error"]["pointer"] == "/payload/task"
+    assert "its largest field is /payload/task (2,000,000 bytes)" in letter["error"]["message"]
+    assert [d["payload"]["task"] for d in events_of(records, "test.task_done")] == ["after"]
+
+
+async def test_a_submitters_failing_url_never_stops_the_service_however_many_workflows_use_one(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+) -> None:
+    async with AsyncExitStack() as stack:
+        registry, runner = await start(
+            stack, tmp_path, unique, kafka_bootstrap, database_url, dead_letter_guard_consecutive=5
+        )
+        topic = registry.physical_topic("test.task_submitted")
+        # Nothing listens on port 9: every call fails, is retried, and is dead-lettered.
+        calls = [
+            envelope(TaskSubmitted(task=f"c{i}", mode="call", url="http://127.0.0.1:9/hook"))
+            for i in range(12)
+        ]
+        await publish(kafka_bootstrap, topic, calls)
+        records = await done_and_dead_lettered(kafka_bootstrap, registry, done=0, letters=12, timeout_s=120)
+        assert runner.fatal is None
+        assert (await runner.health())["status"] == "ok"
+    assert {letter["error"]["category"] for letter in letters_for(records)} == {"transient"}
+    assert all(letter["attempts"] == 4 for letter in letters_for(records))
+
+
+async def test_a_record_failing_for_an_infrastructure_reason_is_reported_stuck_and_then_recovers(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, pg: asyncpg.Connection, unique: str
+) -> None:
+    svc = f"svc_{unique}"
+    async with AsyncExitStack() as stack:
+        registry, runner = await start(
+            stack, tmp_path, unique, kafka_bootstrap, database_url, stuck_record_alert_s=1.0
+        )
+        # The database refuses for a reason that is not the value: a table is gone.
+        await pg.execute(f"ALTER TABLE {svc}.notes RENAME TO notes_away")
+        topic = registry.physical_topic("test.task_submitted")
+        task = envelope(TaskSubmitted(task="noted", mode="note", note="fine"))
+        await publish(kafka_bootstrap, topic, [task])
+        health = await wait_until(
+            lambda: _degraded(runner), what="the record reported stuck in /health", timeout_s=60
+        )
+        [stuck] = health["stuck_records"]
+        assert (stuck["topic"], stuck["partition"], stuck["offset"]) == (topic, 0, 0)
+        assert stuck["workflow_key"] == task.workflow_id
+        assert "notes" in stuck["error"]
+        metrics = runner.metrics.render().decode()
+        assert "chorus_records_stuck 1.0" in metrics
+        async with httpx.AsyncClient() as client:
+            over_http = (await client.get(f"http://127.0.0.1:{runner.http.port}/health")).json()  # type: ignore[union-attr]
+        assert over_http["status"] == "degraded"
+
+        port = runner.http.port  # type: ignore[union-attr]
+        # The CLI runs its own event loop: off this one, which serves the service.
+        result = await asyncio.to_thread(
+            CliRunner().invoke, cli, ["status", "--url", f"{svc}=http://127.0.0.1:{port}"]
+        )
+        assert result.exit_code == 1, result.output
+        assert f"{topic}[0]@0" in result.output
+
+        await pg.execute(f"ALTER TABLE {svc}.notes_away RENAME TO notes")
+        await read_topic(
+            kafka_bootstrap, [topic], until=lambda rs: bool(events_of(rs, "test.task_done")), timeout_s=60
+        )
+        await wait_until(lambda: _ok(runner), what="the stuck record to leave /health")
+        assert "chorus_records_stuck 0.0" in runner.metrics.render().decode()
+
+
+async def _degraded(runner: ServiceRunner) -> dict[str, Any] | None:
+    health = await runner.health()
+    return health if health["status"] == "degraded" else None
+
+
+async def _ok(runner: ServiceRunner) -> bool:
+    health = await runner.health()
+    return bool(health["status"] == "ok")

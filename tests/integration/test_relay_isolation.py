@@ -1,0 +1,115 @@
+"""An outbox row the broker cannot take is set aside and dead-lettered with its bytes; the
+rows queued behind it are published, in order. It used to stop the relay for good."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+from chorus.kafka import ensure_topics
+from chorus.registry import Registry
+from chorus.runtime.runner import ServiceRunner, ServiceSettings, running
+from chorus.store import OutboxMessage
+from tests.support.kafka import events_of, read_topic
+from tests.support.registry import CREATED_TOPICS, isolated_registry
+from tests.support.testservice import make_spec
+
+pytestmark = pytest.mark.integration
+
+KEY = b"wf-relay"
+
+
+def rows(topic: str, values: list[bytes]) -> list[OutboxMessage]:
+    return [OutboxMessage(topic=topic, key=KEY, value=v, headers=[("h", b"1")]) for v in values]
+
+
+def numbered(first: int, count: int) -> list[bytes]:
+    return [json.dumps({"n": n}).encode() for n in range(first, first + count)]
+
+
+async def run_with_rows(runner: ServiceRunner, messages: list[OutboxMessage]) -> None:
+    assert runner.pool is not None and runner.relay is not None
+    async with runner.pool.acquire() as conn, conn.transaction():
+        await runner.store.add_outbox(conn, messages)
+    runner.relay.wake()
+
+
+def published_numbers(records: list[Any], topic: str) -> list[int]:
+    numbers = []
+    for r in records:
+        if r.topic == topic:
+            numbers.append(json.loads(r.value)["n"])
+    return numbers
+
+
+def letters(records: list[Any]) -> list[dict[str, Any]]:
+    return [e["payload"] for e in events_of(records, "event.dead_lettered")]
+
+
+@pytest.fixture
+async def service(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+) -> AsyncIterator[tuple[Registry, ServiceRunner]]:
+    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
+    settings = ServiceSettings(kafka_bootstrap=kafka_bootstrap, database_url=database_url, log_json=False)
+    async with running(make_spec(f"svc_{unique}"), settings, registry=registry) as runner:
+        yield registry, runner
+
+
+async def test_a_row_over_its_topics_limit_is_set_aside_and_the_500_behind_it_are_published_in_order(
+    service: tuple[Registry, ServiceRunner], kafka_bootstrap: str, pg: asyncpg.Connection, unique: str
+) -> None:
+    registry, runner = service
+    topic = registry.physical_topic("invoice.received")  # nobody consumes it in this test
+    big = b"x" * (registry.publish_limit(topic) + 1)
+    await run_with_rows(runner, rows(topic, [*numbered(0, 1), big, *numbered(1, 500)]))
+    dlq = registry.physical_topic("event.dead_lettered")
+    records = await read_topic(
+        kafka_bootstrap,
+        [topic, dlq],
+        until=lambda rs: len(published_numbers(rs, topic)) >= 501 and bool(letters(rs)),
+    )
+    assert published_numbers(records, topic) == list(range(501))
+    [letter] = letters(records)
+    assert base64.b64decode(letter["original"]["value_b64"]) == big
+    assert letter["original"]["outbox_row"].startswith(f"svc_{unique}/")
+    assert letter["original"]["topic"] == topic
+    assert "more than the" in letter["error"]["message"]
+    failed = await pg.fetch(f"SELECT failure FROM svc_{unique}.outbox WHERE failed_at IS NOT NULL")
+    assert len(failed) == 1
+    assert f'chorus_outbox_refused_total{{topic="{topic}"}} 1.0' in runner.metrics.render().decode()
+
+
+async def test_a_row_the_broker_refuses_is_isolated_and_the_rest_of_its_partition_follows_in_order(
+    service: tuple[Registry, ServiceRunner], kafka_bootstrap: str, unique: str
+) -> None:
+    registry, runner = service
+    # A topic whose broker limit is smaller than the registry believes (a misconfiguration):
+    # the broker refuses the record, and the idempotent producer's sequence is spent.
+    topic = f"relay.small.{unique}.{uuid.uuid4().hex[:6]}"
+    await ensure_topics(kafka_bootstrap, [(topic, 1)], configs={"max.message.bytes": "20000"})
+    CREATED_TOPICS.append(topic)
+    refused = b"y" * 50_000
+    await run_with_rows(runner, rows(topic, [*numbered(0, 5), refused, *numbered(5, 20)]))
+    records = await read_topic(
+        kafka_bootstrap,
+        [topic, registry.physical_topic("event.dead_lettered")],
+        until=lambda rs: len(published_numbers(rs, topic)) >= 25 and bool(letters(rs)),
+    )
+    assert published_numbers(records, topic) == list(range(25))
+    [letter] = letters(records)
+    assert base64.b64decode(letter["original"]["value_b64"]) == refused
+    assert "MessageSizeTooLarge" in letter["error"]["message"]
+    # The relay goes on with a fresh producer: later rows flow too.
+    await run_with_rows(runner, rows(topic, numbered(25, 3)))
+    later = await read_topic(
+        kafka_bootstrap, [topic], until=lambda rs: len(published_numbers(rs, topic)) >= 28
+    )
+    assert published_numbers(later, topic) == list(range(28))
