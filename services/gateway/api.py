@@ -7,70 +7,66 @@ the agent services. Reads come from the audit projection. Every error is
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+import inspect
 import uuid
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
-from fastapi import Depends, FastAPI, Header, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from pydantic import ValidationError
+from fastapi import Depends, FastAPI, Header, Path, Query, Request, Security
+from fastapi.responses import JSONResponse, Response
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from chorus.envelopes import child_envelope, start_envelope
+from chorus.errors import EventTooLargeError
 from chorus.outbox import outbox_message
 from chorus.service import RuntimeHandle
+from chorus.store import OutboxMessage
 from chorus.tracing import TraceContext
+from chorus.webapi import Problem, create_api, problem_response, problems
 from chorus_contracts.approvals import ApprovalDecisionSubmitted
 from chorus_contracts.envelope import Envelope, Priority
 from chorus_contracts.lifecycle import WorkflowDeadlineReached, WorkflowStarted
 from chorus_contracts.platform import FireTarget, TimerSchedule
 from gateway.adapters import readmodel, repository
 from gateway.config import ApiKey, Settings
-from gateway.domain import WORKFLOW_TYPES, DecisionBody, Submission, request_hash
-
-PROBLEM = "application/problem+json"
-
-
-class Problem(Exception):
-    def __init__(self, status: int, title: str, detail: str, **extra: Any) -> None:
-        super().__init__(detail)
-        self.status, self.title, self.detail, self.extra = status, title, detail, extra
-
-
-def problem_response(status: int, title: str, detail: str, instance: str, **extra: Any) -> JSONResponse:
-    body = {
-        "type": "about:blank",
-        "title": title,
-        "status": status,
-        "detail": detail,
-        "instance": instance,
-    }
-    return JSONResponse({**body, **extra}, status_code=status, media_type=PROBLEM)
-
-
-def pointer(loc: tuple[Any, ...]) -> str:
-    return "/" + "/".join(str(p) for p in loc)
-
+from gateway.domain import (
+    IDEMPOTENCY_KEY_MAX,
+    IDEMPOTENCY_KEY_PATTERN,
+    WORKFLOW_TYPES,
+    DecisionBody,
+    Submission,
+    request_hash,
+)
+from gateway.domain import WorkflowType as WorkflowKind
 
 # -- authentication (module level: FastAPI resolves these annotations from module globals) --
+
+_bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer <key>`")
+_api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="An API key")
 
 
 def principal(
     request: Request,
-    authorization: Annotated[str | None, Header()] = None,
-    x_api_key: Annotated[str | None, Header()] = None,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)] = None,
+    x_api_key: Annotated[str | None, Security(_api_key_header)] = None,
 ) -> ApiKey:
     """The caller, from ``Authorization: Bearer <key>`` (or ``X-API-Key``); 401 otherwise."""
     settings: Settings = request.app.state.settings
-    presented = x_api_key or (authorization or "").removeprefix("Bearer ").strip()
+    presented = x_api_key or (bearer.credentials if bearer else "")
     if not presented:
-        raise Problem(401, "Unauthorized", "missing API key: send Authorization: Bearer <key>")
+        raise Problem(
+            401,
+            "Unauthorized",
+            "missing API key: send Authorization: Bearer <key>",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
     for key, who in settings.api_keys.items():
-        if hmac.compare_digest(key.encode(), presented.encode()):
+        if hmac.compare_digest(key.encode(), presented.encode("utf-8", "surrogateescape")):
             return who
-    raise Problem(401, "Unauthorized", "unknown API key")
+    raise Problem(401, "Unauthorized", "unknown API key", headers={"WWW-Authenticate": "Bearer"})
 
 
 def role(*allowed: str) -> Any:
@@ -88,69 +84,41 @@ SubmitterOrOperator = Annotated[ApiKey, Depends(role("submitter", "operator"))]
 Reviewer = Annotated[ApiKey, Depends(role("reviewer"))]
 ReviewerOrOperator = Annotated[ApiKey, Depends(role("reviewer", "operator"))]
 Anyone = Annotated[ApiKey, Depends(principal)]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        max_length=IDEMPOTENCY_KEY_MAX,
+        pattern=IDEMPOTENCY_KEY_PATTERN,
+        description="Makes a retried POST safe: the same key (per caller) answers with the same "
+        "workflow. Printable ASCII, at most 255 characters.",
+    ),
+]
+Traceparent = Annotated[str | None, Header(max_length=55, description="W3C trace context to continue")]
+WorkflowId = Annotated[str, Path(max_length=200, description="the id the submission answered with")]
+ApprovalId = Annotated[str, Path(max_length=200)]
 
 
 def create_app(rt: RuntimeHandle, settings: Settings) -> FastAPI:
-    app = FastAPI(
+    app = create_api(
+        max_body_bytes=settings.max_body_bytes,
         title="Chorus gateway",
         version="1.0.0",
         description="Submit long-running agent workflows, watch them, approve them.",
+        responses=problems(400, 401, 403, 413, 422),
     )
     app.state.settings = settings
     base_url = settings.public_url or f"http://{settings.api_host}:{settings.api_port}"
 
-    @app.exception_handler(Problem)
-    async def _problem(request: Request, exc: Problem) -> JSONResponse:
-        return problem_response(exc.status, exc.title, exc.detail, request.url.path, **exc.extra)
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [{"pointer": pointer(tuple(e["loc"][1:])), "message": e["msg"]} for e in exc.errors()]
-        first = errors[0] if errors else {"pointer": "/", "message": "invalid request"}
-        return problem_response(
-            422,
-            "Invalid request",
-            f"{first['pointer']}: {first['message']}",
-            request.url.path,
-            errors=errors,
-        )
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return problem_response(exc.status_code, str(exc.detail), str(exc.detail), request.url.path)
-
     # -- submit ------------------------------------------------------------------------------
 
-    @app.post("/v1/workflows/{workflow_type}", status_code=202)
     async def submit(
         workflow_type: str,
-        body: Submission,
-        request: Request,
-        who: SubmitterOrOperator,
-        idempotency_key: Annotated[str | None, Header()] = None,
-        traceparent: Annotated[str | None, Header()] = None,
+        kind: WorkflowKind,
+        body: Submission[Any],
+        who: ApiKey,
+        idempotency_key: str | None,
+        traceparent: str | None,
     ) -> JSONResponse:
-        """Start a workflow. Answers 202 with its id at once; an Idempotency-Key makes retries safe."""
-        kind = WORKFLOW_TYPES.get(workflow_type)
-        if kind is None:
-            raise Problem(
-                404,
-                "Unknown workflow type",
-                f"no workflow type {workflow_type!r}; known: {sorted(WORKFLOW_TYPES)}",
-            )
-        try:
-            start_payload = kind.start.model_validate(body.input)
-        except ValidationError as exc:
-            errors = [
-                {"pointer": pointer(("input", *e["loc"])), "message": e["msg"]}
-                for e in exc.errors(include_url=False)
-            ]
-            raise Problem(
-                422,
-                "Invalid input",
-                f"{errors[0]['pointer']}: {errors[0]['message']}",
-                errors=errors,
-            ) from None
         digest = request_hash(workflow_type, body)
         async with rt.pool.acquire() as conn:
             if idempotency_key:
@@ -172,7 +140,7 @@ def create_app(rt: RuntimeHandle, settings: Settings) -> FastAPI:
                 workflow_type=workflow_type,
                 producer=rt.producer,
                 now=now,
-                idempotency_key=f"{who.principal}:{idempotency_key or workflow_id}",
+                idempotency_key=envelope_idempotency_key(who.principal, idempotency_key or workflow_id),
                 priority=body.priority,
                 traceparent=trace.child().traceparent if trace else None,
                 deadline=deadline_at,
@@ -181,12 +149,13 @@ def create_app(rt: RuntimeHandle, settings: Settings) -> FastAPI:
             # A microsecond after workflow.started, so timelines show the start first.
             first = child_envelope(
                 started,
-                start_payload,
+                body.input,
                 producer=rt.producer,
                 now=now + timedelta(microseconds=1),
                 position="start",
             )
             deadline_timer = _deadline_timer(rt, started, deadline_at, now)
+            messages = _messages(rt, [(started, ""), (first, "/input"), (deadline_timer, "")])
             async with conn.transaction():
                 inserted = await repository.insert_submission(
                     conn,
@@ -201,10 +170,7 @@ def create_app(rt: RuntimeHandle, settings: Settings) -> FastAPI:
                     traceparent=started.traceparent,
                 )
                 if inserted:
-                    await rt.store.add_outbox(
-                        conn,
-                        [outbox_message(rt.registry, e) for e in (started, first, deadline_timer)],
-                    )
+                    await rt.store.add_outbox(conn, messages)
             if not inserted:  # a concurrent retry with the same key won the race
                 assert idempotency_key is not None
                 winner = await repository.find_by_key(conn, who.principal, idempotency_key)
@@ -218,10 +184,28 @@ def create_app(rt: RuntimeHandle, settings: Settings) -> FastAPI:
             headers={"Location": status_url},
         )
 
+    # One route per workflow type, so the OpenAPI document states each type's input.
+    for name, kind in WORKFLOW_TYPES.items():
+        _submit_route(app, name, kind, submit)
+
+    # POST to a type that does not exist is a 405 (the path is a workflow's, for GET), with
+    # the types that do exist in the answer.
+    answer_http_error = app.exception_handlers[StarletteHTTPException]
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _unknown_type(request: Request, exc: StarletteHTTPException) -> Response:
+        path = request.url.path
+        if exc.status_code == 405 and request.method == "POST" and path.startswith("/v1/workflows/"):
+            asked = path.removeprefix("/v1/workflows/")[:100]
+            detail = f"no workflow type {asked!r} to start; known: {sorted(WORKFLOW_TYPES)}"
+            return problem_response(405, "Method Not Allowed", detail, path, headers=exc.headers)
+        response = answer_http_error(request, exc)
+        return await response if inspect.isawaitable(response) else response
+
     # -- watch -------------------------------------------------------------------------------
 
-    @app.get("/v1/workflows/{workflow_id}")
-    async def status(workflow_id: str, who: Anyone) -> dict[str, Any]:
+    @app.get("/v1/workflows/{workflow_id}", responses=problems(404))
+    async def status(workflow_id: WorkflowId, who: Anyone) -> dict[str, Any]:
         """Status, current stage, what it waits for and until when, and its timeline."""
         async with rt.pool.acquire() as conn:
             view = await readmodel.workflow(conn, workflow_id)
@@ -239,8 +223,8 @@ def create_app(rt: RuntimeHandle, settings: Settings) -> FastAPI:
             view["timeline"] = await readmodel.timeline(conn, workflow_id)
         return view
 
-    @app.get("/v1/workflows/{workflow_id}/result")
-    async def result(workflow_id: str, who: Anyone) -> dict[str, Any]:
+    @app.get("/v1/workflows/{workflow_id}/result", responses=problems(404, 409))
+    async def result(workflow_id: WorkflowId, who: Anyone) -> dict[str, Any]:
         async with rt.pool.acquire() as conn:
             view = await readmodel.workflow(conn, workflow_id)
             if view is None and await repository.find_by_workflow(conn, workflow_id) is None:
@@ -262,7 +246,10 @@ def create_app(rt: RuntimeHandle, settings: Settings) -> FastAPI:
     # -- approve -------------------------------------------------------------------------------
 
     @app.get("/v1/approvals")
-    async def approvals(who: ReviewerOrOperator, assignee: str = "me") -> dict[str, Any]:
+    async def approvals(
+        who: ReviewerOrOperator,
+        assignee: Annotated[str, Query(max_length=200, description="me, all, or a tier (operators)")] = "me",
+    ) -> dict[str, Any]:
         """Pending approvals for the caller's tier (``assignee=me``); operators see every tier."""
         if assignee != "me" and who.role != "operator":
             raise Problem(403, "Forbidden", "reviewers list their own approvals only (assignee=me)")
@@ -271,8 +258,8 @@ def create_app(rt: RuntimeHandle, settings: Settings) -> FastAPI:
             items = await readmodel.pending_approvals(conn, tier)
         return {"assignee": who.principal, "tier": tier, "approvals": items}
 
-    @app.post("/v1/approvals/{approval_id}", status_code=202)
-    async def decide(approval_id: str, body: DecisionBody, who: Reviewer) -> JSONResponse:
+    @app.post("/v1/approvals/{approval_id}", status_code=202, responses=problems(404, 409))
+    async def decide(approval_id: ApprovalId, body: DecisionBody, who: Reviewer) -> JSONResponse:
         """Approve, reject or ask for a revision. Only the tier the approval waits on may decide."""
         async with rt.pool.acquire() as conn:
             pending = await readmodel.approval(conn, approval_id)
@@ -315,6 +302,55 @@ def create_app(rt: RuntimeHandle, settings: Settings) -> FastAPI:
         )
 
     return app
+
+
+def _submit_route(app: FastAPI, name: str, kind: WorkflowKind, submit: Any) -> None:
+    async def submit_workflow(
+        body: Any,
+        who: SubmitterOrOperator,
+        idempotency_key: IdempotencyKey = None,
+        traceparent: Traceparent = None,
+    ) -> JSONResponse:
+        return cast(JSONResponse, await submit(name, kind, body, who, idempotency_key, traceparent))
+
+    # The body's model is this type's (FastAPI reads it from the annotation).
+    submit_workflow.__annotations__["body"] = Submission[kind.start]  # type: ignore[name-defined]
+    app.post(
+        f"/v1/workflows/{name}",
+        status_code=202,
+        responses=problems(409),
+        name=f"submit_{name}",
+        summary=f"Start a {name} workflow",
+        description="Answers 202 with the workflow's id at once; the work runs in the agent services. "
+        "An Idempotency-Key makes retries safe (409 when it was used for a different request).",
+    )(submit_workflow)
+
+
+def envelope_idempotency_key(principal: str, key: str) -> str:
+    """The key on the workflow's events: per caller, within the envelope's 200 characters
+    (a long key is replaced by its digest, the same on every retry)."""
+    candidate = f"{principal}:{key}"
+    if len(candidate) <= 200:
+        return candidate
+    return f"{principal[:100]}:sha256:{hashlib.sha256(candidate.encode()).hexdigest()}"
+
+
+def _messages(rt: RuntimeHandle, envelopes: list[tuple[Envelope, str]]) -> list[OutboxMessage]:
+    """Outbox rows for the submission's events; 413 naming the field when one is too large."""
+    messages = []
+    for envelope, prefix in envelopes:
+        try:
+            messages.append(outbox_message(rt.registry, envelope))
+        except EventTooLargeError as exc:
+            where = prefix + (exc.pointer or "").removeprefix("/payload") if exc.pointer else "/"
+            raise Problem(
+                413,
+                "Content too large",
+                f"{where}: the {envelope.event_type} event for this request would be {exc.size:,} bytes, "
+                f"more than the {exc.limit:,} its topic takes",
+                errors=[{"pointer": where, "message": str(exc)}],
+            ) from None
+    return messages
 
 
 def _replayed(existing: repository.SubmissionRow, digest: str, base_url: str) -> JSONResponse:

@@ -6,11 +6,11 @@ import hashlib
 import hmac
 import json
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from chorus_contracts.base import EventModel
+from chorus_contracts.base import Comment, EventModel, Ref, Url
 from chorus_contracts.envelope import Priority
 from chorus_contracts.procurement import InvoiceReceived
 from chorus_contracts.research import ReportRequested
@@ -30,18 +30,29 @@ WORKFLOW_TYPES: dict[str, WorkflowType] = {
 }
 
 
-class Submission(BaseModel):
-    """The body of POST /v1/workflows/{workflow_type}."""
+IDEMPOTENCY_KEY_MAX = 255
+IDEMPOTENCY_KEY_PATTERN = r"^[!-~]+$"
+"""Visible ASCII: a key travels in headers (ours and the ones Chorus sends onwards)."""
 
-    input: dict[str, Any] = Field(description="the payload of the workflow type's start event")
-    callback_url: str | None = Field(default=None, description="POSTed the result, HMAC-signed, when it ends")
+StartT = TypeVar("StartT", bound=EventModel)
+
+
+class Submission(BaseModel, Generic[StartT]):
+    """The body of POST /v1/workflows/{workflow_type}: ``input`` is the start event's payload."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: StartT = Field(description="the payload of the workflow type's start event")
+    callback_url: Url | None = Field(default=None, description="POSTed the result, HMAC-signed, when it ends")
     priority: Priority = "normal"
-    subject_ref: str | None = Field(default=None, description="reference to the data subject (for erasure)")
+    subject_ref: Ref | None = Field(default=None, description="reference to the data subject (for erasure)")
 
 
 class DecisionBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     decision: Literal["approve", "reject", "revise"]
-    comment: str = Field(default="", max_length=2000)
+    comment: Comment = ""
 
 
 class GatewayState(BaseModel):
@@ -52,7 +63,7 @@ class GatewayState(BaseModel):
     outcome: str | None = None
 
 
-def request_hash(workflow_type: str, submission: Submission) -> str:
+def request_hash(workflow_type: str, submission: Submission[Any]) -> str:
     """Same Idempotency-Key with a different request is an error, not a replay."""
     body = json.dumps([workflow_type, submission.model_dump(mode="json")], sort_keys=True)
     return hashlib.sha256(body.encode()).hexdigest()

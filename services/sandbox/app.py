@@ -104,7 +104,7 @@ def create_app(config: SandboxConfig) -> web.Application:
         name = request.match_info["name"]
         sandbox.requests["sources"] += 1
         sandbox.source_calls[name] += 1
-        topic = request.headers.get("X-Topic", "")
+        topic = request.query.get("topic", "")
         sandbox.source_topics[f"{topic}/{name}"] += 1
         if name in config.flaky_sources and sandbox.source_topics[f"{topic}/{name}"] % 2 == 1:
             return web.json_response({"error": "temporarily unavailable"}, status=503)

@@ -7,6 +7,7 @@ reads), so 8-hour approval windows pass in seconds.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 import uuid
@@ -19,8 +20,13 @@ import httpx
 import pytest
 
 from chorus.clock import OffsetFileClock
+from chorus.codec import decode
 from chorus.devstack import DevStack
+from chorus.errors import DecodeError
+from chorus.registry import Registry
 from tests.support.database import create_database, drop_database
+from tests.support.hostile import SCRIPTS, corpus
+from tests.support.kafka import events_of, publish, read_topic
 from tests.support.registry import isolated_registry
 
 pytestmark = pytest.mark.integration
@@ -34,12 +40,22 @@ TERMINAL = {"completed", "rejected", "failed", "compensated", "timed_out", "canc
 
 
 class World:
-    def __init__(self, stack: DevStack, clock_file: Path, http: httpx.AsyncClient, database_url: str) -> None:
+    def __init__(
+        self,
+        stack: DevStack,
+        clock_file: Path,
+        http: httpx.AsyncClient,
+        database_url: str,
+        registry: Registry,
+        kafka: str,
+    ) -> None:
         self.stack = stack
         self.clock_file = clock_file
         self.http = http
         self.database_url = database_url
         """The services' own database (see the world fixture)."""
+        self.registry = registry
+        self.kafka = kafka
 
     def advance(self, seconds: float) -> None:
         OffsetFileClock.advance(self.clock_file, seconds)
@@ -92,7 +108,12 @@ class World:
 
 
 def invoice(
-    run: str, *, vendor: str = "vendor-acme", total: str = "1240.00", po_total: int = 150_000
+    run: str,
+    *,
+    vendor: str = "vendor-acme",
+    total: str = "1240.00",
+    po_total: int = 150_000,
+    line: str = "GPU hours",
 ) -> dict[str, Any]:
     return {
         "input": {
@@ -100,7 +121,7 @@ def invoice(
             "vendor_id": vendor,
             "document_text": (
                 f"INVOICE INV-{run}\nVendor: {vendor}\nPO: PO-7781\n"
-                f"40 x GPU hours @ 31.00 EUR\nTotal: {total} EUR"
+                f"40 x {line} @ 31.00 EUR\nTotal: {total} EUR"
             ),
             "purchase_order": {
                 "po_number": "PO-7781",
@@ -139,7 +160,7 @@ async def world(
     try:
         await stack.start()
         async with httpx.AsyncClient(base_url=stack.api_url, timeout=10.0) as http:
-            yield World(stack, clock_file, http, world_url)
+            yield World(stack, clock_file, http, world_url, registry, kafka_bootstrap)
     finally:
         await stack.stop()
         await drop_database(database_url, database)
@@ -320,6 +341,133 @@ async def test_invalid_submissions_are_problem_json_naming_the_field(world: Worl
     unknown = await world.http.get("/v1/workflows/wf-does-not-exist", headers=SUBMITTER)
     assert unknown.status_code == 404
     no_type = await world.submit("teleport", {"input": {}})
-    assert no_type.status_code == 404
+    assert no_type.status_code == 405  # /v1/workflows/teleport is a workflow's path (for GET)
+    assert "known: ['procurement', 'research_report']" in no_type.json()["detail"]
     openapi = (await world.http.get("/openapi.json")).json()
-    assert {"/v1/workflows/{workflow_type}", "/v1/approvals/{approval_id}"} <= set(openapi["paths"])
+    # One submit route per workflow type, each stating its own input schema.
+    assert {
+        "/v1/workflows/procurement",
+        "/v1/workflows/research_report",
+        "/v1/approvals/{approval_id}",
+    } <= set(openapi["paths"])
+
+
+# -- any script, any input -----------------------------------------------------------------
+
+NON_ASCII_LINES = {
+    "german": "Rechenzeit für Müller & Söhne, Straße 5",
+    "japanese": "東京リージョンのＧＰＵ時間",
+    "emoji": "GPU hours 🚀🧾 for the 👩‍💻 team",
+    "rtl": "שעות מחשוב — ساعات الحوسبة",
+}
+
+
+@pytest.mark.parametrize("script", sorted(NON_ASCII_LINES))
+async def test_a_procurement_in_any_script_is_approved_and_paid(world: World, script: str) -> None:
+    run = uuid.uuid4().hex[:8]
+    line = NON_ASCII_LINES[script]
+    workflow_id = (await world.submit("procurement", invoice(run, line=line))).json()["workflow_id"]
+    status = await world.waiting_on(workflow_id, "manager")
+    approval = status["pending_approval"]
+    comment = f"Freigegeben ✅ 承認 {script}"
+    assert (await world.decide(approval["approval_id"], MANAGER, "approve", comment)).status_code == 202
+    final = await world.ended(workflow_id)
+    assert final["status"] == "completed"
+    validated = await read_topic(
+        world.kafka,
+        [world.registry.physical_topic("invoice.validated")],
+        until=lambda rs: any(e["workflow_id"] == workflow_id for e in events_of(rs, "invoice.validated")),
+    )
+    [event] = [e for e in events_of(validated, "invoice.validated") if e["workflow_id"] == workflow_id]
+    assert [item["description"] for item in event["payload"]["extracted"]["lines"]] == [line]
+    decided = await read_topic(
+        world.kafka,
+        [world.registry.physical_topic("approval.decided")],
+        until=lambda rs: any(e["workflow_id"] == workflow_id for e in events_of(rs, "approval.decided")),
+    )
+    [decision] = [e for e in events_of(decided, "approval.decided") if e["workflow_id"] == workflow_id]
+    assert decision["payload"]["comment"] == comment
+
+
+async def test_a_report_on_a_non_ascii_topic_is_gathered_approved_and_delivered(world: World) -> None:
+    topic = f"量子計算の現状 — Überblick 🚀 שלום {uuid.uuid4().hex[:6]}"
+    sandbox = world.stack.sandbox_url
+    body = {
+        "input": {
+            "topic": topic,
+            "sources": [{"name": n, "url": f"{sandbox}/sources/{n}"} for n in ("alpha", "gamma")],
+            "delivery_url": f"{sandbox}/deliveries",
+        },
+    }
+    workflow_id = (await world.submit("research_report", body)).json()["workflow_id"]
+    status = await world.waiting_on(workflow_id, "editor")
+    calls = (await world.stats())["source_calls_by_topic"]
+    assert calls[f"{topic}/alpha"] == calls[f"{topic}/gamma"] == 1  # the topic arrived intact
+    await world.decide(status["pending_approval"]["approval_id"], EDITOR, "approve", "承認します 👍")
+    final = await world.ended(workflow_id)
+    assert final["status"] == "completed"
+    assert final["workflow_id"] == workflow_id
+
+
+# -- live fuzz --------------------------------------------------------------------------------
+
+FUZZ_RECORDS = 200
+FUZZ_WORKFLOWS = 10
+
+
+async def test_hostile_records_interleaved_with_workflows_are_dead_letters_and_every_workflow_ends(
+    world: World,
+) -> None:
+    """Hostile records on the same partitions as live workflows: every workflow ends, every
+    hostile record becomes a dead letter with its original bytes, in every consumer."""
+    topic = world.registry.physical_topic("invoice.received")
+    valid = [e.body for e in world.registry.examples[("invoice.received", 1)]]
+    valid += [e.body for e in world.registry.examples[("invoice.validated", 1)]]
+    hostile = [raw for raw in corpus(valid, FUZZ_RECORDS * 3, seed=13) if _undecodable(raw, world.registry)]
+    hostile = list(dict.fromkeys(hostile))[:FUZZ_RECORDS]
+    assert len(hostile) == FUZZ_RECORDS
+    started = time.monotonic()
+    workflows = []
+    batch = FUZZ_RECORDS // FUZZ_WORKFLOWS
+    for n in range(FUZZ_WORKFLOWS):
+        await publish(world.kafka, topic, hostile[n * batch : (n + 1) * batch], key=f"fuzz-{n}".encode())
+        run = uuid.uuid4().hex[:8]
+        # Rejected at validation (totals differ): a whole workflow with no person in it.
+        response = await world.submit(
+            "procurement", invoice(run, total="99.00", line=SCRIPTS[n % len(SCRIPTS)])
+        )
+        assert response.status_code == 202, response.text
+        workflows.append(response.json()["workflow_id"])
+    await publish(world.kafka, topic, hostile[FUZZ_WORKFLOWS * batch :], key=b"fuzz-last")
+    for workflow_id in workflows:
+        assert (await world.ended(workflow_id))["status"] == "rejected"
+    consumers = {"invoice_agent", "budget_agent", "payment_agent", "audit_projector"}
+
+    def covered(records: list[Any]) -> bool:
+        return all(set(hostile) <= seen for seen in _dead_lettered(records, topic, consumers).values())
+
+    records = await read_topic(
+        world.kafka, [world.registry.physical_topic("event.dead_lettered")], until=covered, timeout_s=120
+    )
+    print(
+        f"live fuzz: {len(hostile)} hostile records x {len(consumers)} consumers dead-lettered, "
+        f"{len(workflows)} workflows ended, in {time.monotonic() - started:.1f}s"
+    )
+    assert set(_dead_lettered(records, topic, consumers)) == consumers
+
+
+def _undecodable(raw: bytes, registry: Registry) -> bool:
+    try:
+        decode(raw, registry)
+    except DecodeError:
+        return True
+    return False
+
+
+def _dead_lettered(records: list[Any], topic: str, consumers: set[str]) -> dict[str, set[bytes]]:
+    seen: dict[str, set[bytes]] = {name: set() for name in consumers}
+    for letter in events_of(records, "event.dead_lettered"):
+        payload = letter["payload"]
+        if payload["service"] in seen and payload["original"]["topic"] == topic:
+            seen[payload["service"]].add(base64.b64decode(payload["original"]["value_b64"]))
+    return seen

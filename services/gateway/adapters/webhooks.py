@@ -35,5 +35,6 @@ class WebhookSender:
                 "X-Chorus-Delivery": delivery_id,
             },
             timeout_s=self.timeout_s,
+            submitter_url=True,
         )
         return response.status_code

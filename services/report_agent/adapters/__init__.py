@@ -30,7 +30,9 @@ class Sources:
             source.url,
             what=f"source {source.name}",
             timeout_s=self.timeout_s,
-            headers={"X-Topic": topic[:200]},
+            # The topic is user text: a query parameter (percent-encoded), never a header.
+            params={"topic": topic},
+            submitter_url=True,
         )
         return GatheredSource(name=source.name, excerpt=str(response.json()["excerpt"])[:2000])
 
@@ -49,6 +51,7 @@ class Delivery:
             json=report,
             headers={"Idempotency-Key": key},
             timeout_s=self.timeout_s,
+            submitter_url=True,
         )
         return response.status_code
 
