@@ -15,10 +15,8 @@
 # reset  stop and delete the private cluster's data.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-PG_HOME="$CHORUS_LOCAL/postgres"
-PG_DATA="$PG_HOME/data"
-PG_RUN="$PG_HOME/run"
-PG_LOG="$PG_HOME/postgres.log"
+PG_LINK="$CHORUS_LOCAL/postgres"
+PG_HOME="$PG_LINK"
 CHORUS_PG_PORT="${CHORUS_PG_PORT:-54329}"
 CHORUS_DATABASE_URL="${CHORUS_DATABASE_URL:-postgresql://chorus:chorus@127.0.0.1:$CHORUS_PG_PORT/chorus}"
 
@@ -39,9 +37,34 @@ ensure_binaries() {
 }
 
 # initdb and postgres refuse to run as root; the Debian package creates the
-# 'postgres' user, so the private cluster runs as that user when we are root.
+# 'postgres' user, so the private cluster runs as that user when we are root. From /:
+# the caller's directory (a clone under /root, a mktemp -d) may be closed to that user.
 as_owner() {
-  if [[ "$(id -u)" == 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi
+  if [[ "$(id -u)" == 0 ]]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
+}
+
+# Where the cluster lives: .local/postgres in the checkout, unless we are root and the
+# 'postgres' user cannot reach the checkout (a clone under /root or in a mktemp -d
+# directory is mode 700). Then the data lives in /var/lib/chorus-postgres/<checkout
+# hash>, and .local/postgres is a symlink to it, so logs stay where README.md says.
+resolve_home() {
+  if [[ "$(id -u)" == 0 && ! -L "$PG_LINK" ]] && id postgres >/dev/null 2>&1; then
+    mkdir -p "$CHORUS_LOCAL"
+    if ! runuser -u postgres -- test -x "$CHORUS_LOCAL" 2>/dev/null; then
+      local outside
+      outside="/var/lib/chorus-postgres/$(printf '%s' "$CHORUS_LOCAL" | sha1sum | cut -c1-12)"
+      [[ -d "$PG_LINK" && -n "$(ls -A "$PG_LINK" 2>/dev/null)" ]] \
+        && die "$PG_LINK holds a cluster the 'postgres' user cannot reach; move it or run \`$0 reset\`"
+      rm -rf "$PG_LINK"
+      mkdir -p "$outside"
+      ln -s "$outside" "$PG_LINK"
+      log "the postgres user cannot enter $CHORUS_LOCAL; the cluster lives in $outside"
+    fi
+  fi
+  if [[ -L "$PG_LINK" ]]; then PG_HOME="$(readlink -f "$PG_LINK")"; fi
+  PG_DATA="$PG_HOME/data"
+  PG_RUN="$PG_HOME/run"
+  PG_LOG="$PG_HOME/postgres.log"
 }
 
 url_reachable() {
@@ -84,6 +107,7 @@ cmd_start() {
     die "127.0.0.1:$CHORUS_PG_PORT is in use but does not accept $CHORUS_DATABASE_URL; free the port or set CHORUS_PG_PORT / CHORUS_DATABASE_URL"
   fi
   ensure_binaries
+  resolve_home  # again: installing the package may just have created the postgres user
   init_cluster
   local bin t0=$SECONDS
   bin="$(pg_bindir)"
@@ -128,12 +152,19 @@ cmd_status() {
   fi
 }
 
+cmd_reset() {
+  cmd_stop
+  rm -rf "$PG_HOME"
+  [[ -L "$PG_LINK" ]] && rm -f "$PG_LINK"
+  log "PostgreSQL data removed"
+}
+
 case "${1:-}" in
-  start) cmd_start ;;
-  stop) cmd_stop ;;
-  restart) cmd_restart ;;
-  status) cmd_status ;;
-  reset) cmd_stop; rm -rf "$PG_HOME"; log "PostgreSQL data removed" ;;
+  start) resolve_home; cmd_start ;;
+  stop) resolve_home; cmd_stop ;;
+  restart) resolve_home; cmd_restart ;;
+  status) resolve_home; cmd_status ;;
+  reset) resolve_home; cmd_reset ;;
   url) echo "$CHORUS_DATABASE_URL" ;;
   *) echo "usage: $0 start|stop|restart|status|reset|url" >&2; exit 2 ;;
 esac
