@@ -131,6 +131,20 @@ class _Frame:
     checkpoints: int = field(default=0)
 
 
+@dataclass(frozen=True)
+class _Handled:
+    """One handled event on its way to the commit: what arrived and where it stands."""
+
+    event: Event[EventModel]
+    rec: Record
+    route: On
+    frame: _Frame
+    attempt: int
+    failures: list[Failure]
+    traceparent: str
+    parked_id: int | None
+
+
 def _invalid_outgoing(exc: BaseException) -> PersistentError:
     invalid = PersistentError(f"an event or timer this handler's outcome emits is invalid: {exc}")
     invalid.__cause__ = exc
@@ -374,9 +388,8 @@ class Pipeline:
                 )
                 try:
                     result, traceparent = await self._run(route, event, frame, attempt, failures)
-                    resolved = await self._commit(
-                        event, rec, route, frame, result, attempt, failures, traceparent, parked_id
-                    )
+                    handled = _Handled(event, rec, route, frame, attempt, failures, traceparent, parked_id)
+                    resolved = await self._commit(handled, result)
                 except ConflictError:
                     log.info("checkpoint moved under us; reloading", extra=fields(via=via))
                     continue
@@ -548,18 +561,7 @@ class Pipeline:
 
     # -- the one transaction -----------------------------------------------------------------
 
-    async def _commit(
-        self,
-        event: Event[EventModel],
-        rec: Record,
-        route: On,
-        frame: _Frame,
-        result: _Result,
-        attempt: int,
-        failures: list[Failure],
-        traceparent: str,
-        parked_id: int | None,
-    ) -> bool:
+    async def _commit(self, handled: _Handled, result: _Result) -> bool:
         """Commit the outcome; True when a park on this event was resolved (drain next).
 
         An outcome that cannot be committed because of what it holds (a value PostgreSQL
@@ -567,36 +569,30 @@ class Pipeline:
         invalid) is the record's persistent failure: it is dead-lettered instead, and the
         partition goes on. Only the database being unavailable raises out of here.
         """
-        args = (event, rec, route, frame)
-        rest = (attempt, failures, traceparent, parked_id)
         try:
-            return await self._commit_result(*args, result, *rest)
+            return await self._commit_result(handled, result)
         except (RefusedByStoreError, EventTooLargeError, ValidationError) as exc:
             error = exc if isinstance(exc, PersistentError) else _invalid_outgoing(exc)
             if isinstance(result, _DeadLetter):
                 # Not even the dead letter can be written under this event's identity:
                 # dead-letter the raw record by its position, as undecodable input is.
-                await self._dead_letter_record(rec, error)
+                await self._dead_letter_record(handled.rec, error)
                 return False
             log.error(
                 "the outcome cannot be committed; dead-lettering the record",
                 extra=fields(error=repr(error)),
             )
-            self.metrics.failures.labels(error.category, event.event_type).inc()
-            return await self._commit_result(*args, _DeadLetter(error, error.category), *rest)
+            self.metrics.failures.labels(error.category, handled.event.event_type).inc()
+            return await self._commit_result(handled, _DeadLetter(error, error.category))
 
-    async def _commit_result(
-        self,
-        event: Event[EventModel],
-        rec: Record,
-        route: On,
-        frame: _Frame,
-        result: _Result,
-        attempt: int,
-        failures: list[Failure],
-        traceparent: str,
-        parked_id: int | None,
-    ) -> bool:
+    async def _commit_result(self, handled: _Handled, result: _Result) -> bool:
+        event, rec, route, frame = handled.event, handled.rec, handled.route, handled.frame
+        attempt, failures, traceparent, parked_id = (
+            handled.attempt,
+            handled.failures,
+            handled.traceparent,
+            handled.parked_id,
+        )
         env = event.envelope
         now = self.clock.now()
         was_blocker = frame.parked_on == env.event_id

@@ -30,6 +30,7 @@ from aiokafka.errors import (
     CorruptRecordException,
     InvalidTimestampError,
     MessageSizeTooLargeError,
+    OutOfOrderSequenceNumber,
     RecordListTooLargeError,
     RecordTooLargeError,
 )
@@ -168,6 +169,8 @@ class OutboxRelay:
         if not refusals:
             for result in results:
                 if isinstance(result, BaseException):
+                    if isinstance(result, OutOfOrderSequenceNumber):
+                        await self._replace_producer()  # a refusal earlier spent the sequence
                     raise result
         for row, result in zip(rows, results, strict=True):
             if not isinstance(result, BaseException):
@@ -221,8 +224,9 @@ class OutboxRelay:
     async def _replace_producer(self) -> None:
         if self.new_producer is None:
             return
-        old, self.producer = self.producer, self.new_producer()
-        await self.producer.start()
+        fresh = self.new_producer()
+        await fresh.start()  # raises while the broker is away: the round is retried later
+        old, self.producer = self.producer, fresh
         with contextlib.suppress(Exception):
             await old.stop()
 
