@@ -47,14 +47,15 @@ as_owner() {
 # 'postgres' user cannot reach the checkout (a clone under /root or in a mktemp -d
 # directory is mode 700). Then the data lives in /var/lib/chorus-postgres/<checkout
 # hash>, and .local/postgres is a symlink to it, so logs stay where README.md says.
-resolve_home() {
+resolve_home() {  # [reset]: what is in the way is about to be removed anyway
   if [[ "$(id -u)" == 0 && ! -L "$PG_LINK" ]] && id postgres >/dev/null 2>&1; then
     mkdir -p "$CHORUS_LOCAL"
     if ! runuser -u postgres -- test -x "$CHORUS_LOCAL" 2>/dev/null; then
       local outside
       outside="/var/lib/chorus-postgres/$(printf '%s' "$CHORUS_LOCAL" | sha1sum | cut -c1-12)"
-      [[ -d "$PG_LINK" && -n "$(ls -A "$PG_LINK" 2>/dev/null)" ]] \
-        && die "$PG_LINK holds a cluster the 'postgres' user cannot reach; move it or run \`$0 reset\`"
+      if [[ "${1:-}" != reset && -d "$PG_LINK" && -n "$(ls -A "$PG_LINK" 2>/dev/null)" ]]; then
+        die "$PG_LINK holds a cluster the 'postgres' user cannot reach; move it or run \`$0 reset\`"
+      fi
       rm -rf "$PG_LINK"
       mkdir -p "$outside"
       ln -s "$outside" "$PG_LINK"
@@ -164,7 +165,7 @@ case "${1:-}" in
   stop) resolve_home; cmd_stop ;;
   restart) resolve_home; cmd_restart ;;
   status) resolve_home; cmd_status ;;
-  reset) resolve_home; cmd_reset ;;
+  reset) resolve_home reset; cmd_reset ;;
   url) echo "$CHORUS_DATABASE_URL" ;;
   *) echo "usage: $0 start|stop|restart|status|reset|url" >&2; exit 2 ;;
 esac

@@ -208,6 +208,11 @@ class GitRepo:
         """True when ``commit`` is ``of`` or one of its ancestors."""
         return _run_git(self.toplevel, "merge-base", "--is-ancestor", commit, of).returncode == 0
 
+    def first_commit_after(self, commit: str) -> str | None:
+        """The commit that follows ``commit`` on the way to HEAD (None when HEAD is it)."""
+        out = _git(self.toplevel, "rev-list", "--ancestry-path", "--reverse", f"{commit}..HEAD")
+        return out.split("\n", 1)[0].strip() or None
+
     def is_shallow(self) -> bool:
         return _git(self.toplevel, "rev-parse", "--is-shallow-repository").strip() == "true"
 
@@ -914,14 +919,17 @@ ACCEPTED_FILE = "accepted-breaks.yaml"
 
 @dataclass(frozen=True)
 class AcceptedBreak:
-    """A tightening made on purpose (``schemas/accepted-breaks.yaml``), like buf's
-    ``breaking.ignore``: accepted only when the gate compares against ``until`` or one of
-    its ancestors, so it covers the one change it was written for and never a later one."""
+    """Tightenings made on purpose (``schemas/accepted-breaks.yaml``), like buf's
+    ``breaking.ignore`` but scoped to one change: ``until`` is the last commit before it.
+    The entry accepts exactly the tightenings the next commit after ``until`` made (or the
+    working tree makes, while it is not committed), and only when the gate compares
+    against ``until`` or one of its ancestors. A later tightening is never covered."""
 
     until: str
     reason: str
 
-    def covers(self, finding: Finding) -> bool:
+    @staticmethod
+    def covers(finding: Finding) -> bool:
         # Only tightenings (new consumers may refuse old data, which is then dead-lettered
         # like any invalid record); a loosening would let old consumers choke on new data.
         return finding.breaks & REQUIRED_DIRECTIONS[finding.compatibility] == BACKWARD
@@ -938,13 +946,36 @@ def accepted_breaks(schemas_dir: Path) -> list[AcceptedBreak]:
         raise RegistryReadError(f"{path}: each entry needs `until` (a commit) and `reason`: {exc}") from exc
 
 
-def _accepted_for(repo: GitRepo, schemas_dir: Path, commit: str) -> list[AcceptedBreak]:
-    active = []
+def _key(finding: Finding) -> tuple[str, int, str, str]:
+    return (finding.event_type, finding.version, finding.pointer, finding.what)
+
+
+def _waived(
+    repo: GitRepo, schemas_dir: Path, base: str, breaking: list[Finding]
+) -> tuple[list[Finding], list[AcceptedBreak]]:
+    """The breaking findings an entry accepts, and the entries that accepted some."""
+    waived: list[Finding] = []
+    used: list[AcceptedBreak] = []
     for accepted in accepted_breaks(schemas_dir):
         until = repo.commit_of(accepted.until)
-        if until is not None and repo.is_ancestor(commit, until):
-            active.append(accepted)
-    return active
+        if until is None or not repo.is_ancestor(base, until):
+            continue
+        after = repo.first_commit_after(until)
+        made = (
+            parse_snapshot(repo.registry_files(after), after)
+            if after is not None
+            else parse_snapshot(registry_files(schemas_dir), "working tree")
+        )
+        intended = {
+            _key(f)
+            for f in compare(parse_snapshot(repo.registry_files(until), until), made).breaking
+            if accepted.covers(f)
+        }
+        covered = [f for f in breaking if accepted.covers(f) and _key(f) in intended and f not in waived]
+        if covered:
+            waived += covered
+            used.append(accepted)
+    return waived, used
 
 
 @dataclass(frozen=True)
@@ -979,13 +1010,12 @@ def check(schemas_dir: Path, against: str) -> Outcome:
         return Outcome([f"note: no registry at {repo.prefix} in {label}; nothing to compare"], 0)
     report = compare(old, new)
     lines = [f"note: {n}" for n in report.notes]
-    active = _accepted_for(repo, schemas_dir, commit) if report.breaking else []
-    waived = [f for f in report.breaking if any(a.covers(f) for a in active)]
+    waived, used = _waived(repo, schemas_dir, commit, report.breaking) if report.breaking else ([], [])
     for finding in report.findings:
         line = finding.line()
         lines.append(line.replace("BREAKING ", "ACCEPTED ", 1) if finding in waived else line)
     lines += [r.line() for r in report.rollouts]
-    for accepted in active:
+    for accepted in used:
         lines.append(f"note: tightenings accepted up to {accepted.until[:10]}: {accepted.reason.strip()}")
     breaking = [f for f in report.breaking if f not in waived]
     if breaking:

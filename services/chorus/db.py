@@ -62,6 +62,19 @@ def is_data_error(exc: BaseException) -> bool:
     return isinstance(state, str) and (state in _DATA_ERROR_STATES or state.startswith(_DATA_ERROR_CLASSES))
 
 
+def data_error_blames_input(exc: BaseException) -> bool:
+    """Whether a data error (see :func:`is_data_error`) comes from the values a record
+    carried rather than from the code that stores them: a NOT NULL or CHECK violation, or
+    an argument of the wrong type, is a bug that would fail for every record alike."""
+    state = getattr(exc, "sqlstate", None)
+    if state in _DATA_ERROR_STATES:
+        return False
+    message = str(exc)
+    if isinstance(exc, asyncpg.DataError) and message.startswith("invalid input for query argument"):
+        return "out of" in message or "codec can't encode" in message  # a range or a text: values
+    return True
+
+
 def redact(url: str) -> str:
     return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
 

@@ -121,7 +121,8 @@ class SchemaValidationError(DecodeError):
 class RefusedByStoreError(PersistentError):
     """PostgreSQL refused a value this record's outcome would store (a data error: a
     character it cannot hold, a number out of range, a value over a size limit).
-    Dead-letter the record; the rest of the batch and the partition go on."""
+    Dead-letter the record; the rest of the batch and the partition go on. It blames the
+    input unless the refusal is of the kind code causes (NOT NULL, CHECK, a wrong type)."""
 
     caused_by_input = True
 

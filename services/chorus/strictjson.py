@@ -30,8 +30,10 @@ from typing import Any
 MAX_DEPTH = 64
 MAX_SAFE_INTEGER = 2**53 - 1
 
-# A JSON string literal (unrolled loop: linear, no backtracking on long strings).
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+# A JSON string literal (unrolled loop: linear, no backtracking on long strings). The
+# closing quote is optional: with it required, every unterminated quote would rescan the
+# rest of the text, quadratic on hostile input ('"' + '\\"' * n took minutes at 1 MiB).
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
 _BRACKETS = re.compile(r"[\[\]{}]")
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 

@@ -16,6 +16,8 @@ ENVELOPE_VERSION: Literal[1] = 1
 Priority = Literal["high", "normal", "low"]
 EVENT_TYPE_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$"
 TRACEPARENT_PATTERN = r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
+MAX_ATTEMPTS = 1_000_000
+"""Far above any retry policy; within what every store of an attempt count holds."""
 
 
 class ProducerRef(Model):
@@ -40,7 +42,7 @@ class Envelope(Model):
     idempotency_key: Name
     traceparent: str = Field(pattern=TRACEPARENT_PATTERN, description="W3C trace context")
     priority: Priority = "normal"
-    attempt: int = Field(default=1, ge=1)
+    attempt: int = Field(default=1, ge=1, le=MAX_ATTEMPTS)
     deadline: UtcDateTime | None = None
     producer: ProducerRef
     subject_ref: str | None = Field(

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from chorus_contracts.base import Comment, EventModel, Model, Name, Text, UtcDateTime, event
+from chorus_contracts.envelope import MAX_ATTEMPTS
 
 ErrorCategory = Literal["transient", "persistent", "semantic", "decode", "unexpected"]
 
@@ -57,7 +58,7 @@ class OriginalRecord(Model):
 
 class Failure(Model):
     at: UtcDateTime
-    attempt: int = Field(ge=1)
+    attempt: int = Field(ge=1, le=MAX_ATTEMPTS)
     error_class: Name
     message: Text
     retry_in_s: float | None = Field(
@@ -105,7 +106,7 @@ class RetryDue(EventModel):
 
     service: Name
     consumer_group: Name
-    attempt: int = Field(ge=2)
+    attempt: int = Field(ge=2, le=MAX_ATTEMPTS)
     original: OriginalRecord
     failures: list[Failure] = Field(max_length=1000)
 
@@ -127,7 +128,7 @@ class EventDeadLettered(EventModel):
     consumer_group: Name
     original: OriginalRecord
     error: ErrorDetail
-    attempts: int = Field(ge=1)
+    attempts: int = Field(ge=1, le=MAX_ATTEMPTS)
     failures: list[Failure] = Field(max_length=1000)
     original_event_type: str | None = Field(default=None, max_length=200)
     original_event_id: str | None = Field(default=None, max_length=200)
@@ -152,6 +153,6 @@ class ReviewRequested(EventModel):
     service: Name
     reason: Text
     validation_errors: list[Text] = Field(max_length=100)
-    attempts: int = Field(ge=1)
+    attempts: int = Field(ge=1, le=MAX_ATTEMPTS)
     original_event_type: Name
     original_event_id: Name

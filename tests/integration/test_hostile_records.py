@@ -17,8 +17,10 @@ import pytest
 from typer.testing import CliRunner
 
 from chorus.cli.main import app as cli
+from chorus.codec import encode
 from chorus.registry import Registry
 from chorus.runtime.runner import ServiceRunner, ServiceSettings, running
+from chorus_contracts.platform import EventDiscarded, OriginalRecord, RetryDue
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, publish, read_topic
 from tests.support.registry import isolated_registry
@@ -87,16 +89,57 @@ async def test_records_the_decoder_chokes_on_are_dead_lettered_and_the_next_even
         topic = registry.physical_topic("test.task_submitted")
         good = envelope(TaskSubmitted(task="after the poison"))
         key = good.workflow_id.encode()
-        await publish(kafka_bootstrap, topic, POISON, key=key)  # same key, same partition, first
+        # A well-formed event of this very workflow whose text PostgreSQL cannot store.
+        nul = encode(envelope(TaskSubmitted(task="a\x00b"), workflow_id=good.workflow_id))
+        # An attempt no column can hold (it overflowed PostgreSQL's int even as a dead letter).
+        overflow = encode(envelope(TaskSubmitted(task="again"), workflow_id=good.workflow_id)).replace(
+            b'"attempt":1', b'"attempt":3000000000'
+        )
+        poison = [*POISON, nul, overflow]
+        await publish(kafka_bootstrap, topic, poison, key=key)  # same key, same partition, first
         await publish(kafka_bootstrap, topic, [good])
-        records = await done_and_dead_lettered(kafka_bootstrap, registry, done=1, letters=len(POISON))
+        records = await done_and_dead_lettered(kafka_bootstrap, registry, done=1, letters=len(poison))
         assert runner.fatal is None
     assert [d["payload"]["task"] for d in events_of(records, "test.task_done")] == ["after the poison"]
     letters = letters_for(records)
-    assert sorted(original_bytes(letter) for letter in letters) == sorted(POISON)
+    assert sorted(original_bytes(letter) for letter in letters) == sorted(poison)
     assert {letter["error"]["category"] for letter in letters} == {"decode"}
     deep = next(letter for letter in letters if original_bytes(letter) == POISON[0])
     assert "nested deeper than 64 levels" in deep["error"]["message"]
+    stored = next(letter for letter in letters if original_bytes(letter) == nul)
+    assert stored["error"]["pointer"] == "/payload/task"
+    assert "NUL" in stored["error"]["message"]
+    counted = next(letter for letter in letters if original_bytes(letter) == overflow)
+    assert counted["error"]["pointer"] == "/attempt"
+
+
+async def test_control_records_that_do_not_make_sense_are_dead_letters_not_crashes(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+) -> None:
+    async with AsyncExitStack() as stack:
+        registry, runner = await start(stack, tmp_path, unique, kafka_bootstrap, database_url)
+        svc = f"svc_{unique}"
+        broken_retry = envelope(
+            RetryDue(
+                service=svc,
+                consumer_group=svc,
+                attempt=2,
+                original=OriginalRecord(topic="t", partition=0, offset=0, value_b64="not base64!"),
+                failures=[],
+            )
+        )
+        broken_discard = envelope(
+            EventDiscarded(
+                service=svc, consumer_group=svc, discarded_event_id="not-a-uuid", reason="x", actor="someone"
+            )
+        )
+        await publish(kafka_bootstrap, registry.physical_topic("retry.due"), [broken_retry, broken_discard])
+        good = envelope(TaskSubmitted(task="after"))
+        await publish(kafka_bootstrap, registry.physical_topic("test.task_submitted"), [good])
+        records = await done_and_dead_lettered(kafka_bootstrap, registry, done=1, letters=2)
+        assert runner.fatal is None
+    pointers = sorted(letter["error"]["pointer"] for letter in letters_for(records))
+    assert pointers == ["/payload/discarded_event_id", "/payload/original"]
 
 
 async def test_one_record_postgres_refuses_in_a_group_commit_is_dead_lettered_and_the_others_commit(

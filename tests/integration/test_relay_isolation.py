@@ -113,3 +113,25 @@ async def test_a_row_the_broker_refuses_is_isolated_and_the_rest_of_its_partitio
         kafka_bootstrap, [topic], until=lambda rs: len(published_numbers(rs, topic)) >= 28
     )
     assert published_numbers(later, topic) == list(range(28))
+
+
+async def test_a_row_for_a_topic_that_does_not_exist_is_set_aside_and_the_rest_flows(
+    service: tuple[Registry, ServiceRunner], kafka_bootstrap: str, unique: str
+) -> None:
+    """A timer or a redrive may name any topic; the broker has none of that name (the
+    producer waits its request timeout, 30 s, before it says so)."""
+    registry, runner = service
+    topic = registry.physical_topic("invoice.received")
+    missing = f"no.such.topic.{unique}"
+    await run_with_rows(runner, [*rows(missing, [b"lost?"]), *rows(topic, numbered(0, 10))])
+    records = await read_topic(
+        kafka_bootstrap,
+        [topic, registry.physical_topic("event.dead_lettered")],
+        until=lambda rs: len(published_numbers(rs, topic)) >= 10 and bool(letters(rs)),
+        timeout_s=120,
+    )
+    assert published_numbers(records, topic) == list(range(10))
+    [letter] = letters(records)
+    assert letter["original"]["topic"] == missing
+    assert base64.b64decode(letter["original"]["value_b64"]) == b"lost?"
+    assert "UnknownTopicOrPartition" in letter["error"]["message"]

@@ -34,6 +34,9 @@ from tests.support.hostile import hostile_strings, json_trees
         (b"[" * 100_000, f"nested deeper than {MAX_DEPTH} levels", None),
         (b'{"a":' * (MAX_DEPTH + 1) + b"1" + b"}" * (MAX_DEPTH + 1), "nested deeper", None),
         (b'{"a": tru}', "not JSON", None),
+        # Unterminated quotes with many brackets: linear, not a rescan per quote (minutes).
+        (b'"' + b'\\"' * 300_000 + b"[" * 70, "not JSON", None),
+        (b'"' * 300_000 + b"[" * 70, "nested deeper", None),
         (b"\xef\xbb\xbf{}", "not JSON", None),
     ],
 )

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 
 from chorus.clock import Clock
 from chorus.codec import Event, decode
-from chorus.db import is_data_error
+from chorus.db import data_error_blames_input, is_data_error
 from chorus.deadletters import dead_letter_envelope, failure
 from chorus.envelopes import child_envelope
 from chorus.errors import (
@@ -37,6 +37,7 @@ from chorus.errors import (
     RefusedByStoreError,
     SemanticError,
     TransientError,
+    UndecodableError,
     caused_by_input,
 )
 from chorus.faults import fault_point
@@ -145,7 +146,12 @@ class _Handled:
     parked_id: int | None
 
 
-def _invalid_outgoing(exc: BaseException) -> PersistentError:
+_UNCOMMITTABLE = (RefusedByStoreError, EventTooLargeError, ValidationError)
+
+
+def _persistent(exc: BaseException) -> PersistentError:
+    if isinstance(exc, PersistentError):
+        return exc
     invalid = PersistentError(f"an event or timer this handler's outcome emits is invalid: {exc}")
     invalid.__cause__ = exc
     return invalid
@@ -154,6 +160,9 @@ def _invalid_outgoing(exc: BaseException) -> PersistentError:
 def _refused(exc: BaseException) -> RefusedByStoreError:
     refused = RefusedByStoreError(f"PostgreSQL refused a value this record's outcome would store: {exc}")
     refused.__cause__ = exc
+    # A value out of range or text it cannot hold comes from the input; a NOT NULL or
+    # CHECK violation, or a value of the wrong type, is the code's (and counts for the guard).
+    refused.caused_by_input = data_error_blames_input(exc)
     return refused
 
 
@@ -258,9 +267,9 @@ class Pipeline:
             return
         self.metrics.events_in.labels(rec.topic, event.event_type).inc()
         if isinstance(event.payload, RetryDue):
-            await self._on_retry_due(event.payload)
+            await self._on_retry_due(rec, event.payload)
         elif isinstance(event.payload, EventDiscarded):
-            await self._on_discarded(event.envelope, event.payload)
+            await self._on_discarded(rec, event.envelope, event.payload)
         elif self.spec.handler_for(event.event_type) is not None:
             await self._process(event, rec, attempt=event.envelope.attempt, failures=[], via="delivery")
         else:
@@ -301,10 +310,16 @@ class Pipeline:
 
     # -- control messages -------------------------------------------------------------------
 
-    async def _on_retry_due(self, due: RetryDue) -> None:
+    async def _on_retry_due(self, rec: Record, due: RetryDue) -> None:
         if due.service != self.spec.name or due.consumer_group != self.group:
             return
-        original = record_from_original(due.original)
+        try:
+            original = record_from_original(due.original)
+        except ValueError as exc:  # base64 that does not decode: the control record is poison
+            await self._dead_letter_record(
+                rec, UndecodableError(f"/payload/original: {exc}", pointer="/payload/original")
+            )
+            return
         try:
             event = decode(
                 original.value, self.registry, accept=self.accept, max_bytes=self.size_limit(original.topic)
@@ -314,10 +329,15 @@ class Pipeline:
             return
         await self._process(event, original, attempt=due.attempt, failures=list(due.failures), via="retry")
 
-    async def _on_discarded(self, envelope: Envelope, msg: EventDiscarded) -> None:
+    async def _on_discarded(self, rec: Record, envelope: Envelope, msg: EventDiscarded) -> None:
         if msg.service != self.spec.name or msg.consumer_group != self.group:
             return
-        discarded = uuid.UUID(msg.discarded_event_id)
+        try:
+            discarded = uuid.UUID(msg.discarded_event_id)
+        except ValueError:
+            pointer = "/payload/discarded_event_id"
+            await self._dead_letter_record(rec, UndecodableError("not an event id (a UUID)", pointer=pointer))
+            return
         now = self.clock.now()
         async with self.pool.acquire() as conn, conn.transaction():
             await conn.execute(
@@ -571,19 +591,22 @@ class Pipeline:
         """
         try:
             return await self._commit_result(handled, result)
-        except (RefusedByStoreError, EventTooLargeError, ValidationError) as exc:
-            error = exc if isinstance(exc, PersistentError) else _invalid_outgoing(exc)
-            if isinstance(result, _DeadLetter):
-                # Not even the dead letter can be written under this event's identity:
-                # dead-letter the raw record by its position, as undecodable input is.
-                await self._dead_letter_record(handled.rec, error)
-                return False
+        except _UNCOMMITTABLE as exc:
+            error = _persistent(exc)
+        if not isinstance(result, _DeadLetter):
             log.error(
-                "the outcome cannot be committed; dead-lettering the record",
-                extra=fields(error=repr(error)),
+                "the outcome cannot be committed; dead-lettering the record", extra=fields(error=repr(error))
             )
             self.metrics.failures.labels(error.category, handled.event.event_type).inc()
-            return await self._commit_result(handled, _DeadLetter(error, error.category))
+            try:
+                return await self._commit_result(handled, _DeadLetter(error, error.category))
+            except _UNCOMMITTABLE as exc:
+                error = _persistent(exc)
+        # Not even the dead letter can be written under this event's identity (its attempt,
+        # say, is out of range): dead-letter the raw record by its position, as undecodable
+        # input is, and let go of it if it was parked.
+        await self._dead_letter_record(handled.rec, error, parked_id=handled.parked_id)
+        return False
 
     async def _commit_result(self, handled: _Handled, result: _Result) -> bool:
         event, rec, route, frame = handled.event, handled.rec, handled.route, handled.frame
@@ -720,7 +743,9 @@ class Pipeline:
             )
         log.info("workflow is waiting on an earlier event; parked this one")
 
-    async def _dead_letter_record(self, rec: Record, exc: PersistentError) -> None:
+    async def _dead_letter_record(
+        self, rec: Record, exc: PersistentError, parked_id: int | None = None
+    ) -> None:
         """A record that is not a valid event (or whose outcome cannot be stored under its
         event's identity): dead-letter it, once, with its bytes, keyed by its position.
 
@@ -746,6 +771,8 @@ class Pipeline:
                 workflow_id=None,
                 now=now,
             )
+            if parked_id is not None:
+                await self.store.unpark(conn, parked_id)
             if not claimed:
                 self.metrics.duplicates.inc()  # dead-lettered before (offsets rewound)
                 return

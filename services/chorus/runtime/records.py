@@ -49,14 +49,15 @@ def to_original(rec: Record) -> OriginalRecord:
 
 
 def record_from_original(original: OriginalRecord) -> Record:
+    """The record ``original`` describes; ValueError when its base64 does not decode."""
     return Record(
         topic=original.topic,
         partition=original.partition,
         offset=original.offset,
-        key=base64.b64decode(original.key_b64) if original.key_b64 is not None else None,
-        value=base64.b64decode(original.value_b64),
+        key=base64.b64decode(original.key_b64, validate=True) if original.key_b64 is not None else None,
+        value=base64.b64decode(original.value_b64, validate=True),
         headers=tuple(
-            (h.key, base64.b64decode(h.value_b64) if h.value_b64 is not None else b"")
+            (h.key, base64.b64decode(h.value_b64, validate=True) if h.value_b64 is not None else b"")
             for h in original.headers
         ),
         timestamp_ms=original.timestamp_ms,

@@ -27,12 +27,13 @@ from collections.abc import Callable
 import asyncpg
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import (
-    CorruptRecordException,
-    InvalidTimestampError,
+    InvalidTopicError,
     MessageSizeTooLargeError,
     OutOfOrderSequenceNumber,
     RecordListTooLargeError,
     RecordTooLargeError,
+    TopicAuthorizationFailedError,
+    UnknownTopicOrPartitionError,
 )
 
 from chorus.clock import Clock
@@ -44,16 +45,17 @@ from chorus.store import OutboxMessage, OutboxRow, ServiceStore
 log = logging.getLogger("chorus.relay")
 
 # The broker's answers that blame one record (or its batch), never the cluster.
-RECORD_REFUSALS = (
-    MessageSizeTooLargeError,
-    RecordListTooLargeError,
-    RecordTooLargeError,
-    CorruptRecordException,
-    InvalidTimestampError,
-)
+RECORD_REFUSALS = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError)
+# Answers that blame the row's topic: no such topic (after the producer waited its request
+# timeout for it to appear), an invalid name, or one this service may not write. Sending the
+# row again alone cannot help, so it is set aside at once.
+TOPIC_REFUSALS = (UnknownTopicOrPartitionError, InvalidTopicError, TopicAuthorizationFailedError)
+REFUSALS = (*RECORD_REFUSALS, *TOPIC_REFUSALS)
 
 ProducerFactory = Callable[[], AIOKafkaProducer]
-DeadLetterBuilder = Callable[[OutboxRow, BaseException], OutboxMessage]
+DeadLetterBuilder = Callable[[OutboxRow, BaseException], OutboxMessage | None]
+"""The dead letter of a set-aside row; None for a row that is itself a dead letter (a
+dead letter of a refused dead letter would be refused too, row after row)."""
 
 
 class RowRefusedError(PersistentError):
@@ -148,24 +150,25 @@ class OutboxRelay:
                     )
                 else:
                     sendable.append(row)
-            refused = await self._publish(sendable)
+            failed = await self._publish(sendable)
             fault_point("after_publish")
-            published = [r for r in sendable if r.id not in refused]
+            published = [r for r in sendable if r.id not in failed]
             async with self.pool.acquire() as conn:
                 await self.store.mark_dispatched(conn, [r.id for r in published], self.clock.now())
             self.published += len(published)
-            if refused:
-                await self._isolate([r for r in sendable if r.id in refused])
+            if failed:
+                await self._isolate([r for r in sendable if r.id in failed], failed)
             return len(rows)
 
-    async def _publish(self, rows: list[OutboxRow]) -> set[int]:
-        """Send ``rows``; the ids of those the broker refused as records (with their batch).
-        Any other failure (broker away, timeout) raises: nothing is marked, all go again."""
+    async def _publish(self, rows: list[OutboxRow]) -> dict[int, BaseException]:
+        """Send ``rows``; the rows that failed, when the broker refused one of them (a record
+        or its topic), with their errors. Any other failure (broker away, timeout) raises:
+        nothing is marked, all go again."""
         # send() only enqueues; the idempotent producer keeps per-partition order,
         # so all sends go out before any is awaited.
         futures = [await self._send(r) for r in rows]
         results = await asyncio.gather(*futures, return_exceptions=True)
-        refusals = [r for r in results if isinstance(r, RECORD_REFUSALS)]
+        refusals = [r for r in results if isinstance(r, REFUSALS)]
         if not refusals:
             for result in results:
                 if isinstance(result, BaseException):
@@ -178,7 +181,9 @@ class OutboxRelay:
         # After a refusal the rest of that partition failed too (out of sequence):
         # every failed row is tried again, alone, by _isolate.
         return {
-            row.id for row, result in zip(rows, results, strict=True) if isinstance(result, BaseException)
+            row.id: result
+            for row, result in zip(rows, results, strict=True)
+            if isinstance(result, BaseException)
         }
 
     async def _send(self, row: OutboxRow) -> asyncio.Future[object]:
@@ -186,21 +191,24 @@ class OutboxRelay:
             future: asyncio.Future[object] = await self.producer.send(
                 row.topic, row.value, key=row.key, headers=list(row.headers)
             )
-        except RECORD_REFUSALS as exc:  # refused client-side, before enqueueing
+        except REFUSALS as exc:  # refused client-side, before enqueueing
             future = asyncio.get_running_loop().create_future()
             future.set_exception(exc)
         return future
 
-    async def _isolate(self, rows: list[OutboxRow]) -> None:
-        """Send the rows of a refused batch one at a time, in order, on a fresh producer;
-        set aside each one the broker refuses on its own."""
+    async def _isolate(self, rows: list[OutboxRow], errors: dict[int, BaseException]) -> None:
+        """Send the failed rows of a refused batch one at a time, in order, on a fresh
+        producer; set aside each one the broker refuses on its own (or for its topic)."""
         await self._replace_producer()
         for row in rows:
             try:
+                if isinstance(errors.get(row.id), TOPIC_REFUSALS):
+                    raise errors[row.id]
                 await (await self._send(row))
-            except RECORD_REFUSALS as exc:
+            except REFUSALS as exc:
                 await self._set_aside(row, RowRefusedError(f"the broker refused it: {exc!r}"))
-                await self._replace_producer()
+                if isinstance(exc, RECORD_REFUSALS):
+                    await self._replace_producer()
                 continue
             self.metrics.events_out.labels(row.topic).inc()
             async with self.pool.acquire() as conn:
@@ -211,7 +219,8 @@ class OutboxRelay:
         message = self.dead_letter(row, error)
         async with self.pool.acquire() as conn, conn.transaction():
             await self.store.mark_failed(conn, row.id, str(error), self.clock.now())
-            await self.store.add_outbox(conn, [message])
+            if message is not None:
+                await self.store.add_outbox(conn, [message])
         self.metrics.outbox_refused.labels(row.topic).inc()
         log.error(
             "outbox row refused; dead-lettered it and publishing the rest",

@@ -287,7 +287,9 @@ class ServiceRunner:
 
     def _refused_row_dead_letter(
         self, producer: ProducerRef, row: OutboxRow, error: BaseException
-    ) -> OutboxMessage:
+    ) -> OutboxMessage | None:
+        if row.topic == self.registry.physical_topic("event.dead_lettered"):
+            return None  # its own dead letter would be refused the same way; the row keeps the bytes
         record = Record(row.topic, 0, 0, row.key, row.value, tuple(row.headers))
         where = f"{self.spec.name}/{row.id}"
         now = self.clock.now()
