@@ -79,6 +79,8 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy services tests contracts-tests
+	cd services && ../$(VENV)/bin/lint-imports --config ../pyproject.toml
+	$(VENV)/bin/deptry services
 
 fmt: setup
 	$(VENV)/bin/ruff format .

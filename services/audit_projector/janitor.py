@@ -7,13 +7,13 @@ on the maintenance lock and each picks what is still there.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from prometheus_client import Counter
 
 from audit_projector.adapters.maintenance import RetentionPolicy, janitor_pass
 from audit_projector.config import Settings
+from chorus.runtime.loops import forever
 from chorus.service import RuntimeHandle
 
 log = logging.getLogger("audit_projector.janitor")
@@ -38,20 +38,16 @@ async def expire_workflows(rt: RuntimeHandle) -> None:
     # A runner started with plain ServiceSettings (an embedding) gets the defaults.
     settings = rt.settings if isinstance(rt.settings, Settings) else Settings()
     policy = policy_from(settings)
-    interval_s = settings.janitor_interval_s
-    while True:
-        try:
-            report = await janitor_pass(rt.pool, clock=rt.clock, policy=policy, schema=rt.service)
-            removed.inc(len(report.workflows))
-            if report.workflows:
-                log.info(
-                    "janitor removed %d expired workflow(s) (%s)",
-                    len(report.workflows),
-                    policy.mode,
-                    extra={"fields": {"run_id": str(report.run_id), "rows": dict(report.rows)}},
-                )
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # database restart: the next pass picks up what is left
-            log.warning("janitor pass failed (%r); next pass in %.0fs", exc, interval_s)
-        await rt.clock.sleep(interval_s)
+
+    async def janitor_round() -> None:  # a failed pass leaves its rest to the next one
+        report = await janitor_pass(rt.pool, clock=rt.clock, policy=policy, schema=rt.service)
+        removed.inc(len(report.workflows))
+        if report.workflows:
+            log.info(
+                "janitor removed %d expired workflow(s) (%s)",
+                len(report.workflows),
+                policy.mode,
+                extra={"fields": {"run_id": str(report.run_id), "rows": dict(report.rows)}},
+            )
+
+    await forever("janitor", janitor_round, every_s=settings.janitor_interval_s, sleep=rt.clock.sleep)

@@ -1,13 +1,26 @@
-"""Turning an envelope into an outbox row: topic from the registry, key = workflow id."""
+"""Turning an envelope into an outbox row: topic from the registry, key = workflow id.
+
+Handlers never write the outbox themselves (the runtime commits their Outcome). Code that
+publishes outside a handler (an HTTP API, a background loop) writes through
+:class:`OutboxWriter`: every row gets the same headers, and the relay is woken once the
+transaction has committed.
+"""
 
 from __future__ import annotations
 
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Any
+
+import asyncpg
 
 from chorus.codec import encode
 from chorus.errors import EventTooLargeError
 from chorus.registry import Registry
-from chorus.store import OutboxMessage
+from chorus.store import OutboxMessage, ServiceStore
 from chorus.strictjson import escape
 from chorus_contracts.envelope import Envelope
 
@@ -44,11 +57,73 @@ def outbox_message(registry: Registry, envelope: Envelope) -> OutboxMessage:
 
 def envelope_headers(envelope: Envelope) -> list[tuple[str, bytes]]:
     """The Kafka headers every Chorus producer sets."""
+    return _headers(envelope.traceparent, envelope.event_type, envelope.schema_version)
+
+
+def _headers(traceparent: object, event_type: object, schema_version: object) -> list[tuple[str, bytes]]:
     return [
-        ("traceparent", envelope.traceparent.encode()),
-        ("event_type", envelope.event_type.encode()),
-        ("schema_version", str(envelope.schema_version).encode()),
+        ("traceparent", str(traceparent).encode()),
+        ("event_type", str(event_type).encode()),
+        ("schema_version", str(schema_version).encode()),
     ]
+
+
+def stored_envelope_message(topic: str, key: str, envelope: dict[str, Any]) -> OutboxMessage:
+    """The row for an envelope kept as JSON (a timer's target), published verbatim, with
+    the same headers as every other event."""
+    event_id = envelope.get("event_id")
+    try:
+        parsed_id: uuid.UUID | None = uuid.UUID(str(event_id))
+    except ValueError:
+        parsed_id = None
+    return OutboxMessage(
+        topic=topic,
+        key=key.encode(),
+        value=json.dumps(envelope).encode(),
+        headers=_headers(
+            envelope.get("traceparent", ""),
+            envelope.get("event_type", ""),
+            envelope.get("schema_version", ""),
+        ),
+        event_id=parsed_id,
+        workflow_id=str(envelope.get("workflow_id", key)),
+    )
+
+
+@dataclass
+class OutboxTransaction:
+    """One transaction of code outside handlers: its own writes on ``conn``, and the events
+    to publish, which commit with them."""
+
+    conn: asyncpg.Connection
+    registry: Registry
+    messages: list[OutboxMessage] = field(default_factory=list)
+
+    def publish(self, *envelopes: Envelope) -> None:
+        """Publish ``envelopes`` on their topics (EventTooLargeError when one cannot be)."""
+        self.messages.extend(outbox_message(self.registry, e) for e in envelopes)
+
+    def publish_messages(self, messages: Sequence[OutboxMessage]) -> None:
+        """Publish rows built already: a record redriven byte for byte, a stored envelope."""
+        self.messages.extend(messages)
+
+
+@dataclass(frozen=True)
+class OutboxWriter:
+    store: ServiceStore
+    registry: Registry
+    wake_relay: Callable[[], None]
+
+    @asynccontextmanager
+    async def transaction(self, conn: asyncpg.Connection) -> AsyncIterator[OutboxTransaction]:
+        """A transaction on ``conn`` whose published events commit with it; the relay is
+        woken after the commit (never before: it would find nothing)."""
+        tx = OutboxTransaction(conn, self.registry)
+        async with conn.transaction():
+            yield tx
+            await self.store.add_outbox(conn, tx.messages)
+        if tx.messages:
+            self.wake_relay()
 
 
 def largest_text(value: Any, pointer: str = "") -> tuple[str, int] | None:

@@ -141,8 +141,9 @@ class RuntimeHandle:
     registry: Any
     settings: Any
     deps: Any
-    wake_relay: Callable[[], None]
     producer: Any
+    outbox: Any
+    """chorus.outbox.OutboxWriter: how code outside handlers publishes (and wakes the relay)."""
 
 
 Worker = Callable[[RuntimeHandle], Coroutine[Any, Any, None]]

@@ -11,11 +11,11 @@ alert on "> 0" resolves instead of going stale.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from prometheus_client import Gauge
 
+from chorus.runtime.loops import forever
 from chorus.service import RuntimeHandle
 from deadletter_service.adapters import repository as repo
 from deadletter_service.domain import age_s
@@ -64,12 +64,8 @@ class DeadLetterGauges:
 async def export_gauges(rt: RuntimeHandle) -> None:
     """Worker: refresh the gauges every ``metrics_interval_s``; survives database outages."""
     gauges = DeadLetterGauges(rt)
-    interval_s: float = rt.settings.metrics_interval_s
-    while True:
-        try:
-            await gauges.refresh(rt)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the numbers go stale for a round; the next one fixes them
-            log.warning("dead-letter gauges not refreshed (%r)", exc)
-        await rt.clock.sleep(interval_s)
+
+    async def refresh() -> None:  # a failed round leaves the numbers stale; the next fixes them
+        await gauges.refresh(rt)
+
+    await forever("dead-letter gauges", refresh, every_s=rt.settings.metrics_interval_s, sleep=rt.clock.sleep)

@@ -85,22 +85,18 @@ async def redrive_matching(rt: RuntimeHandle, f: LetterFilter, *, actor: str, re
     all in one transaction. Letters a concurrent operation holds are left out."""
     now = rt.clock.now()
     done: list[Done] = []
-    async with rt.pool.acquire() as conn, conn.transaction():
+    async with rt.pool.acquire() as conn, rt.outbox.transaction(conn) as tx:
         letters = await repo.lock_open_letters(conn, f)
-        messages: list[OutboxMessage] = []
         for letter in letters:
             status = resolve(letter.status, "redrive")
             message, detail = _redrive_message(letter)
-            messages.append(message)
+            tx.publish_messages([message])
             await repo.set_status(conn, letter.id, status, actor, now)
             operation = await repo.add_operation(
                 conn, op="redrive", letter_id=letter.id, actor=actor, reason=reason, at=now,
                 result=status, detail={**detail, "bulk": True},
             )  # fmt: skip
             done.append(Done(_resolved(letter, status, actor, now), operation))
-        await rt.store.add_outbox(conn, messages)
-    if done:
-        rt.wake_relay()
     return done
 
 
@@ -108,7 +104,7 @@ async def _resolve_one(
     rt: RuntimeHandle, letter_id: uuid.UUID, op: Operation, *, actor: str, reason: str
 ) -> Done:
     now = rt.clock.now()
-    async with rt.pool.acquire() as conn, conn.transaction():
+    async with rt.pool.acquire() as conn, rt.outbox.transaction(conn) as tx:
         # The row lock serialises concurrent operations on one letter: the second
         # sees the status the first committed and is refused.
         letter = await repo.get_letter(conn, letter_id, for_update=True)
@@ -128,7 +124,7 @@ async def _resolve_one(
                 messages = [message]
             else:
                 messages, detail = _discard_outbox(rt, letter, actor, reason, now)
-            await rt.store.add_outbox(conn, messages)
+            tx.publish_messages(messages)
             await repo.set_status(conn, letter_id, status, actor, now)
             operation = await repo.add_operation(
                 conn, op=op, letter_id=letter_id, actor=actor, reason=reason, at=now,
@@ -137,7 +133,6 @@ async def _resolve_one(
             outcome = Done(_resolved(letter, status, actor, now), operation)
     if isinstance(outcome, LetterNotOpenError):
         raise outcome
-    rt.wake_relay()
     return outcome
 
 

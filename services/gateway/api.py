@@ -156,7 +156,7 @@ def create_app(rt: RuntimeHandle, settings: Settings) -> FastAPI:
             )
             deadline_timer = _deadline_timer(rt, started, deadline_at, now)
             messages = _messages(rt, [(started, ""), (first, "/input"), (deadline_timer, "")])
-            async with conn.transaction():
+            async with rt.outbox.transaction(conn) as tx:
                 inserted = await repository.insert_submission(
                     conn,
                     workflow_id=workflow_id,
@@ -170,13 +170,12 @@ def create_app(rt: RuntimeHandle, settings: Settings) -> FastAPI:
                     traceparent=started.traceparent,
                 )
                 if inserted:
-                    await rt.store.add_outbox(conn, messages)
+                    tx.publish_messages(messages)
             if not inserted:  # a concurrent retry with the same key won the race
                 assert idempotency_key is not None
                 winner = await repository.find_by_key(conn, who.principal, idempotency_key)
                 assert winner is not None
                 return _replayed(winner, digest, base_url)
-        rt.wake_relay()
         status_url = f"{base_url}/v1/workflows/{workflow_id}"
         return JSONResponse(
             {"workflow_id": workflow_id, "status_url": status_url, "status": "accepted"},
@@ -276,7 +275,7 @@ def create_app(rt: RuntimeHandle, settings: Settings) -> FastAPI:
             now = rt.clock.now()
             submission = await repository.find_by_workflow(conn, pending["workflow_id"])
             submitted = _decision_envelope(rt, pending, submission, approval_id, body, who, now)
-            async with conn.transaction():
+            async with rt.outbox.transaction(conn) as tx:
                 first = await repository.insert_decision(
                     conn,
                     approval_id=approval_id,
@@ -289,8 +288,7 @@ def create_app(rt: RuntimeHandle, settings: Settings) -> FastAPI:
                 )
                 if not first:
                     raise Problem(409, "Already decided", f"approval {approval_id} already has a decision")
-                await rt.store.add_outbox(conn, [outbox_message(rt.registry, submitted)])
-        rt.wake_relay()
+                tx.publish(submitted)
         return JSONResponse(
             {
                 "approval_id": approval_id,

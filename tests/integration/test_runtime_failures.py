@@ -258,3 +258,23 @@ async def test_a_flood_of_poison_input_does_not_trip_the_guard(
         )
         assert runner.fatal is None
     assert len(events_of(records, "event.dead_lettered")) == 30
+
+
+async def test_an_event_a_timer_fires_carries_the_headers_every_event_carries(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+) -> None:
+    async with AsyncExitStack() as stack:
+        s = await start_stack(stack, tmp_path, unique, kafka_bootstrap, database_url)
+        env = envelope(TaskSubmitted(task="retried once", transient_failures=1))
+        await publish(kafka_bootstrap, s.registry.physical_topic("test.task_submitted"), [env])
+        control = s.registry.physical_topic("retry.due")
+        records = await read_topic(
+            kafka_bootstrap,
+            [control],
+            until=lambda rs: any(r.key == env.workflow_id.encode() for r in rs),
+        )
+    [fired] = [r for r in records if r.key == env.workflow_id.encode()]
+    headers = dict(fired.headers)
+    assert headers["event_type"] == b"retry.due"
+    assert headers["schema_version"] == b"1"
+    assert headers["traceparent"].decode() == json.loads(fired.value)["traceparent"]

@@ -31,11 +31,12 @@ from chorus.http import HttpServer
 from chorus.kafka import make_consumer, make_producer
 from chorus.logs import setup_logging
 from chorus.metrics import Metrics
-from chorus.outbox import outbox_message
+from chorus.outbox import OutboxWriter, outbox_message
 from chorus.registry import RUNTIME_PRODUCER, Registry, load_registry
 from chorus.runtime.consumer import KafkaEdge
 from chorus.runtime.dispatch import Dispatcher
 from chorus.runtime.guard import DeadLetterGuard
+from chorus.runtime.loops import forever
 from chorus.runtime.pipeline import Pipeline
 from chorus.runtime.records import Record
 from chorus.runtime.relay import OutboxRelay
@@ -217,8 +218,8 @@ class ServiceRunner:
             registry=self.registry,
             settings=s,
             deps=self.deps,
-            wake_relay=self.relay.wake,
             producer=self.pipeline.producer,
+            outbox=OutboxWriter(self.store, self.registry, self.relay.wake),
         )
         self.http = HttpServer(s.http_host, s.http_port, self.metrics, self.health)
         if self.spec.http_routes is not None:
@@ -324,23 +325,19 @@ class ServiceRunner:
     async def _housekeeping(self) -> None:
         """Outbox backlog gauge and the sweep for drains a crash interrupted."""
         assert self.pool and self.pipeline and self.dispatcher
-        while True:
-            try:
-                async with self.pool.acquire() as conn:
-                    self.metrics.outbox_backlog.set(await self.store.outbox_backlog(conn))
-                    stranded = await self.store.workflows_to_drain(conn)
-                    await self.store.purge_dispatched(
-                        conn, self.clock.now() - timedelta(seconds=self.settings.outbox_keep_s)
-                    )
-                for workflow_id in stranded:
-                    self.dispatcher.run_exclusive(
-                        workflow_id, functools.partial(self.pipeline.drain, workflow_id)
-                    )
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # database restarting, pool refilling: try again next round
-                log.warning("housekeeping skipped a round: %r", exc)
-            await asyncio.sleep(5.0)
+        pool, pipeline, dispatcher = self.pool, self.pipeline, self.dispatcher
+
+        async def housekeeping_round() -> None:
+            async with pool.acquire() as conn:
+                self.metrics.outbox_backlog.set(await self.store.outbox_backlog(conn))
+                stranded = await self.store.workflows_to_drain(conn)
+                await self.store.purge_dispatched(
+                    conn, self.clock.now() - timedelta(seconds=self.settings.outbox_keep_s)
+                )
+            for workflow_id in stranded:
+                dispatcher.run_exclusive(workflow_id, functools.partial(pipeline.drain, workflow_id))
+
+        await forever("housekeeping", housekeeping_round, every_s=5.0)
 
     async def health(self) -> dict[str, Any]:
         """``failing`` (HTTP 503): stopped or the consumer gave up. ``degraded`` (200):
