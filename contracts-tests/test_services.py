@@ -6,8 +6,6 @@ import importlib
 import json
 import logging
 import pkgutil
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ from chorus.errors import ChorusError
 from chorus.registry import RUNTIME_PRODUCER, load_registry
 from chorus.service import Context, ServiceEdges, ServiceSpec
 from chorus_contracts.envelope import ProducerRef
+from tests.support.fakes import handler_deps
 
 ROOT = Path(__file__).resolve().parents[1]
 REGISTRY = load_registry(ROOT / "schemas")
@@ -153,8 +152,7 @@ async def test_handlers_run_on_examples_emit_only_valid_declared_events() -> Non
         if spec is None:
             continue
         ran[name] = 0
-        deps_cm = spec.contract_deps() if spec.contract_deps is not None else _none()
-        async with deps_cm as deps:
+        async with handler_deps(name) as deps:
             for handler in spec.handlers:
                 key = (handler.event.event_type, handler.event.version)
                 for example in REGISTRY.examples.get(key, []):
@@ -181,11 +179,6 @@ async def test_handlers_run_on_examples_emit_only_valid_declared_events() -> Non
     assert problems == []
     idle = [n for n, count in ran.items() if count == 0]
     assert idle == [], f"no handler of {idle} accepted any example; add examples it can handle"
-
-
-@asynccontextmanager
-async def _none() -> AsyncIterator[None]:
-    yield None
 
 
 async def _no_checkpoint(_: Any) -> None:

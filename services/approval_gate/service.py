@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from approval_gate.adapters import Deps, bootstrap, offline
+from approval_gate.adapters import Deps, bootstrap
 from approval_gate.domain import Gate
 from approval_gate.handlers import (
     on_approval_decision_submitted,
@@ -35,5 +35,4 @@ SPEC: ServiceSpec[Gate, Deps] = ServiceSpec(
     ),
     state=Gate,
     bootstrap=bootstrap,
-    contract_deps=offline,
 )

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
 
 from audit_projector.adapters.projection import SCHEMA, migrate_projection
+from audit_projector.api import routes
 from audit_projector.handlers import ProjectorDeps, on_workflow_event
 from audit_projector.janitor import expire_workflows
 from chorus.service import On, ServiceSpec
@@ -78,9 +79,6 @@ def make_spec(name: str = SCHEMA) -> ServiceSpec[Any, ProjectorDeps]:
     async def migrate(conn: asyncpg.Connection) -> None:
         await migrate_projection(conn, name, ledger=True)
 
-    def contract_deps() -> AbstractAsyncContextManager[ProjectorDeps]:
-        return bootstrap(None)
-
     migrations: list[Callable[[asyncpg.Connection], Awaitable[None]]] = [migrate]
     return ServiceSpec(
         name=name,
@@ -90,7 +88,7 @@ def make_spec(name: str = SCHEMA) -> ServiceSpec[Any, ProjectorDeps]:
         bootstrap=bootstrap,
         migrations=migrations,
         workers=[expire_workflows],
-        contract_deps=contract_deps,
+        http_routes=routes,
     )
 
 

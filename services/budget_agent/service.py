@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from budget_agent.adapters import Deps, bootstrap, migrate, offline
+from budget_agent.adapters import Deps, bootstrap, migrate
 from budget_agent.domain import BudgetState
 from budget_agent.handlers import (
     on_approval_decided,
@@ -37,5 +37,4 @@ SPEC: ServiceSpec[BudgetState, Deps] = ServiceSpec(
     state=BudgetState,
     migrations=[migrate],
     bootstrap=bootstrap,
-    contract_deps=offline,
 )

@@ -50,6 +50,7 @@ DOCUMENTED_PORTS = {
     "payment_agent": 8114,
     "report_agent": 8115,
 }
+MODEL_USERS = ("invoice_agent", "report_agent")
 API_PORT = 8080
 SANDBOX_PORT = 9400
 
@@ -122,8 +123,11 @@ class DevStack:
             self.workdir / "sandbox.log",
             f"{sandbox_url}/stats",
         )
+        ports = {
+            name: DOCUMENTED_PORTS[name] if self.documented_ports else free_port() for name in self.services
+        }
         for name in self.services:
-            port = DOCUMENTED_PORTS[name] if self.documented_ports else free_port()
+            port = ports[name]
             env = {
                 **base,
                 "CHORUS_HTTP_PORT": str(port),
@@ -132,6 +136,10 @@ class DevStack:
             }
             if name == "gateway":
                 env["CHORUS_API_PORT"] = str(self.api_port)
+                if "audit_projector" in ports:  # its read API answers the gateway's reads
+                    env.setdefault("CHORUS_AUDIT_URL", f"http://127.0.0.1:{ports['audit_projector']}")
+            if name in MODEL_USERS:  # the sandbox's deterministic model, over HTTP
+                env.setdefault("CHORUS_LLM_BASE_URL", f"{sandbox_url}/v1")
             self.procs[name] = Proc(
                 name,
                 [sys.executable, "-m", name],

@@ -208,9 +208,6 @@ class ServiceSpec(Generic[S, D]):
     """Background loops beside the consumer (e.g. the timer service's firing loop)."""
     http_routes: Routes | None = None
     """aiohttp route definitions added to the service's HTTP server."""
-    contract_deps: Callable[[], AbstractAsyncContextManager[D]] | None = None
-    """Offline dependencies (deterministic fakes) for running handlers on the registry's
-    examples in contracts-tests; None when the handlers need no dependencies."""
 
     def __post_init__(self) -> None:
         routes = {h.event.event_type: h for h in self.handlers}

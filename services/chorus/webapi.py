@@ -89,6 +89,7 @@ _DESCRIPTIONS = {
     413: "Request body larger than the cap",
     415: "Unsupported media type",
     422: "The body, a parameter or a header is invalid; `errors` names each field",
+    503: "A service this one depends on is unavailable; retry after a while",
 }
 
 

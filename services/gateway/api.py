@@ -30,7 +30,8 @@ from chorus_contracts.approvals import ApprovalDecisionSubmitted
 from chorus_contracts.envelope import Envelope, Priority
 from chorus_contracts.lifecycle import WorkflowDeadlineReached, WorkflowStarted
 from chorus_contracts.platform import FireTarget, TimerSchedule
-from gateway.adapters import readmodel, repository
+from gateway.adapters import repository
+from gateway.adapters.readmodel import ReadModel, ReadModelUnavailableError
 from gateway.config import ApiKey, Settings
 from gateway.domain import (
     IDEMPOTENCY_KEY_MAX,
@@ -98,14 +99,23 @@ WorkflowId = Annotated[str, Path(max_length=200, description="the id the submiss
 ApprovalId = Annotated[str, Path(max_length=200)]
 
 
-def create_app(rt: RuntimeHandle, settings: Settings) -> FastAPI:
+def create_app(rt: RuntimeHandle, settings: Settings, reads: ReadModel) -> FastAPI:
+    """The API; ``reads`` answers what it says about workflows and approvals (the audit
+    projector's read API)."""
     app = create_api(
         max_body_bytes=settings.max_body_bytes,
         title="Chorus gateway",
         version="1.0.0",
         description="Submit long-running agent workflows, watch them, approve them.",
-        responses=problems(400, 401, 403, 413, 422),
+        responses=problems(400, 401, 403, 413, 422, 503),
     )
+
+    @app.exception_handler(ReadModelUnavailableError)
+    async def _unavailable(request: Request, exc: ReadModelUnavailableError) -> JSONResponse:
+        return problem_response(
+            503, "Read model unavailable", str(exc), request.url.path, headers={"Retry-After": "5"}
+        )
+
     app.state.settings = settings
     base_url = settings.public_url or f"http://{settings.api_host}:{settings.api_port}"
 
@@ -207,7 +217,7 @@ def create_app(rt: RuntimeHandle, settings: Settings) -> FastAPI:
     async def status(workflow_id: WorkflowId, who: Anyone) -> dict[str, Any]:
         """Status, current stage, what it waits for and until when, and its timeline."""
         async with rt.pool.acquire() as conn:
-            view = await readmodel.workflow(conn, workflow_id)
+            view = await reads.workflow(workflow_id)
             if view is None:
                 accepted = await repository.find_by_workflow(conn, workflow_id)
                 if accepted is None:
@@ -219,13 +229,13 @@ def create_app(rt: RuntimeHandle, settings: Settings) -> FastAPI:
                     "accepted_at": accepted.accepted_at.isoformat(),
                     "timeline": [],
                 }
-            view["timeline"] = await readmodel.timeline(conn, workflow_id)
+            view["timeline"] = await reads.timeline(workflow_id)
         return view
 
     @app.get("/v1/workflows/{workflow_id}/result", responses=problems(404, 409))
     async def result(workflow_id: WorkflowId, who: Anyone) -> dict[str, Any]:
         async with rt.pool.acquire() as conn:
-            view = await readmodel.workflow(conn, workflow_id)
+            view = await reads.workflow(workflow_id)
             if view is None and await repository.find_by_workflow(conn, workflow_id) is None:
                 raise Problem(404, "Unknown workflow", f"no workflow {workflow_id!r}")
         if view is None or not view.get("ended_at"):
@@ -253,15 +263,14 @@ def create_app(rt: RuntimeHandle, settings: Settings) -> FastAPI:
         if assignee != "me" and who.role != "operator":
             raise Problem(403, "Forbidden", "reviewers list their own approvals only (assignee=me)")
         tier = who.tier if who.role == "reviewer" else (None if assignee in ("me", "all") else assignee)
-        async with rt.pool.acquire() as conn:
-            items = await readmodel.pending_approvals(conn, tier)
+        items = await reads.pending_approvals(tier)
         return {"assignee": who.principal, "tier": tier, "approvals": items}
 
     @app.post("/v1/approvals/{approval_id}", status_code=202, responses=problems(404, 409))
     async def decide(approval_id: ApprovalId, body: DecisionBody, who: Reviewer) -> JSONResponse:
         """Approve, reject or ask for a revision. Only the tier the approval waits on may decide."""
         async with rt.pool.acquire() as conn:
-            pending = await readmodel.approval(conn, approval_id)
+            pending = await reads.approval(approval_id)
             if pending is None:
                 raise Problem(404, "Unknown approval", f"no approval {approval_id!r}")
             if pending["status"] != "pending":

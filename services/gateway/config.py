@@ -36,6 +36,8 @@ class Settings(ServiceSettings):
     """Base of the status URLs handed out; defaults to http://<api_host>:<api_port>."""
     api_keys: dict[str, ApiKey] = DEMO_KEYS
     """API key -> principal. The demo keys are for local use only: set CHORUS_API_KEYS."""
+    audit_url: str = "http://127.0.0.1:8103"
+    """The audit projector's read API: what the API says about workflows and approvals."""
     max_body_bytes: int = 1_048_576
     """Request bodies above this are refused with 413 before they are read or authenticated."""
     webhook_secret: str = "demo-webhook-secret"

@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+import httpx
 import uvicorn
 
 from chorus.service import RuntimeHandle
+from gateway.adapters.readmodel import ReadModel
 from gateway.api import create_app
 
 
@@ -21,8 +23,14 @@ class _EmbeddedServer(uvicorn.Server):
 
 async def serve_api(rt: RuntimeHandle) -> None:
     settings = rt.settings
+    async with httpx.AsyncClient() as client:
+        await _serve(rt, ReadModel(client, settings.audit_url))
+
+
+async def _serve(rt: RuntimeHandle, reads: ReadModel) -> None:
+    settings = rt.settings
     config = uvicorn.Config(
-        create_app(rt, settings),
+        create_app(rt, settings, reads),
         host=settings.api_host,
         port=settings.api_port,
         log_level="warning",

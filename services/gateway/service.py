@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from chorus.service import On, ServiceSpec
 from chorus_contracts.lifecycle import WorkflowDeadlineReached, WorkflowEnded, WorkflowStarted
-from gateway.adapters.deps import bootstrap, offline
+from gateway.adapters.deps import bootstrap
 from gateway.adapters.repository import migrate
 from gateway.adapters.webhooks import WebhookSender
 from gateway.domain import GatewayState
@@ -42,5 +42,4 @@ SPEC: ServiceSpec[GatewayState, WebhookSender] = ServiceSpec(
     migrations=[migrate],
     workers=[serve_api],
     bootstrap=bootstrap,
-    contract_deps=offline,
 )

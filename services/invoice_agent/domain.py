@@ -1,4 +1,4 @@
-"""Invoice decisions: the extraction prompt, the deterministic offline reading, PO checks.
+"""Invoice decisions: the extraction prompt and the checks against the purchase order.
 
 No I/O here; handlers call the LLM through the adapter and these functions decide.
 """
@@ -6,7 +6,6 @@ No I/O here; handlers call the LLM through the adapter and these functions decid
 from __future__ import annotations
 
 import json
-import re
 
 from pydantic import BaseModel
 
@@ -39,46 +38,6 @@ def extraction_prompt(document: str, feedback: list[str], reviewer_comment: str 
     if reviewer_comment:
         user += f"\nA reviewer commented: {reviewer_comment}"
     return [ChatMessage("system", system), ChatMessage("user", user)]
-
-
-def _cents(text: str) -> int:
-    whole, _, frac = text.replace(",", "").partition(".")
-    return int(whole) * 100 + int((frac + "00")[:2])
-
-
-def offline_extract(messages: list[ChatMessage]) -> str:
-    """The deterministic offline model's reading of an invoice (regular expressions).
-
-    A document containing UNREADABLE yields an answer without a total, however
-    often it is asked: that is how tests and the demo reach human review.
-    """
-    user = messages[-1].content
-    document = user.split(DOCUMENT_START, 1)[-1].split(DOCUMENT_END, 1)[0]
-
-    def field(label: str) -> str:
-        match = re.search(rf"^{label}:\s*(\S+)", document, re.MULTILINE | re.IGNORECASE)
-        return match.group(1) if match else ""
-
-    number = re.search(r"INVOICE\s+(\S+)", document)
-    total = re.search(r"^Total:\s*([\d.,]+)\s*([A-Z]{3})?", document, re.MULTILINE)
-    lines = [
-        {
-            "description": m.group(2).strip(),
-            "quantity": int(m.group(1)),
-            "unit_price_cents": _cents(m.group(3)),
-        }
-        for m in re.finditer(r"^(\d+)\s*x\s*(.+?)\s*@\s*([\d.,]+)", document, re.MULTILINE)
-    ]
-    answer: dict[str, object] = {
-        "invoice_number": number.group(1) if number else "",
-        "vendor_id": field("Vendor"),
-        "po_number": field("PO"),
-        "currency": (total.group(2) if total and total.group(2) else field("Currency")) or "",
-        "lines": lines,
-    }
-    if total and "UNREADABLE" not in document:
-        answer["total_cents"] = _cents(total.group(1))
-    return json.dumps(answer)
 
 
 def check_against_po(extracted: ExtractedInvoice, po: PurchaseOrder) -> tuple[list[str], list[str]]:

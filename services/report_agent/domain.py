@@ -1,9 +1,8 @@
-"""Report decisions: the drafting prompt, the deterministic offline draft, validation."""
+"""Report decisions: the drafting prompt and the validation of a draft."""
 
 from __future__ import annotations
 
 import json
-import re
 
 from pydantic import BaseModel, Field
 
@@ -51,41 +50,6 @@ def draft_prompt(state: ReportState, feedback: list[str], reviewer_comment: str 
     if reviewer_comment:
         user += f"\nThe editor asks: {reviewer_comment}"
     return [ChatMessage("system", system), ChatMessage("user", user)]
-
-
-def offline_draft(messages: list[ChatMessage]) -> str:
-    """The deterministic offline model's draft, built from the gathered excerpts.
-
-    A topic containing UNCITED yields drafts without citations (a semantic failure
-    that re-prompting cannot fix): the path to human review.
-    """
-    system, user = messages[0].content, messages[-1].content
-    topic = user.splitlines()[0].removeprefix("topic: ").strip()
-    sources = json.loads(user.split(SOURCES_START, 1)[1].split(SOURCES_END, 1)[0])
-    required = re.search(r"Required sections: (.+?)\. At least", system)
-    headings = [h.strip() for h in required.group(1).split(",")] if required else ["Summary"]
-    cite = "UNCITED" not in topic
-    refs = " ".join(f"[{s['name']}]" for s in sources) if cite else ""
-    asked = re.search(r"The editor asks: (.+)", user)
-    sections = []
-    for heading in headings:
-        if heading.lower() == "sources":
-            body = "; ".join(f"{s['name']}: {s['excerpt']}" for s in sources)
-        else:
-            body = f"On {topic}: " + " ".join(
-                f"{s['excerpt']}{' [' + s['name'] + ']' if cite else ''}." for s in sources
-            )
-            body += f" This section covers {heading.lower()} for the question at hand {refs}."
-            if asked:
-                body += f" Revised as asked: {asked.group(1)}."
-        sections.append({"heading": heading, "body": body})
-    return json.dumps(
-        {
-            "title": f"Report: {topic}"[:200],
-            "sections": sections,
-            "citations": [s["name"] for s in sources] if cite else [],
-        }
-    )
 
 
 def validation_errors(draft: DraftOutput, state: ReportState) -> list[str]:

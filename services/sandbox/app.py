@@ -20,12 +20,8 @@ from aiohttp import web
 
 from chorus.llm import ChatMessage
 from chorus.llm.client import OFFLINE_MODEL_NAME, task_of
-from invoice_agent.domain import TASK as INVOICE_TASK
-from invoice_agent.domain import offline_extract
-from report_agent.domain import TASK as REPORT_TASK
-from report_agent.domain import offline_draft
+from sandbox.model import SKILLS
 
-SKILLS = {INVOICE_TASK: offline_extract, REPORT_TASK: offline_draft}
 CLOSED_VENDORS = {"vendor-closed"}
 
 

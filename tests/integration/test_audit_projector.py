@@ -697,3 +697,45 @@ async def test_the_janitor_removes_expired_workflows_everywhere_and_records_it(
 
 async def _len(value: Awaitable[list[asyncpg.Record]]) -> int:
     return len(await value)
+
+
+async def test_the_read_api_answers_what_other_services_may_know(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+) -> None:
+    """Other services (the gateway) learn status, timeline and approvals over HTTP, never
+    from the projector's tables."""
+    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
+    name, wf = f"audit_{unique}", f"wf-api-{unique}"
+    t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
+    stream = Stream(registry)
+    stream.add("workflow.started", wf, t0)
+    stream.add("invoice.received", wf, t0 + timedelta(seconds=1))
+    stream.add("approval.requested", wf, t0 + timedelta(seconds=2), approval_id=f"appr-{unique}")
+    settings = projector_settings(kafka_bootstrap, database_url, name)
+    async with running(make_spec(name), settings, registry=registry) as runner:
+        await stream.publish(kafka_bootstrap)
+        assert runner.http is not None
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{runner.http.port}") as api:
+
+            async def projected() -> bool:
+                return len((await api.get(f"/v1/workflows/{wf}/timeline")).json()["timeline"]) == 3
+
+            await eventually(projected, what="three events projected")
+            status = (await api.get(f"/v1/workflows/{wf}")).json()
+            timeline = (await api.get(f"/v1/workflows/{wf}/timeline")).json()["timeline"]
+            listed = (await api.get("/v1/approvals", params={"tier": "manager"})).json()["approvals"]
+            approval = (await api.get(f"/v1/approvals/appr-{unique}")).json()
+            missing = await api.get("/v1/workflows/wf-nobody")
+            too_long = await api.get("/v1/approvals/" + "a" * 201)
+    assert (status["workflow_id"], status["status"]) == (wf, "waiting")
+    assert [e["event_type"] for e in timeline] == [
+        "workflow.started",
+        "invoice.received",
+        "approval.requested",
+    ]
+    assert [a["approval_id"] for a in listed if a["workflow_id"] == wf] == [f"appr-{unique}"]
+    assert (approval["workflow_id"], approval["status"]) == (wf, "pending")
+    assert missing.status_code == 404 and missing.headers["content-type"].startswith(
+        "application/problem+json"
+    )
+    assert too_long.status_code == 400

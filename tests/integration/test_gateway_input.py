@@ -89,12 +89,14 @@ async def start_gateway(
     db = await create_database(server_url, database)
     stack.push_async_callback(drop_database, server_url, database)
     common: dict[str, Any] = {"kafka_bootstrap": kafka, "database_url": db, "log_json": False, "http_port": 0}
-    # The gateway reads the audit projection; its projector runs beside it.
-    await stack.enter_async_context(running(AUDIT_SPEC, AuditSettings(**common), registry=registry))
+    # The gateway reads the audit projection through the projector's API; it runs beside it.
+    audit = await stack.enter_async_context(running(AUDIT_SPEC, AuditSettings(**common), registry=registry))
+    assert audit.http is not None
     port = free_port()
-    await stack.enter_async_context(
-        running(GATEWAY_SPEC, GatewaySettings(**common, api_port=port), registry=registry)
+    gateway_settings = GatewaySettings(
+        **common, api_port=port, audit_url=f"http://127.0.0.1:{audit.http.port}"
     )
+    await stack.enter_async_context(running(GATEWAY_SPEC, gateway_settings, registry=registry))
     url = f"http://127.0.0.1:{port}"
     async with httpx.AsyncClient() as client:
         for _ in range(100):
@@ -307,3 +309,35 @@ async def test_the_openapi_document_is_what_the_api_does(gateway: Gateway, tmp_p
     (tmp_path / "schemathesis.txt").write_text(text)
     assert process.returncode == 0, f"{text[-6000:]}\n(whole report: {tmp_path / 'schemathesis.txt'})"
     print(text[text.rfind("SUMMARY") :])
+
+
+async def test_reads_answer_503_while_the_audit_projector_is_unreachable_and_writes_go_on(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str
+) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    registry = load_registry(isolated_schemas(tmp_path, suffix))
+    await provision(registry, kafka_bootstrap)
+    port = free_port()
+    settings = GatewaySettings(
+        kafka_bootstrap=kafka_bootstrap,
+        database_url=database_url,
+        log_json=False,
+        http_port=0,
+        api_port=port,
+        audit_url="http://127.0.0.1:9",  # nothing listens there
+    )
+    async with (
+        running(GATEWAY_SPEC, settings, registry=registry),
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30.0) as http,
+    ):
+        for _ in range(100):
+            try:
+                await http.get("/openapi.json")
+                break
+            except httpx.HTTPError:
+                await asyncio.sleep(0.1)
+        read = await http.get("/v1/workflows/wf-anything", headers=SUBMITTER)
+        write = await http.post("/v1/workflows/procurement", json=invoice(), headers=SUBMITTER)
+    assert problem(read, 503)["title"] == "Read model unavailable"
+    assert read.headers["retry-after"] == "5"
+    assert write.status_code == 202, write.text

@@ -238,10 +238,8 @@ class Deployment:
             # Payments take a moment, as real ones do: a crash or a pause can land mid-call.
             sandbox_args=["--flaky-source", "beta", "--payment-delay", "0.3"],
         )
-        # The LLM is the sandbox's OpenAI-compatible endpoint: the agents' model calls are
-        # external calls too (mid_external_call applies to them).
-        for name in ("invoice_agent", "report_agent"):
-            stack.procs[name].env["CHORUS_LLM_BASE_URL"] = f"{stack.sandbox_url}/v1"
+        # The LLM is the sandbox's OpenAI-compatible endpoint (as everywhere): the agents'
+        # model calls are external calls too (mid_external_call applies to them).
         self._stack = stack
         await asyncio.gather(*(self.start_proc(name) for name in stack.procs))
         await self._wait_api()

@@ -19,11 +19,3 @@ class Deps:
 @asynccontextmanager
 async def bootstrap(settings: Any) -> AsyncIterator[Deps]:
     yield Deps(list(settings.review_chain), settings.review_fallback)
-
-
-@asynccontextmanager
-async def offline() -> AsyncIterator[Deps]:
-    from approval_gate.config import Settings
-
-    defaults = Settings()
-    yield Deps(list(defaults.review_chain), defaults.review_fallback)

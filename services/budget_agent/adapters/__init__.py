@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 
@@ -90,15 +90,19 @@ class Release:
             )
 
 
-class Ledger:
-    def __init__(self, pool: asyncpg.Pool | None) -> None:
-        self.pool = pool
-        self.fixed: dict[str, int] = {}
-
+class BudgetLookup(Protocol):
     async def available(self, cost_center: str) -> int | None:
         """Cents still free on the cost center; None when it does not exist."""
-        if self.pool is None:
-            return self.fixed.get(cost_center)
+        ...
+
+
+class Ledger:
+    """The cost centers in PostgreSQL (what the handlers read; Reserve and Release write)."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def available(self, cost_center: str) -> int | None:
         async with self.pool.acquire() as conn:
             value = await conn.fetchval(
                 "SELECT limit_cents - reserved_cents FROM budget_agent.budgets WHERE cost_center = $1",
@@ -109,7 +113,7 @@ class Ledger:
 
 @dataclass(frozen=True)
 class Deps:
-    ledger: Ledger
+    ledger: BudgetLookup
     chain: list[Any]
     fallback: Any
 
@@ -122,13 +126,3 @@ async def bootstrap(settings: Any) -> AsyncIterator[Deps]:
         yield Deps(Ledger(pool), list(settings.approval_chain), settings.approval_fallback)
     finally:
         await pool.close()
-
-
-@asynccontextmanager
-async def offline() -> AsyncIterator[Deps]:
-    from budget_agent.config import Settings
-
-    ledger = Ledger(None)
-    ledger.fixed = dict(Settings().budgets)
-    defaults = Settings()
-    yield Deps(ledger, list(defaults.approval_chain), defaults.approval_fallback)

@@ -7,7 +7,6 @@ from chorus.llm.client import (
     OfflineModel,
     OpenAICompatibleLLM,
     llm_dependency,
-    llm_from_settings,
     parse_json_output,
 )
 
@@ -18,6 +17,5 @@ __all__ = [
     "OfflineModel",
     "OpenAICompatibleLLM",
     "llm_dependency",
-    "llm_from_settings",
     "parse_json_output",
 ]

@@ -4,9 +4,9 @@
   OpenAI-compatible server (base URL, model and key from settings), behind the
   shared rate limiter, with the task timeout and errors mapped onto the taxonomy:
   429/5xx/timeouts transient, 401 persistent, output that fails its schema semantic.
-- :class:`OfflineModel`: a deterministic stand-in, named ``chorus-offline-deterministic``,
-  so the demo and the tests run with no network. Each task ("extract_invoice",
-  "draft_report") has a deterministic skill supplied by the service that owns it.
+- :class:`OfflineModel`: a deterministic model built from skills, named
+  ``chorus-offline-deterministic``: what the sandbox serves over HTTP, and what unit
+  tests give handlers. Services never build one themselves.
 
 Prompts name their task on the system message's first line (``task: <name>``),
 which is how the offline model (and the sandbox's HTTP model) pick a skill.
@@ -137,26 +137,12 @@ def parse_json_output(text: str, model: type[M]) -> M:
         raise SemanticError(f"output does not match {model.__name__}", errors) from None
 
 
-def llm_from_settings(
-    *,
-    base_url: str,
-    model: str,
-    api_key: str,
-    client: httpx.AsyncClient,
-    skills: Mapping[str, Skill],
-    limiter: RateLimiter | None = None,
-) -> LLM:
-    """``base_url == "offline"`` (the default everywhere) selects the deterministic model."""
-    if base_url == "offline":
-        return OfflineModel(skills)
-    return OpenAICompatibleLLM(client, base_url=base_url, model=model, api_key=api_key, limiter=limiter)
-
-
 class LLMSettings(BaseModel):
     """Fields a service that talks to an LLM adds to its Settings (CHORUS_LLM_*)."""
 
-    llm_base_url: str = "offline"
-    """``offline`` (deterministic, no network) or an OpenAI-compatible base URL (…/v1)."""
+    llm_base_url: str = ""
+    """An OpenAI-compatible base URL (…/v1). `make services`, the demo and the tests point it
+    at the sandbox's deterministic model; there is no built-in default."""
     llm_model: str = "gpt-4o-mini"
     llm_api_key: str = ""
     llm_rate_per_s: float = 10.0
@@ -165,15 +151,14 @@ class LLMSettings(BaseModel):
 
 
 @asynccontextmanager
-async def llm_dependency(settings: Any, skills: Mapping[str, Skill]) -> AsyncIterator[LLM]:
-    """The LLM a service's handlers use, built from its settings (bootstrap helper).
-
-    The offline model needs nothing; a real endpoint gets an HTTP client and the
-    shared ``llm`` rate limiter (its own two-connection pool).
-    """
-    if settings.llm_base_url == "offline":
-        yield OfflineModel(skills)
-        return
+async def llm_dependency(settings: Any) -> AsyncIterator[LLM]:
+    """The LLM a service's handlers use, built from its settings (bootstrap helper): an
+    HTTP client and the shared ``llm`` rate limiter (its own two-connection pool)."""
+    if not settings.llm_base_url:
+        raise ValueError(
+            "no language model configured: set CHORUS_LLM_BASE_URL to an OpenAI-compatible "
+            "endpoint (make services and the demo use the sandbox's, http://127.0.0.1:9400/v1)"
+        )
     from chorus.clock import clock_from_setting
     from chorus.db import create_pool
 

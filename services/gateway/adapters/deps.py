@@ -15,9 +15,3 @@ from gateway.adapters.webhooks import WebhookSender
 async def bootstrap(settings: Any) -> AsyncIterator[WebhookSender]:
     async with httpx.AsyncClient() as client:
         yield WebhookSender(client, settings.webhook_secret, settings.webhook_timeout_s)
-
-
-@asynccontextmanager
-async def offline() -> AsyncIterator[WebhookSender]:
-    async with httpx.AsyncClient() as client:
-        yield WebhookSender(client, "contract-secret", 0.5)

@@ -1,25 +1,47 @@
-"""Reads for the API, from the audit projection only (never another service's tables)."""
+"""What the API answers about workflows and approvals, asked of the audit projector's
+read API over HTTP: the gateway never reads another service's tables."""
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
-import asyncpg
-
-from audit_projector.adapters import queries
-
-
-async def workflow(conn: asyncpg.Connection, workflow_id: str) -> dict[str, Any] | None:
-    return await queries.workflow_status(conn, workflow_id)
+import httpx
 
 
-async def timeline(conn: asyncpg.Connection, workflow_id: str) -> list[dict[str, Any]]:
-    return await queries.timeline(conn, workflow_id)
+class ReadModelUnavailableError(Exception):
+    """The audit projector did not answer: the API says 503, the caller may retry."""
 
 
-async def approval(conn: asyncpg.Connection, approval_id: str) -> dict[str, Any] | None:
-    return await queries.approval(conn, approval_id)
+class ReadModel:
+    def __init__(self, client: httpx.AsyncClient, base_url: str, timeout_s: float = 10.0) -> None:
+        self.client = client
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
 
+    async def _get(self, path: str, params: dict[str, str] | None = None) -> Any | None:
+        try:
+            response = await self.client.get(f"{self.base_url}{path}", params=params, timeout=self.timeout_s)
+        except httpx.HTTPError as exc:
+            raise ReadModelUnavailableError(f"audit projector at {self.base_url}: {exc!r}") from exc
+        if response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            raise ReadModelUnavailableError(f"audit projector answered {response.status_code} for {path}")
+        return response.json()
 
-async def pending_approvals(conn: asyncpg.Connection, tier: str | None) -> list[dict[str, Any]]:
-    return await queries.pending_approvals(conn, tier=tier)
+    async def workflow(self, workflow_id: str) -> dict[str, Any] | None:
+        found: dict[str, Any] | None = await self._get(f"/v1/workflows/{quote(workflow_id, safe='')}")
+        return found
+
+    async def timeline(self, workflow_id: str) -> list[dict[str, Any]]:
+        body = await self._get(f"/v1/workflows/{quote(workflow_id, safe='')}/timeline")
+        return list(body["timeline"]) if body else []
+
+    async def approval(self, approval_id: str) -> dict[str, Any] | None:
+        found: dict[str, Any] | None = await self._get(f"/v1/approvals/{quote(approval_id, safe='')}")
+        return found
+
+    async def pending_approvals(self, tier: str | None) -> list[dict[str, Any]]:
+        body = await self._get("/v1/approvals", {"tier": tier} if tier is not None else None)
+        return list(body["approvals"]) if body else []

@@ -7,8 +7,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from chorus.llm import LLM, OfflineModel, llm_dependency
-from invoice_agent.domain import TASK, offline_extract
+from chorus.llm import LLM, llm_dependency
 
 
 @dataclass(frozen=True)
@@ -19,10 +18,5 @@ class Deps:
 
 @asynccontextmanager
 async def bootstrap(settings: Any) -> AsyncIterator[Deps]:
-    async with llm_dependency(settings, {TASK: offline_extract}) as llm:
+    async with llm_dependency(settings) as llm:
         yield Deps(llm=llm, llm_timeout_s=settings.llm_timeout_s)
-
-
-@asynccontextmanager
-async def offline() -> AsyncIterator[Deps]:
-    yield Deps(llm=OfflineModel({TASK: offline_extract}))

@@ -70,10 +70,3 @@ async def bootstrap(settings: Any) -> AsyncIterator[Deps]:
             ),
             settings.payment_max_attempts,
         )
-
-
-@asynccontextmanager
-async def offline() -> AsyncIterator[Deps]:
-    """Contract tests: a client whose provider is unreachable (every call is transient)."""
-    async with httpx.AsyncClient() as client:
-        yield Deps(PaymentClient(client, "http://127.0.0.1:9", "none", 0.5))

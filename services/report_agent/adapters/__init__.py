@@ -10,10 +10,9 @@ from typing import Any
 import httpx
 
 from chorus.external import call_json
-from chorus.llm import LLM, OfflineModel, llm_dependency
+from chorus.llm import LLM, llm_dependency
 from chorus_contracts.approvals import EscalationStep, Fallback
 from chorus_contracts.research import GatheredSource, SourceRef
-from report_agent.domain import TASK, offline_draft
 
 
 class Sources:
@@ -70,7 +69,7 @@ class Deps:
 async def bootstrap(settings: Any) -> AsyncIterator[Deps]:
     async with (
         httpx.AsyncClient() as client,
-        llm_dependency(settings, {TASK: offline_draft}) as llm,
+        llm_dependency(settings) as llm,
     ):
         yield Deps(
             llm=llm,
@@ -79,19 +78,4 @@ async def bootstrap(settings: Any) -> AsyncIterator[Deps]:
             chain=list(settings.approval_chain),
             fallback=settings.approval_fallback,
             llm_timeout_s=settings.llm_timeout_s,
-        )
-
-
-@asynccontextmanager
-async def offline() -> AsyncIterator[Deps]:
-    from report_agent.config import Settings
-
-    defaults = Settings()
-    async with httpx.AsyncClient() as client:
-        yield Deps(
-            llm=OfflineModel({TASK: offline_draft}),
-            sources=Sources(client, 0.5),
-            delivery=Delivery(client, 0.5),
-            chain=list(defaults.approval_chain),
-            fallback=defaults.approval_fallback,
         )
