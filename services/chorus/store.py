@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from enum import IntEnum
 from typing import Any
 
 import asyncpg
@@ -102,6 +103,17 @@ class ParkedRow:
     timestamp_ms: int | None
 
 
+class CheckpointWrite(IntEnum):
+    """What a step does to the workflow's checkpoint (the value travels into the step SQL)."""
+
+    NONE = 0
+    """The workflow has no checkpoint and the step leaves none (nothing to order behind)."""
+    INSERT = 1
+    """The workflow's first checkpoint."""
+    UPDATE = 2
+    """The next revision of the checkpoint, if it is still at ``expected_revision``."""
+
+
 class ConflictError(Exception):
     """Another replica (or an earlier delivery) changed the workflow first; reload and retry."""
 
@@ -119,8 +131,7 @@ class StepWrite:
     workflow_type: str
     now: datetime
     from_parked: bool
-    state_mode: int
-    """0: no checkpoint write; 1: insert the first checkpoint; 2: update at expected_revision."""
+    checkpoint: CheckpointWrite
     state: dict[str, Any] | None
     state_version: int
     expected_revision: int | None
@@ -439,7 +450,7 @@ class ServiceStore:
             [w.workflow_type for w in writes],
             [json.dumps(w.state) if w.state is not None else None for w in writes],
             [w.state_version for w in writes],
-            [w.state_mode for w in writes],
+            [int(w.checkpoint) for w in writes],
             [w.parked_on for w in writes],
             [w.subject_ref for w in writes],
             [w.expected_revision for w in writes],
@@ -451,7 +462,7 @@ class ServiceStore:
             [m.event_id for m in messages],
             [m.workflow_id for m in messages],
             len(writes),
-            sum(1 for w in writes if w.state_mode != 0),
+            sum(1 for w in writes if w.checkpoint is not CheckpointWrite.NONE),
         ]
 
     # -- parking --------------------------------------------------------------------------
@@ -507,6 +518,35 @@ class ServiceStore:
             _decode_headers(row["headers"]),
             row["attempt"],
             row["timestamp_ms"],
+        )
+
+    async def parked_on(self, conn: asyncpg.Connection, workflow_id: str) -> uuid.UUID | None:
+        """The event the workflow waits on, if any."""
+        value: uuid.UUID | None = await conn.fetchval(
+            f"SELECT parked_on FROM {self.schema}.state WHERE workflow_id = $1", workflow_id
+        )
+        return value
+
+    async def discard(
+        self, conn: asyncpg.Connection, *, group: str, event_id: uuid.UUID, workflow_id: str, now: datetime
+    ) -> None:
+        """An operator gave up on a dead-lettered event: mark it discarded and stop parking
+        the workflow behind it (later records of the workflow are drained next)."""
+        await conn.execute(
+            f"""UPDATE {self.schema}.inbox SET outcome = $3, processed_at = $4
+                WHERE consumer_group = $1 AND event_id = $2 AND outcome = $5""",
+            group,
+            event_id,
+            DISCARDED,
+            now,
+            DEAD_LETTERED,
+        )
+        await conn.execute(
+            f"""UPDATE {self.schema}.state SET parked_on = NULL, revision = revision + 1,
+                updated_at = $3 WHERE workflow_id = $1 AND parked_on = $2""",
+            workflow_id,
+            event_id,
+            now,
         )
 
     async def unpark(self, conn: asyncpg.Connection, parked_id: int) -> None:

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from enum import Enum
 from typing import Any
 
 import asyncpg
@@ -61,11 +62,11 @@ from chorus.service import (
 )
 from chorus.store import (
     DEAD_LETTERED,
-    DISCARDED,
     DONE,
     PARKED,
     RETRYING,
     REVIEW,
+    CheckpointWrite,
     ConflictError,
     Loaded,
     OutboxMessage,
@@ -93,6 +94,18 @@ log = logging.getLogger("chorus.pipeline")
 MAX_CONFLICT_RETRIES = 8
 MAX_TEXT = 4000  # chorus_contracts.base.Text
 MAX_FAILURES = 1000  # failures carried by retry.due and dead letters: the latest ones
+
+
+class Via(Enum):
+    """How a record reached the main path: what the inbox lets through and whether it may
+    overtake records parked for its workflow."""
+
+    DELIVERY = "delivery"
+    """Read from its topic."""
+    RETRY = "retry"
+    """Fired by a durable retry (retry.due): a later attempt of the same event."""
+    DRAIN = "drain"
+    """Taken from the workflow's parked records, in arrival order, once it stopped waiting."""
 
 
 @dataclass(frozen=True)
@@ -271,7 +284,7 @@ class Pipeline:
         elif isinstance(event.payload, EventDiscarded):
             await self._on_discarded(rec, event.envelope, event.payload)
         elif self.spec.handler_for(event.event_type) is not None:
-            await self._process(event, rec, attempt=event.envelope.attempt, failures=[], via="delivery")
+            await self._process(event, rec, attempt=event.envelope.attempt, failures=[], via=Via.DELIVERY)
         else:
             return  # another service's event on a shared topic
         self.metrics.handle_latency.labels(event.event_type).observe(time.perf_counter() - started)
@@ -281,10 +294,7 @@ class Pipeline:
         while True:
             async with self.pool.acquire() as conn:
                 row = await self.store.next_parked(conn, workflow_id)
-                parked_on = await conn.fetchval(
-                    f"SELECT parked_on FROM {self.store.schema}.state WHERE workflow_id = $1",
-                    workflow_id,
-                )
+                parked_on = await self.store.parked_on(conn, workflow_id)
             if row is None or parked_on is not None:
                 return
             rec = Record(
@@ -306,7 +316,7 @@ class Pipeline:
                 async with self.pool.acquire() as conn, conn.transaction():
                     await self.store.unpark(conn, row.id)
                 continue
-            await self._process(event, rec, attempt=row.attempt, failures=[], via="drain", parked_id=row.id)
+            await self._process(event, rec, attempt=row.attempt, failures=[], via=Via.DRAIN, parked_id=row.id)
 
     # -- control messages -------------------------------------------------------------------
 
@@ -327,7 +337,7 @@ class Pipeline:
         except DecodeError as exc:
             await self._dead_letter_record(original, exc)
             return
-        await self._process(event, original, attempt=due.attempt, failures=list(due.failures), via="retry")
+        await self._process(event, original, attempt=due.attempt, failures=list(due.failures), via=Via.RETRY)
 
     async def _on_discarded(self, rec: Record, envelope: Envelope, msg: EventDiscarded) -> None:
         if msg.service != self.spec.name or msg.consumer_group != self.group:
@@ -340,21 +350,8 @@ class Pipeline:
             return
         now = self.clock.now()
         async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute(
-                f"""UPDATE {self.store.schema}.inbox SET outcome = $3, processed_at = $4
-                    WHERE consumer_group = $1 AND event_id = $2 AND outcome = $5""",
-                self.group,
-                discarded,
-                DISCARDED,
-                now,
-                DEAD_LETTERED,
-            )
-            await conn.execute(
-                f"""UPDATE {self.store.schema}.state SET parked_on = NULL, revision = revision + 1,
-                    updated_at = $3 WHERE workflow_id = $1 AND parked_on = $2""",
-                envelope.workflow_id,
-                discarded,
-                now,
+            await self.store.discard(
+                conn, group=self.group, event_id=discarded, workflow_id=envelope.workflow_id, now=now
             )
         await self.drain(envelope.workflow_id)
 
@@ -367,7 +364,7 @@ class Pipeline:
         *,
         attempt: int,
         failures: list[Failure],
-        via: str,
+        via: Via,
         parked_id: int | None = None,
     ) -> None:
         env = event.envelope
@@ -392,11 +389,11 @@ class Pipeline:
                     and loaded.state.parked_on is not None
                     and loaded.state.parked_on != env.event_id
                 )
-                if via != "drain" and blocked:
+                if via is not Via.DRAIN and blocked:
                     await self._park(event, rec, attempt)
                     return
                 nothing_to_wait_on = loaded.state is None or loaded.state.parked_on is None
-                if via == "delivery" and loaded.has_parked and nothing_to_wait_on:
+                if via is Via.DELIVERY and loaded.has_parked and nothing_to_wait_on:
                     # A crash interrupted an earlier drain; finish it before overtaking.
                     await self.drain(env.workflow_id)
                     continue
@@ -411,18 +408,18 @@ class Pipeline:
                     handled = _Handled(event, rec, route, frame, attempt, failures, traceparent, parked_id)
                     resolved = await self._commit(handled, result)
                 except ConflictError:
-                    log.info("checkpoint moved under us; reloading", extra=fields(via=via))
+                    log.info("checkpoint moved under us; reloading", extra=fields(via=via.value))
                     continue
-                if resolved and via != "drain":
+                if resolved and via is not Via.DRAIN:
                     await self.drain(env.workflow_id)
                 return
             raise RuntimeError(
                 f"workflow {env.workflow_id}: {MAX_CONFLICT_RETRIES} conflicting updates in a row"
             )
 
-    def _should_process(self, loaded: Loaded, attempt: int, via: str) -> bool:
+    def _should_process(self, loaded: Loaded, attempt: int, via: Via) -> bool:
         inbox = loaded.inbox
-        if via == "drain":
+        if via is Via.DRAIN:
             return inbox is not None and inbox.outcome == PARKED
         if inbox is None:
             return True
@@ -659,11 +656,11 @@ class Pipeline:
         # Every step of a workflow that has a checkpoint bumps its revision, so a
         # decision taken on a state another replica has since moved is refused.
         if frame.revision is not None:
-            state_mode = 2
+            checkpoint = CheckpointWrite.UPDATE
         elif new_state is not None or parked_on is not None:
-            state_mode = 1
+            checkpoint = CheckpointWrite.INSERT
         else:
-            state_mode = 0
+            checkpoint = CheckpointWrite.NONE
         write = StepWrite(
             group=self.group,
             event_id=env.event_id,
@@ -674,7 +671,7 @@ class Pipeline:
             workflow_type=env.workflow_type,
             now=now,
             from_parked=parked_id is not None,
-            state_mode=state_mode,
+            checkpoint=checkpoint,
             state=new_state,
             state_version=self.spec.state_version,
             expected_revision=frame.revision,
