@@ -183,3 +183,55 @@ async def test_handlers_run_on_examples_emit_only_valid_declared_events() -> Non
 
 async def _no_checkpoint(_: Any) -> None:
     return None
+
+
+# -- boundaries ---------------------------------------------------------------------------------
+
+SKELETON = (
+    "config.py",
+    "domain.py",
+    "handlers.py",
+    "adapters",
+    "bootstrap.py",
+    "service.py",
+    "__main__.py",
+    "README.md",
+)
+SERVICE_DIRS = sorted(
+    p.name for p in (ROOT / "services").iterdir() if (p / "service.py").exists() and p.name not in LIBRARIES
+)
+
+
+@pytest.mark.parametrize("name", SERVICE_DIRS)
+def test_every_service_has_the_same_skeleton(name: str) -> None:
+    folder = ROOT / "services" / name
+    missing = [part for part in SKELETON if not (folder / part).exists()]
+    assert missing == [], f"services/{name} lacks {missing} (see ../shared/STYLE.md)"
+
+
+def _strings(path: Path) -> list[str]:
+    import ast
+
+    return [
+        node.value
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    ]
+
+
+@pytest.mark.parametrize("name", SERVICE_DIRS)
+def test_no_service_names_another_services_tables(name: str) -> None:
+    """A service's tables are its own: no string in its code (its SQL) names another
+    service's schema. (Imports across services are refused by the import contracts.)"""
+    import re
+
+    others = [o for o in SERVICE_DIRS if o != name]
+    pattern = re.compile(rf"\b({'|'.join(others)})\.[a-z_]+")
+    found = [
+        f"{path.relative_to(ROOT)}: {match.group()}"
+        for path in sorted((ROOT / "services" / name).rglob("*.py"))
+        for text in _strings(path)
+        for match in pattern.finditer(text)
+        if not text.startswith(("python -m", "from ", "import "))
+    ]
+    assert found == []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from approval_gate.adapters import Deps
+from approval_gate.bootstrap import Deps
 from approval_gate.domain import (
     FALLBACK_ACTOR,
     Gate,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from approval_gate.adapters import Deps, bootstrap
+from approval_gate.bootstrap import Deps, bootstrap
 from approval_gate.domain import Gate
 from approval_gate.handlers import (
     on_approval_decision_submitted,

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
 
 from audit_projector.adapters.projection import SCHEMA, migrate_projection
 from audit_projector.api import routes
+from audit_projector.bootstrap import bootstrap_for
 from audit_projector.handlers import ProjectorDeps, on_workflow_event
 from audit_projector.janitor import expire_workflows
 from chorus.service import On, ServiceSpec
@@ -70,11 +70,7 @@ PROJECTED: tuple[type[EventModel], ...] = (
 def make_spec(name: str = SCHEMA) -> ServiceSpec[Any, ProjectorDeps]:
     """The projector under ``name``: its schema, group and producer name (tests use a
     unique one so that they never share a projection)."""
-    deps = ProjectorDeps(schema=name, ledger=name)
-
-    @asynccontextmanager
-    async def bootstrap(_: object) -> AsyncIterator[ProjectorDeps]:
-        yield deps
+    bootstrap = bootstrap_for(name)
 
     async def migrate(conn: asyncpg.Connection) -> None:
         await migrate_projection(conn, name, ledger=True)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from budget_agent.adapters import Deps, Release, Reserve
+from budget_agent.adapters.ledger import Release, Reserve
+from budget_agent.bootstrap import Deps
 from budget_agent.domain import BudgetState, approval_request, reservation_id
 from chorus.codec import Event
 from chorus.service import Context, Outcome

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from budget_agent.adapters import Deps, bootstrap, migrate
+from budget_agent.adapters.ledger import migrate
+from budget_agent.bootstrap import Deps, bootstrap
 from budget_agent.domain import BudgetState
 from budget_agent.handlers import (
     on_approval_decided,

@@ -24,8 +24,8 @@ class HttpServer:
 
     async def _health(self, _: web.Request) -> web.Response:
         body = await self.health()
-        # Degraded (records stuck behind an outage) still serves: only failing is unhealthy.
-        status = 503 if body.get("status") == "failing" else 200
+        # Degraded (records stuck behind an outage) still serves; starting or failing does not.
+        status = 200 if body.get("status") in ("ok", "degraded") else 503
         return web.json_response(body, status=status)
 
     async def _metrics(self, _: web.Request) -> web.Response:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from chorus.service import On, ServiceSpec
 from chorus_contracts.lifecycle import WorkflowDeadlineReached, WorkflowEnded, WorkflowStarted
-from gateway.adapters.deps import bootstrap
 from gateway.adapters.repository import migrate
 from gateway.adapters.webhooks import WebhookSender
+from gateway.bootstrap import bootstrap
 from gateway.domain import GatewayState
 from gateway.handlers import on_workflow_deadline_reached, on_workflow_ended, on_workflow_started
 from gateway.server import serve_api

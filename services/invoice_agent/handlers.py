@@ -14,7 +14,7 @@ from chorus_contracts.procurement import (
     InvoiceRejected,
     InvoiceValidated,
 )
-from invoice_agent.adapters import Deps
+from invoice_agent.bootstrap import Deps
 from invoice_agent.domain import (
     InvoiceState,
     check_against_po,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from chorus.service import On, ServiceSpec
 from chorus_contracts.approvals import ApprovalDecided
 from chorus_contracts.procurement import InvoiceReceived
-from invoice_agent.adapters import Deps, bootstrap
+from invoice_agent.bootstrap import Deps, bootstrap
 from invoice_agent.domain import InvoiceState
 from invoice_agent.handlers import on_approval_decided, on_invoice_received
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import logging
 import tempfile
-import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -43,21 +42,16 @@ import faust
 import mode
 from faust.types import Message
 
-from chorus import __version__
-from chorus.clock import clock_from_setting
 from chorus.http import HttpServer
 from chorus.logs import fields, setup_logging
-from chorus.metrics import Metrics
 from chorus.registry import Registry, load_registry
 from chorus.runtime.records import Record
-from chorus_contracts.envelope import ProducerRef
-from chorus_contracts.platform import EventDeadLettered
 from outcome_analytics.adapters.deadletters import KafkaDeadLetters
 from outcome_analytics.adapters.http import add_routes
-from outcome_analytics.adapters.metrics import ViewCollector
+from outcome_analytics.bootstrap import bootstrap
 from outcome_analytics.config import SERVICE, Settings
-from outcome_analytics.domain import ACCEPT, OutcomeView
-from outcome_analytics.handlers import Deps, on_record
+from outcome_analytics.domain import ACCEPT
+from outcome_analytics.handlers import on_record
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +62,6 @@ def input_topics(registry: Registry) -> list[str]:
         physical for event_type in ACCEPT for physical in registry.topic_for(event_type).physical_topics()
     }
     return sorted(names)
-
-
-def unique_group(base: str) -> str:
-    return f"{base}.{uuid.uuid4().hex[:12]}"
 
 
 def to_record(message: Message) -> Record:
@@ -170,25 +160,8 @@ def run(settings: Settings) -> None:
             "reading topics whose yaml does not list this service as a consumer",
             extra=fields(topics=undeclared),
         )
-    group_id = unique_group(settings.group_id)
-    view = OutcomeView()
-    metrics = Metrics(SERVICE)
-    metrics.registry.register(ViewCollector(view))
-    dead_letters = KafkaDeadLetters(
-        settings.kafka_bootstrap,
-        registry.physical_topic(EventDeadLettered.event_type),
-        retry_max_s=settings.dead_letter_retry_max_s,
-    )
-    deps = Deps(
-        registry=registry,
-        view=view,
-        dead_letters=dead_letters,
-        metrics=metrics,
-        clock=clock_from_setting(settings.clock),
-        producer=ProducerRef(service=SERVICE, version=__version__),
-        consumer_group=group_id,
-        max_event_bytes=settings.max_event_bytes,
-    )
+    deps, dead_letters = bootstrap(settings, registry)
+    group_id, view, metrics = deps.consumer_group, deps.view, deps.metrics
 
     async def handle(record: Record) -> None:
         await on_record(record, deps)

@@ -14,7 +14,7 @@ from chorus_contracts.procurement import (
     PaymentFailed,
     PaymentIssued,
 )
-from payment_agent.adapters import Deps
+from payment_agent.bootstrap import Deps
 from payment_agent.domain import PaymentState, payment_key
 
 SERVICE = "payment_agent"

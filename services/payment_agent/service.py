@@ -5,7 +5,7 @@ from __future__ import annotations
 from chorus.service import On, ServiceSpec
 from chorus_contracts.approvals import ApprovalDecided
 from chorus_contracts.procurement import BudgetReserved, InvoiceValidated
-from payment_agent.adapters import Deps, bootstrap
+from payment_agent.bootstrap import Deps, bootstrap
 from payment_agent.domain import PaymentState
 from payment_agent.handlers import on_approval_decided, on_budget_reserved, on_invoice_validated
 

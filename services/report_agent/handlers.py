@@ -9,7 +9,7 @@ from chorus.service import Context, Outcome
 from chorus_contracts.approvals import ApprovalDecided
 from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_contracts.research import ReportDelivered, ReportDrafted, ReportRequested
-from report_agent.adapters import Deps
+from report_agent.bootstrap import Deps
 from report_agent.domain import (
     DraftOutput,
     ReportState,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from chorus.service import On, ServiceSpec
 from chorus_contracts.approvals import ApprovalDecided
 from chorus_contracts.research import ReportRequested
-from report_agent.adapters import Deps, bootstrap
+from report_agent.bootstrap import Deps, bootstrap
 from report_agent.domain import ReportState
 from report_agent.handlers import on_approval_decided, on_report_requested
 

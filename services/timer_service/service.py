@@ -5,6 +5,7 @@ from __future__ import annotations
 from chorus.service import On, ServiceSpec
 from chorus_contracts.platform import TimerCancel, TimerReschedule, TimerSchedule
 from timer_service.adapters.repository import migrate
+from timer_service.bootstrap import bootstrap
 from timer_service.firing import fire_due_timers
 from timer_service.handlers import on_timer_cancel, on_timer_reschedule, on_timer_schedule
 
@@ -21,5 +22,6 @@ SPEC: ServiceSpec[None, None] = ServiceSpec(
     # Fired events are whatever the scheduler stored; the scheduler is their producer.
     produces=frozenset(),
     migrations=[migrate],
+    bootstrap=bootstrap,
     workers=[fire_due_timers],
 )

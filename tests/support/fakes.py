@@ -43,12 +43,13 @@ async def handler_deps(service: str) -> AsyncIterator[Any]:
 
 def _deps(service: str, client: httpx.AsyncClient) -> Any:
     if service == "invoice_agent":
-        from invoice_agent.adapters import Deps as InvoiceDeps
+        from invoice_agent.bootstrap import Deps as InvoiceDeps
 
         return InvoiceDeps(llm=model())
     if service == "report_agent":
-        from report_agent.adapters import Delivery, Sources
-        from report_agent.adapters import Deps as ReportDeps
+        from report_agent.adapters.delivery import Delivery
+        from report_agent.adapters.sources import Sources
+        from report_agent.bootstrap import Deps as ReportDeps
         from report_agent.config import Settings as ReportSettings
 
         report = ReportSettings()
@@ -60,18 +61,18 @@ def _deps(service: str, client: httpx.AsyncClient) -> Any:
             fallback=report.approval_fallback,
         )
     if service == "budget_agent":
-        from budget_agent.adapters import Deps as BudgetDeps
+        from budget_agent.bootstrap import Deps as BudgetDeps
         from budget_agent.config import Settings as BudgetSettings
 
         budget = BudgetSettings()
         return BudgetDeps(FixedBudgets(budget.budgets), list(budget.approval_chain), budget.approval_fallback)
     if service == "payment_agent":
-        from payment_agent.adapters import Deps as PaymentDeps
-        from payment_agent.adapters import PaymentClient
+        from payment_agent.adapters.payments import PaymentClient
+        from payment_agent.bootstrap import Deps as PaymentDeps
 
         return PaymentDeps(PaymentClient(client, UNREACHABLE, "none", 0.5))
     if service == "approval_gate":
-        from approval_gate.adapters import Deps as GateDeps
+        from approval_gate.bootstrap import Deps as GateDeps
         from approval_gate.config import Settings as GateSettings
 
         gate = GateSettings()

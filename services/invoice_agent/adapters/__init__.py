@@ -1,22 +1,2 @@
-"""Dependencies of the invoice agent's handlers."""
-
-from __future__ import annotations
-
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Any
-
-from chorus.llm import LLM, llm_dependency
-
-
-@dataclass(frozen=True)
-class Deps:
-    llm: LLM
-    llm_timeout_s: float = 120.0
-
-
-@asynccontextmanager
-async def bootstrap(settings: Any) -> AsyncIterator[Deps]:
-    async with llm_dependency(settings) as llm:
-        yield Deps(llm=llm, llm_timeout_s=settings.llm_timeout_s)
+"""The invoice agent's one outside system is a language model, reached through
+chorus.llm (an OpenAI-compatible client); it keeps no tables of its own."""

@@ -1,4 +1,5 @@
-"""Dependencies of the gateway's handlers: the webhook sender."""
+"""Wiring: what the gateway's handlers get (the webhook sender). Its API is wired in
+server.py, from the same settings."""
 
 from __future__ import annotations
 

@@ -1,0 +1,47 @@
+"""Wiring: what the outcome view's handler gets (the view, its metrics, the dead-letter
+publisher) for one replica, whose consumer group is its own (the view is rebuilt from the
+topics' start by every replica)."""
+
+from __future__ import annotations
+
+import uuid
+
+from chorus import __version__
+from chorus.clock import clock_from_setting
+from chorus.metrics import Metrics
+from chorus.registry import Registry
+from chorus_contracts.envelope import ProducerRef
+from chorus_contracts.platform import EventDeadLettered
+from outcome_analytics.adapters.deadletters import KafkaDeadLetters
+from outcome_analytics.adapters.metrics import ViewCollector
+from outcome_analytics.config import SERVICE, Settings
+from outcome_analytics.domain import OutcomeView
+from outcome_analytics.handlers import Deps
+
+
+def unique_group(base: str) -> str:
+    """Every replica its own group: each rebuilds the whole view from the topics' start."""
+    return f"{base}.{uuid.uuid4().hex[:12]}"
+
+
+def bootstrap(settings: Settings, registry: Registry) -> tuple[Deps, KafkaDeadLetters]:
+    """The handler's dependencies, and the dead-letter publisher the process starts and stops."""
+    view = OutcomeView()
+    metrics = Metrics(SERVICE)
+    metrics.registry.register(ViewCollector(view))
+    dead_letters = KafkaDeadLetters(
+        settings.kafka_bootstrap,
+        registry.physical_topic(EventDeadLettered.event_type),
+        retry_max_s=settings.dead_letter_retry_max_s,
+    )
+    deps = Deps(
+        registry=registry,
+        view=view,
+        dead_letters=dead_letters,
+        metrics=metrics,
+        clock=clock_from_setting(settings.clock),
+        producer=ProducerRef(service=SERVICE, version=__version__),
+        consumer_group=unique_group(settings.group_id),
+        max_event_bytes=settings.max_event_bytes,
+    )
+    return deps, dead_letters

@@ -1,0 +1,29 @@
+"""The report's sources: GET <source url> -> {"excerpt": ...}, failures mapped onto the taxonomy."""
+
+from __future__ import annotations
+
+import httpx
+
+from chorus.external import call_json
+from chorus_contracts.research import GatheredSource, SourceRef
+
+
+class Sources:
+    """GET <source url> -> {"excerpt": ...}; failures map onto the taxonomy."""
+
+    def __init__(self, client: httpx.AsyncClient, timeout_s: float) -> None:
+        self.client = client
+        self.timeout_s = timeout_s
+
+    async def fetch(self, source: SourceRef, topic: str) -> GatheredSource:
+        response = await call_json(
+            self.client,
+            "GET",
+            source.url,
+            what=f"source {source.name}",
+            timeout_s=self.timeout_s,
+            # The topic is user text: a query parameter (percent-encoded), never a header.
+            params={"topic": topic},
+            submitter_url=True,
+        )
+        return GatheredSource(name=source.name, excerpt=str(response.json()["excerpt"])[:2000])

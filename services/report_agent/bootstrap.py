@@ -1,0 +1,41 @@
+"""Wiring: what the report agent's handlers get (model, sources, delivery, chain)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from chorus.llm import LLM, llm_dependency
+from chorus_contracts.approvals import EscalationStep, Fallback
+from report_agent.adapters.delivery import Delivery
+from report_agent.adapters.sources import Sources
+
+
+@dataclass(frozen=True)
+class Deps:
+    llm: LLM
+    sources: Sources
+    delivery: Delivery
+    chain: list[EscalationStep]
+    fallback: Fallback
+    llm_timeout_s: float = 120.0
+
+
+@asynccontextmanager
+async def bootstrap(settings: Any) -> AsyncIterator[Deps]:
+    async with (
+        httpx.AsyncClient() as client,
+        llm_dependency(settings) as llm,
+    ):
+        yield Deps(
+            llm=llm,
+            sources=Sources(client, settings.source_timeout_s),
+            delivery=Delivery(client, settings.delivery_timeout_s),
+            chain=list(settings.approval_chain),
+            fallback=settings.approval_fallback,
+            llm_timeout_s=settings.llm_timeout_s,
+        )
