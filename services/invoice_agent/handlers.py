@@ -31,6 +31,9 @@ async def on_invoice_received(
     if state is not None and state.validated:
         return Outcome()  # a second start event for the same workflow changes nothing
     invoice = event.payload
+    # Known before the model reads it: when every reading fails and a person reviews it,
+    # their decision (on_approval_decided) needs the invoice and its purchase order.
+    await ctx.checkpoint(InvoiceState(invoice=invoice))
     extracted = await read_invoice(invoice, ctx)
     return decide(InvoiceState(invoice=invoice, readings=1), extracted)
 

@@ -13,10 +13,63 @@ from typing import Any
 
 import httpx
 
+from chorus.errors import TransientError
+from chorus.external import ExternalRejection
 from chorus.llm import OfflineModel
+from chorus_contracts.research import GatheredSource, SourceRef
+from payment_agent.adapters.payments import PaymentClient, PaymentReceipt
+from report_agent.adapters.delivery import Delivery
+from report_agent.adapters.sources import Sources
 from sandbox.model import SKILLS
 
 UNREACHABLE = "http://127.0.0.1:9"  # nothing listens there: every call is a transient failure
+
+
+class RecordingPayments(PaymentClient):
+    """The payment provider, in memory: pays each idempotency key once, or refuses vendors
+    it was told to refuse, or fails ``outage`` times first (TransientError)."""
+
+    def __init__(self, *, refuse: frozenset[str] = frozenset(), outage: int = 0) -> None:
+        self.refuse = refuse
+        self.outage = outage
+        self.calls: list[dict[str, Any]] = []
+        self.paid: dict[str, PaymentReceipt] = {}
+
+    async def pay(
+        self, *, key: str, invoice_id: str, vendor_id: str, amount_cents: int, currency: str
+    ) -> PaymentReceipt:
+        self.calls.append({"key": key, "invoice_id": invoice_id, "amount_cents": amount_cents})
+        if self.outage > 0:
+            self.outage -= 1
+            raise TransientError("provider down")
+        if vendor_id in self.refuse:
+            raise ExternalRejection("refused", 422, {"error": "vendor closed"})
+        receipt = self.paid.setdefault(key, PaymentReceipt(f"pay-{len(self.paid) + 1}", f"REF-{key[-6:]}"))
+        return receipt
+
+
+class FakeSources(Sources):
+    """Sources that answer an excerpt per name, counting calls; ``failing`` names answer 404."""
+
+    def __init__(self, excerpts: dict[str, str], failing: frozenset[str] = frozenset()) -> None:
+        self.excerpts = excerpts
+        self.failing = failing
+        self.calls: list[str] = []
+
+    async def fetch(self, source: SourceRef, topic: str) -> GatheredSource:
+        self.calls.append(source.name)
+        if source.name in self.failing:
+            raise ExternalRejection(f"source {source.name}: 404", 404, {})
+        return GatheredSource(name=source.name, excerpt=self.excerpts[source.name])
+
+
+class FakeDelivery(Delivery):
+    def __init__(self) -> None:
+        self.delivered: list[tuple[str, dict[str, Any], str]] = []
+
+    async def deliver(self, url: str, report: dict[str, Any], key: str) -> int:
+        self.delivered.append((url, report, key))
+        return 201
 
 
 class FixedBudgets:
@@ -47,8 +100,6 @@ def _deps(service: str, client: httpx.AsyncClient) -> Any:
 
         return InvoiceDeps(llm=model())
     if service == "report_agent":
-        from report_agent.adapters.delivery import Delivery
-        from report_agent.adapters.sources import Sources
         from report_agent.bootstrap import Deps as ReportDeps
         from report_agent.config import Settings as ReportSettings
 
@@ -67,7 +118,6 @@ def _deps(service: str, client: httpx.AsyncClient) -> Any:
         budget = BudgetSettings()
         return BudgetDeps(FixedBudgets(budget.budgets), list(budget.approval_chain), budget.approval_fallback)
     if service == "payment_agent":
-        from payment_agent.adapters.payments import PaymentClient
         from payment_agent.bootstrap import Deps as PaymentDeps
 
         return PaymentDeps(PaymentClient(client, UNREACHABLE, "none", 0.5))

@@ -1,0 +1,71 @@
+"""The payment agent pays once, when both the approval and the reservation are known."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from chorus.errors import TransientError
+from chorus.testing import WorkflowHarness
+from chorus_contracts.approvals import ApprovalDecided
+from chorus_contracts.lifecycle import WorkflowEnded
+from chorus_contracts.procurement import BudgetReserved, InvoiceValidated, PaymentFailed, PaymentIssued
+from payment_agent.bootstrap import Deps
+from payment_agent.service import SPEC
+from tests.support.fakes import RecordingPayments
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "schemas/examples/invoice.validated/1/example-1.json"
+VALIDATED = InvoiceValidated.model_validate(json.loads(EXAMPLE.read_text())["payload"])
+RESERVED = BudgetReserved(
+    invoice_id="INV-2026-0042",
+    reservation_id="res-1",
+    cost_center="cc-research",
+    amount_cents=124_000,
+    currency="EUR",
+)
+APPROVED = ApprovalDecided(
+    approval_id="appr-1",
+    decision="approve",
+    decided_by="dana.manager",
+    tier="manager",
+    requested_by="budget_agent",
+)
+
+
+def harness(payments: RecordingPayments, max_attempts: int = 6) -> WorkflowHarness:
+    return WorkflowHarness(SPEC, Deps(payments, max_attempts=max_attempts))
+
+
+@pytest.mark.parametrize("order", [(VALIDATED, RESERVED, APPROVED), (APPROVED, RESERVED, VALIDATED)])
+async def test_it_pays_once_whichever_fact_arrives_last(order: tuple[object, ...]) -> None:
+    payments = RecordingPayments()
+    agent = harness(payments)
+    steps = [await agent.deliver(event, "wf-1") for event in order]  # type: ignore[arg-type]
+    assert [s.emitted_types() for s in steps[:2]] == [[], []]
+    assert steps[2].emitted_types() == ["payment.issued", "workflow.ended"]
+    assert steps[2].first(PaymentIssued).amount_cents == 124_000
+    assert steps[2].first(WorkflowEnded).result["payment_id"] == "pay-1"
+    again = await agent.deliver(APPROVED, "wf-1")
+    assert again.emitted == [] and len(payments.calls) == 1
+
+
+async def test_the_provider_refusing_is_a_payment_failure_for_the_saga() -> None:
+    agent = harness(RecordingPayments(refuse=frozenset({"vendor-acme"})))
+    for event in (VALIDATED, RESERVED):
+        await agent.deliver(event, "wf-2")
+    step = await agent.deliver(APPROVED, "wf-2")
+    assert step.first(PaymentFailed).category == "rejected_by_provider"
+
+
+async def test_an_outage_is_retried_and_the_last_attempt_gives_up_cleanly() -> None:
+    payments = RecordingPayments(outage=10)
+    agent = harness(payments, max_attempts=3)
+    for event in (VALIDATED, RESERVED):
+        await agent.deliver(event, "wf-3")
+    with pytest.raises(TransientError):
+        await agent.deliver(APPROVED, "wf-3", attempt=2)
+    step = await agent.deliver(APPROVED, "wf-3", attempt=3)
+    assert step.first(PaymentFailed).category == "exhausted_retries"
+    assert len({call["key"] for call in payments.calls}) == 1  # one idempotency key throughout
