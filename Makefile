@@ -25,7 +25,7 @@ $(STAMP): requirements.lock pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: Chorus needs Python 3.11" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -r requirements.lock
+	$(VENV)/bin/pip install -q --require-hashes -r requirements.lock
 	$(VENV)/bin/pip install -q --no-deps -e .
 	@# docker-compose.yml is validated with `docker compose config`; install the plugin if the client lacks it.
 	@if command -v docker >/dev/null; then $(LOCAL)/compose-plugin.sh >/dev/null; fi
@@ -114,14 +114,16 @@ bench-quick: up
 	bench/dbos/make-venv.sh
 	$(PY) -m bench.run --mode quick
 
-# Re-pin every dependency after editing pyproject.toml.
+# Re-pin after editing pyproject.toml (pip-tools, with hashes; pins already in the
+# files are kept unless UPGRADE=--upgrade). requirements-runtime.lock is what the image
+# installs (runtime and the analytics extra); requirements.lock adds the dev tools.
+UPGRADE ?=
+PIP_COMPILE = .lockenv/bin/pip-compile -q --generate-hashes --strip-extras --no-emit-find-links $(UPGRADE)
 lock:
 	rm -rf .lockenv && $(PYTHON) -m venv .lockenv
-	.lockenv/bin/pip install -q --upgrade pip
-	.lockenv/bin/pip install -q -e '.[dev]'
-	{ echo '# Exact versions `make setup` installs (pip freeze of pyproject.toml with [dev]).'; \
-	  echo '# Regenerate with `make lock` after changing pyproject.toml.'; \
-	  .lockenv/bin/pip freeze --exclude-editable | grep -v '^chorus'; } > requirements.lock
+	.lockenv/bin/pip install -q pip-tools
+	$(PIP_COMPILE) --extra analytics -o requirements-runtime.lock pyproject.toml
+	$(PIP_COMPILE) --extra analytics --extra dev -c requirements-runtime.lock -o requirements.lock pyproject.toml
 	rm -rf .lockenv
 
 clean:

@@ -160,9 +160,16 @@ class Registry:
 
 
 def default_schemas_dir() -> Path:
+    """The registry of the project Chorus runs in: ``CHORUS_SCHEMAS_DIR``, else the first
+    ``schemas/`` with ``topics/`` in the working directory or a parent of it, else the one
+    of the checkout this code comes from (an editable install)."""
     configured = os.environ.get("CHORUS_SCHEMAS_DIR")
     if configured:
         return Path(configured)
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / "schemas" / "topics").is_dir():
+            return folder / "schemas"
     # services/chorus/registry.py -> repository root / schemas
     return Path(__file__).resolve().parents[2] / "schemas"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from chorus.errors import (
     UnknownEventTypeError,
     UnknownVersionError,
 )
-from chorus.registry import Registry, default_registry
+from chorus.registry import Registry, default_registry, default_schemas_dir
 
 
 @pytest.fixture(scope="module")
@@ -98,3 +99,16 @@ def test_dead_letter_topics_take_records_as_large_as_the_topic_allows(registry: 
     assert registry.size_limit("chorus.timers", 65_536) == 8_388_608  # retries carry originals too
     assert registry.size_limit("procurement.events", 65_536) == 65_536
     assert registry.size_limit("no.such.topic", 65_536) == 65_536
+
+
+def test_the_registry_is_the_one_of_the_project_the_command_runs_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "my-agents"
+    (project / "schemas" / "topics").mkdir(parents=True)
+    (project / "services" / "deep").mkdir(parents=True)
+    monkeypatch.delenv("CHORUS_SCHEMAS_DIR", raising=False)
+    monkeypatch.chdir(project / "services" / "deep")
+    assert default_schemas_dir() == (project / "schemas").resolve()
+    monkeypatch.setenv("CHORUS_SCHEMAS_DIR", str(tmp_path / "elsewhere"))
+    assert default_schemas_dir() == tmp_path / "elsewhere"
