@@ -90,9 +90,11 @@ fmt: setup
 schemas: setup
 	$(VENV)/bin/chorus schemas generate
 
-# schemas/asyncapi.yaml from the registry (after regenerating the schemas it documents).
+# schemas/asyncapi.yaml and docs/architecture.md (event-flow pictures) from the registry
+# (after regenerating the schemas they document).
 docs: schemas
 	$(VENV)/bin/chorus schemas asyncapi
+	$(VENV)/bin/chorus schemas diagrams
 
 # Every topic of schemas/topics on CHORUS_KAFKA_BOOTSTRAP (created, or partitions and
 # configs brought in line; never shrunk). `make up` runs it after starting Kafka.

@@ -213,3 +213,13 @@ def all_refs(node: Any) -> Iterator[str]:
     elif isinstance(node, list):
         for item in node:
             yield from all_refs(item)
+
+
+def test_the_architecture_pictures_are_what_the_registry_draws() -> None:
+    from chorus import diagrams
+
+    committed = ROOT / diagrams.DOCUMENT
+    assert committed.exists(), "docs/architecture.md is missing: run make docs"
+    assert committed.read_text() == diagrams.render(load_registry(ROOT / "schemas")), (
+        "docs/architecture.md is stale: run make docs"
+    )

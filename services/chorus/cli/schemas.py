@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from chorus import asyncapi
+from chorus import asyncapi, diagrams
 from chorus.compat import GitError, RegistryReadError, check
 from chorus.registry import default_schemas_dir, load_registry, write_generated
 
@@ -92,5 +92,27 @@ def asyncapi_command(schemas_dir: SchemasDir = None, check_only: CheckOnly = Fal
     if check_only:
         typer.echo(f"{target} is stale: run make docs", err=True)
         raise typer.Exit(1)
+    target.write_text(text)
+    typer.echo(f"wrote {target}")
+
+
+@app.command("diagrams")
+def diagrams_command(schemas_dir: SchemasDir = None, check_only: CheckOnly = False) -> None:
+    """Write docs/architecture.md (Mermaid event-flow pictures) from the registry."""
+    root = schemas_dir or default_schemas_dir()
+    try:
+        text = diagrams.render(load_registry(root))
+    except (FileNotFoundError, ValueError) as exc:
+        typer.echo(f"chorus schemas diagrams: {exc}", err=True)
+        raise typer.Exit(2) from None
+    target = root.parent / diagrams.DOCUMENT
+    current = target.read_text() if target.exists() else None
+    if current == text:
+        typer.echo(f"{target} is up to date")
+        return
+    if check_only:
+        typer.echo(f"{target} is stale: run make docs", err=True)
+        raise typer.Exit(1)
+    target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text)
     typer.echo(f"wrote {target}")
