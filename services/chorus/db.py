@@ -1,14 +1,11 @@
-"""PostgreSQL access: one asyncpg pool per process and idempotent DDL.
+"""PostgreSQL access: one asyncpg pool per process, identifiers, and what a data error is.
 
-DDL runs under a transaction-scoped advisory lock so that replicas starting at
-the same moment do not race on CREATE TABLE IF NOT EXISTS (which is not
-concurrency-safe in PostgreSQL).
+Schemas are created and changed by chorus.migrations (versioned, with a ledger).
 """
 
 from __future__ import annotations
 
 import re
-import zlib
 
 import asyncpg
 
@@ -77,10 +74,3 @@ def data_error_blames_input(exc: BaseException) -> bool:
 
 def redact(url: str) -> str:
     return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
-
-
-async def apply_ddl(conn: asyncpg.Connection, lock_name: str, statements: list[str]) -> None:
-    async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", zlib.crc32(lock_name.encode()))
-        for statement in statements:
-            await conn.execute(statement)

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from chorus.clock import Clock
-from chorus.db import apply_ddl
-from chorus.store import SHARED_DDL_LOCK
+from chorus.migrations import baseline, migrate
 
 DDL = [
     "CREATE SCHEMA IF NOT EXISTS chorus",
@@ -59,7 +58,7 @@ class RateLimiter:
 
     async def setup(self) -> None:
         async with self.pool.acquire() as conn:
-            await apply_ddl(conn, SHARED_DDL_LOCK, DDL)
+            await migrate(conn, schema="chorus", component="ratelimit", migrations=baseline(DDL))
             await conn.execute(
                 """INSERT INTO chorus.rate_limits (name, rate_per_s, burst, tokens, refilled_at)
                    VALUES ($1, $2, $3, $3, $4)

@@ -25,7 +25,8 @@ from typing import Any
 
 import asyncpg
 
-from chorus.db import apply_ddl, ident
+from chorus.db import ident
+from chorus.migrations import baseline, migrate
 
 # Inbox outcomes. "done" is final; the others let a later attempt through.
 DONE = "done"
@@ -141,8 +142,6 @@ class StepWrite:
     parked_id: int | None
 
 
-SHARED_DDL_LOCK = "chorus-ddl-shared"
-
 # Raised inside the step statement to undo its inbox and outbox writes when the
 # checkpoint moved (SQLSTATE 40001, so it reads as the serialization conflict it is).
 CONFLICT_FUNCTION = """
@@ -225,10 +224,10 @@ class ServiceStore:
         ]
 
     async def migrate(self, conn: asyncpg.Connection) -> None:
-        # Objects every service shares take one lock (services start together and
-        # CREATE OR REPLACE FUNCTION is not safe to run concurrently).
-        await apply_ddl(conn, SHARED_DDL_LOCK, ["CREATE SCHEMA IF NOT EXISTS chorus", CONFLICT_FUNCTION])
-        await apply_ddl(conn, f"chorus-ddl-{self.schema}", self.ddl())
+        # Objects every service shares live in schema chorus; its ledger's lock also keeps
+        # services that start together from running CREATE OR REPLACE FUNCTION at once.
+        await migrate(conn, schema="chorus", component="runtime", migrations=baseline([CONFLICT_FUNCTION]))
+        await migrate(conn, schema=self.schema, component="runtime", migrations=baseline(self.ddl()))
 
     # -- reads ---------------------------------------------------------------------
 

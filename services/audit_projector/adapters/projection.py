@@ -44,7 +44,8 @@ from audit_projector.domain import (
     redact_facts,
     subject_hash,
 )
-from chorus.db import apply_ddl, ident
+from chorus.db import ident
+from chorus.migrations import baseline, migrate
 from chorus_contracts.base import EventModel
 
 SCHEMA = "audit_projector"
@@ -153,8 +154,9 @@ def ledger_ddl(schema: str) -> list[str]:
 
 async def migrate_projection(conn: asyncpg.Connection, schema: str, *, ledger: bool) -> None:
     """Create the projection tables in ``schema`` (and the ledger when ``ledger``)."""
-    statements = projection_ddl(schema) + (ledger_ddl(schema) if ledger else [])
-    await apply_ddl(conn, f"chorus-ddl-{schema}-audit", statements)
+    await migrate(conn, schema=schema, component="projection", migrations=baseline(projection_ddl(schema)))
+    if ledger:
+        await migrate(conn, schema=schema, component="ledger", migrations=baseline(ledger_ddl(schema)))
 
 
 def maintenance_key(ledger: str) -> int:

@@ -10,7 +10,7 @@ from typing import Protocol
 
 import asyncpg
 
-from chorus.db import apply_ddl
+from chorus import migrations
 from chorus.store import ConflictError
 
 DDL = [
@@ -29,7 +29,9 @@ DDL = [
 
 
 async def migrate(conn: asyncpg.Connection) -> None:
-    await apply_ddl(conn, "chorus-ddl-budget_agent", DDL)
+    await migrations.migrate(
+        conn, schema="budget_agent", component="ledger", migrations=migrations.baseline(DDL)
+    )
 
 
 async def seed_budgets(pool: asyncpg.Pool, budgets: dict[str, int]) -> None:

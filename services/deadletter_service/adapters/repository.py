@@ -20,7 +20,7 @@ from typing import Any
 
 import asyncpg
 
-from chorus.db import apply_ddl
+from chorus import migrations
 from deadletter_service.domain import OPEN, LetterFilter
 
 SCHEMA = "deadletter_service"
@@ -73,7 +73,7 @@ DDL = [
 
 
 async def migrate(conn: asyncpg.Connection) -> None:
-    await apply_ddl(conn, "chorus-ddl-deadletter_service-letters", DDL)
+    await migrations.migrate(conn, schema=SCHEMA, component="letters", migrations=migrations.baseline(DDL))
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from datetime import datetime
 
 import asyncpg
 
-from chorus.db import apply_ddl
+from chorus import migrations
 
 DDL = [
     "CREATE SCHEMA IF NOT EXISTS gateway",
@@ -38,7 +38,7 @@ DDL = [
 
 
 async def migrate(conn: asyncpg.Connection) -> None:
-    await apply_ddl(conn, "chorus-ddl-gateway", DDL)
+    await migrations.migrate(conn, schema="gateway", component="gateway", migrations=migrations.baseline(DDL))
 
 
 @dataclass(frozen=True)

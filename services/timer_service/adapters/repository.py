@@ -14,7 +14,7 @@ from typing import Any
 
 import asyncpg
 
-from chorus.db import apply_ddl
+from chorus import migrations
 from timer_service.domain import CANCELLED, FIRED, PENDING
 
 SCHEMA = "timer_service"
@@ -42,7 +42,7 @@ DDL = [
 
 
 async def migrate(conn: asyncpg.Connection) -> None:
-    await apply_ddl(conn, "chorus-ddl-timer_service-timers", DDL)
+    await migrations.migrate(conn, schema=SCHEMA, component="timers", migrations=migrations.baseline(DDL))
 
 
 @dataclass(frozen=True)
