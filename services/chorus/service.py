@@ -230,3 +230,22 @@ class ServiceSpec(Generic[S, D]):
     def consumes(self) -> dict[str, int]:
         """event type -> version the service's code reads."""
         return {h.event.event_type: h.event.version for h in self.handlers}
+
+
+def check_outcome(spec: ServiceSpec[Any, Any], outcome: object) -> None:
+    """What the runtime refuses in a handler's answer (a code bug: dead letter at once):
+    not an Outcome, or an event or timer of a type the service does not declare."""
+    from chorus.errors import PersistentError
+
+    if not isinstance(outcome, Outcome):
+        raise PersistentError(f"handler returned {type(outcome).__name__}, not an Outcome")
+    for item in outcome.emit:
+        event = item.event if isinstance(item, Emit) else item
+        if event.event_type not in spec.produces:
+            raise PersistentError(
+                f"{spec.name} emitted {event.event_type}, which it does not declare "
+                "in ServiceSpec.produces (and the registry does not list it as a producer)"
+            )
+    for timer in outcome.timers:
+        if isinstance(timer, ScheduleTimer) and timer.event.event_type not in spec.produces:
+            raise PersistentError(f"{spec.name} schedules {timer.event.event_type} without declaring it")

@@ -6,7 +6,9 @@ the new state, the events emitted, the timers, the effects. The harness keeps ea
 workflow's checkpoint in memory the way the runtime keeps it in PostgreSQL: a step's
 ``Outcome.state`` (or its last ``ctx.checkpoint``) is what the next event of that
 workflow sees. Retries, dead letters and transactions are the runtime's, and are tested
-against real infrastructure; here a handler's exception simply propagates.
+against real infrastructure; here a handler's exception simply propagates. Like the
+runtime, the harness refuses an outcome that emits undeclared types, and stores states
+through JSON and the spec's state model.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pydantic import BaseModel
 from chorus.clock import ManualClock
 from chorus.codec import Event
 from chorus.envelopes import start_envelope
-from chorus.service import Context, Emit, Outcome, ServiceSpec
+from chorus.service import Context, Emit, Outcome, ServiceSpec, check_outcome
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Priority, ProducerRef
 
@@ -113,7 +115,7 @@ class WorkflowHarness:
 
         async def checkpoint(state: BaseModel) -> None:
             checkpoints.append(state)
-            self.states[workflow] = state
+            self.states[workflow] = self._stored(state)
 
         ctx: Context[Any] = Context(
             service=self.spec.name,
@@ -126,12 +128,20 @@ class WorkflowHarness:
             _checkpoint=checkpoint,
         )
         outcome = await route.handler(event, self.states.get(workflow), ctx)
-        assert isinstance(outcome, Outcome), f"{route.handler} returned {type(outcome).__name__}"
+        check_outcome(self.spec, outcome)  # what the runtime would dead-letter fails here too
         if outcome.state is not None:
-            self.states[workflow] = outcome.state
+            self.states[workflow] = self._stored(outcome.state)
         step = Step(event, outcome, checkpoints)
         self.steps.append(step)
         return step
+
+    def _stored(self, state: BaseModel) -> BaseModel | None:
+        """The state as the next event sees it: through JSON and the spec's state model, as
+        the runtime stores and loads it (no state at all for a service without a model)."""
+        if self.spec.state is None:
+            return None
+        stored: BaseModel = self.spec.state.model_validate(state.model_dump(mode="json"))
+        return stored
 
     def state(self, workflow_id: str) -> Any:
         return self.states.get(workflow_id)

@@ -216,27 +216,30 @@ def create_app(rt: RuntimeHandle, settings: Settings, reads: ReadModel) -> FastA
     @app.get("/v1/workflows/{workflow_id}", responses=problems(404))
     async def status(workflow_id: WorkflowId, who: Anyone) -> dict[str, Any]:
         """Status, current stage, what it waits for and until when, and its timeline."""
-        async with rt.pool.acquire() as conn:
-            view = await reads.workflow(workflow_id)
-            if view is None:
+        # The reads are HTTP calls: made without holding one of the pool's connections.
+        view = await reads.workflow(workflow_id)
+        if view is None:
+            async with rt.pool.acquire() as conn:
                 accepted = await repository.find_by_workflow(conn, workflow_id)
-                if accepted is None:
-                    raise Problem(404, "Unknown workflow", f"no workflow {workflow_id!r}")
-                return {
-                    "workflow_id": workflow_id,
-                    "workflow_type": accepted.workflow_type,
-                    "status": "accepted",
-                    "accepted_at": accepted.accepted_at.isoformat(),
-                    "timeline": [],
-                }
-            view["timeline"] = await reads.timeline(workflow_id)
+            if accepted is None:
+                raise Problem(404, "Unknown workflow", f"no workflow {workflow_id!r}")
+            return {
+                "workflow_id": workflow_id,
+                "workflow_type": accepted.workflow_type,
+                "status": "accepted",
+                "accepted_at": accepted.accepted_at.isoformat(),
+                "timeline": [],
+            }
+        view["timeline"] = await reads.timeline(workflow_id)
         return view
 
     @app.get("/v1/workflows/{workflow_id}/result", responses=problems(404, 409))
     async def result(workflow_id: WorkflowId, who: Anyone) -> dict[str, Any]:
-        async with rt.pool.acquire() as conn:
-            view = await reads.workflow(workflow_id)
-            if view is None and await repository.find_by_workflow(conn, workflow_id) is None:
+        view = await reads.workflow(workflow_id)
+        if view is None:
+            async with rt.pool.acquire() as conn:
+                accepted = await repository.find_by_workflow(conn, workflow_id)
+            if accepted is None:
                 raise Problem(404, "Unknown workflow", f"no workflow {workflow_id!r}")
         if view is None or not view.get("ended_at"):
             raise Problem(
@@ -269,8 +272,8 @@ def create_app(rt: RuntimeHandle, settings: Settings, reads: ReadModel) -> FastA
     @app.post("/v1/approvals/{approval_id}", status_code=202, responses=problems(404, 409))
     async def decide(approval_id: ApprovalId, body: DecisionBody, who: Reviewer) -> JSONResponse:
         """Approve, reject or ask for a revision. Only the tier the approval waits on may decide."""
+        pending = await reads.approval(approval_id)
         async with rt.pool.acquire() as conn:
-            pending = await reads.approval(approval_id)
             if pending is None:
                 raise Problem(404, "Unknown approval", f"no approval {approval_id!r}")
             if pending["status"] != "pending":

@@ -154,10 +154,11 @@ class LLMSettings(BaseModel):
 async def llm_dependency(settings: Any) -> AsyncIterator[LLM]:
     """The LLM a service's handlers use, built from its settings (bootstrap helper): an
     HTTP client and the shared ``llm`` rate limiter (its own two-connection pool)."""
-    if not settings.llm_base_url:
+    if not str(settings.llm_base_url).startswith(("http://", "https://")):
         raise ValueError(
-            "no language model configured: set CHORUS_LLM_BASE_URL to an OpenAI-compatible "
-            "endpoint (make services and the demo use the sandbox's, http://127.0.0.1:9400/v1)"
+            f"no language model configured (CHORUS_LLM_BASE_URL={settings.llm_base_url!r}): set it to "
+            "an OpenAI-compatible endpoint; make services and the demo use the sandbox's, "
+            "http://127.0.0.1:9400/v1 (the built-in 'offline' model is gone)"
         )
     from chorus.clock import clock_from_setting
     from chorus.db import create_pool

@@ -59,6 +59,7 @@ from chorus.service import (
     RescheduleTimer,
     ScheduleTimer,
     ServiceSpec,
+    check_outcome,
 )
 from chorus.store import (
     DEAD_LETTERED,
@@ -485,7 +486,7 @@ class Pipeline:
                         raise HandlerTimeoutError(
                             f"handler ran longer than its {route.timeout_s}s timeout"
                         ) from None
-                    self._check_outcome(outcome)
+                    check_outcome(self.spec, outcome)
                     return _Succeeded(outcome), traceparent
                 except SemanticError as exc:
                     self.metrics.failures.labels("semantic", env.event_type).inc()
@@ -542,22 +543,6 @@ class Pipeline:
             extra=fields(error=repr(exc), attempt=attempt, retry_in_s=round(wait, 3)),
         )
         return _Retry(exc, category, wait)
-
-    def _check_outcome(self, outcome: Outcome[Any]) -> None:
-        if not isinstance(outcome, Outcome):
-            raise PersistentError(f"handler returned {type(outcome).__name__}, not an Outcome")
-        for item in outcome.emit:
-            event = item.event if isinstance(item, Emit) else item
-            if event.event_type not in self.spec.produces:
-                raise PersistentError(
-                    f"{self.spec.name} emitted {event.event_type}, which it does not declare "
-                    "in ServiceSpec.produces (and the registry does not list it as a producer)"
-                )
-        for timer in outcome.timers:
-            if isinstance(timer, ScheduleTimer) and timer.event.event_type not in self.spec.produces:
-                raise PersistentError(
-                    f"{self.spec.name} schedules {timer.event.event_type} without declaring it"
-                )
 
     async def _checkpoint(self, env: Envelope, frame: _Frame, state: BaseModel) -> None:
         body = state.model_dump(mode="json")

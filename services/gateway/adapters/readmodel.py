@@ -8,6 +8,8 @@ from urllib.parse import quote
 
 import httpx
 
+PROBLEM = "application/problem+json"
+
 
 class ReadModelUnavailableError(Exception):
     """The audit projector did not answer: the API says 503, the caller may retry."""
@@ -24,8 +26,10 @@ class ReadModel:
             response = await self.client.get(f"{self.base_url}{path}", params=params, timeout=self.timeout_s)
         except httpx.HTTPError as exc:
             raise ReadModelUnavailableError(f"audit projector at {self.base_url}: {exc!r}") from exc
-        if response.status_code == 404:
-            return None
+        if response.status_code == 404 and response.headers.get("content-type", "").startswith(PROBLEM):
+            return None  # the projector says: no such workflow or approval
+        # Anything else (a 404 without a problem: not the projector's API at all) is the
+        # read model being unavailable, not "unknown".
         if response.status_code != 200:
             raise ReadModelUnavailableError(f"audit projector answered {response.status_code} for {path}")
         return response.json()
