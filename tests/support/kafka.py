@@ -6,18 +6,15 @@ import asyncio
 import json
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka import ConsumerRecord
 
 from chorus.codec import encode
-from chorus.envelopes import start_envelope
 from chorus.kafka import make_consumer, make_producer
+from chorus.testing import make_event
 from chorus_contracts.base import EventModel
-from chorus_contracts.envelope import Envelope, Priority, ProducerRef
-
-TEST_PRODUCER = ProducerRef(service="test_client", version="0")
+from chorus_contracts.envelope import Envelope, Priority
 
 
 def envelope(
@@ -29,18 +26,14 @@ def envelope(
     traceparent: str | None = None,
     event_id: uuid.UUID | None = None,
 ) -> Envelope:
-    wf = workflow_id or f"wf-{uuid.uuid4().hex[:12]}"
-    return start_envelope(
-        event,
-        workflow_id=wf,
-        workflow_type=workflow_type,
-        producer=TEST_PRODUCER,
-        now=datetime.now(UTC),
-        idempotency_key=f"test-{uuid.uuid4()}",
-        priority=priority,
-        traceparent=traceparent,
-        event_id=event_id,
-    )
+    """``event`` in a fresh envelope of its own workflow (chorus.testing.make_event's)."""
+    env = make_event(event, workflow_id=workflow_id, workflow_type=workflow_type, priority=priority).envelope
+    updates: dict[str, Any] = {}
+    if traceparent is not None:
+        updates["traceparent"] = traceparent
+    if event_id is not None:
+        updates["event_id"] = event_id
+    return env.model_copy(update=updates) if updates else env
 
 
 async def publish(

@@ -6,6 +6,7 @@ Exit codes: 0 ok; 1 a breaking change (``check``) or a stale generated file
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -13,7 +14,7 @@ import typer
 
 from chorus import asyncapi, diagrams
 from chorus.compat import GitError, RegistryReadError, check
-from chorus.registry import default_schemas_dir, load_registry, write_generated
+from chorus.registry import Registry, default_schemas_dir, load_registry, write_generated
 
 app = typer.Typer(
     name="schemas",
@@ -78,34 +79,25 @@ def generate_command(schemas_dir: SchemasDir = None) -> None:
 def asyncapi_command(schemas_dir: SchemasDir = None, check_only: CheckOnly = False) -> None:
     """Write schemas/asyncapi.yaml (AsyncAPI 3.0) from the registry."""
     root = schemas_dir or default_schemas_dir()
-    try:
-        registry = load_registry(root)
-        text = asyncapi.render(registry)
-    except (FileNotFoundError, ValueError) as exc:
-        typer.echo(f"chorus schemas asyncapi: {exc}", err=True)
-        raise typer.Exit(2) from None
-    target = root / asyncapi.DOCUMENT_FILE
-    current = target.read_text() if target.exists() else None
-    if current == text:
-        typer.echo(f"{target} is up to date")
-        return
-    if check_only:
-        typer.echo(f"{target} is stale: run make docs", err=True)
-        raise typer.Exit(1)
-    target.write_text(text)
-    typer.echo(f"wrote {target}")
+    _generate("asyncapi", root, root / asyncapi.DOCUMENT_FILE, asyncapi.render, check_only)
 
 
 @app.command("diagrams")
 def diagrams_command(schemas_dir: SchemasDir = None, check_only: CheckOnly = False) -> None:
     """Write docs/architecture.md (Mermaid event-flow pictures) from the registry."""
     root = schemas_dir or default_schemas_dir()
+    _generate("diagrams", root, root.parent / diagrams.DOCUMENT, diagrams.render, check_only)
+
+
+def _generate(
+    command: str, root: Path, target: Path, render: Callable[[Registry], str], check_only: bool
+) -> None:
+    """Write ``target`` from the registry at ``root`` (exit 1 with --check when it is stale)."""
     try:
-        text = diagrams.render(load_registry(root))
+        text = render(load_registry(root))
     except (FileNotFoundError, ValueError) as exc:
-        typer.echo(f"chorus schemas diagrams: {exc}", err=True)
+        typer.echo(f"chorus schemas {command}: {exc}", err=True)
         raise typer.Exit(2) from None
-    target = root.parent / diagrams.DOCUMENT
     current = target.read_text() if target.exists() else None
     if current == text:
         typer.echo(f"{target} is up to date")
