@@ -13,6 +13,7 @@ from prometheus_client import Counter
 
 from audit_projector.adapters.maintenance import RetentionPolicy, janitor_pass
 from audit_projector.config import Settings
+from chorus.logs import fields
 from chorus.runtime.loops import forever
 from chorus.service import RuntimeHandle
 
@@ -47,7 +48,7 @@ async def expire_workflows(rt: RuntimeHandle) -> None:
                 "janitor removed %d expired workflow(s) (%s)",
                 len(report.workflows),
                 policy.mode,
-                extra={"fields": {"run_id": str(report.run_id), "rows": dict(report.rows)}},
+                extra=fields(run_id=str(report.run_id), rows=dict(report.rows)),
             )
 
     await forever("janitor", janitor_round, every_s=settings.janitor_interval_s, sleep=rt.clock.sleep)

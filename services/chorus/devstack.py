@@ -282,8 +282,6 @@ async def supervise(stack: DevStack, stop: asyncio.Event, *, max_backoff_s: floa
 async def _run_forever(workdir: Path) -> None:
     """Every service in the foreground on the documented ports until Ctrl-C; a service
     that exits is restarted with backoff."""
-    import signal as signals
-
     stack = DevStack(
         workdir,
         services=(*SERVICES, "outcome_analytics"),
@@ -293,7 +291,7 @@ async def _run_forever(workdir: Path) -> None:
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signals.SIGINT, signals.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
         await stack.start()

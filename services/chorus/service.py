@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from chorus.clock import Clock
 from chorus.codec import Event
+from chorus.errors import PersistentError
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, Priority
 
@@ -235,8 +236,6 @@ class ServiceSpec(Generic[S, D]):
 def check_outcome(spec: ServiceSpec[Any, Any], outcome: object) -> None:
     """What the runtime refuses in a handler's answer (a code bug: dead letter at once):
     not an Outcome, or an event or timer of a type the service does not declare."""
-    from chorus.errors import PersistentError
-
     if not isinstance(outcome, Outcome):
         raise PersistentError(f"handler returned {type(outcome).__name__}, not an Outcome")
     for item in outcome.emit:

@@ -213,16 +213,22 @@ def create_app(rt: RuntimeHandle, settings: Settings, reads: ReadModel) -> FastA
 
     # -- watch -------------------------------------------------------------------------------
 
+    async def accepted_only(workflow_id: str) -> repository.SubmissionRow:
+        """A workflow the read model does not know yet: accepted here (its first event is on
+        its way to the projector), or a 404."""
+        async with rt.pool.acquire() as conn:
+            accepted = await repository.find_by_workflow(conn, workflow_id)
+        if accepted is None:
+            raise Problem(404, "Unknown workflow", f"no workflow {workflow_id!r}")
+        return accepted
+
     @app.get("/v1/workflows/{workflow_id}", responses=problems(404))
     async def status(workflow_id: WorkflowId, who: Anyone) -> dict[str, Any]:
         """Status, current stage, what it waits for and until when, and its timeline."""
         # The reads are HTTP calls: made without holding one of the pool's connections.
         view = await reads.workflow(workflow_id)
         if view is None:
-            async with rt.pool.acquire() as conn:
-                accepted = await repository.find_by_workflow(conn, workflow_id)
-            if accepted is None:
-                raise Problem(404, "Unknown workflow", f"no workflow {workflow_id!r}")
+            accepted = await accepted_only(workflow_id)
             return {
                 "workflow_id": workflow_id,
                 "workflow_type": accepted.workflow_type,
@@ -237,10 +243,7 @@ def create_app(rt: RuntimeHandle, settings: Settings, reads: ReadModel) -> FastA
     async def result(workflow_id: WorkflowId, who: Anyone) -> dict[str, Any]:
         view = await reads.workflow(workflow_id)
         if view is None:
-            async with rt.pool.acquire() as conn:
-                accepted = await repository.find_by_workflow(conn, workflow_id)
-            if accepted is None:
-                raise Problem(404, "Unknown workflow", f"no workflow {workflow_id!r}")
+            await accepted_only(workflow_id)
         if view is None or not view.get("ended_at"):
             raise Problem(
                 409,
@@ -273,17 +276,17 @@ def create_app(rt: RuntimeHandle, settings: Settings, reads: ReadModel) -> FastA
     async def decide(approval_id: ApprovalId, body: DecisionBody, who: Reviewer) -> JSONResponse:
         """Approve, reject or ask for a revision. Only the tier the approval waits on may decide."""
         pending = await reads.approval(approval_id)
+        if pending is None:
+            raise Problem(404, "Unknown approval", f"no approval {approval_id!r}")
+        if pending["status"] != "pending":
+            raise Problem(409, "Already decided", f"approval {approval_id} is {pending['status']}")
+        if pending["tier"] != who.tier:
+            raise Problem(
+                403,
+                "Forbidden",
+                f"approval {approval_id} waits on tier {pending['tier']!r}; you review for {who.tier!r}",
+            )
         async with rt.pool.acquire() as conn:
-            if pending is None:
-                raise Problem(404, "Unknown approval", f"no approval {approval_id!r}")
-            if pending["status"] != "pending":
-                raise Problem(409, "Already decided", f"approval {approval_id} is {pending['status']}")
-            if pending["tier"] != who.tier:
-                raise Problem(
-                    403,
-                    "Forbidden",
-                    f"approval {approval_id} waits on tier {pending['tier']!r}; you review for {who.tier!r}",
-                )
             now = rt.clock.now()
             submission = await repository.find_by_workflow(conn, pending["workflow_id"])
             submitted = _decision_envelope(rt, pending, submission, approval_id, body, who, now)

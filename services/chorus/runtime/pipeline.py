@@ -591,14 +591,8 @@ class Pipeline:
         return False
 
     async def _commit_result(self, handled: _Handled, result: _Result) -> bool:
-        event, rec, route, frame = handled.event, handled.rec, handled.route, handled.frame
-        attempt, failures, traceparent, parked_id = (
-            handled.attempt,
-            handled.failures,
-            handled.traceparent,
-            handled.parked_id,
-        )
-        env = event.envelope
+        rec, frame, attempt, traceparent = handled.rec, handled.frame, handled.attempt, handled.traceparent
+        env = handled.event.envelope
         now = self.clock.now()
         was_blocker = frame.parked_on == env.event_id
         messages: list[OutboxMessage] = []
@@ -611,7 +605,7 @@ class Pipeline:
             messages = self._outcome_messages(env, result.outcome, now, traceparent)
         elif isinstance(result, _Retry):
             outcome_name, parked_on = RETRYING, env.event_id
-            history = [*failures, failure(result.error, attempt, now, retry_in_s=result.wait_s)]
+            history = [*handled.failures, failure(result.error, attempt, now, retry_in_s=result.wait_s)]
             messages = [
                 self._retry_message(
                     env, rec, attempt, history[-MAX_FAILURES:], now, result.wait_s, traceparent
@@ -628,7 +622,7 @@ class Pipeline:
                     result.error,
                     result.category,
                     attempt,
-                    [*failures, this_failure][-MAX_FAILURES:],
+                    [*handled.failures, this_failure][-MAX_FAILURES:],
                     now,
                     parent=env,
                     traceparent=traceparent,
@@ -636,7 +630,9 @@ class Pipeline:
             ]
         else:
             outcome_name = REVIEW
-            messages = [self._review_message(env, result.errors, route.semantic_attempts, now, traceparent)]
+            messages = [
+                self._review_message(env, result.errors, handled.route.semantic_attempts, now, traceparent)
+            ]
 
         # Every step of a workflow that has a checkpoint bumps its revision, so a
         # decision taken on a state another replica has since moved is refused.
@@ -655,7 +651,7 @@ class Pipeline:
             workflow_id=env.workflow_id,
             workflow_type=env.workflow_type,
             now=now,
-            from_parked=parked_id is not None,
+            from_parked=handled.parked_id is not None,
             checkpoint=checkpoint,
             state=new_state,
             state_version=self.spec.state_version,
@@ -663,7 +659,7 @@ class Pipeline:
             parked_on=parked_on,
             subject_ref=env.subject_ref,
             messages=messages,
-            parked_id=parked_id,
+            parked_id=handled.parked_id,
         )
         effects = result.outcome.effects if isinstance(result, _Succeeded) else ()
         if effects:

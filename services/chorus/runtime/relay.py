@@ -39,6 +39,7 @@ from aiokafka.errors import (
 from chorus.clock import Clock
 from chorus.errors import PersistentError
 from chorus.faults import fault_point
+from chorus.logs import fields
 from chorus.metrics import Metrics
 from chorus.store import OutboxMessage, OutboxRow, ServiceStore
 
@@ -224,9 +225,7 @@ class OutboxRelay:
         self.metrics.outbox_refused.labels(row.topic).inc()
         log.error(
             "outbox row refused; dead-lettered it and publishing the rest",
-            extra={
-                "fields": {"outbox_id": row.id, "topic": row.topic, "bytes": row.size, "error": str(error)}
-            },
+            extra=fields(outbox_id=row.id, topic=row.topic, bytes=row.size, error=str(error)),
         )
         self.wake()
 

@@ -29,7 +29,7 @@ from chorus.deadletters import refused_row_dead_letter
 from chorus.errors import EventTooLargeError
 from chorus.http import HttpServer
 from chorus.kafka import make_consumer, make_producer
-from chorus.logs import setup_logging
+from chorus.logs import fields, setup_logging
 from chorus.metrics import Metrics
 from chorus.outbox import OutboxWriter, outbox_message
 from chorus.registry import RUNTIME_PRODUCER, Registry, load_registry
@@ -171,7 +171,12 @@ class ServiceRunner:
             new_producer=functools.partial(make_producer, s.kafka_bootstrap, client_id=client_id),
         )
         # The relay may replace its producer (after a refused record); stop whichever it has.
-        self._stack.push_async_callback(lambda: self.relay.producer.stop() if self.relay else _nothing())
+        relay = self.relay
+
+        async def stop_relay_producer() -> None:  # looked up at stop time, not now
+            await relay.producer.stop()
+
+        self._stack.push_async_callback(stop_relay_producer)
         self.pipeline = Pipeline(
             spec=self.spec,
             deps=self.deps,
@@ -238,13 +243,7 @@ class ServiceRunner:
             task.add_done_callback(self._task_ended)
         log.info(
             "service started",
-            extra={
-                "fields": {
-                    "topics": self.topics(),
-                    "group": self.group,
-                    "http_port": self.http.port,
-                }
-            },
+            extra=fields(topics=self.topics(), group=self.group, http_port=self.http.port),
         )
 
     async def stop(self) -> None:
@@ -359,10 +358,6 @@ class ServiceRunner:
             "relay_leader": bool(self.relay and self.relay.is_leader),
             "error": str(self.fatal) if self.fatal else None,
         }
-
-
-async def _nothing() -> None:
-    return None
 
 
 async def _start_kafka(starting: Any, bootstrap: str, topics: list[str] | None = None) -> None:

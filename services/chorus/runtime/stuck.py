@@ -14,10 +14,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
+from chorus.logs import fields
 from chorus.metrics import Metrics
 from chorus.runtime.records import Record
 
@@ -35,15 +36,7 @@ class StuckRecord:
     error: str
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "topic": self.topic,
-            "partition": self.partition,
-            "offset": self.offset,
-            "workflow_key": self.workflow_key,
-            "failing_since": self.failing_since.isoformat(),
-            "attempts": self.attempts,
-            "error": self.error,
-        }
+        return {**asdict(self), "failing_since": self.failing_since.isoformat()}
 
 
 @dataclass
@@ -97,15 +90,13 @@ class StuckRecords:
         log.error(
             "record stuck: failing for an infrastructure reason for %.0fs; still retrying",
             waited,
-            extra={
-                "fields": {
-                    "topic": record.topic,
-                    "partition": record.partition,
-                    "offset": record.offset,
-                    "attempts": failing.attempts,
-                    "error": repr(error)[:500],
-                }
-            },
+            extra=fields(
+                topic=record.topic,
+                partition=record.partition,
+                offset=record.offset,
+                attempts=failing.attempts,
+                error=repr(error)[:500],
+            ),
         )
 
     def finished(self, record: Record) -> None:
@@ -115,9 +106,7 @@ class StuckRecords:
         if self._stuck.pop(key, None) is not None:
             log.warning(
                 "stuck record recovered",
-                extra={
-                    "fields": {"topic": record.topic, "partition": record.partition, "offset": record.offset}
-                },
+                extra=fields(topic=record.topic, partition=record.partition, offset=record.offset),
             )
             if self.metrics is not None:
                 self.metrics.records_stuck.set(len(self._stuck))

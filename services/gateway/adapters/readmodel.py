@@ -8,7 +8,7 @@ from urllib.parse import quote
 
 import httpx
 
-PROBLEM = "application/problem+json"
+from chorus.webapi import PROBLEM
 
 
 class ReadModelUnavailableError(Exception):
