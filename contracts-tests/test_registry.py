@@ -126,6 +126,7 @@ def test_runtime_pseudo_producer_only_on_platform_topics() -> None:
     assert runtime_topics <= {
         "chorus.timers",
         "chorus.control",
+        "chorus.data",
         "chorus.deadletters",
         "chorus.reviews",
     }

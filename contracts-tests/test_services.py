@@ -22,7 +22,7 @@ from tests.support.fakes import handler_deps
 
 ROOT = Path(__file__).resolve().parents[1]
 REGISTRY = load_registry(ROOT / "schemas")
-RUNTIME_TOPICS = {"chorus.control"}
+RUNTIME_TOPICS = {"chorus.control", "chorus.data"}
 LIBRARIES = {"chorus", "chorus_contracts"}  # imported by services, not deployed
 
 
@@ -235,3 +235,10 @@ def test_no_service_names_another_services_tables(name: str) -> None:
         if not text.startswith(("python -m", "from ", "import "))
     ]
     assert found == []
+
+
+def test_the_audit_projector_waits_for_every_runtime_service_to_confirm_an_erasure() -> None:
+    from audit_projector.config import Settings
+
+    runtime = {name for name, (edges, _) in SERVICES.items() if edges.runtime}
+    assert set(Settings().data_holders) == runtime

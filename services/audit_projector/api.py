@@ -7,22 +7,41 @@ GET /v1/workflows/{workflow_id}            status, stage, what it waits for
 GET /v1/workflows/{workflow_id}/timeline   its events in the order they happened
 GET /v1/approvals?tier=<tier>              open approvals, soonest deadline first
 GET /v1/approvals/{approval_id}            one approval gate, decided or not
+POST /v1/erasures                          erase a data subject: {"subject_ref", "actor"};
+                                           202 with the erasure; every service confirms later
+GET /v1/erasures/{erasure_id}              the erasure, which services confirmed it
+                                           (``confirmations``) and which not yet (``pending``)
 
-Errors are RFC 9457 problem+json: 404 an unknown id, 400 a parameter over its bound.
+Errors are RFC 9457 problem+json: 404 an unknown id, 400 a parameter over its bound,
+415 a body that is not JSON, 413 one over 64 KiB, 422 a body naming the failing field.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from audit_projector.adapters import queries
+from audit_projector.adapters.maintenance import Announcer, erase_subject, erasure
+from audit_projector.config import Settings
+from chorus import strictjson
 from chorus.service import RuntimeHandle
+from chorus.webapi import PROBLEM
 
-PROBLEM = "application/problem+json"
 MAX_ID = 200
+MAX_BODY = 65_536
+
+
+class ErasureRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    subject_ref: str = Field(min_length=1, max_length=200)
+    actor: str = Field(min_length=1, max_length=200)
+
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -34,12 +53,36 @@ def routes(rt: RuntimeHandle) -> list[web.RouteDef]:
         web.get("/v1/workflows/{workflow_id}/timeline", api.timeline),
         web.get("/v1/approvals", api.approvals),
         web.get("/v1/approvals/{approval_id}", api.approval),
+        web.post("/v1/erasures", api.erase),
+        web.get("/v1/erasures/{erasure_id}", api.erasure),
     ]
 
 
-def _problem(status: int, title: str, detail: str, instance: str) -> web.Response:
+def _problem(status: int, title: str, detail: str, instance: str, **extra: Any) -> web.Response:
     body = {"type": "about:blank", "title": title, "status": status, "detail": detail, "instance": instance}
-    return web.json_response(body, status=status, content_type=PROBLEM)
+    return web.json_response({**body, **extra}, status=status, content_type=PROBLEM)
+
+
+async def _body(request: web.Request, model: type[ErasureRequest]) -> ErasureRequest | web.Response:
+    """The request's JSON body as ``model``, or the problem that names what is wrong."""
+    if request.content_type != "application/json":
+        return _problem(415, "Unsupported media type", "send application/json", request.path)
+    if (request.content_length or 0) > MAX_BODY:
+        return _problem(413, "Body too large", f"at most {MAX_BODY} bytes", request.path)
+    raw = await request.content.read(MAX_BODY + 1)
+    if len(raw) > MAX_BODY:
+        return _problem(413, "Body too large", f"at most {MAX_BODY} bytes", request.path)
+    try:
+        return model.model_validate(strictjson.loads(raw))
+    except strictjson.StrictJSONError as exc:
+        return _problem(422, "Invalid body", str(exc), request.path)
+    except ValidationError as exc:
+        errors = [
+            {"pointer": "/" + "/".join(strictjson.escape(str(p)) for p in e["loc"]), "message": e["msg"]}
+            for e in exc.errors()
+        ]
+        detail = "; ".join(f"{e['pointer']}: {e['message']}" for e in errors)
+        return _problem(422, "Invalid body", detail, request.path, errors=errors)
 
 
 def _id(request: web.Request, name: str) -> str | web.Response:
@@ -53,6 +96,9 @@ class ReadApi:
     def __init__(self, rt: RuntimeHandle) -> None:
         self.rt = rt
         self.schema = rt.service
+        # A runner started with plain ServiceSettings (an embedding) gets the defaults.
+        settings = rt.settings if isinstance(rt.settings, Settings) else Settings()
+        self.data_holders = sorted(settings.data_holders or [rt.service])
 
     async def _one(
         self, request: web.Request, name: str, read: Callable[..., Awaitable[Any]]
@@ -87,3 +133,46 @@ class ReadApi:
         async with self.rt.pool.acquire() as conn:
             items = await queries.pending_approvals(conn, tier, schema=self.schema)
         return web.json_response({"tier": tier, "approvals": items})
+
+    async def erase(self, request: web.Request) -> web.Response:
+        body = await _body(request, ErasureRequest)
+        if isinstance(body, web.Response):
+            return body
+        announce = Announcer(self.rt.outbox, self.rt.producer)
+        async with self.rt.pool.acquire() as conn:
+            async with self.rt.outbox.transaction(conn) as tx:
+                report = await erase_subject(
+                    tx,
+                    body.subject_ref,
+                    actor=body.actor,
+                    now=self.rt.clock.now(),
+                    announce=announce,
+                    ledger=self.schema,
+                )
+            found = await erasure(conn, report.erasure_id, ledger=self.schema)
+        assert found is not None  # committed just now
+        location = f"/v1/erasures/{report.erasure_id}"
+        return web.json_response(
+            {**found, "workflows": report.workflows, **self._pending(found)},
+            status=202,
+            headers={"Location": location},
+        )
+
+    async def erasure(self, request: web.Request) -> web.Response:
+        key = _id(request, "erasure_id")
+        if isinstance(key, web.Response):
+            return key
+        try:
+            erasure_id = uuid.UUID(key)
+        except ValueError:
+            return _problem(404, "Not found", f"no erasure {key!r} (erasure ids are UUIDs)", request.path)
+        async with self.rt.pool.acquire() as conn:
+            found = await erasure(conn, erasure_id, ledger=self.schema)
+        if found is None:
+            return _problem(404, "Not found", f"no erasure {key!r}", request.path)
+        return web.json_response({**found, **self._pending(found)})
+
+    def _pending(self, found: dict[str, Any]) -> dict[str, Any]:
+        """Which data holders have not confirmed yet (``complete`` when none)."""
+        pending = [s for s in self.data_holders if s not in found["confirmations"]]
+        return {"pending": pending, "complete": not pending}

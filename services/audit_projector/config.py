@@ -24,3 +24,17 @@ class Settings(ServiceSettings):
     """Time between janitor passes (on the injected clock)."""
     janitor_batch_size: int = 500
     """Workflows removed per transaction."""
+    data_holders: list[str] = [
+        "approval_gate",
+        "audit_projector",
+        "budget_agent",
+        "deadletter_service",
+        "gateway",
+        "invoice_agent",
+        "payment_agent",
+        "report_agent",
+        "timer_service",
+    ]
+    """Services expected to confirm an erasure (every service on the runtime; a contract
+    test holds this to services/): an erasure is complete when all of them did
+    (JSON in CHORUS_DATA_HOLDERS)."""

@@ -7,11 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from audit_projector.adapters.maintenance import RecordConfirmation
 from audit_projector.adapters.projection import ProjectEvent
 from audit_projector.domain import audit_entry
 from chorus.codec import Event
 from chorus.service import Context, Outcome
 from chorus_contracts.base import EventModel
+from chorus_contracts.platform import DataRemoved
 
 
 @dataclass(frozen=True)
@@ -41,3 +43,11 @@ async def on_workflow_event(
             )
         ]
     )
+
+
+async def on_data_removed(
+    event: Event[DataRemoved], state: None, ctx: Context[ProjectorDeps]
+) -> Outcome[Any]:
+    """Keep a service's confirmation of an erasure or retirement in the ledger, where the
+    operator's ``chorus erase`` (and ``GET /v1/erasures/{id}``) finds it."""
+    return Outcome(effects=[RecordConfirmation(ctx.deps.ledger, event.payload, confirmed_at=ctx.clock.now())])

@@ -1,4 +1,5 @@
-"""The janitor: a background loop that removes workflows past their maximum lifetime.
+"""The janitor: a background loop that retires workflows past their maximum lifetime
+(their projection rows here; every service removes its own on ``workflows.retired``).
 
 Runs beside the consumer in every replica, on the injected clock (tests move time by
 weeks in milliseconds). Passes on several replicas are safe: their batches serialise
@@ -11,7 +12,7 @@ import logging
 
 from prometheus_client import Counter
 
-from audit_projector.adapters.maintenance import RetentionPolicy, janitor_pass
+from audit_projector.adapters.maintenance import Announcer, RetentionPolicy, janitor_pass
 from audit_projector.config import Settings
 from chorus.logs import fields
 from chorus.runtime.loops import forever
@@ -41,7 +42,13 @@ async def expire_workflows(rt: RuntimeHandle) -> None:
     policy = policy_from(settings)
 
     async def janitor_round() -> None:  # a failed pass leaves its rest to the next one
-        report = await janitor_pass(rt.pool, clock=rt.clock, policy=policy, schema=rt.service)
+        report = await janitor_pass(
+            rt.pool,
+            clock=rt.clock,
+            policy=policy,
+            announce=Announcer(rt.outbox, rt.producer),
+            schema=rt.service,
+        )
         removed.inc(len(report.workflows))
         if report.workflows:
             log.info(

@@ -10,7 +10,7 @@ import asyncpg
 from audit_projector.adapters.projection import SCHEMA, migrate_projection
 from audit_projector.api import routes
 from audit_projector.bootstrap import bootstrap_for
-from audit_projector.handlers import ProjectorDeps, on_workflow_event
+from audit_projector.handlers import ProjectorDeps, on_data_removed, on_workflow_event
 from audit_projector.janitor import expire_workflows
 from chorus.service import On, ServiceSpec
 from chorus_contracts.approvals import (
@@ -22,7 +22,13 @@ from chorus_contracts.approvals import (
 )
 from chorus_contracts.base import EventModel
 from chorus_contracts.lifecycle import WorkflowDeadlineReached, WorkflowEnded, WorkflowStarted
-from chorus_contracts.platform import EventDeadLettered, ReviewRequested
+from chorus_contracts.platform import (
+    DataRemoved,
+    EventDeadLettered,
+    ReviewRequested,
+    SubjectErasureRequested,
+    WorkflowsRetired,
+)
 from chorus_contracts.procurement import (
     BudgetRejected,
     BudgetReleased,
@@ -79,8 +85,12 @@ def make_spec(name: str = SCHEMA) -> ServiceSpec[Any, ProjectorDeps]:
     return ServiceSpec(
         name=name,
         version=VERSION,
-        handlers=[On(model, on_workflow_event, timeout_s=30) for model in PROJECTED],
-        produces=frozenset(),
+        handlers=[
+            *(On(model, on_workflow_event, timeout_s=30) for model in PROJECTED),
+            On(DataRemoved, on_data_removed, timeout_s=30),
+        ],
+        # Erasure and retention requests: every service's runtime answers them.
+        produces=frozenset({SubjectErasureRequested.event_type, WorkflowsRetired.event_type}),
         bootstrap=bootstrap,
         migrations=migrations,
         workers=[expire_workflows],

@@ -11,6 +11,10 @@ service reads these tables (the gateway reads the audit projection instead).
               events of that workflow queue behind it instead of overtaking it.
 - ``outbox``  events to publish, written in the same transaction as the state.
 - ``parked``  records that arrived while their workflow was parked, in order.
+- ``archive`` rows the service removed at a workflow's retirement in archive mode.
+
+Erasure and retention reach these tables only through this service's runtime (see
+``chorus.runtime.datarequests``): the audit projector asks, every service removes.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any
 import asyncpg
 
 from chorus.db import ident
-from chorus.migrations import baseline, migrate
+from chorus.migrations import Migration, baseline, migrate
 
 # Inbox outcomes. "done" is final; the others let a later attempt through.
 DONE = "done"
@@ -144,6 +148,16 @@ class StepWrite:
 
 # Raised inside the step statement to undo its inbox and outbox writes when the
 # checkpoint moved (SQLSTATE 40001, so it reads as the serialization conflict it is).
+SUBJECT_HASH_FUNCTION = """
+CREATE OR REPLACE FUNCTION chorus.subject_hash(ref text) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT 'sha256:' || encode(sha256(convert_to(ref, 'UTF8')), 'hex')
+$$
+"""
+"""How an erasure request names its subject (subject.erasure_requested carries only the
+hash, never the reference). IMMUTABLE so that it can be indexed: convert_to to UTF-8 gives
+the same bytes for the life of a database."""
+
 CONFLICT_FUNCTION = """
 CREATE OR REPLACE FUNCTION chorus.step_conflict(what text) RETURNS int LANGUAGE plpgsql AS $$
 BEGIN
@@ -163,6 +177,7 @@ class ServiceStore:
     """SQL for one service's schema. Methods take a connection so callers own transactions."""
 
     def __init__(self, service: str) -> None:
+        self.service = service
         self.schema = ident(service)
 
     def ddl(self) -> list[str]:
@@ -226,8 +241,122 @@ class ServiceStore:
     async def migrate(self, conn: asyncpg.Connection) -> None:
         # Objects every service shares live in schema chorus; its ledger's lock also keeps
         # services that start together from running CREATE OR REPLACE FUNCTION at once.
-        await migrate(conn, schema="chorus", component="runtime", migrations=baseline([CONFLICT_FUNCTION]))
-        await migrate(conn, schema=self.schema, component="runtime", migrations=baseline(self.ddl()))
+        shared = [*baseline([CONFLICT_FUNCTION]), Migration(2, "subject hash", (SUBJECT_HASH_FUNCTION,))]
+        await migrate(conn, schema="chorus", component="runtime", migrations=shared)
+        await migrate(conn, schema=self.schema, component="runtime", migrations=self.migrations())
+
+    def migrations(self) -> list[Migration]:
+        s = self.schema
+        archive = Migration(
+            2,
+            "archive",
+            (
+                # The same shape as the audit projector's ledger archive (which is this
+                # table in the projector's own schema): any row of any table, as jsonb.
+                f"""CREATE TABLE IF NOT EXISTS {s}.archive (
+                    id bigserial PRIMARY KEY,
+                    run_id uuid NOT NULL,
+                    source text NOT NULL,
+                    workflow_id text NOT NULL,
+                    subject_ref text,
+                    row jsonb NOT NULL,
+                    archived_at timestamptz NOT NULL)""",
+                f"CREATE INDEX IF NOT EXISTS archive_workflow ON {s}.archive (workflow_id)",
+                f"CREATE INDEX IF NOT EXISTS archive_subject ON {s}.archive (subject_ref)",
+                f"""CREATE INDEX IF NOT EXISTS archive_subject_hash ON {s}.archive
+                    (chorus.subject_hash(subject_ref)) WHERE subject_ref IS NOT NULL""",
+                f"""CREATE INDEX IF NOT EXISTS state_subject ON {s}.state
+                    (chorus.subject_hash(subject_ref)) WHERE subject_ref IS NOT NULL""",
+            ),
+        )
+        return [*baseline(self.ddl()), archive]
+
+    # -- erasure and retention (asked for by the audit projector; see chorus.runtime.datarequests)
+
+    async def erase_subject(self, conn: asyncpg.Connection, subject_hash: str) -> tuple[dict[str, int], int]:
+        """Delete the checkpoints of the workflows of the subject whose reference hashes to
+        ``subject_hash`` (see SUBJECT_HASH_FUNCTION), their parked records and
+        published outbox rows (they hold event bytes), and archived rows of the subject or
+        of those workflows: (rows per ``<schema>.<table>``, workflows touched). Undispatched
+        outbox rows stay: the relay still owes them to Kafka."""
+        s = self.schema
+        deleted = await conn.fetch(
+            f"""DELETE FROM {s}.state WHERE chorus.subject_hash(subject_ref) = $1
+                AND subject_ref IS NOT NULL RETURNING workflow_id""",
+            subject_hash,
+        )
+        archived = await conn.fetch(
+            f"""SELECT DISTINCT workflow_id FROM {s}.archive
+                WHERE chorus.subject_hash(subject_ref) = $1 AND subject_ref IS NOT NULL""",
+            subject_hash,
+        )
+        workflows = sorted({r["workflow_id"] for r in [*deleted, *archived]})
+        rows = {
+            "state": len(deleted),
+            "parked": _count(
+                await conn.execute(f"DELETE FROM {s}.parked WHERE workflow_id = ANY($1::text[])", workflows)
+            ),
+            "outbox": _count(
+                await conn.execute(
+                    f"""DELETE FROM {s}.outbox WHERE workflow_id = ANY($1::text[])
+                        AND dispatched_at IS NOT NULL""",
+                    workflows,
+                )
+            ),
+            "archive": _count(
+                await conn.execute(
+                    f"""DELETE FROM {s}.archive WHERE workflow_id = ANY($2::text[])
+                        OR (chorus.subject_hash(subject_ref) = $1 AND subject_ref IS NOT NULL)""",
+                    subject_hash,
+                    workflows,
+                )
+            ),
+        }
+        return self._qualified(rows), len(workflows)
+
+    async def retire(
+        self,
+        conn: asyncpg.Connection,
+        workflow_ids: Sequence[str],
+        *,
+        run_id: uuid.UUID,
+        archive: bool,
+        now: datetime,
+    ) -> tuple[dict[str, int], int]:
+        """Remove the rows of workflows past their lifetime: checkpoints, parked records,
+        inbox rows and published outbox rows (archive mode copies checkpoints and parked
+        records to ``archive`` first): (rows per ``<schema>.<table>``, workflows touched)."""
+        s, ids = self.schema, list(workflow_ids)
+        if archive:
+            for table, subject in (("state", "t.subject_ref"), ("parked", "NULL")):
+                await conn.execute(
+                    f"""INSERT INTO {s}.archive (run_id, source, workflow_id, subject_ref, row, archived_at)
+                        SELECT $1, $2, t.workflow_id, {subject}, to_jsonb(t), $3
+                        FROM {s}.{table} t WHERE t.workflow_id = ANY($4::text[])""",
+                    run_id,
+                    f"{self.service}.{table}",
+                    now,
+                    ids,
+                )
+        touched: set[str] = set()
+        rows: dict[str, int] = {}
+        for table, where in (
+            ("state", ""),
+            ("parked", ""),
+            ("inbox", ""),
+            # Undispatched rows still have to reach Kafka; the relay owns them.
+            ("outbox", "AND dispatched_at IS NOT NULL"),
+        ):
+            deleted = await conn.fetch(
+                f"DELETE FROM {s}.{table} WHERE workflow_id = ANY($1::text[]) {where} RETURNING workflow_id",
+                ids,
+            )
+            rows[table] = len(deleted)
+            touched.update(r["workflow_id"] for r in deleted)
+        return self._qualified(rows), len(touched)
+
+    def _qualified(self, rows: dict[str, int]) -> dict[str, int]:
+        return {f"{self.service}.{table}": n for table, n in sorted(rows.items()) if n}
 
     # -- reads ---------------------------------------------------------------------
 
@@ -602,4 +731,9 @@ class ServiceStore:
                 WHERE dispatched_at IS NOT NULL AND dispatched_at < $1 AND failed_at IS NULL""",
             before,
         )
-        return int(result.split()[-1])
+        return _count(result)
+
+
+def _count(status: str) -> int:
+    """Rows affected, from a command status such as ``DELETE 3``."""
+    return int(status.rsplit(maxsplit=1)[-1])

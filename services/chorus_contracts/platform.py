@@ -156,3 +156,52 @@ class ReviewRequested(EventModel):
     attempts: int = Field(ge=1, le=MAX_ATTEMPTS)
     original_event_type: Name
     original_event_id: Name
+
+
+# -- data held by services: erasure and retention, choreographed -------------------------------
+# The audit projector decides (an operator asked for an erasure; the janitor found workflows
+# past their lifetime) and publishes the request; every service's runtime removes what it
+# holds in its own schema, in its own transaction, and confirms with data.removed. No
+# service writes another's tables.
+
+MAX_RETIRED_PER_EVENT = 500
+"""Workflows per workflows.retired event (the janitor's batch)."""
+
+
+@event("subject.erasure_requested", 1)
+class SubjectErasureRequested(EventModel):
+    """Remove everything held about the subject (state of its workflows, their parked
+    records and published outbox rows, archived copies); confirm with data.removed."""
+
+    erasure_id: Name
+    subject_hash: str = Field(
+        pattern=r"^sha256:[0-9a-f]{64}$",
+        description="sha256 of the envelopes' subject_ref (UTF-8), hex, prefixed 'sha256:': the "
+        "reference itself is not repeated, so the request keeps no copy of what it erases",
+    )
+    actor: Name
+    requested_at: UtcDateTime
+
+
+@event("workflows.retired", 1)
+class WorkflowsRetired(EventModel):
+    """These workflows passed their maximum lifetime: remove their rows (archive mode copies
+    state and parked records to the service's own archive first); confirm with data.removed."""
+
+    run_id: Name
+    batch: int = Field(ge=1, le=2**31 - 1)
+    mode: Literal["archive", "purge"]
+    workflow_ids: list[Name] = Field(min_length=1, max_length=MAX_RETIRED_PER_EVENT)
+
+
+@event("data.removed", 1)
+class DataRemoved(EventModel):
+    """One service's confirmation that it handled an erasure or retirement request."""
+
+    request: Literal["erasure", "retirement"]
+    request_id: Name = Field(description="erasure_id, or run_id/batch of a retirement")
+    service: Name
+    workflows: int = Field(ge=0, le=2**31 - 1, description="workflows whose rows were touched")
+    rows: dict[str, int] = Field(
+        max_length=50, description="<schema>.<table> -> rows removed (archived first in archive mode)"
+    )

@@ -485,12 +485,14 @@ async def test_an_erased_subject_is_nowhere_in_projections_or_state_and_the_audi
         task = envelope(TaskSubmitted(task=f"expenses of {who}"), workflow_id=wf)
         tasks.append(task.model_copy(update={"subject_ref": subject}))
 
-    settings = projector_settings(kafka_bootstrap, database_url, name)
+    settings = projector_settings(kafka_bootstrap, database_url, name, data_holders=[name, svc])
     other = ServiceSettings(kafka_bootstrap=kafka_bootstrap, database_url=database_url, log_json=False)
     async with (
-        running(make_spec(name), settings, registry=registry),
+        running(make_spec(name), settings, registry=registry) as projector,
         running(make_test_service(svc), other, registry=registry),
     ):
+        assert projector.http is not None
+        api = f"http://127.0.0.1:{projector.http.port}"
         await stream.publish(kafka_bootstrap)
         await publish(kafka_bootstrap, registry.physical_topic("test.task_submitted"), tasks)
         await eventually(
@@ -515,9 +517,10 @@ async def test_an_erased_subject_is_nowhere_in_projections_or_state_and_the_audi
         assert erased in before and pii[erased] in before  # the scan sees stored data
 
         code, out, err = await chorus(
-            "erase", "--subject", erased, "--actor", "dpo@example.test", "--yes", "--schema", name
+            "erase", "--subject", erased, "--actor", "dpo@example.test", "--yes", "--api", api, "--wait", "60"
         )
-        assert code == 0, out + err
+        assert code == 0, out + err  # every data holder confirmed within the wait
+        assert svc in out and name in out and "not yet" not in out
         after = await all_text(pg, schemas)
         assert erased not in after
         assert pii[erased] not in after
@@ -533,8 +536,17 @@ async def test_an_erased_subject_is_nowhere_in_projections_or_state_and_the_audi
         assert body["subject_hash"] == subject_hash(erased)
         assert body["rows"][f"{name}.audit_log"] == 5
         assert body["rows"][f"{replayed.target.schema}.audit_log"] == 5
-        assert body["rows"][f"{svc}.state"] == 1
-        assert body["rows"][f"{svc}.outbox"] >= 1
+        async with httpx.AsyncClient(base_url=api) as client:
+            answer = (await client.get(f"/v1/erasures/{body['erasure_id']}")).json()
+        assert (answer["complete"], answer["pending"], answer["actor"]) == (True, [], "dpo@example.test")
+        removed = answer["confirmations"][svc]
+        assert (removed["workflows"], removed["rows"][f"{svc}.state"]) == (1, 1)
+        assert removed["rows"][f"{svc}.outbox"] >= 1
+        # Asking again (by id) shows the same confirmations; an unknown id is an error.
+        code, out, err = await chorus("erase", "--id", body["erasure_id"], "--api", api)
+        assert code == 0 and svc in out, out + err
+        code, out, err = await chorus("erase", "--id", "not-an-id", "--api", api)
+        assert code == 1 and "no erasure 'not-an-id'" in err, out + err
         status = await status_view(pg, f"wf-0-{unique}", schema=name)
         assert status is not None
         assert (status.status, status.subject_ref, status.result) == (
@@ -652,13 +664,8 @@ async def test_the_janitor_removes_expired_workflows_everywhere_and_records_it(
         assert first["mode"] == mode
         assert await status_view(pg, research, schema=name) is None
         assert await status_view(pg, procurement, schema=name) is not None  # 90 days
-        for table in ("state", "inbox", "parked"):
-            left = await count(pg, f"SELECT count(*) FROM {svc}.{table} WHERE workflow_id = $1", research)
-            assert left == 0, f"{svc}.{table} still has {left} row(s) of {research}"
-        assert await count(pg, f"SELECT count(*) FROM {svc}.state WHERE workflow_id = $1", procurement) == 1
         rows = json.loads(first["rows"])
-        assert rows[f"{svc}.state"] == rows[f"{svc}.parked"] == 1
-        assert rows[f"{name}.audit_log"] == 2 and rows[f"{name}.workflow_status"] == 1
+        assert rows == {f"{name}.audit_log": 2, f"{name}.workflow_status": 1}
         [purge] = await timeline_entries(pg, research, schema=name)  # the only row left of it
         assert (purge.event_type, purge.origin) == (WORKFLOW_PURGED, "janitor")
         assert purge.decision == ("archived" if mode == "archive" else "purged")
@@ -671,8 +678,29 @@ async def test_the_janitor_removes_expired_workflows_everywhere_and_records_it(
             )
             is None
         )
-        archived = await count(pg, f"SELECT count(*) FROM {name}.archive WHERE workflow_id = $1", research)
-        assert archived == (5 if mode == "archive" else 0)  # state, parked, 2 audit, status
+        # The other service removed its own rows of the workflow when it read
+        # workflows.retired, and said so.
+        confirmed = await eventually(
+            lambda: pg.fetchrow(
+                f"SELECT * FROM {name}.data_confirmations WHERE request_id = $1 AND service = $2",
+                f"{first['run_id']}/1",
+                svc,
+            ),
+            what="the other service's confirmation",
+        )
+        assert (confirmed["request"], confirmed["workflows"]) == ("retirement", 1)
+        removed = json.loads(confirmed["rows"])
+        assert removed[f"{svc}.state"] == removed[f"{svc}.parked"] == removed[f"{svc}.inbox"] == 1
+        for table in ("state", "inbox", "parked"):
+            left = await count(pg, f"SELECT count(*) FROM {svc}.{table} WHERE workflow_id = $1", research)
+            assert left == 0, f"{svc}.{table} still has {left} row(s) of {research}"
+        assert await count(pg, f"SELECT count(*) FROM {svc}.state WHERE workflow_id = $1", procurement) == 1
+        archived = {
+            schema: await count(pg, f"SELECT count(*) FROM {schema}.archive WHERE workflow_id = $1", research)
+            for schema in (name, svc)
+        }
+        # Each keeps its own archive: 2 audit rows and the status here, state and parked there.
+        assert archived == ({name: 3, svc: 2} if mode == "archive" else {name: 0, svc: 0})
 
         # A late event of the removed workflow does not bring it back.
         late = Stream(registry)
@@ -691,7 +719,10 @@ async def test_the_janitor_removes_expired_workflows_everywhere_and_records_it(
         clock.advance(timedelta(days=60).total_seconds())
         await eventually(lambda: _at_least(_len(runs(1)), 2), what="a pass at day 91")
         assert await status_view(pg, procurement, schema=name) is None
-        assert await count(pg, f"SELECT count(*) FROM {svc}.state") == 0
+        await eventually(
+            lambda: _at_least(count(pg, f"SELECT 1 - count(*) FROM {svc}.state"), 1),
+            what="the other service's last checkpoint retired",
+        )
         assert await count(pg, f"SELECT count(*) FROM {name}.retired_workflows") == 2
 
 

@@ -1,14 +1,16 @@
-"""Retention (the janitor) and erasure: the two writes that cross service schemas.
+"""Retention (the janitor) and erasure, as the audit projector does them.
 
-Every service on the runtime keeps ``<schema>.state`` (one checkpoint per workflow,
-with ``subject_ref``), ``inbox``, ``parked`` and ``outbox``. Nothing registers them
-anywhere, so both operations discover them in ``information_schema``: a schema takes
-part when it has a ``state`` table with a ``workflow_id`` column.
+The projector removes and redacts its own rows (the live projection, the replays that
+still exist, its archive) and publishes the request on chorus.data, in the same
+transaction: ``workflows.retired`` for each batch the janitor removed,
+``subject.erasure_requested`` for an erasure. Every other service removes what it holds
+when it reads the request and confirms with ``data.removed`` (see
+``chorus.runtime.datarequests``), which :class:`RecordConfirmation` keeps in the ledger.
 
 Both hold the projection's maintenance lock exclusively (see ``projection``): the
 projector cannot write a row between the moment they read the ledger and the moment
 they commit. Each batch is one transaction, so a crash leaves either all of a batch's
-workflows purged (and recorded) or none.
+workflows purged, recorded and announced, or none.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 import asyncpg
 
 from audit_projector.adapters.projection import (
+    REPLAY_PREFIX,
     SCHEMA,
     insert_record,
     lock_maintenance,
@@ -44,9 +47,20 @@ from audit_projector.domain import (
 )
 from chorus.clock import Clock
 from chorus.db import ident
+from chorus.envelopes import start_envelope
+from chorus.outbox import OutboxTransaction, OutboxWriter
+from chorus_contracts.envelope import ProducerRef
+from chorus_contracts.platform import (
+    MAX_RETIRED_PER_EVENT,
+    DataRemoved,
+    SubjectErasureRequested,
+    WorkflowsRetired,
+)
 
 _NAMESPACE = uuid.UUID("1b0c7d4e-8f5a-4d2e-9c61-61756469742d")
 JanitorMode = Literal["archive", "purge"]
+DATA_WORKFLOW_TYPE = "data_maintenance"
+"""The workflow type of chorus.data requests (each request is its own small workflow)."""
 
 
 def quote(name: str) -> str:
@@ -54,43 +68,15 @@ def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-@dataclass(frozen=True)
-class ServiceTables:
-    """The runtime tables one service schema has (those with a ``workflow_id``)."""
-
-    schema: str
-    tables: frozenset[str]
-    state_has_subject: bool
-
-
-async def service_schemas(conn: asyncpg.Connection) -> list[ServiceTables]:
-    """Every schema with a ``state`` table keyed by ``workflow_id``, and which of
-    ``inbox`` / ``parked`` / ``outbox`` it has beside it."""
-    rows = await conn.fetch(
-        """SELECT table_schema, table_name, column_name FROM information_schema.columns
-           WHERE table_name IN ('state', 'inbox', 'parked', 'outbox')
-             AND column_name IN ('workflow_id', 'subject_ref')"""
-    )
-    tables: dict[str, set[str]] = defaultdict(set)
-    subject: set[str] = set()
-    for r in rows:
-        if r["column_name"] == "workflow_id":
-            tables[r["table_schema"]].add(r["table_name"])
-        elif r["table_name"] == "state":
-            subject.add(r["table_schema"])
-    return [
-        ServiceTables(schema, frozenset(names), schema in subject)
-        for schema, names in sorted(tables.items())
-        if "state" in names
-    ]
-
-
-async def projection_schemas(conn: asyncpg.Connection) -> list[str]:
-    """The live projection and every replay that still exists (they hold copies too)."""
+async def projection_schemas(conn: asyncpg.Connection, ledger: str) -> list[str]:
+    """The live projection and every replay of it that still exists (they hold copies too)."""
     rows = await conn.fetch(
         """SELECT table_schema FROM information_schema.tables
            WHERE table_name IN ('audit_log', 'workflow_status')
-           GROUP BY table_schema HAVING count(*) = 2 ORDER BY table_schema"""
+             AND (table_schema = $1 OR starts_with(table_schema, $2))
+           GROUP BY table_schema HAVING count(*) = 2 ORDER BY table_schema""",
+        ledger,
+        REPLAY_PREFIX,
     )
     return [r["table_schema"] for r in rows]
 
@@ -111,16 +97,31 @@ class JanitorReport:
     run_id: uuid.UUID
     workflows: list[str] = field(default_factory=list)
     rows: Counter[str] = field(default_factory=Counter)
-    """``schema.table`` -> rows removed (archived first in archive mode)."""
+    """``schema.table`` -> projection rows removed (archived first in archive mode);
+    every other service counts its own in its ``data.removed`` confirmation."""
+    batches: int = 0
+
+
+@dataclass(frozen=True)
+class Announcer:
+    """How maintenance publishes its requests: the projector's outbox, under its name."""
+
+    outbox: OutboxWriter
+    producer: ProducerRef
 
 
 async def janitor_pass(
-    pool: asyncpg.Pool, *, clock: Clock, policy: RetentionPolicy, schema: str = SCHEMA
+    pool: asyncpg.Pool,
+    *,
+    clock: Clock,
+    policy: RetentionPolicy,
+    announce: Announcer,
+    schema: str = SCHEMA,
 ) -> JanitorReport:
-    """Remove every workflow of the projection in ``schema`` whose lifetime (from its
-    first event) has passed at ``clock.now()``: its state, parked, inbox and dispatched
-    outbox rows in every service schema, and its projection rows; archive mode copies
-    state, parked and projection rows to ``<schema>.archive`` first.
+    """Retire every workflow of the projection in ``schema`` whose lifetime (from its
+    first event) has passed at ``clock.now()``: remove its projection rows (archive mode
+    copies them to ``<schema>.archive`` first) and publish ``workflows.retired`` for the
+    batch, so every service removes its own rows of those workflows.
 
     Records a ``janitor_runs`` row (also when nothing expired), one ``audit.workflow_purged``
     audit row per workflow (no subject, no payload data), and a ``retired_workflows``
@@ -129,10 +130,11 @@ async def janitor_pass(
     """
     started = clock.now()
     report = JanitorReport(run_id=uuid.uuid4())
+    size = min(policy.batch_size, MAX_RETIRED_PER_EVENT)
     while True:
-        async with pool.acquire() as conn, conn.transaction():
-            batch = await _purge_batch(conn, schema, clock.now(), policy, report)
-        if batch < policy.batch_size:
+        async with pool.acquire() as conn, announce.outbox.transaction(conn) as tx:
+            batch = await _purge_batch(tx, schema, clock.now(), policy, size, report, announce.producer)
+        if batch < size:
             break
     async with pool.acquire() as conn:
         await conn.execute(
@@ -150,13 +152,15 @@ async def janitor_pass(
 
 
 async def _purge_batch(
-    conn: asyncpg.Connection,
+    tx: OutboxTransaction,
     schema: str,
     now: datetime,
     policy: RetentionPolicy,
+    limit: int,
     report: JanitorReport,
+    producer: ProducerRef,
 ) -> int:
-    s = ident(schema)
+    conn, s = tx.conn, ident(schema)
     await lock_maintenance(conn, schema, exclusive=True)
     types = sorted(policy.lifetimes_days)
     # The domain's rule, as one cutoff per type: started at or before it means expired.
@@ -174,49 +178,31 @@ async def _purge_batch(
         cutoffs,
         default_cutoff,
         max([default_cutoff, *cutoffs]),
-        policy.batch_size,
+        limit,
     )
     if not expired:
         return 0
     ids = [r["workflow_id"] for r in expired]
     archive = policy.mode == "archive"
     per_workflow: dict[str, Counter[str]] = defaultdict(Counter)
-
-    async def remove(
-        owner: str, table: str, *, archived: bool, subject: bool = False, where: str = ""
-    ) -> None:
-        source, name = f"{owner}.{table}", f"{quote(owner)}.{quote(table)}"
-        if archived and archive:
+    for table in ("audit_log", "workflow_status"):
+        source, name = f"{schema}.{table}", f"{s}.{table}"
+        if archive:
             await conn.execute(
                 f"""INSERT INTO {s}.archive
                       (run_id, source, workflow_id, subject_ref, row, archived_at)
-                    SELECT $1, $2, t.workflow_id, {"t.subject_ref" if subject else "NULL"},
-                           to_jsonb(t), $3
-                    FROM {name} t WHERE t.workflow_id = ANY($4::text[]) {where}""",
+                    SELECT $1, $2, t.workflow_id, t.subject_ref, to_jsonb(t), $3
+                    FROM {name} t WHERE t.workflow_id = ANY($4::text[])""",
                 report.run_id,
                 source,
                 now,
                 ids,
             )
         deleted = await conn.fetch(
-            f"DELETE FROM {name} t WHERE t.workflow_id = ANY($1::text[]) {where} RETURNING t.workflow_id",
-            ids,
+            f"DELETE FROM {name} t WHERE t.workflow_id = ANY($1::text[]) RETURNING t.workflow_id", ids
         )
         for r in deleted:
             per_workflow[r["workflow_id"]][source] += 1
-
-    for service in await service_schemas(conn):
-        owner = service.schema
-        await remove(owner, "state", archived=True, subject=service.state_has_subject)
-        if "parked" in service.tables:
-            await remove(owner, "parked", archived=True)
-        if "inbox" in service.tables:
-            await remove(owner, "inbox", archived=False)
-        if "outbox" in service.tables:
-            # Undispatched rows still have to reach Kafka; the relay owns them.
-            await remove(owner, "outbox", archived=False, where="AND t.dispatched_at IS NOT NULL")
-    await remove(schema, "audit_log", archived=True, subject=True)
-    await remove(schema, "workflow_status", archived=True, subject=True)
     await conn.executemany(
         f"""INSERT INTO {s}.retired_workflows (workflow_id, workflow_type, retired_at, run_id)
             VALUES ($1, $2, $3, $4) ON CONFLICT (workflow_id) DO NOTHING""",
@@ -251,6 +237,21 @@ async def _purge_batch(
             },
         )
         report.rows.update(per_workflow[wf])
+    report.batches += 1
+    request_id = f"{report.run_id}/{report.batches}"
+    tx.publish(
+        start_envelope(
+            WorkflowsRetired(
+                run_id=str(report.run_id), batch=report.batches, mode=policy.mode, workflow_ids=ids
+            ),
+            workflow_id=f"retention-{report.run_id}",
+            workflow_type=DATA_WORKFLOW_TYPE,
+            producer=producer,
+            now=now,
+            idempotency_key=request_id,
+            event_id=uuid.uuid5(_NAMESPACE, f"retired/{request_id}"),
+        )
+    )
     report.workflows.extend(ids)
     return len(expired)
 
@@ -263,130 +264,177 @@ class ErasureReport:
     erasure_id: uuid.UUID
     subject_hash: str
     rows: dict[str, int]
-    """``schema.table`` -> rows redacted or deleted."""
+    """``schema.table`` -> projection rows redacted or deleted; every other service counts
+    its own in its ``data.removed`` confirmation."""
     workflows: int
     erased_at: datetime
 
 
 async def erase_subject(
-    conn: asyncpg.Connection,
+    tx: OutboxTransaction,
     subject_ref: str,
     *,
     actor: str,
     now: datetime,
+    announce: Announcer,
     ledger: str = SCHEMA,
 ) -> ErasureReport:
-    """Remove a data subject's data, in one transaction:
+    """Remove a data subject's data from the projections, and ask every service to do the
+    same (``subject.erasure_requested``), in the transaction of ``tx``:
 
     - every projection (live and remaining replays): audit rows with that
       ``subject_ref`` keep what happened and when, their payload becomes
       ``{"erased": true}`` and actor, external call and subject are cleared; status rows
       of the subject's workflows lose subject, result, reason and approval context;
-    - every service schema: ``state`` rows with that ``subject_ref`` are deleted, and
-      the parked and dispatched outbox rows of those workflows (they hold event bytes);
-    - the janitor's archive rows of the subject and of its workflows are deleted.
+    - the archive rows of the subject and of its workflows are deleted.
 
     The ledger keeps only a hash of the reference, so the projector redacts on write
     whatever arrives for the subject later (and a replay rebuilds the redacted rows).
     Records an ``audit.erasure_recorded`` audit row: hash, counts, actor, time.
     Idempotent: erasing again finds nothing and records that it found nothing.
     """
+    conn = tx.conn
     hashed = subject_hash(subject_ref)
     erasure_id = uuid.uuid4()
     rows: Counter[str] = Counter()
     workflows: set[str] = set()
     led = ident(ledger)
-    async with conn.transaction():
-        await lock_maintenance(conn, ledger, exclusive=True)
+    await lock_maintenance(conn, ledger, exclusive=True)
+    await conn.execute(
+        f"""INSERT INTO {led}.erasures (erasure_id, subject_hash, actor, erased_at, counts)
+            VALUES ($1, $2, $3, $4, '{{}}')""",
+        erasure_id,
+        hashed,
+        actor,
+        now,
+    )
+    for projection in await projection_schemas(conn, ledger):
+        try:
+            async with conn.transaction():  # a savepoint: a replay may be dropped meanwhile
+                await _erase_in_projection(
+                    conn, projection, subject_ref=subject_ref, now=now, rows=rows, workflows=workflows
+                )
+        except asyncpg.UndefinedTableError:
+            continue
+    archived = await conn.fetch(
+        f"SELECT DISTINCT workflow_id FROM {led}.archive WHERE subject_ref = $1", subject_ref
+    )
+    workflows.update(r["workflow_id"] for r in archived)
+    rows[f"{ledger}.archive"] += _count(
         await conn.execute(
-            f"""INSERT INTO {led}.erasures (erasure_id, subject_hash, actor, erased_at, counts)
-                VALUES ($1, $2, $3, $4, '{{}}')""",
-            erasure_id,
-            hashed,
-            actor,
-            now,
-        )
-        for projection in await projection_schemas(conn):
-            try:
-                async with conn.transaction():  # a savepoint: a replay may be dropped meanwhile
-                    await _erase_in_projection(
-                        conn,
-                        projection,
-                        subject_ref=subject_ref,
-                        now=now,
-                        rows=rows,
-                        workflows=workflows,
-                    )
-            except asyncpg.UndefinedTableError:
-                continue
-        services = await service_schemas(conn)
-        for service in services:
-            if not service.state_has_subject:
-                continue
-            deleted = await conn.fetch(
-                f"DELETE FROM {quote(service.schema)}.state WHERE subject_ref = $1 RETURNING workflow_id",
-                subject_ref,
-            )
-            rows[f"{service.schema}.state"] += len(deleted)
-            workflows.update(r["workflow_id"] for r in deleted)
-        archived = await conn.fetch(
-            f"SELECT DISTINCT workflow_id FROM {led}.archive WHERE subject_ref = $1",
+            f"DELETE FROM {led}.archive WHERE subject_ref = $1 OR workflow_id = ANY($2::text[])",
             subject_ref,
+            sorted(workflows),
         )
-        workflows.update(r["workflow_id"] for r in archived)
-        ids_list = sorted(workflows)
-        for service in services:
-            q = quote(service.schema)
-            if "parked" in service.tables:
-                rows[f"{service.schema}.parked"] += _count(
-                    await conn.execute(
-                        f"DELETE FROM {q}.parked WHERE workflow_id = ANY($1::text[])", ids_list
-                    )
-                )
-            if "outbox" in service.tables:
-                rows[f"{service.schema}.outbox"] += _count(
-                    await conn.execute(
-                        f"""DELETE FROM {q}.outbox WHERE workflow_id = ANY($1::text[])
-                            AND dispatched_at IS NOT NULL""",
-                        ids_list,
-                    )
-                )
-        rows[f"{ledger}.archive"] += _count(
-            await conn.execute(
-                f"""DELETE FROM {led}.archive
-                    WHERE subject_ref = $1 OR workflow_id = ANY($2::text[])""",
-                subject_ref,
-                ids_list,
-            )
+    )
+    counts = {key: n for key, n in sorted(rows.items()) if n}
+    await conn.execute(
+        f"UPDATE {led}.erasures SET counts = $2::jsonb WHERE erasure_id = $1",
+        erasure_id,
+        json.dumps(counts),
+    )
+    await insert_record(
+        conn,
+        ledger,
+        event_id=erasure_id,
+        origin=ORIGIN_ERASURE,
+        event_type=ERASURE_RECORDED,
+        workflow_id=None,
+        workflow_type=None,
+        producer=announce.producer.service,
+        occurred_at=now,
+        decision="erased",
+        actor=actor,
+        payload={
+            "erasure_id": str(erasure_id),
+            "subject_hash": hashed,
+            "rows": counts,
+            "workflows": len(workflows),
+            "actor": actor,
+            "erased_at": now.isoformat(),
+        },
+    )
+    request = SubjectErasureRequested(
+        erasure_id=str(erasure_id), subject_hash=hashed, actor=actor, requested_at=now
+    )
+    tx.publish(
+        start_envelope(
+            request,
+            workflow_id=f"erasure-{erasure_id}",
+            workflow_type=DATA_WORKFLOW_TYPE,
+            producer=announce.producer,
+            now=now,
+            idempotency_key=str(erasure_id),
+            event_id=uuid.uuid5(_NAMESPACE, f"erasure/{erasure_id}"),
         )
-        counts = {key: n for key, n in sorted(rows.items()) if n}
-        await conn.execute(
-            f"UPDATE {led}.erasures SET counts = $2::jsonb WHERE erasure_id = $1",
-            erasure_id,
-            json.dumps(counts),
-        )
-        await insert_record(
-            conn,
-            ledger,
-            event_id=erasure_id,
-            origin=ORIGIN_ERASURE,
-            event_type=ERASURE_RECORDED,
-            workflow_id=None,
-            workflow_type=None,
-            producer="chorus-cli",
-            occurred_at=now,
-            decision="erased",
-            actor=actor,
-            payload={
-                "erasure_id": str(erasure_id),
-                "subject_hash": hashed,
-                "rows": counts,
-                "workflows": len(workflows),
-                "actor": actor,
-                "erased_at": now.isoformat(),
-            },
-        )
+    )
     return ErasureReport(erasure_id, hashed, counts, len(workflows), now)
+
+
+# -- confirmations ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecordConfirmation:
+    """Keep one service's ``data.removed`` in the ledger (an Effect, committed with the
+    event's inbox row; a copy of a confirmation changes nothing)."""
+
+    ledger: str
+    confirmation: DataRemoved
+    confirmed_at: datetime
+
+    async def apply(self, conn: asyncpg.Connection) -> None:
+        c = self.confirmation
+        await conn.execute(
+            f"""INSERT INTO {ident(self.ledger)}.data_confirmations
+                  (request, request_id, service, workflows, rows, confirmed_at)
+                VALUES ($1, $2, $3, $4, $5::jsonb, $6)
+                ON CONFLICT (request_id, service) DO NOTHING""",
+            c.request,
+            c.request_id,
+            c.service,
+            c.workflows,
+            json.dumps(c.rows),
+            self.confirmed_at,
+        )
+
+
+async def confirmations(conn: asyncpg.Connection, request_id: str, *, ledger: str = SCHEMA) -> dict[str, Any]:
+    """service -> {workflows, rows, confirmed_at} of every confirmation of ``request_id``."""
+    found = await conn.fetch(
+        f"""SELECT service, workflows, rows::text AS rows, confirmed_at
+            FROM {ident(ledger)}.data_confirmations WHERE request_id = $1 ORDER BY service""",
+        request_id,
+    )
+    return {
+        r["service"]: {
+            "workflows": r["workflows"],
+            "rows": json.loads(r["rows"]),
+            "confirmed_at": r["confirmed_at"].isoformat(),
+        }
+        for r in found
+    }
+
+
+async def erasure(
+    conn: asyncpg.Connection, erasure_id: uuid.UUID, *, ledger: str = SCHEMA
+) -> dict[str, Any] | None:
+    """One erasure as recorded: hash, actor, time, projection counts and confirmations."""
+    row = await conn.fetchrow(
+        f"""SELECT erasure_id, subject_hash, actor, erased_at, counts::text AS counts
+            FROM {ident(ledger)}.erasures WHERE erasure_id = $1""",
+        erasure_id,
+    )
+    if row is None:
+        return None
+    return {
+        "erasure_id": str(row["erasure_id"]),
+        "subject_hash": row["subject_hash"],
+        "actor": row["actor"],
+        "erased_at": row["erased_at"].isoformat(),
+        "rows": json.loads(row["counts"]),
+        "confirmations": await confirmations(conn, str(erasure_id), ledger=ledger),
+    }
 
 
 async def _erase_in_projection(

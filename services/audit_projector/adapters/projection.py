@@ -9,7 +9,8 @@ A projection lives in one PostgreSQL schema: ``audit_projector`` for the live on
                        reads, and ``facts`` (jsonb), the order-independent fold they
                        are derived from (see ``audit_projector.domain``).
 
-The *ledger* (erasures, retired workflows, janitor runs, archive) exists once, in the
+The *ledger* (erasures, retired workflows, janitor runs, archive, and the services'
+confirmations of erasures and retirements) exists once, in the
 live schema; a replay consults the live ledger so that it never brings back what was
 erased or purged.
 
@@ -45,7 +46,7 @@ from audit_projector.domain import (
     subject_hash,
 )
 from chorus.db import ident
-from chorus.migrations import baseline, migrate
+from chorus.migrations import Migration, baseline, migrate
 from chorus_contracts.base import EventModel
 
 SCHEMA = "audit_projector"
@@ -156,7 +157,28 @@ async def migrate_projection(conn: asyncpg.Connection, schema: str, *, ledger: b
     """Create the projection tables in ``schema`` (and the ledger when ``ledger``)."""
     await migrate(conn, schema=schema, component="projection", migrations=baseline(projection_ddl(schema)))
     if ledger:
-        await migrate(conn, schema=schema, component="ledger", migrations=baseline(ledger_ddl(schema)))
+        await migrate(conn, schema=schema, component="ledger", migrations=ledger_migrations(schema))
+
+
+def ledger_migrations(schema: str) -> list[Migration]:
+    s = ident(schema)
+    confirmations = Migration(
+        2,
+        "data confirmations",
+        (
+            # Which service confirmed which erasure or retirement (data.removed), and what
+            # it removed: the operator's answer to "has every copy gone?".
+            f"""CREATE TABLE IF NOT EXISTS {s}.data_confirmations (
+                request text NOT NULL,
+                request_id text NOT NULL,
+                service text NOT NULL,
+                workflows int NOT NULL,
+                rows jsonb NOT NULL,
+                confirmed_at timestamptz NOT NULL,
+                PRIMARY KEY (request_id, service))""",
+        ),
+    )
+    return [*baseline(ledger_ddl(schema)), confirmations]
 
 
 def maintenance_key(ledger: str) -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import getpass
-import json
 import logging
 from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import asyncpg
+import httpx
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -387,38 +387,105 @@ def _wait_or_call(event_type: str, payload: dict[str, Any], external_call: str |
 
 # -- erase -------------------------------------------------------------------------------------
 
+AuditUrl = Annotated[
+    str,
+    typer.Option(
+        "--api",
+        envvar="CHORUS_AUDIT_URL",
+        show_envvar=True,
+        help="The audit projector's HTTP API.",
+    ),
+]
+EX_TEMPFAIL = 75
+
 
 def erase_command(
-    subject: Annotated[str, typer.Option("--subject", help="The subject reference to erase (subject_ref).")],
+    subject: Annotated[
+        str | None, typer.Option("--subject", help="The subject reference to erase (subject_ref).")
+    ] = None,
+    erasure_id: Annotated[
+        str | None,
+        typer.Option("--id", help="Show (and wait for) an erasure asked for earlier, by its id."),
+    ] = None,
     actor: Annotated[
         str | None,
         typer.Option("--actor", help="Who asks for the erasure (default: the OS user)."),
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
-    schema: Schema = LIVE_SCHEMA,
-    database_url: DatabaseUrl = LOCAL_DATABASE_URL,
+    wait_s: Annotated[
+        float,
+        typer.Option("--wait", min=0, help="Seconds to wait for every service to confirm."),
+    ] = 30.0,
+    api: AuditUrl = "http://127.0.0.1:8103",
 ) -> None:
-    """Erase a data subject's data from projections and service state.
+    """Erase a data subject's data everywhere Chorus keeps it, and show who confirmed.
 
-    Redacts its audit payloads and status details in every projection, deletes its state
-    rows in every service schema, and records the erasure (a hash of the reference,
-    counts, actor, time) in the audit log."""
-    from audit_projector.adapters.maintenance import erase_subject
-
-    who = actor or getpass.getuser()
-    if not yes:
+    The audit projector redacts its projections and records the erasure (a hash of the
+    reference, counts, actor, time); every service then removes the subject's workflow
+    state from its own tables and confirms. Exit 0 when every service confirmed, 75
+    (EX_TEMPFAIL) when some had not within --wait (they will when they run: check
+    again with --id)."""
+    if (subject is None) == (erasure_id is None):
+        raise _fail("give either --subject (a new erasure) or --id (an earlier one)", 2)
+    if subject is not None and not yes:
         typer.confirm(f"Erase every trace of {subject!r}? This cannot be undone", abort=True)
+    base = api.rstrip("/")
 
-    async def erase(conn: asyncpg.Connection) -> Any:
-        try:
-            return await erase_subject(conn, subject, actor=who, now=datetime.now(UTC), ledger=schema)
-        except asyncpg.UndefinedTableError:
-            raise _fail(f"no audit projection in schema {schema!r}", 1) from None
+    async def run() -> dict[str, Any]:
+        async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+            if subject is not None:
+                body = {"subject_ref": subject, "actor": actor or getpass.getuser()}
+                found = await _api(client, "POST", "/v1/erasures", json=body)
+                console.print(
+                    f"erasure {found['erasure_id']} recorded ({found['subject_hash']}); "
+                    f"{found['workflows']} workflow(s) in the audit projection"
+                )
+            else:
+                found = await _api(client, "GET", f"/v1/erasures/{erasure_id}")
+            deadline = asyncio.get_running_loop().time() + wait_s
+            while not found["complete"] and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.5)
+                found = await _api(client, "GET", f"/v1/erasures/{found['erasure_id']}")
+            return found
 
     with _unavailable_exits():
-        report = _run(_with_conn(database_url, erase))
-    console.print(
-        f"erasure {report.erasure_id} recorded ({report.subject_hash}); "
-        f"{report.workflows} workflow(s) touched"
-    )
-    console.print(json.dumps(report.rows, indent=2))
+        found = _run(run())
+    table = Table(show_lines=False)
+    for column in ("service", "confirmed at", "workflows", "rows removed"):
+        table.add_column(column)
+    table.add_row("audit projection", found["erased_at"], "", _rows(found["rows"]))
+    for service, c in found["confirmations"].items():
+        table.add_row(escape(service), c["confirmed_at"], str(c["workflows"]), _rows(c["rows"]))
+    for service in found["pending"]:
+        table.add_row(escape(service), "[yellow]not yet[/yellow]", "", "")
+    console.print(table)
+    if not found["complete"]:
+        raise _fail(
+            f"{len(found['pending'])} service(s) have not confirmed yet: {', '.join(found['pending'])}; "
+            f"check again with: chorus erase --id {found['erasure_id']}",
+            EX_TEMPFAIL,
+        )
+
+
+def _rows(rows: dict[str, int]) -> str:
+    return ", ".join(f"{table} {n}" for table, n in rows.items()) or "-"
+
+
+async def _api(client: httpx.AsyncClient, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+    """One call to the audit projector's API: its JSON answer, a problem's detail as the
+    command's error (exit 1), or Unavailable naming the address."""
+    try:
+        response = await client.request(method, path, **kwargs)
+    except httpx.HTTPError as exc:
+        raise Unavailable(
+            f"cannot reach the audit projector at {client.base_url}: {exc or type(exc).__name__}. "
+            "Is it running? Try `make services`."
+        ) from None
+    if response.status_code >= 400:
+        try:
+            detail = response.json().get("detail", response.text)
+        except ValueError:
+            detail = response.text
+        raise _fail(f"{method} {path}: {response.status_code} {detail}", 1)
+    body: dict[str, Any] = response.json()
+    return body

@@ -48,6 +48,7 @@ from chorus.outbox import outbox_message
 from chorus.registry import Registry
 from chorus.runtime.backoff import full_jitter
 from chorus.runtime.coalesce import Coalescer
+from chorus.runtime.datarequests import REQUESTS, DataRequests
 from chorus.runtime.guard import DeadLetterGuard
 from chorus.runtime.records import Record, record_from_original, to_original
 from chorus.service import (
@@ -85,9 +86,11 @@ from chorus_contracts.platform import (
     FireTarget,
     RetryDue,
     ReviewRequested,
+    SubjectErasureRequested,
     TimerCancel,
     TimerReschedule,
     TimerSchedule,
+    WorkflowsRetired,
 )
 
 log = logging.getLogger("chorus.pipeline")
@@ -216,7 +219,16 @@ class Pipeline:
         self.on_outbox = on_outbox or (lambda: None)
         self.rng = rng or random.Random()
         self.producer = ProducerRef(service=spec.name, version=spec.version)
-        self.accept = {**spec.consumes(), "retry.due": 1, "event.discarded": 1}
+        self.accept = {**spec.consumes(), "retry.due": 1, "event.discarded": 1, **REQUESTS}
+        self.data_requests = DataRequests(
+            store=store,
+            pool=pool,
+            registry=registry,
+            clock=clock,
+            producer=self.producer,
+            group=group,
+            on_outbox=self.on_outbox,
+        )
         # Concurrent lanes share round trips: loads and commits go in batches.
         self._loads: Coalescer[tuple[uuid.UUID, str], Loaded] = Coalescer(self._load_batch)
         self._commits: Coalescer[StepWrite, None] = Coalescer(self._commit_batch)
@@ -284,6 +296,10 @@ class Pipeline:
             await self._on_retry_due(rec, event.payload)
         elif isinstance(event.payload, EventDiscarded):
             await self._on_discarded(rec, event.envelope, event.payload)
+        elif isinstance(event.payload, SubjectErasureRequested):
+            await self.data_requests.erase(event.envelope, event.payload)
+        elif isinstance(event.payload, WorkflowsRetired):
+            await self._on_retired(rec, event.envelope, event.payload)
         elif self.spec.handler_for(event.event_type) is not None:
             await self._process(event, rec, attempt=event.envelope.attempt, failures=[], via=Via.DELIVERY)
         else:
@@ -355,6 +371,16 @@ class Pipeline:
                 conn, group=self.group, event_id=discarded, workflow_id=envelope.workflow_id, now=now
             )
         await self.drain(envelope.workflow_id)
+
+    async def _on_retired(self, rec: Record, envelope: Envelope, msg: WorkflowsRetired) -> None:
+        try:
+            run_id = uuid.UUID(msg.run_id)
+        except ValueError:
+            await self._dead_letter_record(
+                rec, UndecodableError("not a run id (a UUID)", pointer="/payload/run_id")
+            )
+            return
+        await self.data_requests.retire(envelope, msg, run_id)
 
     # -- the main path ----------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from chorus.metrics import Metrics
 from chorus.outbox import OutboxWriter, outbox_message
 from chorus.registry import RUNTIME_PRODUCER, Registry, load_registry
 from chorus.runtime.consumer import KafkaEdge
+from chorus.runtime.datarequests import REQUESTS
 from chorus.runtime.dispatch import Dispatcher
 from chorus.runtime.guard import DeadLetterGuard
 from chorus.runtime.loops import forever
@@ -117,11 +118,11 @@ class ServiceRunner:
     # -- topology --------------------------------------------------------------------------
 
     def topics(self) -> list[str]:
-        """Physical topics to subscribe: those of every handled event type, plus control."""
+        """Physical topics to subscribe: those of every handled event type, plus control
+        and the data requests (erasure, retention) every service answers."""
         names: set[str] = set()
-        for event_type in self.spec.consumes():
+        for event_type in [*self.spec.consumes(), CONTROL_TOPIC_EVENT, *REQUESTS]:
             names.update(self.registry.topic_for(event_type).physical_topics())
-        names.update(self.registry.topic_for(CONTROL_TOPIC_EVENT).physical_topics())
         return sorted(names)
 
     def priority_of(self, physical_topic: str) -> str:

@@ -1,0 +1,129 @@
+"""Erasure and retention in one service: what it does when the audit projector asks.
+
+The projector decides (an operator asked to erase a subject; its janitor found workflows
+past their lifetime) and publishes ``subject.erasure_requested`` / ``workflows.retired``
+on chorus.data. Every service's runtime reads them and removes what it holds in its own
+schema, in one transaction with its inbox row (a redelivered request changes nothing)
+and its confirmation, ``data.removed``, which the projector records for the operator.
+So no service ever writes another's tables, and a service that is down catches up
+from the topic when it starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Literal
+
+import asyncpg
+
+from chorus.clock import Clock
+from chorus.envelopes import child_envelope
+from chorus.logs import fields
+from chorus.outbox import outbox_message
+from chorus.registry import Registry
+from chorus.store import DONE, ServiceStore
+from chorus_contracts.envelope import Envelope, ProducerRef
+from chorus_contracts.platform import DataRemoved, SubjectErasureRequested, WorkflowsRetired
+
+log = logging.getLogger("chorus.datarequests")
+
+REQUESTS: dict[str, int] = {
+    SubjectErasureRequested.event_type: SubjectErasureRequested.version,
+    WorkflowsRetired.event_type: WorkflowsRetired.version,
+}
+"""The requests every runtime handles (event type -> version its code reads)."""
+
+
+class DataRequests:
+    def __init__(
+        self,
+        *,
+        store: ServiceStore,
+        pool: asyncpg.Pool,
+        registry: Registry,
+        clock: Clock,
+        producer: ProducerRef,
+        group: str,
+        on_outbox: Callable[[], None],
+    ) -> None:
+        self.store = store
+        self.pool = pool
+        self.registry = registry
+        self.clock = clock
+        self.producer = producer
+        self.group = group
+        self.on_outbox = on_outbox
+
+    async def erase(self, envelope: Envelope, request: SubjectErasureRequested) -> None:
+        async with self._request(envelope) as conn:
+            if conn is None:
+                return
+            rows, workflows = await self.store.erase_subject(conn, request.subject_hash)
+            await self._confirm(conn, envelope, "erasure", request.erasure_id, rows, workflows)
+
+    async def retire(self, envelope: Envelope, request: WorkflowsRetired, run_id: uuid.UUID) -> None:
+        async with self._request(envelope) as conn:
+            if conn is None:
+                return
+            rows, workflows = await self.store.retire(
+                conn,
+                request.workflow_ids,
+                run_id=run_id,
+                archive=request.mode == "archive",
+                now=self.clock.now(),
+            )
+            request_id = f"{request.run_id}/{request.batch}"
+            await self._confirm(conn, envelope, "retirement", request_id, rows, workflows)
+
+    @asynccontextmanager
+    async def _request(self, envelope: Envelope) -> AsyncIterator[asyncpg.Connection | None]:
+        """A transaction that first claims the request in the inbox: yields its connection,
+        or None when this group handled the request already. Wakes the relay after a
+        commit that confirmed."""
+        async with self.pool.acquire() as conn:
+            async with conn.transaction():
+                claimed = await self.store.claim_inbox(
+                    conn,
+                    group=self.group,
+                    event_id=envelope.event_id,
+                    attempt=envelope.attempt,
+                    outcome=DONE,
+                    event_type=envelope.event_type,
+                    workflow_id=envelope.workflow_id,
+                    now=self.clock.now(),
+                )
+                yield conn if claimed else None
+            if claimed:
+                self.on_outbox()
+
+    async def _confirm(
+        self,
+        conn: asyncpg.Connection,
+        envelope: Envelope,
+        request: Literal["erasure", "retirement"],
+        request_id: str,
+        rows: dict[str, int],
+        workflows: int,
+    ) -> None:
+        confirmation = DataRemoved(
+            request=request,
+            request_id=request_id,
+            service=self.producer.service,
+            workflows=workflows,
+            rows=rows,
+        )
+        reply = child_envelope(
+            envelope, confirmation, producer=self.producer, now=self.clock.now(), position="data.removed"
+        )
+        await self.store.add_outbox(conn, [outbox_message(self.registry, reply)])
+        log.info(
+            "%s %s: removed %d row(s) of %d workflow(s)",
+            request,
+            request_id,
+            sum(rows.values()),
+            workflows,
+            extra=fields(rows=rows),
+        )
