@@ -11,6 +11,10 @@ POST /v1/erasures                          erase a data subject: {"subject_ref",
                                            202 with the erasure; every service confirms later
 GET /v1/erasures/{erasure_id}              the erasure, which services confirmed it
                                            (``confirmations``) and which not yet (``pending``)
+POST /v1/replays                           rebuild the projection from the topics into a fresh
+                                           schema: {"since", "verify", "drop", "live_timeout_s"};
+                                           202 with the job
+GET /v1/replays/{replay_id}                the job: state, progress, result, comparison
 
 Errors are RFC 9457 problem+json: 404 an unknown id, 400 a parameter over its bound,
 415 a body that is not JSON, 413 one over 64 KiB, 422 a body naming the failing field.
@@ -20,14 +24,15 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, Strict, StrictBool, ValidationError
 
 from audit_projector.adapters import queries
 from audit_projector.adapters.maintenance import Announcer, erase_subject, erasure
 from audit_projector.config import Settings
+from audit_projector.replays import ReplayJobs
 from chorus import strictjson
 from chorus.service import RuntimeHandle
 from chorus.webapi import PROBLEM
@@ -43,6 +48,20 @@ class ErasureRequest(BaseModel):
     actor: str = Field(min_length=1, max_length=200)
 
 
+class ReplayRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    since: AwareDatetime | None = Field(
+        default=None, description="from the first record at or after this time; else from the start"
+    )
+    verify: StrictBool = False
+    drop: StrictBool = False
+    live_timeout_s: Annotated[float, Strict()] = Field(default=30.0, ge=0, le=3600)
+
+
+Body = TypeVar("Body", bound=BaseModel)
+
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -55,6 +74,8 @@ def routes(rt: RuntimeHandle) -> list[web.RouteDef]:
         web.get("/v1/approvals/{approval_id}", api.approval),
         web.post("/v1/erasures", api.erase),
         web.get("/v1/erasures/{erasure_id}", api.erasure),
+        web.post("/v1/replays", api.replay),
+        web.get("/v1/replays/{replay_id}", api.replay_job),
     ]
 
 
@@ -63,7 +84,7 @@ def _problem(status: int, title: str, detail: str, instance: str, **extra: Any) 
     return web.json_response({**body, **extra}, status=status, content_type=PROBLEM)
 
 
-async def _body(request: web.Request, model: type[ErasureRequest]) -> ErasureRequest | web.Response:
+async def _body(request: web.Request, model: type[Body]) -> Body | web.Response:
     """The request's JSON body as ``model``, or the problem that names what is wrong."""
     if request.content_type != "application/json":
         return _problem(415, "Unsupported media type", "send application/json", request.path)
@@ -99,6 +120,7 @@ class ReadApi:
         # A runner started with plain ServiceSettings (an embedding) gets the defaults.
         settings = rt.settings if isinstance(rt.settings, Settings) else Settings()
         self.data_holders = sorted(settings.data_holders or [rt.service])
+        self.replays = ReplayJobs(rt)
 
     async def _one(
         self, request: web.Request, name: str, read: Callable[..., Awaitable[Any]]
@@ -176,3 +198,24 @@ class ReadApi:
         """Which data holders have not confirmed yet (``complete`` when none)."""
         pending = [s for s in self.data_holders if s not in found["confirmations"]]
         return {"pending": pending, "complete": not pending}
+
+    async def replay(self, request: web.Request) -> web.Response:
+        body = await _body(request, ReplayRequest)
+        if isinstance(body, web.Response):
+            return body
+        job = self.replays.start(
+            since=body.since, verify=body.verify, drop=body.drop, live_timeout_s=body.live_timeout_s
+        )
+        return web.json_response(
+            job.as_json(), status=202, headers={"Location": f"/v1/replays/{job.replay_id}"}
+        )
+
+    async def replay_job(self, request: web.Request) -> web.Response:
+        key = _id(request, "replay_id")
+        if isinstance(key, web.Response):
+            return key
+        job = self.replays.jobs.get(key)
+        if job is None:
+            detail = f"no replay {key!r} (jobs live in the projector process; was it restarted?)"
+            return _problem(404, "Not found", detail, request.path)
+        return web.json_response(job.as_json())

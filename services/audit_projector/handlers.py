@@ -12,8 +12,61 @@ from audit_projector.adapters.projection import ProjectEvent
 from audit_projector.domain import audit_entry
 from chorus.codec import Event
 from chorus.service import Context, Outcome
+from chorus_contracts.approvals import (
+    ApprovalDecided,
+    ApprovalDecisionSubmitted,
+    ApprovalEscalated,
+    ApprovalRequested,
+    ApprovalWindowElapsed,
+)
 from chorus_contracts.base import EventModel
-from chorus_contracts.platform import DataRemoved
+from chorus_contracts.lifecycle import WorkflowDeadlineReached, WorkflowEnded, WorkflowStarted
+from chorus_contracts.platform import (
+    DataRemoved,
+    EventDeadLettered,
+    ReviewRequested,
+)
+from chorus_contracts.procurement import (
+    BudgetRejected,
+    BudgetReleased,
+    BudgetReserved,
+    InvoiceReceived,
+    InvoiceRejected,
+    InvoiceValidated,
+    PaymentFailed,
+    PaymentIssued,
+    RequesterNotified,
+)
+from chorus_contracts.research import ReportDelivered, ReportDrafted, ReportRequested
+
+# The event types projected: exactly those of the topics that list audit_projector as a
+# consumer (workflows.lifecycle, procurement.events, research.events, approvals.events,
+# chorus.reviews, chorus.deadletters; chorus.data brings the confirmations, which are
+# ledger, not projection); a unit test holds this to the registry.
+PROJECTED: tuple[type[EventModel], ...] = (
+    WorkflowStarted,
+    WorkflowEnded,
+    WorkflowDeadlineReached,
+    InvoiceReceived,
+    InvoiceValidated,
+    InvoiceRejected,
+    BudgetReserved,
+    BudgetRejected,
+    PaymentIssued,
+    PaymentFailed,
+    BudgetReleased,
+    RequesterNotified,
+    ReportRequested,
+    ReportDrafted,
+    ReportDelivered,
+    ApprovalRequested,
+    ApprovalEscalated,
+    ApprovalWindowElapsed,
+    ApprovalDecisionSubmitted,
+    ApprovalDecided,
+    ReviewRequested,
+    EventDeadLettered,
+)
 
 
 @dataclass(frozen=True)

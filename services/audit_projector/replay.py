@@ -34,17 +34,18 @@ from audit_projector.adapters.projection import (
     migrate_projection,
     workflow_digests,
 )
-from audit_projector.handlers import ProjectorDeps
-from audit_projector.service import make_spec
+from audit_projector.handlers import PROJECTED, ProjectorDeps, on_workflow_event
 from chorus.clock import SystemClock
 from chorus.codec import DEFAULT_MAX_BYTES, decode
 from chorus.errors import DecodeError
 from chorus.kafka import make_admin, make_consumer
 from chorus.registry import Registry
-from chorus.service import Context, Effect, ServiceSpec
+from chorus.service import Context, Effect
 from chorus_contracts.base import EventModel
 
 log = logging.getLogger("audit_projector.replay")
+
+_ACCEPT = {model.event_type: model.version for model in PROJECTED}
 
 Progress = Callable[[int, int], None]
 """(records read so far, records to read in total)."""
@@ -75,12 +76,12 @@ class ReplayResult:
     topics: list[str] = field(default_factory=list)
 
 
-def replay_topics(registry: Registry, live_schema: str) -> list[str]:
-    """Every physical topic (lanes included) carrying an event type the projector claims."""
-    spec = make_spec(live_schema)
+def replay_topics(registry: Registry) -> list[str]:
+    """Every physical topic (lanes included) carrying an event type the projection shows
+    (not the confirmations of erasures and retirements: those are ledger, not projection)."""
     names: set[str] = set()
-    for event_type in spec.consumes():
-        names.update(registry.topic_for(event_type).physical_topics())
+    for model in PROJECTED:
+        names.update(registry.topic_for(model.event_type).physical_topics())
     return sorted(names)
 
 
@@ -110,12 +111,11 @@ async def rebuild(
     target = target or ReplayTarget.new(live_schema)
     started = time.perf_counter()
     projector = _Projector(
-        spec=make_spec(live_schema),
         deps=ProjectorDeps(schema=target.schema, ledger=live_schema),
         registry=registry,
         max_bytes=max_event_bytes,
     )
-    topics = replay_topics(registry, live_schema)
+    topics = replay_topics(registry)
     tps = await partitions(bootstrap, topics)
     async with pool.acquire() as conn:
         # The replay applies the live ledger (erasures, retired workflows): it must exist.
@@ -214,7 +214,6 @@ async def _start_offsets(
 class _Projector:
     """The live projector's handler, pointed at the replay schema."""
 
-    spec: ServiceSpec[Any, ProjectorDeps]
     deps: ProjectorDeps
     registry: Registry
     max_bytes: int
@@ -226,11 +225,10 @@ class _Projector:
         not decode. Size limits are the live projector's, so both sides drop the same."""
         try:
             limit = self.registry.size_limit(topic, self.max_bytes)
-            event = decode(raw, self.registry, accept=self.spec.consumes(), max_bytes=limit)
+            event = decode(raw, self.registry, accept=_ACCEPT, max_bytes=limit)
         except DecodeError:
             return None
-        route = self.spec.handler_for(event.event_type)
-        if route is None:
+        if event.event_type not in _ACCEPT:
             return None
         ctx: Context[ProjectorDeps] = Context(
             service=self.deps.schema,
@@ -242,7 +240,7 @@ class _Projector:
             log=logging.LoggerAdapter(log),
             _checkpoint=_no_checkpoint,
         )
-        outcome = await route.handler(event, None, ctx)
+        outcome = await on_workflow_event(event, None, ctx)
         effects = list(outcome.effects)
         assert len(effects) == 1, "the projector's handler returns exactly one effect"
         return event.envelope.workflow_id, effects[0]

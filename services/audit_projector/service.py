@@ -10,67 +10,12 @@ import asyncpg
 from audit_projector.adapters.projection import SCHEMA, migrate_projection
 from audit_projector.api import routes
 from audit_projector.bootstrap import bootstrap_for
-from audit_projector.handlers import ProjectorDeps, on_data_removed, on_workflow_event
+from audit_projector.handlers import PROJECTED, ProjectorDeps, on_data_removed, on_workflow_event
 from audit_projector.janitor import expire_workflows
 from chorus.service import On, ServiceSpec
-from chorus_contracts.approvals import (
-    ApprovalDecided,
-    ApprovalDecisionSubmitted,
-    ApprovalEscalated,
-    ApprovalRequested,
-    ApprovalWindowElapsed,
-)
-from chorus_contracts.base import EventModel
-from chorus_contracts.lifecycle import WorkflowDeadlineReached, WorkflowEnded, WorkflowStarted
-from chorus_contracts.platform import (
-    DataRemoved,
-    EventDeadLettered,
-    ReviewRequested,
-    SubjectErasureRequested,
-    WorkflowsRetired,
-)
-from chorus_contracts.procurement import (
-    BudgetRejected,
-    BudgetReleased,
-    BudgetReserved,
-    InvoiceReceived,
-    InvoiceRejected,
-    InvoiceValidated,
-    PaymentFailed,
-    PaymentIssued,
-    RequesterNotified,
-)
-from chorus_contracts.research import ReportDelivered, ReportDrafted, ReportRequested
+from chorus_contracts.platform import DataRemoved, SubjectErasureRequested, WorkflowsRetired
 
 VERSION = "0.1.0"
-
-# Exactly the event types of the topics that list audit_projector as a consumer
-# (workflows.lifecycle, procurement.events, research.events, approvals.events,
-# chorus.reviews, chorus.deadletters); a unit test holds this to the registry.
-PROJECTED: tuple[type[EventModel], ...] = (
-    WorkflowStarted,
-    WorkflowEnded,
-    WorkflowDeadlineReached,
-    InvoiceReceived,
-    InvoiceValidated,
-    InvoiceRejected,
-    BudgetReserved,
-    BudgetRejected,
-    PaymentIssued,
-    PaymentFailed,
-    BudgetReleased,
-    RequesterNotified,
-    ReportRequested,
-    ReportDrafted,
-    ReportDelivered,
-    ApprovalRequested,
-    ApprovalEscalated,
-    ApprovalWindowElapsed,
-    ApprovalDecisionSubmitted,
-    ApprovalDecided,
-    ReviewRequested,
-    EventDeadLettered,
-)
 
 
 def make_spec(name: str = SCHEMA) -> ServiceSpec[Any, ProjectorDeps]:

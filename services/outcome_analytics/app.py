@@ -40,6 +40,7 @@ from typing import Any
 
 import faust
 import mode
+from faust.exceptions import ConsumerNotStarted
 from faust.types import Message
 
 from chorus.http import HttpServer
@@ -170,7 +171,10 @@ def run(settings: Settings) -> None:
         app = build_app(settings, topics, group_id=group_id, datadir=Path(datadir), handle=handle)
 
         async def health() -> dict[str, Any]:
-            assigned = app.consumer.assignment() if app.started else set()
+            try:
+                assigned = app.consumer.assignment() if app.started else set()
+            except ConsumerNotStarted:  # the worker is up, its consumer thread not yet
+                assigned = set()
             return {
                 # "ok" once the group is joined and partitions are being read; how far
                 # the view has got is in "positions".

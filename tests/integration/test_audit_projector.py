@@ -47,6 +47,7 @@ from tests.support.testservice import make_spec as make_test_service
 pytestmark = pytest.mark.integration
 
 CHORUS = str(Path(sys.executable).parent / "chorus")
+TEXT = {"content-type": "text/plain"}
 T = TypeVar("T")
 
 
@@ -261,7 +262,7 @@ async def test_procurement_run_shows_waiting_for_approval_then_completed(
 
     async with running(
         make_spec(name), projector_settings(kafka_bootstrap, database_url, name), registry=registry
-    ):
+    ) as projector:
         await first.publish(kafka_bootstrap)
         status = await eventually(lambda: _status_if(pg, wf, name, events=5), what="five events projected")
         assert status.status == "waiting"
@@ -289,6 +290,21 @@ async def test_procurement_run_shows_waiting_for_approval_then_completed(
         # The end is published before the payment it follows: topics interleave.
         await second.publish(kafka_bootstrap, reversed(second.items))
         status = await eventually(lambda: _status_if(pg, wf, name, events=8), what="eight events projected")
+        # The operator's view, through the projector's API.
+        assert projector.http is not None
+        api = ("--api", f"http://127.0.0.1:{projector.http.port}")
+        code, out, err = await chorus("timeline", wf, *api)
+        assert code == 0, err
+        assert "completed" in out
+        assert "approval by manager" in out
+        assert "approve / manager-17" in out
+        code, out, err = await chorus("timeline", "wf-nobody", *api)
+        assert code == 1
+        assert "unknown workflow 'wf-nobody'" in err
+    code, out, err = await chorus("timeline", wf, "--api", "http://127.0.0.1:1")
+    assert code == 69
+    assert "127.0.0.1:1" in err
+    assert "make services" in err
     assert status.status == "completed"
     assert (status.outcome, status.result) == ("completed", {"payment_id": "pay-1"})
     assert (status.waiting_for, status.pending_approval) == (None, None)
@@ -309,20 +325,6 @@ async def test_procurement_run_shows_waiting_for_approval_then_completed(
     decided = entries[-3]
     assert (decided.decision, decided.actor) == ("approve", "manager-17")
     assert entries[-2].external_call == "payment provider: PRV-4711"
-
-    code, out, err = await chorus("timeline", wf, "--schema", name)
-    assert code == 0, err
-    assert "completed" in out
-    assert "approval by manager" in out
-    assert "approve / manager-17" in out
-    code, out, err = await chorus("timeline", "wf-nobody", "--schema", name)
-    assert code == 1
-    assert "unknown workflow 'wf-nobody'" in err
-    unreachable = "postgresql://chorus:chorus@127.0.0.1:1/chorus"
-    code, out, err = await chorus("timeline", wf, "--schema", name, env={"CHORUS_DATABASE_URL": unreachable})
-    assert code == 69
-    assert "127.0.0.1:1" in err
-    assert "make up" in err
 
 
 async def _status_if(pg: asyncpg.Connection, workflow_id: str, schema: str, *, events: int) -> Any:
@@ -387,16 +389,8 @@ async def test_replaying_every_topic_rebuilds_the_live_projection_exactly(
         assert _metric(metrics, "chorus_duplicates_skipped_total") >= copies + 200
 
         started = time.perf_counter()
-        code, out, err = await chorus(
-            "replay",
-            "--projection",
-            "audit",
-            "--verify",
-            "--schema",
-            name,
-            "--schemas-dir",
-            str(registry.root),
-        )
+        api = ("--api", service.url)
+        code, out, err = await chorus("replay", "--projection", "audit", "--verify", *api)
         replay_s = time.perf_counter() - started
         assert code == 0, out + err
         assert "equal: 119 workflow(s)" in out
@@ -421,11 +415,8 @@ async def test_replaying_every_topic_rebuilds_the_live_projection_exactly(
         }
 
         # From a timestamp: only the workflows started after it are compared.
-        registry_dir = ("--schemas-dir", str(registry.root))
         since_arg = ("--since", since.isoformat())
-        code, out, err = await chorus(
-            "replay", "--verify", "--drop", *since_arg, "--schema", name, *registry_dir
-        )
+        code, out, err = await chorus("replay", "--verify", "--drop", *since_arg, *api)
         assert code == 0, out + err
         assert "equal: 14 workflow(s)" in out
 
@@ -435,9 +426,7 @@ async def test_replaying_every_topic_rebuilds_the_live_projection_exactly(
             f"UPDATE {name}.workflow_status SET stage = 'invoice.received' WHERE workflow_id = $1",
             changed,
         )
-        code, out, err = await chorus(
-            "replay", "--verify", "--drop", "--schema", name, "--schemas-dir", str(registry.root)
-        )
+        code, out, err = await chorus("replay", "--verify", "--drop", *api)
         assert code == 1, out + err
         assert "1 of 119 workflow(s) differ" in out
         assert changed in out
@@ -758,6 +747,11 @@ async def test_the_read_api_answers_what_other_services_may_know(
             approval = (await api.get(f"/v1/approvals/appr-{unique}")).json()
             missing = await api.get("/v1/workflows/wf-nobody")
             too_long = await api.get("/v1/approvals/" + "a" * 201)
+            # The operator endpoints refuse bad bodies naming the field, before doing anything.
+            not_json = await api.post("/v1/erasures", content=b"subject_ref=x", headers=TEXT)
+            wrong_type = await api.post("/v1/erasures", json={"subject_ref": 5, "actor": "dpo"})
+            naive = await api.post("/v1/replays", json={"since": "2026-01-01T00:00:00"})
+            unknown_job = await api.get("/v1/replays/nope")
     assert (status["workflow_id"], status["status"]) == (wf, "waiting")
     assert [e["event_type"] for e in timeline] == [
         "workflow.started",
@@ -770,3 +764,7 @@ async def test_the_read_api_answers_what_other_services_may_know(
         "application/problem+json"
     )
     assert too_long.status_code == 400
+    assert not_json.status_code == 415
+    assert wrong_type.status_code == 422 and "/subject_ref" in wrong_type.json()["detail"]
+    assert naive.status_code == 422 and "/since" in naive.json()["detail"]
+    assert unknown_job.status_code == 404

@@ -293,7 +293,7 @@ def judge_effects(
 async def audit_log_complete(dep: Deployment, notes: list[str]) -> list[str]:
     """Every decodable event on a projected topic has its row; no row without an event."""
     poison = {(p.topic, p.partition, p.offset) for p in dep.poison}
-    records = await read_all(dep.bootstrap, replay_topics(dep.registry, AUDIT_SCHEMA))
+    records = await read_all(dep.bootstrap, replay_topics(dep.registry))
     on_topics: set[str] = set()
     problems: list[str] = []
     for r in records:

@@ -1,23 +1,23 @@
 """``chorus replay``, ``chorus timeline`` and ``chorus erase``: the audit projection from
-an operator's terminal.
+an operator's terminal, through the audit projector's HTTP API (``--api``, or
+``CHORUS_AUDIT_URL``); the terminal needs neither PostgreSQL nor Kafka.
 
-Exit codes: 0 ok (replay: projections equal); 1 replay found differences, or the
-workflow is unknown; 2 usage errors; 69 (EX_UNAVAILABLE) PostgreSQL or Kafka not
-reachable at the address tried.
+Exit codes: 0 ok (replay: projections equal; erase: every service confirmed); 1 replay
+found differences or failed, the workflow or erasure is unknown, or the API refused the
+request; 2 usage errors; 69 (EX_UNAVAILABLE) the API not reachable at the address tried;
+75 (EX_TEMPFAIL) erase: some services have not confirmed yet.
 """
 
 from __future__ import annotations
 
 import asyncio
 import getpass
-import logging
 from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, overload
+from urllib.parse import quote
 
-import asyncpg
 import httpx
 import typer
 from rich.console import Console
@@ -25,39 +25,26 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from chorus.codec import DEFAULT_MAX_BYTES
-from chorus.db import create_pool, redact
-from chorus.registry import load_registry
-from chorus.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
-
 EX_UNAVAILABLE = 69
-LIVE_SCHEMA = "audit_projector"
 T = TypeVar("T")
 
 console = Console(highlight=False)
 errors = Console(stderr=True, highlight=False)
 
-DatabaseUrl = Annotated[
-    str,
-    typer.Option("--database-url", envvar="CHORUS_DATABASE_URL", show_envvar=True, help="PostgreSQL URL."),
-]
-Bootstrap = Annotated[
+AuditUrl = Annotated[
     str,
     typer.Option(
-        "--bootstrap",
-        envvar="CHORUS_KAFKA_BOOTSTRAP",
+        "--api",
+        envvar="CHORUS_AUDIT_URL",
         show_envvar=True,
-        help="Kafka bootstrap servers.",
+        help="The audit projector's HTTP API.",
     ),
 ]
-Schema = Annotated[
-    str,
-    typer.Option("--schema", help="Schema of the live audit projection (the projector's name)."),
-]
+AUDIT_URL = "http://127.0.0.1:8103"
 
 
 class Unavailable(Exception):
-    """PostgreSQL or Kafka could not be reached; the message names the address."""
+    """The audit projector's API could not be reached; the message names the address."""
 
 
 def _fail(message: str, code: int) -> typer.Exit:
@@ -67,36 +54,10 @@ def _fail(message: str, code: int) -> typer.Exit:
 
 @contextmanager
 def _unavailable_exits() -> Iterator[None]:
-    # aiokafka logs every failed connection at ERROR; the command names the address once.
-    kafka_log = logging.getLogger("aiokafka")
-    previous = kafka_log.level
-    kafka_log.setLevel(logging.CRITICAL)
     try:
         yield
     except Unavailable as exc:
         raise _fail(str(exc), EX_UNAVAILABLE) from None
-    finally:
-        kafka_log.setLevel(previous)
-
-
-async def _pool(url: str) -> asyncpg.Pool:
-    try:
-        return await create_pool(url, max_size=5)
-    except ConnectionError as exc:
-        raise Unavailable(str(exc)) from None
-
-
-async def _with_conn(url: str, work: Any) -> Any:
-    try:
-        conn = await asyncpg.connect(url, timeout=10)
-    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
-        raise Unavailable(
-            f"cannot connect to PostgreSQL at {redact(url)}: {exc}. Is it running? Try `make up`."
-        ) from None
-    try:
-        return await work(conn)
-    finally:
-        await conn.close()
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
@@ -138,154 +99,81 @@ def replay_command(
         float,
         typer.Option(
             "--live-timeout",
+            min=0,
             help="Seconds to wait for the live projector to reach the same offsets before comparing.",
         ),
     ] = 30.0,
-    schema: Schema = LIVE_SCHEMA,
-    schemas_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--schemas-dir",
-            envvar="CHORUS_SCHEMAS_DIR",
-            file_okay=False,
-            help="Event registry (default: schemas/ of this checkout).",
-        ),
-    ] = None,
-    max_event_bytes: Annotated[
-        int,
-        typer.Option(
-            "--max-event-bytes",
-            envvar="CHORUS_MAX_EVENT_BYTES",
-            min=1,
-            help="The live projector's size limit: larger records are skipped, as it dead-letters them.",
-        ),
-    ] = DEFAULT_MAX_BYTES,
-    bootstrap: Bootstrap = LOCAL_KAFKA,
-    database_url: DatabaseUrl = LOCAL_DATABASE_URL,
+    api: AuditUrl = AUDIT_URL,
 ) -> None:
     """Rebuild a projection from the topics and compare it with the live one.
 
-    The rebuild goes into a fresh schema (audit_replay_<id>) with its own consumer group,
-    without touching the live projector, and stops at the end offsets seen at start.
-    With --verify it is compared row for row with the live projection (exit 1 when
-    they differ)."""
+    The audit projector rebuilds into a fresh schema (audit_replay_<id>) with its own
+    consumer group, without touching the live projection, and stops at the end offsets
+    seen at start. With --verify it is compared row for row with the live projection
+    (exit 1 when they differ)."""
     if projection != "audit":
         raise _fail(f"unknown projection {projection!r}; known: audit", 2)
     since_at = _parse_since(since)
-    try:
-        registry = load_registry(schemas_dir)
-    except (FileNotFoundError, ValueError) as exc:
-        raise _fail(str(exc), 2) from None
+    body = {
+        "since": since_at.isoformat() if since_at else None,
+        "verify": verify,
+        "drop": drop,
+        "live_timeout_s": live_timeout_s,
+    }
+
+    async def run() -> dict[str, Any]:
+        async with httpx.AsyncClient(base_url=api.rstrip("/"), timeout=30) as client:
+            job = await _api(client, "POST", "/v1/replays", json=body)
+            with Progress(
+                TextColumn("[bold]replaying[/bold] {task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+                transient=False,
+            ) as bar:
+                task = bar.add_task("topics", total=None)
+                while job["state"] == "running":
+                    await asyncio.sleep(0.2)
+                    job = await _api(client, "GET", f"/v1/replays/{job['replay_id']}")
+                    bar.update(task, completed=job["progress"]["done"], total=job["progress"]["total"])
+            return job
+
     with _unavailable_exits():
-        code = _run(
-            _replay(
-                registry=registry,
-                bootstrap=bootstrap,
-                database_url=database_url,
-                schema=schema,
-                since=since_at,
-                verify=verify,
-                drop=drop,
-                live_timeout_s=live_timeout_s,
-                max_event_bytes=max_event_bytes,
-            )
-        )
-    raise typer.Exit(code)
-
-
-async def _replay(
-    *,
-    registry: Any,
-    bootstrap: str,
-    database_url: str,
-    schema: str,
-    since: datetime | None,
-    verify: bool,
-    drop: bool,
-    live_timeout_s: float,
-    max_event_bytes: int,
-) -> int:
-    from aiokafka.errors import KafkaConnectionError
-
-    from audit_projector.replay import (
-        MissingProjectionError,
-        MissingTopicError,
-        compare,
-        rebuild,
-        wait_for_live,
+        job = _run(run())
+    if job["state"] != "succeeded":
+        raise _fail(f"replay {job['replay_id']} failed: {job['error']}", 1)
+    result = job["result"]
+    rate = result["records"] / result["seconds"] if result["seconds"] else 0.0
+    console.print(
+        f"replayed {result['records']} record(s) ({result['applied']} projected) from "
+        f"{len(result['topics'])} topic(s) into schema [bold]{job['schema']}[/bold] "
+        f"(group {result['group']}) in {result['seconds']:.2f}s ({rate:.0f} records/s)"
+        + (f"; {result['undecodable']} undecodable record(s) skipped" if result["undecodable"] else "")
     )
-
-    pool = await _pool(database_url)
-    try:
-        with Progress(
-            TextColumn("[bold]replaying[/bold] {task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=False,
-        ) as bar:
-            task = bar.add_task("topics", total=None)
-
-            def advance(done: int, total: int) -> None:
-                bar.update(task, completed=done, total=total)
-
-            try:
-                result = await rebuild(
-                    registry=registry,
-                    bootstrap=bootstrap,
-                    pool=pool,
-                    live_schema=schema,
-                    since=since,
-                    progress=advance,
-                    max_event_bytes=max_event_bytes,
-                )
-            except MissingTopicError as exc:
-                errors.print(f"chorus: {exc}", markup=False)
-                return 2
-            except MissingProjectionError as exc:
-                errors.print(f"chorus: {exc}", markup=False)
-                return 1
-            except KafkaConnectionError as exc:
-                raise Unavailable(
-                    f"cannot reach Kafka at {bootstrap}: {exc}. Is it running? Try `make up`."
-                ) from None
-        rate = result.records / result.seconds if result.seconds else 0.0
-        console.print(
-            f"replayed {result.records} record(s) ({result.applied} projected) from "
-            f"{len(result.topics)} topic(s) into schema [bold]{result.target.schema}[/bold] "
-            f"(group {result.target.group}) in {result.seconds:.2f}s ({rate:.0f} records/s)"
-            + (f"; {result.undecodable} undecodable record(s) skipped" if result.undecodable else "")
-        )
-        code = 0
-        if verify:
-            lag = await wait_for_live(bootstrap, schema, result.end_offsets, live_timeout_s)
-            if lag:
-                errors.print(
-                    f"warning: the live projector ({schema}) is still {lag} record(s) behind "
-                    "the replayed offsets; differences may only be lag"
-                )
-            async with pool.acquire() as conn:
-                comparison = await compare(conn, live=schema, replay=result.target.schema, since=since)
-            console.print(f"live    {schema}: md5 {comparison.live_checksum}")
-            console.print(f"replay  {result.target.schema}: md5 {comparison.replay_checksum}")
-            if comparison.equal:
-                console.print(f"[green]equal[/green]: {comparison.workflows} workflow(s)")
-            else:
-                console.print(
-                    f"[red]different[/red]: {len(comparison.differing)} of "
-                    f"{comparison.workflows} workflow(s) differ; first:"
-                )
-                for workflow_id in comparison.differing[:10]:
-                    console.print(f"  {workflow_id}", markup=False)
-                code = 1
-        if drop:
-            async with pool.acquire() as conn:
-                await conn.execute(f"DROP SCHEMA {result.target.schema} CASCADE")
-            console.print(f"dropped schema {result.target.schema}")
-        return code
-    finally:
-        await pool.close()
+    code = 0
+    comparison = job["comparison"]
+    if comparison is not None:
+        if comparison["live_lag"]:
+            errors.print(
+                f"warning: the live projector is still {comparison['live_lag']} record(s) behind "
+                "the replayed offsets; differences may only be lag"
+            )
+        console.print(f"live:   md5 {comparison['live_checksum']}")
+        console.print(f"replay: md5 {comparison['replay_checksum']}")
+        if comparison["equal"]:
+            console.print(f"[green]equal[/green]: {comparison['workflows']} workflow(s)")
+        else:
+            console.print(
+                f"[red]different[/red]: {comparison['differing_count']} of "
+                f"{comparison['workflows']} workflow(s) differ; first:"
+            )
+            for workflow_id in comparison["differing"][:10]:
+                console.print(f"  {workflow_id}", markup=False)
+            code = 1
+    if drop:
+        console.print(f"dropped schema {job['schema']}")
+    raise typer.Exit(code)
 
 
 # -- timeline ----------------------------------------------------------------------------------
@@ -293,47 +181,40 @@ async def _replay(
 
 def timeline_command(
     workflow_id: Annotated[str, typer.Argument(help="The workflow id.")],
-    schema: Schema = LIVE_SCHEMA,
-    database_url: DatabaseUrl = LOCAL_DATABASE_URL,
+    api: AuditUrl = AUDIT_URL,
 ) -> None:
     """A workflow's events, stages, waits and decisions, from the audit projection."""
-    from audit_projector.adapters.queries import status_view, timeline_entries
 
-    async def read(conn: asyncpg.Connection) -> Any:
-        try:
-            return await status_view(conn, workflow_id, schema=schema), await timeline_entries(
-                conn, workflow_id, schema=schema
-            )
-        except asyncpg.UndefinedTableError:
-            raise _fail(
-                f"no audit projection in schema {schema!r} at {redact(database_url)} "
-                "(has the audit projector run?)",
-                1,
-            ) from None
+    async def read() -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        async with httpx.AsyncClient(base_url=api.rstrip("/"), timeout=30) as client:
+            quoted = quote(workflow_id, safe="")
+            status = await _api(client, "GET", f"/v1/workflows/{quoted}", missing_ok=True)
+            timeline = await _api(client, "GET", f"/v1/workflows/{quoted}/timeline")
+            return status, list(timeline["timeline"])
 
     with _unavailable_exits():
-        status, entries = _run(_with_conn(database_url, read))
+        status, entries = _run(read())
     if status is None and not entries:
-        raise _fail(f"unknown workflow {workflow_id!r} (not in the audit projection {schema})", 1)
+        raise _fail(f"unknown workflow {workflow_id!r} (not in the audit projection at {api})", 1)
     if status is not None:
         console.print(
-            f"[bold]{escape(workflow_id)}[/bold]  {escape(status.workflow_type)}  status "
-            f"[bold]{status.status}[/bold]  stage {status.stage or '-'}"
+            f"[bold]{escape(workflow_id)}[/bold]  {escape(status['workflow_type'])}  status "
+            f"[bold]{status['status']}[/bold]  stage {status['stage'] or '-'}"
         )
         waiting = (
-            f"  waiting for {escape(status.waiting_for)}"
-            + (f" until {_at(status.waiting_until)}" if status.waiting_until else "")
-            if status.waiting_for
+            f"  waiting for {escape(status['waiting_for'])}"
+            + (f" until {_at(status['waiting_until'])}" if status["waiting_until"] else "")
+            if status["waiting_for"]
             else ""
         )
         ended = (
-            f"  ended {_at(status.ended_at)} (took {_span(status.duration_s or 0.0)})"
-            if status.ended_at
+            f"  ended {_at(status['ended_at'])} (took {_span(status['duration_s'] or 0.0)})"
+            if status["ended_at"]
             else ""
         )
         console.print(
-            f"started {_at(status.started_at)}{ended}{waiting}  events {status.events}"
-            f"  attempts {status.attempts}"
+            f"started {_at(status['started_at'])}{ended}{waiting}  events {status['events']}"
+            f"  attempts {status['attempts']}"
         )
     else:
         console.print(f"[bold]{escape(workflow_id)}[/bold]: no status row (removed by the janitor)")
@@ -342,18 +223,21 @@ def timeline_command(
         table.add_column(column)
     for e in entries:
         table.add_row(
-            _at(e.occurred_at),
-            e.event_type if e.origin == "topic" else f"{e.event_type} [dim]({e.origin})[/dim]",
-            escape(e.producer),
-            escape(" / ".join(filter(None, [e.decision, e.actor]))),
-            escape(_wait_or_call(e.event_type, e.payload, e.external_call)),
-            (e.trace_id or "")[:8],
+            _at(e["occurred_at"]),
+            e["event_type"] if e["origin"] == "topic" else f"{e['event_type']} [dim]({e['origin']})[/dim]",
+            escape(e["producer"]),
+            escape(" / ".join(filter(None, [e["decision"], e["actor"]]))),
+            escape(_wait_or_call(e["event_type"], e["payload"], e["external_call"])),
+            (e["trace_id"] or "")[:8],
         )
     console.print(table)
 
 
-def _at(value: datetime | None) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+def _at(value: str | None) -> str:
+    """An ISO 8601 time from the API, in UTC, to the second."""
+    if not value:
+        return "-"
+    return datetime.fromisoformat(value).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _span(seconds: float) -> str:
@@ -387,15 +271,6 @@ def _wait_or_call(event_type: str, payload: dict[str, Any], external_call: str |
 
 # -- erase -------------------------------------------------------------------------------------
 
-AuditUrl = Annotated[
-    str,
-    typer.Option(
-        "--api",
-        envvar="CHORUS_AUDIT_URL",
-        show_envvar=True,
-        help="The audit projector's HTTP API.",
-    ),
-]
 EX_TEMPFAIL = 75
 
 
@@ -416,7 +291,7 @@ def erase_command(
         float,
         typer.Option("--wait", min=0, help="Seconds to wait for every service to confirm."),
     ] = 30.0,
-    api: AuditUrl = "http://127.0.0.1:8103",
+    api: AuditUrl = AUDIT_URL,
 ) -> None:
     """Erase a data subject's data everywhere Chorus keeps it, and show who confirmed.
 
@@ -441,7 +316,7 @@ def erase_command(
                     f"{found['workflows']} workflow(s) in the audit projection"
                 )
             else:
-                found = await _api(client, "GET", f"/v1/erasures/{erasure_id}")
+                found = await _api(client, "GET", f"/v1/erasures/{quote(erasure_id or '', safe='')}")
             deadline = asyncio.get_running_loop().time() + wait_s
             while not found["complete"] and asyncio.get_running_loop().time() < deadline:
                 await asyncio.sleep(0.5)
@@ -471,9 +346,22 @@ def _rows(rows: dict[str, int]) -> str:
     return ", ".join(f"{table} {n}" for table, n in rows.items()) or "-"
 
 
-async def _api(client: httpx.AsyncClient, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-    """One call to the audit projector's API: its JSON answer, a problem's detail as the
-    command's error (exit 1), or Unavailable naming the address."""
+@overload
+async def _api(
+    client: httpx.AsyncClient, method: str, path: str, *, missing_ok: Literal[True], **kwargs: Any
+) -> dict[str, Any] | None: ...
+
+
+@overload
+async def _api(client: httpx.AsyncClient, method: str, path: str, **kwargs: Any) -> dict[str, Any]: ...
+
+
+async def _api(
+    client: httpx.AsyncClient, method: str, path: str, *, missing_ok: bool = False, **kwargs: Any
+) -> dict[str, Any] | None:
+    """One call to the audit projector's API: its JSON answer (None for a 404 when
+    ``missing_ok``), a problem's detail as the command's error (exit 1), or Unavailable
+    naming the address."""
     try:
         response = await client.request(method, path, **kwargs)
     except httpx.HTTPError as exc:
@@ -481,6 +369,8 @@ async def _api(client: httpx.AsyncClient, method: str, path: str, **kwargs: Any)
             f"cannot reach the audit projector at {client.base_url}: {exc or type(exc).__name__}. "
             "Is it running? Try `make services`."
         ) from None
+    if response.status_code == 404 and missing_ok:
+        return None
     if response.status_code >= 400:
         try:
             detail = response.json().get("detail", response.text)

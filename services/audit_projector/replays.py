@@ -1,0 +1,131 @@
+"""Replays as jobs of the running projector: ``POST /v1/replays`` starts one, ``GET
+/v1/replays/{id}`` follows it (what ``chorus replay`` shows).
+
+A replay runs where the projection lives, with the projector's own registry, Kafka and
+size limit, so an operator's terminal needs only the API. Jobs are kept in memory: a
+replay is a rebuild, so one cut short by a restart is simply started again (its
+schema stays behind until dropped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from aiokafka.errors import KafkaError
+
+from audit_projector.replay import (
+    MissingProjectionError,
+    MissingTopicError,
+    ReplayTarget,
+    compare,
+    rebuild,
+    wait_for_live,
+)
+from chorus.service import RuntimeHandle
+
+log = logging.getLogger("audit_projector.replays")
+
+JobState = Literal["running", "succeeded", "failed"]
+MAX_JOBS = 100
+"""Finished jobs kept for GET (the oldest go first)."""
+
+
+@dataclass
+class ReplayJob:
+    replay_id: str
+    schema: str
+    since: datetime | None
+    verify: bool
+    drop: bool
+    live_timeout_s: float
+    state: JobState = "running"
+    done: int = 0
+    total: int | None = None
+    result: dict[str, Any] | None = None
+    comparison: dict[str, Any] | None = None
+    error: str | None = None
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "replay_id": self.replay_id,
+            "schema": self.schema,
+            "since": self.since.isoformat() if self.since else None,
+            "verify": self.verify,
+            "drop": self.drop,
+            "state": self.state,
+            "progress": {"done": self.done, "total": self.total},
+            "result": self.result,
+            "comparison": self.comparison,
+            "error": self.error,
+        }
+
+
+class ReplayJobs:
+    def __init__(self, rt: RuntimeHandle) -> None:
+        self.rt = rt
+        self.jobs: dict[str, ReplayJob] = {}
+
+    def start(self, *, since: datetime | None, verify: bool, drop: bool, live_timeout_s: float) -> ReplayJob:
+        target = ReplayTarget.new(self.rt.service)
+        job = ReplayJob(target.replay_id, target.schema, since, verify, drop, live_timeout_s)
+        job.task = asyncio.create_task(self._run(job, target), name=f"replay:{target.replay_id}")
+        self.jobs[job.replay_id] = job
+        finished = [j for j in self.jobs.values() if j.state != "running"]
+        for old in finished[: max(0, len(self.jobs) - MAX_JOBS)]:
+            del self.jobs[old.replay_id]
+        return job
+
+    async def _run(self, job: ReplayJob, target: ReplayTarget) -> None:
+        rt, settings = self.rt, self.rt.settings
+
+        def advance(done: int, total: int) -> None:
+            job.done, job.total = done, total
+
+        try:
+            result = await rebuild(
+                registry=rt.registry,
+                bootstrap=settings.kafka_bootstrap,
+                pool=rt.pool,
+                live_schema=rt.service,
+                since=job.since,
+                target=target,
+                progress=advance,
+                max_event_bytes=settings.max_event_bytes,
+            )
+            job.result = {
+                "records": result.records,
+                "applied": result.applied,
+                "undecodable": result.undecodable,
+                "seconds": round(result.seconds, 3),
+                "topics": result.topics,
+                "group": result.target.group,
+            }
+            if job.verify:
+                lag = await wait_for_live(
+                    settings.kafka_bootstrap, rt.service, result.end_offsets, job.live_timeout_s
+                )
+                async with rt.pool.acquire() as conn:
+                    c = await compare(conn, live=rt.service, replay=job.schema, since=job.since)
+                job.comparison = {
+                    "equal": c.equal,
+                    "workflows": c.workflows,
+                    "live_checksum": c.live_checksum,
+                    "replay_checksum": c.replay_checksum,
+                    "differing": c.differing[:100],
+                    "differing_count": len(c.differing),
+                    "live_lag": lag,
+                }
+            if job.drop:
+                async with rt.pool.acquire() as conn:
+                    await conn.execute(f"DROP SCHEMA IF EXISTS {job.schema} CASCADE")
+            job.state = "succeeded"
+        except (MissingTopicError, MissingProjectionError, KafkaError, OSError) as exc:
+            job.state, job.error = "failed", str(exc) or type(exc).__name__
+        except Exception as exc:  # a bug: say so in the job, log the traceback
+            log.exception("replay %s failed", job.replay_id)
+            job.state, job.error = "failed", f"{type(exc).__name__}: {exc}"
