@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 from typing import Any
 
 import asyncpg
@@ -32,14 +32,18 @@ import asyncpg
 from chorus.db import ident
 from chorus.migrations import Migration, baseline, migrate
 
-# Inbox outcomes. "done" is final; the others let a later attempt through.
-DONE = "done"
-RETRYING = "retrying"
-DEAD_LETTERED = "dead_lettered"
-PARKED = "parked"
-REVIEW = "review_requested"
-DISCARDED = "discarded"
-SKIPPED = "skipped"
+
+class InboxOutcome(StrEnum):
+    """What the inbox holds for an event (``inbox.outcome``). DONE, REVIEW and DISCARDED
+    are final; RETRYING and DEAD_LETTERED let a later attempt through (a durable retry, a
+    redrive); PARKED lets the drain through once."""
+
+    DONE = "done"
+    RETRYING = "retrying"
+    DEAD_LETTERED = "dead_lettered"
+    PARKED = "parked"
+    REVIEW = "review_requested"
+    DISCARDED = "discarded"
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,7 @@ class OutboxRow:
 
 @dataclass(frozen=True)
 class InboxRow:
-    outcome: str
+    outcome: InboxOutcome
     attempt: int
 
 
@@ -130,7 +134,7 @@ class StepWrite:
     group: str
     event_id: uuid.UUID
     attempt: int
-    outcome: str
+    outcome: InboxOutcome
     event_type: str | None
     workflow_id: str | None
     workflow_type: str
@@ -382,7 +386,7 @@ class ServiceStore:
 
     @staticmethod
     def _loaded(row: Any) -> Loaded:
-        inbox = InboxRow(row["outcome"], row["attempt"]) if row["outcome"] is not None else None
+        inbox = InboxRow(InboxOutcome(row["outcome"]), row["attempt"]) if row["outcome"] is not None else None
         state = None
         if row["revision"] is not None:
             state = StateRow(
@@ -402,7 +406,7 @@ class ServiceStore:
         group: str,
         event_id: uuid.UUID,
         attempt: int,
-        outcome: str,
+        outcome: InboxOutcome,
         event_type: str | None,
         workflow_id: str | None,
         now: datetime,
@@ -420,8 +424,9 @@ class ServiceStore:
                 ON CONFLICT (consumer_group, event_id) DO UPDATE
                   SET attempt = EXCLUDED.attempt, outcome = EXCLUDED.outcome,
                       processed_at = EXCLUDED.processed_at
-                  WHERE (i.outcome IN ('{RETRYING}', '{DEAD_LETTERED}') AND i.attempt < EXCLUDED.attempt)
-                     OR (i.outcome = '{PARKED}' AND $8)
+                  WHERE (i.outcome IN ('{InboxOutcome.RETRYING}', '{InboxOutcome.DEAD_LETTERED}')
+                         AND i.attempt < EXCLUDED.attempt)
+                     OR (i.outcome = '{InboxOutcome.PARKED}' AND $8)
                 RETURNING 1""",
             group,
             event_id,
@@ -531,8 +536,9 @@ class ServiceStore:
           ON CONFLICT (consumer_group, event_id) DO UPDATE
             SET attempt = EXCLUDED.attempt, outcome = EXCLUDED.outcome,
                 processed_at = EXCLUDED.processed_at
-            WHERE (i.outcome IN ('{RETRYING}', '{DEAD_LETTERED}') AND i.attempt < EXCLUDED.attempt)
-               OR (i.outcome = '{PARKED}' AND EXISTS (
+            WHERE (i.outcome IN ('{InboxOutcome.RETRYING}', '{InboxOutcome.DEAD_LETTERED}')
+                   AND i.attempt < EXCLUDED.attempt)
+               OR (i.outcome = '{InboxOutcome.PARKED}' AND EXISTS (
                      SELECT 1 FROM items x WHERE x.event_id = EXCLUDED.event_id AND x.from_parked))
           RETURNING 1),
         first_state AS (
@@ -665,9 +671,9 @@ class ServiceStore:
                 WHERE consumer_group = $1 AND event_id = $2 AND outcome = $5""",
             group,
             event_id,
-            DISCARDED,
+            InboxOutcome.DISCARDED,
             now,
-            DEAD_LETTERED,
+            InboxOutcome.DEAD_LETTERED,
         )
         await conn.execute(
             f"""UPDATE {self.schema}.state SET parked_on = NULL, revision = revision + 1,

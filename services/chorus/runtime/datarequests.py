@@ -24,7 +24,7 @@ from chorus.envelopes import child_envelope
 from chorus.logs import fields
 from chorus.outbox import outbox_message
 from chorus.registry import Registry
-from chorus.store import DONE, ServiceStore
+from chorus.store import InboxOutcome, ServiceStore
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.platform import DataRemoved, SubjectErasureRequested, WorkflowsRetired
 
@@ -90,7 +90,7 @@ class DataRequests:
                     group=self.group,
                     event_id=envelope.event_id,
                     attempt=envelope.attempt,
-                    outcome=DONE,
+                    outcome=InboxOutcome.DONE,
                     event_type=envelope.event_type,
                     workflow_id=envelope.workflow_id,
                     now=self.clock.now(),

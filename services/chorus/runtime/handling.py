@@ -1,0 +1,163 @@
+"""The handle and classify steps: call the handler, and say how it ended.
+
+Semantic failures re-run the handler with the validation feedback (up to the route's
+``semantic_attempts``, then a person reviews). Transient and unexpected failures become
+a durable :class:`Retry` with full-jitter backoff until the route's attempts are spent;
+persistent ones, an invalid model the handler built, and spent retries become a
+:class:`DeadLetter`. Nothing here touches the database except through ``checkpoint``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from chorus.clock import Clock
+from chorus.codec import Event
+from chorus.errors import (
+    Category,
+    HandlerTimeoutError,
+    PersistentError,
+    SemanticError,
+    TransientError,
+)
+from chorus.logs import fields
+from chorus.metrics import Metrics
+from chorus.runtime.backoff import full_jitter
+from chorus.runtime.steps import DeadLetter, Frame, Result, Retry, Review, Succeeded
+from chorus.service import Context, On, ServiceSpec, check_outcome
+from chorus.store import ConflictError, StateRow
+from chorus.tracing import handling_span
+from chorus_contracts.base import EventModel
+from chorus_contracts.envelope import Envelope
+from chorus_contracts.platform import Failure
+
+log = logging.getLogger("chorus.pipeline")
+
+Checkpoint = Callable[[Envelope, Frame, BaseModel], Awaitable[None]]
+"""Persist a handler's mid-step checkpoint (``ctx.checkpoint``) on the frame."""
+
+
+class HandlerCall:
+    def __init__(
+        self,
+        *,
+        spec: ServiceSpec[Any, Any],
+        deps: Any,
+        clock: Clock,
+        metrics: Metrics,
+        checkpoint: Checkpoint,
+        rng: random.Random,
+    ) -> None:
+        self.spec = spec
+        self.deps = deps
+        self.clock = clock
+        self.metrics = metrics
+        self.checkpoint = checkpoint
+        self.rng = rng
+
+    def migrated(self, row: StateRow | None) -> dict[str, Any] | None:
+        """The checkpoint's state brought up to the service's state version."""
+        if row is None or row.state is None:
+            return None
+        state, version = row.state, row.state_version
+        while version < self.spec.state_version:
+            step = self.spec.state_migrations.get(version)
+            if step is None:
+                raise PersistentError(
+                    f"no state migration from v{version} to v{version + 1} in {self.spec.name}"
+                )
+            state, version = step(state), version + 1
+        return state
+
+    async def run(
+        self,
+        route: On,
+        event: Event[EventModel],
+        frame: Frame,
+        attempt: int,
+        failures: list[Failure],
+    ) -> tuple[Result, str]:
+        """Call the handler, with semantic re-tries; classify how it ended. Returns the
+        result and the traceparent of the handling span (its events' parent)."""
+        env = event.envelope
+        feedback: list[str] = []
+        with handling_span(
+            self.spec.name,
+            env.event_type,
+            env.traceparent,
+            {"workflow.id": env.workflow_id, "event.id": str(env.event_id), "attempt": str(attempt)},
+        ) as traceparent:
+            for _ in range(route.semantic_attempts):
+                try:
+                    return Succeeded(await self._call(route, event, frame, attempt, feedback)), traceparent
+                except SemanticError as exc:
+                    self.metrics.failures.labels("semantic", env.event_type).inc()
+                    feedback.extend(exc.errors)
+                    log.warning("semantic failure; re-running with feedback", extra=fields(errors=exc.errors))
+                    continue
+                except ConflictError:
+                    raise
+                except TransientError as exc:
+                    return self._transient(route, route.max_attempts, exc, "transient", attempt), traceparent
+                except PersistentError as exc:
+                    self.metrics.failures.labels(exc.category, env.event_type).inc()
+                    return DeadLetter(exc, exc.category), traceparent
+                except ValidationError as exc:
+                    # A state or emitted model the handler built is invalid: the code is wrong.
+                    self.metrics.failures.labels("persistent", env.event_type).inc()
+                    return DeadLetter(exc, "persistent"), traceparent
+                except Exception as exc:
+                    limit = self.spec.unexpected_max_attempts
+                    return self._transient(route, limit, exc, "unexpected", attempt), traceparent
+            return Review(feedback), traceparent
+
+    async def _call(
+        self, route: On, event: Event[EventModel], frame: Frame, attempt: int, feedback: list[str]
+    ) -> Any:
+        env = event.envelope
+        state_model = self.spec.state
+        state = (
+            state_model.model_validate(frame.state)
+            if state_model is not None and frame.state is not None
+            else None
+        )
+        ctx: Context[Any] = Context(
+            service=self.spec.name,
+            deps=self.deps,
+            clock=self.clock,
+            envelope=env,
+            attempt=attempt,
+            feedback=list(feedback),
+            log=logging.LoggerAdapter(logging.getLogger(self.spec.name)),
+            _checkpoint=lambda s: self.checkpoint(env, frame, s),
+        )
+        try:
+            outcome = await asyncio.wait_for(route.handler(event, state, ctx), timeout=route.timeout_s)
+        except TimeoutError:
+            raise HandlerTimeoutError(f"handler ran longer than its {route.timeout_s}s timeout") from None
+        check_outcome(self.spec, outcome)
+        return outcome
+
+    def _transient(
+        self, route: On, max_attempts: int, exc: BaseException, category: Category, attempt: int
+    ) -> Result:
+        self.metrics.failures.labels(category, route.event.event_type).inc()
+        if attempt >= max_attempts:
+            return DeadLetter(exc, category)
+        retry_after = exc.retry_after_s if isinstance(exc, TransientError) else None
+        wait = (
+            retry_after
+            if retry_after is not None
+            else full_jitter(attempt, route.backoff_base_s, route.backoff_cap_s, self.rng)
+        )
+        log.warning(
+            "transient failure; retrying later",
+            extra=fields(error=repr(exc), attempt=attempt, retry_in_s=round(wait, 3)),
+        )
+        return Retry(exc, category, wait)
