@@ -47,11 +47,11 @@ status:
 	-$(LOCAL)/postgres.sh status
 
 demo: up
-	$(PY) -m chorus.demo
+	$(PY) -m chorus_tools.demo
 
 # Every service in the foreground (API on :8080, sandbox on :9400) until Ctrl-C.
 services: up
-	$(PY) -m chorus.devstack
+	$(PY) -m chorus_tools.devstack
 
 # The compatibility gate runs first: against HEAD (uncommitted changes) and, when the
 # clone has it, HEAD~1 (the last commit). A missing ref is a note, not a failure.

@@ -23,7 +23,7 @@ from tests.support.fakes import handler_deps
 ROOT = Path(__file__).resolve().parents[1]
 REGISTRY = load_registry(ROOT / "schemas")
 RUNTIME_TOPICS = {"chorus.control", "chorus.data"}
-LIBRARIES = {"chorus", "chorus_contracts"}  # imported by services, not deployed
+LIBRARIES = {"chorus", "chorus_contracts", "chorus_tools"}  # imported by services, not deployed
 
 
 def discover() -> dict[str, tuple[ServiceEdges, ServiceSpec[Any, Any] | None]]:

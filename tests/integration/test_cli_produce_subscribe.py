@@ -73,7 +73,7 @@ def cli_env(registry: Registry, kafka_bootstrap: str) -> Iterator[dict[str, str]
 def chorus(env: dict[str, str], *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     """The console script's module, as its own process (what `.venv/bin/chorus` runs)."""
     return subprocess.run(
-        [sys.executable, "-m", "chorus.cli.main", *args],
+        [sys.executable, "-m", "chorus_tools.cli.main", *args],
         env={**os.environ, **env},
         cwd=ROOT,
         input=stdin,

@@ -27,7 +27,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
-from chorus.cli.main import app as cli
 from chorus.codec import encode
 from chorus.registry import Registry
 from chorus_contracts.envelope import Envelope
@@ -39,6 +38,7 @@ from chorus_contracts.platform import (
     KafkaHeader,
     OriginalRecord,
 )
+from chorus_tools.cli.main import app as cli
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, publish, read_topic
 from tests.support.processes import ServiceProcess, free_port

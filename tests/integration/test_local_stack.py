@@ -11,7 +11,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from chorus.devstack import DevStack, Proc, free_port, supervise
+from chorus_tools.devstack import DevStack, Proc, free_port, supervise
 
 pytestmark = pytest.mark.integration
 

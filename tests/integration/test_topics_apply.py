@@ -16,9 +16,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from chorus.cli.main import app
 from chorus.kafka import make_admin
 from chorus.topics import EX_UNAVAILABLE, ActualTopic, read_topics
+from chorus_tools.cli.main import app
 
 pytestmark = pytest.mark.integration
 

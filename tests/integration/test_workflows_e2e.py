@@ -21,9 +21,9 @@ import pytest
 
 from chorus.clock import OffsetFileClock
 from chorus.codec import decode
-from chorus.devstack import DevStack
 from chorus.errors import DecodeError
 from chorus.registry import Registry
+from chorus_tools.devstack import DevStack
 from tests.support.database import create_database, drop_database
 from tests.support.hostile import SCRIPTS, corpus
 from tests.support.kafka import events_of, publish, read_topic

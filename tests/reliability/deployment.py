@@ -4,7 +4,7 @@ Topics come from a copy of the registry renamed with a unique suffix (as every
 integration test does); the database is a fresh one on the server, so every service
 schema (inboxes, timers, dead letters, the audit projection, budgets) holds this
 deployment's rows alone and the reconciler can count them exactly. Services run as
-separate OS processes through :class:`chorus.devstack.DevStack`; extra replicas of a
+separate OS processes through :class:`chorus_tools.devstack.DevStack`; extra replicas of a
 service are clones of its process with their own HTTP port and instance name, in the
 same consumer group.
 """
@@ -26,11 +26,11 @@ import asyncpg
 import httpx
 
 from chorus.clock import OffsetFileClock
-from chorus.devstack import SERVICES, DevStack, Proc, free_port
 from chorus.kafka import make_admin
 from chorus.registry import Registry, load_registry
 from chorus.service import ServiceSpec
 from chorus.topics import apply_topics, read_topics
+from chorus_tools.devstack import SERVICES, DevStack, Proc, free_port
 from tests.reliability.driver import Driver
 from tests.reliability.infra import KafkaCluster, PostgresServer
 from tests.support.registry import isolated_schemas

@@ -34,9 +34,9 @@ from aiokafka import TopicPartition
 from audit_projector.adapters.projection import SCHEMA as AUDIT_SCHEMA
 from audit_projector.replay import compare, rebuild, replay_topics, wait_for_live
 from chorus.codec import DEFAULT_MAX_BYTES, decode
-from chorus.devstack import SERVICES
 from chorus.errors import DecodeError
 from chorus.kafka import make_admin
+from chorus_tools.devstack import SERVICES
 from payment_agent.domain import payment_key
 from tests.reliability.deployment import Deployment, FaultLog, subscriptions
 from tests.reliability.driver import TERMINAL, Tracked, invoice_id, report_topic

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from chorus.devstack import SERVICES
+from chorus_tools.devstack import SERVICES
 from tests.reliability import injectors
 from tests.reliability.deployment import Deployment, DeploymentConfig, FaultLog
 from tests.reliability.driver import Tracked

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import typer
 
-from chorus.cli import audit as audit_cli
-from chorus.cli import dlq as dlq_cli
-from chorus.cli import events as events_cli
-from chorus.cli import schemas as schemas_cli
-from chorus.cli import status as status_cli
-from chorus.cli import topics as topics_cli
+from chorus_tools.cli import audit as audit_cli
+from chorus_tools.cli import dlq as dlq_cli
+from chorus_tools.cli import events as events_cli
+from chorus_tools.cli import schemas as schemas_cli
+from chorus_tools.cli import status as status_cli
+from chorus_tools.cli import topics as topics_cli
 
 app = typer.Typer(
     name="chorus",

@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from chorus.devstack import DOCUMENTED_PORTS
+from chorus_tools.devstack import DOCUMENTED_PORTS
 
 EX_UNAVAILABLE = 69
 

@@ -12,9 +12,9 @@ from typing import Annotated
 
 import typer
 
-from chorus import asyncapi, diagrams
-from chorus.compat import GitError, RegistryReadError, check
 from chorus.registry import Registry, default_schemas_dir, load_registry, write_generated
+from chorus_tools import asyncapi, diagrams
+from chorus_tools.compat import GitError, RegistryReadError, check
 
 app = typer.Typer(
     name="schemas",

@@ -21,7 +21,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from chorus.devstack import ROOT, DevStack
+from chorus_tools.devstack import ROOT, DevStack
 
 SUBMITTER = "demo-submitter-key"
 MANAGER = "demo-manager-key"
