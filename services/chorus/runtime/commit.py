@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
@@ -78,31 +79,22 @@ class GuardTrippedError(RuntimeError):
     fatal = True
 
 
+@dataclass
 class StepCommitter:
-    def __init__(
-        self,
-        *,
-        spec: ServiceSpec[Any, Any],
-        store: ServiceStore,
-        pool: asyncpg.Pool,
-        clock: Clock,
-        metrics: Metrics,
-        guard: DeadLetterGuard,
-        messages: Messages,
-        group: str,
-        on_outbox: Callable[[], None],
-    ) -> None:
-        self.spec = spec
-        self.store = store
-        self.pool = pool
-        self.clock = clock
-        self.metrics = metrics
-        self.guard = guard
-        self.messages = messages
-        self.group = group
-        self.on_outbox = on_outbox
+    spec: ServiceSpec[Any, Any]
+    store: ServiceStore
+    pool: asyncpg.Pool
+    clock: Clock
+    metrics: Metrics
+    guard: DeadLetterGuard
+    messages: Messages
+    group: str
+    on_outbox: Callable[[], None]
+    _commits: Coalescer[StepWrite, None] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
         # Concurrent lanes share round trips: commits go in batches.
-        self._commits: Coalescer[StepWrite, None] = Coalescer(self._batch)
+        self._commits = Coalescer(self._batch)
 
     async def close(self) -> None:
         await self._commits.close()

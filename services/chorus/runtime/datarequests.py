@@ -15,6 +15,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Literal
 
 import asyncpg
@@ -37,25 +38,15 @@ REQUESTS: dict[str, int] = {
 """The requests every runtime handles (event type -> version its code reads)."""
 
 
+@dataclass
 class DataRequests:
-    def __init__(
-        self,
-        *,
-        store: ServiceStore,
-        pool: asyncpg.Pool,
-        registry: Registry,
-        clock: Clock,
-        producer: ProducerRef,
-        group: str,
-        on_outbox: Callable[[], None],
-    ) -> None:
-        self.store = store
-        self.pool = pool
-        self.registry = registry
-        self.clock = clock
-        self.producer = producer
-        self.group = group
-        self.on_outbox = on_outbox
+    store: ServiceStore
+    pool: asyncpg.Pool
+    registry: Registry
+    clock: Clock
+    producer: ProducerRef
+    group: str
+    on_outbox: Callable[[], None]
 
     async def erase(self, envelope: Envelope, request: SubjectErasureRequested) -> None:
         async with self._request(envelope) as conn:

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -43,23 +44,14 @@ Checkpoint = Callable[[Envelope, Frame, BaseModel], Awaitable[None]]
 """Persist a handler's mid-step checkpoint (``ctx.checkpoint``) on the frame."""
 
 
+@dataclass
 class HandlerCall:
-    def __init__(
-        self,
-        *,
-        spec: ServiceSpec[Any, Any],
-        deps: Any,
-        clock: Clock,
-        metrics: Metrics,
-        checkpoint: Checkpoint,
-        rng: random.Random,
-    ) -> None:
-        self.spec = spec
-        self.deps = deps
-        self.clock = clock
-        self.metrics = metrics
-        self.checkpoint = checkpoint
-        self.rng = rng
+    spec: ServiceSpec[Any, Any]
+    deps: Any
+    clock: Clock
+    metrics: Metrics
+    checkpoint: Checkpoint
+    rng: random.Random
 
     def migrated(self, row: StateRow | None) -> dict[str, Any] | None:
         """The checkpoint's state brought up to the service's state version."""

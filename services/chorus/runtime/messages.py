@@ -7,6 +7,7 @@ the same ids twice.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -34,14 +35,12 @@ MAX_TEXT = 4000  # chorus_contracts.base.Text
 _PURPOSES = {"retry", "deadline", "escalation", "reminder", "other"}
 
 
+@dataclass
 class Messages:
-    def __init__(
-        self, *, spec: ServiceSpec[Any, Any], registry: Registry, producer: ProducerRef, group: str
-    ) -> None:
-        self.spec = spec
-        self.registry = registry
-        self.producer = producer
-        self.group = group
+    spec: ServiceSpec[Any, Any]
+    registry: Registry
+    producer: ProducerRef
+    group: str
 
     def message(self, envelope: Envelope) -> OutboxMessage:
         return outbox_message(self.registry, envelope)

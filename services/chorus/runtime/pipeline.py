@@ -25,6 +25,8 @@ import logging
 import random
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
@@ -64,61 +66,38 @@ CONTROL = {RetryDue.event_type: RetryDue.version, EventDiscarded.event_type: Eve
 """Messages addressed to one service's runtime on chorus.control."""
 
 
+@dataclass
 class Pipeline:
-    def __init__(
-        self,
-        *,
-        spec: ServiceSpec[Any, Any],
-        deps: Any,
-        registry: Registry,
-        store: ServiceStore,
-        pool: asyncpg.Pool,
-        clock: Clock,
-        metrics: Metrics,
-        group: str,
-        guard: DeadLetterGuard,
-        max_bytes: int,
-        on_outbox: Any = None,
-        rng: random.Random | None = None,
-    ) -> None:
-        self.spec = spec
-        self.registry = registry
-        self.store = store
-        self.pool = pool
-        self.clock = clock
-        self.metrics = metrics
-        self.group = group
-        self.max_bytes = max_bytes
-        self.on_outbox = on_outbox or (lambda: None)
-        self.producer = ProducerRef(service=spec.name, version=spec.version)
-        self.accept = {**spec.consumes(), **CONTROL, **REQUESTS}
+    spec: ServiceSpec[Any, Any]
+    deps: Any
+    registry: Registry
+    store: ServiceStore
+    pool: asyncpg.Pool
+    clock: Clock
+    metrics: Metrics
+    group: str
+    guard: DeadLetterGuard
+    max_bytes: int
+    on_outbox: Callable[[], None] = lambda: None
+    rng: random.Random = field(default_factory=random.Random)
+
+    def __post_init__(self) -> None:
+        self.producer = ProducerRef(service=self.spec.name, version=self.spec.version)
+        self.accept = {**self.spec.consumes(), **CONTROL, **REQUESTS}
+        parts = {"store": self.store, "pool": self.pool, "clock": self.clock, "group": self.group}
         self.committer = StepCommitter(
-            spec=spec,
-            store=store,
-            pool=pool,
-            clock=clock,
-            metrics=metrics,
-            guard=guard,
-            messages=Messages(spec=spec, registry=registry, producer=self.producer, group=group),
-            group=group,
+            spec=self.spec,
+            metrics=self.metrics,
+            guard=self.guard,
+            messages=Messages(self.spec, self.registry, self.producer, self.group),
             on_outbox=self.on_outbox,
+            **parts,
         )
         self.call = HandlerCall(
-            spec=spec,
-            deps=deps,
-            clock=clock,
-            metrics=metrics,
-            checkpoint=self.committer.checkpoint,
-            rng=rng or random.Random(),
+            self.spec, self.deps, self.clock, self.metrics, self.committer.checkpoint, self.rng
         )
         self.data_requests = DataRequests(
-            store=store,
-            pool=pool,
-            registry=registry,
-            clock=clock,
-            producer=self.producer,
-            group=group,
-            on_outbox=self.on_outbox,
+            registry=self.registry, producer=self.producer, on_outbox=self.on_outbox, **parts
         )
         # Concurrent lanes share round trips: loads go in batches.
         self._loads: Coalescer[tuple[uuid.UUID, str], Loaded] = Coalescer(self._load_batch)
