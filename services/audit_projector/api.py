@@ -113,6 +113,10 @@ def _id(request: web.Request, name: str) -> str | web.Response:
     return value
 
 
+def _json(items: list[Any]) -> list[dict[str, Any]]:
+    return [item.model_dump(mode="json") for item in items]
+
+
 class ReadApi:
     def __init__(self, rt: RuntimeHandle) -> None:
         self.rt = rt
@@ -132,29 +136,29 @@ class ReadApi:
             found = await read(conn, key, schema=self.schema)
         if found is None:
             return _problem(404, "Not found", f"no {name.removesuffix('_id')} {key!r}", request.path)
-        return web.json_response(found)
+        return web.json_response(found.model_dump(mode="json"))
 
     async def workflow(self, request: web.Request) -> web.Response:
-        return await self._one(request, "workflow_id", queries.workflow_status)
+        return await self._one(request, "workflow_id", queries.status_view)
 
     async def approval(self, request: web.Request) -> web.Response:
-        return await self._one(request, "approval_id", queries.approval)
+        return await self._one(request, "approval_id", queries.approval_view)
 
     async def timeline(self, request: web.Request) -> web.Response:
         key = _id(request, "workflow_id")
         if isinstance(key, web.Response):
             return key
         async with self.rt.pool.acquire() as conn:
-            entries = await queries.timeline(conn, key, schema=self.schema)
-        return web.json_response({"workflow_id": key, "timeline": entries})
+            entries = await queries.timeline_entries(conn, key, schema=self.schema)
+        return web.json_response({"workflow_id": key, "timeline": _json(entries)})
 
     async def approvals(self, request: web.Request) -> web.Response:
         tier = request.query.get("tier")
         if tier is not None and len(tier) > MAX_ID:
             return _problem(400, "Invalid parameter", f"tier: at most {MAX_ID} characters", request.path)
         async with self.rt.pool.acquire() as conn:
-            items = await queries.pending_approvals(conn, tier, schema=self.schema)
-        return web.json_response({"tier": tier, "approvals": items})
+            items = await queries.approval_tasks(conn, tier, schema=self.schema)
+        return web.json_response({"tier": tier, "approvals": _json(items)})
 
     async def erase(self, request: web.Request) -> web.Response:
         body = await _body(request, ErasureRequest)

@@ -358,8 +358,11 @@ def redact_facts(facts: WorkflowFacts) -> WorkflowFacts:
     )
 
 
-@dataclass(frozen=True)
-class PendingApproval:
+class PendingApproval(BaseModel):
+    """The approval a workflow waits on, as its status shows it."""
+
+    model_config = ConfigDict(frozen=True)
+
     approval_id: str
     tier: str
     level: int
@@ -367,12 +370,16 @@ class PendingApproval:
     context: dict[str, Any] | None
 
 
-@dataclass(frozen=True)
-class StatusView:
-    """The columns of one ``workflow_status`` row (besides ``facts`` and ``updated_at``)."""
+class StatusView(BaseModel):
+    """The columns of one ``workflow_status`` row (besides ``facts`` and ``updated_at``);
+    the read API answers with them (and the workflow id)."""
+
+    model_config = ConfigDict(frozen=True)
 
     workflow_type: str
     status: str
+    """running, waiting, attention, or the outcome: completed, rejected, failed,
+    compensated, timed_out, cancelled."""
     stage: str | None
     waiting_for: str | None
     waiting_until: datetime | None
@@ -386,7 +393,7 @@ class StatusView:
     last_event_at: datetime
     events: int
     subject_ref: str | None
-    pending: PendingApproval | None
+    pending_approval: PendingApproval | None
 
 
 def pending_approval(facts: WorkflowFacts) -> PendingApproval | None:
@@ -398,15 +405,22 @@ def pending_approval(facts: WorkflowFacts) -> PendingApproval | None:
         active = approval.escalation or approval.requested
         if state is None or state.status != "pending" or state.tier is None or active is None:
             continue
-        view = PendingApproval(approval_id, state.tier, state.level, state.waiting_until, state.context)
+        view = PendingApproval(
+            approval_id=approval_id,
+            tier=state.tier,
+            level=state.level,
+            waiting_until=state.waiting_until,
+            context=state.context,
+        )
         if best is None or active.key() > best[0]:
             best = (active.key(), view)
     return best[1] if best is not None else None
 
 
-@dataclass(frozen=True)
-class ApprovalState:
+class ApprovalState(BaseModel):
     """One approval gate as a reviewer's client sees it."""
+
+    model_config = ConfigDict(frozen=True)
 
     approval_id: str
     status: str
@@ -492,7 +506,7 @@ def derive(facts: WorkflowFacts) -> StatusView:
         last_event_at=facts.last_at,
         events=facts.events,
         subject_ref=facts.subject.value if facts.subject else None,
-        pending=pending,
+        pending_approval=pending,
     )
 
 

@@ -177,6 +177,24 @@ def _decode_headers(raw: str | None) -> list[tuple[str, bytes]]:
     return [(k, bytes.fromhex(v)) for k, v in json.loads(raw or "[]")]
 
 
+def archive_ddl(s: str) -> list[str]:
+    """The archive table of schema ``s``: archived rows of any table, as jsonb. Every
+    service has one (the runtime archives its own rows at retirement); the audit
+    projector's ledger created the same table first, with these very statements."""
+    return [
+        f"""CREATE TABLE IF NOT EXISTS {s}.archive (
+            id bigserial PRIMARY KEY,
+            run_id uuid NOT NULL,
+            source text NOT NULL,
+            workflow_id text NOT NULL,
+            subject_ref text,
+            row jsonb NOT NULL,
+            archived_at timestamptz NOT NULL)""",
+        f"CREATE INDEX IF NOT EXISTS archive_workflow ON {s}.archive (workflow_id)",
+        f"CREATE INDEX IF NOT EXISTS archive_subject ON {s}.archive (subject_ref)",
+    ]
+
+
 class ServiceStore:
     """SQL for one service's schema. Methods take a connection so callers own transactions."""
 
@@ -255,18 +273,7 @@ class ServiceStore:
             2,
             "archive",
             (
-                # The same shape as the audit projector's ledger archive (which is this
-                # table in the projector's own schema): any row of any table, as jsonb.
-                f"""CREATE TABLE IF NOT EXISTS {s}.archive (
-                    id bigserial PRIMARY KEY,
-                    run_id uuid NOT NULL,
-                    source text NOT NULL,
-                    workflow_id text NOT NULL,
-                    subject_ref text,
-                    row jsonb NOT NULL,
-                    archived_at timestamptz NOT NULL)""",
-                f"CREATE INDEX IF NOT EXISTS archive_workflow ON {s}.archive (workflow_id)",
-                f"CREATE INDEX IF NOT EXISTS archive_subject ON {s}.archive (subject_ref)",
+                *archive_ddl(s),
                 f"""CREATE INDEX IF NOT EXISTS archive_subject_hash ON {s}.archive
                     (chorus.subject_hash(subject_ref)) WHERE subject_ref IS NOT NULL""",
                 f"""CREATE INDEX IF NOT EXISTS state_subject ON {s}.state

@@ -173,19 +173,17 @@ class Api:
     # -- operations -------------------------------------------------------------------------
 
     async def redrive(self, request: web.Request) -> web.Response:
-        letter_id = _letter_id(request)
-        body = await _body(request)
-        done = await operations.redrive(
-            self.rt, letter_id, actor=_actor(body), reason=_reason(body, required=False)
-        )
-        return web.json_response(done_json(done))
+        return await self._operate(request, operations.redrive, reason_required=False)
 
     async def discard(self, request: web.Request) -> web.Response:
+        return await self._operate(request, operations.discard, reason_required=True)
+
+    async def _operate(self, request: web.Request, operation: Any, *, reason_required: bool) -> web.Response:
+        """One operation on one letter, by the body's actor, with its reason."""
         letter_id = _letter_id(request)
         body = await _body(request)
-        done = await operations.discard(
-            self.rt, letter_id, actor=_actor(body), reason=_reason(body, required=True)
-        )
+        reason = _reason(body, required=reason_required)
+        done = await operation(self.rt, letter_id, actor=_actor(body), reason=reason)
         return web.json_response(done_json(done))
 
     async def redrive_matching(self, request: web.Request) -> web.Response:

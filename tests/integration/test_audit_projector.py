@@ -21,12 +21,10 @@ import pytest
 
 from audit_projector.adapters.projection import REPLAY_PREFIX
 from audit_projector.adapters.queries import (
-    approval,
     approval_tasks,
-    pending_approvals,
+    approval_view,
     status_view,
     timeline_entries,
-    workflow_status,
 )
 from audit_projector.config import Settings
 from audit_projector.domain import ERASURE_RECORDED, WORKFLOW_PURGED, subject_hash
@@ -202,6 +200,13 @@ async def chorus(*args: str, env: dict[str, str] | None = None) -> tuple[int, st
     return proc.returncode, out.decode(), err.decode()
 
 
+def _json(found: Any) -> Any:
+    """What the read API answers for a view (or a list of them)."""
+    if isinstance(found, list):
+        return [item.model_dump(mode="json") for item in found]
+    return found.model_dump(mode="json") if found is not None else None
+
+
 async def count(pg: asyncpg.Connection, sql: str, *args: Any) -> int:
     return int(await pg.fetchval(sql, *args))
 
@@ -276,13 +281,13 @@ async def test_procurement_run_shows_waiting_for_approval_then_completed(
         assert [a.workflow_id for a in managers] == [wf]
         assert await approval_tasks(pg, "director", schema=name) == []
         # The JSON the gateway answers with.
-        [task] = await pending_approvals(pg, "manager", schema=name)
+        [task] = _json(await approval_tasks(pg, "manager", schema=name))
         assert task["approval_id"] == "appr-1"
         assert datetime.fromisoformat(task["waiting_until"]) == status.waiting_until
-        gate = await approval(pg, "appr-1", schema=name)
+        gate = _json(await approval_view(pg, "appr-1", schema=name))
         assert gate is not None
         assert (gate["status"], gate["tier"], gate["workflow_id"]) == ("pending", "manager", wf)
-        as_json = await workflow_status(pg, wf, schema=name)
+        as_json = _json(await status_view(pg, wf, schema=name))
         assert as_json is not None
         assert as_json["status"] == "waiting"
         assert as_json["pending_approval"]["tier"] == "manager"
@@ -311,11 +316,11 @@ async def test_procurement_run_shows_waiting_for_approval_then_completed(
     assert status.stage == "workflow.ended"
     assert status.started_at == t0
     assert status.duration_s == 62.0
-    assert await pending_approvals(pg, schema=name) == []
-    gate = await approval(pg, "appr-1", schema=name)
+    assert await approval_tasks(pg, schema=name) == []
+    gate = _json(await approval_view(pg, "appr-1", schema=name))
     assert gate is not None
     assert (gate["status"], gate["decision"]) == ("decided", "approve")
-    assert await approval(pg, "appr-nobody", schema=name) is None
+    assert await approval_view(pg, "appr-nobody", schema=name) is None
     entries = await timeline_entries(pg, wf, schema=name)
     assert [e.event_type for e in entries][-3:] == [
         "approval.decided",

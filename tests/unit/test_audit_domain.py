@@ -160,9 +160,13 @@ def test_approval_request_waits_for_the_first_tier_until_its_window_ends() -> No
     assert view.status == WAITING
     assert view.waiting_for == "approval by manager"
     assert view.waiting_until == T0 + timedelta(minutes=4, seconds=28800)
-    assert view.pending is not None
-    assert (view.pending.approval_id, view.pending.tier, view.pending.level) == ("a1", "manager", 0)
-    assert view.pending.context is not None and view.pending.context["summary"]
+    assert view.pending_approval is not None
+    assert (view.pending_approval.approval_id, view.pending_approval.tier, view.pending_approval.level) == (
+        "a1",
+        "manager",
+        0,
+    )
+    assert view.pending_approval.context is not None and view.pending_approval.context["summary"]
     assert view.stage == "approval.requested"
 
 
@@ -171,14 +175,14 @@ def test_escalation_moves_the_wait_to_the_next_tier_and_its_deadline() -> None:
     assert view.status == WAITING
     assert view.waiting_for == "approval by director"
     assert view.waiting_until == T0 + timedelta(hours=20)
-    assert view.pending is not None and view.pending.level == 1
+    assert view.pending_approval is not None and view.pending_approval.level == 1
 
 
 def test_a_submitted_decision_still_waits_and_the_final_one_resumes() -> None:
     run = procurement_run()
     assert derive(fold_all(run[:8])).status == WAITING
     after = derive(fold_all(run[:9]))
-    assert (after.status, after.waiting_for, after.pending) == (RUNNING, None, None)
+    assert (after.status, after.waiting_for, after.pending_approval) == (RUNNING, None, None)
 
 
 def test_a_completed_run_reports_outcome_result_and_duration() -> None:
@@ -223,7 +227,7 @@ def test_a_terminal_status_is_never_left_whatever_arrives_later(outcome: str) ->
         facts = fold(facts, *late)
         view = derive(facts)
         assert view.status == outcome
-        assert (view.waiting_for, view.pending) == (None, None)
+        assert (view.waiting_for, view.pending_approval) == (None, None)
 
 
 def test_the_first_end_wins_when_a_workflow_is_ended_twice() -> None:
@@ -284,7 +288,9 @@ def test_status_does_not_depend_on_the_order_events_arrive_in() -> None:
     for _ in range(100):
         rng.shuffle(open_run)
         view = derive(fold_all(open_run))
-        views.add((view.status, view.waiting_for, view.pending and view.pending.approval_id))
+        views.add(
+            (view.status, view.waiting_for, view.pending_approval and view.pending_approval.approval_id)
+        )
     assert views == {(WAITING, "approval by manager", "a2")}
 
 

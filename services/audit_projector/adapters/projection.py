@@ -47,6 +47,7 @@ from audit_projector.domain import (
 )
 from chorus.db import ident
 from chorus.migrations import Migration, baseline, migrate
+from chorus.store import archive_ddl
 from chorus_contracts.base import EventModel
 
 SCHEMA = "audit_projector"
@@ -139,17 +140,9 @@ def ledger_ddl(schema: str) -> list[str]:
             mode text NOT NULL,
             workflows int NOT NULL,
             rows jsonb NOT NULL)""",
-        # Archived rows of any table, as jsonb, so one table serves every service schema.
-        f"""CREATE TABLE IF NOT EXISTS {s}.archive (
-            id bigserial PRIMARY KEY,
-            run_id uuid NOT NULL,
-            source text NOT NULL,
-            workflow_id text NOT NULL,
-            subject_ref text,
-            row jsonb NOT NULL,
-            archived_at timestamptz NOT NULL)""",
-        f"CREATE INDEX IF NOT EXISTS archive_workflow ON {s}.archive (workflow_id)",
-        f"CREATE INDEX IF NOT EXISTS archive_subject ON {s}.archive (subject_ref)",
+        # Archived rows of any table, as jsonb (the runtime's archive table, which every
+        # service has).
+        *archive_ddl(s),
     ]
 
 
@@ -296,7 +289,7 @@ async def write_status(
 ) -> None:
     """Upsert the status row derived from ``facts``."""
     view = derive(facts)
-    pending = view.pending
+    pending = view.pending_approval
     await conn.execute(
         f"""INSERT INTO {ident(schema)}.workflow_status AS w
               (workflow_id, workflow_type, status, stage, waiting_for, waiting_until, attempts,

@@ -1,10 +1,7 @@
-"""Read helpers over the audit projection, for the gateway and the CLI.
+"""Reads over the audit projection, behind the projector's HTTP API (``api.py``).
 
-Plain functions over an asyncpg connection; no writes, no locks. Two flavours of each:
-``*_view`` / ``*_entries`` / ``*_tasks`` return typed models (Python callers, the CLI);
-``workflow_status``, ``timeline``, ``pending_approvals`` and ``approval`` return the
-same data as JSON-ready dicts (``model_dump(mode="json")``: date-times are ISO 8601
-strings), which is what HTTP endpoints answer with.
+Plain functions over an asyncpg connection; no writes, no locks. They return typed
+models; the API answers with their ``model_dump(mode="json")`` (date-times as ISO 8601).
 
 The projection is eventually consistent: it lags the topics by the projector's consumer
 lag (normally milliseconds), so a client that just submitted a decision may read the
@@ -23,7 +20,14 @@ import asyncpg
 from pydantic import BaseModel, ConfigDict
 
 from audit_projector.adapters.projection import SCHEMA
-from audit_projector.domain import TERMINAL, WorkflowFacts, approval_state
+from audit_projector.domain import (
+    TERMINAL,
+    ApprovalState,
+    PendingApproval,
+    StatusView,
+    WorkflowFacts,
+    approval_state,
+)
 from chorus.db import ident
 
 
@@ -31,36 +35,14 @@ class _View(BaseModel):
     model_config = ConfigDict(frozen=True)
 
 
-class PendingApprovalView(_View):
-    approval_id: str
-    tier: str
-    level: int
-    waiting_until: datetime | None
-    context: dict[str, Any] | None
+PendingApprovalView = PendingApproval
 
 
-class WorkflowStatusView(_View):
-    """What ``GET /v1/workflows/{id}`` answers (without the timeline)."""
+class WorkflowStatusView(StatusView):
+    """What ``GET /v1/workflows/{id}`` answers (without the timeline): the status
+    columns and the workflow's id."""
 
     workflow_id: str
-    workflow_type: str
-    status: str
-    """running, waiting, attention, or the outcome: completed, rejected, failed,
-    compensated, timed_out, cancelled."""
-    stage: str | None
-    waiting_for: str | None
-    waiting_until: datetime | None
-    attempts: int
-    outcome: str | None
-    outcome_reason: str | None
-    result: dict[str, Any] | None
-    started_at: datetime
-    ended_at: datetime | None
-    duration_s: float | None
-    last_event_at: datetime
-    events: int
-    subject_ref: str | None
-    pending_approval: PendingApprovalView | None
 
 
 class ApprovalTask(_View):
@@ -76,20 +58,12 @@ class ApprovalTask(_View):
     stage: str | None
 
 
-class ApprovalView(_View):
-    """One approval gate, whatever its state (what a decision is checked against)."""
+class ApprovalView(ApprovalState):
+    """One approval gate, whatever its state (what a decision is checked against), and
+    its workflow."""
 
-    approval_id: str
     workflow_id: str
     workflow_type: str
-    status: str
-    """pending, decided, or closed (the workflow ended before anyone decided)."""
-    tier: str | None
-    level: int
-    waiting_until: datetime | None
-    context: dict[str, Any] | None
-    decision: str | None
-    decided_at: datetime | None
 
 
 class TimelineEntry(_View):
@@ -193,7 +167,7 @@ async def approval_view(
     state = approval_state(WorkflowFacts.model_validate_json(r["facts"]), approval_id)
     if state is None:
         return None
-    return ApprovalView(workflow_id=r["workflow_id"], workflow_type=r["workflow_type"], **state.__dict__)
+    return ApprovalView(workflow_id=r["workflow_id"], workflow_type=r["workflow_type"], **state.model_dump())
 
 
 async def timeline_entries(
@@ -209,38 +183,3 @@ async def timeline_entries(
         workflow_id,
     )
     return [TimelineEntry(**{**dict(r), "payload": _loads(r["payload"])}) for r in rows]
-
-
-# -- JSON-ready ------------------------------------------------------------------------------------
-
-
-async def workflow_status(
-    conn: asyncpg.Connection, workflow_id: str, *, schema: str = SCHEMA
-) -> dict[str, Any] | None:
-    """:func:`status_view` as a JSON-ready dict."""
-    view = await status_view(conn, workflow_id, schema=schema)
-    return view.model_dump(mode="json") if view is not None else None
-
-
-async def pending_approvals(
-    conn: asyncpg.Connection, tier: str | None = None, *, schema: str = SCHEMA, limit: int = 200
-) -> list[dict[str, Any]]:
-    """:func:`approval_tasks` as JSON-ready dicts."""
-    tasks = await approval_tasks(conn, tier, schema=schema, limit=limit)
-    return [task.model_dump(mode="json") for task in tasks]
-
-
-async def approval(
-    conn: asyncpg.Connection, approval_id: str, *, schema: str = SCHEMA
-) -> dict[str, Any] | None:
-    """:func:`approval_view` as a JSON-ready dict."""
-    view = await approval_view(conn, approval_id, schema=schema)
-    return view.model_dump(mode="json") if view is not None else None
-
-
-async def timeline(
-    conn: asyncpg.Connection, workflow_id: str, *, schema: str = SCHEMA
-) -> list[dict[str, Any]]:
-    """:func:`timeline_entries` as JSON-ready dicts."""
-    entries = await timeline_entries(conn, workflow_id, schema=schema)
-    return [entry.model_dump(mode="json") for entry in entries]

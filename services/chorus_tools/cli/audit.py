@@ -25,22 +25,13 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from chorus_tools.cli.options import AUDIT_URL, AuditUrl
+
 EX_UNAVAILABLE = 69
 T = TypeVar("T")
 
 console = Console(highlight=False)
 errors = Console(stderr=True, highlight=False)
-
-AuditUrl = Annotated[
-    str,
-    typer.Option(
-        "--api",
-        envvar="CHORUS_AUDIT_URL",
-        show_envvar=True,
-        help="The audit projector's HTTP API.",
-    ),
-]
-AUDIT_URL = "http://127.0.0.1:8103"
 
 
 class Unavailable(Exception):

@@ -17,7 +17,6 @@ import asyncio
 import base64
 import difflib
 import json
-import logging
 import re
 import sys
 import uuid
@@ -47,6 +46,7 @@ from chorus.registry import Registry, load_registry
 from chorus.settings import LOCAL_KAFKA
 from chorus.topics import EX_UNAVAILABLE, BrokerUnavailableError, read_topics
 from chorus_contracts.envelope import Envelope, Priority, ProducerRef
+from chorus_tools.cli.options import Bootstrap, SchemasDir, quiet_client_logs
 
 EX_USAGE = 2  # click's own code for bad usage; kept so every usage error exits alike
 EX_DATAERR = 65
@@ -61,27 +61,6 @@ class Lane(StrEnum):
     high = "high"
     normal = "normal"
     low = "low"
-
-
-Bootstrap = Annotated[
-    str,
-    typer.Option(
-        "--bootstrap",
-        envvar="CHORUS_KAFKA_BOOTSTRAP",
-        show_envvar=True,
-        help="Kafka bootstrap servers.",
-    ),
-]
-SchemasDir = Annotated[
-    Path | None,
-    typer.Option(
-        "--schemas-dir",
-        envvar="CHORUS_SCHEMAS_DIR",
-        show_envvar=True,
-        file_okay=False,
-        help="Registry directory (default: schemas/ of this checkout).",
-    ),
-]
 
 
 class CliError(Exception):
@@ -157,7 +136,7 @@ def produce(
             typer.echo(json.dumps(envelope.model_dump(mode="json"), indent=2, ensure_ascii=False))
             typer.echo(f"dry run: would publish to {topic} with key {envelope.workflow_id}", err=True)
             return
-        with _quiet_client_logs():
+        with quiet_client_logs():
             partition, offset = asyncio.run(publish_envelope(bootstrap, topic, envelope))
         typer.echo(
             f"published {envelope.event_id} ({event_type} v{envelope.schema_version},"
@@ -417,7 +396,7 @@ def subscribe(
             max_events=max_events,
         )
         try:
-            with _quiet_client_logs():
+            with quiet_client_logs():
                 shown = asyncio.run(
                     tail.run(
                         bootstrap,
@@ -720,15 +699,3 @@ def _cli_errors(command: str) -> Iterator[None]:
 def _fail(command: str, message: str, code: int) -> NoReturn:
     typer.echo(f"chorus {command}: {message}", err=True)
     raise typer.Exit(code)
-
-
-@contextmanager
-def _quiet_client_logs() -> Iterator[None]:
-    # aiokafka logs each failed connection at ERROR; the command names the address once.
-    logger = logging.getLogger("aiokafka")
-    previous = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logger.setLevel(previous)

@@ -14,6 +14,7 @@ import typer
 
 from chorus.registry import Registry, default_schemas_dir, load_registry, write_generated
 from chorus_tools import asyncapi, diagrams
+from chorus_tools.cli.options import SchemasDir
 from chorus_tools.compat import GitError, RegistryReadError, check
 
 app = typer.Typer(
@@ -22,14 +23,6 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-SchemasDir = Annotated[
-    Path | None,
-    typer.Option(
-        "--schemas-dir",
-        help="Registry directory (default: CHORUS_SCHEMAS_DIR, else schemas/ of this checkout).",
-        file_okay=False,
-    ),
-]
 CheckOnly = Annotated[
     bool,
     typer.Option("--check", help="Change nothing; exit 1 when the committed file is stale."),

@@ -7,7 +7,6 @@ Exit codes: 0 ok; 1 Kafka refused a change; 2 usage or registry errors;
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,31 +26,13 @@ from chorus.topics import (
     describe_topics,
     load_topic_specs,
 )
+from chorus_tools.cli.options import Bootstrap, SchemasDir, quiet_client_logs
 
 app = typer.Typer(
     name="topics",
     help="The registry's Kafka topics: create and reconcile them, or show how they differ.",
     no_args_is_help=True,
 )
-
-Bootstrap = Annotated[
-    str,
-    typer.Option(
-        "--bootstrap",
-        envvar="CHORUS_KAFKA_BOOTSTRAP",
-        show_envvar=True,
-        help="Kafka bootstrap servers.",
-    ),
-]
-SchemasDir = Annotated[
-    Path | None,
-    typer.Option(
-        "--schemas-dir",
-        file_okay=False,
-        help="Registry directory; only its topics/ is read (default: CHORUS_SCHEMAS_DIR,"
-        " else schemas/ of this checkout).",
-    ),
-]
 
 
 @app.command("apply")
@@ -77,7 +58,7 @@ def apply_command(
     nothing changed.
     """
     specs = _specs(schemas_dir)
-    with _kafka_errors(bootstrap), _quiet_client_logs():
+    with _kafka_errors(bootstrap), quiet_client_logs():
         result = asyncio.run(
             apply_topics(bootstrap, specs, replication_factor=replication_factor, dry_run=dry_run)
         )
@@ -89,7 +70,7 @@ def apply_command(
 def describe_command(schemas_dir: SchemasDir = None, bootstrap: Bootstrap = LOCAL_KAFKA) -> None:
     """Show each topic of the registry next to what the broker has. Changes nothing."""
     specs = _specs(schemas_dir)
-    with _kafka_errors(bootstrap), _quiet_client_logs():
+    with _kafka_errors(bootstrap), quiet_client_logs():
         statuses = asyncio.run(describe_topics(bootstrap, specs))
     rows = [("topic", "partitions", "replicas", "retention.ms", "cleanup.policy", "status")]
     for status in statuses:
@@ -137,15 +118,3 @@ def _kafka_errors(bootstrap: str) -> Iterator[None]:
     except ProvisioningError as exc:
         typer.echo(f"chorus topics: {exc} (on {bootstrap})", err=True)
         raise typer.Exit(1) from None
-
-
-@contextmanager
-def _quiet_client_logs() -> Iterator[None]:
-    # aiokafka logs each failed connection at ERROR; the command names the address once.
-    logger = logging.getLogger("aiokafka")
-    previous = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logger.setLevel(previous)

@@ -77,9 +77,8 @@ async def migrate(conn: asyncpg.Connection) -> None:
 
 
 @dataclass(frozen=True)
-class StoreLetter:
-    """Insert one open letter. An existing id wins: a redelivery changes nothing,
-    in particular not the status an operator has set since."""
+class LetterContent:
+    """What one dead letter holds: the ``event.dead_lettered`` payload, in columns."""
 
     id: uuid.UUID
     dead_lettered_at: datetime
@@ -105,6 +104,12 @@ class StoreLetter:
     original_event_id: str | None
     original_workflow_id: str | None
     envelope: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StoreLetter(LetterContent):
+    """Insert one open letter. An existing id wins: a redelivery changes nothing,
+    in particular not the status an operator has set since."""
 
     async def apply(self, conn: asyncpg.Connection) -> None:
         await conn.execute(
@@ -130,32 +135,10 @@ class StoreLetter:
 
 
 @dataclass(frozen=True)
-class Letter:
-    id: uuid.UUID
+class Letter(LetterContent):
+    """A stored letter: its content, and where an operator has taken it."""
+
     status: str
-    dead_lettered_at: datetime
-    received_at: datetime
-    service: str
-    service_version: str
-    consumer_group: str
-    original_topic: str
-    original_partition: int
-    original_offset: int
-    original_key: bytes | None
-    original_value: bytes
-    original_headers: list[dict[str, str | None]]
-    original_timestamp_ms: int | None
-    error_category: str
-    error_class: str
-    error_message: str
-    error_traceback: str
-    error_pointer: str | None
-    attempts: int
-    failures: list[dict[str, Any]]
-    original_event_type: str | None
-    original_event_id: str | None
-    original_workflow_id: str | None
-    envelope: dict[str, Any]
     resolved_at: datetime | None
     resolved_by: str | None
 
