@@ -38,7 +38,7 @@ from chorus_contracts.base import CATALOG
 from chorus_contracts.envelope import Envelope, ProducerRef
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, publish
-from tests.support.processes import ServiceProcess
+from tests.support.processes import ServiceProcess, infra_env
 from tests.support.registry import isolated_registry
 from tests.support.testservice import make_spec as make_test_service
 
@@ -357,9 +357,7 @@ async def test_replaying_every_topic_rebuilds_the_live_projection_exactly(
     service = ServiceProcess(
         "audit_projector",
         {
-            "CHORUS_SCHEMAS_DIR": str(registry.root),
-            "CHORUS_KAFKA_BOOTSTRAP": kafka_bootstrap,
-            "CHORUS_DATABASE_URL": database_url,
+            **infra_env(registry.root, kafka_bootstrap, database_url),
             "CHORUS_SERVICE_NAME": name,
         },
         tmp_path,

@@ -41,7 +41,7 @@ from chorus_contracts.platform import (
 from chorus_tools.cli.main import app as cli
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, publish, read_topic
-from tests.support.processes import ServiceProcess, free_port
+from tests.support.processes import ServiceProcess, free_port, infra_env
 from tests.support.registry import isolated_registry
 from tests.support.wait import wait_until
 
@@ -63,14 +63,19 @@ class Stack:
             "tests.support.testservice", {**self.env, "TEST_SERVICE_NAME": name}, self.tmp, name
         )
 
+    async def failing_service(self, stack: AsyncExitStack, name: str) -> ServiceProcess:
+        """The test service under ``name``, started and healthy (it fails what it is told to)."""
+        service = stack.enter_context(self.service(name))
+        service.start()
+        await service.wait_healthy()
+        return service
+
 
 async def start_stack(stack: AsyncExitStack, tmp: Path, suffix: str, kafka: str, db: str) -> Stack:
     """A fresh registry (topics of this test only) and the dead-letter service on it."""
     registry = await isolated_registry(tmp, suffix, kafka)
     env = {
-        "CHORUS_SCHEMAS_DIR": str(registry.root),
-        "CHORUS_KAFKA_BOOTSTRAP": kafka,
-        "CHORUS_DATABASE_URL": db,
+        **infra_env(registry.root, kafka, db),
     }
     dlq = stack.enter_context(
         ServiceProcess(
@@ -141,9 +146,7 @@ async def test_poison_event_is_listed_redriven_after_the_fix_processed_and_redri
     async with AsyncExitStack() as stack:
         s = await start_stack(stack, tmp_path, unique, kafka_bootstrap, database_url)
         name = f"svc_{unique}"
-        service = stack.enter_context(s.service(name))
-        service.start()
-        await service.wait_healthy()
+        service = await s.failing_service(stack, name)
 
         topic = s.registry.physical_topic("test.task_submitted")
         poison = envelope(TaskSubmitted(task="poison", mode="persistent"))
@@ -240,9 +243,7 @@ async def test_discard_releases_the_workflow_parked_behind_the_dead_letter(
     async with AsyncExitStack() as stack:
         s = await start_stack(stack, tmp_path, unique, kafka_bootstrap, database_url)
         name = f"svc_{unique}"
-        service = stack.enter_context(s.service(name))
-        service.start()
-        await service.wait_healthy()
+        await s.failing_service(stack, name)
 
         topic = s.registry.physical_topic("test.task_submitted")
         blocker = envelope(TaskSubmitted(task="blocker", mode="persistent"))

@@ -34,12 +34,9 @@ from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.lifecycle import Outcome, WorkflowEnded, WorkflowStarted
 from chorus_contracts.platform import (
     ErrorCategory,
-    ErrorDetail,
-    EventDeadLettered,
-    Failure,
-    OriginalRecord,
     ReviewRequested,
 )
+from tests.support.events import dead_lettered
 from tests.support.kafka import events_of, publish, read_topic
 from tests.support.processes import ServiceProcess
 from tests.support.registry import isolated_registry
@@ -258,20 +255,15 @@ def review_requested(parent: Envelope) -> ReviewRequested:
 
 def runtime_letter(parent: Envelope, category: ErrorCategory, now: datetime) -> Envelope:
     """What the runtime publishes when a handler of ``parent`` fails for good."""
-    body = EventDeadLettered(
+    body = dead_lettered(
         service="invoice_agent",
-        service_version="1",
-        consumer_group="invoice_agent",
-        original=OriginalRecord(
-            topic="workflows.lifecycle",
-            partition=0,
-            offset=1,
-            key_b64=base64.b64encode(parent.workflow_id.encode()).decode(),
-            value_b64=base64.b64encode(encode(parent)).decode(),
-        ),
-        error=ErrorDetail(category=category, error_class="Boom", message="boom"),
+        topic="workflows.lifecycle",
+        offset=1,
+        value=encode(parent),
+        key=parent.workflow_id.encode(),
+        category=category,
+        at=now,
         attempts=3,
-        failures=[Failure(at=now, attempt=3, error_class="Boom", message="boom")],
         original_event_type=parent.event_type,
         original_event_id=str(parent.event_id),
         original_workflow_id=parent.workflow_id,
@@ -281,20 +273,17 @@ def runtime_letter(parent: Envelope, category: ErrorCategory, now: datetime) -> 
 
 def orphan_letter(now: datetime, category: ErrorCategory, *, key: bytes | None, n: int) -> Envelope:
     """What the runtime publishes for a record that did not even decode."""
-    body = EventDeadLettered(
+    body = dead_lettered(
         service="invoice_agent",
-        service_version="1",
-        consumer_group="invoice_agent",
-        original=OriginalRecord(
-            topic="procurement.events",
-            partition=1,
-            offset=n,
-            key_b64=base64.b64encode(key).decode() if key is not None else None,
-            value_b64=base64.b64encode(b"\x00\x01 not an event").decode(),
-        ),
-        error=ErrorDetail(category=category, error_class="NotJSONError", message="not JSON"),
-        attempts=1,
-        failures=[Failure(at=now, attempt=1, error_class="NotJSONError", message="not JSON")],
+        topic="procurement.events",
+        partition=1,
+        offset=n,
+        value=b"\x00\x01 not an event",
+        key=key,
+        category=category,
+        at=now,
+        error_class="NotJSONError",
+        message="not JSON",
     )
     return system_envelope(
         body,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 from chorus.registry import Registry
 from chorus.runtime.backoff import backoff_cap
 from chorus.runtime.runner import ServiceRunner, ServiceSettings, running
+from chorus_contracts.envelope import Envelope
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, publish, read_topic
 from tests.support.registry import isolated_registry
@@ -26,10 +28,26 @@ from timer_service.service import SPEC as TIMER_SPEC
 pytestmark = pytest.mark.integration
 
 
+@dataclass
 class Stack:
-    def __init__(self, registry: Registry, runner: ServiceRunner) -> None:
-        self.registry = registry
-        self.runner = runner
+    registry: Registry
+    runner: ServiceRunner
+    kafka: str
+
+    async def submit(self, task: TaskSubmitted) -> Envelope:
+        """Publish one task in a workflow of its own."""
+        env = envelope(task)
+        await publish(self.kafka, self.registry.physical_topic("test.task_submitted"), [env])
+        return env
+
+    async def read_until(self, workflow_id: str, wanted: str, *also: str) -> list[Any]:
+        """The records of the topics of ``wanted`` and ``also`` (event types), read until
+        a ``wanted`` of ``workflow_id`` shows."""
+        return await read_topic(
+            self.kafka,
+            [self.registry.physical_topic(t) for t in (wanted, *also)],
+            until=lambda rs: bool(payloads(rs, wanted, workflow_id)),
+        )
 
 
 async def start_stack(stack: AsyncExitStack, tmp_path: Path, unique: str, kafka: str, db: str) -> Stack:
@@ -45,7 +63,7 @@ async def start_stack(stack: AsyncExitStack, tmp_path: Path, unique: str, kafka:
     runner = await stack.enter_async_context(
         running(make_spec(f"svc_{unique}"), ServiceSettings(**common), registry=registry)
     )
-    return Stack(registry, runner)
+    return Stack(registry, runner, kafka)
 
 
 def payloads(records: list[Any], event_type: str, workflow_id: str) -> list[dict[str, Any]]:
@@ -57,17 +75,9 @@ async def test_transient_twice_then_success_on_attempt_three(
 ) -> None:
     async with AsyncExitStack() as stack:
         s = await start_stack(stack, tmp_path, unique, kafka_bootstrap, database_url)
-        topic = s.registry.physical_topic("test.task_submitted")
-        env = envelope(TaskSubmitted(task="flaky", transient_failures=2))
-        await publish(kafka_bootstrap, topic, [env])
-        records = await read_topic(
-            kafka_bootstrap,
-            [
-                topic,
-                s.registry.physical_topic("timer.schedule"),
-                s.registry.physical_topic("event.dead_lettered"),
-            ],
-            until=lambda rs: bool(payloads(rs, "test.task_done", env.workflow_id)),
+        env = await s.submit(TaskSubmitted(task="flaky", transient_failures=2))
+        records = await s.read_until(
+            env.workflow_id, "test.task_done", "timer.schedule", "event.dead_lettered"
         )
     done = payloads(records, "test.task_done", env.workflow_id)
     assert [d["payload"]["attempt"] for d in done] == [3]
@@ -98,14 +108,8 @@ async def test_persistent_error_dead_letters_at_once_with_full_context(
     async with AsyncExitStack() as stack:
         s = await start_stack(stack, tmp_path, unique, kafka_bootstrap, database_url)
         topic = s.registry.physical_topic("test.task_submitted")
-        env = envelope(TaskSubmitted(task="rejected", mode="persistent"))
-        await publish(kafka_bootstrap, topic, [env])
-        dlq = s.registry.physical_topic("event.dead_lettered")
-        records = await read_topic(
-            kafka_bootstrap,
-            [dlq],
-            until=lambda rs: bool(payloads(rs, "event.dead_lettered", env.workflow_id)),
-        )
+        env = await s.submit(TaskSubmitted(task="rejected", mode="persistent"))
+        records = await s.read_until(env.workflow_id, "event.dead_lettered")
     letter = payloads(records, "event.dead_lettered", env.workflow_id)[0]["payload"]
     assert letter["attempts"] == 1
     assert letter["error"]["category"] == "persistent"
@@ -122,14 +126,8 @@ async def test_unexpected_exception_is_retried_with_a_cap_then_dead_lettered(
 ) -> None:
     async with AsyncExitStack() as stack:
         s = await start_stack(stack, tmp_path, unique, kafka_bootstrap, database_url)
-        topic = s.registry.physical_topic("test.task_submitted")
-        env = envelope(TaskSubmitted(task="buggy", mode="unexpected"))
-        await publish(kafka_bootstrap, topic, [env])
-        records = await read_topic(
-            kafka_bootstrap,
-            [s.registry.physical_topic("event.dead_lettered")],
-            until=lambda rs: bool(payloads(rs, "event.dead_lettered", env.workflow_id)),
-        )
+        env = await s.submit(TaskSubmitted(task="buggy", mode="unexpected"))
+        records = await s.read_until(env.workflow_id, "event.dead_lettered")
     letter = payloads(records, "event.dead_lettered", env.workflow_id)[0]["payload"]
     assert letter["attempts"] == 3
     assert letter["error"]["category"] == "unexpected"
@@ -142,15 +140,8 @@ async def test_semantic_failures_rerun_with_feedback_then_ask_a_person(
 ) -> None:
     async with AsyncExitStack() as stack:
         s = await start_stack(stack, tmp_path, unique, kafka_bootstrap, database_url)
-        topic = s.registry.physical_topic("test.task_submitted")
-        env = envelope(TaskSubmitted(task="vague", mode="semantic"))
-        await publish(kafka_bootstrap, topic, [env])
-        reviews = s.registry.physical_topic("review.requested")
-        records = await read_topic(
-            kafka_bootstrap,
-            [reviews],
-            until=lambda rs: bool(payloads(rs, "review.requested", env.workflow_id)),
-        )
+        env = await s.submit(TaskSubmitted(task="vague", mode="semantic"))
+        records = await s.read_until(env.workflow_id, "review.requested")
     review = payloads(records, "review.requested", env.workflow_id)[0]["payload"]
     assert review["attempts"] == 3
     # Each re-run saw the errors of the runs before it.
@@ -265,8 +256,7 @@ async def test_an_event_a_timer_fires_carries_the_headers_every_event_carries(
 ) -> None:
     async with AsyncExitStack() as stack:
         s = await start_stack(stack, tmp_path, unique, kafka_bootstrap, database_url)
-        env = envelope(TaskSubmitted(task="retried once", transient_failures=1))
-        await publish(kafka_bootstrap, s.registry.physical_topic("test.task_submitted"), [env])
+        env = await s.submit(TaskSubmitted(task="retried once", transient_failures=1))
         control = s.registry.physical_topic("retry.due")
         records = await read_topic(
             kafka_bootstrap,

@@ -14,7 +14,7 @@ import pytest
 from chorus.runtime.runner import ServiceSettings, running
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, publish, read_topic
-from tests.support.processes import ServiceProcess
+from tests.support.processes import ServiceProcess, infra_env
 from tests.support.registry import isolated_registry
 from tests.support.testservice import make_spec
 
@@ -28,16 +28,8 @@ async def test_sigkill_between_db_commit_and_offset_commit_loses_and_duplicates_
     topic = registry.physical_topic("test.task_submitted")
     envs = [envelope(TaskSubmitted(task=f"t{i}")) for i in range(20)]
     await publish(kafka_bootstrap, topic, envs)
-    service = ServiceProcess(
-        "tests.support.testservice",
-        {
-            "CHORUS_SCHEMAS_DIR": str(registry.root),
-            "CHORUS_KAFKA_BOOTSTRAP": kafka_bootstrap,
-            "CHORUS_DATABASE_URL": database_url,
-            "TEST_SERVICE_NAME": f"svc_{unique}",
-        },
-        tmp_path,
-    )
+    env = {**infra_env(registry.root, kafka_bootstrap, database_url), "TEST_SERVICE_NAME": f"svc_{unique}"}
+    service = ServiceProcess("tests.support.testservice", env, tmp_path)
     with service:
         # The 5th outcome commits in PostgreSQL, then the process dies before any offset commit.
         service.start(CHORUS_FAULTS="after_db_commit:5", CHORUS_COMMIT_INTERVAL_S="30")
@@ -141,16 +133,8 @@ async def test_sigterm_finishes_in_flight_work_and_leaves_the_group(
 ) -> None:
     registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
     topic = registry.physical_topic("test.task_submitted")
-    service = ServiceProcess(
-        "tests.support.testservice",
-        {
-            "CHORUS_SCHEMAS_DIR": str(registry.root),
-            "CHORUS_KAFKA_BOOTSTRAP": kafka_bootstrap,
-            "CHORUS_DATABASE_URL": database_url,
-            "TEST_SERVICE_NAME": f"svc_{unique}",
-        },
-        tmp_path,
-    )
+    env = {**infra_env(registry.root, kafka_bootstrap, database_url), "TEST_SERVICE_NAME": f"svc_{unique}"}
+    service = ServiceProcess("tests.support.testservice", env, tmp_path)
     with service:
         service.start()
         await service.wait_healthy()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+from datetime import datetime
 from typing import Literal
 
 from chorus_contracts.base import EventModel, event
+from chorus_contracts.platform import ErrorCategory, ErrorDetail, EventDeadLettered, Failure, OriginalRecord
 
 
 @event("test.task_submitted", 1)
@@ -57,3 +60,39 @@ events:
     versions: [1]
     compatibility: full
 """
+
+
+def dead_lettered(
+    *,
+    service: str,
+    topic: str,
+    value: bytes,
+    category: ErrorCategory,
+    at: datetime,
+    key: bytes | None = None,
+    partition: int = 0,
+    offset: int = 7,
+    error_class: str = "Boom",
+    message: str = "boom",
+    attempts: int = 1,
+    **about_original: str | None,
+) -> EventDeadLettered:
+    """The payload the runtime of ``service`` publishes for a record it gave up on (the
+    last failure at ``at``); ``about_original`` sets original_event_type / _id /
+    _workflow_id."""
+    return EventDeadLettered(
+        service=service,
+        service_version="1",
+        consumer_group=service,
+        original=OriginalRecord(
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            key_b64=base64.b64encode(key).decode() if key is not None else None,
+            value_b64=base64.b64encode(value).decode(),
+        ),
+        error=ErrorDetail(category=category, error_class=error_class, message=message),
+        attempts=attempts,
+        failures=[Failure(at=at, attempt=attempts, error_class=error_class, message=message)],
+        **about_original,
+    )

@@ -115,3 +115,13 @@ class ServiceProcess:
 
     def __exit__(self, *_: object) -> None:
         self.kill()
+
+
+def infra_env(registry_root: Path, kafka: str, database_url: str) -> dict[str, str]:
+    """The environment that points a service process at a test's registry, Kafka and
+    PostgreSQL."""
+    return {
+        "CHORUS_SCHEMAS_DIR": str(registry_root),
+        "CHORUS_KAFKA_BOOTSTRAP": kafka,
+        "CHORUS_DATABASE_URL": database_url,
+    }

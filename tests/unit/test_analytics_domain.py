@@ -27,10 +27,7 @@ from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.lifecycle import Outcome, WorkflowEnded, WorkflowStarted
 from chorus_contracts.platform import (
     ErrorCategory,
-    ErrorDetail,
     EventDeadLettered,
-    Failure,
-    OriginalRecord,
     ReviewRequested,
 )
 from outcome_analytics.domain import (
@@ -41,6 +38,7 @@ from outcome_analytics.domain import (
     percentile,
 )
 from outcome_analytics.handlers import Deps, on_record
+from tests.support.events import dead_lettered
 
 T0 = datetime(2026, 3, 1, 10, 0, tzinfo=UTC)
 GATEWAY = ProducerRef(service="gateway", version="1")
@@ -92,20 +90,13 @@ def dead_letter(
     original_workflow_id: str | None = None,
     event_id: uuid.UUID | None = None,
 ) -> tuple[Envelope, EventModel]:
-    payload = EventDeadLettered(
+    payload = dead_lettered(
         service="payment_agent",
-        service_version="1",
-        consumer_group="payment_agent",
-        original=OriginalRecord(
-            topic="procurement.events",
-            partition=0,
-            offset=7,
-            key_b64=base64.b64encode(key).decode() if key is not None else None,
-            value_b64=base64.b64encode(original_value).decode(),
-        ),
-        error=ErrorDetail(category=category, error_class="Boom", message="boom"),
-        attempts=1,
-        failures=[Failure(at=when, attempt=1, error_class="Boom", message="boom")],
+        topic="procurement.events",
+        value=original_value,
+        key=key,
+        category=category,
+        at=when,
         original_workflow_id=original_workflow_id,
     )
     env = _env(payload, f"poison:{uuid.uuid4().hex[:6]}", "unknown", when, event_id=event_id)
