@@ -12,7 +12,7 @@ from chorus_contracts.base import EventModel, event
 class _Hop(EventModel):
     seq: int
     sent_ns: int
-    """time.time_ns() at the driver when the input was produced (latency)."""
+    """bench.kafkaio.run_ns() at the driver when the input was produced (latency)."""
     pad: str = ""
     """Filler that brings the whole envelope to about 1 KB."""
 

@@ -35,7 +35,7 @@ from aiokafka import AIOKafkaProducer
 
 import bench.events as bench_events
 from bench import procstat
-from bench.kafkaio import EnvelopeFactory, Listener, pad_for, produce_all
+from bench.kafkaio import EPOCH_NS, EnvelopeFactory, Listener, pad_for, produce_all, run_ns
 from bench.procs import ServiceProc, Worker, bench_worker
 from bench.profile import top_frames
 from bench.registry import bench_registry, delete_topics, raw_topics
@@ -242,7 +242,7 @@ async def hop_inflight(b: Bench, v: HopVariant, n: int) -> list[float]:
         for s in b.next_seqs(n):
             wf = f"wf-{b.suffix}-{s}"
             waiter = v.listener.expect(s)
-            sent = time.time_ns()
+            sent = run_ns()
             value = v.factory.encode(wf, {"seq": s, "sent_ns": sent, "pad": v.pad})
             await b.prod().send(v.in_topic, value, key=wf.encode())
             seen = await asyncio.wait_for(waiter, 30)
@@ -266,7 +266,7 @@ async def hop_open_loop(b: Bench, v: HopVariant, rate: float, seconds: float) ->
             while sent < due:
                 s = seqs[sent]
                 wf = f"wf-{b.suffix}-{s}"
-                value = v.factory.encode(wf, {"seq": s, "sent_ns": time.time_ns(), "pad": v.pad})
+                value = v.factory.encode(wf, {"seq": s, "sent_ns": run_ns(), "pad": v.pad})
                 await b.prod().send(v.in_topic, value, key=wf.encode())
                 sent += 1
             await asyncio.sleep(0.002)
@@ -354,7 +354,7 @@ async def make_hop_variants(
     await asyncio.gather(b.started(raw_worker), b.started(chorus_worker))
     await asyncio.gather(raw_worker.call("ready"), chorus_worker.call("ready"))
     factory = EnvelopeFactory(ping(seq=0, sent_ns=0))
-    pad = pad_for(factory, {"seq": 10**9, "sent_ns": time.time_ns()})
+    pad = pad_for(factory, {"seq": 10**9, "sent_ns": run_ns()})
     variants = []
     for name, worker, in_topic, out_topic in (
         (raw_name, raw_worker, raw_cfg["in_topic"], raw_cfg["out_topic"]),
@@ -538,7 +538,7 @@ async def section_workflows(b: Bench) -> None:
     b.cleanup.append(listener.stop)
     steps_topic = reg.physical_topic("bench.step")
     factory = EnvelopeFactory(bench_events.FlowStep(step=1, started_ns=0), workflow_type="bench")
-    pad = pad_for(factory, {"step": 1, "started_ns": time.time_ns()})
+    pad = pad_for(factory, {"step": 1, "started_ns": run_ns()})
     steps = 5
 
     async def chorus_throughput(w: int) -> dict[str, Any]:
@@ -567,7 +567,7 @@ async def section_workflows(b: Bench) -> None:
             for i in b.next_seqs(m):
                 wf = f"flow-{b.suffix}-{i}"
                 waiter = listener.expect(wf)
-                sent = time.time_ns()
+                sent = run_ns()
                 value = factory.encode(wf, {"step": 1, "started_ns": sent, "pad": pad})
                 await b.prod().send(steps_topic, value, key=wf.encode())
                 seen = await asyncio.wait_for(waiter, 60)
@@ -684,7 +684,11 @@ async def section_timers(b: Bench) -> None:
             payload = {
                 "timer_id": f"bench-{b.suffix}-{prefix}{i}",
                 "due_at": iso(due_ns),
-                "fire": {"topic": fired_topic, "key": wf, "value": fire.make(wf, {"due_ns": due_ns})},
+                "fire": {
+                    "topic": fired_topic,
+                    "key": wf,
+                    "value": fire.make(wf, {"due_ns": due_ns - EPOCH_NS}),
+                },
                 "purpose": "reminder",
             }
             out.append((wf.encode(), command.encode(wf, payload)))
