@@ -44,7 +44,8 @@ MAX_BODY = 65_536
 class ErasureRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    subject_ref: str = Field(min_length=1, max_length=200)
+    # Envelopes bound no subject reference; the body's 64 KiB cap bounds this one.
+    subject_ref: str = Field(min_length=1)
     actor: str = Field(min_length=1, max_length=200)
 
 
@@ -200,13 +201,18 @@ class ReadApi:
 
     def _pending(self, found: dict[str, Any]) -> dict[str, Any]:
         """Which data holders have not confirmed yet (``complete`` when none)."""
-        pending = [s for s in self.data_holders if s not in found["confirmations"]]
+        confirmed = found["confirmations"]
+        pending = [s for s in self.data_holders if confirmed.get(s, {}).get("parts", 0) < found["parts"]]
         return {"pending": pending, "complete": not pending}
 
     async def replay(self, request: web.Request) -> web.Response:
         body = await _body(request, ReplayRequest)
         if isinstance(body, web.Response):
             return body
+        busy = self.replays.running()
+        if busy is not None:
+            detail = f"replay {busy.replay_id} is still running; follow it at /v1/replays/{busy.replay_id}"
+            return _problem(409, "A replay is running", detail, request.path, replay_id=busy.replay_id)
         job = self.replays.start(
             since=body.since, verify=body.verify, drop=body.drop, live_timeout_s=body.live_timeout_s
         )

@@ -70,6 +70,10 @@ class ReplayJobs:
         self.rt = rt
         self.jobs: dict[str, ReplayJob] = {}
 
+    def running(self) -> ReplayJob | None:
+        """The replay in progress, if any: one at a time, beside the live projection."""
+        return next((j for j in self.jobs.values() if j.state == "running"), None)
+
     def start(self, *, since: datetime | None, verify: bool, drop: bool, live_timeout_s: float) -> ReplayJob:
         target = ReplayTarget.new(self.rt.service)
         job = ReplayJob(target.replay_id, target.schema, since, verify, drop, live_timeout_s)
@@ -106,8 +110,9 @@ class ReplayJobs:
                 "group": result.target.group,
             }
             if job.verify:
+                group = settings.group_id or rt.service  # the live projector's consumer group
                 lag = await wait_for_live(
-                    settings.kafka_bootstrap, rt.service, result.end_offsets, job.live_timeout_s
+                    settings.kafka_bootstrap, group, result.end_offsets, job.live_timeout_s
                 )
                 async with rt.pool.acquire() as conn:
                     c = await compare(conn, live=rt.service, replay=job.schema, since=job.since)

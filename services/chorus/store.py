@@ -284,7 +284,9 @@ class ServiceStore:
 
     # -- erasure and retention (asked for by the audit projector; see chorus.runtime.datarequests)
 
-    async def erase_subject(self, conn: asyncpg.Connection, subject_hash: str) -> tuple[dict[str, int], int]:
+    async def erase_subject(
+        self, conn: asyncpg.Connection, subject_hash: str, workflow_ids: Sequence[str] = ()
+    ) -> tuple[dict[str, int], int]:
         """Delete the checkpoints of the workflows of the subject whose reference hashes to
         ``subject_hash`` (see SUBJECT_HASH_FUNCTION), their parked records and
         published outbox rows (they hold event bytes), and archived rows of the subject or
@@ -301,29 +303,29 @@ class ServiceStore:
                 WHERE chorus.subject_hash(subject_ref) = $1 AND subject_ref IS NOT NULL""",
             subject_hash,
         )
-        workflows = sorted({r["workflow_id"] for r in [*deleted, *archived]})
-        rows = {
-            "state": len(deleted),
-            "parked": _count(
-                await conn.execute(f"DELETE FROM {s}.parked WHERE workflow_id = ANY($1::text[])", workflows)
+        # Rows of the subject's workflows may be here without a checkpoint naming it (a
+        # fired timer, a redriven record): the projection's ids cover those.
+        ids = sorted({r["workflow_id"] for r in [*deleted, *archived]} | set(workflow_ids))
+        touched = {r["workflow_id"] for r in deleted}
+        rows = {"state": len(deleted)}
+        statements = {
+            "parked": (f"DELETE FROM {s}.parked WHERE workflow_id = ANY($1::text[])", ()),
+            "outbox": (
+                f"""DELETE FROM {s}.outbox
+                    WHERE workflow_id = ANY($1::text[]) AND dispatched_at IS NOT NULL""",
+                (),
             ),
-            "outbox": _count(
-                await conn.execute(
-                    f"""DELETE FROM {s}.outbox WHERE workflow_id = ANY($1::text[])
-                        AND dispatched_at IS NOT NULL""",
-                    workflows,
-                )
-            ),
-            "archive": _count(
-                await conn.execute(
-                    f"""DELETE FROM {s}.archive WHERE workflow_id = ANY($2::text[])
-                        OR (chorus.subject_hash(subject_ref) = $1 AND subject_ref IS NOT NULL)""",
-                    subject_hash,
-                    workflows,
-                )
+            "archive": (
+                f"""DELETE FROM {s}.archive
+                    WHERE workflow_id = ANY($1::text[]) OR chorus.subject_hash(subject_ref) = $2""",
+                (subject_hash,),
             ),
         }
-        return self._qualified(rows), len(workflows)
+        for table, (sql, extra) in statements.items():
+            gone = await conn.fetch(f"{sql} RETURNING workflow_id", ids, *extra)
+            rows[table] = len(gone)
+            touched.update(r["workflow_id"] for r in gone if r["workflow_id"] is not None)
+        return self._qualified(rows), len(touched)
 
     async def retire(
         self,

@@ -166,12 +166,19 @@ class ReviewRequested(EventModel):
 
 MAX_RETIRED_PER_EVENT = 500
 """Workflows per workflows.retired event (the janitor's batch)."""
+MAX_ERASED_PER_EVENT = 2000
+"""Workflow ids per subject.erasure_requested event; a subject with more is asked in parts."""
 
 
 @event("subject.erasure_requested", 1)
 class SubjectErasureRequested(EventModel):
     """Remove everything held about the subject (state of its workflows, their parked
-    records and published outbox rows, archived copies); confirm with data.removed."""
+    records and published outbox rows, archived copies); confirm with data.removed.
+
+    The subject's workflows are those whose checkpoint here names the subject, and those
+    the audit projection knows (``workflow_ids``): a service may hold rows of a workflow
+    without a checkpoint of it (a fired timer, a redriven record). A subject with more
+    workflows than one event carries is asked in ``parts`` events."""
 
     erasure_id: Name
     subject_hash: str = Field(
@@ -181,6 +188,9 @@ class SubjectErasureRequested(EventModel):
     )
     actor: Name
     requested_at: UtcDateTime
+    workflow_ids: list[Name] = Field(default=[], max_length=MAX_ERASED_PER_EVENT)
+    part: int = Field(default=1, ge=1, le=2**31 - 1)
+    parts: int = Field(default=1, ge=1, le=2**31 - 1)
 
 
 @event("workflows.retired", 1)
@@ -199,7 +209,9 @@ class DataRemoved(EventModel):
     """One service's confirmation that it handled an erasure or retirement request."""
 
     request: Literal["erasure", "retirement"]
-    request_id: Name = Field(description="erasure_id, or run_id/batch of a retirement")
+    request_id: Name = Field(
+        description="erasure_id (erasure_id/part when asked in parts), or run_id/batch of a retirement"
+    )
     service: Name
     workflows: int = Field(ge=0, le=2**31 - 1, description="workflows whose rows were touched")
     rows: dict[str, int] = Field(

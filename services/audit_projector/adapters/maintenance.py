@@ -51,6 +51,7 @@ from chorus.envelopes import start_envelope
 from chorus.outbox import OutboxTransaction, OutboxWriter
 from chorus_contracts.envelope import ProducerRef
 from chorus_contracts.platform import (
+    MAX_ERASED_PER_EVENT,
     MAX_RETIRED_PER_EVENT,
     DataRemoved,
     SubjectErasureRequested,
@@ -350,24 +351,34 @@ async def erase_subject(
             "subject_hash": hashed,
             "rows": counts,
             "workflows": len(workflows),
+            "parts": max(1, -(-len(workflows) // MAX_ERASED_PER_EVENT)),
             "actor": actor,
             "erased_at": now.isoformat(),
         },
     )
-    request = SubjectErasureRequested(
-        erasure_id=str(erasure_id), subject_hash=hashed, actor=actor, requested_at=now
-    )
-    tx.publish(
-        start_envelope(
-            request,
-            workflow_id=f"erasure-{erasure_id}",
-            workflow_type=DATA_WORKFLOW_TYPE,
-            producer=announce.producer,
-            now=now,
-            idempotency_key=str(erasure_id),
-            event_id=uuid.uuid5(_NAMESPACE, f"erasure/{erasure_id}"),
+    ids = sorted(workflows)
+    chunks = [ids[i : i + MAX_ERASED_PER_EVENT] for i in range(0, len(ids), MAX_ERASED_PER_EVENT)] or [[]]
+    for part, chunk in enumerate(chunks, start=1):
+        request = SubjectErasureRequested(
+            erasure_id=str(erasure_id),
+            subject_hash=hashed,
+            actor=actor,
+            requested_at=now,
+            workflow_ids=chunk,
+            part=part,
+            parts=len(chunks),
         )
-    )
+        tx.publish(
+            start_envelope(
+                request,
+                workflow_id=f"erasure-{erasure_id}",
+                workflow_type=DATA_WORKFLOW_TYPE,
+                producer=announce.producer,
+                now=now,
+                idempotency_key=f"{erasure_id}/{part}",
+                event_id=uuid.uuid5(_NAMESPACE, f"erasure/{erasure_id}/{part}"),
+            )
+        )
     return ErasureReport(erasure_id, hashed, counts, len(workflows), now)
 
 
@@ -400,19 +411,31 @@ class RecordConfirmation:
 
 
 async def confirmations(conn: asyncpg.Connection, request_id: str, *, ledger: str = SCHEMA) -> dict[str, Any]:
-    """service -> {workflows, rows, confirmed_at} of every confirmation of ``request_id``."""
+    """service -> {workflows, rows, confirmed_at, parts} of the confirmations of
+    ``request_id`` (of all its parts, ``request_id/<n>``, when it was asked in parts)."""
     found = await conn.fetch(
         f"""SELECT service, workflows, rows::text AS rows, confirmed_at
-            FROM {ident(ledger)}.data_confirmations WHERE request_id = $1 ORDER BY service""",
+            FROM {ident(ledger)}.data_confirmations
+            WHERE request_id = $1 OR starts_with(request_id, $1 || '/')
+            ORDER BY service, request_id""",
         request_id,
     )
+    by_service: dict[str, Any] = {}
+    for r in found:
+        seen = by_service.setdefault(
+            r["service"], {"workflows": 0, "rows": Counter(), "confirmed_at": r["confirmed_at"], "parts": 0}
+        )
+        seen["workflows"] += r["workflows"]
+        seen["rows"].update(json.loads(r["rows"]))
+        seen["confirmed_at"] = max(seen["confirmed_at"], r["confirmed_at"])
+        seen["parts"] += 1
     return {
-        r["service"]: {
-            "workflows": r["workflows"],
-            "rows": json.loads(r["rows"]),
-            "confirmed_at": r["confirmed_at"].isoformat(),
+        service: {
+            **seen,
+            "rows": dict(sorted(seen["rows"].items())),
+            "confirmed_at": seen["confirmed_at"].isoformat(),
         }
-        for r in found
+        for service, seen in by_service.items()
     }
 
 
@@ -421,8 +444,11 @@ async def erasure(
 ) -> dict[str, Any] | None:
     """One erasure as recorded: hash, actor, time, projection counts and confirmations."""
     row = await conn.fetchrow(
-        f"""SELECT erasure_id, subject_hash, actor, erased_at, counts::text AS counts
-            FROM {ident(ledger)}.erasures WHERE erasure_id = $1""",
+        f"""SELECT e.erasure_id, e.subject_hash, e.actor, e.erased_at, e.counts::text AS counts,
+                   coalesce((a.payload->>'parts')::int, 1) AS parts
+            FROM {ident(ledger)}.erasures e
+            LEFT JOIN {ident(ledger)}.audit_log a ON a.event_id = e.erasure_id
+            WHERE e.erasure_id = $1""",
         erasure_id,
     )
     if row is None:
@@ -433,6 +459,7 @@ async def erasure(
         "actor": row["actor"],
         "erased_at": row["erased_at"].isoformat(),
         "rows": json.loads(row["counts"]),
+        "parts": row["parts"],
         "confirmations": await confirmations(conn, str(erasure_id), ledger=ledger),
     }
 

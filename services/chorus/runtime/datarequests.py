@@ -52,8 +52,9 @@ class DataRequests:
         async with self._request(envelope) as conn:
             if conn is None:
                 return
-            rows, workflows = await self.store.erase_subject(conn, request.subject_hash)
-            await self._confirm(conn, envelope, "erasure", request.erasure_id, rows, workflows)
+            rows, workflows = await self.store.erase_subject(conn, request.subject_hash, request.workflow_ids)
+            request_id = request.erasure_id if request.parts == 1 else f"{request.erasure_id}/{request.part}"
+            await self._confirm(conn, envelope, "erasure", request_id, rows, workflows)
 
     async def retire(self, envelope: Envelope, request: WorkflowsRetired, run_id: uuid.UUID) -> None:
         async with self._request(envelope) as conn:

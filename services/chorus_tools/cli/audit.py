@@ -368,5 +368,10 @@ async def _api(
         except ValueError:
             detail = response.text
         raise _fail(f"{method} {path}: {response.status_code} {detail}", 1)
-    body: dict[str, Any] = response.json()
+    try:
+        body: dict[str, Any] = response.json()
+    except ValueError:
+        raise _fail(
+            f"{method} {path}: {client.base_url} answered, but not with JSON (is it the audit projector?)", 1
+        ) from None
     return body
