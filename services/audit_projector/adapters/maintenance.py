@@ -19,7 +19,7 @@ import json
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -49,7 +49,7 @@ from chorus.clock import Clock
 from chorus.db import ident
 from chorus.envelopes import start_envelope
 from chorus.outbox import OutboxTransaction, OutboxWriter
-from chorus_contracts.envelope import ProducerRef
+from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.platform import (
     MAX_ERASED_PER_EVENT,
     MAX_RETIRED_PER_EVENT,
@@ -210,51 +210,67 @@ async def _purge_batch(
         [(r["workflow_id"], r["workflow_type"], now, report.run_id) for r in expired],
     )
     for r in expired:
-        wf = r["workflow_id"]
-        rows = dict(sorted(per_workflow[wf].items()))
-        await insert_record(
-            conn,
-            schema,
-            event_id=uuid.uuid5(_NAMESPACE, f"purge/{report.run_id}/{wf}"),
-            origin=ORIGIN_JANITOR,
-            event_type=WORKFLOW_PURGED,
-            workflow_id=wf,
-            workflow_type=r["workflow_type"],
-            producer=schema,
-            occurred_at=now,
-            decision="archived" if archive else "purged",
-            actor=None,
-            payload={
-                "run_id": str(report.run_id),
-                "mode": policy.mode,
-                "reason": "maximum lifetime reached",
-                "lifetime_days": lifetime(
-                    r["workflow_type"], policy.lifetimes_days, policy.default_days
-                ).total_seconds()
-                / 86400,
-                "started_at": r["started_at"].isoformat(),
-                "status": r["status"],
-                "rows": rows,
-            },
+        await _record_purge(
+            conn, schema, r, dict(sorted(per_workflow[r["workflow_id"]].items())), policy, report, now
         )
-        report.rows.update(per_workflow[wf])
+        report.rows.update(per_workflow[r["workflow_id"]])
     report.batches += 1
-    request_id = f"{report.run_id}/{report.batches}"
-    tx.publish(
-        start_envelope(
-            WorkflowsRetired(
-                run_id=str(report.run_id), batch=report.batches, mode=policy.mode, workflow_ids=ids
-            ),
-            workflow_id=f"retention-{report.run_id}",
-            workflow_type=DATA_WORKFLOW_TYPE,
-            producer=producer,
-            now=now,
-            idempotency_key=request_id,
-            event_id=uuid.uuid5(_NAMESPACE, f"retired/{request_id}"),
-        )
-    )
+    tx.publish(_retirement_request(report, policy.mode, ids, producer, now))
     report.workflows.extend(ids)
     return len(expired)
+
+
+async def _record_purge(
+    conn: asyncpg.Connection,
+    schema: str,
+    workflow: asyncpg.Record,
+    rows: dict[str, int],
+    policy: RetentionPolicy,
+    report: JanitorReport,
+    now: datetime,
+) -> None:
+    """The ``audit.workflow_purged`` row of one retired workflow: no subject, no payload data."""
+    await insert_record(
+        conn,
+        schema,
+        event_id=uuid.uuid5(_NAMESPACE, f"purge/{report.run_id}/{workflow['workflow_id']}"),
+        origin=ORIGIN_JANITOR,
+        event_type=WORKFLOW_PURGED,
+        workflow_id=workflow["workflow_id"],
+        workflow_type=workflow["workflow_type"],
+        producer=schema,
+        occurred_at=now,
+        decision="archived" if policy.mode == "archive" else "purged",
+        actor=None,
+        payload={
+            "run_id": str(report.run_id),
+            "mode": policy.mode,
+            "reason": "maximum lifetime reached",
+            "lifetime_days": lifetime(
+                workflow["workflow_type"], policy.lifetimes_days, policy.default_days
+            ).total_seconds()
+            / 86400,
+            "started_at": workflow["started_at"].isoformat(),
+            "status": workflow["status"],
+            "rows": rows,
+        },
+    )
+
+
+def _retirement_request(
+    report: JanitorReport, mode: JanitorMode, ids: list[str], producer: ProducerRef, now: datetime
+) -> Envelope:
+    """The request every service answers for the batch just retired here."""
+    request_id = f"{report.run_id}/{report.batches}"
+    return start_envelope(
+        WorkflowsRetired(run_id=str(report.run_id), batch=report.batches, mode=mode, workflow_ids=ids),
+        workflow_id=f"retention-{report.run_id}",
+        workflow_type=DATA_WORKFLOW_TYPE,
+        producer=producer,
+        now=now,
+        idempotency_key=request_id,
+        event_id=uuid.uuid5(_NAMESPACE, f"retired/{request_id}"),
+    )
 
 
 # -- erasure ----------------------------------------------------------------------------------
@@ -295,20 +311,61 @@ async def erase_subject(
     Idempotent: erasing again finds nothing and records that it found nothing.
     """
     conn = tx.conn
-    hashed = subject_hash(subject_ref)
-    erasure_id = uuid.uuid4()
-    rows: Counter[str] = Counter()
-    workflows: set[str] = set()
+    conn = tx.conn
     led = ident(ledger)
     await lock_maintenance(conn, ledger, exclusive=True)
+    report = ErasureReport(uuid.uuid4(), subject_hash(subject_ref), {}, 0, now)
     await conn.execute(
         f"""INSERT INTO {led}.erasures (erasure_id, subject_hash, actor, erased_at, counts)
             VALUES ($1, $2, $3, $4, '{{}}')""",
-        erasure_id,
-        hashed,
+        report.erasure_id,
+        report.subject_hash,
         actor,
         now,
     )
+    rows, workflows = await _erase_projections(conn, ledger, subject_ref, now)
+    report = replace(report, rows={key: n for key, n in sorted(rows.items()) if n}, workflows=len(workflows))
+    await conn.execute(
+        f"UPDATE {led}.erasures SET counts = $2::jsonb WHERE erasure_id = $1",
+        report.erasure_id,
+        json.dumps(report.rows),
+    )
+    ids = sorted(workflows)
+    parts = [ids[i : i + MAX_ERASED_PER_EVENT] for i in range(0, len(ids), MAX_ERASED_PER_EVENT)] or [[]]
+    await insert_record(
+        conn,
+        ledger,
+        event_id=report.erasure_id,
+        origin=ORIGIN_ERASURE,
+        event_type=ERASURE_RECORDED,
+        workflow_id=None,
+        workflow_type=None,
+        producer=announce.producer.service,
+        occurred_at=now,
+        decision="erased",
+        actor=actor,
+        payload={
+            "erasure_id": str(report.erasure_id),
+            "subject_hash": report.subject_hash,
+            "rows": report.rows,
+            "workflows": report.workflows,
+            "parts": len(parts),
+            "actor": actor,
+            "erased_at": now.isoformat(),
+        },
+    )
+    for number, part in enumerate(parts, start=1):
+        tx.publish(_erasure_request(report, actor, part, number, len(parts), announce.producer))
+    return report
+
+
+async def _erase_projections(
+    conn: asyncpg.Connection, ledger: str, subject_ref: str, now: datetime
+) -> tuple[Counter[str], set[str]]:
+    """Redact the subject in every projection and delete its archived rows: (rows per
+    ``<schema>.<table>``, the subject's workflows found)."""
+    rows: Counter[str] = Counter()
+    workflows: set[str] = set()
     for projection in await projection_schemas(conn, ledger):
         try:
             async with conn.transaction():  # a savepoint: a replay may be dropped meanwhile
@@ -317,6 +374,7 @@ async def erase_subject(
                 )
         except asyncpg.UndefinedTableError:
             continue
+    led = ident(ledger)
     archived = await conn.fetch(
         f"SELECT DISTINCT workflow_id FROM {led}.archive WHERE subject_ref = $1", subject_ref
     )
@@ -328,58 +386,31 @@ async def erase_subject(
             sorted(workflows),
         )
     )
-    counts = {key: n for key, n in sorted(rows.items()) if n}
-    await conn.execute(
-        f"UPDATE {led}.erasures SET counts = $2::jsonb WHERE erasure_id = $1",
-        erasure_id,
-        json.dumps(counts),
-    )
-    await insert_record(
-        conn,
-        ledger,
-        event_id=erasure_id,
-        origin=ORIGIN_ERASURE,
-        event_type=ERASURE_RECORDED,
-        workflow_id=None,
-        workflow_type=None,
-        producer=announce.producer.service,
-        occurred_at=now,
-        decision="erased",
+    return rows, workflows
+
+
+def _erasure_request(
+    report: ErasureReport, actor: str, workflow_ids: list[str], part: int, parts: int, producer: ProducerRef
+) -> Envelope:
+    """Part ``part`` of ``parts`` of the request every service answers."""
+    request = SubjectErasureRequested(
+        erasure_id=str(report.erasure_id),
+        subject_hash=report.subject_hash,
         actor=actor,
-        payload={
-            "erasure_id": str(erasure_id),
-            "subject_hash": hashed,
-            "rows": counts,
-            "workflows": len(workflows),
-            "parts": max(1, -(-len(workflows) // MAX_ERASED_PER_EVENT)),
-            "actor": actor,
-            "erased_at": now.isoformat(),
-        },
+        requested_at=report.erased_at,
+        workflow_ids=workflow_ids,
+        part=part,
+        parts=parts,
     )
-    ids = sorted(workflows)
-    chunks = [ids[i : i + MAX_ERASED_PER_EVENT] for i in range(0, len(ids), MAX_ERASED_PER_EVENT)] or [[]]
-    for part, chunk in enumerate(chunks, start=1):
-        request = SubjectErasureRequested(
-            erasure_id=str(erasure_id),
-            subject_hash=hashed,
-            actor=actor,
-            requested_at=now,
-            workflow_ids=chunk,
-            part=part,
-            parts=len(chunks),
-        )
-        tx.publish(
-            start_envelope(
-                request,
-                workflow_id=f"erasure-{erasure_id}",
-                workflow_type=DATA_WORKFLOW_TYPE,
-                producer=announce.producer,
-                now=now,
-                idempotency_key=f"{erasure_id}/{part}",
-                event_id=uuid.uuid5(_NAMESPACE, f"erasure/{erasure_id}/{part}"),
-            )
-        )
-    return ErasureReport(erasure_id, hashed, counts, len(workflows), now)
+    return start_envelope(
+        request,
+        workflow_id=f"erasure-{report.erasure_id}",
+        workflow_type=DATA_WORKFLOW_TYPE,
+        producer=producer,
+        now=report.erased_at,
+        idempotency_key=f"{report.erasure_id}/{part}",
+        event_id=uuid.uuid5(_NAMESPACE, f"erasure/{report.erasure_id}/{part}"),
+    )
 
 
 # -- confirmations ------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -172,76 +173,8 @@ class StepCommitter:
         return False
 
     async def _commit_result(self, handled: Handled, result: Result) -> bool:
-        rec, frame, attempt, traceparent = handled.rec, handled.frame, handled.attempt, handled.traceparent
         env = handled.event.envelope
-        now = self.clock.now()
-        was_blocker = frame.parked_on == env.event_id
-        messages: list[OutboxMessage] = []
-        new_state = frame.state
-        parked_on: uuid.UUID | None = None if was_blocker else frame.parked_on
-        if isinstance(result, Succeeded):
-            outcome_name = InboxOutcome.DONE
-            if result.outcome.state is not None:
-                new_state = result.outcome.state.model_dump(mode="json")
-            messages = self.messages.outcome(env, result.outcome, now, traceparent)
-        elif isinstance(result, Retry):
-            outcome_name, parked_on = InboxOutcome.RETRYING, env.event_id
-            history = [*handled.failures, failure(result.error, attempt, now, retry_in_s=result.wait_s)]
-            messages = [
-                self.messages.retry(
-                    env, rec, attempt, history[-MAX_FAILURES:], now, result.wait_s, traceparent
-                )
-            ]
-            self.metrics.retries.labels(env.event_type).inc()
-        elif isinstance(result, DeadLetter):
-            outcome_name, parked_on = InboxOutcome.DEAD_LETTERED, env.event_id
-            self._guard_dead_letter(result.error, env)
-            this_failure = failure(result.error, attempt, now)
-            messages = [
-                self.messages.dead_letter(
-                    rec,
-                    result.error,
-                    result.category,
-                    attempt,
-                    [*handled.failures, this_failure][-MAX_FAILURES:],
-                    now,
-                    parent=env,
-                    traceparent=traceparent,
-                )
-            ]
-        else:
-            outcome_name = InboxOutcome.REVIEW
-            messages = [
-                self.messages.review(env, result.errors, handled.route.semantic_attempts, now, traceparent)
-            ]
-
-        # Every step of a workflow that has a checkpoint bumps its revision, so a
-        # decision taken on a state another replica has since moved is refused.
-        if frame.revision is not None:
-            checkpoint = CheckpointWrite.UPDATE
-        elif new_state is not None or parked_on is not None:
-            checkpoint = CheckpointWrite.INSERT
-        else:
-            checkpoint = CheckpointWrite.NONE
-        write = StepWrite(
-            group=self.group,
-            event_id=env.event_id,
-            attempt=attempt,
-            outcome=outcome_name,
-            event_type=env.event_type,
-            workflow_id=env.workflow_id,
-            workflow_type=env.workflow_type,
-            now=now,
-            from_parked=handled.parked_id is not None,
-            checkpoint=checkpoint,
-            state=new_state,
-            state_version=self.spec.state_version,
-            expected_revision=frame.revision,
-            parked_on=parked_on,
-            subject_ref=env.subject_ref,
-            messages=messages,
-            parked_id=handled.parked_id,
-        )
+        write = self._step_write(handled, result, self.clock.now())
         effects = result.outcome.effects if isinstance(result, Succeeded) else ()
         if effects:
             try:
@@ -262,14 +195,86 @@ class StepCommitter:
         fault_point("after_db_commit")
         if isinstance(result, Succeeded | Review):
             self.guard.record_success()
-        if messages:
+        if write.messages:
             self.on_outbox()
         if isinstance(result, Succeeded) and result.outcome.ended:
             self.metrics.completions.labels(env.workflow_type, result.outcome.ended).inc()
         if isinstance(result, DeadLetter):
             self.metrics.dead_letters.labels(result.category).inc()
-            log.error("dead-lettered", extra=fields(error=repr(result.error), attempt=attempt))
-        return was_blocker and parked_on is None
+            log.error("dead-lettered", extra=fields(error=repr(result.error), attempt=handled.attempt))
+        # A park on this very event is resolved: the caller drains what waited behind it.
+        return handled.frame.parked_on == env.event_id and write.parked_on is None
+
+    def _step_write(self, handled: Handled, result: Result, now: datetime) -> StepWrite:
+        """What the step commits: its inbox outcome, the checkpoint (state, and the event
+        the workflow now waits on, if any) and the events it publishes."""
+        rec, frame, attempt, traceparent = handled.rec, handled.frame, handled.attempt, handled.traceparent
+        env = handled.event.envelope
+        messages: list[OutboxMessage] = []
+        new_state = frame.state
+        parked_on: uuid.UUID | None = None if frame.parked_on == env.event_id else frame.parked_on
+        if isinstance(result, Succeeded):
+            outcome_name = InboxOutcome.DONE
+            if result.outcome.state is not None:
+                new_state = result.outcome.state.model_dump(mode="json")
+            messages = self.messages.outcome(env, result.outcome, now, traceparent)
+        elif isinstance(result, Retry):
+            outcome_name, parked_on = InboxOutcome.RETRYING, env.event_id
+            history = [*handled.failures, failure(result.error, attempt, now, retry_in_s=result.wait_s)]
+            messages = [
+                self.messages.retry(
+                    env, rec, attempt, history[-MAX_FAILURES:], now, result.wait_s, traceparent
+                )
+            ]
+            self.metrics.retries.labels(env.event_type).inc()
+        elif isinstance(result, DeadLetter):
+            outcome_name, parked_on = InboxOutcome.DEAD_LETTERED, env.event_id
+            self._guard_dead_letter(result.error, env)
+            history = [*handled.failures, failure(result.error, attempt, now)]
+            messages = [
+                self.messages.dead_letter(
+                    rec,
+                    result.error,
+                    result.category,
+                    attempt,
+                    history[-MAX_FAILURES:],
+                    now,
+                    parent=env,
+                    traceparent=traceparent,
+                )
+            ]
+        else:
+            outcome_name = InboxOutcome.REVIEW
+            messages = [
+                self.messages.review(env, result.errors, handled.route.semantic_attempts, now, traceparent)
+            ]
+        # Every step of a workflow that has a checkpoint bumps its revision, so a
+        # decision taken on a state another replica has since moved is refused.
+        if frame.revision is not None:
+            checkpoint = CheckpointWrite.UPDATE
+        elif new_state is not None or parked_on is not None:
+            checkpoint = CheckpointWrite.INSERT
+        else:
+            checkpoint = CheckpointWrite.NONE
+        return StepWrite(
+            group=self.group,
+            event_id=env.event_id,
+            attempt=attempt,
+            outcome=outcome_name,
+            event_type=env.event_type,
+            workflow_id=env.workflow_id,
+            workflow_type=env.workflow_type,
+            now=now,
+            from_parked=handled.parked_id is not None,
+            checkpoint=checkpoint,
+            state=new_state,
+            state_version=self.spec.state_version,
+            expected_revision=frame.revision,
+            parked_on=parked_on,
+            subject_ref=env.subject_ref,
+            messages=messages,
+            parked_id=handled.parked_id,
+        )
 
     async def dead_letter_record(
         self, rec: Record, exc: PersistentError, parked_id: int | None = None

@@ -134,6 +134,11 @@ def replay_command(
         job = _run(run())
     if job["state"] != "succeeded":
         raise _fail(f"replay {job['replay_id']} failed: {job['error']}", 1)
+    raise typer.Exit(_print_replay(job, dropped=drop))
+
+
+def _print_replay(job: dict[str, Any], *, dropped: bool) -> int:
+    """What a finished replay did, and the comparison; 1 when the projections differ."""
     result = job["result"]
     rate = result["records"] / result["seconds"] if result["seconds"] else 0.0
     console.print(
@@ -162,9 +167,9 @@ def replay_command(
             for workflow_id in comparison["differing"][:10]:
                 console.print(f"  {workflow_id}", markup=False)
             code = 1
-    if drop:
+    if dropped:
         console.print(f"dropped schema {job['schema']}")
-    raise typer.Exit(code)
+    return code
 
 
 # -- timeline ----------------------------------------------------------------------------------
