@@ -119,7 +119,15 @@ def create_app(rt: RuntimeHandle, settings: Settings, reads: ReadModel) -> FastA
     app.state.settings = settings
     base_url = settings.public_url or f"http://{settings.api_host}:{settings.api_port}"
 
-    # -- submit ------------------------------------------------------------------------------
+    _submit_routes(app, rt, settings, base_url)
+    _unknown_type_answer(app)
+    _watch_routes(app, rt, reads, base_url)
+    _approval_routes(app, rt, reads)
+    return app
+
+
+def _submit_routes(app: FastAPI, rt: RuntimeHandle, settings: Settings, base_url: str) -> None:
+    """POST /v1/workflows/{type}: one route per workflow type; 202 with the workflow's id."""
 
     async def submit(
         workflow_type: str,
@@ -197,8 +205,10 @@ def create_app(rt: RuntimeHandle, settings: Settings, reads: ReadModel) -> FastA
     for name, kind in WORKFLOW_TYPES.items():
         _submit_route(app, name, kind, submit)
 
-    # POST to a type that does not exist is a 405 (the path is a workflow's, for GET), with
-    # the types that do exist in the answer.
+
+def _unknown_type_answer(app: FastAPI) -> None:
+    """POST to a type that does not exist is a 405 (the path is a workflow's, for GET),
+    with the types that do exist in the answer."""
     answer_http_error = app.exception_handlers[StarletteHTTPException]
 
     @app.exception_handler(StarletteHTTPException)
@@ -211,7 +221,9 @@ def create_app(rt: RuntimeHandle, settings: Settings, reads: ReadModel) -> FastA
         response = answer_http_error(request, exc)
         return await response if inspect.isawaitable(response) else response
 
-    # -- watch -------------------------------------------------------------------------------
+
+def _watch_routes(app: FastAPI, rt: RuntimeHandle, reads: ReadModel, base_url: str) -> None:
+    """GET /v1/workflows/{id} and /result: from the read model, or accepted here."""
 
     async def accepted_only(workflow_id: str) -> repository.SubmissionRow:
         """A workflow the read model does not know yet: accepted here (its first event is on
@@ -258,7 +270,9 @@ def create_app(rt: RuntimeHandle, settings: Settings, reads: ReadModel) -> FastA
             "ended_at": view.get("ended_at"),
         }
 
-    # -- approve -------------------------------------------------------------------------------
+
+def _approval_routes(app: FastAPI, rt: RuntimeHandle, reads: ReadModel) -> None:
+    """GET /v1/approvals and POST /v1/approvals/{id}: the reviewer's queue and decisions."""
 
     @app.get("/v1/approvals")
     async def approvals(
@@ -313,8 +327,6 @@ def create_app(rt: RuntimeHandle, settings: Settings, reads: ReadModel) -> FastA
             },
             status_code=202,
         )
-
-    return app
 
 
 def _submit_route(app: FastAPI, name: str, kind: WorkflowKind, submit: Any) -> None:
