@@ -148,76 +148,32 @@ class ServiceRunner:
         s = self.settings
         setup_logging(self.spec.name, s.log_level, s.log_json)
         setup_tracing(self.spec.name, self.spec.version)
-        self.pool = await create_pool(s.database_url, max_size=s.db_pool_size)
-        self._stack.push_async_callback(self.pool.close)
-        async with self.pool.acquire() as conn:
-            await self.store.migrate(conn)
-            for migration in self.spec.migrations:
-                await migration(conn)
+        pool = await self._start_database()
         if self.deps is None:
             self.deps = await self._stack.enter_async_context(self.spec.bootstrap(s))
         client_id = f"{self.spec.name}{'-' + s.instance if s.instance else ''}"
-        producer = make_producer(s.kafka_bootstrap, client_id=client_id)
-        await _start_kafka(producer.start(), s.kafka_bootstrap)
-        producer_ref = ProducerRef(service=self.spec.name, version=self.spec.version)
-        self.relay = OutboxRelay(
-            store=self.store,
-            database_url=s.database_url,
-            pool=self.pool,
-            producer=producer,
-            clock=self.clock,
-            metrics=self.metrics,
-            size_limit=self.registry.publish_limit,
-            dead_letter=functools.partial(self._refused_row_dead_letter, producer_ref),
-            new_producer=functools.partial(make_producer, s.kafka_bootstrap, client_id=client_id),
-        )
-        # The relay may replace its producer (after a refused record); stop whichever it has.
-        relay = self.relay
-
-        async def stop_relay_producer() -> None:  # looked up at stop time, not now
-            await relay.producer.stop()
-
-        self._stack.push_async_callback(stop_relay_producer)
+        relay = await self._start_relay(pool, client_id)
         self.pipeline = Pipeline(
             spec=self.spec,
             deps=self.deps,
             registry=self.registry,
             store=self.store,
-            pool=self.pool,
+            pool=pool,
             clock=self.clock,
             metrics=self.metrics,
             group=self.group,
             guard=self.guard,
             max_bytes=s.max_event_bytes,
-            on_outbox=self.relay.wake,
+            on_outbox=relay.wake,
         )
         self.stuck = StuckRecords(s.stuck_record_alert_s, self.metrics, wall_clock=self.clock.now)
         self.dispatcher = Dispatcher(
             self.pipeline.handle, concurrency=s.concurrency, on_fatal=self._on_fatal, stuck=self.stuck
         )
-        consumer = make_consumer(
-            s.kafka_bootstrap,
-            group_id=self.group,
-            client_id=client_id,
-            max_poll_interval_ms=s.max_poll_interval_ms,
-            session_timeout_ms=s.session_timeout_ms,
-            heartbeat_interval_ms=s.heartbeat_interval_ms,
-            max_partition_fetch_bytes=max(1_048_576, s.max_event_bytes * 2),
-        )
-        self.edge = KafkaEdge(
-            consumer,
-            self.topics(),
-            self.dispatcher,
-            self.metrics,
-            self.priority_of,
-            max_buffered_per_partition=s.max_buffered_per_partition,
-            commit_interval_s=s.commit_interval_s,
-        )
-        self._stack.push_async_callback(consumer.stop)
-        await _start_kafka(self.edge.start(), s.kafka_bootstrap, self.topics())
+        edge = await self._start_consumer(self.dispatcher, client_id)
         self.handle = RuntimeHandle(
             service=self.spec.name,
-            pool=self.pool,
+            pool=pool,
             clock=self.clock,
             metrics=self.metrics,
             store=self.store,
@@ -225,15 +181,15 @@ class ServiceRunner:
             settings=s,
             deps=self.deps,
             producer=self.pipeline.producer,
-            outbox=OutboxWriter(self.store, self.registry, self.relay.wake),
+            outbox=OutboxWriter(self.store, self.registry, relay.wake),
         )
         self.http = HttpServer(s.http_host, s.http_port, self.metrics, self.health)
         if self.spec.http_routes is not None:
             self.http.app.add_routes(list(self.spec.http_routes(self.handle)))
         await self.http.start()
         self._tasks = [
-            asyncio.create_task(self.relay.run(), name="outbox-relay"),
-            asyncio.create_task(self.edge.run(), name="poll-loop"),
+            asyncio.create_task(relay.run(), name="outbox-relay"),
+            asyncio.create_task(edge.run(), name="poll-loop"),
             asyncio.create_task(self._housekeeping(), name="housekeeping"),
             *(
                 asyncio.create_task(worker(self.handle), name=f"worker:{getattr(worker, '__name__', 'w')}")
@@ -246,6 +202,66 @@ class ServiceRunner:
             "service started",
             extra=fields(topics=self.topics(), group=self.group, http_port=self.http.port),
         )
+
+    async def _start_database(self) -> asyncpg.Pool:
+        """The pool, and every migration (the runtime's, then the service's) applied."""
+        self.pool = pool = await create_pool(self.settings.database_url, max_size=self.settings.db_pool_size)
+        self._stack.push_async_callback(pool.close)
+        async with pool.acquire() as conn:
+            await self.store.migrate(conn)
+            for migration in self.spec.migrations:
+                await migration(conn)
+        return pool
+
+    async def _start_relay(self, pool: asyncpg.Pool, client_id: str) -> OutboxRelay:
+        """The outbox relay with its started producer (stopped with the runner)."""
+        s = self.settings
+        producer = make_producer(s.kafka_bootstrap, client_id=client_id)
+        await _start_kafka(producer.start(), s.kafka_bootstrap)
+        producer_ref = ProducerRef(service=self.spec.name, version=self.spec.version)
+        self.relay = relay = OutboxRelay(
+            store=self.store,
+            database_url=s.database_url,
+            pool=pool,
+            producer=producer,
+            clock=self.clock,
+            metrics=self.metrics,
+            size_limit=self.registry.publish_limit,
+            dead_letter=functools.partial(self._refused_row_dead_letter, producer_ref),
+            new_producer=functools.partial(make_producer, s.kafka_bootstrap, client_id=client_id),
+        )
+
+        # The relay may replace its producer (after a refused record); stop whichever it has.
+        async def stop_relay_producer() -> None:  # looked up at stop time, not now
+            await relay.producer.stop()
+
+        self._stack.push_async_callback(stop_relay_producer)
+        return relay
+
+    async def _start_consumer(self, dispatcher: Dispatcher, client_id: str) -> KafkaEdge:
+        """The consumer in the service's group, subscribed and started."""
+        s = self.settings
+        consumer = make_consumer(
+            s.kafka_bootstrap,
+            group_id=self.group,
+            client_id=client_id,
+            max_poll_interval_ms=s.max_poll_interval_ms,
+            session_timeout_ms=s.session_timeout_ms,
+            heartbeat_interval_ms=s.heartbeat_interval_ms,
+            max_partition_fetch_bytes=max(1_048_576, s.max_event_bytes * 2),
+        )
+        self.edge = edge = KafkaEdge(
+            consumer,
+            self.topics(),
+            dispatcher,
+            self.metrics,
+            self.priority_of,
+            max_buffered_per_partition=s.max_buffered_per_partition,
+            commit_interval_s=s.commit_interval_s,
+        )
+        self._stack.push_async_callback(consumer.stop)
+        await _start_kafka(edge.start(), s.kafka_bootstrap, self.topics())
+        return edge
 
     async def stop(self) -> None:
         if self._stopped.is_set():
