@@ -63,53 +63,49 @@ class Sandbox:
             "llm_calls": dict(self.llm_calls),
         }
 
+    # -- the outside world's endpoints ------------------------------------------------
 
-def create_app(config: SandboxConfig) -> web.Application:
-    sandbox = Sandbox(config)
-    app = web.Application()
-    app["sandbox"] = sandbox
-
-    async def payments(request: web.Request) -> web.Response:
-        sandbox.requests["payments"] += 1
-        if request.headers.get("Authorization") != f"Bearer {config.api_key}":
+    async def pay(self, request: web.Request) -> web.Response:
+        self.requests["payments"] += 1
+        if request.headers.get("Authorization") != f"Bearer {self.config.api_key}":
             return web.json_response({"error": "bad credentials"}, status=401)
         key = request.headers.get("Idempotency-Key")
         if not key:
             return web.json_response({"error": "Idempotency-Key header required"}, status=400)
-        sandbox.payment_requests[key] += 1
-        if config.payment_delay_s:
-            await asyncio.sleep(config.payment_delay_s)
-        if sandbox.payment_requests[key] <= config.payment_failures_per_key:
+        self.payment_requests[key] += 1
+        if self.config.payment_delay_s:
+            await asyncio.sleep(self.config.payment_delay_s)
+        if self.payment_requests[key] <= self.config.payment_failures_per_key:
             return web.json_response({"error": "try again"}, status=503)
         body = await request.json()
         if body.get("vendor_id") in CLOSED_VENDORS:
             return web.json_response({"error": "vendor account closed"}, status=422)
-        if key in sandbox.payments:  # the same key pays once; a retry sees the same payment
-            return web.json_response(sandbox.payments[key], status=200)
+        if key in self.payments:  # the same key pays once; a retry sees the same payment
+            return web.json_response(self.payments[key], status=200)
         payment = {
             "payment_id": f"pay-{uuid.uuid4().hex[:12]}",
-            "reference": f"prov-{len(sandbox.payments) + 1:06d}",
+            "reference": f"prov-{len(self.payments) + 1:06d}",
             "amount_cents": body.get("amount_cents"),
             "currency": body.get("currency"),
             "invoice_id": body.get("invoice_id"),
         }
-        sandbox.payments[key] = payment
+        self.payments[key] = payment
         return web.json_response(payment, status=201)
 
-    async def source(request: web.Request) -> web.Response:
+    async def source(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
-        sandbox.requests["sources"] += 1
-        sandbox.source_calls[name] += 1
+        self.requests["sources"] += 1
+        self.source_calls[name] += 1
         topic = request.query.get("topic", "")
-        sandbox.source_topics[f"{topic}/{name}"] += 1
-        if name in config.flaky_sources and sandbox.source_topics[f"{topic}/{name}"] % 2 == 1:
+        self.source_topics[f"{topic}/{name}"] += 1
+        if name in self.config.flaky_sources and self.source_topics[f"{topic}/{name}"] % 2 == 1:
             return web.json_response({"error": "temporarily unavailable"}, status=503)
         excerpt = f"{name} reports that durable execution keeps long agent runs alive across failures"
         return web.json_response({"name": name, "excerpt": excerpt})
 
-    async def delivery(request: web.Request) -> web.Response:
-        sandbox.requests["deliveries"] += 1
-        sandbox.deliveries.append(
+    async def deliver(self, request: web.Request) -> web.Response:
+        self.requests["deliveries"] += 1
+        self.deliveries.append(
             {
                 "idempotency_key": request.headers.get("Idempotency-Key"),
                 "body": await request.json(),
@@ -117,18 +113,18 @@ def create_app(config: SandboxConfig) -> web.Application:
         )
         return web.json_response({"received": True}, status=200)
 
-    async def hook(request: web.Request) -> web.Response:
-        sandbox.requests["webhooks"] += 1
+    async def hook(self, request: web.Request) -> web.Response:
+        self.requests["webhooks"] += 1
         raw = await request.read()
         timestamp = request.headers.get("X-Chorus-Timestamp", "")
         expected = (
             "sha256="
             + hmac.new(
-                config.webhook_secret.encode(), timestamp.encode() + b"." + raw, hashlib.sha256
+                self.config.webhook_secret.encode(), timestamp.encode() + b"." + raw, hashlib.sha256
             ).hexdigest()
         )
         valid = hmac.compare_digest(expected, request.headers.get("X-Chorus-Signature", ""))
-        sandbox.webhooks.append(
+        self.webhooks.append(
             {
                 "name": request.match_info["name"],
                 "delivery": request.headers.get("X-Chorus-Delivery"),
@@ -138,15 +134,15 @@ def create_app(config: SandboxConfig) -> web.Application:
         )
         return web.json_response({"ok": valid}, status=200 if valid else 401)
 
-    async def chat(request: web.Request) -> web.Response:
-        sandbox.requests["llm"] += 1
+    async def chat(self, request: web.Request) -> web.Response:
+        self.requests["llm"] += 1
         body = await request.json()
         messages = [ChatMessage(m["role"], m["content"]) for m in body.get("messages", [])]
         try:
             task = task_of(messages)
         except Exception:
             return web.json_response({"error": {"message": "no task line"}}, status=400)
-        sandbox.llm_calls[task] += 1
+        self.llm_calls[task] += 1
         skill = SKILLS.get(task)
         if skill is None:
             return web.json_response({"error": {"message": f"unknown task {task}"}}, status=400)
@@ -166,13 +162,18 @@ def create_app(config: SandboxConfig) -> web.Application:
             }
         )
 
-    async def stats(_: web.Request) -> web.Response:
-        return web.json_response(sandbox.stats())
+    async def get_stats(self, _: web.Request) -> web.Response:
+        return web.json_response(self.stats())
 
-    app.router.add_post("/payments", payments)
-    app.router.add_get("/sources/{name}", source)
-    app.router.add_post("/deliveries", delivery)
-    app.router.add_post("/hooks/{name}", hook)
-    app.router.add_post("/v1/chat/completions", chat)
-    app.router.add_get("/stats", stats)
+
+def create_app(config: SandboxConfig) -> web.Application:
+    sandbox = Sandbox(config)
+    app = web.Application()
+    app["sandbox"] = sandbox
+    app.router.add_post("/payments", sandbox.pay)
+    app.router.add_get("/sources/{name}", sandbox.source)
+    app.router.add_post("/deliveries", sandbox.deliver)
+    app.router.add_post("/hooks/{name}", sandbox.hook)
+    app.router.add_post("/v1/chat/completions", sandbox.chat)
+    app.router.add_get("/stats", sandbox.get_stats)
     return app
