@@ -19,6 +19,11 @@ def ident(name: str) -> str:
     return name
 
 
+def rows_affected(status: str) -> int:
+    """Rows a statement touched, from its command status (``DELETE 3`` -> 3)."""
+    return int(status.rsplit(maxsplit=1)[-1])
+
+
 async def _keep_session(_: asyncpg.Connection) -> None:
     """Chorus keeps no session state on pooled connections (advisory locks and LISTEN
     live on dedicated connections), so the reset round trip asyncpg does on every

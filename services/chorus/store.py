@@ -29,7 +29,7 @@ from typing import Any
 
 import asyncpg
 
-from chorus.db import ident
+from chorus.db import ident, rows_affected
 from chorus.migrations import Migration, baseline, migrate
 
 
@@ -746,9 +746,4 @@ class ServiceStore:
                 WHERE dispatched_at IS NOT NULL AND dispatched_at < $1 AND failed_at IS NULL""",
             before,
         )
-        return _count(result)
-
-
-def _count(status: str) -> int:
-    """Rows affected, from a command status such as ``DELETE 3``."""
-    return int(status.rsplit(maxsplit=1)[-1])
+        return rows_affected(result)

@@ -46,7 +46,7 @@ from audit_projector.domain import (
     subject_hash,
 )
 from chorus.clock import Clock
-from chorus.db import ident
+from chorus.db import ident, rows_affected
 from chorus.envelopes import start_envelope
 from chorus.outbox import OutboxTransaction, OutboxWriter
 from chorus_contracts.envelope import Envelope, ProducerRef
@@ -62,11 +62,6 @@ _NAMESPACE = uuid.UUID("1b0c7d4e-8f5a-4d2e-9c61-61756469742d")
 JanitorMode = Literal["archive", "purge"]
 DATA_WORKFLOW_TYPE = "data_maintenance"
 """The workflow type of chorus.data requests (each request is its own small workflow)."""
-
-
-def quote(name: str) -> str:
-    """A PostgreSQL identifier, quoted (names come from the catalog, not from users)."""
-    return '"' + name.replace('"', '""') + '"'
 
 
 async def projection_schemas(conn: asyncpg.Connection, ledger: str) -> list[str]:
@@ -379,7 +374,7 @@ async def _erase_projections(
         f"SELECT DISTINCT workflow_id FROM {led}.archive WHERE subject_ref = $1", subject_ref
     )
     workflows.update(r["workflow_id"] for r in archived)
-    rows[f"{ledger}.archive"] += _count(
+    rows[f"{ledger}.archive"] += rows_affected(
         await conn.execute(
             f"DELETE FROM {led}.archive WHERE subject_ref = $1 OR workflow_id = ANY($2::text[])",
             subject_ref,
@@ -504,7 +499,7 @@ async def _erase_in_projection(
     rows: Counter[str],
     workflows: set[str],
 ) -> None:
-    p = quote(projection)
+    p = ident(projection)
     ids = await conn.fetch(
         f"""SELECT workflow_id FROM {p}.workflow_status WHERE subject_ref = $1
             UNION
@@ -532,8 +527,3 @@ async def _erase_in_projection(
         await write_status(conn, projection, r["workflow_id"], facts, now)
         rows[f"{projection}.workflow_status"] += 1
         workflows.add(r["workflow_id"])
-
-
-def _count(status: str) -> int:
-    """Rows affected, from a command status such as ``DELETE 3``."""
-    return int(status.rsplit(maxsplit=1)[-1])

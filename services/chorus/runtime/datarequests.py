@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -23,8 +21,7 @@ import asyncpg
 from chorus.clock import Clock
 from chorus.envelopes import child_envelope
 from chorus.logs import fields
-from chorus.outbox import outbox_message
-from chorus.registry import Registry
+from chorus.outbox import OutboxWriter
 from chorus.store import InboxOutcome, ServiceStore
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.platform import DataRemoved, SubjectErasureRequested, WorkflowsRetired
@@ -42,23 +39,22 @@ REQUESTS: dict[str, int] = {
 class DataRequests:
     store: ServiceStore
     pool: asyncpg.Pool
-    registry: Registry
+    outbox: OutboxWriter
     clock: Clock
     producer: ProducerRef
     group: str
-    on_outbox: Callable[[], None]
 
     async def erase(self, envelope: Envelope, request: SubjectErasureRequested) -> None:
-        async with self._request(envelope) as conn:
-            if conn is None:
+        async with self.pool.acquire() as conn, self.outbox.transaction(conn) as tx:
+            if not await self._claim(conn, envelope):
                 return
             rows, workflows = await self.store.erase_subject(conn, request.subject_hash, request.workflow_ids)
             request_id = request.erasure_id if request.parts == 1 else f"{request.erasure_id}/{request.part}"
-            await self._confirm(conn, envelope, "erasure", request_id, rows, workflows)
+            tx.publish(self._confirmation(envelope, "erasure", request_id, rows, workflows))
 
     async def retire(self, envelope: Envelope, request: WorkflowsRetired, run_id: uuid.UUID) -> None:
-        async with self._request(envelope) as conn:
-            if conn is None:
+        async with self.pool.acquire() as conn, self.outbox.transaction(conn) as tx:
+            if not await self._claim(conn, envelope):
                 return
             rows, workflows = await self.store.retire(
                 conn,
@@ -68,49 +64,29 @@ class DataRequests:
                 now=self.clock.now(),
             )
             request_id = f"{request.run_id}/{request.batch}"
-            await self._confirm(conn, envelope, "retirement", request_id, rows, workflows)
+            tx.publish(self._confirmation(envelope, "retirement", request_id, rows, workflows))
 
-    @asynccontextmanager
-    async def _request(self, envelope: Envelope) -> AsyncIterator[asyncpg.Connection | None]:
-        """A transaction that first claims the request in the inbox: yields its connection,
-        or None when this group handled the request already. Wakes the relay after a
-        commit that confirmed."""
-        async with self.pool.acquire() as conn:
-            async with conn.transaction():
-                claimed = await self.store.claim_inbox(
-                    conn,
-                    group=self.group,
-                    event_id=envelope.event_id,
-                    attempt=envelope.attempt,
-                    outcome=InboxOutcome.DONE,
-                    event_type=envelope.event_type,
-                    workflow_id=envelope.workflow_id,
-                    now=self.clock.now(),
-                )
-                yield conn if claimed else None
-            if claimed:
-                self.on_outbox()
+    async def _claim(self, conn: asyncpg.Connection, envelope: Envelope) -> bool:
+        """Claim the request in the inbox; False when this group handled it already."""
+        return await self.store.claim_inbox(
+            conn,
+            group=self.group,
+            event_id=envelope.event_id,
+            attempt=envelope.attempt,
+            outcome=InboxOutcome.DONE,
+            event_type=envelope.event_type,
+            workflow_id=envelope.workflow_id,
+            now=self.clock.now(),
+        )
 
-    async def _confirm(
+    def _confirmation(
         self,
-        conn: asyncpg.Connection,
         envelope: Envelope,
         request: Literal["erasure", "retirement"],
         request_id: str,
         rows: dict[str, int],
         workflows: int,
-    ) -> None:
-        confirmation = DataRemoved(
-            request=request,
-            request_id=request_id,
-            service=self.producer.service,
-            workflows=workflows,
-            rows=rows,
-        )
-        reply = child_envelope(
-            envelope, confirmation, producer=self.producer, now=self.clock.now(), position="data.removed"
-        )
-        await self.store.add_outbox(conn, [outbox_message(self.registry, reply)])
+    ) -> Envelope:
         log.info(
             "%s %s: removed %d row(s) of %d workflow(s)",
             request,
@@ -118,4 +94,14 @@ class DataRequests:
             sum(rows.values()),
             workflows,
             extra=fields(rows=rows),
+        )
+        confirmation = DataRemoved(
+            request=request,
+            request_id=request_id,
+            service=self.producer.service,
+            workflows=workflows,
+            rows=rows,
+        )
+        return child_envelope(
+            envelope, confirmation, producer=self.producer, now=self.clock.now(), position="data.removed"
         )

@@ -13,6 +13,7 @@ from typing import Any
 
 from chorus.deadletters import dead_letter_envelope
 from chorus.envelopes import child_envelope
+from chorus.errors import Category
 from chorus.outbox import outbox_message
 from chorus.registry import Registry
 from chorus.runtime.records import Record, to_original
@@ -146,7 +147,7 @@ class Messages:
         self,
         rec: Record,
         error: BaseException,
-        category: str,
+        category: Category,
         attempts: int,
         failures: Sequence[Failure],
         now: datetime,
@@ -157,7 +158,7 @@ class Messages:
         envelope = dead_letter_envelope(
             rec,
             error,
-            category,  # type: ignore[arg-type]
+            category,
             producer=self.producer,
             consumer_group=self.group,
             now=now,

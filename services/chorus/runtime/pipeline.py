@@ -36,6 +36,7 @@ from chorus.codec import Event, decode
 from chorus.errors import DecodeError, UndecodableError
 from chorus.logs import fields, log_context
 from chorus.metrics import Metrics
+from chorus.outbox import OutboxWriter
 from chorus.registry import Registry
 from chorus.runtime.coalesce import Coalescer
 from chorus.runtime.commit import GuardTrippedError, StepCommitter
@@ -97,7 +98,7 @@ class Pipeline:
             self.spec, self.deps, self.clock, self.metrics, self.committer.checkpoint, self.rng
         )
         self.data_requests = DataRequests(
-            registry=self.registry, producer=self.producer, on_outbox=self.on_outbox, **parts
+            outbox=OutboxWriter(self.store, self.registry, self.on_outbox), producer=self.producer, **parts
         )
         # Concurrent lanes share round trips: loads go in batches.
         self._loads: Coalescer[tuple[uuid.UUID, str], Loaded] = Coalescer(self._load_batch)
