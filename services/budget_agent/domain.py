@@ -9,6 +9,9 @@ from pydantic import BaseModel
 from chorus_contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep, Fallback
 from chorus_contracts.procurement import InvoiceValidated
 
+SERVICE = "budget_agent"
+"""The name this service publishes under (its ServiceSpec name, its consumer group)."""
+
 
 class BudgetState(BaseModel):
     invoice_id: str
@@ -35,7 +38,7 @@ def approval_request(
     amount = f"{state.amount_cents / 100:.2f} {state.currency}"
     return ApprovalRequested(
         approval_id=f"appr-{workflow_id}-{state.approval_rounds}",
-        requested_by="budget_agent",
+        requested_by=SERVICE,
         chain=chain,
         fallback=fallback,
         context=ApprovalContext(

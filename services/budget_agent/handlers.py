@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from budget_agent.adapters.ledger import Release, Reserve
 from budget_agent.bootstrap import Deps
-from budget_agent.domain import BudgetState, approval_request, reservation_id
+from budget_agent.domain import SERVICE, BudgetState, approval_request, reservation_id
 from chorus.codec import Event
 from chorus.service import Context, Outcome
 from chorus_contracts.approvals import ApprovalDecided
@@ -18,8 +18,6 @@ from chorus_contracts.procurement import (
     PaymentFailed,
     RequesterNotified,
 )
-
-SERVICE = "budget_agent"
 
 
 async def on_invoice_validated(

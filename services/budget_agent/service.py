@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from budget_agent.adapters.ledger import migrate
 from budget_agent.bootstrap import Deps, bootstrap
-from budget_agent.domain import BudgetState
+from budget_agent.domain import SERVICE, BudgetState
 from budget_agent.handlers import (
     on_approval_decided,
     on_invoice_validated,
@@ -17,7 +17,7 @@ from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_contracts.procurement import InvoiceValidated, PaymentFailed
 
 SPEC: ServiceSpec[BudgetState, Deps] = ServiceSpec(
-    name="budget_agent",
+    name=SERVICE,
     version="0.1.0",
     handlers=[
         On(InvoiceValidated, on_invoice_validated, timeout_s=30),

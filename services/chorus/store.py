@@ -169,6 +169,11 @@ BEGIN
 END $$"""
 
 
+def _columns(rows: Sequence[Any], *fields: str) -> list[list[Any]]:
+    """The rows' values of each field, one list per field: a batch's arrays for unnest()."""
+    return [[getattr(row, f) for row in rows] for f in fields]
+
+
 def _encode_headers(headers: Sequence[tuple[str, bytes]]) -> str:
     return json.dumps([[k, v.hex()] for k, v in headers])
 
@@ -580,30 +585,18 @@ class ServiceStore:
 
     @staticmethod
     def _batch_args(writes: Sequence[StepWrite]) -> list[Any]:
+        # One array per column, in the order of the statement's $1..$24 (unnest zips them).
         messages = [m for w in writes for m in w.messages]
         return [
-            [w.group for w in writes],
-            [w.event_id for w in writes],
-            [w.attempt for w in writes],
-            [w.outcome for w in writes],
-            [w.event_type for w in writes],
-            [w.workflow_id for w in writes],
-            [w.now for w in writes],
-            [w.from_parked for w in writes],
-            [w.workflow_type for w in writes],
+            *_columns(writes, "group", "event_id", "attempt", "outcome", "event_type", "workflow_id"),
+            *_columns(writes, "now", "from_parked", "workflow_type"),
             [json.dumps(w.state) if w.state is not None else None for w in writes],
-            [w.state_version for w in writes],
+            *_columns(writes, "state_version"),
             [int(w.checkpoint) for w in writes],
-            [w.parked_on for w in writes],
-            [w.subject_ref for w in writes],
-            [w.expected_revision for w in writes],
-            [w.parked_id for w in writes],
-            [m.topic for m in messages],
-            [m.key for m in messages],
-            [m.value for m in messages],
+            *_columns(writes, "parked_on", "subject_ref", "expected_revision", "parked_id"),
+            *_columns(messages, "topic", "key", "value"),
             [_encode_headers(m.headers) for m in messages],
-            [m.event_id for m in messages],
-            [m.workflow_id for m in messages],
+            *_columns(messages, "event_id", "workflow_id"),
             len(writes),
             sum(1 for w in writes if w.checkpoint is not CheckpointWrite.NONE),
         ]

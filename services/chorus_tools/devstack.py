@@ -160,7 +160,7 @@ class DevStack:
         for proc in self.procs.values():
             proc.start()
         await asyncio.gather(*(self.wait_healthy(name, timeout_s) for name in self.procs))
-        await self._wait_api(timeout_s)
+        await self.wait_api(timeout_s)
 
     async def wait_healthy(self, name: str, timeout_s: float = 90.0) -> None:
         proc = self.procs[name]
@@ -178,7 +178,8 @@ class DevStack:
                 await asyncio.sleep(0.2)
         raise RuntimeError(f"{name} not healthy after {timeout_s}s:\n{proc.tail()}")
 
-    async def _wait_api(self, timeout_s: float) -> None:
+    async def wait_api(self, timeout_s: float = 120.0) -> None:
+        """Until the gateway answers HTTP (no-op in a stack without one)."""
         if "gateway" not in self.procs:
             return
         loop = asyncio.get_running_loop()

@@ -9,8 +9,12 @@ import json
 
 from pydantic import BaseModel
 
-from chorus.llm import ChatMessage
+from chorus.llm import ChatMessage, reprompt
 from chorus_contracts.procurement import ExtractedInvoice, InvoiceLine, InvoiceReceived, PurchaseOrder
+
+SERVICE = "invoice_agent"
+"""The name this service publishes under (its ServiceSpec name, its consumer group)."""
+
 
 TASK = "extract_invoice"
 DOCUMENT_START = "<<<INVOICE"
@@ -33,11 +37,7 @@ def extraction_prompt(document: str, feedback: list[str], reviewer_comment: str 
         f"amounts in minor units (cents), nothing else:\n{schema}"
     )
     user = f"{DOCUMENT_START}\n{document}\n{DOCUMENT_END}"
-    if feedback:
-        user += "\nYour previous answer was invalid:\n" + "\n".join(f"- {e}" for e in feedback)
-    if reviewer_comment:
-        user += f"\nA reviewer commented: {reviewer_comment}"
-    return [ChatMessage("system", system), ChatMessage("user", user)]
+    return reprompt(system, user, feedback, reviewer_comment)
 
 
 def check_against_po(extracted: ExtractedInvoice, po: PurchaseOrder) -> tuple[list[str], list[str]]:

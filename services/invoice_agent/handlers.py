@@ -16,13 +16,12 @@ from chorus_contracts.procurement import (
 )
 from invoice_agent.bootstrap import Deps
 from invoice_agent.domain import (
+    SERVICE,
     InvoiceState,
     check_against_po,
     extraction_prompt,
     from_purchase_order,
 )
-
-SERVICE = "invoice_agent"
 
 
 async def on_invoice_received(

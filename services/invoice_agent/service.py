@@ -6,11 +6,11 @@ from chorus.service import On, ServiceSpec
 from chorus_contracts.approvals import ApprovalDecided
 from chorus_contracts.procurement import InvoiceReceived
 from invoice_agent.bootstrap import Deps, bootstrap
-from invoice_agent.domain import InvoiceState
+from invoice_agent.domain import SERVICE, InvoiceState
 from invoice_agent.handlers import on_approval_decided, on_invoice_received
 
 SPEC: ServiceSpec[InvoiceState, Deps] = ServiceSpec(
-    name="invoice_agent",
+    name=SERVICE,
     version="0.1.0",
     handlers=[
         # An LLM reading can take minutes; three tries with the validation errors

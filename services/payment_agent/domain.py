@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+SERVICE = "payment_agent"
+"""The name this service publishes under (its ServiceSpec name, its consumer group)."""
+
 
 class PaymentState(BaseModel):
     invoice_id: str = ""

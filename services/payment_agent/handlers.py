@@ -15,9 +15,7 @@ from chorus_contracts.procurement import (
     PaymentIssued,
 )
 from payment_agent.bootstrap import Deps
-from payment_agent.domain import PaymentState, payment_key
-
-SERVICE = "payment_agent"
+from payment_agent.domain import SERVICE, PaymentState, payment_key
 
 
 async def on_invoice_validated(

@@ -6,11 +6,11 @@ from chorus.service import On, ServiceSpec
 from chorus_contracts.approvals import ApprovalDecided
 from chorus_contracts.procurement import BudgetReserved, InvoiceValidated
 from payment_agent.bootstrap import Deps, bootstrap
-from payment_agent.domain import PaymentState
+from payment_agent.domain import SERVICE, PaymentState
 from payment_agent.handlers import on_approval_decided, on_budget_reserved, on_invoice_validated
 
 SPEC: ServiceSpec[PaymentState, Deps] = ServiceSpec(
-    name="payment_agent",
+    name=SERVICE,
     version="0.1.0",
     handlers=[
         # Any of the three may be the last fact needed and so make the payment. The

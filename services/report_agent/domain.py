@@ -6,9 +6,13 @@ import json
 
 from pydantic import BaseModel, Field
 
-from chorus.llm import ChatMessage
+from chorus.llm import ChatMessage, reprompt
 from chorus_contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep, Fallback
 from chorus_contracts.research import GatheredSource, ReportDrafted, ReportRequested, ReportSection
+
+SERVICE = "report_agent"
+"""The name this service publishes under (its ServiceSpec name, its consumer group)."""
+
 
 TASK = "draft_report"
 SOURCES_START = "<<<SOURCES"
@@ -45,11 +49,7 @@ def draft_prompt(state: ReportState, feedback: list[str], reviewer_comment: str 
     )
     sources = json.dumps([g.model_dump() for g in state.gathered])
     user = f"topic: {request.topic}\n{SOURCES_START}\n{sources}\n{SOURCES_END}"
-    if feedback:
-        user += "\nYour previous draft was invalid:\n" + "\n".join(f"- {e}" for e in feedback)
-    if reviewer_comment:
-        user += f"\nThe editor asks: {reviewer_comment}"
-    return [ChatMessage("system", system), ChatMessage("user", user)]
+    return reprompt(system, user, feedback, reviewer_comment, answer="draft", reviewer="The editor asks")
 
 
 def validation_errors(draft: DraftOutput, state: ReportState) -> list[str]:
@@ -82,7 +82,7 @@ def approval_for(
 ) -> ApprovalRequested:
     return ApprovalRequested(
         approval_id=f"appr-{workflow_id}-{state.approval_round}",
-        requested_by="report_agent",
+        requested_by=SERVICE,
         chain=chain,
         fallback=fallback,
         context=ApprovalContext(

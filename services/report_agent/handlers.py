@@ -11,6 +11,7 @@ from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_contracts.research import ReportDelivered, ReportDrafted, ReportRequested
 from report_agent.bootstrap import Deps
 from report_agent.domain import (
+    SERVICE,
     DraftOutput,
     ReportState,
     approval_for,
@@ -18,8 +19,6 @@ from report_agent.domain import (
     validation_errors,
     word_count,
 )
-
-SERVICE = "report_agent"
 
 
 async def on_report_requested(

@@ -6,11 +6,11 @@ from chorus.service import On, ServiceSpec
 from chorus_contracts.approvals import ApprovalDecided
 from chorus_contracts.research import ReportRequested
 from report_agent.bootstrap import Deps, bootstrap
-from report_agent.domain import ReportState
+from report_agent.domain import SERVICE, ReportState
 from report_agent.handlers import on_approval_decided, on_report_requested
 
 SPEC: ServiceSpec[ReportState, Deps] = ServiceSpec(
-    name="report_agent",
+    name=SERVICE,
     version="0.1.0",
     handlers=[
         # Gathering three sources and drafting can take minutes; a flaky source is

@@ -31,39 +31,27 @@ async def drain(consumer: AIOKafkaConsumer, want: int, timeout_s: float = 20.0) 
 async def test_idempotent_producer_round_trip(kafka_bootstrap: str, unique: str) -> None:
     topic = f"smoke.idem.{unique}"
     await ensure_topics(kafka_bootstrap, [(topic, 1)])
-    producer = make_producer(kafka_bootstrap)
-    await producer.start()
-    try:
-        sent = [json.dumps({"n": i}).encode() for i in range(50)]
+    sent = [json.dumps({"n": i}).encode() for i in range(50)]
+    async with make_producer(kafka_bootstrap) as producer:
         for value in sent:
             await producer.send(topic, value, key=b"wf-1")
         await producer.flush()
-    finally:
-        await producer.stop()
 
-    consumer = make_consumer(kafka_bootstrap, topic, group_id=None)
-    await consumer.start()
-    try:
+    async with make_consumer(kafka_bootstrap, topic, group_id=None) as consumer:
         got = await drain(consumer, 50)
-    finally:
-        await consumer.stop()
     assert got == sent  # all of them, once each, in order
 
 
 async def test_group_resumes_exactly_after_last_commit(kafka_bootstrap: str, unique: str) -> None:
     topic, group = f"smoke.resume.{unique}", f"g-{unique}"
     await ensure_topics(kafka_bootstrap, [(topic, 1)])
-    producer = make_producer(kafka_bootstrap)
-    await producer.start()
-    for i in range(20):
-        await producer.send(topic, str(i).encode())
-    await producer.flush()
-    await producer.stop()
+    async with make_producer(kafka_bootstrap) as producer:
+        for i in range(20):
+            await producer.send(topic, str(i).encode())
+        await producer.flush()
 
     tp = TopicPartition(topic, 0)
-    first = make_consumer(kafka_bootstrap, topic, group_id=group, max_poll_records=7)
-    await first.start()
-    try:
+    async with make_consumer(kafka_bootstrap, topic, group_id=group, max_poll_records=7) as first:
         seen: list[bytes] = []
         while len(seen) < 7:
             for records in (await first.getmany(tp, timeout_ms=500, max_records=7 - len(seen))).values():
@@ -71,15 +59,9 @@ async def test_group_resumes_exactly_after_last_commit(kafka_bootstrap: str, uni
         # Processed 0..6: commit offset 7 (the next one to read), then "crash" after reading more.
         await first.commit({tp: 7})
         await first.getmany(timeout_ms=500)
-    finally:
-        await first.stop()
 
-    second = make_consumer(kafka_bootstrap, topic, group_id=group)
-    await second.start()
-    try:
+    async with make_consumer(kafka_bootstrap, topic, group_id=group) as second:
         rest = await drain(second, 13)
-    finally:
-        await second.stop()
     assert [int(v) for v in seen] == list(range(7))
     assert [int(v) for v in rest] == list(range(7, 20))
 
@@ -87,12 +69,10 @@ async def test_group_resumes_exactly_after_last_commit(kafka_bootstrap: str, uni
 async def test_transaction_with_offsets_hides_aborted_messages(kafka_bootstrap: str, unique: str) -> None:
     source, sink, group = f"smoke.tx.in.{unique}", f"smoke.tx.out.{unique}", f"g-{unique}"
     await ensure_topics(kafka_bootstrap, [(source, 1), (sink, 1)])
-    plain = make_producer(kafka_bootstrap)
-    await plain.start()
-    for i in range(4):
-        await plain.send(source, f"in-{i}".encode())
-    await plain.flush()
-    await plain.stop()
+    async with make_producer(kafka_bootstrap) as plain:
+        for i in range(4):
+            await plain.send(source, f"in-{i}".encode())
+        await plain.flush()
 
     tp = TopicPartition(source, 0)
     consumer = make_consumer(kafka_bootstrap, source, group_id=group)
@@ -118,21 +98,13 @@ async def test_transaction_with_offsets_hides_aborted_messages(kafka_bootstrap: 
         await txp.stop()
         await consumer.stop()
 
-    reader = make_consumer(kafka_bootstrap, sink, group_id=None)
-    await reader.start()
-    try:
+    async with make_consumer(kafka_bootstrap, sink, group_id=None) as reader:
         out = await drain(reader, 3, timeout_s=5)
-    finally:
-        await reader.stop()
     assert out == [b"out-in-0", b"out-in-1"]
 
     # The group's committed offset moved with the committed transaction only.
-    check = make_consumer(kafka_bootstrap, source, group_id=group)
-    await check.start()
-    try:
+    async with make_consumer(kafka_bootstrap, source, group_id=group) as check:
         assert await check.committed(tp) == 2
-    finally:
-        await check.stop()
 
 
 async def test_asyncpg_round_trip(pg: asyncpg.Connection, unique: str) -> None:

@@ -242,7 +242,7 @@ class Deployment:
         # model calls are external calls too (mid_external_call applies to them).
         self._stack = stack
         await asyncio.gather(*(self.start_proc(name) for name in stack.procs))
-        await self._wait_api()
+        await self.stack.wait_api()
         self._driver = Driver(stack.api_url, stack.sandbox_url)
         await self._driver.start()
         self._pool = await asyncpg.create_pool(self.database_url, min_size=1, max_size=6)
@@ -376,18 +376,6 @@ class Deployment:
                 continue
             return line.strip()[:300]
         return "(no error in its log)"
-
-    async def _wait_api(self, timeout_s: float = 120.0) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        async with httpx.AsyncClient(timeout=2.0) as client:
-            while loop.time() < deadline:
-                try:
-                    await client.get(f"{self.stack.api_url}/openapi.json")
-                    return
-                except httpx.HTTPError:
-                    await asyncio.sleep(0.2)
-        raise RuntimeError(f"the gateway's API does not answer on {self.stack.api_url}")
 
     def log_since_start(self, name: str) -> str:
         """The log of the process's current run (after its last start marker)."""

@@ -19,17 +19,18 @@ def database_url(server_url: str, database: str) -> str:
 
 async def create_database(server_url: str, database: str) -> str:
     """A new, empty database on the server of ``server_url``; returns its URL."""
-    conn = await asyncpg.connect(server_url)
-    try:
-        await conn.execute(f'CREATE DATABASE "{database}"')
-    finally:
-        await conn.close()
+    await _on_server(server_url, f'CREATE DATABASE "{database}"')
     return database_url(server_url, database)
 
 
 async def drop_database(server_url: str, database: str) -> None:
+    await _on_server(server_url, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+
+
+async def _on_server(server_url: str, statement: str) -> None:
+    # CREATE/DROP DATABASE cannot run inside a transaction (nor a pooled one): a connection of its own.
     conn = await asyncpg.connect(server_url)
     try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        await conn.execute(statement)
     finally:
         await conn.close()

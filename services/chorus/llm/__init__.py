@@ -8,6 +8,7 @@ from chorus.llm.client import (
     OpenAICompatibleLLM,
     llm_dependency,
     parse_json_output,
+    reprompt,
 )
 
 __all__ = [
@@ -18,4 +19,5 @@ __all__ = [
     "OpenAICompatibleLLM",
     "llm_dependency",
     "parse_json_output",
+    "reprompt",
 ]

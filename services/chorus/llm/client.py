@@ -121,6 +121,27 @@ class OpenAICompatibleLLM:
         return content
 
 
+def reprompt(
+    system: str,
+    user: str,
+    feedback: list[str],
+    reviewer_comment: str = "",
+    *,
+    answer: str = "answer",
+    reviewer: str = "A reviewer commented",
+) -> list[ChatMessage]:
+    """The system and user messages of an LLM step, with what was wrong last time appended.
+
+    ``feedback`` is the handler context's validation errors of earlier tries (the runtime's
+    semantic-retry loop), ``reviewer_comment`` a person's "revise" comment; the model sees
+    both so the next try can correct itself rather than repeat the same mistake."""
+    if feedback:
+        user += f"\nYour previous {answer} was invalid:\n" + "\n".join(f"- {e}" for e in feedback)
+    if reviewer_comment:
+        user += f"\n{reviewer}: {reviewer_comment}"
+    return [ChatMessage("system", system), ChatMessage("user", user)]
+
+
 def parse_json_output(text: str, model: type[M]) -> M:
     """The model's answer as ``model``, or a SemanticError listing what is wrong, by pointer."""
     try:

@@ -172,11 +172,10 @@ class Pipeline:
     async def _on_discarded(self, rec: Record, envelope: Envelope, msg: EventDiscarded) -> None:
         if msg.service != self.spec.name or msg.consumer_group != self.group:
             return
-        try:
-            discarded = uuid.UUID(msg.discarded_event_id)
-        except ValueError:
-            error = UndecodableError("not an event id (a UUID)", pointer="/payload/discarded_event_id")
-            await self.committer.dead_letter_record(rec, error)
+        discarded = await self._uuid_or_dead_letter(
+            rec, msg.discarded_event_id, "/payload/discarded_event_id"
+        )
+        if discarded is None:
             return
         now = self.clock.now()
         async with self.pool.acquire() as conn, conn.transaction():
@@ -186,13 +185,17 @@ class Pipeline:
         await self.drain(envelope.workflow_id)
 
     async def _on_retired(self, rec: Record, envelope: Envelope, msg: WorkflowsRetired) -> None:
+        run_id = await self._uuid_or_dead_letter(rec, msg.run_id, "/payload/run_id")
+        if run_id is not None:
+            await self.data_requests.retire(envelope, msg, run_id)
+
+    async def _uuid_or_dead_letter(self, rec: Record, value: str, pointer: str) -> uuid.UUID | None:
+        """An id field of a control event as a UUID; a malformed one dead-letters the record."""
         try:
-            run_id = uuid.UUID(msg.run_id)
+            return uuid.UUID(value)
         except ValueError:
-            error = UndecodableError("not a run id (a UUID)", pointer="/payload/run_id")
-            await self.committer.dead_letter_record(rec, error)
-            return
-        await self.data_requests.retire(envelope, msg, run_id)
+            await self.committer.dead_letter_record(rec, UndecodableError("not a UUID", pointer=pointer))
+            return None
 
     # -- dedupe, order, load, handle, classify, commit ----------------------------------------
 
