@@ -11,6 +11,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LOCAL := deploy/local
 PYTEST_ARGS ?=
+# Kafka is secured (SCRAM over TLS, ACLs): what runs here logs in as the local cluster's
+# admin (made by deploy/local/kafka.sh); services started by the dev stack log in as
+# their own principals, whose passwords live in KAFKA_USERS_DIR (`chorus access apply`).
+KAFKA_USERS_DIR := $(CURDIR)/.local/kafka/secrets/users
+AS_ADMIN = set -a && . $(CURDIR)/.local/kafka/admin.env && set +a && CHORUS_KAFKA_USERS_DIR=$(KAFKA_USERS_DIR)
 
 .PHONY: help setup up down status demo services test test-unit test-integration lint fmt bench lock clean \
 	schemas docs topics bench-quick test-reliability
@@ -35,7 +40,8 @@ setup: $(STAMP)
 
 up: setup
 	$(LOCAL)/kafka.sh start
-	$(VENV)/bin/chorus topics apply
+	$(AS_ADMIN) $(VENV)/bin/chorus topics apply
+	$(AS_ADMIN) $(VENV)/bin/chorus access apply
 	$(LOCAL)/postgres.sh start
 
 down:
@@ -47,11 +53,11 @@ status:
 	-$(LOCAL)/postgres.sh status
 
 demo: up
-	$(PY) -m chorus_tools.demo
+	$(AS_ADMIN) $(PY) -m chorus_tools.demo
 
 # Every service in the foreground (API on :8080, sandbox on :9400) until Ctrl-C.
 services: up
-	$(PY) -m chorus_tools.devstack
+	$(AS_ADMIN) $(PY) -m chorus_tools.devstack
 
 # The compatibility gate runs first: against HEAD (uncommitted changes) and, when the
 # clone has it, HEAD~1 (the last commit). A missing ref is a note, not a failure.
@@ -61,7 +67,7 @@ test: up
 	  echo "$(VENV)/bin/chorus schemas check --against HEAD~1"; \
 	  $(VENV)/bin/chorus schemas check --against HEAD~1; \
 	fi
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(AS_ADMIN) $(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: setup
 	$(PY) -m pytest tests/unit contracts-tests $(PYTEST_ARGS)
@@ -73,7 +79,7 @@ test-unit: setup
 # RELIABILITY_ARGS="--only NAME" runs one scenario. Its short version runs in `make test`.
 RELIABILITY_ARGS ?=
 test-reliability: up
-	$(PY) -m tests.reliability $(RELIABILITY_ARGS)
+	$(AS_ADMIN) $(PY) -m tests.reliability $(RELIABILITY_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .
@@ -99,7 +105,7 @@ docs: schemas
 # Every topic of schemas/topics on CHORUS_KAFKA_BOOTSTRAP (created, or partitions and
 # configs brought in line; never shrunk). `make up` runs it after starting Kafka.
 topics: setup
-	$(VENV)/bin/chorus topics apply
+	$(AS_ADMIN) $(VENV)/bin/chorus topics apply
 
 # Benchmarks (bench/README.md): Chorus and its baselines side by side, one run, same broker
 # and database. Results in .local/bench-results/<timestamp>-<mode>/. The side venvs (chart
@@ -107,14 +113,14 @@ topics: setup
 bench: up
 	bench/make-venv.sh
 	bench/dbos/make-venv.sh
-	$(PY) -m bench.run --mode full
+	$(AS_ADMIN) $(PY) -m bench.run --mode full
 
 # The short version (under 2 minutes once the side venvs exist); its last line is
 # R2=.. R3=.. R4_p50_ms=.. R4_p99_ms=.. R5=.. timer_p99_ms=..
 bench-quick: up
 	bench/make-venv.sh
 	bench/dbos/make-venv.sh
-	$(PY) -m bench.run --mode quick
+	$(AS_ADMIN) $(PY) -m bench.run --mode quick
 
 # Re-pin after editing pyproject.toml (pip-tools, with hashes; pins already in the
 # files are kept unless UPGRADE=--upgrade). requirements-runtime.lock is what the image

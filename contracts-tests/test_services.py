@@ -242,3 +242,20 @@ def test_the_audit_projector_waits_for_every_runtime_service_to_confirm_an_erasu
 
     runtime = {name for name, (edges, _) in SERVICES.items() if edges.runtime}
     assert set(Settings().data_holders) == runtime
+
+
+def test_the_principals_file_names_every_service_with_how_it_connects() -> None:
+    named = {name: p.kind for name, p in REGISTRY.principals.services.items()}
+    found = {name: "runtime" if spec is not None else "stream" for name, (_, spec) in SERVICES.items()}
+    assert named == found, "schemas/principals.yaml must list every service (and only those) by kind"
+
+
+def test_a_redrive_may_write_every_topic_a_runtime_service_reads() -> None:
+    runtime = {name for name, p in REGISTRY.principals.services.items() if p.kind == "runtime"}
+    read = {
+        topic
+        for topic, spec in REGISTRY.topics.items()
+        if (runtime | {RUNTIME_PRODUCER}) & set(spec.consumers)
+    }
+    writes = set(REGISTRY.principals.services["deadletter_service"].writes)
+    assert read - writes == set(), "the dead-letter service could not redrive letters of these topics"

@@ -19,9 +19,10 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from chorus.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
-from tests.support.registry import delete_created_topics
+from tests.support.registry import delete_created_topics, ensure_service_users
 
 ROOT = Path(__file__).resolve().parent.parent
+LOCAL = Path(os.environ.get("CHORUS_LOCAL", ROOT / ".local"))
 
 # Fuzzing in `make test` is reproducible (a fixed derivation of examples, no example
 # database) and bounded; HYPOTHESIS_PROFILE=deep explores far more, locally.
@@ -52,11 +53,26 @@ def _start(script: str) -> None:
         )
 
 
+def _login_as_admin() -> None:
+    """The test process talks to Kafka as the local cluster's admin (as `make test` sets
+    it up), unless the environment already names a principal; services started through
+    DevStack log in as their own principals (CHORUS_KAFKA_USERS_DIR)."""
+    if "CHORUS_KAFKA_SASL_USERNAME" in os.environ or "CHORUS_KAFKA_SECURITY_PROTOCOL" in os.environ:
+        return
+    for line in (LOCAL / "kafka" / "admin.env").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.partition("=")
+            os.environ[name] = value
+    os.environ.setdefault("CHORUS_KAFKA_USERS_DIR", str(LOCAL / "kafka" / "secrets" / "users"))
+
+
 @pytest.fixture(scope="session")
 async def kafka_bootstrap() -> AsyncIterator[str]:
     bootstrap = os.environ.get("CHORUS_KAFKA_BOOTSTRAP", LOCAL_KAFKA)
     if "CHORUS_KAFKA_BOOTSTRAP" not in os.environ:
         _start("kafka.sh")
+    _login_as_admin()
+    await ensure_service_users(bootstrap)
     yield bootstrap
     await delete_created_topics(bootstrap)
 

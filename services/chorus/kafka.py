@@ -1,20 +1,115 @@
-"""Kafka clients with the settings that do not lose data.
+"""Kafka clients with the settings that do not lose data, authenticated.
 
 aiokafka's defaults (``acks=1``, no idempotence, auto-commit) can lose or
 duplicate events on a broker failover or a crash; every Chorus client is built
 here so that no service can forget to override them.
+
+Every client logs in as a principal (:class:`KafkaAuth`, from ``CHORUS_KAFKA_*``):
+SASL/SCRAM over TLS unless the deployment opts out with
+``CHORUS_KAFKA_SECURITY_PROTOCOL=PLAINTEXT`` (a broker of one's own, on a private network).
+The broker's ACLs, derived from the registry (``chorus access apply``), then decide what
+each principal may read and write.
 """
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterable
-from typing import Any
+from functools import cached_property
+from typing import Any, Literal
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.helpers import create_ssl_context
+from pydantic import SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
+
+SecurityProtocol = Literal["SASL_SSL", "SSL", "SASL_PLAINTEXT", "PLAINTEXT"]
+SaslMechanism = Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"]
+
+
+class KafkaAuthError(ValueError):
+    """The Kafka login settings are incomplete: the process must not start."""
+
+
+class KafkaAuth(BaseSettings):
+    """Who a client is to the broker, and how it checks the broker is who it claims.
+
+    ``CHORUS_KAFKA_SECURITY_PROTOCOL`` (default SASL_SSL), ``CHORUS_KAFKA_SASL_MECHANISM``
+    (SCRAM-SHA-512), ``CHORUS_KAFKA_SASL_USERNAME`` / ``CHORUS_KAFKA_SASL_PASSWORD`` (the
+    principal), ``CHORUS_KAFKA_SSL_CAFILE`` (the CA that signed the broker's certificate;
+    empty = the system's trust store).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="CHORUS_KAFKA_", extra="ignore", frozen=True)
+
+    security_protocol: SecurityProtocol = "SASL_SSL"
+    sasl_mechanism: SaslMechanism = "SCRAM-SHA-512"
+    sasl_username: str = ""
+    sasl_password: SecretStr = SecretStr("")
+    ssl_cafile: str = ""
+
+    @model_validator(mode="after")
+    def _complete(self) -> KafkaAuth:
+        if self.uses_sasl and not (self.sasl_username and self.sasl_password.get_secret_value()):
+            raise KafkaAuthError(
+                f"CHORUS_KAFKA_SECURITY_PROTOCOL={self.security_protocol} needs "
+                "CHORUS_KAFKA_SASL_USERNAME and CHORUS_KAFKA_SASL_PASSWORD (this process's "
+                "principal); a broker without authentication needs CHORUS_KAFKA_SECURITY_PROTOCOL=PLAINTEXT"
+            )
+        return self
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.security_protocol.startswith("SASL_")
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.security_protocol in ("SASL_SSL", "SSL")
+
+    @property
+    def principal(self) -> str:
+        """The principal the broker sees (``User:<name>``), as ACLs name it."""
+        return f"User:{self.sasl_username}" if self.uses_sasl else "User:ANONYMOUS"
+
+    @cached_property
+    def ssl_context(self) -> ssl.SSLContext | None:
+        # One context per settings object: building it reads the CA file.
+        return create_ssl_context(cafile=self.ssl_cafile or None) if self.uses_tls else None
+
+    def aiokafka(self) -> dict[str, Any]:
+        """The options of an aiokafka client (producer, consumer or admin)."""
+        options: dict[str, Any] = {"security_protocol": self.security_protocol}
+        if self.uses_tls:
+            options["ssl_context"] = self.ssl_context
+        if self.uses_sasl:
+            options |= {
+                "sasl_mechanism": self.sasl_mechanism,
+                "sasl_plain_username": self.sasl_username,
+                "sasl_plain_password": self.sasl_password.get_secret_value(),
+            }
+        return options
+
+    def librdkafka(self) -> dict[str, str]:
+        """The same login as librdkafka properties (confluent-kafka, kcat's ``-F`` file)."""
+        options = {"security.protocol": self.security_protocol.lower()}
+        if self.uses_tls and self.ssl_cafile:
+            options["ssl.ca.location"] = self.ssl_cafile
+        if self.uses_sasl:
+            options |= {
+                "sasl.mechanism": self.sasl_mechanism,
+                "sasl.username": self.sasl_username,
+                "sasl.password": self.sasl_password.get_secret_value(),
+            }
+        return options
+
+
+def kafka_auth() -> KafkaAuth:
+    """This process's login, from its environment (read anew: tests switch principals)."""
+    return KafkaAuth()
 
 
 def make_producer(
@@ -23,10 +118,12 @@ def make_producer(
     client_id: str = "chorus",
     transactional_id: str | None = None,
     linger_ms: int = 2,
+    auth: KafkaAuth | None = None,
     **overrides: Any,
 ) -> AIOKafkaProducer:
     """An idempotent producer that waits for every in-sync replica (acks=all)."""
     options: dict[str, Any] = {
+        **(auth or kafka_auth()).aiokafka(),
         "bootstrap_servers": bootstrap,
         "client_id": client_id,
         "acks": "all",
@@ -48,10 +145,12 @@ def make_consumer(
     *topics: str,
     group_id: str | None,
     client_id: str = "chorus",
+    auth: KafkaAuth | None = None,
     **overrides: Any,
 ) -> AIOKafkaConsumer:
     """A consumer that commits only when told to and never reads aborted transactions."""
     options: dict[str, Any] = {
+        **(auth or kafka_auth()).aiokafka(),
         "bootstrap_servers": bootstrap,
         "group_id": group_id,
         "client_id": client_id,
@@ -71,7 +170,7 @@ async def ensure_topics(
     configs: dict[str, str] | None = None,
 ) -> list[str]:
     """Create the (name, partitions) topics that do not exist yet; returns the created names."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="chorus-admin")
+    admin = make_admin(bootstrap)
     await admin.start()
     created: list[str] = []
     try:
@@ -102,7 +201,11 @@ async def ensure_topics(
 
 
 def make_admin(
-    bootstrap: str, *, client_id: str = "chorus-admin", request_timeout_ms: int = 15000
+    bootstrap: str,
+    *,
+    client_id: str = "chorus-admin",
+    request_timeout_ms: int = 15000,
+    auth: KafkaAuth | None = None,
 ) -> AIOKafkaAdminClient:
     """An admin client; the caller starts and closes it.
 
@@ -110,6 +213,7 @@ def make_admin(
     against a sick cluster answers within seconds rather than hanging.
     """
     return AIOKafkaAdminClient(
+        **(auth or kafka_auth()).aiokafka(),
         bootstrap_servers=bootstrap,
         client_id=client_id,
         request_timeout_ms=request_timeout_ms,

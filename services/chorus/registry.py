@@ -83,6 +83,22 @@ class TopicSpec(BaseModel):
         return self.topic + LANE_SUFFIX[priority] if self.lanes else self.topic
 
 
+class ServicePrincipal(BaseModel):
+    """One service of ``principals.yaml``: how it connects, what it writes for others."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    kind: Literal["runtime", "stream"]
+    writes: list[str] = Field(default_factory=list)
+
+
+class Principals(BaseModel):
+    """``schemas/principals.yaml``: every Kafka principal beside the topic files' services."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    services: dict[str, ServicePrincipal] = Field(default_factory=dict)
+    people: dict[str, Literal["operator", "auditor"]] = Field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class Example:
     path: Path
@@ -96,6 +112,7 @@ class Registry:
     schemas: dict[tuple[str, int], dict[str, Any]]
     envelope_schema: dict[str, Any]
     examples: dict[tuple[str, int], list[Example]] = field(default_factory=dict)
+    principals: Principals = field(default_factory=Principals)
     _topic_of: dict[str, TopicSpec] = field(default_factory=dict)
     _physical: dict[str, TopicSpec] = field(default_factory=dict)
 
@@ -197,7 +214,16 @@ def load_registry(root: Path | None = None) -> Registry:
         key = (path.parent.parent.name, int(path.parent.name))
         examples.setdefault(key, []).append(Example(path, json.loads(path.read_text())))
     envelope_schema = json.loads((root / "envelope.v1.schema.json").read_text())
-    return Registry(root, topics, schemas, envelope_schema, examples)
+    principals = Principals()
+    if (root / "principals.yaml").is_file():  # a test's own registry may have none
+        try:
+            principals = Principals.model_validate(yaml.safe_load((root / "principals.yaml").read_text()))
+        except Exception as exc:
+            raise ValueError(f"{root / 'principals.yaml'}: {exc}") from exc
+        unknown = {t for s in principals.services.values() for t in s.writes} - topics.keys()
+        if unknown:
+            raise ValueError(f"{root / 'principals.yaml'}: writes names unknown topics {sorted(unknown)}")
+    return Registry(root, topics, schemas, envelope_schema, examples, principals)
 
 
 @cache

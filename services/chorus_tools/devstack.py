@@ -62,6 +62,15 @@ def free_port() -> int:
         return port
 
 
+def service_login(users_dir: Path, name: str) -> dict[str, str]:
+    """The Kafka login of service ``name``: its own principal, with the password
+    `chorus access apply --users-dir` set for it."""
+    path = users_dir / f"{name}.password"
+    if not path.is_file():
+        raise RuntimeError(f"no Kafka password for {name} in {users_dir}: run `chorus access apply`")
+    return {"CHORUS_KAFKA_SASL_USERNAME": name, "CHORUS_KAFKA_SASL_PASSWORD": path.read_text().strip()}
+
+
 @dataclass
 class Proc:
     name: str
@@ -115,6 +124,13 @@ class DevStack:
         self.api_port = self.api_port or free_port()
         self.sandbox_port = self.sandbox_port or free_port()
         base = {**os.environ, "PYTHONUNBUFFERED": "1", "CHORUS_LOG_JSON": "true", **self.env}
+        # No process inherits this one's Kafka login (an admin's, in tests and `make demo`):
+        # each service logs in as its own principal, which the broker's ACLs hold to the
+        # registry; the sandbox (the outside world) has no Kafka login at all.
+        users_dir = base.pop("CHORUS_KAFKA_USERS_DIR", None)
+        if users_dir is not None:
+            base.pop("CHORUS_KAFKA_SASL_USERNAME", None)
+            base.pop("CHORUS_KAFKA_SASL_PASSWORD", None)
         sandbox_url = f"http://127.0.0.1:{self.sandbox_port}"
         self.procs["sandbox"] = Proc(
             "sandbox",
@@ -130,6 +146,7 @@ class DevStack:
             port = ports[name]
             env = {
                 **base,
+                **(service_login(Path(users_dir), name) if users_dir is not None else {}),
                 "CHORUS_HTTP_PORT": str(port),
                 "CHORUS_PAYMENT_API_URL": sandbox_url,
                 **self.service_env.get(name, {}),

@@ -44,6 +44,7 @@ from faust.exceptions import ConsumerNotStarted
 from faust.types import Message
 
 from chorus.http import HttpServer
+from chorus.kafka import KafkaAuth, kafka_auth
 from chorus.logs import fields, setup_logging
 from chorus.registry import Registry, load_registry
 from chorus.runtime.records import Record
@@ -83,6 +84,20 @@ def to_record(message: Message) -> Record:
     )
 
 
+def faust_credentials(auth: KafkaAuth) -> faust.types.auth.CredentialsT | None:
+    """The runtime's Kafka login (CHORUS_KAFKA_*) in faust's terms: the same principal."""
+    if auth.uses_sasl:
+        return faust.SASLCredentials(
+            username=auth.sasl_username,
+            password=auth.sasl_password.get_secret_value(),
+            ssl_context=auth.ssl_context,
+            mechanism=auth.sasl_mechanism,
+        )
+    if auth.uses_tls:
+        return faust.SSLCredentials(auth.ssl_context)
+    return None
+
+
 def build_app(
     settings: Settings,
     topics: list[str],
@@ -98,6 +113,7 @@ def build_app(
     app = faust.App(
         group_id,
         broker=[f"kafka://{host.strip()}" for host in settings.kafka_bootstrap.split(",")],
+        broker_credentials=faust_credentials(kafka_auth()),
         store="memory://",
         key_serializer="raw",
         value_serializer="raw",

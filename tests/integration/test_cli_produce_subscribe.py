@@ -20,9 +20,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 
 from chorus.codec import decode
+from chorus.kafka import make_consumer
 from chorus.registry import Registry, load_registry
 from tests.support.kafka import publish, read_topic
 from tests.support.registry import isolated_registry, isolated_schemas
@@ -95,7 +96,7 @@ def end_offsets(bootstrap: str, topic: str) -> int:
     """Records ever written to ``topic`` (sum of its partitions' end offsets)."""
 
     async def total() -> int:
-        consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, enable_auto_commit=False)
+        consumer = make_consumer(bootstrap, topic, group_id=None)
         await consumer.start()
         try:
             partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]

@@ -22,11 +22,12 @@ from typing import Any, get_args
 
 import httpx
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from chorus.codec import encode
 from chorus.envelopes import child_envelope, start_envelope, system_envelope
+from chorus.kafka import make_consumer
 from chorus.registry import Registry
 from chorus_contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
 from chorus_contracts.base import EventModel
@@ -312,7 +313,7 @@ def analytics_process(registry: Registry, bootstrap: str, tmp: Path, unique: str
 async def end_offsets(bootstrap: str, topics: Sequence[str]) -> dict[str, int]:
     """``"topic:partition"`` -> end offset, for every non-empty partition of ``topics``."""
     # Subscribed (without a group), so that start() loads these topics' metadata.
-    consumer = AIOKafkaConsumer(*topics, bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = make_consumer(bootstrap, *topics, group_id=None)
     await consumer.start()
     try:
         partitions = [

@@ -27,7 +27,7 @@ from chorus_tools.devstack import DevStack
 from tests.support.database import create_database, drop_database
 from tests.support.hostile import SCRIPTS, corpus
 from tests.support.kafka import events_of, publish, read_topic
-from tests.support.registry import isolated_registry
+from tests.support.registry import grant_access, isolated_registry
 
 pytestmark = pytest.mark.integration
 
@@ -143,6 +143,7 @@ async def world(
     tmp = tmp_path_factory.mktemp("e2e")
     suffix = uuid.uuid4().hex[:8]
     registry = await isolated_registry(tmp, suffix, kafka_bootstrap)
+    await grant_access(registry, kafka_bootstrap)  # each service runs as its own principal
     clock_file = tmp / "clock-offset"
     # Its own database: budgets, timers and gates start as configured, whatever earlier
     # runs and `make demo` spent or left pending in the shared one.

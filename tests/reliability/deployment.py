@@ -33,7 +33,7 @@ from chorus.topics import apply_topics, read_topics
 from chorus_tools.devstack import SERVICES, DevStack, Proc, free_port
 from tests.reliability.driver import Driver
 from tests.reliability.infra import KafkaCluster, PostgresServer
-from tests.support.registry import isolated_schemas
+from tests.support.registry import ensure_service_users, grant_access, isolated_schemas
 
 log = logging.getLogger("reliability.deployment")
 
@@ -209,6 +209,9 @@ class Deployment:
         await apply_topics(
             kafka.bootstrap, list(self.registry.topics.values()), replication_factor=kafka.replication_factor
         )
+        # Its services log in as their own principals, which this registry's ACLs bind.
+        await ensure_service_users(kafka.bootstrap)
+        await grant_access(self.registry, kafka.bootstrap)
         self.topology = await self._check_topics()
         self.database_url = await self.config.postgres.create_database(self.database)
         env = {

@@ -6,14 +6,16 @@ starts from the earliest offset sees only its own test's events.
 
 from __future__ import annotations
 
+import asyncio
+import os
 import shutil
 from pathlib import Path
 
 import yaml
-from aiokafka.admin import AIOKafkaAdminClient
 
-from chorus.kafka import ensure_topics
+from chorus.kafka import ensure_topics, kafka_auth, make_admin
 from chorus.registry import Registry, load_registry
+from chorus_tools.access import Access, Plan, grants, local_passwords, principals
 from tests.support.events import TEST_TOPIC_YAML
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
@@ -42,10 +44,16 @@ def isolated_schemas(
             data["partitions"] = partitions
         path.unlink()
         (topics / f"{data['topic']}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    principals = yaml.safe_load((root / "principals.yaml").read_text())
+    for service in principals["services"].values():
+        service["writes"] = [f"{topic}.t{suffix}" for topic in service.get("writes", [])]
+    (root / "principals.yaml").write_text(yaml.safe_dump(principals, sort_keys=False))
     return root
 
 
 async def provision(registry: Registry, bootstrap: str) -> None:
+    """The registry's topics. In-process tests use them as the admin; a test that runs
+    services as their own principals (DevStack) grants them access too (grant_access)."""
     for spec in registry.topics.values():
         wanted = [(physical, spec.partitions) for physical in spec.physical_topics()]
         CREATED_TOPICS.extend(name for name, _ in wanted)
@@ -53,16 +61,33 @@ async def provision(registry: Registry, bootstrap: str) -> None:
         await ensure_topics(bootstrap, wanted, configs=configs)
 
 
+async def grant_access(registry: Registry, bootstrap: str) -> None:
+    """The registry's ACLs, added to what the broker has (never revoking: services run as
+    the same principals against every registry of this broker)."""
+    access = Access(bootstrap, kafka_auth())
+    await asyncio.to_thread(access.apply, Plan(add=grants(registry), revoke=[], foreign=0))
+
+
+async def ensure_service_users(bootstrap: str) -> None:
+    """Every principal of the registry exists with the password its file holds (what
+    `make up` does with `chorus access apply --users-dir`), for DevStack's services."""
+    users_dir = Path(os.environ["CHORUS_KAFKA_USERS_DIR"])
+    access = Access(bootstrap, kafka_auth())
+    passwords = local_passwords(users_dir, principals(load_registry(SCHEMAS)))
+    await asyncio.to_thread(access.upsert_users, passwords)
+
+
 async def delete_created_topics(bootstrap: str) -> None:
     if not CREATED_TOPICS:
         return
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="chorus-tests-cleanup")
+    admin = make_admin(bootstrap, client_id="chorus-tests-cleanup")
     await admin.start()
     try:
         for start in range(0, len(CREATED_TOPICS), 100):
             await admin.delete_topics(CREATED_TOPICS[start : start + 100])
     finally:
         await admin.close()
+    await asyncio.to_thread(Access(bootstrap, kafka_auth()).revoke_topics, CREATED_TOPICS)
     CREATED_TOPICS.clear()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from chorus_tools.cli import access as access_cli
 from chorus_tools.cli import audit as audit_cli
 from chorus_tools.cli import dlq as dlq_cli
 from chorus_tools.cli import events as events_cli
@@ -19,6 +20,7 @@ app = typer.Typer(
 )
 app.add_typer(schemas_cli.app, name="schemas")
 app.add_typer(topics_cli.app, name="topics")
+app.add_typer(access_cli.app, name="access")
 app.command("produce")(events_cli.produce)
 app.command("subscribe")(events_cli.subscribe)
 app.add_typer(dlq_cli.app, name="dlq")

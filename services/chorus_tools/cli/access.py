@@ -1,0 +1,122 @@
+"""``chorus access``: who may read and write what on Kafka, from the registry.
+
+Exit codes: 0 ok; 1 Kafka refused a change; 2 usage, registry or login-settings errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import SecretStr, ValidationError
+
+from chorus.kafka import KafkaAuth, KafkaAuthError, kafka_auth
+from chorus.registry import Registry, default_schemas_dir, load_registry
+from chorus.settings import LOCAL_KAFKA
+from chorus_tools.access import Access, client_properties, grants, local_passwords, principals
+from chorus_tools.cli.options import Bootstrap, SchemasDir
+
+app = typer.Typer(
+    name="access",
+    help="Kafka principals and ACLs derived from the registry: show, apply, client settings.",
+    no_args_is_help=True,
+)
+
+UsersDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--users-dir",
+        help="A local stack's password files (<principal>.password, made when missing): "
+        "create or reset every principal's SCRAM user with them.",
+        envvar="CHORUS_KAFKA_USERS_DIR",
+    ),
+]
+
+
+@app.command("show")
+def show_command(
+    principal: Annotated[
+        str | None, typer.Option("--principal", help="Only this principal's grants.")
+    ] = None,
+    schemas_dir: SchemasDir = None,
+) -> None:
+    """Print every ACL the registry implies (principal, operation, resource). Changes nothing."""
+    registry = _registry(schemas_dir)
+    rows = [g for g in grants(registry) if principal in (None, g.principal)]
+    if principal is not None and not rows:
+        typer.echo(f"chorus access: the registry names no principal {principal!r}", err=True)
+        raise typer.Exit(2)
+    for grant in rows:
+        typer.echo(str(grant))
+
+
+@app.command("apply")
+def apply_command(
+    users_dir: UsersDir = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the changes; change nothing.")] = False,
+    schemas_dir: SchemasDir = None,
+    bootstrap: Bootstrap = LOCAL_KAFKA,
+) -> None:
+    """Grant exactly the registry's ACLs: add the missing ones, revoke those of the registry's
+    principals on its topics that no longer follow from it. Other principals' ACLs and ACLs
+    on other topics (another application's, another registry's) are left alone.
+    Runs as an admin principal (CHORUS_KAFKA_*). Idempotent."""
+    registry = _registry(schemas_dir)
+    with _errors(bootstrap):
+        access = Access(bootstrap, kafka_auth())
+        if users_dir is not None and not dry_run:
+            access.upsert_users(local_passwords(users_dir, principals(registry)))
+            typer.echo(f"users: {len(principals(registry))} SCRAM credential(s) set from {users_dir}")
+        plan = access.plan(registry)
+        changes = [f"+ {g}" for g in plan.add] + [f"- {g}" for g in plan.revoke]
+        # A first run grants hundreds: list them only when asked (--dry-run) or when few.
+        for line in changes if dry_run or len(changes) <= 40 else []:
+            typer.echo(line)
+        if not dry_run:
+            access.apply(plan)
+    verb = "would change" if dry_run else "changed"
+    typer.echo(
+        f"acls: {len(plan.add)} added, {len(plan.revoke)} revoked ({verb}); "
+        f"{len(grants(registry))} in the registry; {plan.foreign} of other principals or topics left alone"
+    )
+
+
+@app.command("client-config")
+def client_config_command(
+    principal: Annotated[str, typer.Argument(help="The principal to log in as, e.g. chorus-auditor.")],
+    users_dir: UsersDir = None,
+    bootstrap: Bootstrap = LOCAL_KAFKA,
+) -> None:
+    """Print a librdkafka properties file (for `kcat -F`) that logs in as PRINCIPAL, with
+    its password from --users-dir and TLS settings from this environment's CHORUS_KAFKA_*."""
+    if users_dir is None or not (users_dir / f"{principal}.password").is_file():
+        typer.echo(f"chorus access: no password file for {principal!r} (give --users-dir)", err=True)
+        raise typer.Exit(2)
+    password = (users_dir / f"{principal}.password").read_text().strip()
+    with _errors(bootstrap):
+        # This environment's protocol and CA; the principal's own name and password.
+        auth = KafkaAuth(sasl_username=principal, sasl_password=SecretStr(password))
+    typer.echo(client_properties(bootstrap, auth), nl=False)
+
+
+def _registry(schemas_dir: Path | None) -> Registry:
+    try:
+        return load_registry(schemas_dir or default_schemas_dir())
+    except (FileNotFoundError, ValueError, ValidationError) as exc:
+        typer.echo(f"chorus access: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+@contextmanager
+def _errors(bootstrap: str) -> Iterator[None]:
+    try:
+        yield
+    except (KafkaAuthError, ValidationError) as exc:
+        typer.echo(f"chorus access: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except RuntimeError as exc:
+        typer.echo(f"chorus access: {exc} (on {bootstrap})", err=True)
+        raise typer.Exit(1) from None

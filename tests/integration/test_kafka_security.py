@@ -1,0 +1,174 @@
+"""Kafka as an attacker on the same network meets it: SCRAM over TLS, and ACLs from the registry.
+
+Every test runs against the real broker as deploy/local/kafka.sh secures it
+(``allow.everyone.if.no.acl.found=false``): principals log in with their own passwords and
+the broker itself refuses what the registry does not let them do.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from aiokafka.errors import (
+    ClusterAuthorizationFailedError,
+    KafkaConnectionError,
+    TopicAuthorizationFailedError,
+)
+from pydantic import SecretStr
+from typer.testing import CliRunner
+
+from chorus.codec import encode
+from chorus.kafka import KafkaAuth, kafka_auth, make_consumer, make_producer
+from chorus.registry import Registry, load_registry
+from chorus_contracts.approvals import ApprovalDecided
+from chorus_tools.access import local_passwords
+from chorus_tools.cli.main import app
+from tests.support.kafka import envelope
+from tests.support.registry import grant_access, isolated_registry, isolated_schemas, provision
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def login(name: str) -> KafkaAuth:
+    """``name``'s login: this environment's protocol and CA, its own password."""
+    users = Path(os.environ["CHORUS_KAFKA_USERS_DIR"])
+    password = local_passwords(users, [name])[name]
+    return KafkaAuth(sasl_username=name, sasl_password=SecretStr(password))
+
+
+def forged_decision(registry: Registry) -> tuple[str, bytes]:
+    """An approval.decided that approves a waiting procurement, as a forger would write it."""
+    decided = ApprovalDecided(
+        approval_id="appr-wf-forged-1",
+        decision="approve",
+        decided_by="dana.manager",
+        tier="manager",
+        requested_by="budget_agent",
+    )
+    forged = envelope(decided, workflow_id="wf-forged", workflow_type="procurement")
+    return registry.physical_topic("approval.decided"), encode(forged)
+
+
+async def produce(bootstrap: str, auth: KafkaAuth, topic: str, value: bytes) -> None:
+    async with make_producer(bootstrap, auth=auth) as producer:
+        await producer.send_and_wait(topic, value, key=b"wf-forged")
+
+
+async def test_a_service_cannot_write_a_topic_the_registry_does_not_let_it_produce(
+    tmp_path: Path, kafka_bootstrap: str, unique: str
+) -> None:
+    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
+    await grant_access(registry, kafka_bootstrap)
+    topic, value = forged_decision(registry)
+    # The invoice agent reads approvals.events but produces nothing onto it: the broker
+    # refuses its forged decision outright, so no consumer ever sees it.
+    with pytest.raises(TopicAuthorizationFailedError):
+        await produce(kafka_bootstrap, login("invoice_agent"), topic, value)
+    # Its own topic takes its writes; the approval gate's decision topic takes the gate's.
+    await produce(
+        kafka_bootstrap, login("invoice_agent"), registry.physical_topic("invoice.validated"), b"{}"
+    )
+    await produce(kafka_bootstrap, login("approval_gate"), topic, value)
+    async with make_consumer(kafka_bootstrap, topic, group_id=None) as consumer:
+        records = await consumer.getmany(timeout_ms=5000)
+    assert [r.value for batch in records.values() for r in batch] == [value]
+
+
+async def test_a_wrong_password_or_no_tls_is_refused(kafka_bootstrap: str) -> None:
+    wrong = KafkaAuth(sasl_username="invoice_agent", sasl_password=SecretStr("guessed"))
+    with pytest.raises(KafkaConnectionError):
+        await produce(kafka_bootstrap, wrong, "workflows.lifecycle", b"{}")
+    plaintext = KafkaAuth(security_protocol="PLAINTEXT")
+    with pytest.raises(KafkaConnectionError):
+        await produce(kafka_bootstrap, plaintext, "workflows.lifecycle", b"{}")
+
+
+def test_without_a_principal_a_client_refuses_to_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CHORUS_KAFKA_SASL_USERNAME", raising=False)
+    with pytest.raises(ValueError, match="CHORUS_KAFKA_SASL_USERNAME"):
+        kafka_auth()
+
+
+def kcat(properties: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(ROOT / "deploy" / "local" / "kcat.sh"), "-F", str(properties), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+async def test_kcat_as_the_auditor_reads_every_topic_but_writes_none(
+    tmp_path: Path, kafka_bootstrap: str, unique: str
+) -> None:
+    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
+    await grant_access(registry, kafka_bootstrap)
+    topic, value = forged_decision(registry)
+    await produce(kafka_bootstrap, login("approval_gate"), topic, value)
+    result = CliRunner().invoke(
+        app,
+        ["access", "client-config", "chorus-auditor", "--bootstrap", kafka_bootstrap],
+        env={"CHORUS_KAFKA_USERS_DIR": os.environ["CHORUS_KAFKA_USERS_DIR"]},
+    )
+    assert result.exit_code == 0, result.output
+    properties = tmp_path / "auditor.properties"
+    properties.write_text(result.stdout)
+
+    read = kcat(properties, "-C", "-t", topic, "-o", "beginning", "-e", "-q")
+    assert read.returncode == 0, read.stderr
+    assert read.stdout.strip() == value.decode()
+
+    write = kcat(properties, "-P", "-t", topic, stdin="forged\n")
+    assert write.returncode != 0
+    assert "Topic authorization failed" in write.stderr
+
+
+def access(schemas: Path, bootstrap: str, *args: str) -> str:
+    result = CliRunner().invoke(
+        app, ["access", "apply", "--schemas-dir", str(schemas), "--bootstrap", bootstrap, *args]
+    )
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+async def test_access_apply_grants_what_the_registry_says_and_revokes_what_it_no_longer_says(
+    tmp_path: Path, kafka_bootstrap: str, unique: str
+) -> None:
+    # A registry whose only principal is this test's, so that applying it touches no ACL
+    # of the services other tests run.
+    schemas = isolated_schemas(tmp_path, unique)
+    registry = load_registry(schemas)
+    await provision(registry, kafka_bootstrap)
+    probe = f"probe-{unique}"
+    own, other = registry.physical_topic("invoice.received"), registry.physical_topic("report.requested")
+    principals = {
+        "services": {probe: {"kind": "stream", "writes": [registry.topic_for("invoice.received").topic]}}
+    }
+    (schemas / "principals.yaml").write_text(yaml.safe_dump(principals))
+    users = tmp_path / "users"
+
+    first = access(schemas, kafka_bootstrap, "--users-dir", str(users))
+    assert f"+ {probe}" in first and "revoked" in first
+    again = access(schemas, kafka_bootstrap, "--users-dir", str(users))
+    assert "acls: 0 added, 0 revoked" in again
+
+    auth = KafkaAuth(sasl_username=probe, sasl_password=SecretStr((users / f"{probe}.password").read_text()))
+    await produce(kafka_bootstrap, auth, own, b"{}")
+    with pytest.raises(TopicAuthorizationFailedError):
+        await produce(kafka_bootstrap, auth, other, b"{}")
+
+    principals["services"][probe]["writes"] = []
+    (schemas / "principals.yaml").write_text(yaml.safe_dump(principals))
+    narrowed = access(schemas, kafka_bootstrap, "--users-dir", str(users))
+    assert f"- {probe}" in narrowed and "revoked" in narrowed
+    # With no topic left to write, the broker refuses even the idempotent producer's id.
+    with pytest.raises((TopicAuthorizationFailedError, ClusterAuthorizationFailedError)):
+        await produce(kafka_bootstrap, auth, own, b"{}")
