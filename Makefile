@@ -11,11 +11,14 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LOCAL := deploy/local
 PYTEST_ARGS ?=
-# Kafka is secured (SCRAM over TLS, ACLs): what runs here logs in as the local cluster's
-# admin (made by deploy/local/kafka.sh); services started by the dev stack log in as
-# their own principals, whose passwords live in KAFKA_USERS_DIR (`chorus access apply`).
+# The local stack's environment. Kafka is secured (SCRAM over TLS, ACLs): what runs here
+# logs in as the local cluster's admin (made by deploy/local/kafka.sh); services started by
+# the dev stack log in as their own principals, whose passwords live in KAFKA_USERS_DIR
+# (`chorus access apply`). CHORUS_ENV=demo lets services start with the demo secrets (the
+# local database password, demo API keys), which they refuse anywhere else.
 KAFKA_USERS_DIR := $(CURDIR)/.local/kafka/secrets/users
-AS_ADMIN = set -a && . $(CURDIR)/.local/kafka/admin.env && set +a && CHORUS_KAFKA_USERS_DIR=$(KAFKA_USERS_DIR)
+LOCAL_ENV = set -a && . $(CURDIR)/.local/kafka/admin.env && set +a && \
+	CHORUS_KAFKA_USERS_DIR=$(KAFKA_USERS_DIR) CHORUS_ENV=demo
 
 .PHONY: help setup up down status demo services test test-unit test-integration lint fmt bench lock clean \
 	schemas docs topics bench-quick test-reliability
@@ -40,8 +43,8 @@ setup: $(STAMP)
 
 up: setup
 	$(LOCAL)/kafka.sh start
-	$(AS_ADMIN) $(VENV)/bin/chorus topics apply
-	$(AS_ADMIN) $(VENV)/bin/chorus access apply
+	$(LOCAL_ENV) $(VENV)/bin/chorus topics apply
+	$(LOCAL_ENV) $(VENV)/bin/chorus access apply
 	$(LOCAL)/postgres.sh start
 
 down:
@@ -53,11 +56,11 @@ status:
 	-$(LOCAL)/postgres.sh status
 
 demo: up
-	$(AS_ADMIN) $(PY) -m chorus_tools.demo
+	$(LOCAL_ENV) $(PY) -m chorus_tools.demo
 
 # Every service in the foreground (API on :8080, sandbox on :9400) until Ctrl-C.
 services: up
-	$(AS_ADMIN) $(PY) -m chorus_tools.devstack
+	$(LOCAL_ENV) $(PY) -m chorus_tools.devstack
 
 # The compatibility gate runs first: against HEAD (uncommitted changes) and, when the
 # clone has it, HEAD~1 (the last commit). A missing ref is a note, not a failure.
@@ -67,7 +70,7 @@ test: up
 	  echo "$(VENV)/bin/chorus schemas check --against HEAD~1"; \
 	  $(VENV)/bin/chorus schemas check --against HEAD~1; \
 	fi
-	$(AS_ADMIN) $(PY) -m pytest $(PYTEST_ARGS)
+	$(LOCAL_ENV) $(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: setup
 	$(PY) -m pytest tests/unit contracts-tests $(PYTEST_ARGS)
@@ -79,7 +82,7 @@ test-unit: setup
 # RELIABILITY_ARGS="--only NAME" runs one scenario. Its short version runs in `make test`.
 RELIABILITY_ARGS ?=
 test-reliability: up
-	$(AS_ADMIN) $(PY) -m tests.reliability $(RELIABILITY_ARGS)
+	$(LOCAL_ENV) $(PY) -m tests.reliability $(RELIABILITY_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .
@@ -105,7 +108,7 @@ docs: schemas
 # Every topic of schemas/topics on CHORUS_KAFKA_BOOTSTRAP (created, or partitions and
 # configs brought in line; never shrunk). `make up` runs it after starting Kafka.
 topics: setup
-	$(AS_ADMIN) $(VENV)/bin/chorus topics apply
+	$(LOCAL_ENV) $(VENV)/bin/chorus topics apply
 
 # Benchmarks (bench/README.md): Chorus and its baselines side by side, one run, same broker
 # and database. Results in .local/bench-results/<timestamp>-<mode>/. The side venvs (chart
@@ -113,14 +116,14 @@ topics: setup
 bench: up
 	bench/make-venv.sh
 	bench/dbos/make-venv.sh
-	$(AS_ADMIN) $(PY) -m bench.run --mode full
+	$(LOCAL_ENV) $(PY) -m bench.run --mode full
 
 # The short version (under 2 minutes once the side venvs exist); its last line is
 # R2=.. R3=.. R4_p50_ms=.. R4_p99_ms=.. R5=.. timer_p99_ms=..
 bench-quick: up
 	bench/make-venv.sh
 	bench/dbos/make-venv.sh
-	$(AS_ADMIN) $(PY) -m bench.run --mode quick
+	$(LOCAL_ENV) $(PY) -m bench.run --mode quick
 
 # Re-pin after editing pyproject.toml (pip-tools, with hashes; pins already in the
 # files are kept unless UPGRADE=--upgrade). requirements-runtime.lock is what the image

@@ -22,6 +22,8 @@ from chorus.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
 from tests.support.registry import delete_created_topics, ensure_service_users
 
 ROOT = Path(__file__).resolve().parent.parent
+# Tests run services on the local stack, with its demo secrets (as `make test` sets it).
+os.environ.setdefault("CHORUS_ENV", "demo")
 LOCAL = Path(os.environ.get("CHORUS_LOCAL", ROOT / ".local"))
 
 # Fuzzing in `make test` is reproducible (a fixed derivation of examples, no example

@@ -5,6 +5,7 @@ from __future__ import annotations
 from budget_agent.config import Settings
 from budget_agent.service import SPEC
 from chorus.runtime.runner import main
+from chorus.settings import load_settings
 
 if __name__ == "__main__":
-    main(SPEC, Settings())
+    main(SPEC, load_settings(Settings))

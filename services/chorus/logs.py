@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +27,30 @@ def log_context(**fields: str | None) -> Iterator[None]:
         _context.reset(token)
 
 
+# Credentials that travel inside URLs: user:password@ and secret-looking query parameters.
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]*@")
+_SECRET_PARAM = re.compile(
+    r"(?i)([?&](?:[a-z_-]*(?:token|secret|password|passwd|api[_-]?key|signature|sig)))=[^&#\s\"']*"
+)
+
+
+def redact(text: str) -> str:
+    """``text`` without the credentials a URL may carry (``https://***@host/?token=***``)."""
+    return _SECRET_PARAM.sub(r"\1=***", _USERINFO.sub(r"\1***@", text))
+
+
+class RedactSecrets(logging.Filter):
+    """Every line, whoever logs it (httpx logs each request's full URL at INFO), leaves
+    the process without the credentials of a URL: a submitter's callback URL may hold them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = redact(record.getMessage()), None
+        extra = getattr(record, "fields", None)
+        if isinstance(extra, dict):
+            record.fields = {k: redact(v) if isinstance(v, str) else v for k, v in extra.items()}
+        return True
+
+
 class JsonFormatter(logging.Formatter):
     def __init__(self, service: str) -> None:
         super().__init__()
@@ -44,7 +69,7 @@ class JsonFormatter(logging.Formatter):
         if isinstance(extra, dict):
             body.update(extra)
         if record.exc_info:
-            body["exc"] = self.formatException(record.exc_info)
+            body["exc"] = redact(self.formatException(record.exc_info))
         return json.dumps(body, default=str)
 
 
@@ -54,6 +79,7 @@ def setup_logging(service: str, level: str = "INFO", json_lines: bool = True) ->
         handler.setFormatter(JsonFormatter(service))
     else:
         handler.setFormatter(logging.Formatter(f"%(asctime)s {service} %(levelname)s %(message)s"))
+    handler.addFilter(RedactSecrets())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

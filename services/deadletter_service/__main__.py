@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from chorus.runtime.runner import main
+from chorus.settings import load_settings
 from deadletter_service.config import Settings
 from deadletter_service.service import SPEC
 
 if __name__ == "__main__":
-    main(SPEC, Settings())
+    main(SPEC, load_settings(Settings))

@@ -27,6 +27,9 @@ DEMO_KEYS = {
 }
 
 
+DEMO_WEBHOOK_SECRET = "demo-webhook-secret"
+
+
 class Settings(ServiceSettings):
     http_port: int = 8110
     """/health and /metrics of the runtime (the API has its own port)."""
@@ -40,8 +43,16 @@ class Settings(ServiceSettings):
     """The audit projector's read API: what the API says about workflows and approvals."""
     max_body_bytes: int = 1_048_576
     """Request bodies above this are refused with 413 before they are read or authenticated."""
-    webhook_secret: str = "demo-webhook-secret"
+    webhook_secret: str = DEMO_WEBHOOK_SECRET
     """HMAC-SHA256 key for completion callbacks (X-Chorus-Signature)."""
     webhook_timeout_s: float = 10.0
     deadlines_s: dict[str, float] = {"procurement": 7 * 86400, "research_report": 2 * 86400}
     """Workflow-level deadline per workflow type; a workflow still running then times out."""
+
+    def demo_secrets(self) -> list[str]:
+        found = super().demo_secrets()
+        if DEMO_KEYS.keys() & self.api_keys.keys():
+            found.append("CHORUS_API_KEYS (holds the demo keys)")
+        if self.webhook_secret == DEMO_WEBHOOK_SECRET:
+            found.append("CHORUS_WEBHOOK_SECRET")
+        return found

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from chorus.settings import load_settings
 from outcome_analytics.app import run
 from outcome_analytics.config import Settings
 
 if __name__ == "__main__":
-    run(Settings())
+    run(load_settings(Settings))

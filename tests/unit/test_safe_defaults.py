@@ -1,0 +1,78 @@
+"""Secure by default: the published demo secrets work only in demo mode (CHORUS_ENV=demo)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from chorus.settings import EX_CONFIG
+from gateway.config import Settings as GatewaySettings
+from payment_agent.config import Settings as PaymentSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+REAL = {
+    "CHORUS_DATABASE_URL": "postgresql://gateway:s3cret-from-vault@db.internal:5432/chorus",
+    "CHORUS_API_KEYS": json.dumps({"k-7f3a9c": {"principal": "alice", "role": "submitter"}}),
+    "CHORUS_WEBHOOK_SECRET": "whsec-from-vault",
+    "CHORUS_PAYMENT_API_KEY": "pk-live-from-vault",
+}
+
+
+@pytest.fixture
+def production(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    monkeypatch.delenv("CHORUS_ENV", raising=False)
+    for name in REAL:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_outside_demo_mode_the_gateway_refuses_every_demo_secret_by_name(
+    production: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(ValidationError) as refused:
+        GatewaySettings()
+    message = str(refused.value)
+    for name in ("CHORUS_DATABASE_URL", "CHORUS_API_KEYS", "CHORUS_WEBHOOK_SECRET", "CHORUS_ENV=demo"):
+        assert name in message
+
+
+def test_real_secrets_start_and_demo_mode_accepts_the_demo_ones(production: pytest.MonkeyPatch) -> None:
+    for name, value in REAL.items():
+        production.setenv(name, value)
+    assert GatewaySettings().env == "production"
+    assert PaymentSettings().payment_api_key == "pk-live-from-vault"
+    production.setenv("CHORUS_PAYMENT_API_KEY", "sandbox-key")
+    with pytest.raises(ValidationError, match="CHORUS_PAYMENT_API_KEY"):
+        PaymentSettings()
+    production.setenv("CHORUS_ENV", "demo")
+    assert PaymentSettings().payment_api_key == "sandbox-key"
+
+
+def run_service(name: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", name],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_a_service_with_demo_secrets_or_no_kafka_login_exits_78_saying_why() -> None:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CHORUS_")}
+    demo_db = run_service("budget_agent", {**base, "CHORUS_KAFKA_SECURITY_PROTOCOL": "PLAINTEXT"})
+    assert demo_db.returncode == EX_CONFIG
+    assert "refusing to start: demo secrets outside demo mode: CHORUS_DATABASE_URL" in demo_db.stderr
+    assert "Traceback" not in demo_db.stderr
+
+    no_login = run_service("budget_agent", {**base, "CHORUS_ENV": "demo"})
+    assert no_login.returncode == EX_CONFIG
+    assert "CHORUS_KAFKA_SASL_USERNAME" in no_login.stderr
