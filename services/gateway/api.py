@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import inspect
+import logging
 import uuid
 from datetime import timedelta
 from typing import Annotated, Any, cast
@@ -21,6 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from chorus.envelopes import child_envelope, start_envelope
 from chorus.errors import EventTooLargeError
+from chorus.logs import fields
 from chorus.outbox import outbox_message
 from chorus.service import RuntimeHandle
 from chorus.store import OutboxMessage
@@ -39,9 +41,13 @@ from gateway.domain import (
     WORKFLOW_TYPES,
     DecisionBody,
     Submission,
+    may_read,
     request_hash,
+    same_person,
 )
 from gateway.domain import WorkflowType as WorkflowKind
+
+log = logging.getLogger("gateway.api")
 
 # -- authentication (module level: FastAPI resolves these annotations from module globals) --
 
@@ -223,24 +229,38 @@ def _unknown_type_answer(app: FastAPI) -> None:
 
 
 def _watch_routes(app: FastAPI, rt: RuntimeHandle, reads: ReadModel, base_url: str) -> None:
-    """GET /v1/workflows/{id} and /result: from the read model, or accepted here."""
+    """GET /v1/workflows/{id} and /result: from the read model, or accepted here; each
+    caller sees only the workflows it may (may_read), and every read is logged."""
 
-    async def accepted_only(workflow_id: str) -> repository.SubmissionRow:
-        """A workflow the read model does not know yet: accepted here (its first event is on
-        its way to the projector), or a 404."""
+    async def readable(workflow_id: str, who: ApiKey, what: str) -> tuple[dict[str, Any] | None, Any]:
+        """The workflow's view (None while only accepted here) and its submission row,
+        if ``who`` may read it; otherwise the same 404 as for an unknown workflow."""
+        # The reads are HTTP calls: made without holding one of the pool's connections.
+        view = await reads.workflow(workflow_id)
         async with rt.pool.acquire() as conn:
             accepted = await repository.find_by_workflow(conn, workflow_id)
-        if accepted is None:
+            decided = who.role == "reviewer" and await repository.decided_on(conn, workflow_id, who.principal)
+        waits_on = ((view or {}).get("pending_approval") or {}).get("tier")
+        submitter = accepted.submitter if accepted is not None else None
+        allowed = (view is not None or accepted is not None) and may_read(
+            who.role, who.principal, who.tier, submitter=submitter, waits_on=waits_on, decided=decided
+        )
+        # The access log: who read which workflow's data, when, and whether it was let in.
+        log.info(
+            "workflow read",
+            extra=fields(
+                principal=who.principal, role=who.role, workflow_id=workflow_id, read=what, allowed=allowed
+            ),
+        )
+        if not allowed:
             raise Problem(404, "Unknown workflow", f"no workflow {workflow_id!r}")
-        return accepted
+        return view, accepted
 
     @app.get("/v1/workflows/{workflow_id}", responses=problems(404))
     async def status(workflow_id: WorkflowId, who: Anyone) -> dict[str, Any]:
         """Status, current stage, what it waits for and until when, and its timeline."""
-        # The reads are HTTP calls: made without holding one of the pool's connections.
-        view = await reads.workflow(workflow_id)
+        view, accepted = await readable(workflow_id, who, "status")
         if view is None:
-            accepted = await accepted_only(workflow_id)
             return {
                 "workflow_id": workflow_id,
                 "workflow_type": accepted.workflow_type,
@@ -253,9 +273,7 @@ def _watch_routes(app: FastAPI, rt: RuntimeHandle, reads: ReadModel, base_url: s
 
     @app.get("/v1/workflows/{workflow_id}/result", responses=problems(404, 409))
     async def result(workflow_id: WorkflowId, who: Anyone) -> dict[str, Any]:
-        view = await reads.workflow(workflow_id)
-        if view is None:
-            await accepted_only(workflow_id)
+        view, _ = await readable(workflow_id, who, "result")
         if view is None or not view.get("ended_at"):
             raise Problem(
                 409,
@@ -286,7 +304,7 @@ def _approval_routes(app: FastAPI, rt: RuntimeHandle, reads: ReadModel) -> None:
         items = await reads.pending_approvals(tier)
         return {"assignee": who.principal, "tier": tier, "approvals": items}
 
-    @app.post("/v1/approvals/{approval_id}", status_code=202, responses=problems(404, 409))
+    @app.post("/v1/approvals/{approval_id}", status_code=202, responses=problems(403, 404, 409))
     async def decide(approval_id: ApprovalId, body: DecisionBody, who: Reviewer) -> JSONResponse:
         """Approve, reject or ask for a revision. Only the tier the approval waits on may decide."""
         pending = await reads.approval(approval_id)
@@ -303,6 +321,13 @@ def _approval_routes(app: FastAPI, rt: RuntimeHandle, reads: ReadModel) -> None:
         async with rt.pool.acquire() as conn:
             now = rt.clock.now()
             submission = await repository.find_by_workflow(conn, pending["workflow_id"])
+            if same_person(submission.submitter if submission else None, who.principal):
+                raise Problem(
+                    403,
+                    "Separation of duties",
+                    f"{who.principal} submitted workflow {pending['workflow_id']}: another reviewer "
+                    f"of tier {pending['tier']!r} decides approval {approval_id}",
+                )
             submitted = _decision_envelope(rt, pending, submission, approval_id, body, who, now)
             async with rt.outbox.transaction(conn) as tx:
                 first = await repository.insert_decision(

@@ -77,3 +77,22 @@ def sign(secret: str, timestamp: str, body: bytes) -> str:
 
 def verify(secret: str, timestamp: str, body: bytes, signature: str) -> bool:
     return hmac.compare_digest(sign(secret, timestamp, body), signature)
+
+
+def may_read(
+    role: str, principal: str, tier: str | None, *, submitter: str | None, waits_on: str | None, decided: bool
+) -> bool:
+    """Who may read a workflow: an operator any; a submitter those it submitted; a reviewer
+    those waiting on its tier or that it decided on. Everyone else learns nothing, not even
+    that it exists (the same 404 as an unknown id)."""
+    if role == "operator":
+        return True
+    if role == "submitter":
+        return submitter == principal
+    return (tier is not None and waits_on == tier) or decided
+
+
+def same_person(submitter: str | None, reviewer: str) -> bool:
+    """Separation of duties: whoever submitted a workflow does not decide its approvals,
+    whatever other key (a reviewer's) they also hold."""
+    return submitter is not None and submitter == reviewer

@@ -24,6 +24,7 @@ from chorus.codec import decode
 from chorus.errors import DecodeError
 from chorus.registry import Registry
 from chorus_tools.devstack import DevStack
+from gateway.config import DEMO_KEYS
 from tests.support.database import create_database, drop_database
 from tests.support.hostile import SCRIPTS, corpus
 from tests.support.kafka import events_of, publish, read_topic
@@ -35,6 +36,15 @@ SUBMITTER = {"Authorization": "Bearer demo-submitter-key"}
 MANAGER = {"Authorization": "Bearer demo-manager-key"}
 DIRECTOR = {"Authorization": "Bearer demo-director-key"}
 EDITOR = {"Authorization": "Bearer demo-editor-key"}
+OPERATOR = {"Authorization": "Bearer demo-operator-key"}
+OTHER_SUBMITTER = {"Authorization": "Bearer e2e-other-submitter-key"}
+# The demo submitter's own reviewer key: the person who submits may also review others' work.
+SELF_REVIEWER = {"Authorization": "Bearer e2e-self-review-key"}
+API_KEYS = {
+    **{key: api_key.model_dump() for key, api_key in DEMO_KEYS.items()},
+    "e2e-other-submitter-key": {"principal": "olga.other", "role": "submitter"},
+    "e2e-self-review-key": {"principal": "demo-submitter", "role": "reviewer", "tier": "manager"},
+}
 HOUR = 3600.0
 TERMINAL = {"completed", "rejected", "failed", "compensated", "timed_out", "cancelled"}
 
@@ -156,6 +166,7 @@ async def world(
             "CHORUS_DATABASE_URL": (world_url := await create_database(database_url, database)),
             "CHORUS_CLOCK": f"offset-file:{clock_file}",
         },
+        service_env={"gateway": {"CHORUS_API_KEYS": json.dumps(API_KEYS)}},
         sandbox_args=["--flaky-source", "beta"],
     )
     try:
@@ -302,6 +313,51 @@ async def test_wrong_tier_gets_403_and_the_workflow_stays_paused(world: World) -
     listed = (await world.http.get("/v1/approvals?assignee=me", headers=MANAGER)).json()["approvals"]
     mine = [a for a in listed if a["approval_id"] == approval_id]
     assert mine and mine[0]["context"]["summary"].startswith(f"Invoice INV-{run}")
+
+
+async def test_each_caller_reads_only_the_workflows_it_may_and_every_read_is_logged(world: World) -> None:
+    run = uuid.uuid4().hex[:8]
+    workflow_id = (await world.submit("procurement", invoice(run))).json()["workflow_id"]
+    await world.waiting_on(workflow_id, "manager")
+
+    def read(who: dict[str, str]) -> Any:
+        return world.http.get(f"/v1/workflows/{workflow_id}", headers=who)
+
+    # Its submitter, the tier it waits on and operators see it ...
+    for allowed in (SUBMITTER, MANAGER, OPERATOR):
+        assert (await read(allowed)).status_code == 200
+    # ... another submitter and another tier learn nothing, not even that it exists.
+    for denied in (OTHER_SUBMITTER, EDITOR):
+        answer = await read(denied)
+        assert answer.status_code == 404 and answer.json()["title"] == "Unknown workflow"
+    result = await world.http.get(f"/v1/workflows/{workflow_id}/result", headers=OTHER_SUBMITTER)
+    assert result.status_code == 404
+
+    reads = [
+        line
+        for line in (
+            json.loads(text)
+            for text in world.stack.procs["gateway"].log_path.read_text().splitlines()
+            if text.startswith("{")
+        )
+        if line.get("msg") == "workflow read" and line.get("workflow_id") == workflow_id
+    ]
+    who = {(r["principal"], r["read"], r["allowed"]) for r in reads}
+    assert ("olga.other", "status", False) in who and ("olga.other", "result", False) in who
+    assert ("dana.manager", "status", True) in who and ("lee.editor", "status", False) in who
+
+
+async def test_whoever_submitted_cannot_decide_its_approval_even_with_a_reviewer_key(world: World) -> None:
+    run = uuid.uuid4().hex[:8]
+    workflow_id = (await world.submit("procurement", invoice(run))).json()["workflow_id"]
+    status = await world.waiting_on(workflow_id, "manager")
+    approval_id = status["pending_approval"]["approval_id"]
+    own = await world.decide(approval_id, SELF_REVIEWER, "approve")
+    assert own.status_code == 403
+    assert own.json()["title"] == "Separation of duties"
+    assert "another reviewer" in own.json()["detail"]
+    assert (await world.decide(approval_id, MANAGER, "approve")).status_code == 202
+    assert (await world.ended(workflow_id))["status"] == "completed"
 
 
 async def test_report_resumes_at_source_three_after_a_crash_and_is_delivered(world: World) -> None:

@@ -47,11 +47,12 @@ class SubmissionRow:
     workflow_type: str
     request_hash: str
     accepted_at: datetime
+    submitter: str
     priority: str = "normal"
     traceparent: str | None = None
 
 
-_COLUMNS = "workflow_id, workflow_type, request_hash, accepted_at, priority, traceparent"
+_COLUMNS = "workflow_id, workflow_type, request_hash, accepted_at, submitter, priority, traceparent"
 
 
 async def find_by_key(conn: asyncpg.Connection, submitter: str, key: str) -> SubmissionRow | None:
@@ -128,3 +129,13 @@ async def insert_decision(
         now,
     )
     return inserted is not None
+
+
+async def decided_on(conn: asyncpg.Connection, workflow_id: str, reviewer: str) -> bool:
+    """Whether ``reviewer`` decided an approval of this workflow (it may read it)."""
+    found = await conn.fetchval(
+        "SELECT 1 FROM gateway.decisions WHERE workflow_id = $1 AND reviewer = $2 LIMIT 1",
+        workflow_id,
+        reviewer,
+    )
+    return found is not None
