@@ -24,6 +24,9 @@ from tests.support.registry import delete_created_topics, ensure_service_users
 ROOT = Path(__file__).resolve().parent.parent
 # Tests run services on the local stack, with its demo secrets (as `make test` sets it).
 os.environ.setdefault("CHORUS_ENV", "demo")
+# In-process services call the tests' own HTTP servers on loopback; services the dev stack
+# starts may call only its sandbox (DevStack sets their CHORUS_EGRESS_ALLOW).
+os.environ.setdefault("CHORUS_EGRESS_ALLOW", "127.0.0.0/8,::1/128")
 LOCAL = Path(os.environ.get("CHORUS_LOCAL", ROOT / ".local"))
 
 # Fuzzing in `make test` is reproducible (a fixed derivation of examples, no example

@@ -13,8 +13,10 @@ from urllib.parse import quote
 
 import httpx
 
+from chorus.egress import check_egress
 from chorus.errors import PersistentError, TransientError
 from chorus.faults import fault_point
+from chorus.logs import redact
 
 
 class ExternalRejection(PersistentError):
@@ -55,46 +57,77 @@ async def call_json(
     params: dict[str, str] | None = None,
     timeout_s: float = 30.0,
     submitter_url: bool = False,
+    max_response_bytes: int = 4 * 1024 * 1024,
 ) -> httpx.Response:
     """Send one request; return the 2xx response or raise the matching taxonomy error.
 
     ``submitter_url``: the URL came from a submitter (a callback, a source, a delivery
     target), so its failures are the input's, not the service's: they are retried and
-    dead-lettered as usual but never count towards the dead-letter guard.
+    dead-lettered as usual but never count towards the dead-letter guard. Such a URL must
+    lead outside the deployment's network (chorus.egress), and what its server answers
+    beyond a status stays out of error messages. Every answer is capped at
+    ``max_response_bytes``.
 
     ``mid_external_call`` (fault injection) fires after the other side answered and
     before the caller records the answer: the hardest moment to crash.
     """
     blame = submitter_url
+    shown = redact(url)  # messages reach logs and timelines: never a URL's credentials
     safe_headers = {k: header_value(v) for k, v in (headers or {}).items()}
+    if submitter_url:
+        await check_egress(url)  # never into the deployment's own network (SSRF)
     try:
-        response = await client.request(
+        async with client.stream(
             method, url, json=json, content=content, headers=safe_headers, params=params, timeout=timeout_s
-        )
+        ) as streamed:
+            body = await _read_at_most(streamed, max_response_bytes, f"{what}: {shown}", blame)
+            response = httpx.Response(
+                streamed.status_code, headers=streamed.headers, content=body, request=streamed.request
+            )
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:  # retrying cannot help
-        raise _blamed(PersistentError(f"{what}: cannot call {url!r}: {exc}"), blame) from exc
+        raise _blamed(PersistentError(f"{what}: cannot call {shown!r}: {exc}"), blame) from exc
     except httpx.TimeoutException as exc:
-        raise TransientError(f"{what}: timed out after {timeout_s}s ({url})", caused_by_input=blame) from exc
+        raise TransientError(
+            f"{what}: timed out after {timeout_s}s ({shown})", caused_by_input=blame
+        ) from exc
     except httpx.TransportError as exc:
         raise TransientError(
-            f"{what}: {type(exc).__name__} calling {url}: {exc}", caused_by_input=blame
+            f"{what}: {type(exc).__name__} calling {shown}: {redact(str(exc))}", caused_by_input=blame
         ) from exc
     fault_point("mid_external_call")
     status = response.status_code
     if status == 429 or status >= 500:
         raise TransientError(
-            f"{what}: {url} answered {status}", retry_after_s=_retry_after(response), caused_by_input=blame
+            f"{what}: {shown} answered {status}", retry_after_s=_retry_after(response), caused_by_input=blame
         )
     if status in (401, 403):
-        raise _blamed(PersistentError(f"{what}: {url} refused our credentials ({status})"), blame)
+        raise _blamed(PersistentError(f"{what}: {shown} refused our credentials ({status})"), blame)
     if status >= 400:
         try:
-            body: Any = response.json()
+            answer: Any = response.json()
         except ValueError:
-            body = response.text[:500]
-        rejection = ExternalRejection(f"{what}: {url} rejected the request ({status}): {body}", status, body)
+            answer = response.text[:500]
+        # A submitter's server's words stay out of the message (it reaches timelines): the
+        # status says enough, and the body stays on the exception for the handler.
+        said = "" if submitter_url else f": {answer}"
+        rejection = ExternalRejection(
+            f"{what}: {shown} rejected the request ({status}){said}", status, answer
+        )
         raise _blamed(rejection, blame)
     return response
+
+
+async def _read_at_most(response: httpx.Response, limit: int, what: str, blame: bool) -> bytes:
+    """The body, refused (not retried) once it passes ``limit`` bytes: a server must not
+    be able to fill this process's memory."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > limit:
+            raise _blamed(PersistentError(f"{what} answered more than {limit:,} bytes"), blame)
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _blamed(error: PersistentError, caused_by_input: bool) -> PersistentError:

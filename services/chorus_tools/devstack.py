@@ -132,6 +132,11 @@ class DevStack:
             base.pop("CHORUS_KAFKA_SASL_USERNAME", None)
             base.pop("CHORUS_KAFKA_SASL_PASSWORD", None)
         sandbox_url = f"http://127.0.0.1:{self.sandbox_port}"
+        # Submitters' URLs may lead to the sandbox (the outside world here) and nowhere else
+        # on this machine, whatever the caller's process allows itself.
+        base["CHORUS_EGRESS_ALLOW"] = self.env.get(
+            "CHORUS_EGRESS_ALLOW", f"127.0.0.1:{self.sandbox_port},localhost:{self.sandbox_port}"
+        )
         self.procs["sandbox"] = Proc(
             "sandbox",
             [sys.executable, "-m", "sandbox", "--port", str(self.sandbox_port), *self.sandbox_args],

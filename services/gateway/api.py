@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from chorus.egress import EgressRefusedError, check_egress
 from chorus.envelopes import child_envelope, start_envelope
 from chorus.errors import EventTooLargeError
 from chorus.logs import fields
@@ -44,6 +45,7 @@ from gateway.domain import (
     may_read,
     request_hash,
     same_person,
+    submitter_urls,
 )
 from gateway.domain import WorkflowType as WorkflowKind
 
@@ -143,6 +145,7 @@ def _submit_routes(app: FastAPI, rt: RuntimeHandle, settings: Settings, base_url
         idempotency_key: str | None,
         traceparent: str | None,
     ) -> JSONResponse:
+        await refuse_inner_urls(body.model_dump(mode="json"))
         digest = request_hash(workflow_type, body)
         async with rt.pool.acquire() as conn:
             if idempotency_key:
@@ -210,6 +213,18 @@ def _submit_routes(app: FastAPI, rt: RuntimeHandle, settings: Settings, base_url
     # One route per workflow type, so the OpenAPI document states each type's input.
     for name, kind in WORKFLOW_TYPES.items():
         _submit_route(app, name, kind, submit)
+
+
+async def refuse_inner_urls(body: Any) -> None:
+    """Every URL the workflow will call (its callback, a delivery target, sources) must lead
+    outside the deployment's network: a 422 naming the field, before anything is accepted.
+    The services check again when they call (an address can change after this)."""
+    for where, url in submitter_urls(body):
+        try:
+            await check_egress(url)
+        except EgressRefusedError as exc:
+            errors = [{"pointer": where, "message": str(exc)}]
+            raise Problem(422, "Invalid request", f"{where}: {exc}", errors=errors) from None
 
 
 def _unknown_type_answer(app: FastAPI) -> None:

@@ -96,3 +96,21 @@ def same_person(submitter: str | None, reviewer: str) -> bool:
     """Separation of duties: whoever submitted a workflow does not decide its approvals,
     whatever other key (a reviewer's) they also hold."""
     return submitter is not None and submitter == reviewer
+
+
+def submitter_urls(body: Any, where: str = "") -> list[tuple[str, str]]:
+    """(JSON pointer, URL) of every URL field (a name ending in ``url``) of a submission:
+    each is a place the workflow will call on the submitter's word (callback_url,
+    delivery_url, sources[n].url). Text that merely looks like a URL is not one."""
+    found: list[tuple[str, str]] = []
+    if isinstance(body, dict):
+        for key, value in body.items():
+            at = f"{where}/{str(key).replace('~', '~0').replace('/', '~1')}"
+            if str(key).lower().endswith("url") and isinstance(value, str) and value:
+                found.append((at, value))
+            else:
+                found.extend(submitter_urls(value, at))
+    elif isinstance(body, list):
+        for i, value in enumerate(body):
+            found.extend(submitter_urls(value, f"{where}/{i}"))
+    return found

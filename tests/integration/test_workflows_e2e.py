@@ -360,6 +360,40 @@ async def test_whoever_submitted_cannot_decide_its_approval_even_with_a_reviewer
     assert (await world.ended(workflow_id))["status"] == "completed"
 
 
+@pytest.mark.parametrize(
+    ("field", "url", "where", "kind"),
+    [
+        ("callback", "http://169.254.169.254/latest/meta-data/", "/callback_url", "link-local"),
+        ("delivery", "http://127.0.0.1:5432/", "/input/delivery_url", "loopback"),
+        ("source", "http://10.0.0.7/internal", "/input/sources/1/url", "private"),
+    ],
+)
+async def test_a_url_into_the_deployments_own_network_is_refused_naming_the_field(
+    world: World, field: str, url: str, where: str, kind: str
+) -> None:
+    sandbox = world.stack.sandbox_url
+    sources = [{"name": n, "url": f"{sandbox}/sources/{n}"} for n in ("alpha", "beta")]
+    body: dict[str, Any] = {
+        "input": {
+            "topic": f"ssrf-{uuid.uuid4().hex[:6]}",
+            "sources": sources,
+            "delivery_url": f"{sandbox}/deliveries",
+        },
+        "callback_url": f"{sandbox}/hooks/report",
+    }
+    if field == "callback":
+        body["callback_url"] = url
+    elif field == "delivery":
+        body["input"]["delivery_url"] = url
+    else:
+        sources[1]["url"] = url
+    refused = await world.submit("research_report", body)
+    assert refused.status_code == 422, refused.text
+    problem = refused.json()
+    assert problem["errors"][0]["pointer"] == where
+    assert kind in problem["detail"]
+
+
 async def test_report_resumes_at_source_three_after_a_crash_and_is_delivered(world: World) -> None:
     topic = f"resume-{uuid.uuid4().hex[:8]}"
     sandbox = world.stack.sandbox_url
