@@ -104,3 +104,24 @@ class RateLimiter:
                 raise RateLimitTimeout(f"rate limiter {self.name!r}: no token within {timeout_s}s")
             await self.clock.sleep(pause)
             waited += pause
+
+
+class KeyedRateLimits:
+    """One shared bucket per key (``<prefix>:<key>``), made on a key's first use: e.g. every
+    API key its own rate, across every replica of the service."""
+
+    def __init__(
+        self, pool: asyncpg.Pool, prefix: str, *, rate_per_s: float, burst: float, clock: Clock
+    ) -> None:
+        self.pool, self.prefix, self.rate, self.burst, self.clock = pool, prefix, rate_per_s, burst, clock
+        self._buckets: dict[str, RateLimiter] = {}
+
+    async def try_acquire(self, key: str) -> Acquired:
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = RateLimiter(
+                self.pool, f"{self.prefix}:{key}", rate_per_s=self.rate, burst=self.burst, clock=self.clock
+            )
+            await bucket.setup()
+            self._buckets[key] = bucket
+        return await bucket.try_acquire()

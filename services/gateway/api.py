@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import inspect
 import logging
+import math
 import uuid
 from datetime import timedelta
 from typing import Annotated, Any, cast
@@ -25,6 +26,7 @@ from chorus.envelopes import child_envelope, start_envelope
 from chorus.errors import EventTooLargeError
 from chorus.logs import fields
 from chorus.outbox import outbox_message
+from chorus.ratelimit import KeyedRateLimits
 from chorus.service import RuntimeHandle
 from chorus.store import OutboxMessage
 from chorus.tracing import TraceContext
@@ -57,14 +59,29 @@ _bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: 
 _api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="An API key")
 
 
-def principal(
+async def principal(
     request: Request,
     bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)] = None,
     x_api_key: Annotated[str | None, Security(_api_key_header)] = None,
 ) -> ApiKey:
-    """The caller, from ``Authorization: Bearer <key>`` (or ``X-API-Key``); 401 otherwise."""
+    """The caller, from ``Authorization: Bearer <key>`` (or ``X-API-Key``); 401 otherwise,
+    429 with Retry-After when the key used up its rate (shared by every gateway replica)."""
+    who = _known_key(request, x_api_key or (bearer.credentials if bearer else ""))
+    limits: KeyedRateLimits = request.app.state.limits
+    granted = await limits.try_acquire(who.principal)
+    if not granted.ok:
+        retry_after = max(1, math.ceil(granted.wait_s))
+        raise Problem(
+            429,
+            "Too many requests",
+            f"{who.principal} exceeded its rate; retry in {retry_after} s",
+            headers={"Retry-After": str(retry_after)},
+        )
+    return who
+
+
+def _known_key(request: Request, presented: str) -> ApiKey:
     settings: Settings = request.app.state.settings
-    presented = x_api_key or (bearer.credentials if bearer else "")
     if not presented:
         raise Problem(
             401,
@@ -115,7 +132,7 @@ def create_app(rt: RuntimeHandle, settings: Settings, reads: ReadModel) -> FastA
         title="Chorus gateway",
         version="1.0.0",
         description="Submit long-running agent workflows, watch them, approve them.",
-        responses=problems(400, 401, 403, 413, 422, 503),
+        responses=problems(400, 401, 403, 413, 422, 429, 503),
     )
 
     @app.exception_handler(ReadModelUnavailableError)
@@ -125,6 +142,9 @@ def create_app(rt: RuntimeHandle, settings: Settings, reads: ReadModel) -> FastA
         )
 
     app.state.settings = settings
+    app.state.limits = KeyedRateLimits(
+        rt.pool, "api", rate_per_s=settings.api_rate_per_s, burst=settings.api_burst, clock=rt.clock
+    )
     base_url = settings.public_url or f"http://{settings.api_host}:{settings.api_port}"
 
     _submit_routes(app, rt, settings, base_url)

@@ -41,6 +41,13 @@ class Settings(ServiceSettings):
     """API key -> principal. The demo keys are for local use only: set CHORUS_API_KEYS."""
     audit_url: str = "http://127.0.0.1:8103"
     """The audit projector's read API: what the API says about workflows and approvals."""
+    api_rate_per_s: float = 20.0
+    """Requests per second per API key, across every gateway replica (429 beyond)."""
+    api_burst: float = 40.0
+    api_max_connections: int = 200
+    """Open connections the API serves at once; beyond, new ones get a 503 at once."""
+    api_keep_alive_s: float = 5.0
+    """An idle keep-alive connection is closed after this."""
     max_body_bytes: int = 1_048_576
     """Request bodies above this are refused with 413 before they are read or authenticated."""
     webhook_secret: str = DEMO_WEBHOOK_SECRET

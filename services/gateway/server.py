@@ -36,6 +36,11 @@ async def _serve(rt: RuntimeHandle, reads: ReadModel) -> None:
         log_level="warning",
         access_log=False,
         lifespan="off",
+        # The API shares its process and event loop with the consumer and relay: a flood of
+        # connections, idle keep-alives or huge header blocks must not starve them.
+        limit_concurrency=settings.api_max_connections,
+        timeout_keep_alive=int(settings.api_keep_alive_s),
+        h11_max_incomplete_event_size=16 * 1024,
     )
     server = _EmbeddedServer(config)
     try:

@@ -33,6 +33,7 @@ from tests.support.registry import isolated_schemas, provision
 pytestmark = pytest.mark.integration
 
 SUBMITTER = {"Authorization": "Bearer demo-submitter-key"}
+MANAGER = {"Authorization": "Bearer demo-manager-key"}
 PROBLEM = "application/problem+json"
 NON_ASCII = {
     "german": "Rechnung für Müller & Söhne GmbH, Straße 5, Größe XL",
@@ -75,6 +76,7 @@ async def start_gateway(
     server_url: str,
     *,
     topic_limits: dict[str, int] | None = None,
+    rate_per_s: float = 10_000.0,
 ) -> Gateway:
     suffix = uuid.uuid4().hex[:8]
     root = isolated_schemas(tmp, suffix)
@@ -93,8 +95,13 @@ async def start_gateway(
     audit = await stack.enter_async_context(running(AUDIT_SPEC, AuditSettings(**common), registry=registry))
     assert audit.http is not None
     port = free_port()
+    # Fuzzing sends thousands of requests with one key: unlimited unless a test says so.
     gateway_settings = GatewaySettings(
-        **common, api_port=port, audit_url=f"http://127.0.0.1:{audit.http.port}"
+        **common,
+        api_port=port,
+        audit_url=f"http://127.0.0.1:{audit.http.port}",
+        api_rate_per_s=rate_per_s,
+        api_burst=max(rate_per_s, 3.0),
     )
     await stack.enter_async_context(running(GATEWAY_SPEC, gateway_settings, registry=registry))
     url = f"http://127.0.0.1:{port}"
@@ -341,3 +348,18 @@ async def test_reads_answer_503_while_the_audit_projector_is_unreachable_and_wri
     assert problem(read, 503)["title"] == "Read model unavailable"
     assert read.headers["retry-after"] == "5"
     assert write.status_code == 202, write.text
+
+
+async def test_a_key_over_its_rate_gets_429_with_retry_after_and_other_keys_go_on(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str
+) -> None:
+    async with AsyncExitStack() as stack:
+        gateway = await start_gateway(stack, tmp_path, kafka_bootstrap, database_url, rate_per_s=0.2)
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=30.0) as client:
+            answers = [(await client.get("/v1/workflows/wf-none", headers=SUBMITTER)) for _ in range(4)]
+            other = await client.get("/v1/workflows/wf-none", headers=MANAGER)
+    assert [a.status_code for a in answers] == [404, 404, 404, 429]
+    limited = problem(answers[3], 429)
+    assert int(answers[3].headers["retry-after"]) >= 1
+    assert "demo-submitter" in limited["detail"]
+    assert other.status_code == 404  # its own bucket

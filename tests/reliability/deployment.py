@@ -230,6 +230,9 @@ class Deployment:
         }
         # Budgets large enough for every invoice a run submits (the defaults hold ~40).
         service_env["budget_agent"]["CHORUS_BUDGETS"] = json.dumps({"cc-research": 10**12})
+        # The driver stands for many clients behind one key: polling every open workflow at
+        # once is its load, not abuse (the per-key limit has its own test).
+        service_env["gateway"].update({"CHORUS_API_RATE_PER_S": "2000", "CHORUS_API_BURST": "4000"})
         if self.config.max_event_bytes is not None:
             env["CHORUS_MAX_EVENT_BYTES"] = str(self.config.max_event_bytes)
             for name in DEAD_LETTER_CONSUMERS:

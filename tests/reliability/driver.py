@@ -186,7 +186,7 @@ class Driver:
                     )
                     self.workflows.append(tracked)
                     return tracked
-                if response.status_code < 500:
+                if response.status_code < 500 and response.status_code != 429:
                     raise AssertionError(f"gateway refused a {kind} submission: {response.text[:500]}")
                 last_error = f"{response.status_code} {response.text[:200]}"
             self.submit_retries += 1
