@@ -62,13 +62,13 @@ def _login_as_admin() -> None:
     """The test process talks to Kafka as the local cluster's admin (as `make test` sets
     it up), unless the environment already names a principal; services started through
     DevStack log in as their own principals (CHORUS_KAFKA_USERS_DIR)."""
+    os.environ.setdefault("CHORUS_KAFKA_USERS_DIR", str(LOCAL / "kafka" / "secrets" / "users"))
     if "CHORUS_KAFKA_SASL_USERNAME" in os.environ or "CHORUS_KAFKA_SECURITY_PROTOCOL" in os.environ:
         return
     for line in (LOCAL / "kafka" / "admin.env").read_text().splitlines():
         if line and not line.startswith("#"):
             name, _, value = line.partition("=")
             os.environ[name] = value
-    os.environ.setdefault("CHORUS_KAFKA_USERS_DIR", str(LOCAL / "kafka" / "secrets" / "users"))
 
 
 @pytest.fixture(scope="session")

@@ -94,25 +94,33 @@ ensure_jars() {
 
 ensure_secrets() {
   # A local CA, the broker's key and certificate (for 127.0.0.1 and localhost), and the
-  # admin password: made once, kept across restarts and resets (clients keep trusting).
-  [[ -f "$SECRETS/broker.keystore.pem" && -f "$SECRETS/admin.password" && -f "$ADMIN_ENV" ]] && return 0
-  command -v openssl >/dev/null || die "openssl not found: install it (Debian: openssl)"
-  log "generating the local CA, the broker certificate and the admin password in $SECRETS"
-  mkdir -p "$SECRETS"; chmod 700 "$SECRETS"
-  (
-    umask 077; cd "$SECRETS"
-    openssl req -x509 -newkey rsa:2048 -nodes -sha256 -days 3650 -subj "/CN=Chorus local CA" \
-      -keyout ca.key -out ca.pem 2>/dev/null
-    openssl req -newkey rsa:2048 -nodes -sha256 -subj "/CN=$BROKER_CN" \
-      -keyout broker.key -out broker.csr 2>/dev/null
-    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n' >broker.ext
-    openssl x509 -req -sha256 -days 825 -in broker.csr -CA ca.pem -CAkey ca.key -CAcreateserial \
-      -extfile broker.ext -out broker.pem 2>/dev/null
-    # Kafka's PEM keystore: the (PKCS#8) private key, then the certificate chain.
-    cat broker.key broker.pem ca.pem >broker.keystore.pem
-    openssl rand -hex 24 >admin.password
-    rm -f broker.csr broker.ext
-  ) || die "could not generate the local TLS material"
+  # admin password: made once, kept across restarts and resets (clients keep trusting,
+  # formatted nodes keep the admin credential they were formatted with).
+  if [[ ! -f "$SECRETS/broker.keystore.pem" || ! -f "$SECRETS/admin.password" ]]; then
+    command -v openssl >/dev/null || die "openssl not found: install it (Debian: openssl)"
+    log "generating the local CA, the broker certificate and the admin password in $SECRETS"
+    mkdir -p "$SECRETS"; chmod 700 "$SECRETS"
+    # Built in a scratch folder and moved in whole: a failed step leaves nothing half made.
+    rm -rf "$SECRETS/.new"
+    (
+      set -euo pipefail
+      umask 077; mkdir "$SECRETS/.new"; cd "$SECRETS/.new"
+      openssl req -x509 -newkey rsa:2048 -nodes -sha256 -days 3650 -subj "/CN=Chorus local CA" \
+        -keyout ca.key -out ca.pem 2>/dev/null
+      openssl req -newkey rsa:2048 -nodes -sha256 -subj "/CN=$BROKER_CN" \
+        -keyout broker.key -out broker.csr 2>/dev/null
+      printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n' >broker.ext
+      openssl x509 -req -sha256 -days 825 -in broker.csr -CA ca.pem -CAkey ca.key -CAcreateserial \
+        -extfile broker.ext -out broker.pem 2>/dev/null
+      # Kafka's PEM keystore: the (PKCS#8) private key, then the certificate chain.
+      cat broker.key broker.pem ca.pem >broker.keystore.pem
+      openssl rand -hex 24 >admin.password
+      rm -f broker.csr broker.ext
+      mv -f ./* ..
+    ) || { rm -rf "$SECRETS/.new"; die "could not generate the local TLS material"; }
+    rmdir "$SECRETS/.new"
+  fi
+  [[ -f "$ADMIN_ENV" ]] && return 0
   (
     umask 077
     cat >"$ADMIN_ENV" <<ENV
@@ -189,6 +197,9 @@ format_storage() {
   mkdir -p "$KAFKA_DATA"
   [[ -f "$cluster_id_file" ]] || java -cp "$KAFKA_LIB/*" kafka.tools.StorageTool random-uuid >"$cluster_id_file"
   log "formatting KRaft storage for node $n (cluster $(cat "$cluster_id_file"))"
+  # The admin's SCRAM credential goes in at format time, the only way KRaft takes a first
+  # user; its password is on this short-lived command line (a local stack's, like the
+  # server.properties copy, mode 600, the broker reads).
   java -cp "$KAFKA_LIB/*" -Dlog4j2.configurationFile="$CHORUS_ROOT/deploy/local/log4j2.yaml" \
     -Dkafka.logs.dir="$dir/logs" kafka.tools.StorageTool format \
     -t "$(cat "$cluster_id_file")" -c "$dir/server.properties" \
@@ -211,8 +222,7 @@ start_node() {
     return 0
   fi
   ensure_secrets
-  write_config "$n"
-  chmod 600 "$dir/server.properties"  # it holds the admin password
+  (umask 077 && write_config "$n")  # server.properties holds the admin password
   format_storage "$n"
   log "starting node $n on 127.0.0.1:$port (logs: $dir/logs/server.log)"
   # JVM flags as in Kafka's kafka-run-class.sh / kafka-server-start.sh.

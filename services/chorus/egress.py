@@ -9,8 +9,9 @@ unspecified ranges are refused, IPv4-mapped IPv6 included.
 
 ``CHORUS_EGRESS_ALLOW`` names the exceptions, comma-separated: ``host:port`` (one service,
 e.g. the demo's sandbox, ``127.0.0.1:9400``) or a network (``10.20.0.0/16``). The dev
-stack allows exactly its sandbox. Limit: the address is checked when resolved; a DNS
-answer that changes between this check and the connection (rebinding) is not caught.
+stack allows exactly its sandbox. A call connects to the address that was checked (``pin``),
+so a DNS answer that changes between the check and the connection (rebinding) cannot
+redirect it; the gateway's check at submission only refuses early.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from dataclasses import dataclass
 from functools import cache
 from urllib.parse import urlsplit
 
-from chorus.errors import PersistentError
+import httpx
+
+from chorus.errors import PersistentError, TransientError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -63,13 +66,17 @@ class EgressPolicy:
             return None
         if any(address in network for network in self.networks):
             return None
-        mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
-        checked = mapped or address
+        checked: IPAddress = address
+        if isinstance(address, ipaddress.IPv6Address):
+            # An IPv4 address inside an IPv6 one (mapped, 6to4, Teredo) is judged as itself.
+            teredo = address.teredo[1] if address.teredo else None
+            checked = address.ipv4_mapped or address.sixtofour or teredo or address
+        # The address itself is not said: a submitter must not map the inner network with it.
         for kind in ("unspecified", "loopback", "link_local", "private", "multicast", "reserved"):
             if getattr(checked, f"is_{kind}"):
-                return f"{host} resolves to {address}, a {kind.replace('_', '-')} address"
+                return f"{host} resolves to a {kind.replace('_', '-')} address"
         if not checked.is_global:  # e.g. 100.64.0.0/10, shared address space
-            return f"{host} resolves to {address}, not a public address"
+            return f"{host} resolves to an address that is not public"
         return None
 
 
@@ -83,30 +90,69 @@ def egress_policy() -> EgressPolicy:
     return _policy(os.environ.get("CHORUS_EGRESS_ALLOW", ""))
 
 
-async def check_egress(url: str, policy: EgressPolicy | None = None) -> None:
-    """Raise EgressRefusedError unless every address ``url``'s host resolves to may be called."""
-    policy = policy or egress_policy()
-    parts = urlsplit(url)
-    host = (parts.hostname or "").lower()
+@dataclass(frozen=True)
+class Pinned:
+    """A call to a submitter's URL, pinned to the address that was checked: the connection
+    goes there (not to whatever a second DNS answer would say) while the Host header and
+    TLS (SNI and certificate) still name the host."""
+
+    url: str
+    host_header: str
+    sni_hostname: str | None
+
+
+def _target(url: str) -> tuple[str, int, IPAddress | None]:
+    try:
+        parts = urlsplit(url)
+        host, port = (parts.hostname or "").lower(), parts.port
+    except ValueError as exc:  # a port out of range, a malformed IPv6 literal
+        raise EgressRefusedError(f"{url!r} is not a URL Chorus can call: {exc}") from exc
     if parts.scheme not in ("http", "https") or not host:
         raise EgressRefusedError(f"{url!r} is not an http(s) URL with a host")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
         literal: IPAddress | None = ipaddress.ip_address(host)
     except ValueError:
         literal = None
-    if literal is not None:
-        addresses = {literal}
-    else:
-        loop = asyncio.get_running_loop()
-        try:
-            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except socket.gaierror:
-            # Nothing to connect to: the call itself fails (and is retried) as it would
-            # anyway; what it may reach is checked again on that call.
-            return
-        addresses = {ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos}
+    return host, port or (443 if parts.scheme == "https" else 80), literal
+
+
+async def _addresses(host: str, port: int) -> set[IPAddress]:
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return {ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos}
+
+
+def _judge(policy: EgressPolicy, host: str, port: int, addresses: set[IPAddress]) -> None:
     for address in sorted(addresses, key=str):
         reason = policy.refusal(host, port, address)
         if reason is not None:
-            raise EgressRefusedError(f"refused to call {host}:{port}: {reason} (CHORUS_EGRESS_ALLOW)")
+            raise EgressRefusedError(f"refused to call {host}:{port}: {reason}")
+
+
+async def check_egress(url: str, policy: EgressPolicy | None = None) -> None:
+    """Raise EgressRefusedError when ``url``'s host resolves to an address it may not reach.
+    A name that does not resolve passes here (a submission's URL may resolve later): the
+    call itself is pinned and checked (``pin``)."""
+    host, port, literal = _target(url)
+    try:
+        addresses = {literal} if literal is not None else await _addresses(host, port)
+    except socket.gaierror:
+        return
+    _judge(policy or egress_policy(), host, port, addresses)
+
+
+async def pin(url: str, policy: EgressPolicy | None = None) -> Pinned:
+    """The call to ``url`` pinned to an address every answer of its name allows; a name
+    that does not resolve (now) is a transient failure, blamed on the input."""
+    host, port, literal = _target(url)
+    try:
+        addresses = {literal} if literal is not None else await _addresses(host, port)
+    except socket.gaierror as exc:
+        raise TransientError(f"{host} does not resolve: {exc.strerror}", caused_by_input=True) from exc
+    _judge(policy or egress_policy(), host, port, addresses)
+    original = httpx.URL(url)
+    address = sorted(addresses, key=str)[0]
+    return Pinned(
+        url=str(original.copy_with(host=str(address))),
+        host_header=host if original.port is None else f"{host}:{original.port}",
+        sni_hostname=host if original.scheme == "https" and literal is None else None,
+    )

@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import httpx
 
-from chorus.egress import check_egress
+from chorus.egress import pin
 from chorus.errors import PersistentError, TransientError
 from chorus.faults import fault_point
 from chorus.logs import redact
@@ -35,6 +35,9 @@ def header_value(value: str) -> str:
     if value.isascii() and value.isprintable():
         return value
     return quote(value, safe=" !#$&'()*+,/:;=?@[]~")
+
+
+_FRAMING = {"content-encoding", "content-length", "transfer-encoding"}
 
 
 def _retry_after(response: httpx.Response) -> float | None:
@@ -74,15 +77,28 @@ async def call_json(
     blame = submitter_url
     shown = redact(url)  # messages reach logs and timelines: never a URL's credentials
     safe_headers = {k: header_value(v) for k, v in (headers or {}).items()}
+    target, extensions = url, {}
     if submitter_url:
-        await check_egress(url)  # never into the deployment's own network (SSRF)
+        # Never into the deployment's own network (SSRF): connect to the address checked.
+        pinned = await pin(url)
+        target, safe_headers["Host"] = pinned.url, pinned.host_header
+        extensions = {"sni_hostname": pinned.sni_hostname} if pinned.sni_hostname else {}
     try:
         async with client.stream(
-            method, url, json=json, content=content, headers=safe_headers, params=params, timeout=timeout_s
+            method,
+            target,
+            json=json,
+            content=content,
+            headers=safe_headers,
+            params=params,
+            timeout=timeout_s,
+            extensions=extensions,
         ) as streamed:
             body = await _read_at_most(streamed, max_response_bytes, f"{what}: {shown}", blame)
+            # The body is already decoded (gzip, br): its headers must not say otherwise.
+            kept = [(k, v) for k, v in streamed.headers.multi_items() if k.lower() not in _FRAMING]
             response = httpx.Response(
-                streamed.status_code, headers=streamed.headers, content=body, request=streamed.request
+                streamed.status_code, headers=kept, content=body, request=streamed.request
             )
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:  # retrying cannot help
         raise _blamed(PersistentError(f"{what}: cannot call {shown!r}: {exc}"), blame) from exc

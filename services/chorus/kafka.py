@@ -44,7 +44,10 @@ class KafkaAuth(BaseSettings):
     empty = the system's trust store).
     """
 
-    model_config = SettingsConfigDict(env_prefix="CHORUS_KAFKA_", extra="ignore", frozen=True)
+    # hide_input_in_errors: a validation error must not print the password it was given.
+    model_config = SettingsConfigDict(
+        env_prefix="CHORUS_KAFKA_", extra="ignore", frozen=True, hide_input_in_errors=True
+    )
 
     security_protocol: SecurityProtocol = "SASL_SSL"
     sasl_mechanism: SaslMechanism = "SCRAM-SHA-512"

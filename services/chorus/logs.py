@@ -27,10 +27,10 @@ def log_context(**fields: str | None) -> Iterator[None]:
         _context.reset(token)
 
 
-# Credentials that travel inside URLs: user:password@ and secret-looking query parameters.
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]*@")
+# Credentials that travel inside URLs: user[:password]@ and secret-looking query parameters.
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
 _SECRET_PARAM = re.compile(
-    r"(?i)([?&](?:[a-z_-]*(?:token|secret|password|passwd|api[_-]?key|signature|sig)))=[^&#\s\"']*"
+    r"(?i)([?&](?:[a-z_-]*(?:token|secret|password|passwd|key|signature|sig|credential|auth)))=[^&#\s\"']*"
 )
 
 
@@ -44,10 +44,17 @@ class RedactSecrets(logging.Filter):
     the process without the credentials of a URL: a submitter's callback URL may hold them."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        record.msg, record.args = redact(record.getMessage()), None
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad format call: logging reports it, as it would without us
+            return True
+        record.msg, record.args = redact(message), None
         extra = getattr(record, "fields", None)
         if isinstance(extra, dict):
             record.fields = {k: redact(v) if isinstance(v, str) else v for k, v in extra.items()}
+        if record.exc_info and not record.exc_text:
+            # Formatted here, redacted once: every formatter then prints the cached text.
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
         return True
 
 
@@ -69,7 +76,7 @@ class JsonFormatter(logging.Formatter):
         if isinstance(extra, dict):
             body.update(extra)
         if record.exc_info:
-            body["exc"] = redact(self.formatException(record.exc_info))
+            body["exc"] = record.exc_text or redact(self.formatException(record.exc_info))
         return json.dumps(body, default=str)
 
 

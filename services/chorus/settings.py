@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from pydantic import ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from chorus.egress import egress_policy
 from chorus.kafka import kafka_auth
 
 LOCAL_KAFKA = "127.0.0.1:9092"
@@ -27,7 +28,10 @@ EX_CONFIG = 78
 
 
 class ChorusSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="CHORUS_", extra="ignore", frozen=True)
+    # hide_input_in_errors: a refusal must not print the secrets it refuses.
+    model_config = SettingsConfigDict(
+        env_prefix="CHORUS_", extra="ignore", frozen=True, hide_input_in_errors=True
+    )
 
     env: Literal["demo", "production"] = "production"
     """CHORUS_ENV. ``demo`` accepts the published demo secrets (the local stack, tests);
@@ -69,8 +73,19 @@ def load_settings(cls: type[S]) -> S:
     try:
         settings = cls()
         kafka_auth()
+        egress_policy()  # a malformed CHORUS_EGRESS_ALLOW stops the start, not the first call
     except ValidationError as exc:
-        problems = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+        problems = "; ".join(
+            f"{_where(e['loc'])}{e['msg'].removeprefix('Value error, ')}" for e in exc.errors()
+        )
         print(f"refusing to start: {problems}", file=sys.stderr)
         raise SystemExit(EX_CONFIG) from None
+    except ValueError as exc:
+        print(f"refusing to start: {exc}", file=sys.stderr)
+        raise SystemExit(EX_CONFIG) from None
     return settings
+
+
+def _where(loc: tuple[int | str, ...]) -> str:
+    """The setting an error is about (a field of the settings; none for a whole-model check)."""
+    return f"{'.'.join(str(p) for p in loc)}: " if loc else ""

@@ -77,10 +77,15 @@ def principals(registry: Registry) -> list[str]:
     return sorted([*registry.principals.services, *registry.principals.people])
 
 
+def physical_topics(registry: Registry) -> list[str]:
+    """Every topic of the registry as the broker names it (lanes included)."""
+    return [t for spec in registry.topics.values() for t in spec.physical_topics()]
+
+
 def grants(registry: Registry) -> list[Grant]:
     """The ACLs that follow from the registry, sorted by principal."""
     out: set[Grant] = set()
-    every_topic = [t for spec in registry.topics.values() for t in spec.physical_topics()]
+    every_topic = physical_topics(registry)
     for name, service in registry.principals.services.items():
         as_names = {name, RUNTIME_PRODUCER} if service.kind == "runtime" else {name}
         for spec in registry.topics.values():
@@ -124,13 +129,34 @@ def _from_binding(binding: AclBinding) -> Grant | None:
     )
 
 
+def describe(binding: AclBinding) -> str:
+    """An ACL as `chorus access` prints it (a Grant's line, or the broker's words for one
+    Chorus would never write)."""
+    grant = _from_binding(binding)
+    if grant is not None:
+        return str(grant)
+    pattern = "*" if binding.resource_pattern_type == ResourcePatternType.PREFIXED else ""
+    who, op = binding.principal.removeprefix("User:"), binding.operation.name
+    extra = f"({binding.permission_type.name}, host {binding.host})"
+    return f"{who:<20} {op:<9} {binding.restype.name.lower()} {binding.name}{pattern} {extra}"
+
+
 @dataclass(frozen=True)
 class Plan:
     add: list[Grant]
-    revoke: list[Grant]
+    revoke: list[AclBinding]
+    """Every ACL of the registry's principals that does not follow from it: on its topics,
+    on groups, on the cluster, any operation, any pattern."""
     foreign: int
-    """ACLs left alone: of principals the registry does not name, or on topics outside it
-    (a cluster hosts other applications' topics, and other registries' — tests' too)."""
+    """ACLs left alone: of principals the registry does not name (other applications', or
+    principals removed from it: revoke those by hand), and the registry's principals' ACLs
+    on literal topics outside it (a cluster hosts other registries' topics, tests' too)."""
+
+
+def _any_acl(
+    restype: Any = ResourceType.ANY, name: str | None = None, pattern: Any = ResourcePatternType.ANY
+) -> Any:
+    return AclBindingFilter(restype, name, pattern, None, None, AclOperation.ANY, AclPermissionType.ANY)
 
 
 class Access:
@@ -143,57 +169,50 @@ class Access:
         )
 
     def current(self) -> list[AclBinding]:
-        any_acl = AclBindingFilter(
-            ResourceType.ANY,
-            None,
-            ResourcePatternType.ANY,
-            None,
-            None,
-            AclOperation.ANY,
-            AclPermissionType.ANY,
-        )
-        found: list[AclBinding] = self.admin.describe_acls(any_acl, request_timeout=self.timeout_s).result()
+        try:
+            found: list[AclBinding] = self.admin.describe_acls(
+                _any_acl(), request_timeout=self.timeout_s
+            ).result()
+        except Exception as exc:  # an unreachable broker, a principal that may not describe ACLs
+            raise RuntimeError(f"cannot read the broker's ACLs: {exc}") from exc
         return found
 
     def plan(self, registry: Registry) -> Plan:
         wanted = set(grants(registry))
-        managed = set(principals(registry))
-        topics = {t for spec in registry.topics.values() for t in spec.physical_topics()}
+        managed = {f"User:{name}" for name in principals(registry)}
+        topics = set(physical_topics(registry))
         have: set[Grant] = set()
+        revoke: list[AclBinding] = []
         foreign = 0
         for binding in self.current():
+            outside = (
+                binding.restype == ResourceType.TOPIC
+                and binding.resource_pattern_type == ResourcePatternType.LITERAL
+                and binding.name not in topics
+            )
+            if binding.principal not in managed or outside:
+                foreign += 1
+                continue
             grant = _from_binding(binding)
-            if (
-                grant is not None
-                and grant.principal in managed
-                and (grant.resource == "group" or grant.name in topics)
-            ):
+            if grant is not None and grant in wanted:
                 have.add(grant)
             else:
-                foreign += 1
-        return Plan(add=sorted(wanted - have), revoke=sorted(have - wanted), foreign=foreign)
+                revoke.append(binding)
+        revoke.sort(key=describe)
+        return Plan(add=sorted(wanted - have), revoke=revoke, foreign=foreign)
 
     def apply(self, plan: Plan) -> None:
         if plan.add:
             _wait(self.admin.create_acls([g.binding() for g in plan.add], request_timeout=self.timeout_s))
         for start in range(0, len(plan.revoke), 100):
-            filters = [_exact_filter(g.binding()) for g in plan.revoke[start : start + 100]]
+            filters = [_exact_filter(binding) for binding in plan.revoke[start : start + 100]]
             _wait(self.admin.delete_acls(filters, request_timeout=self.timeout_s))
 
     def revoke_topics(self, topics: Iterable[str]) -> None:
         """Delete every ACL on these (literal) topic names: the broker keeps a deleted
         topic's ACLs, and would grant them again to a topic created with the same name."""
         filters = [
-            AclBindingFilter(
-                ResourceType.TOPIC,
-                name,
-                ResourcePatternType.LITERAL,
-                None,
-                None,
-                AclOperation.ANY,
-                AclPermissionType.ANY,
-            )
-            for name in sorted(set(topics))
+            _any_acl(ResourceType.TOPIC, name, ResourcePatternType.LITERAL) for name in sorted(set(topics))
         ]
         # The broker deletes at most 10,000 ACLs per request; a topic has a few dozen.
         for start in range(0, len(filters), 100):
@@ -243,6 +262,12 @@ def local_passwords(users_dir: Path, names: Iterable[str]) -> dict[str, str]:
             path.write_text(secrets.token_urlsafe(24))
         out[name] = path.read_text().strip()
     return out
+
+
+def local_password(users_dir: Path, name: str) -> str | None:
+    """``name``'s password in a local stack's users folder, or None when it has none."""
+    path = users_dir / f"{name}.password"
+    return path.read_text().strip() if path.is_file() else None
 
 
 def client_properties(bootstrap: str, auth: KafkaAuth) -> str:

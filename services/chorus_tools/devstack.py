@@ -20,6 +20,8 @@ from pathlib import Path
 
 import httpx
 
+from chorus_tools.access import local_password
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Start order: platform first, so nothing the agents emit waits for its consumer.
@@ -65,10 +67,10 @@ def free_port() -> int:
 def service_login(users_dir: Path, name: str) -> dict[str, str]:
     """The Kafka login of service ``name``: its own principal, with the password
     `chorus access apply --users-dir` set for it."""
-    path = users_dir / f"{name}.password"
-    if not path.is_file():
+    password = local_password(users_dir, name)
+    if password is None:
         raise RuntimeError(f"no Kafka password for {name} in {users_dir}: run `chorus access apply`")
-    return {"CHORUS_KAFKA_SASL_USERNAME": name, "CHORUS_KAFKA_SASL_PASSWORD": path.read_text().strip()}
+    return {"CHORUS_KAFKA_SASL_USERNAME": name, "CHORUS_KAFKA_SASL_PASSWORD": password}
 
 
 @dataclass
@@ -128,9 +130,13 @@ class DevStack:
         # each service logs in as its own principal, which the broker's ACLs hold to the
         # registry; the sandbox (the outside world) has no Kafka login at all.
         users_dir = base.pop("CHORUS_KAFKA_USERS_DIR", None)
-        if users_dir is not None:
-            base.pop("CHORUS_KAFKA_SASL_USERNAME", None)
-            base.pop("CHORUS_KAFKA_SASL_PASSWORD", None)
+        base.pop("CHORUS_KAFKA_SASL_USERNAME", None)
+        base.pop("CHORUS_KAFKA_SASL_PASSWORD", None)
+        if users_dir is None and base.get("CHORUS_KAFKA_SECURITY_PROTOCOL", "SASL_SSL").startswith("SASL"):
+            raise RuntimeError(
+                "the dev stack runs each service as its own Kafka principal: set CHORUS_KAFKA_USERS_DIR "
+                "(the Makefile does; `chorus access apply --users-dir` fills it)"
+            )
         sandbox_url = f"http://127.0.0.1:{self.sandbox_port}"
         # Submitters' URLs may lead to the sandbox (the outside world here) and nowhere else
         # on this machine, whatever the caller's process allows itself.

@@ -18,6 +18,13 @@ from aiokafka.errors import (
     KafkaConnectionError,
     TopicAuthorizationFailedError,
 )
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    ResourcePatternType,
+    ResourceType,
+)
 from pydantic import SecretStr
 from typer.testing import CliRunner
 
@@ -25,7 +32,7 @@ from chorus.codec import encode
 from chorus.kafka import KafkaAuth, kafka_auth, make_consumer, make_producer
 from chorus.registry import Registry, load_registry
 from chorus_contracts.approvals import ApprovalDecided
-from chorus_tools.access import local_passwords
+from chorus_tools.access import Access, local_passwords
 from chorus_tools.cli.main import app
 from tests.support.kafka import envelope
 from tests.support.registry import grant_access, isolated_registry, isolated_schemas, provision
@@ -80,17 +87,26 @@ async def test_a_service_cannot_write_a_topic_the_registry_does_not_let_it_produ
     assert [r.value for batch in records.values() for r in batch] == [value]
 
 
-async def test_a_wrong_password_or_no_tls_is_refused(kafka_bootstrap: str) -> None:
+async def test_a_wrong_password_or_no_tls_is_refused(
+    tmp_path: Path, kafka_bootstrap: str, unique: str
+) -> None:
+    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
+    await grant_access(registry, kafka_bootstrap)
+    # The same settings with the right password get in: what fails below is the login.
+    await produce(
+        kafka_bootstrap, login("invoice_agent"), registry.physical_topic("invoice.validated"), b"{}"
+    )
     wrong = KafkaAuth(sasl_username="invoice_agent", sasl_password=SecretStr("guessed"))
     with pytest.raises(KafkaConnectionError):
-        await produce(kafka_bootstrap, wrong, "workflows.lifecycle", b"{}")
+        await produce(kafka_bootstrap, wrong, registry.physical_topic("invoice.validated"), b"{}")
     plaintext = KafkaAuth(security_protocol="PLAINTEXT")
     with pytest.raises(KafkaConnectionError):
-        await produce(kafka_bootstrap, plaintext, "workflows.lifecycle", b"{}")
+        await produce(kafka_bootstrap, plaintext, registry.physical_topic("invoice.validated"), b"{}")
 
 
 def test_without_a_principal_a_client_refuses_to_start(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CHORUS_KAFKA_SASL_USERNAME", raising=False)
+    monkeypatch.delenv("CHORUS_KAFKA_SECURITY_PROTOCOL", raising=False)
     with pytest.raises(ValueError, match="CHORUS_KAFKA_SASL_USERNAME"):
         kafka_auth()
 
@@ -156,7 +172,8 @@ async def test_access_apply_grants_what_the_registry_says_and_revokes_what_it_no
     users = tmp_path / "users"
 
     first = access(schemas, kafka_bootstrap, "--users-dir", str(users))
-    assert f"+ {probe}" in first and "revoked" in first
+    # WRITE and DESCRIBE on the three lanes of its topic, READ on groups named after it.
+    assert f"+ {probe}" in first and "acls: 7 added, 0 revoked" in first
     again = access(schemas, kafka_bootstrap, "--users-dir", str(users))
     assert "acls: 0 added, 0 revoked" in again
 
@@ -167,8 +184,19 @@ async def test_access_apply_grants_what_the_registry_says_and_revokes_what_it_no
 
     principals["services"][probe]["writes"] = []
     (schemas / "principals.yaml").write_text(yaml.safe_dump(principals))
+    # A grant made by hand beyond the registry (ALL on its topic) goes too.
+    by_hand = AclBinding(
+        ResourceType.TOPIC,
+        own,
+        ResourcePatternType.LITERAL,
+        f"User:{probe}",
+        "*",
+        AclOperation.ALL,
+        AclPermissionType.ALLOW,
+    )
+    Access(kafka_bootstrap, kafka_auth()).admin.create_acls([by_hand])[by_hand].result()
     narrowed = access(schemas, kafka_bootstrap, "--users-dir", str(users))
-    assert f"- {probe}" in narrowed and "revoked" in narrowed
+    assert f"- {probe}" in narrowed and "acls: 0 added, 7 revoked" in narrowed
     # With no topic left to write, the broker refuses even the idempotent producer's id.
     with pytest.raises((TopicAuthorizationFailedError, ClusterAuthorizationFailedError)):
         await produce(kafka_bootstrap, auth, own, b"{}")

@@ -7,8 +7,8 @@ import ipaddress
 import httpx
 import pytest
 
-from chorus.egress import EgressPolicy, EgressRefusedError, check_egress
-from chorus.errors import caused_by_input
+from chorus.egress import EgressPolicy, EgressRefusedError, check_egress, pin
+from chorus.errors import TransientError, caused_by_input
 from chorus.external import call_json
 from gateway.domain import submitter_urls
 
@@ -26,7 +26,8 @@ NONE = EgressPolicy()
         ("::ffff:127.0.0.1", "loopback"),  # IPv4-mapped IPv6
         ("fd00:ec2::254", "private"),
         ("0.0.0.0", "unspecified"),
-        ("100.64.0.1", "not a public address"),
+        ("100.64.0.1", "not public"),
+        ("2002:a9fe:a9fe::", "link-local"),  # 6to4 of 169.254.169.254
     ],
 )
 def test_inner_addresses_are_refused(address: str, kind: str) -> None:
@@ -45,10 +46,12 @@ def test_public_addresses_and_the_allowed_exceptions_pass() -> None:
 
 
 async def test_names_are_resolved_before_they_are_judged() -> None:
-    with pytest.raises(EgressRefusedError, match="localhost:8080: localhost resolves to"):
+    with pytest.raises(EgressRefusedError, match="localhost:8080: localhost resolves to a loopback"):
         await check_egress("http://localhost:8080/admin", NONE)
-    with pytest.raises(EgressRefusedError, match=r"169\.254\.169\.254"):
+    with pytest.raises(EgressRefusedError, match=r"169\.254\.169\.254:80: .* link-local"):
         await check_egress("http://169.254.169.254/latest/meta-data/", NONE)
+    with pytest.raises(EgressRefusedError, match="not a URL Chorus can call"):
+        await check_egress("http://example.com:99999/", NONE)
 
 
 async def test_a_call_to_a_submitters_inner_url_is_refused_blaming_the_input(
@@ -78,3 +81,14 @@ def test_every_url_field_of_a_submission_is_found_with_its_pointer() -> None:
         ("/input/delivery_url", "http://y/"),
         ("/callback_url", "http://z/"),
     ]
+
+
+async def test_a_call_is_pinned_to_the_address_that_was_checked() -> None:
+    sandbox = EgressPolicy.parse("127.0.0.1:9400")
+    pinned = await pin("http://127.0.0.1:9400/hooks?x=1", sandbox)
+    assert pinned.url == "http://127.0.0.1:9400/hooks?x=1" and pinned.host_header == "127.0.0.1:9400"
+    named = await pin("https://localhost:9400/x", EgressPolicy.parse("127.0.0.0/8,::1/128"))
+    assert named.sni_hostname == "localhost" and named.host_header == "localhost:9400"
+    assert named.url.startswith(("https://127.0.0.1:9400/", "https://[::1]:9400/"))
+    with pytest.raises(TransientError, match="does not resolve"):
+        await pin("http://no-such-host.invalid/", NONE)

@@ -42,3 +42,22 @@ def test_a_url_with_credentials_is_logged_without_them(service_log: io.StringIO)
         == 'HTTP Request: POST https://***@hooks.example.com/done?run=7&token=*** "HTTP/1.1 200 OK"'
     )
     assert lines[1]["url"].startswith("https://***@hooks.example.com/")
+
+
+def test_plain_text_logs_redact_tracebacks_too() -> None:
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    setup_logging("gateway", json_lines=False)
+    buffer = io.StringIO()
+    root.handlers[0].setStream(buffer)  # type: ignore[attr-defined]
+    try:
+        try:
+            raise ConnectionError(f"cannot reach {CALLBACK}")
+        except ConnectionError:
+            logging.getLogger("gateway").exception("callback crashed")
+        logging.getLogger("gateway").info("%s and %s", "one argument only")  # noqa: PLE1206  (a caller's bug)
+    finally:
+        root.handlers[:], root.level = handlers, level
+    text = buffer.getvalue()
+    assert "callback crashed" in text and "ConnectionError: cannot reach https://***@hooks" in text
+    assert "hunter2" not in text

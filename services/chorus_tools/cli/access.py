@@ -16,7 +16,15 @@ from pydantic import SecretStr, ValidationError
 from chorus.kafka import KafkaAuth, KafkaAuthError, kafka_auth
 from chorus.registry import Registry, default_schemas_dir, load_registry
 from chorus.settings import LOCAL_KAFKA
-from chorus_tools.access import Access, client_properties, grants, local_passwords, principals
+from chorus_tools.access import (
+    Access,
+    client_properties,
+    describe,
+    grants,
+    local_password,
+    local_passwords,
+    principals,
+)
 from chorus_tools.cli.options import Bootstrap, SchemasDir
 
 app = typer.Typer(
@@ -71,7 +79,7 @@ def apply_command(
             access.upsert_users(local_passwords(users_dir, principals(registry)))
             typer.echo(f"users: {len(principals(registry))} SCRAM credential(s) set from {users_dir}")
         plan = access.plan(registry)
-        changes = [f"+ {g}" for g in plan.add] + [f"- {g}" for g in plan.revoke]
+        changes = [f"+ {g}" for g in plan.add] + [f"- {describe(b)}" for b in plan.revoke]
         # A first run grants hundreds: list them only when asked (--dry-run) or when few.
         for line in changes if dry_run or len(changes) <= 40 else []:
             typer.echo(line)
@@ -92,10 +100,10 @@ def client_config_command(
 ) -> None:
     """Print a librdkafka properties file (for `kcat -F`) that logs in as PRINCIPAL, with
     its password from --users-dir and TLS settings from this environment's CHORUS_KAFKA_*."""
-    if users_dir is None or not (users_dir / f"{principal}.password").is_file():
+    password = local_password(users_dir, principal) if users_dir is not None else None
+    if password is None:
         typer.echo(f"chorus access: no password file for {principal!r} (give --users-dir)", err=True)
         raise typer.Exit(2)
-    password = (users_dir / f"{principal}.password").read_text().strip()
     with _errors(bootstrap):
         # This environment's protocol and CA; the principal's own name and password.
         auth = KafkaAuth(sasl_username=principal, sasl_password=SecretStr(password))
