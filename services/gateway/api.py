@@ -237,14 +237,15 @@ def _submit_routes(app: FastAPI, rt: RuntimeHandle, settings: Settings, base_url
 
 async def refuse_inner_urls(body: Any) -> None:
     """Every URL the workflow will call (its callback, a delivery target, sources) must lead
-    outside the deployment's network: a 422 naming the field, before anything is accepted.
+    outside the deployment's network: a 403 naming the field, before anything is accepted.
     The services check again when they call (an address can change after this)."""
     for where, url in submitter_urls(body):
         try:
             await check_egress(url)
         except EgressRefusedError as exc:
+            # 403, not 422: the URL is well formed; the submitter may not point Chorus there.
             errors = [{"pointer": where, "message": str(exc)}]
-            raise Problem(422, "Invalid request", f"{where}: {exc}", errors=errors) from None
+            raise Problem(403, "Forbidden target", f"{where}: {exc}", errors=errors) from None
 
 
 def _unknown_type_answer(app: FastAPI) -> None:

@@ -194,7 +194,8 @@ async def test_access_apply_grants_what_the_registry_says_and_revokes_what_it_no
         AclOperation.ALL,
         AclPermissionType.ALLOW,
     )
-    Access(kafka_bootstrap, kafka_auth()).admin.create_acls([by_hand])[by_hand].result()
+    admin = Access(kafka_bootstrap, kafka_auth())  # kept: its client must outlive the request
+    admin.admin.create_acls([by_hand])[by_hand].result()
     narrowed = access(schemas, kafka_bootstrap, "--users-dir", str(users))
     assert f"- {probe}" in narrowed and "acls: 0 added, 7 revoked" in narrowed
     # With no topic left to write, the broker refuses even the idempotent producer's id.

@@ -388,9 +388,9 @@ async def test_a_url_into_the_deployments_own_network_is_refused_naming_the_fiel
     else:
         sources[1]["url"] = url
     refused = await world.submit("research_report", body)
-    assert refused.status_code == 422, refused.text
+    assert refused.status_code == 403, refused.text
     problem = refused.json()
-    assert problem["errors"][0]["pointer"] == where
+    assert problem["title"] == "Forbidden target" and problem["errors"][0]["pointer"] == where
     assert kind in problem["detail"]
 
 

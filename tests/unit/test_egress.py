@@ -52,6 +52,8 @@ async def test_names_are_resolved_before_they_are_judged() -> None:
         await check_egress("http://169.254.169.254/latest/meta-data/", NONE)
     with pytest.raises(EgressRefusedError, match="not a URL Chorus can call"):
         await check_egress("http://example.com:99999/", NONE)
+    with pytest.raises(EgressRefusedError, match="is not a host name"):
+        await check_egress("https://" + "a" * 64 + ".example/", NONE)  # a label IDNA refuses
 
 
 async def test_a_call_to_a_submitters_inner_url_is_refused_blaming_the_input(
