@@ -62,6 +62,13 @@ def forged_decision(registry: Registry) -> tuple[str, bytes]:
     return registry.physical_topic("approval.decided"), encode(forged)
 
 
+async def granted(tmp_path: Path, unique: str, bootstrap: str) -> Registry:
+    """A registry of this test's own topics, with the ACLs its principals get from it."""
+    registry = await isolated_registry(tmp_path, unique, bootstrap)
+    await grant_access(registry, bootstrap)
+    return registry
+
+
 async def produce(bootstrap: str, auth: KafkaAuth, topic: str, value: bytes) -> None:
     async with make_producer(bootstrap, auth=auth) as producer:
         await producer.send_and_wait(topic, value, key=b"wf-forged")
@@ -70,8 +77,7 @@ async def produce(bootstrap: str, auth: KafkaAuth, topic: str, value: bytes) -> 
 async def test_a_service_cannot_write_a_topic_the_registry_does_not_let_it_produce(
     tmp_path: Path, kafka_bootstrap: str, unique: str
 ) -> None:
-    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
-    await grant_access(registry, kafka_bootstrap)
+    registry = await granted(tmp_path, unique, kafka_bootstrap)
     topic, value = forged_decision(registry)
     # The invoice agent reads approvals.events but produces nothing onto it: the broker
     # refuses its forged decision outright, so no consumer ever sees it.
@@ -90,8 +96,7 @@ async def test_a_service_cannot_write_a_topic_the_registry_does_not_let_it_produ
 async def test_a_wrong_password_or_no_tls_is_refused(
     tmp_path: Path, kafka_bootstrap: str, unique: str
 ) -> None:
-    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
-    await grant_access(registry, kafka_bootstrap)
+    registry = await granted(tmp_path, unique, kafka_bootstrap)
     # The same settings with the right password get in: what fails below is the login.
     await produce(
         kafka_bootstrap, login("invoice_agent"), registry.physical_topic("invoice.validated"), b"{}"
@@ -125,8 +130,7 @@ def kcat(properties: Path, *args: str, stdin: str = "") -> subprocess.CompletedP
 async def test_kcat_as_the_auditor_reads_every_topic_but_writes_none(
     tmp_path: Path, kafka_bootstrap: str, unique: str
 ) -> None:
-    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
-    await grant_access(registry, kafka_bootstrap)
+    registry = await granted(tmp_path, unique, kafka_bootstrap)
     topic, value = forged_decision(registry)
     await produce(kafka_bootstrap, login("approval_gate"), topic, value)
     result = CliRunner().invoke(
