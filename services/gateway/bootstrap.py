@@ -15,4 +15,6 @@ from gateway.adapters.webhooks import WebhookSender
 @asynccontextmanager
 async def bootstrap(settings: Any) -> AsyncIterator[WebhookSender]:
     async with httpx.AsyncClient() as client:
-        yield WebhookSender(client, settings.webhook_secret, settings.webhook_timeout_s)
+        yield WebhookSender(
+            client, settings.webhook_secret, settings.webhook_timeout_s, settings.webhook_secrets
+        )

@@ -51,7 +51,10 @@ class Settings(ServiceSettings):
     max_body_bytes: int = 1_048_576
     """Request bodies above this are refused with 413 before they are read or authenticated."""
     webhook_secret: str = DEMO_WEBHOOK_SECRET
-    """HMAC-SHA256 key for completion callbacks (X-Chorus-Signature)."""
+    """Standard Webhooks signing secret(s) of completion callbacks (``whsec_<base64>``, or
+    plain text); several, space-separated, while a receiver rotates (all sign)."""
+    webhook_secrets: dict[str, str] = {}
+    """A receiver's own secret(s), by its origin: ``{"https://hooks.example.com": "whsec_..."}``."""
     webhook_timeout_s: float = 10.0
     deadlines_s: dict[str, float] = {"procurement": 7 * 86400, "research_report": 2 * 86400}
     """Workflow-level deadline per workflow type; a workflow still running then times out."""
@@ -60,6 +63,6 @@ class Settings(ServiceSettings):
         found = super().demo_secrets()
         if DEMO_KEYS.keys() & self.api_keys.keys():
             found.append("CHORUS_API_KEYS (holds the demo keys)")
-        if self.webhook_secret == DEMO_WEBHOOK_SECRET:
+        if DEMO_WEBHOOK_SECRET in self.webhook_secret.split():
             found.append("CHORUS_WEBHOOK_SECRET")
         return found

@@ -8,6 +8,7 @@ sources not fetched again after a resume.
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import hmac
 import json
@@ -114,20 +115,24 @@ class Sandbox:
         return web.json_response({"received": True}, status=200)
 
     async def hook(self, request: web.Request) -> web.Response:
+        """A receiver of completion webhooks, verifying them as Standard Webhooks say."""
         self.requests["webhooks"] += 1
         raw = await request.read()
-        timestamp = request.headers.get("X-Chorus-Timestamp", "")
-        expected = (
-            "sha256="
-            + hmac.new(
-                self.config.webhook_secret.encode(), timestamp.encode() + b"." + raw, hashlib.sha256
-            ).hexdigest()
+        msg_id = request.headers.get("webhook-id", "")
+        signed = f"{msg_id}.{request.headers.get('webhook-timestamp', '')}.".encode() + raw
+        secret = self.config.webhook_secret
+        key = (
+            base64.b64decode(secret.removeprefix("whsec_") + "==")
+            if secret.startswith("whsec_")
+            else secret.encode()
         )
-        valid = hmac.compare_digest(expected, request.headers.get("X-Chorus-Signature", ""))
+        expected = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+        offered = [sig.partition(",")[2] for sig in request.headers.get("webhook-signature", "").split()]
+        valid = any(hmac.compare_digest(expected, sig) for sig in offered if sig)
         self.webhooks.append(
             {
                 "name": request.match_info["name"],
-                "delivery": request.headers.get("X-Chorus-Delivery"),
+                "delivery": msg_id,
                 "signature_valid": valid,
                 "body": json.loads(raw or b"{}"),
             }

@@ -1,4 +1,5 @@
-"""Completion callbacks: POST the result, signed, to the URL the submitter registered."""
+"""Completion callbacks: POST the result to the URL the submitter registered, signed as
+Standard Webhooks (``webhook-id``, ``webhook-timestamp``, ``webhook-signature``)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,20 @@ from typing import Any
 import httpx
 
 from chorus.external import call_json
-from gateway.domain import sign
+from gateway.domain import receiver_secrets, webhook_signature
 
 
 class WebhookSender:
-    def __init__(self, client: httpx.AsyncClient, secret: str, timeout_s: float) -> None:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        secret: str,
+        timeout_s: float,
+        per_receiver: dict[str, str] | None = None,
+    ) -> None:
         self.client = client
         self.secret = secret
+        self.per_receiver = per_receiver or {}
         self.timeout_s = timeout_s
 
     async def send(self, url: str, body: dict[str, Any], *, delivery_id: str, now: datetime) -> int:
@@ -30,9 +38,12 @@ class WebhookSender:
             content=payload,
             headers={
                 "Content-Type": "application/json",
-                "X-Chorus-Timestamp": timestamp,
-                "X-Chorus-Signature": sign(self.secret, timestamp, payload),
-                "X-Chorus-Delivery": delivery_id,
+                # The delivery id is the same on every retry: receivers dedupe on it.
+                "webhook-id": delivery_id,
+                "webhook-timestamp": timestamp,
+                "webhook-signature": webhook_signature(
+                    receiver_secrets(url, self.per_receiver, self.secret), delivery_id, timestamp, payload
+                ),
             },
             timeout_s=self.timeout_s,
             submitter_url=True,
