@@ -274,3 +274,17 @@ def client_properties(bootstrap: str, auth: KafkaAuth) -> str:
     """A librdkafka properties file (``kcat -F``) that logs in as ``auth``'s principal."""
     lines = [f"bootstrap.servers={bootstrap}", *(f"{k}={v}" for k, v in auth.librdkafka().items())]
     return "\n".join(lines) + "\n"
+
+
+def client_env(bootstrap: str, auth: KafkaAuth) -> str:
+    """The same login as CHORUS_KAFKA_* lines (for `set -a; . file`): the chorus CLI as
+    that principal, e.g. an operator's produce, rather than as the admin."""
+    values = {
+        "CHORUS_KAFKA_BOOTSTRAP": bootstrap,
+        "CHORUS_KAFKA_SECURITY_PROTOCOL": auth.security_protocol,
+        "CHORUS_KAFKA_SASL_MECHANISM": auth.sasl_mechanism,
+        "CHORUS_KAFKA_SASL_USERNAME": auth.sasl_username,
+        "CHORUS_KAFKA_SASL_PASSWORD": auth.sasl_password.get_secret_value(),
+        "CHORUS_KAFKA_SSL_CAFILE": auth.ssl_cafile,
+    }
+    return "".join(f"{name}={value}\n" for name, value in values.items())

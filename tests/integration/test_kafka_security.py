@@ -205,3 +205,22 @@ async def test_access_apply_grants_what_the_registry_says_and_revokes_what_it_no
     # With no topic left to write, the broker refuses even the idempotent producer's id.
     with pytest.raises((TopicAuthorizationFailedError, ClusterAuthorizationFailedError)):
         await produce(kafka_bootstrap, auth, own, b"{}")
+
+
+async def test_an_operator_gets_its_own_login_for_the_cli_and_may_produce(
+    tmp_path: Path, kafka_bootstrap: str, unique: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = await granted(tmp_path, unique, kafka_bootstrap)
+    monkeypatch.delenv("CHORUS_KAFKA_SSL_CAFILE")  # as a person's shell: only --users-dir
+    result = CliRunner().invoke(
+        app,
+        ["access", "client-config", "chorus-operator", "--env", "--bootstrap", kafka_bootstrap],
+        env={"CHORUS_KAFKA_USERS_DIR": os.environ["CHORUS_KAFKA_USERS_DIR"]},
+    )
+    assert result.exit_code == 0, result.output
+    lines = dict(line.split("=", 1) for line in result.stdout.splitlines())
+    assert lines["CHORUS_KAFKA_SASL_USERNAME"] == "chorus-operator"
+    assert lines["CHORUS_KAFKA_SSL_CAFILE"].endswith("ca.pem")
+    for name, value in lines.items():
+        monkeypatch.setenv(name, value)
+    await produce(kafka_bootstrap, kafka_auth(), registry.physical_topic("invoice.received"), b"{}")

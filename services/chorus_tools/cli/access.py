@@ -18,6 +18,7 @@ from chorus.registry import Registry, default_schemas_dir, load_registry
 from chorus.settings import LOCAL_KAFKA
 from chorus_tools.access import (
     Access,
+    client_env,
     client_properties,
     describe,
     grants,
@@ -96,18 +97,28 @@ def apply_command(
 def client_config_command(
     principal: Annotated[str, typer.Argument(help="The principal to log in as, e.g. chorus-auditor.")],
     users_dir: UsersDir = None,
+    env_format: Annotated[
+        bool, typer.Option("--env", help="CHORUS_KAFKA_* lines (for the chorus CLI) instead of librdkafka's.")
+    ] = False,
     bootstrap: Bootstrap = LOCAL_KAFKA,
 ) -> None:
-    """Print a librdkafka properties file (for `kcat -F`) that logs in as PRINCIPAL, with
-    its password from --users-dir and TLS settings from this environment's CHORUS_KAFKA_*."""
+    """Print a librdkafka properties file (for `kcat -F`), or with --env CHORUS_KAFKA_* lines,
+    that log in as PRINCIPAL, with its password from --users-dir and TLS settings from this
+    environment's CHORUS_KAFKA_*."""
     password = local_password(users_dir, principal) if users_dir is not None else None
     if password is None:
         typer.echo(f"chorus access: no password file for {principal!r} (give --users-dir)", err=True)
         raise typer.Exit(2)
     with _errors(bootstrap):
-        # This environment's protocol and CA; the principal's own name and password.
+        # This environment's protocol and CA (a local stack's CA sits beside its users
+        # folder); the principal's own name and password.
         auth = KafkaAuth(sasl_username=principal, sasl_password=SecretStr(password))
-    typer.echo(client_properties(bootstrap, auth), nl=False)
+        local_ca = users_dir.parent / "ca.pem" if users_dir is not None else None
+        if local_ca is not None and local_ca.is_file() and not auth.ssl_cafile:
+            auth = KafkaAuth(
+                sasl_username=principal, sasl_password=SecretStr(password), ssl_cafile=str(local_ca)
+            )
+    typer.echo((client_env if env_format else client_properties)(bootstrap, auth), nl=False)
 
 
 def _registry(schemas_dir: Path | None) -> Registry:
