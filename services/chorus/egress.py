@@ -120,7 +120,7 @@ async def _addresses(host: str, port: int) -> set[IPAddress]:
     """The addresses ``host`` resolves to; socket.gaierror when it resolves to none."""
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except UnicodeError as exc:  # no DNS name at all (IDNA cannot encode it, e.g. an emoji)
+    except UnicodeError as exc:  # no DNS name at all (IDNA cannot encode it: an empty or over-long label)
         raise EgressRefusedError(f"{host!r} is not a host name: {exc}") from exc
     return {ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos}
 
