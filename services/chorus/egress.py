@@ -17,6 +17,7 @@ redirect it; the gateway's check at submission only refuses early.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import os
 import socket
@@ -136,12 +137,8 @@ async def check_egress(url: str, policy: EgressPolicy | None = None) -> None:
     """Raise EgressRefusedError when ``url``'s host resolves to an address it may not reach.
     A name that does not resolve passes here (a submission's URL may resolve later): the
     call itself is pinned and checked (``pin``)."""
-    host, port, literal = _target(url)
-    try:
-        addresses = {literal} if literal is not None else await _addresses(host, port)
-    except socket.gaierror:
-        return
-    _judge(policy or egress_policy(), host, port, addresses)
+    with contextlib.suppress(TransientError):  # pin's one transient answer: no resolution
+        await pin(url, policy)
 
 
 async def pin(url: str, policy: EgressPolicy | None = None) -> Pinned:
