@@ -73,11 +73,6 @@ class KafkaAuth(BaseSettings):
     def uses_tls(self) -> bool:
         return self.security_protocol in ("SASL_SSL", "SSL")
 
-    @property
-    def principal(self) -> str:
-        """The principal the broker sees (``User:<name>``), as ACLs name it."""
-        return f"User:{self.sasl_username}" if self.uses_sasl else "User:ANONYMOUS"
-
     @cached_property
     def ssl_context(self) -> ssl.SSLContext | None:
         # One context per settings object: building it reads the CA file.

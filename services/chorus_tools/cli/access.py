@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 from pydantic import SecretStr, ValidationError
 
-from chorus.kafka import KafkaAuth, KafkaAuthError, kafka_auth
+from chorus.kafka import KafkaAuth, kafka_auth
 from chorus.registry import Registry, default_schemas_dir, load_registry
 from chorus.settings import LOCAL_KAFKA
 from chorus_tools.access import (
@@ -133,7 +133,7 @@ def _registry(schemas_dir: Path | None) -> Registry:
 def _errors(bootstrap: str) -> Iterator[None]:
     try:
         yield
-    except (KafkaAuthError, ValidationError) as exc:
+    except ValidationError as exc:  # pydantic wraps KafkaAuthError in one
         typer.echo(f"chorus access: {exc}", err=True)
         raise typer.Exit(2) from None
     except RuntimeError as exc:
