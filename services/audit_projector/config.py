@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Literal
 
+from chorus.apikeys import ApiKeySettings
 from chorus.runtime.runner import ServiceSettings
 
 
-class Settings(ServiceSettings):
+class Settings(ApiKeySettings, ServiceSettings):
     http_port: int = 8103
     service_name: str = "audit_projector"
     """Service name: its PostgreSQL schema (runtime tables, projection and ledger), its

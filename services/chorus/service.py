@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 
 import asyncpg
+from fastapi import APIRouter
 from pydantic import BaseModel
 
 from chorus.clock import Clock
@@ -148,7 +149,7 @@ class RuntimeHandle:
 
 
 Worker = Callable[[RuntimeHandle], Coroutine[Any, Any, None]]
-Routes = Callable[[RuntimeHandle], Sequence[Any]]
+Routes = Callable[[RuntimeHandle], APIRouter]
 
 
 @dataclass(frozen=True)
@@ -208,7 +209,8 @@ class ServiceSpec(Generic[S, D]):
     workers: Sequence[Worker] = ()
     """Background loops beside the consumer (e.g. the timer service's firing loop)."""
     http_routes: Routes | None = None
-    """aiohttp route definitions added to the service's HTTP server."""
+    """The service's own API (a FastAPI router), served beside /health and /metrics; its
+    routes declare their keys and roles (:mod:`chorus.apikeys`)."""
 
     def __post_init__(self) -> None:
         routes = {h.event.event_type: h for h in self.handlers}

@@ -5,6 +5,7 @@
 - A request body over ``max_body_bytes`` is answered 413 before it is parsed or
   authenticated: at once when it declares its length, as soon as it passes the cap
   when it is streamed.
+- A body that is not ``application/json`` is a 415 (no forms, no text/plain).
 - Bodies are parsed by :mod:`chorus.strictjson`: NUL, unpaired surrogates, NaN,
   duplicate names and deep nesting are a 422 naming the field, never a 500 later.
 """
@@ -15,7 +16,7 @@ import json
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
-from fastapi import FastAPI, Request, Response
+from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
@@ -120,6 +121,16 @@ class StrictJSONRequest(Request):
         return self._json
 
 
+_WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
+
+
+def _is_json(request: Request) -> bool:
+    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    return media_type == "application/json" or (
+        media_type.startswith("application/") and media_type.endswith("+json")
+    )
+
+
 class StrictJSONRoute(APIRoute):
     """A route whose JSON body is read by :mod:`chorus.strictjson`."""
 
@@ -127,7 +138,12 @@ class StrictJSONRoute(APIRoute):
         handler = super().get_route_handler()
 
         async def strict(request: Request) -> Response:
-            return await handler(StrictJSONRequest(request.scope, request.receive))
+            strict_request = StrictJSONRequest(request.scope, request.receive)
+            if request.method in _WITH_BODY and await strict_request.body() and not _is_json(request):
+                # JSON only: a form or text/plain POST (what a foreign web page can send
+                # without a CORS preflight) is refused before anything parses it.
+                raise Problem(415, "Unsupported media type", "send the body as application/json")
+            return await handler(strict_request)
 
         return strict
 
@@ -203,6 +219,13 @@ class BodyCap:
             status, title, detail, scope.get("path", ""), headers={"Connection": "close"}
         )
         await response(scope, receive, send)
+
+
+def api_router(**router_args: Any) -> APIRouter:
+    """An APIRouter whose routes read bodies as :func:`create_api`'s do (strict JSON, 415
+    for anything but JSON): a plain APIRouter keeps FastAPI's lenient route class even
+    when included in such an app."""
+    return APIRouter(route_class=StrictJSONRoute, **router_args)
 
 
 def create_api(*, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, **fastapi_args: Any) -> FastAPI:

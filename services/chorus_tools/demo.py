@@ -237,7 +237,7 @@ def print_manual_steps(api: str) -> None:
         f"  curl -s '{api}/v1/approvals?assignee=me' -H 'Authorization: Bearer {MANAGER}'\n"
         f"  curl -s -X POST {api}/v1/approvals/<approval_id> -H 'Authorization: Bearer {MANAGER}' \\\n"
         '       -H \'Content-Type: application/json\' -d \'{"decision": "approve", "comment": "ok"}\'\n'
-        "  .venv/bin/chorus timeline <workflow_id>\n"
+        "  CHORUS_API_KEY=demo-operator-key .venv/bin/chorus timeline <workflow_id>\n"
     )
 
 

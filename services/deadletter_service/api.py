@@ -1,4 +1,4 @@
-"""The operator API, JSON over HTTP beside ``/health`` and ``/metrics``.
+"""The operator API (FastAPI; OpenAPI at /openapi.json), beside ``/health`` and ``/metrics``.
 
 GET  /v1/dead-letters                 list, newest first; filters: service, category,
                                       event_type, status, since, until (ISO 8601 with
@@ -6,26 +6,35 @@ GET  /v1/dead-letters                 list, newest first; filters: service, cate
 GET  /v1/dead-letters/groups          counts by service, category and status (same filters)
 GET  /v1/dead-letters/{id}            one letter: original bytes (base64, and decoded
                                       when JSON), error, every failure, its operations
-POST /v1/dead-letters/{id}/redrive    {"actor", "reason"?}  publish the original again
-POST /v1/dead-letters/{id}/discard    {"actor", "reason"}   give up; release the workflow
-POST /v1/dead-letters/redrive         {"actor", "reason"?, "filter": {...}}  bulk redrive
+POST /v1/dead-letters/{id}/redrive    {"reason"?}  publish the original again
+POST /v1/dead-letters/{id}/discard    {"reason"}   give up; release the workflow
+POST /v1/dead-letters/redrive         {"reason"?, "filter": {...}}  bulk redrive
 GET  /v1/operations                   audit trail; filters: letter_id, op, actor, limit
 
-Errors are RFC 9457 problem+json: 400 names the bad ``parameter``, 404 an unknown
-id, 409 a letter that was already redriven or discarded (nothing is published).
+Every route takes an API key (:mod:`chorus.apikeys`). Reads are for operators and
+auditors (a letter holds the original payload and a traceback); redrive and discard
+for operators only, and the operation's actor is the key's principal. Bodies are
+JSON only (a form or text/plain POST is a 415).
+
+Errors are RFC 9457 problem+json: 400 names the bad query ``parameter``, 422 the
+failing body field, 404 an unknown id, 409 a letter that was already redriven or
+discarded (nothing is published).
 """
 
 from __future__ import annotations
 
 import base64
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Annotated, Any
 
-from aiohttp import web
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field
 
-from chorus import strictjson
+from chorus.apikeys import ApiKey, role
 from chorus.service import RuntimeHandle
+from chorus.webapi import Problem, api_router, problems
+from chorus_contracts.base import Comment
 from deadletter_service import operations
 from deadletter_service.adapters import repository as repo
 from deadletter_service.adapters.repository import Group, Letter, OperationRow
@@ -41,114 +50,108 @@ from deadletter_service.domain import (
     text_or_none,
 )
 
-PROBLEM = "application/problem+json"
-ACTOR_MAX = 200
-REASON_MAX = 2000  # chorus_contracts.base.Comment
 OPERATION_PARAMETERS = frozenset({"letter_id", "op", "actor", "limit"})
 _GROUP_PARAMETERS = LIST_PARAMETERS - {"limit"}
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Reader = Annotated[ApiKey, Depends(role("operator", "auditor"))]
+Operator = Annotated[ApiKey, Depends(role("operator"))]
 
 
-class ProblemError(Exception):
-    """Answered as problem+json with ``status``."""
+class RedriveBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
 
-    def __init__(self, status: int, slug: str, title: str, detail: str, **extra: Any) -> None:
-        super().__init__(detail)
-        self.status, self.slug, self.title, self.detail, self.extra = (
-            status, slug, title, detail, extra,
-        )  # fmt: skip
-
-    def response(self, instance: str) -> web.Response:
-        body = {
-            "type": f"urn:chorus:problem:{self.slug}",
-            "title": self.title,
-            "status": self.status,
-            "detail": self.detail,
-            "instance": instance,
-            **self.extra,
-        }
-        return web.json_response(body, status=self.status, content_type=PROBLEM)
+    reason: Comment = ""
 
 
-def bad_parameter(parameter: str, message: str) -> ProblemError:
-    return ProblemError(
-        400, "invalid-parameter", f"Invalid parameter: {parameter}", message, parameter=parameter
+class DiscardBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: Comment = Field(min_length=1, description="why the work is given up (required)")
+
+
+class BulkRedriveBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: Comment = ""
+    filter: dict[str, Any] = Field(
+        description="list filters (service, category, event_type, since, until, limit); "
+        "at least one of the first five"
     )
 
 
-def routes(rt: RuntimeHandle) -> list[web.RouteDef]:
-    api = Api(rt)
+def bad_parameter(parameter: str, message: str) -> Problem:
+    return Problem(400, f"Invalid parameter: {parameter}", message, parameter=parameter)
+
+
+def bad_field(pointer: str, message: str) -> Problem:
+    return Problem(
+        422, "Invalid request", f"{pointer}: {message}", errors=[{"pointer": pointer, "message": message}]
+    )
+
+
+def routes(rt: RuntimeHandle) -> APIRouter:
+    max_bulk: int = rt.settings.bulk_redrive_max
+    router = api_router(tags=["dead letters"], responses=problems(400, 401, 403, 404, 409, 415, 422))
+
+    def query_filter(request: Request, allowed: frozenset[str] = LIST_PARAMETERS) -> LetterFilter:
+        try:
+            return parse_filter(request.query_params, allowed=allowed)
+        except FilterError as exc:
+            raise bad_parameter(exc.parameter, exc.message) from None
+
     # Literal paths first: "groups" and "redrive" would otherwise match {id}.
-    return [
-        web.get("/v1/dead-letters", api.problems(api.list_letters)),
-        web.get("/v1/dead-letters/groups", api.problems(api.groups)),
-        web.post("/v1/dead-letters/redrive", api.problems(api.redrive_matching)),
-        web.get("/v1/dead-letters/{id}", api.problems(api.show)),
-        web.post("/v1/dead-letters/{id}/redrive", api.problems(api.redrive)),
-        web.post("/v1/dead-letters/{id}/discard", api.problems(api.discard)),
-        web.get("/v1/operations", api.problems(api.list_operations)),
-    ]
-
-
-class Api:
-    def __init__(self, rt: RuntimeHandle) -> None:
-        self.rt = rt
-        self.max_bulk: int = rt.settings.bulk_redrive_max
-
-    @staticmethod
-    def problems(handler: Handler) -> Handler:
-        async def answer(request: web.Request) -> web.StreamResponse:
-            try:
-                return await handler(request)
-            except ProblemError as exc:
-                return exc.response(request.path_qs)
-            except FilterError as exc:
-                return bad_parameter(exc.parameter, exc.message).response(request.path_qs)
-            except operations.LetterNotFoundError as exc:
-                return _not_found(exc.letter_id).response(request.path_qs)
-            except operations.LetterNotOpenError as exc:
-                return ProblemError(
-                    409,
-                    "letter-not-open",
-                    f"Dead letter is already {exc.letter.status}",
-                    str(exc),
-                    letter_id=str(exc.letter.id),
-                    letter_status=exc.letter.status,
-                    resolved_by=exc.letter.resolved_by,
-                    resolved_at=_iso(exc.letter.resolved_at),
-                    operation=operation_json(exc.operation),
-                ).response(request.path_qs)
-
-        return answer
-
-    # -- reads ----------------------------------------------------------------------------
-
-    async def list_letters(self, request: web.Request) -> web.Response:
-        f = parse_filter(request.query)
-        async with self.rt.pool.acquire() as conn:
+    @router.get("/v1/dead-letters", summary="List dead letters, newest first")
+    async def list_letters(request: Request, who: Reader) -> dict[str, Any]:
+        f = query_filter(request)
+        async with rt.pool.acquire() as conn:
             letters = await repo.list_letters(conn, f)
-        return web.json_response(
-            {"items": [letter_summary(x) for x in letters], "count": len(letters), "limit": f.limit}
-        )
+        return {"items": [letter_summary(x) for x in letters], "count": len(letters), "limit": f.limit}
 
-    async def groups(self, request: web.Request) -> web.Response:
-        f = parse_filter(request.query, allowed=_GROUP_PARAMETERS)
-        async with self.rt.pool.acquire() as conn:
+    @router.get("/v1/dead-letters/groups", summary="Counts by service, category and status")
+    async def groups(request: Request, who: Reader) -> dict[str, Any]:
+        f = query_filter(request, _GROUP_PARAMETERS)
+        async with rt.pool.acquire() as conn:
             rows = await repo.groups(conn, f)
-        return web.json_response({"groups": [group_json(g) for g in rows]})
+        return {"groups": [group_json(g) for g in rows]}
 
-    async def show(self, request: web.Request) -> web.Response:
-        letter_id = _letter_id(request)
-        async with self.rt.pool.acquire() as conn:
-            letter = await repo.get_letter(conn, letter_id)
+    @router.post("/v1/dead-letters/redrive", summary="Redrive every open letter a filter matches")
+    async def redrive_matching(body: BulkRedriveBody, who: Operator) -> dict[str, Any]:
+        f = _bulk_filter(body.filter, max_bulk)
+        done = await _answering(
+            operations.redrive_matching(rt, f, actor=who.principal, reason=body.reason.strip())
+        )
+        return {"items": [done_json(d) for d in done], "count": len(done)}
+
+    @router.get("/v1/dead-letters/{letter_id}", summary="One letter with its original bytes")
+    async def show(letter_id: str, who: Reader) -> dict[str, Any]:
+        key = _letter_id(letter_id)
+        async with rt.pool.acquire() as conn:
+            letter = await repo.get_letter(conn, key)
             if letter is None:
-                raise _not_found(request.match_info["id"])
-            ops = await repo.list_operations(conn, letter_id=letter_id, limit=MAX_LIMIT)
-        return web.json_response(letter_detail(letter, ops))
+                raise _not_found(letter_id)
+            ops = await repo.list_operations(conn, letter_id=key, limit=MAX_LIMIT)
+        return letter_detail(letter, ops)
 
-    async def list_operations(self, request: web.Request) -> web.Response:
-        query = request.query
+    @router.post("/v1/dead-letters/{letter_id}/redrive", summary="Publish the original again")
+    async def redrive(letter_id: str, who: Operator, body: RedriveBody | None = None) -> dict[str, Any]:
+        reason = body.reason.strip() if body else ""
+        done = await _answering(
+            operations.redrive(rt, _letter_id(letter_id), actor=who.principal, reason=reason)
+        )
+        return done_json(done)
+
+    @router.post("/v1/dead-letters/{letter_id}/discard", summary="Give up; release the workflow")
+    async def discard(letter_id: str, body: DiscardBody, who: Operator) -> dict[str, Any]:
+        if not body.reason.strip():
+            raise bad_field("/reason", "say why (a non-empty string)")
+        done = await _answering(
+            operations.discard(rt, _letter_id(letter_id), actor=who.principal, reason=body.reason.strip())
+        )
+        return done_json(done)
+
+    @router.get("/v1/operations", summary="The audit trail of redrives and discards")
+    async def list_operations(request: Request, who: Reader) -> dict[str, Any]:
+        query = request.query_params
         unknown = sorted(set(query) - OPERATION_PARAMETERS)
         if unknown:
             raise bad_parameter(
@@ -163,105 +166,61 @@ class Api:
         op = query.get("op") or None
         if op is not None and op not in ("redrive", "discard"):
             raise bad_parameter("op", f"{op!r} is not one of ['discard', 'redrive']")
-        limit = parse_limit(query.get("limit"), MAX_LIMIT)
-        async with self.rt.pool.acquire() as conn:
+        try:
+            limit = parse_limit(query.get("limit"), MAX_LIMIT)
+        except FilterError as exc:
+            raise bad_parameter(exc.parameter, exc.message) from None
+        async with rt.pool.acquire() as conn:
             rows = await repo.list_operations(
                 conn, letter_id=letter_id, op=op, actor=query.get("actor") or None, limit=limit
             )
-        return web.json_response({"items": [operation_json(o) for o in rows], "count": len(rows)})
+        return {"items": [operation_json(o) for o in rows], "count": len(rows)}
 
-    # -- operations -------------------------------------------------------------------------
+    return router
 
-    async def redrive(self, request: web.Request) -> web.Response:
-        return await self._operate(request, operations.redrive, reason_required=False)
 
-    async def discard(self, request: web.Request) -> web.Response:
-        return await self._operate(request, operations.discard, reason_required=True)
-
-    async def _operate(self, request: web.Request, operation: Any, *, reason_required: bool) -> web.Response:
-        """One operation on one letter, by the body's actor, with its reason."""
-        letter_id = _letter_id(request)
-        body = await _body(request)
-        reason = _reason(body, required=reason_required)
-        done = await operation(self.rt, letter_id, actor=_actor(body), reason=reason)
-        return web.json_response(done_json(done))
-
-    async def redrive_matching(self, request: web.Request) -> web.Response:
-        body = await _body(request)
-        actor, reason = _actor(body), _reason(body, required=False)
-        raw_filter = body.get("filter")
-        if not isinstance(raw_filter, dict):
-            raise bad_parameter("filter", "must be an object of list filters")
-        f = _bulk_filter(raw_filter, self.max_bulk)
-        done = await operations.redrive_matching(self.rt, f, actor=actor, reason=reason)
-        return web.json_response({"items": [done_json(d) for d in done], "count": len(done)})
+async def _answering(operation: Any) -> Any:
+    """The operation's result; its refusals as problems (404 unknown, 409 not open)."""
+    try:
+        return await operation
+    except operations.LetterNotFoundError as exc:
+        raise _not_found(exc.letter_id) from None
+    except operations.LetterNotOpenError as exc:
+        raise Problem(
+            409,
+            f"Dead letter is already {exc.letter.status}",
+            str(exc),
+            letter_id=str(exc.letter.id),
+            letter_status=exc.letter.status,
+            resolved_by=exc.letter.resolved_by,
+            resolved_at=_iso(exc.letter.resolved_at),
+            operation=operation_json(exc.operation),
+        ) from None
 
 
 def _bulk_filter(raw: Mapping[str, object], max_bulk: int) -> LetterFilter:
     try:
         f = parse_filter(raw, max_limit=max_bulk)
     except FilterError as exc:
-        raise bad_parameter(f"filter.{exc.parameter}", exc.message) from None
+        raise bad_field(f"/filter/{exc.parameter}", exc.message) from None
     if f.status not in (None, OPEN):
-        raise bad_parameter("filter.status", "only open letters can be redriven")
+        raise bad_field("/filter/status", "only open letters can be redriven")
     if not f.narrows:
         # Redriving every open letter at once is never what an operator means by
         # an empty filter; name a service, category, event type or time range.
-        raise bad_parameter("filter", "name at least one of service, category, event_type, since, until")
+        raise bad_field("/filter", "name at least one of service, category, event_type, since, until")
     return f
 
 
-def _letter_id(request: web.Request) -> uuid.UUID:
-    raw = request.match_info["id"]
+def _letter_id(raw: str) -> uuid.UUID:
     try:
         return uuid.UUID(raw)
     except ValueError:
         raise _not_found(raw) from None
 
 
-def _not_found(letter_id: str) -> ProblemError:
-    return ProblemError(
-        404, "letter-not-found", "No such dead letter", f"no dead letter with id {letter_id}",
-        letter_id=letter_id,
-    )  # fmt: skip
-
-
-async def _body(request: web.Request) -> dict[str, Any]:
-    if not request.can_read_body:
-        return {}
-    try:
-        raw = await request.read()  # at most the application's client_max_size (1 MiB)
-    except web.HTTPRequestEntityTooLarge:
-        raise ProblemError(
-            413, "body-too-large", "Content too large", "the body may be at most 1 MiB"
-        ) from None
-    try:
-        body = strictjson.loads(raw, exact_integers=False)
-    except strictjson.StrictJSONError as exc:
-        raise bad_parameter(exc.pointer or "body", str(exc)) from None
-    if not isinstance(body, dict):
-        raise bad_parameter("body", "must be a JSON object")
-    return body
-
-
-def _actor(body: Mapping[str, Any]) -> str:
-    actor = body.get("actor")
-    if not isinstance(actor, str) or not actor.strip():
-        raise bad_parameter("actor", "say who does this (a non-empty string)")
-    if len(actor) > ACTOR_MAX:
-        raise bad_parameter("actor", f"at most {ACTOR_MAX} characters")
-    return actor.strip()
-
-
-def _reason(body: Mapping[str, Any], *, required: bool) -> str:
-    reason = body.get("reason", "")
-    if not isinstance(reason, str):
-        raise bad_parameter("reason", "must be a string")
-    if required and not reason.strip():
-        raise bad_parameter("reason", "say why (a non-empty string)")
-    if len(reason) > REASON_MAX:
-        raise bad_parameter("reason", f"at most {REASON_MAX} characters")
-    return reason.strip()
+def _not_found(letter_id: str) -> Problem:
+    return Problem(404, "No such dead letter", f"no dead letter with id {letter_id}", letter_id=letter_id)
 
 
 # -- JSON shapes ------------------------------------------------------------------------------

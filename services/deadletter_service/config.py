@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from chorus.apikeys import ApiKeySettings
 from chorus.runtime.runner import ServiceSettings
 
 
-class Settings(ServiceSettings):
+class Settings(ApiKeySettings, ServiceSettings):
     http_port: int = 8102
     max_event_bytes: int = 8 * 1_048_576
     """A dead letter carries the original record base64-encoded plus a traceback, so it

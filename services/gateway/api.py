@@ -8,7 +8,6 @@ the agent services. Reads come from the audit projection. Every error is
 from __future__ import annotations
 
 import hashlib
-import hmac
 import inspect
 import logging
 import math
@@ -16,11 +15,11 @@ import uuid
 from datetime import timedelta
 from typing import Annotated, Any, cast
 
-from fastapi import Depends, FastAPI, Header, Path, Query, Request, Security
+from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
-from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from chorus.apikeys import ApiKey, caller, role
 from chorus.egress import EgressRefusedError, check_egress
 from chorus.envelopes import child_envelope, start_envelope
 from chorus.errors import EventTooLargeError
@@ -37,7 +36,7 @@ from chorus_contracts.lifecycle import WorkflowDeadlineReached, WorkflowStarted
 from chorus_contracts.platform import FireTarget, TimerSchedule
 from gateway.adapters import repository
 from gateway.adapters.readmodel import ReadModel, ReadModelUnavailableError
-from gateway.config import ApiKey, Settings
+from gateway.config import Settings
 from gateway.domain import (
     IDEMPOTENCY_KEY_MAX,
     IDEMPOTENCY_KEY_PATTERN,
@@ -55,18 +54,10 @@ log = logging.getLogger("gateway.api")
 
 # -- authentication (module level: FastAPI resolves these annotations from module globals) --
 
-_bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer <key>`")
-_api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="An API key")
 
-
-async def principal(
-    request: Request,
-    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)] = None,
-    x_api_key: Annotated[str | None, Security(_api_key_header)] = None,
-) -> ApiKey:
-    """The caller, from ``Authorization: Bearer <key>`` (or ``X-API-Key``); 401 otherwise,
-    429 with Retry-After when the key used up its rate (shared by every gateway replica)."""
-    who = _known_key(request, x_api_key or (bearer.credentials if bearer else ""))
+async def principal(request: Request, who: Annotated[ApiKey, Depends(caller)]) -> ApiKey:
+    """The caller (:func:`chorus.apikeys.caller`); 429 with Retry-After when its key used
+    up its rate (shared by every gateway replica)."""
     limits: KeyedRateLimits = request.app.state.limits
     granted = await limits.try_acquire(who.principal)
     if not granted.ok:
@@ -80,35 +71,9 @@ async def principal(
     return who
 
 
-def _known_key(request: Request, presented: str) -> ApiKey:
-    settings: Settings = request.app.state.settings
-    if not presented:
-        raise Problem(
-            401,
-            "Unauthorized",
-            "missing API key: send Authorization: Bearer <key>",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-    for key, who in settings.api_keys.items():
-        if hmac.compare_digest(key.encode(), presented.encode("utf-8", "surrogateescape")):
-            return who
-    raise Problem(401, "Unauthorized", "unknown API key", headers={"WWW-Authenticate": "Bearer"})
-
-
-def role(*allowed: str) -> Any:
-    """A dependency admitting only callers with one of ``allowed`` roles (403 otherwise)."""
-
-    def check(who: Anyone) -> ApiKey:
-        if who.role not in allowed:
-            raise Problem(403, "Forbidden", f"{who.role} may not do this (needs {' or '.join(allowed)})")
-        return who
-
-    return check
-
-
-SubmitterOrOperator = Annotated[ApiKey, Depends(role("submitter", "operator"))]
-Reviewer = Annotated[ApiKey, Depends(role("reviewer"))]
-ReviewerOrOperator = Annotated[ApiKey, Depends(role("reviewer", "operator"))]
+SubmitterOrOperator = Annotated[ApiKey, Depends(role("submitter", "operator", who=principal))]
+Reviewer = Annotated[ApiKey, Depends(role("reviewer", who=principal))]
+ReviewerOrOperator = Annotated[ApiKey, Depends(role("reviewer", "operator", who=principal))]
 Anyone = Annotated[ApiKey, Depends(principal)]
 IdempotencyKey = Annotated[
     str | None,
@@ -142,6 +107,7 @@ def create_app(rt: RuntimeHandle, settings: Settings, reads: ReadModel) -> FastA
         )
 
     app.state.settings = settings
+    app.state.api_keys = settings.api_keys
     app.state.limits = KeyedRateLimits(
         rt.pool, "api", rate_per_s=settings.api_rate_per_s, burst=settings.api_burst, clock=rt.clock
     )

@@ -2,45 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from pydantic import SecretStr
 
-from pydantic import BaseModel
-
+from chorus.apikeys import DEMO_GATEWAY_KEY, ApiKeySettings
 from chorus.runtime.runner import ServiceSettings
-
-
-class ApiKey(BaseModel):
-    """Who a key belongs to and what it may do."""
-
-    principal: str
-    role: Literal["submitter", "reviewer", "operator"]
-    tier: str | None = None
-    """Reviewer tier (e.g. manager, director, editor); reviewers act only on their tier."""
-
-
-DEMO_KEYS = {
-    "demo-submitter-key": ApiKey(principal="demo-submitter", role="submitter"),
-    "demo-manager-key": ApiKey(principal="dana.manager", role="reviewer", tier="manager"),
-    "demo-director-key": ApiKey(principal="erin.director", role="reviewer", tier="director"),
-    "demo-editor-key": ApiKey(principal="lee.editor", role="reviewer", tier="editor"),
-    "demo-operator-key": ApiKey(principal="sam.operator", role="operator"),
-}
-
 
 DEMO_WEBHOOK_SECRET = "demo-webhook-secret"
 
 
-class Settings(ServiceSettings):
+class Settings(ApiKeySettings, ServiceSettings):
     http_port: int = 8110
     """/health and /metrics of the runtime (the API has its own port)."""
     api_host: str = "127.0.0.1"
     api_port: int = 8080
     public_url: str = ""
     """Base of the status URLs handed out; defaults to http://<api_host>:<api_port>."""
-    api_keys: dict[str, ApiKey] = DEMO_KEYS
-    """API key -> principal. The demo keys are for local use only: set CHORUS_API_KEYS."""
     audit_url: str = "http://127.0.0.1:8103"
     """The audit projector's read API: what the API says about workflows and approvals."""
+    audit_api_key: SecretStr = SecretStr(DEMO_GATEWAY_KEY)
+    """The gateway's own key (role ``service``) at the audit projector's API."""
     api_rate_per_s: float = 20.0
     """Requests per second per API key, across every gateway replica (429 beyond)."""
     api_burst: float = 40.0
@@ -61,8 +41,8 @@ class Settings(ServiceSettings):
 
     def demo_secrets(self) -> list[str]:
         found = super().demo_secrets()
-        if DEMO_KEYS.keys() & self.api_keys.keys():
-            found.append("CHORUS_API_KEYS (holds the demo keys)")
+        if self.audit_api_key.get_secret_value() == DEMO_GATEWAY_KEY:
+            found.append("CHORUS_AUDIT_API_KEY")
         if DEMO_WEBHOOK_SECRET in self.webhook_secret.split():
             found.append("CHORUS_WEBHOOK_SECRET")
         return found

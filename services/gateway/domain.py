@@ -107,14 +107,16 @@ def receiver_secrets(url: str, per_receiver: dict[str, str], default: str) -> li
 def may_read(
     role: str, principal: str, tier: str | None, *, submitter: str | None, waits_on: str | None, decided: bool
 ) -> bool:
-    """Who may read a workflow: an operator any; a submitter those it submitted; a reviewer
-    those waiting on its tier or that it decided on. Everyone else learns nothing, not even
-    that it exists (the same 404 as an unknown id)."""
-    if role == "operator":
+    """Who may read a workflow: an operator or an auditor any; a submitter those it
+    submitted; a reviewer those waiting on its tier or that it decided on. Everyone else
+    learns nothing, not even that it exists (the same 404 as an unknown id)."""
+    if role in ("operator", "auditor"):
         return True
     if role == "submitter":
         return submitter == principal
-    return (tier is not None and waits_on == tier) or decided
+    if role == "reviewer":
+        return (tier is not None and waits_on == tier) or decided
+    return False
 
 
 def same_person(submitter: str | None, reviewer: str) -> bool:

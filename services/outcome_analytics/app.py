@@ -49,7 +49,7 @@ from chorus.logs import fields, setup_logging
 from chorus.registry import Registry, load_registry
 from chorus.runtime.records import Record
 from outcome_analytics.adapters.deadletters import KafkaDeadLetters
-from outcome_analytics.adapters.http import add_routes
+from outcome_analytics.adapters.http import routes
 from outcome_analytics.bootstrap import bootstrap
 from outcome_analytics.config import SERVICE, Settings
 from outcome_analytics.domain import ACCEPT
@@ -203,8 +203,10 @@ def run(settings: Settings) -> None:
                 "positions": {f"{t}:{p}": offset for (t, p), offset in sorted(deps.positions.items())},
             }
 
-        http = HttpServer(settings.http_host, settings.http_port, metrics, health)
-        add_routes(http.app, view)
+        http = HttpServer(
+            settings.http_host, settings.http_port, metrics, health, title=SERVICE, api_keys=settings.api_keys
+        )
+        http.include(routes(view))
         log.info("outcome analytics starting", extra=fields(group=group_id, topics=topics))
         worker = faust.Worker(
             app,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pydantic_settings import SettingsConfigDict
 
-from chorus.settings import ChorusSettings
+from chorus.apikeys import ApiKeySettings
 
 SERVICE = "outcome_analytics"
 
 
-class Settings(ChorusSettings):
+class Settings(ApiKeySettings):
     model_config = SettingsConfigDict(env_prefix="CHORUS_", extra="ignore", frozen=True)
 
     http_host: str = "127.0.0.1"

@@ -30,6 +30,7 @@ from audit_projector.config import Settings
 from audit_projector.domain import ERASURE_RECORDED, WORKFLOW_PURGED, subject_hash
 from audit_projector.replay import compare, rebuild
 from audit_projector.service import make_spec
+from chorus.apikeys import DEMO_KEYS, ApiKey, bearer
 from chorus.clock import ManualClock
 from chorus.db import create_pool
 from chorus.registry import Registry
@@ -46,6 +47,10 @@ pytestmark = pytest.mark.integration
 
 CHORUS = str(Path(sys.executable).parent / "chorus")
 TEXT = {"content-type": "text/plain"}
+DPO_KEY = "dpo-key"
+"""An operator's key whose principal (the data-protection officer) an erasure records."""
+KEYS = {**DEMO_KEYS, DPO_KEY: ApiKey(principal="dpo@example.test", role="operator")}
+OPERATOR = bearer("demo-operator-key")
 T = TypeVar("T")
 
 
@@ -182,18 +187,20 @@ def projector_settings(kafka_bootstrap: str, database_url: str, name: str, **ext
         log_json=False,
         http_port=0,
         service_name=name,
+        api_keys=KEYS,
         **extra,
     )
 
 
 async def chorus(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    """Run the ``chorus`` console script; returns (exit code, stdout, stderr)."""
+    """Run the ``chorus`` console script (as the demo operator unless ``env`` says
+    otherwise); returns (exit code, stdout, stderr)."""
     proc = await asyncio.create_subprocess_exec(
         CHORUS,
         *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "COLUMNS": "240", **(env or {})},
+        env={**os.environ, "COLUMNS": "240", "CHORUS_API_KEY": "demo-operator-key", **(env or {})},
     )
     out, err = await asyncio.wait_for(proc.communicate(), timeout=300)
     assert proc.returncode is not None
@@ -385,7 +392,7 @@ async def test_replaying_every_topic_rebuilds_the_live_projection_exactly(
             what=f"{distinct} events in the live audit log",
         )
         async with httpx.AsyncClient() as client:
-            metrics = (await client.get(f"{service.url}/metrics")).text
+            metrics = (await client.get(f"{service.url}/metrics")).text  # no key: /metrics is open
         # The restarted process read everything again: the 200 events the first one
         # committed (offsets never were) and every duplicate copy were recognised.
         copies = len(duplicates) + len(redelivered) + 10
@@ -517,8 +524,17 @@ async def test_an_erased_subject_is_nowhere_in_projections_or_state_and_the_audi
         before = await all_text(pg, schemas)
         assert erased in before and pii[erased] in before  # the scan sees stored data
 
+        # Who erased is the key's principal, never something the caller writes.
         code, out, err = await chorus(
-            "erase", "--subject", erased, "--actor", "dpo@example.test", "--yes", "--api", api, "--wait", "60"
+            "erase",
+            "--subject",
+            erased,
+            "--yes",
+            "--api",
+            api,
+            "--wait",
+            "60",
+            env={"CHORUS_API_KEY": DPO_KEY},
         )
         assert code == 0, out + err  # every data holder confirmed within the wait
         assert svc in out and name in out and "not yet" not in out
@@ -537,7 +553,7 @@ async def test_an_erased_subject_is_nowhere_in_projections_or_state_and_the_audi
         assert body["subject_hash"] == subject_hash(erased)
         assert body["rows"][f"{name}.audit_log"] == 5
         assert body["rows"][f"{replayed.target.schema}.audit_log"] == 5
-        async with httpx.AsyncClient(base_url=api) as client:
+        async with httpx.AsyncClient(base_url=api, headers=OPERATOR) as client:
             answer = (await client.get(f"/v1/erasures/{body['erasure_id']}")).json()
         assert (answer["complete"], answer["pending"], answer["actor"]) == (True, [], "dpo@example.test")
         removed = answer["confirmations"][svc]
@@ -748,7 +764,8 @@ async def test_the_read_api_answers_what_other_services_may_know(
     async with running(make_spec(name), settings, registry=registry) as runner:
         await stream.publish(kafka_bootstrap)
         assert runner.http is not None
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{runner.http.port}") as api:
+        base_url = f"http://127.0.0.1:{runner.http.port}"
+        async with httpx.AsyncClient(base_url=base_url, headers=OPERATOR) as api:
 
             async def projected() -> bool:
                 return len((await api.get(f"/v1/workflows/{wf}/timeline")).json()["timeline"]) == 3
@@ -762,9 +779,28 @@ async def test_the_read_api_answers_what_other_services_may_know(
             too_long = await api.get("/v1/approvals/" + "a" * 201)
             # The operator endpoints refuse bad bodies naming the field, before doing anything.
             not_json = await api.post("/v1/erasures", content=b"subject_ref=x", headers=TEXT)
-            wrong_type = await api.post("/v1/erasures", json={"subject_ref": 5, "actor": "dpo"})
+            wrong_type = await api.post("/v1/erasures", json={"subject_ref": 5})
+            actor_given = await api.post("/v1/erasures", json={"subject_ref": "x", "actor": "someone else"})
             naive = await api.post("/v1/replays", json={"since": "2026-01-01T00:00:00"})
             unknown_job = await api.get("/v1/replays/nope")
+            # Every route takes a key: reads are for operators, auditors and the gateway;
+            # erasures and replays for operators only.
+            anonymous = httpx.AsyncClient(base_url=base_url)
+            refusals = {
+                (method, path, key): (
+                    await anonymous.request(method, path, json=body, headers=bearer(key) if key else {})
+                ).status_code
+                for method, path, body in [
+                    ("GET", f"/v1/workflows/{wf}", None),
+                    ("GET", f"/v1/workflows/{wf}/timeline", None),
+                    ("GET", "/v1/approvals", None),
+                    ("POST", "/v1/erasures", {"subject_ref": "nobody"}),
+                    ("POST", "/v1/replays", {}),
+                ]
+                for key in ("", "made-up", "demo-submitter-key", "demo-manager-key", "demo-gateway-key",
+                            "demo-auditor-key")
+            }  # fmt: skip
+            await anonymous.aclose()
     assert (status["workflow_id"], status["status"]) == (wf, "waiting")
     assert [e["event_type"] for e in timeline] == [
         "workflow.started",
@@ -776,8 +812,17 @@ async def test_the_read_api_answers_what_other_services_may_know(
     assert missing.status_code == 404 and missing.headers["content-type"].startswith(
         "application/problem+json"
     )
-    assert too_long.status_code == 400
+    assert too_long.status_code == 422 and "approval_id" in too_long.json()["detail"]
     assert not_json.status_code == 415
     assert wrong_type.status_code == 422 and "/subject_ref" in wrong_type.json()["detail"]
+    assert actor_given.status_code == 422 and "/actor" in actor_given.json()["detail"]
+    reads = {"GET"}
+    assert {k: v for k, v in refusals.items() if k[2] in ("", "made-up")} == {
+        k: 401 for k in refusals if k[2] in ("", "made-up")
+    }
+    allowed = {k: v for k, v in refusals.items() if v not in (401, 403)}  # every other answer: the route ran
+    assert sorted(allowed) == sorted(
+        k for k in refusals if k[0] in reads and k[2] in ("demo-gateway-key", "demo-auditor-key")
+    ), refusals
     assert naive.status_code == 422 and "/since" in naive.json()["detail"]
     assert unknown_job.status_code == 404

@@ -27,6 +27,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
+from chorus.apikeys import bearer
 from chorus.codec import encode
 from chorus.registry import Registry
 from chorus_contracts.envelope import Envelope
@@ -48,6 +49,17 @@ from tests.support.wait import wait_until
 pytestmark = pytest.mark.integration
 
 PROBLEM = "application/problem+json"
+OPERATORS = ("alice", "bob", "carol", "ops")
+KEYS = {
+    **{f"{name}-key": {"principal": name, "role": "operator"} for name in OPERATORS},
+    "audrey-key": {"principal": "audrey", "role": "auditor"},
+    "sue-key": {"principal": "sue", "role": "submitter"},
+    "gateway-key": {"principal": "gateway", "role": "service"},
+}
+
+
+def as_(principal: str) -> dict[str, str]:
+    return bearer(f"{principal}-key")
 
 
 @dataclass
@@ -74,9 +86,7 @@ class Stack:
 async def start_stack(stack: AsyncExitStack, tmp: Path, suffix: str, kafka: str, db: str) -> Stack:
     """A fresh registry (topics of this test only) and the dead-letter service on it."""
     registry = await isolated_registry(tmp, suffix, kafka)
-    env = {
-        **infra_env(registry.root, kafka, db),
-    }
+    env = {**infra_env(registry.root, kafka, db), "CHORUS_API_KEYS": json.dumps(KEYS)}
     dlq = stack.enter_context(
         ServiceProcess(
             "deadletter_service",
@@ -86,7 +96,9 @@ async def start_stack(stack: AsyncExitStack, tmp: Path, suffix: str, kafka: str,
     )
     dlq.start()
     await dlq.wait_healthy()
-    http = await stack.enter_async_context(httpx.AsyncClient(base_url=dlq.url, timeout=10.0))
+    http = await stack.enter_async_context(
+        httpx.AsyncClient(base_url=dlq.url, timeout=10.0, headers=as_("alice"))
+    )
     return Stack(registry, dlq, http, env, tmp)
 
 
@@ -107,7 +119,8 @@ async def shared(
 
 
 def run_cli(*args: str, url: str, actor: str | None = "alice") -> Any:
-    env = {"CHORUS_DLQ_URL": url, **({"CHORUS_ACTOR": actor} if actor else {})}
+    """``chorus dlq`` with ``actor``'s API key (none when ``actor`` is None)."""
+    env = {"CHORUS_DLQ_URL": url, "CHORUS_API_KEY": f"{actor}-key" if actor else ""}
     return CliRunner().invoke(cli, ["dlq", *args], env=env)
 
 
@@ -197,7 +210,7 @@ async def test_poison_event_is_listed_redriven_after_the_fix_processed_and_redri
 
         # Asked again (HTTP, then CLI): refused, and nothing more is published.
         second = await s.http.post(
-            f"/v1/dead-letters/{letter['id']}/redrive", json={"actor": "bob", "reason": "again"}
+            f"/v1/dead-letters/{letter['id']}/redrive", json={"reason": "again"}, headers=as_("bob")
         )
         assert second.status_code == 409
         assert second.headers["content-type"].startswith(PROBLEM)
@@ -286,7 +299,7 @@ async def test_discard_releases_the_workflow_parked_behind_the_dead_letter(
         assert shown["status"] == "discarded"
         assert shown["resolved_by"] == "carol"
         # Discarded is final: a redrive now would replay an event the workflow moved past.
-        refused = await s.http.post(f"/v1/dead-letters/{letter['id']}/redrive", json={"actor": "dave"})
+        refused = await s.http.post(f"/v1/dead-letters/{letter['id']}/redrive", headers=as_("bob"))
         assert refused.status_code == 409
         assert refused.json()["letter_status"] == "discarded"
 
@@ -416,41 +429,36 @@ async def test_unknown_ids_and_bad_requests_are_answered_as_problems(shared: Sta
     for method, path, body in [
         ("GET", f"/v1/dead-letters/{unknown}", None),
         ("GET", "/v1/dead-letters/not-a-uuid", None),
-        ("POST", f"/v1/dead-letters/{unknown}/redrive", {"actor": "alice"}),
-        ("POST", f"/v1/dead-letters/{unknown}/discard", {"actor": "alice", "reason": "x"}),
+        ("POST", f"/v1/dead-letters/{unknown}/redrive", {}),
+        ("POST", f"/v1/dead-letters/{unknown}/discard", {"reason": "x"}),
     ]:
         response = await shared.http.request(method, path, json=body)
         assert response.status_code == 404, (method, path)
         assert response.headers["content-type"].startswith(PROBLEM)
         assert response.json()["status"] == 404
 
+    # Body fields are 422s naming the field; the actor is never the body's to say.
     bad_requests: list[tuple[str, dict[str, Any], str]] = [
-        (f"/v1/dead-letters/{unknown}/discard", {"actor": "alice"}, "reason"),
-        (f"/v1/dead-letters/{unknown}/redrive", {"reason": "x"}, "actor"),
-        ("/v1/dead-letters/redrive", {"actor": "alice", "filter": {}}, "filter"),
-        ("/v1/dead-letters/redrive", {"actor": "alice"}, "filter"),
-        (
-            "/v1/dead-letters/redrive",
-            {"actor": "alice", "filter": {"service": "x", "status": "discarded"}},
-            "filter.status",
-        ),
-        (
-            "/v1/dead-letters/redrive",
-            {"actor": "alice", "filter": {"categry": "x"}},
-            "filter.categry",
-        ),
+        (f"/v1/dead-letters/{unknown}/discard", {}, "/reason"),
+        (f"/v1/dead-letters/{unknown}/discard", {"reason": "  "}, "/reason"),
+        (f"/v1/dead-letters/{unknown}/redrive", {"actor": "mallory"}, "/actor"),
+        ("/v1/dead-letters/redrive", {"filter": {}}, "/filter"),
+        ("/v1/dead-letters/redrive", {}, "/filter"),
+        ("/v1/dead-letters/redrive", {"filter": {"service": "x", "status": "discarded"}}, "/filter/status"),
+        ("/v1/dead-letters/redrive", {"filter": {"categry": "x"}}, "/filter/categry"),
     ]
-    for path, request, parameter in bad_requests:
+    for path, request, pointer in bad_requests:
         response = await shared.http.post(path, json=request)
-        assert response.status_code == 400, (path, request)
-        assert response.json()["parameter"] == parameter
+        assert response.status_code == 422, (path, request, response.text)
+        assert response.headers["content-type"].startswith(PROBLEM)
+        assert [e["pointer"] for e in response.json()["errors"]] == [pointer], response.text
     response = await shared.http.post(
         f"/v1/dead-letters/{unknown}/redrive",
         content=b"{not json",
         headers={"content-type": "application/json"},
     )
-    assert response.status_code == 400
-    assert response.json()["parameter"] == "body"
+    assert response.status_code == 422
+    assert response.headers["content-type"].startswith(PROBLEM)
     response = await shared.http.get("/v1/operations", params={"letter_id": "nope"})
     assert response.status_code == 400
     assert response.json()["parameter"] == "letter_id"
@@ -487,8 +495,7 @@ async def test_bulk_redrive_publishes_each_matching_open_letter_once(
     oldest_first = [line.split()[1] for line in result.output.splitlines() if line.startswith("redriven ")]
     assert oldest_first == [str(h.event_id) for h in hits]
     again = await shared.http.post(
-        "/v1/dead-letters/redrive",
-        json={"actor": "alice", "filter": {"service": target, "category": "persistent"}},
+        "/v1/dead-letters/redrive", json={"filter": {"service": target, "category": "persistent"}}
     )
     assert again.status_code == 200
     assert again.json()["count"] == 0, "already redriven letters are not published again"
@@ -569,30 +576,84 @@ async def test_metrics_show_depth_by_category_and_service_and_the_oldest_age(
 
     for letter in (old, new):
         response = await shared.http.post(
-            f"/v1/dead-letters/{letter.event_id}/discard", json={"actor": "ops", "reason": "stale"}
+            f"/v1/dead-letters/{letter.event_id}/discard", json={"reason": "stale"}, headers=as_("ops")
         )
         assert response.status_code == 200, response.text
     await eventually(metrics_when({"persistent": 0, "decode": 1}), what="resolved letters to leave the depth")
 
 
 @pytest.mark.parametrize(
-    ("body", "status", "parameter"),
+    ("body", "status", "pointer"),
     [
-        (b'{"actor": ' + b"[" * 5000 + b"]" * 5000 + b"}", 400, "body"),
-        (b'{"actor": "al\\u0000ice", "reason": "x"}', 400, "/actor"),
-        (b'{"actor": "alice", "reason": NaN}', 400, "body"),
-        (json.dumps({"actor": "alice", "reason": "r" * 2001}).encode(), 400, "reason"),
-        (b'{"actor": "' + b"a" * 2_000_000 + b'"}', 413, None),
+        (b'{"reason": ' + b"[" * 5000 + b"]" * 5000 + b"}", 422, "/"),
+        (b'{"reason": "al\\u0000ice"}', 422, "/reason"),
+        (b'{"reason": NaN}', 422, "/"),
+        (json.dumps({"reason": "r" * 2001}).encode(), 422, "/reason"),
+        (b'{"reason": "' + b"a" * 2_000_000 + b'"}', 413, None),
     ],
     ids=["deep", "nul", "nan", "long-reason", "over-1-MiB"],
 )
 async def test_hostile_operator_bodies_are_problems_never_server_errors(
-    shared: Stack, body: bytes, status: int, parameter: str | None
+    shared: Stack, body: bytes, status: int, pointer: str | None
 ) -> None:
     response = await shared.http.post(
         f"/v1/dead-letters/{uuid.uuid4()}/discard", content=body, headers={"Content-Type": "application/json"}
     )
     assert response.status_code == status, response.text
     assert response.headers["content-type"].startswith("application/problem+json")
-    if parameter is not None:
-        assert response.json()["parameter"] == parameter
+    if pointer is not None:
+        assert response.json()["errors"][0]["pointer"] == pointer, response.text
+
+
+async def test_every_route_needs_a_key_reads_need_an_operator_or_auditor_and_changes_an_operator(
+    shared: Stack, kafka_bootstrap: str
+) -> None:
+    svc = f"svc_auth_{uuid.uuid4().hex[:8]}"
+    letter = synthetic_letter(shared.registry, svc, "persistent", at=datetime.now(UTC), offset=1)
+    await publish_letters(shared, kafka_bootstrap, [letter])
+    await eventually(lambda: _count(shared, svc, 1), what="the letter to be stored")
+    one = f"/v1/dead-letters/{letter.event_id}"
+    reads = ["/v1/dead-letters", "/v1/dead-letters/groups", one, "/v1/operations"]
+    changes: list[tuple[str, dict[str, Any]]] = [
+        (f"{one}/redrive", {}),
+        (f"{one}/discard", {"reason": "not mine to give up"}),
+        ("/v1/dead-letters/redrive", {"filter": {"service": svc}}),
+    ]
+    async with httpx.AsyncClient(base_url=shared.dlq.url, timeout=10.0) as anonymous:
+        for path in reads:
+            for headers, status in [
+                ({}, 401),
+                (bearer("stolen-or-made-up"), 401),
+                (as_("sue"), 403),
+                (as_("gateway"), 403),
+                (as_("audrey"), 200),
+            ]:
+                response = await anonymous.get(path, headers=headers)
+                assert response.status_code == status, (path, headers, response.text)
+                if status == 401:
+                    assert response.headers["www-authenticate"] == "Bearer"
+        for path, body in changes:
+            for headers, status in [({}, 401), (as_("sue"), 403), (as_("audrey"), 403)]:
+                response = await anonymous.post(path, json=body, headers=headers)
+                assert response.status_code == status, (path, headers, response.text)
+                assert response.headers["content-type"].startswith(PROBLEM)
+            # A page on another site can POST a form or text/plain without a preflight:
+            # refused before it is read, even with a valid key.
+            form = await anonymous.post(path, content=b"reason=x", headers={
+                **as_("alice"), "content-type": "application/x-www-form-urlencoded"
+            })  # fmt: skip
+            assert form.status_code == 415, form.text
+    # Nothing above changed the letter; the CLI without a key says how to give one.
+    shown = (await shared.http.get(one)).json()
+    assert (shown["status"], shown["operations"]) == ("open", [])
+    keyless = run_cli("show", str(letter.event_id), url=shared.dlq.url, actor=None)
+    assert keyless.exit_code == 2
+    assert "CHORUS_API_KEY" in keyless.output
+    auditor = run_cli("redrive", str(letter.event_id), url=shared.dlq.url, actor="audrey")
+    assert auditor.exit_code == 77
+    assert "auditor may not do this" in auditor.output
+    # The operator who acts is the key's principal, on the letter and in the audit trail.
+    done = run_cli("discard", str(letter.event_id), "--reason", "dup", url=shared.dlq.url, actor="carol")
+    assert done.exit_code == 0, done.output
+    shown = (await shared.http.get(one, headers=as_("audrey"))).json()
+    assert (shown["resolved_by"], [o["actor"] for o in shown["operations"]]) == ("carol", ["carol"])

@@ -25,6 +25,7 @@ import pytest
 from aiokafka import TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
+from chorus.apikeys import bearer
 from chorus.codec import encode
 from chorus.envelopes import child_envelope, start_envelope, system_envelope
 from chorus.kafka import make_consumer
@@ -346,7 +347,7 @@ async def wait_caught_up(service: ServiceProcess, bootstrap: str, timeout_s: flo
 
 
 async def get_json(url: str) -> Any:
-    async with httpx.AsyncClient(timeout=5.0) as client:
+    async with httpx.AsyncClient(timeout=5.0, headers=bearer("demo-auditor-key")) as client:
         response = await client.get(url)
         response.raise_for_status()
         return response.json()
@@ -457,8 +458,15 @@ async def test_the_view_equals_the_numbers_of_a_known_stream(
         assert samples[("chorus_analytics_dead_letters", unknown_decode)] == 2
 
         async with httpx.AsyncClient(timeout=5.0) as client:
-            bad = await client.get(f"{service.url}/analytics/outcomes?hour=noon")
-        assert bad.status_code == 400 and "noon" in bad.json()["error"]
+            bad = await client.get(
+                f"{service.url}/analytics/outcomes?hour=noon", headers=bearer("demo-auditor-key")
+            )
+            keyless = await client.get(f"{service.url}/analytics/outcomes")
+            unknown = await client.get(f"{service.url}/analytics/outcomes", headers=bearer("guessed"))
+        assert bad.status_code == 400 and bad.json()["parameter"] == "hour" and "noon" in bad.json()["detail"]
+        # Any known key reads the counts; without one there is nothing to read.
+        assert (keyless.status_code, unknown.status_code) == (401, 401)
+        assert "buckets" not in keyless.text
 
         assert await service.terminate() == 0  # SIGTERM: a clean stop
         assert logged_errors(service) == []

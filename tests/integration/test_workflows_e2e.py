@@ -19,12 +19,12 @@ import asyncpg
 import httpx
 import pytest
 
+from chorus.apikeys import DEMO_KEYS
 from chorus.clock import OffsetFileClock
 from chorus.codec import decode
 from chorus.errors import DecodeError
 from chorus.registry import Registry
 from chorus_tools.devstack import DevStack
-from gateway.config import DEMO_KEYS
 from tests.support.database import create_database, drop_database
 from tests.support.hostile import SCRIPTS, corpus
 from tests.support.kafka import events_of, publish, read_topic
@@ -37,6 +37,8 @@ MANAGER = {"Authorization": "Bearer demo-manager-key"}
 DIRECTOR = {"Authorization": "Bearer demo-director-key"}
 EDITOR = {"Authorization": "Bearer demo-editor-key"}
 OPERATOR = {"Authorization": "Bearer demo-operator-key"}
+AUDITOR = {"Authorization": "Bearer demo-auditor-key"}
+GATEWAY = {"Authorization": "Bearer demo-gateway-key"}
 OTHER_SUBMITTER = {"Authorization": "Bearer e2e-other-submitter-key"}
 # The demo submitter's own reviewer key: the person who submits may also review others' work.
 SELF_REVIEWER = {"Authorization": "Bearer e2e-self-review-key"}
@@ -323,11 +325,12 @@ async def test_each_caller_reads_only_the_workflows_it_may_and_every_read_is_log
     def read(who: dict[str, str]) -> Any:
         return world.http.get(f"/v1/workflows/{workflow_id}", headers=who)
 
-    # Its submitter, the tier it waits on and operators see it ...
-    for allowed in (SUBMITTER, MANAGER, OPERATOR):
+    # Its submitter, the tier it waits on, operators and auditors see it ...
+    for allowed in (SUBMITTER, MANAGER, OPERATOR, AUDITOR):
         assert (await read(allowed)).status_code == 200
-    # ... another submitter and another tier learn nothing, not even that it exists.
-    for denied in (OTHER_SUBMITTER, EDITOR):
+    # ... another submitter, another tier and a service key learn nothing, not even that
+    # it exists (the gateway's own key reads the audit projection, not its users' API).
+    for denied in (OTHER_SUBMITTER, EDITOR, GATEWAY):
         answer = await read(denied)
         assert answer.status_code == 404 and answer.json()["title"] == "Unknown workflow"
     result = await world.http.get(f"/v1/workflows/{workflow_id}/result", headers=OTHER_SUBMITTER)
@@ -345,6 +348,7 @@ async def test_each_caller_reads_only_the_workflows_it_may_and_every_read_is_log
     who = {(r["principal"], r["read"], r["allowed"]) for r in reads}
     assert ("olga.other", "status", False) in who and ("olga.other", "result", False) in who
     assert ("dana.manager", "status", True) in who and ("lee.editor", "status", False) in who
+    assert ("ava.auditor", "status", True) in who
 
 
 async def test_whoever_submitted_cannot_decide_its_approval_even_with_a_reviewer_key(world: World) -> None:

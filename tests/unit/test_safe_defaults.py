@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from audit_projector.config import Settings as AuditSettings
 from chorus.settings import EX_CONFIG
+from deadletter_service.config import Settings as DeadLetterSettings
 from gateway.config import Settings as GatewaySettings
+from outcome_analytics.config import Settings as AnalyticsSettings
 from payment_agent.config import Settings as PaymentSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,6 +23,7 @@ REAL = {
     "CHORUS_DATABASE_URL": "postgresql://gateway:s3cret-from-vault@db.internal:5432/chorus",
     "CHORUS_API_KEYS": json.dumps({"k-7f3a9c": {"principal": "alice", "role": "submitter"}}),
     "CHORUS_WEBHOOK_SECRET": "whsec-from-vault",
+    "CHORUS_AUDIT_API_KEY": "gw-7d1e0b",
     "CHORUS_PAYMENT_API_KEY": "pk-live-from-vault",
 }
 
@@ -38,8 +42,25 @@ def test_outside_demo_mode_the_gateway_refuses_every_demo_secret_by_name(
     with pytest.raises(ValidationError) as refused:
         GatewaySettings()
     message = str(refused.value)
-    for name in ("CHORUS_DATABASE_URL", "CHORUS_API_KEYS", "CHORUS_WEBHOOK_SECRET", "CHORUS_ENV=demo"):
+    for name in (
+        "CHORUS_DATABASE_URL",
+        "CHORUS_API_KEYS",
+        "CHORUS_WEBHOOK_SECRET",
+        "CHORUS_AUDIT_API_KEY",
+        "CHORUS_ENV=demo",
+    ):
         assert name in message
+
+
+@pytest.mark.parametrize("settings", [DeadLetterSettings, AuditSettings, AnalyticsSettings])
+def test_every_api_refuses_the_demo_keys_outside_demo_mode(
+    production: pytest.MonkeyPatch, settings: type[GatewaySettings]
+) -> None:
+    production.setenv("CHORUS_DATABASE_URL", REAL["CHORUS_DATABASE_URL"])
+    with pytest.raises(ValidationError, match="CHORUS_API_KEYS"):
+        settings()
+    production.setenv("CHORUS_API_KEYS", REAL["CHORUS_API_KEYS"])
+    assert settings().api_keys["k-7f3a9c"].principal == "alice"
 
 
 def test_real_secrets_start_and_demo_mode_accepts_the_demo_ones(production: pytest.MonkeyPatch) -> None:

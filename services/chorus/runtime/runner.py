@@ -183,9 +183,16 @@ class ServiceRunner:
             producer=self.pipeline.producer,
             outbox=OutboxWriter(self.store, self.registry, relay.wake),
         )
-        self.http = HttpServer(s.http_host, s.http_port, self.metrics, self.health)
+        self.http = HttpServer(
+            s.http_host,
+            s.http_port,
+            self.metrics,
+            self.health,
+            title=self.spec.name,
+            api_keys=getattr(s, "api_keys", None),  # a service with an API has ApiKeySettings
+        )
         if self.spec.http_routes is not None:
-            self.http.app.add_routes(list(self.spec.http_routes(self.handle)))
+            self.http.include(self.spec.http_routes(self.handle))
         await self.http.start()
         self._tasks = [
             asyncio.create_task(relay.run(), name="outbox-relay"),

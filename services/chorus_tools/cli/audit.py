@@ -5,13 +5,13 @@ an operator's terminal, through the audit projector's HTTP API (``--api``, or
 Exit codes: 0 ok (replay: projections equal; erase: every service confirmed); 1 replay
 found differences or failed, the workflow or erasure is unknown, or the API refused the
 request; 2 usage errors; 69 (EX_UNAVAILABLE) the API not reachable at the address tried;
-75 (EX_TEMPFAIL) erase: some services have not confirmed yet.
+75 (EX_TEMPFAIL) erase: some services have not confirmed yet; 77 (EX_NOPERM) the API key
+(``--api-key``, else CHORUS_API_KEY) is unknown or its role may not do this.
 """
 
 from __future__ import annotations
 
 import asyncio
-import getpass
 from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -25,7 +25,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from chorus_tools.cli.options import AUDIT_URL, AuditUrl
+from chorus_tools.cli.options import AUDIT_URL, EX_NOPERM, ApiKeyOption, AuditUrl, api_headers
 
 EX_UNAVAILABLE = 69
 T = TypeVar("T")
@@ -95,6 +95,7 @@ def replay_command(
         ),
     ] = 30.0,
     api: AuditUrl = AUDIT_URL,
+    api_key: ApiKeyOption = "",
 ) -> None:
     """Rebuild a projection from the topics and compare it with the live one.
 
@@ -111,9 +112,10 @@ def replay_command(
         "drop": drop,
         "live_timeout_s": live_timeout_s,
     }
+    headers = api_headers(api_key)
 
     async def run() -> dict[str, Any]:
-        async with httpx.AsyncClient(base_url=api.rstrip("/"), timeout=30) as client:
+        async with httpx.AsyncClient(base_url=api.rstrip("/"), timeout=30, headers=headers) as client:
             job = await _api(client, "POST", "/v1/replays", json=body)
             with Progress(
                 TextColumn("[bold]replaying[/bold] {task.description}"),
@@ -178,11 +180,13 @@ def _print_replay(job: dict[str, Any], *, dropped: bool) -> int:
 def timeline_command(
     workflow_id: Annotated[str, typer.Argument(help="The workflow id.")],
     api: AuditUrl = AUDIT_URL,
+    api_key: ApiKeyOption = "",
 ) -> None:
     """A workflow's events, stages, waits and decisions, from the audit projection."""
+    headers = api_headers(api_key)
 
     async def read() -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-        async with httpx.AsyncClient(base_url=api.rstrip("/"), timeout=30) as client:
+        async with httpx.AsyncClient(base_url=api.rstrip("/"), timeout=30, headers=headers) as client:
             quoted = quote(workflow_id, safe="")
             status = await _api(client, "GET", f"/v1/workflows/{quoted}", missing_ok=True)
             timeline = await _api(client, "GET", f"/v1/workflows/{quoted}/timeline")
@@ -278,16 +282,13 @@ def erase_command(
         str | None,
         typer.Option("--id", help="Show (and wait for) an erasure asked for earlier, by its id."),
     ] = None,
-    actor: Annotated[
-        str | None,
-        typer.Option("--actor", help="Who asks for the erasure (default: the OS user)."),
-    ] = None,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
     wait_s: Annotated[
         float,
         typer.Option("--wait", min=0, help="Seconds to wait for every service to confirm."),
     ] = 30.0,
     api: AuditUrl = AUDIT_URL,
+    api_key: ApiKeyOption = "",
 ) -> None:
     """Erase a data subject's data everywhere Chorus keeps it, and show who confirmed.
 
@@ -301,11 +302,12 @@ def erase_command(
     if subject is not None and not yes:
         typer.confirm(f"Erase every trace of {subject!r}? This cannot be undone", abort=True)
     base = api.rstrip("/")
+    headers = api_headers(api_key)
 
     async def run() -> dict[str, Any]:
-        async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+        async with httpx.AsyncClient(base_url=base, timeout=30, headers=headers) as client:
             if subject is not None:
-                body = {"subject_ref": subject, "actor": actor or getpass.getuser()}
+                body = {"subject_ref": subject}
                 found = await _api(client, "POST", "/v1/erasures", json=body)
                 console.print(
                     f"erasure {found['erasure_id']} recorded ({found['subject_hash']}); "
@@ -372,7 +374,8 @@ async def _api(
             detail = response.json().get("detail", response.text)
         except ValueError:
             detail = response.text
-        raise _fail(f"{method} {path}: {response.status_code} {detail}", 1)
+        code = EX_NOPERM if response.status_code in (401, 403) else 1
+        raise _fail(f"{method} {path}: {response.status_code} {detail}", code)
     try:
         body: dict[str, Any] = response.json()
     except ValueError:

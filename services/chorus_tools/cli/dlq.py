@@ -2,17 +2,16 @@
 
 Every command calls the dead-letter service's HTTP API (``--url``, else
 CHORUS_DLQ_URL, else http://127.0.0.1:8102); nothing here touches Kafka or
-PostgreSQL. Operations are recorded with ``--actor`` (else CHORUS_ACTOR, else the
-OS user).
+PostgreSQL. It presents your API key (``--api-key``, else CHORUS_API_KEY); the
+service records your key's principal as who redrove or discarded.
 
 Exit codes: 0 ok; 1 refused (unknown id, or a letter already redriven or
 discarded: nothing was published); 2 bad input; 69 (EX_UNAVAILABLE) the service
-is unreachable.
+is unreachable; 77 (EX_NOPERM) the key is unknown or its role may not do this.
 """
 
 from __future__ import annotations
 
-import getpass
 import json
 import re
 from collections.abc import Iterator
@@ -22,6 +21,8 @@ from typing import Annotated, Any, NoReturn
 
 import httpx
 import typer
+
+from chorus_tools.cli.options import EX_NOPERM, ApiKeyOption, api_headers
 
 DEFAULT_URL = "http://127.0.0.1:8102"
 EX_UNAVAILABLE = 69  # sysexits.h: a service the command needs is unavailable
@@ -37,15 +38,6 @@ app = typer.Typer(
 Url = Annotated[
     str,
     typer.Option("--url", envvar="CHORUS_DLQ_URL", show_envvar=True, help="The dead-letter service."),
-]
-Actor = Annotated[
-    str | None,
-    typer.Option(
-        "--actor",
-        envvar="CHORUS_ACTOR",
-        show_envvar=True,
-        help="Who does this, for the audit trail (default: the OS user).",
-    ),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print the API's JSON answer.")]
 Service = Annotated[str | None, typer.Option("--service", help="Failing service.")]
@@ -77,13 +69,14 @@ def list_command(
     limit: Annotated[int, typer.Option("--limit", help="At most this many (1..1000).")] = 100,
     as_json: AsJson = False,
     url: Url = DEFAULT_URL,
+    api_key: ApiKeyOption = "",
 ) -> None:
     """List dead letters, newest first."""
     params = _filters(service, category, event_type, since, until)
     if status:
         params["status"] = status
     params["limit"] = str(limit)
-    with _client(url) as client:
+    with _client(url, api_key) as client:
         body = _call(client, "GET", "/v1/dead-letters", params=params)
     if as_json:
         _echo_json(body)
@@ -115,9 +108,10 @@ def show_command(
     letter_id: Annotated[str, typer.Argument(help="The dead letter's id.")],
     as_json: AsJson = False,
     url: Url = DEFAULT_URL,
+    api_key: ApiKeyOption = "",
 ) -> None:
     """Show one dead letter: error, every failure, original record and operations."""
-    with _client(url) as client:
+    with _client(url, api_key) as client:
         body = _call(client, "GET", f"/v1/dead-letters/{letter_id}")
     if as_json:
         _echo_json(body)
@@ -185,7 +179,7 @@ def redrive_command(
     limit: Annotated[
         int | None, typer.Option("--limit", help="Bulk: at most this many (default 100).")
     ] = None,
-    actor: Actor = None,
+    api_key: ApiKeyOption = "",
     as_json: AsJson = False,
     url: Url = DEFAULT_URL,
 ) -> None:
@@ -198,8 +192,8 @@ def redrive_command(
     filters = _filters(service, category, event_type, since, until)
     if letter_id is not None and (filters or limit is not None):
         _fail("give a letter id or filters, not both", 2)
-    body: dict[str, Any] = {"actor": _actor(actor), "reason": reason}
-    with _client(url) as client:
+    body: dict[str, Any] = {"reason": reason}
+    with _client(url, api_key) as client:
         if letter_id is not None:
             answer = _call(client, "POST", f"/v1/dead-letters/{letter_id}/redrive", json=body)
             done = [answer]
@@ -225,13 +219,13 @@ def redrive_command(
 def discard_command(
     letter_id: Annotated[str, typer.Argument(help="The dead letter's id.")],
     reason: Annotated[str, typer.Option("--reason", help="Why it is given up (required).")],
-    actor: Actor = None,
+    api_key: ApiKeyOption = "",
     as_json: AsJson = False,
     url: Url = DEFAULT_URL,
 ) -> None:
     """Give up on a letter: its service stops waiting and the workflow moves on."""
-    body = {"actor": _actor(actor), "reason": reason}
-    with _client(url) as client:
+    body = {"reason": reason}
+    with _client(url, api_key) as client:
         answer = _call(client, "POST", f"/v1/dead-letters/{letter_id}/discard", json=body)
     if as_json:
         _echo_json(answer)
@@ -246,15 +240,6 @@ def discard_command(
 
 
 # -- helpers ------------------------------------------------------------------------------------
-
-
-def _actor(given: str | None) -> str:
-    if given:
-        return given
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no login name (a bare container): the API will ask for one
-        _fail("cannot tell who you are; pass --actor or set CHORUS_ACTOR", 2)
 
 
 def _filters(
@@ -286,9 +271,10 @@ def _instant(option: str, value: str | None, now: datetime | None = None) -> str
 
 
 @contextmanager
-def _client(url: str) -> Iterator[httpx.Client]:
+def _client(url: str, api_key: str) -> Iterator[httpx.Client]:
+    headers = api_headers(api_key)
     try:
-        with httpx.Client(base_url=url.rstrip("/"), timeout=30.0) as client:
+        with httpx.Client(base_url=url.rstrip("/"), timeout=30.0, headers=headers) as client:
             yield client
     except httpx.TransportError as exc:
         _fail(f"cannot reach the dead-letter service at {url}: {exc}", EX_UNAVAILABLE)
@@ -303,7 +289,8 @@ def _call(client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
         message = f"{problem['title']}: {problem['detail']}"
     except (ValueError, KeyError, TypeError):
         message = f"HTTP {response.status_code}: {response.text[:500]}"
-    _fail(message, 2 if response.status_code == 400 else 1)
+    status = response.status_code
+    _fail(message, 2 if status in (400, 422) else EX_NOPERM if status in (401, 403) else 1)
 
 
 def _fail(message: str, code: int) -> NoReturn:

@@ -40,6 +40,26 @@ AuditUrl = Annotated[
     ),
 ]
 AUDIT_URL = "http://127.0.0.1:8103"
+ApiKeyOption = Annotated[
+    str,
+    typer.Option(
+        "--api-key",
+        envvar="CHORUS_API_KEY",
+        show_envvar=True,
+        show_default=False,
+        help="Your API key: an operator's to change things, an auditor's to read. Prefer the "
+        "environment variable (a command line is visible to other users of the machine).",
+    ),
+]
+EX_NOPERM = 77
+"""sysexits' EX_NOPERM: the API refused the key (401) or its role (403)."""
+
+
+def api_headers(api_key: str) -> dict[str, str]:
+    """The headers presenting ``api_key``; a usage error (exit 2) without one."""
+    if not api_key:
+        raise typer.BadParameter("no API key: set CHORUS_API_KEY or pass --api-key", param_hint="--api-key")
+    return {"Authorization": f"Bearer {api_key}"}
 
 
 @contextmanager

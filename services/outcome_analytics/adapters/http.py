@@ -1,36 +1,47 @@
-"""``GET /analytics/outcomes``: the view as JSON, beside the runtime's /health and /metrics."""
+"""``GET /analytics/outcomes``: the view as JSON, beside the runtime's /health and /metrics.
+
+Any API key may read it (:mod:`chorus.apikeys`): it holds counts and durations per
+workflow type and hour, nothing about one workflow or person.
+"""
 
 from __future__ import annotations
 
-from aiohttp import web
+from typing import Annotated, Any
 
+from fastapi import APIRouter, Depends, Query
+
+from chorus.apikeys import ApiKey, caller
+from chorus.webapi import Problem, api_router, problems
 from outcome_analytics.domain import OutcomeView, parse_hour
 
 OUTCOMES_PATH = "/analytics/outcomes"
 
 
-def add_routes(app: web.Application, view: OutcomeView) -> None:
-    """Register the analytics routes on ``app`` (before the server starts)."""
+def routes(view: OutcomeView) -> APIRouter:
+    router = api_router(tags=["analytics"], responses=problems(400, 401))
 
-    async def outcomes(request: web.Request) -> web.Response:
-        """``?workflow_type=T&hour=H`` (both optional) -> ``{"buckets": [...]}``, oldest first.
-
-        ``hour`` is any ISO 8601 date-time (no offset means UTC); it selects the
-        one-hour window containing it. A bad ``hour`` is a 400 naming it.
-        """
-        workflow_type = request.query.get("workflow_type") or None
-        hour_text = request.query.get("hour") or None
+    @router.get(OUTCOMES_PATH, summary="Outcomes per workflow type and hour, oldest first")
+    async def outcomes(
+        who: Annotated[ApiKey, Depends(caller)],
+        workflow_type: Annotated[str | None, Query(max_length=200)] = None,
+        hour: Annotated[
+            str | None,
+            Query(
+                max_length=64,
+                description="any ISO 8601 date-time (no offset means UTC): the one-hour window containing it",
+                examples=["2026-03-01T10:00:00Z"],
+            ),
+        ] = None,
+    ) -> dict[str, Any]:
         try:
-            hour = parse_hour(hour_text) if hour_text is not None else None
+            window = parse_hour(hour) if hour else None
         except ValueError:
-            return web.json_response(
-                {
-                    "error": f"hour {hour_text!r} is not an ISO 8601 date-time",
-                    "example": "2026-03-01T10:00:00Z",
-                },
-                status=400,
-            )
-        rows = view.rows(workflow_type=workflow_type, hour=hour)
-        return web.json_response({"buckets": rows})
+            raise Problem(
+                400,
+                "Invalid parameter: hour",
+                f"hour {hour!r} is not an ISO 8601 date-time, e.g. 2026-03-01T10:00:00Z",
+                parameter="hour",
+            ) from None
+        return {"buckets": view.rows(workflow_type=workflow_type or None, hour=window)}
 
-    app.router.add_get(OUTCOMES_PATH, outcomes)
+    return router
