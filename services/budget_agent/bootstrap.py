@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from budget_agent.adapters.ledger import BudgetLookup, Ledger, seed_budgets
+from budget_agent.adapters.ledger import BudgetLookup, Ledger, seed_budgets, seed_purchase_orders
 from chorus.db import create_pool
 
 
@@ -22,6 +22,7 @@ class Deps:
 async def bootstrap(settings: Any) -> AsyncIterator[Deps]:
     pool = await create_pool(settings.database_url, max_size=4)
     await seed_budgets(pool, settings.budgets)
+    await seed_purchase_orders(pool, settings.purchase_orders)
     try:
         yield Deps(Ledger(pool), list(settings.approval_chain), settings.approval_fallback)
     finally:

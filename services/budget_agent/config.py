@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from budget_agent.domain import PurchaseOrder
 from chorus.runtime.runner import ServiceSettings
 from chorus_contracts.approvals import EscalationStep, Fallback
 
@@ -14,6 +15,17 @@ class Settings(ServiceSettings):
         "cc-marketing": 100_000,
     }
     """Cost center -> budget in cents, created when missing (existing budgets are kept)."""
+    purchase_orders: list[PurchaseOrder] = [
+        PurchaseOrder(
+            po_number="PO-7781",
+            vendor_id="vendor-acme",
+            currency="EUR",
+            total_cents=150_000,
+            cost_center="cc-research",
+        )
+    ]
+    """Purchase orders recorded when missing (existing ones are kept): the demo's. A real
+    deployment fills ``budget_agent.purchase_orders`` from its procurement system."""
     approval_chain: list[EscalationStep] = [
         EscalationStep(tier="manager", window_s=8 * 3600),
         EscalationStep(tier="director", window_s=8 * 3600),

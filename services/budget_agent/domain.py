@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import unicodedata
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel
 
 from chorus_contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep, Fallback
-from chorus_contracts.procurement import InvoiceValidated
+from chorus_contracts.base import Cents, Currency, Model, Ref, VendorId, invisible_characters, is_invisible
+from chorus_contracts.procurement import ExtractedInvoice, InvoiceValidated
 
 SERVICE = "budget_agent"
 """The name this service publishes under (its ServiceSpec name, its consumer group)."""
+
+
+class PurchaseOrder(Model):
+    """A purchase order on record (table ``purchase_orders``): what may be invoiced against it."""
+
+    po_number: Ref
+    vendor_id: VendorId
+    currency: Currency
+    total_cents: Cents
+    cost_center: Ref
 
 
 class BudgetState(BaseModel):
@@ -22,6 +35,47 @@ class BudgetState(BaseModel):
     status: Literal["reserved", "released", "rejected"] = "reserved"
     approval_rounds: int = 0
     requester_ref: str = ""
+    po_number: str = ""
+    vendor_id: str = ""
+    invoice_number: str = ""
+    """What the reservation was made for: a revised reading must say the same."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why an invoice is not paid, as a code a program acts on and a sentence a person reads."""
+
+    code: str
+    detail: str
+
+
+def check_against_po(extracted: ExtractedInvoice, po: PurchaseOrder | None) -> Refusal | None:
+    """The invoice against its purchase order on record; None when it may be paid."""
+    if po is None:
+        return Refusal("unknown_po", f"no purchase order {extracted.po_number} on record")
+    vendor = unicodedata.normalize("NFKC", extracted.vendor_id)
+    if invisible_characters(vendor):
+        return Refusal(
+            "vendor_mismatch",
+            f"the vendor id {vendor!a} hides characters; {po.po_number} is for {po.vendor_id}",
+        )
+    if vendor != po.vendor_id:
+        return Refusal("vendor_mismatch", f"{po.po_number} is for {po.vendor_id}, not {vendor}")
+    if extracted.currency != po.currency:
+        return Refusal("currency_mismatch", f"{po.po_number} is in {po.currency}, not {extracted.currency}")
+    if extracted.total_cents > po.total_cents:
+        return Refusal(
+            "over_po", f"the invoice totals {extracted.total_cents}, {po.po_number} allows {po.total_cents}"
+        )
+    return None
+
+
+def invoice_key(vendor_id: str, invoice_number: str) -> tuple[str, str]:
+    """The identity of an invoice for "paid at most once": the vendor on record and the
+    number as a reader sees it (compatibility forms, case and invisible characters aside),
+    so "INV-1" and "inv\u200b-1" from one vendor are one invoice."""
+    number = unicodedata.normalize("NFKC", invoice_number).casefold()
+    return vendor_id, "".join(c for c in number if not is_invisible(c))
 
 
 def reservation_id(workflow_id: str, invoice_id: str) -> str:
@@ -57,3 +111,17 @@ def approval_request(
             + (" (revised reading)" if state.approval_rounds > 1 else ""),
         ),
     )
+
+
+def what_changed(state: BudgetState, extracted: ExtractedInvoice) -> list[str]:
+    """What a revised reading says differently from the one the reservation was made for."""
+    vendor = unicodedata.normalize("NFKC", extracted.vendor_id)
+    changes = {
+        "purchase order": extracted.po_number != state.po_number,
+        "vendor": vendor != state.vendor_id,
+        "invoice number": invoice_key(vendor, extracted.invoice_number)
+        != invoice_key(vendor, state.invoice_number),
+        "currency": extracted.currency != state.currency,
+        "amount": extracted.total_cents != state.amount_cents,
+    }
+    return [what for what, changed in changes.items() if changed]

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from budget_agent.adapters.ledger import Release, Reserve
 from budget_agent.bootstrap import Deps
-from budget_agent.domain import SERVICE, BudgetState, approval_request, reservation_id
+from budget_agent.domain import (
+    SERVICE,
+    BudgetState,
+    Refusal,
+    approval_request,
+    check_against_po,
+    invoice_key,
+    reservation_id,
+    what_changed,
+)
 from chorus.codec import Event
 from chorus.service import Context, Outcome
 from chorus_contracts.approvals import ApprovalDecided
@@ -14,6 +23,7 @@ from chorus_contracts.procurement import (
     BudgetRejected,
     BudgetReleased,
     BudgetReserved,
+    InvoiceRejected,
     InvoiceValidated,
     PaymentFailed,
     RequesterNotified,
@@ -24,33 +34,53 @@ async def on_invoice_validated(
     event: Event[InvoiceValidated], state: BudgetState | None, ctx: Context[Deps]
 ) -> Outcome[BudgetState]:
     validated = event.payload
+    extracted = validated.extracted
     workflow_id = event.envelope.workflow_id
     if state is not None and state.status != "reserved":
         return Outcome()  # released or rejected already: a late revision changes nothing
     if state is not None and state.reservation_id is not None:
-        # A revised reading of an invoice we already reserved for: ask again.
+        # A revised reading of an invoice we already reserved for. The purchase order, the
+        # invoice's claim and the amount were checked for what the first reading said; a
+        # reading that says otherwise starts over as a new submission.
+        changed = what_changed(state, extracted)
+        if changed:
+            reason = f"the revised reading changed the {', '.join(changed)}; submit the invoice again"
+            return release(state, reason, outcome="rejected", notify=False)
         state = state.model_copy(update={"approval_rounds": state.approval_rounds + 1})
         request = approval_request(state, validated, workflow_id, ctx.deps.chain, ctx.deps.fallback)
         return Outcome(state=state, emit=[request])
-    amount = validated.extracted.total_cents
+    amount = extracted.total_cents
     state = BudgetState(
         invoice_id=validated.invoice_id,
-        cost_center=validated.cost_center,
+        cost_center="",
         amount_cents=amount,
-        currency=validated.extracted.currency,
+        currency=extracted.currency,
         requester_ref=event.envelope.subject_ref or "",
+        po_number=extracted.po_number,
+        invoice_number=extracted.invoice_number,
     )
-    available = await ctx.deps.ledger.available(validated.cost_center)
+    po = await ctx.deps.ledger.purchase_order(extracted.po_number)
+    refusal = check_against_po(extracted, po)
+    if refusal is not None or po is None:
+        return refused(state, refusal or Refusal("unknown_po", extracted.po_number))
+    state = state.model_copy(update={"cost_center": po.cost_center, "vendor_id": po.vendor_id})
+    invoice = invoice_key(po.vendor_id, extracted.invoice_number)
+    holder = await ctx.deps.ledger.invoice_holder(invoice)
+    if holder is not None and holder != workflow_id:
+        # Not naming the other workflow: its submitter may be someone else.
+        detail = f"invoice {extracted.invoice_number} from {po.vendor_id} is paid, or being paid, already"
+        return refused(state, Refusal("duplicate_invoice", detail))
+    available = await ctx.deps.ledger.available(po.cost_center)
     if available is None or available < amount:
         rejected = BudgetRejected(
             invoice_id=validated.invoice_id,
-            cost_center=validated.cost_center,
+            cost_center=po.cost_center,
             requested_cents=amount,
             available_cents=available or 0,
         )
         ended = WorkflowEnded(
             outcome="rejected",
-            reason=f"budget {validated.cost_center} has {available or 0} cents, {amount} needed",
+            reason=f"budget {po.cost_center} has {available or 0} cents, {amount} needed",
             ended_by=SERVICE,
         )
         return Outcome(
@@ -63,16 +93,25 @@ async def on_invoice_validated(
     reserved = BudgetReserved(
         invoice_id=validated.invoice_id,
         reservation_id=res_id,
-        cost_center=validated.cost_center,
+        cost_center=po.cost_center,
         amount_cents=amount,
-        currency=validated.extracted.currency,
+        currency=extracted.currency,
     )
     request = approval_request(state, validated, workflow_id, ctx.deps.chain, ctx.deps.fallback)
     return Outcome(
         state=state,
         emit=[reserved, request],
-        effects=[Reserve(res_id, workflow_id, validated.cost_center, amount)],
+        effects=[Reserve(res_id, workflow_id, po.cost_center, amount, invoice)],
     )
+
+
+def refused(state: BudgetState, refusal: Refusal) -> Outcome[BudgetState]:
+    """The invoice is not paid, for good: nothing was reserved, so nothing is given back."""
+    events: list[EventModel] = [
+        InvoiceRejected(invoice_id=state.invoice_id, reasons=[refusal.detail], code=refusal.code),
+        WorkflowEnded(outcome="rejected", reason=f"{refusal.code}: {refusal.detail}", ended_by=SERVICE),
+    ]
+    return Outcome(state=state.model_copy(update={"status": "rejected"}), emit=events, ended="rejected")
 
 
 async def on_approval_decided(
@@ -90,7 +129,16 @@ async def on_payment_failed(
 ) -> Outcome[BudgetState]:
     if state is None:
         return Outcome()
-    return release(state, f"payment failed: {event.payload.reason}", outcome="compensated", notify=True)
+    failed = event.payload
+    # A payment given up on after timeouts may have gone through at the provider: the
+    # invoice stays claimed until a person has checked (a refused one is free again).
+    return release(
+        state,
+        f"payment failed: {failed.reason}",
+        outcome="compensated",
+        notify=True,
+        keep_invoice=failed.category == "exhausted_retries",
+    )
 
 
 async def on_workflow_ended(
@@ -103,7 +151,9 @@ async def on_workflow_ended(
     return released
 
 
-def release(state: BudgetState, reason: str, *, outcome: str | None, notify: bool) -> Outcome[BudgetState]:
+def release(
+    state: BudgetState, reason: str, *, outcome: str | None, notify: bool, keep_invoice: bool = False
+) -> Outcome[BudgetState]:
     if state.status != "reserved" or state.reservation_id is None:
         return Outcome()
     events: list[EventModel] = [
@@ -127,6 +177,6 @@ def release(state: BudgetState, reason: str, *, outcome: str | None, notify: boo
     return Outcome(
         state=state.model_copy(update={"status": "released"}),
         emit=events,
-        effects=[Release(state.reservation_id)],
+        effects=[Release(state.reservation_id, keep_invoice=keep_invoice)],
         ended=outcome,
     )

@@ -29,6 +29,7 @@ SPEC: ServiceSpec[BudgetState, Deps] = ServiceSpec(
         {
             "budget.reserved",
             "budget.rejected",
+            "invoice.rejected",
             "budget.released",
             "requester.notified",
             "approval.requested",

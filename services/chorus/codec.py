@@ -192,6 +192,12 @@ def _decode(
     # A newer version under forward/full compatibility is readable with the
     # consumer's older model: it only added fields, which the model ignores.
     if version < target:
+        # Valid as written first: an upcaster may drop the very field that is wrong, and a
+        # record invalid at its own version is a dead letter for every consumer alike.
+        try:
+            CATALOG[(event_type, version)].model_validate(payload_data)
+        except ValidationError as exc:
+            raise validation_error(exc, "/payload", f"{event_type} v{version} payload") from None
         payload_data = upcast(event_type, payload_data, version, target)
     model = CATALOG[(event_type, target)]
     try:

@@ -11,12 +11,13 @@ and UUIDs arrive as JSON strings, so those two types opt back into parsing.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, TypeVar
 from uuid import UUID
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict
 
 
 def _require_utc(value: datetime) -> datetime:
@@ -53,6 +54,59 @@ LongText = Annotated[str, Field(max_length=20000)]
 # Explicit classes, not \s: JSON Schema (ECMA-262), Python and Rust disagree on what \s is.
 URL_PATTERN = r"^https?://[^\x00-\x20\x7f/?#]+([/?#][^\x00-\x20\x7f]*)?$"
 Url = Annotated[str, Field(min_length=1, max_length=2048, pattern=URL_PATTERN, description="an http(s) URL")]
+# Characters that show nothing (zero-width, fillers), reorder what is shown (bidi
+# controls) or are not text (controls, line and paragraph separators): in an identifier
+# they make two ids that look alike compare different, so "vendor-acme" and
+# "vendor\u200b-acme" would be two vendors. Unicode categories Cc, Cf, Zl and Zp (every
+# bidi control is Cf), plus the fillers that are letters by category. Spaces stay: after
+# NFKC every space but U+1680 is U+0020, which looks like what it is.
+_INVISIBLE_LETTERS = frozenset("\u115f\u1160\u3164\uffa0")
+# The same set in the Basic Multilingual Plane (Unicode 14, Python 3.11), as a JSON Schema
+# pattern class for consumers in other languages; the model's check covers every plane.
+_INVISIBLE_CLASS = (
+    r"\u0000-\u001f\u007f-\u009f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2"
+    r"\u115f-\u1160\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\u3164\ufeff"
+    r"\uffa0\ufff9-\ufffb"
+)
+
+
+def is_invisible(char: str) -> bool:
+    """A control, format (zero-width, bidi), line or paragraph separator, or filler character."""
+    return unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp") or char in _INVISIBLE_LETTERS
+
+
+def invisible_characters(value: str) -> list[str]:
+    """The characters of ``value`` that are invisible or control bidi order, as U+XXXX NAME."""
+    return [f"U+{ord(c):04X} {unicodedata.name(c, 'unnamed')}" for c in value if is_invisible(c)]
+
+
+def _visible_nfkc(value: object) -> object:
+    if not isinstance(value, str):
+        return value  # the strict str check that follows names the wrong type
+    normalised = unicodedata.normalize("NFKC", value)
+    found = invisible_characters(normalised)
+    if found:
+        raise ValueError(
+            f"contains {', '.join(dict.fromkeys(found))}: invisible and bidi control characters "
+            "are refused in identifiers (they make look-alikes)"
+        )
+    return normalised
+
+
+VendorId = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=200,
+        pattern=f"^[^{_INVISIBLE_CLASS}]+$",
+        description="a vendor id in any script, NFKC-normalised, no invisible or bidi control characters",
+    ),
+    # After the constraints in this list, so it runs before them: the bounds and the
+    # pattern judge the normalised value, and a look-alike gets this clear message.
+    BeforeValidator(_visible_nfkc),
+]
+"""Who gets paid: compared and deduplicated by exact value, so it is normalised (NFKC) and
+may not contain characters that make look-alikes."""
 Cents = Annotated[int, Field(ge=0, le=2**53 - 1, description="an amount in minor currency units")]
 Currency = Annotated[str, Field(pattern=r"^[A-Z]{3}$", description="ISO 4217 code")]
 Count = Annotated[int, Field(ge=0, le=2**31 - 1)]

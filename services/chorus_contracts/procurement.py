@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
-from chorus_contracts.base import Cents, Currency, EventModel, LongText, Model, Name, Ref, Text, event
+from chorus_contracts.base import (
+    Cents,
+    Currency,
+    EventModel,
+    LongText,
+    Model,
+    Name,
+    Ref,
+    Text,
+    VendorId,
+    event,
+    upcaster,
+)
 
 
 class InvoiceLine(Model):
@@ -15,6 +27,8 @@ class InvoiceLine(Model):
     unit_price_cents: Cents
 
 
+# v1 only: the purchase order as the submitter stated it. v2 names the PO, and the budget
+# agent's records say what it is. (Comments, not docstrings: those would change v1's schema.)
 class PurchaseOrder(Model):
     po_number: Ref
     vendor_id: Ref
@@ -23,8 +37,10 @@ class PurchaseOrder(Model):
     cost_center: Ref
 
 
+# v1 carried the purchase order itself, which nothing should trust (the submitter wrote
+# it); consumers read it as v2.
 @event("invoice.received", 1)
-class InvoiceReceived(EventModel):
+class InvoiceReceivedV1(EventModel):
     """Start of a procurement workflow. The document text is what the LLM reads."""
 
     invoice_id: Ref
@@ -32,6 +48,37 @@ class InvoiceReceived(EventModel):
     document_text: LongText = Field(min_length=1)
     purchase_order: PurchaseOrder
     requester_ref: Ref = Field(description="reference to the requester (no personal data)")
+
+
+@event("invoice.received", 2)
+class InvoiceReceived(EventModel):
+    """Start of a procurement workflow: what the submitter claims, and the document.
+
+    The claim (invoice number, vendor, purchase order number, amount) is checked against
+    the document by the invoice agent and against the purchase order on record by the
+    budget agent; the request carries no purchase order of its own. The document text is
+    what the LLM reads."""
+
+    invoice_id: Ref = Field(description="the invoice's number, as printed on it")
+    vendor_id: VendorId
+    po_number: Ref = Field(
+        description="the purchase order the invoice bills (on record with the budget agent)"
+    )
+    currency: Currency
+    total_cents: Cents = Field(description="the amount the invoice asks for")
+    document_text: LongText = Field(min_length=1)
+    requester_ref: Ref = Field(description="reference to the requester (no personal data)")
+
+
+@upcaster("invoice.received", 1)
+def _invoice_received_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    # v1 declared no amount of its own: its purchase order's figures stand in. So a v1
+    # invoice whose total is not its PO's total is rejected as not matching the claim;
+    # the PO's vendor, total and cost center are no longer believed (the record decides).
+    body = dict(payload)
+    po = body.pop("purchase_order", None) or {}
+    body.update(po_number=po.get("po_number"), currency=po.get("currency"), total_cents=po.get("total_cents"))
+    return body
 
 
 class ExtractedInvoice(Model):
@@ -45,18 +92,45 @@ class ExtractedInvoice(Model):
     lines: list[InvoiceLine] = Field(min_length=1, max_length=1000)
 
 
+# v1 carried the cost center of the submitter's purchase order; consumers read it as v2.
 @event("invoice.validated", 1)
-class InvoiceValidated(EventModel):
+class InvoiceValidatedV1(EventModel):
     invoice_id: Ref
     extracted: ExtractedInvoice
     checks: list[Text] = Field(max_length=100)
     cost_center: Ref
 
 
+@event("invoice.validated", 2)
+class InvoiceValidated(EventModel):
+    """The invoice reads cleanly and says what the submitter claimed. Not yet checked
+    against the purchase order on record: the budget agent does that before it reserves."""
+
+    invoice_id: Ref
+    extracted: ExtractedInvoice
+    checks: list[Text] = Field(max_length=100)
+
+
+@upcaster("invoice.validated", 1)
+def _invoice_validated_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    # The cost center comes from the purchase order on record now, never from the request.
+    return {k: v for k, v in payload.items() if k != "cost_center"}
+
+
 @event("invoice.rejected", 1)
 class InvoiceRejected(EventModel):
+    """The invoice will not be paid: it does not read as claimed (invoice agent), or it does
+    not match its purchase order on record or was paid already (budget agent)."""
+
     invoice_id: Ref
     reasons: list[Text] = Field(min_length=1, max_length=50)
+    code: str | None = Field(
+        default=None,
+        max_length=64,
+        pattern=r"^[a-z][a-z_]*$",
+        description="one cause a program can act on: unknown_po, vendor_mismatch, currency_mismatch, "
+        "over_po, duplicate_invoice (absent when the reasons are the document's checks)",
+    )
 
 
 @event("budget.reserved", 1)

@@ -40,21 +40,28 @@ def demo_cost_center(run: str) -> str:
     return f"cc-demo-{run}"
 
 
+def demo_purchase_order(run: str) -> dict[str, Any]:
+    # On record with the budget agent (CHORUS_PURCHASE_ORDERS), billing this run's cost center.
+    return {
+        "po_number": f"PO-{run}",
+        "vendor_id": "vendor-acme",
+        "currency": "EUR",
+        "total_cents": 150000,
+        "cost_center": demo_cost_center(run),
+    }
+
+
 def invoice_input(run: str) -> dict[str, Any]:
     return {
         "invoice_id": f"INV-{run}",
         "vendor_id": "vendor-acme",
+        "po_number": f"PO-{run}",
+        "currency": "EUR",
+        "total_cents": 124000,
         "document_text": (
-            f"INVOICE INV-{run}\nVendor: vendor-acme\nPO: PO-7781\n"
+            f"INVOICE INV-{run}\nVendor: vendor-acme\nPO: PO-{run}\n"
             "40 x GPU hours @ 31.00 EUR\nTotal: 1240.00 EUR"
         ),
-        "purchase_order": {
-            "po_number": "PO-7781",
-            "vendor_id": "vendor-acme",
-            "currency": "EUR",
-            "total_cents": 150000,
-            "cost_center": demo_cost_center(run),
-        },
         "requester_ref": "subject:requester-0042",
     }
 
@@ -125,6 +132,7 @@ async def run_demo(workdir: Path) -> int:
             # The manager gets a few seconds instead of 8 hours, so the demo escalates.
             "budget_agent": {
                 "CHORUS_BUDGETS": json.dumps({demo_cost_center(run): 1_000_000}),
+                "CHORUS_PURCHASE_ORDERS": json.dumps([demo_purchase_order(run)]),
                 "CHORUS_APPROVAL_CHAIN": json.dumps(
                     [
                         {"tier": "manager", "window_s": MANAGER_WINDOW_S},

@@ -1,4 +1,4 @@
-"""Invoice decisions: the extraction prompt and the checks against the purchase order.
+"""Invoice decisions: the extraction prompt and the checks of a reading against the claim.
 
 No I/O here; handlers call the LLM through the adapter and these functions decide.
 """
@@ -6,11 +6,14 @@ No I/O here; handlers call the LLM through the adapter and these functions decid
 from __future__ import annotations
 
 import json
+import unicodedata
+from typing import Any
 
 from pydantic import BaseModel
 
 from chorus.llm import ChatMessage, reprompt
-from chorus_contracts.procurement import ExtractedInvoice, InvoiceLine, InvoiceReceived, PurchaseOrder
+from chorus_contracts.base import UPCASTERS, invisible_characters
+from chorus_contracts.procurement import ExtractedInvoice, InvoiceLine, InvoiceReceived
 
 SERVICE = "invoice_agent"
 """The name this service publishes under (its ServiceSpec name, its consumer group)."""
@@ -29,6 +32,14 @@ class InvoiceState(BaseModel):
     validated: bool = False
 
 
+STATE_VERSION = 2
+
+
+def state_v1_to_v2(state: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint of v1 holds an ``invoice.received`` v1 payload; read it as v2."""
+    return {**state, "invoice": UPCASTERS[("invoice.received", 1)](state["invoice"])}
+
+
 def extraction_prompt(document: str, feedback: list[str], reviewer_comment: str = "") -> list[ChatMessage]:
     schema = json.dumps(ExtractedInvoice.model_json_schema())
     system = (
@@ -40,8 +51,20 @@ def extraction_prompt(document: str, feedback: list[str], reviewer_comment: str 
     return reprompt(system, user, feedback, reviewer_comment)
 
 
-def check_against_po(extracted: ExtractedInvoice, po: PurchaseOrder) -> tuple[list[str], list[str]]:
-    """(checks passed, reasons to reject). An invoice is payable only with no reasons."""
+def same_text(a: str, b: str) -> bool:
+    """Equal as a reader would see them: compatibility forms and letter case aside."""
+    return unicodedata.normalize("NFKC", a).casefold() == unicodedata.normalize("NFKC", b).casefold()
+
+
+def shown(text: str) -> str:
+    """``text`` for a reason a person reads: escaped when it hides characters (a look-alike)."""
+    return ascii(text) if invisible_characters(text) else text
+
+
+def check_against_claim(extracted: ExtractedInvoice, claim: InvoiceReceived) -> tuple[list[str], list[str]]:
+    """(checks passed, reasons to reject): the document says what the submitter claims and
+    adds up. Whether the purchase order allows it is the budget agent's check, against its
+    records; an invoice is payable only with no reasons here and there."""
     passed: list[str] = []
     reasons: list[str] = []
 
@@ -49,19 +72,30 @@ def check_against_po(extracted: ExtractedInvoice, po: PurchaseOrder) -> tuple[li
         (passed if ok else reasons).append(good if ok else bad)
 
     check(
-        extracted.vendor_id == po.vendor_id,
-        "vendor matches the PO",
-        f"vendor {extracted.vendor_id} is not the PO's vendor {po.vendor_id}",
+        same_text(extracted.invoice_number, claim.invoice_id),
+        "invoice number matches the claim",
+        f"the invoice is numbered {extracted.invoice_number}, the request says {claim.invoice_id}",
     )
     check(
-        extracted.po_number == po.po_number,
-        "PO number matches",
-        f"invoice cites {extracted.po_number}, expected {po.po_number}",
+        # The claim's vendor id is NFKC already (its type normalises it).
+        unicodedata.normalize("NFKC", extracted.vendor_id) == claim.vendor_id,
+        "vendor matches the claim",
+        f"the invoice is from {shown(extracted.vendor_id)}, the request says {claim.vendor_id}",
     )
     check(
-        extracted.currency == po.currency,
-        "currency matches the PO",
-        f"currency {extracted.currency} differs from the PO's {po.currency}",
+        same_text(extracted.po_number, claim.po_number),
+        "PO number matches the claim",
+        f"the invoice cites {extracted.po_number}, the request says {claim.po_number}",
+    )
+    check(
+        extracted.currency == claim.currency,
+        "currency matches the claim",
+        f"the invoice is in {extracted.currency}, the request says {claim.currency}",
+    )
+    check(
+        extracted.total_cents == claim.total_cents,
+        "total matches the claim",
+        f"the invoice totals {extracted.total_cents}, the request says {claim.total_cents}",
     )
     line_sum = sum(line.quantity * line.unit_price_cents for line in extracted.lines)
     check(
@@ -69,24 +103,22 @@ def check_against_po(extracted: ExtractedInvoice, po: PurchaseOrder) -> tuple[li
         "lines add up to the total",
         f"lines add up to {line_sum} but the total says {extracted.total_cents}",
     )
-    check(
-        extracted.total_cents <= po.total_cents,
-        "total within the PO",
-        f"total {extracted.total_cents} exceeds the PO total {po.total_cents}",
-    )
     return passed, reasons
 
 
-def from_purchase_order(invoice: InvoiceReceived) -> ExtractedInvoice:
-    """What a reviewer vouches for when they approve an invoice the model could not read."""
-    po = invoice.purchase_order
+def from_claim(invoice: InvoiceReceived) -> ExtractedInvoice:
+    """What a reviewer vouches for when they approve an invoice the model could not read:
+    the request's claim, amount included. The budget agent still checks it against the
+    purchase order on record, so a reviewer cannot vouch an invoice past its PO."""
     return ExtractedInvoice(
         invoice_number=invoice.invoice_id,
-        vendor_id=po.vendor_id,
-        po_number=po.po_number,
-        currency=po.currency,
-        total_cents=po.total_cents,
+        vendor_id=invoice.vendor_id,
+        po_number=invoice.po_number,
+        currency=invoice.currency,
+        total_cents=invoice.total_cents,
         lines=[
-            InvoiceLine(description="as approved by reviewer", quantity=1, unit_price_cents=po.total_cents)
+            InvoiceLine(
+                description="as approved by reviewer", quantity=1, unit_price_cents=invoice.total_cents
+            )
         ],
     )

@@ -18,9 +18,9 @@ from invoice_agent.bootstrap import Deps
 from invoice_agent.domain import (
     SERVICE,
     InvoiceState,
-    check_against_po,
+    check_against_claim,
     extraction_prompt,
-    from_purchase_order,
+    from_claim,
 )
 
 
@@ -31,7 +31,7 @@ async def on_invoice_received(
         return Outcome()  # a second start event for the same workflow changes nothing
     invoice = event.payload
     # Known before the model reads it: when every reading fails and a person reviews it,
-    # their decision (on_approval_decided) needs the invoice and its purchase order.
+    # their decision (on_approval_decided) needs the invoice and the submitter's claim.
     await ctx.checkpoint(InvoiceState(invoice=invoice))
     extracted = await read_invoice(invoice, ctx)
     return decide(InvoiceState(invoice=invoice, readings=1), extracted)
@@ -49,7 +49,7 @@ async def on_approval_decided(
         extracted = await read_invoice(state.invoice, ctx, reviewer_comment=decision.comment)
         return decide(state.model_copy(update={"readings": state.readings + 1}), extracted)
     if own_review and decision.decision == "approve":
-        return decide(state, from_purchase_order(state.invoice), vouched_by=decision.decided_by)
+        return decide(state, from_claim(state.invoice), vouched_by=decision.decided_by)
     if own_review and decision.decision == "reject":
         return rejected(state, [f"rejected in review by {decision.decided_by}: {decision.comment}".strip()])
     return Outcome()
@@ -65,8 +65,7 @@ async def read_invoice(
 
 
 def decide(state: InvoiceState, extracted: ExtractedInvoice, vouched_by: str = "") -> Outcome[InvoiceState]:
-    po = state.invoice.purchase_order
-    checks, reasons = check_against_po(extracted, po)
+    checks, reasons = check_against_claim(extracted, state.invoice)
     if reasons:
         return rejected(state, reasons)
     if vouched_by:
@@ -75,7 +74,6 @@ def decide(state: InvoiceState, extracted: ExtractedInvoice, vouched_by: str = "
         invoice_id=state.invoice.invoice_id,
         extracted=extracted,
         checks=checks,
-        cost_center=po.cost_center,
     )
     return Outcome(state=state.model_copy(update={"validated": True}), emit=[validated])
 

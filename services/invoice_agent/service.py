@@ -6,7 +6,7 @@ from chorus.service import On, ServiceSpec
 from chorus_contracts.approvals import ApprovalDecided
 from chorus_contracts.procurement import InvoiceReceived
 from invoice_agent.bootstrap import Deps, bootstrap
-from invoice_agent.domain import SERVICE, InvoiceState
+from invoice_agent.domain import SERVICE, STATE_VERSION, InvoiceState, state_v1_to_v2
 from invoice_agent.handlers import on_approval_decided, on_invoice_received
 
 SPEC: ServiceSpec[InvoiceState, Deps] = ServiceSpec(
@@ -20,5 +20,7 @@ SPEC: ServiceSpec[InvoiceState, Deps] = ServiceSpec(
     ],
     produces=frozenset({"invoice.validated", "invoice.rejected", "workflow.ended"}),
     state=InvoiceState,
+    state_version=STATE_VERSION,
+    state_migrations={1: state_v1_to_v2},
     bootstrap=bootstrap,
 )

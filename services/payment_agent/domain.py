@@ -11,7 +11,10 @@ SERVICE = "payment_agent"
 class PaymentState(BaseModel):
     invoice_id: str = ""
     vendor_id: str = ""
+    validated_cents: int = 0
+    """The invoice's total as the invoice agent read it (and the budget agent checked)."""
     amount_cents: int = 0
+    """What the budget agent reserved; paid only when it is the validated total."""
     currency: str = ""
     reservation_id: str = ""
     approved_by: str | None = None
@@ -25,11 +28,20 @@ class PaymentState(BaseModel):
             self.approved_by
             and self.invoice_id
             and self.vendor_id
+            and self.validated_cents
             and self.amount_cents
             and self.reservation_id
             and self.payment_id is None
             and not self.failed
         )
+
+
+def amount_mismatch(state: PaymentState) -> str | None:
+    """Why the reserved amount may not be paid: it is not the amount validated."""
+    if state.amount_cents == state.validated_cents:
+        return None
+    reserved, validated = state.amount_cents, state.validated_cents
+    return f"the reservation holds {reserved} cents but the validated invoice totals {validated}"
 
 
 def payment_key(workflow_id: str, invoice_id: str) -> str:

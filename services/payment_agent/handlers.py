@@ -15,7 +15,7 @@ from chorus_contracts.procurement import (
     PaymentIssued,
 )
 from payment_agent.bootstrap import Deps
-from payment_agent.domain import SERVICE, PaymentState, payment_key
+from payment_agent.domain import SERVICE, PaymentState, amount_mismatch, payment_key
 
 
 async def on_invoice_validated(
@@ -26,6 +26,7 @@ async def on_invoice_validated(
         update={
             "invoice_id": event.payload.invoice_id,
             "vendor_id": event.payload.extracted.vendor_id,
+            "validated_cents": event.payload.extracted.total_cents,
         }
     )
     return await pay_when_possible(updated, event.envelope.workflow_id, ctx)
@@ -70,6 +71,11 @@ async def pay_when_possible(
     """
     if not state.payable:
         return Outcome(state=state)
+    mismatch = amount_mismatch(state)
+    if mismatch is not None:
+        # Two services disagree on what is owed: pay nothing and let a person look, rather
+        # than pay either figure (the budget agent gives the reservation back).
+        return failed(state, mismatch, "persistent")
     try:
         receipt = await ctx.deps.payments.pay(
             key=payment_key(workflow_id, state.invoice_id),

@@ -55,14 +55,10 @@ def invoice(document_text: str = "INVOICE INV-1\nTotal: 10.00 EUR", run: str | N
         "input": {
             "invoice_id": f"INV-{run}",
             "vendor_id": "vendor-acme",
+            "po_number": "PO-1",
+            "currency": "EUR",
+            "total_cents": 1000,
             "document_text": document_text,
-            "purchase_order": {
-                "po_number": "PO-1",
-                "vendor_id": "vendor-acme",
-                "currency": "EUR",
-                "total_cents": 1000,
-                "cost_center": "cc-research",
-            },
             "requester_ref": f"subject:{run}",
         },
         "subject_ref": f"subject:{run}",
@@ -195,6 +191,19 @@ async def test_bounds_and_shapes_of_the_body_are_422_naming_the_field(
 ) -> None:
     response = await http.post("/v1/workflows/procurement", json={**invoice(), **change}, headers=SUBMITTER)
     assert problem(response, 422)["errors"][0]["pointer"] == pointer
+
+
+@pytest.mark.parametrize("hidden", ["\u200b", "\u202e"], ids=["zero-width-space", "right-to-left-override"])
+async def test_a_vendor_id_hiding_characters_is_422_naming_the_field_and_the_character(
+    http: httpx.AsyncClient, hidden: str
+) -> None:
+    # "vendor\u200b-acme" looks like vendor-acme and would not compare equal to it.
+    body = invoice()
+    body["input"]["vendor_id"] = f"vendor{hidden}-acme"
+    response = await http.post("/v1/workflows/procurement", json=body, headers=SUBMITTER)
+    found = problem(response, 422)
+    assert found["errors"][0]["pointer"] == "/input/vendor_id"
+    assert f"U+{ord(hidden):04X}" in found["detail"]
 
 
 async def test_idempotency_keys_are_bounded_and_never_a_500(http: httpx.AsyncClient) -> None:

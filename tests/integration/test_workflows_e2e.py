@@ -119,29 +119,41 @@ class World:
         return await self.stack.sandbox_stats()
 
 
+# The purchase orders on record with the budget agent (its CHORUS_PURCHASE_ORDERS).
+PURCHASE_ORDERS: list[dict[str, Any]] = [
+    {
+        "po_number": po,
+        "vendor_id": vendor,
+        "currency": "EUR",
+        "total_cents": 150_000,
+        "cost_center": "cc-research",
+    }
+    for po, vendor in (("PO-7781", "vendor-acme"), ("PO-7790", "vendor-closed"))
+]
+PO_OF: dict[str, str] = {order["vendor_id"]: order["po_number"] for order in PURCHASE_ORDERS}
+
+
 def invoice(
     run: str,
     *,
     vendor: str = "vendor-acme",
     total: str = "1240.00",
-    po_total: int = 150_000,
     line: str = "GPU hours",
+    po: str | None = None,
+    number: str | None = None,
 ) -> dict[str, Any]:
+    po = po or PO_OF.get(vendor, "PO-7781")
+    number = number or f"INV-{run}"
     return {
         "input": {
-            "invoice_id": f"INV-{run}",
+            "invoice_id": number,
             "vendor_id": vendor,
+            "po_number": po,
+            "currency": "EUR",
+            "total_cents": round(float(total) * 100),
             "document_text": (
-                f"INVOICE INV-{run}\nVendor: {vendor}\nPO: PO-7781\n"
-                f"40 x {line} @ 31.00 EUR\nTotal: {total} EUR"
+                f"INVOICE {number}\nVendor: {vendor}\nPO: {po}\n40 x {line} @ 31.00 EUR\nTotal: {total} EUR"
             ),
-            "purchase_order": {
-                "po_number": "PO-7781",
-                "vendor_id": vendor,
-                "currency": "EUR",
-                "total_cents": po_total,
-                "cost_center": "cc-research",
-            },
             "requester_ref": f"subject:{run}",
         },
         "subject_ref": f"subject:{run}",
@@ -168,7 +180,10 @@ async def world(
             "CHORUS_DATABASE_URL": (world_url := await create_database(database_url, database)),
             "CHORUS_CLOCK": f"offset-file:{clock_file}",
         },
-        service_env={"gateway": {"CHORUS_API_KEYS": json.dumps(API_KEYS)}},
+        service_env={
+            "gateway": {"CHORUS_API_KEYS": json.dumps(API_KEYS)},
+            "budget_agent": {"CHORUS_PURCHASE_ORDERS": json.dumps(PURCHASE_ORDERS)},
+        },
         sandbox_args=["--flaky-source", "beta"],
     )
     try:
@@ -297,6 +312,71 @@ async def test_persistently_failing_payment_releases_the_budget(
     assert after == before  # the reservation came back in full
     events = [item["event_type"] for item in final["timeline"]]
     assert events.index("payment.failed") < events.index("budget.released")
+
+
+async def approve_and_end(world: World, workflow_id: str) -> dict[str, Any]:
+    status = await world.waiting_on(workflow_id, "manager")
+    assert (
+        await world.decide(status["pending_approval"]["approval_id"], MANAGER, "approve")
+    ).status_code == 202
+    return await world.ended(workflow_id)
+
+
+def rejection(final: dict[str, Any]) -> dict[str, Any]:
+    """The invoice.rejected of an ended workflow's timeline."""
+    [rejected] = [item for item in final["timeline"] if item["event_type"] == "invoice.rejected"]
+    payload: dict[str, Any] = rejected["payload"]
+    return payload
+
+
+async def test_the_same_invoice_submitted_again_is_paid_once_and_the_second_is_a_duplicate(
+    world: World,
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    first = (await world.submit("procurement", invoice(run))).json()["workflow_id"]
+    assert (await approve_and_end(world, first))["status"] == "completed"
+    # Another workflow for the same invoice: as its own submission, in other letter case.
+    again = (await world.submit("procurement", invoice(run, number=f"inv-{run}"))).json()["workflow_id"]
+    assert again != first
+    final = await world.ended(again)
+    assert final["status"] == "rejected"
+    assert rejection(final)["code"] == "duplicate_invoice"
+    paid = [
+        p
+        for p in (await world.stats())["payments"]["by_key"].values()
+        if p["invoice_id"].casefold() == f"inv-{run}"
+    ]
+    assert len(paid) == 1
+
+
+async def test_an_invoice_refused_by_the_provider_may_be_submitted_again_and_is_paid(world: World) -> None:
+    run = uuid.uuid4().hex[:8]
+    refused = (await world.submit("procurement", invoice(run, vendor="vendor-closed"))).json()["workflow_id"]
+    assert (await approve_and_end(world, refused))["status"] == "compensated"
+    again = (await world.submit("procurement", invoice(run, vendor="vendor-closed"))).json()["workflow_id"]
+    status = await world.waiting_on(again, "manager")  # not a duplicate: nothing was paid
+    assert status["status"] == "waiting"
+
+
+@pytest.mark.parametrize(
+    ("change", "code"),
+    [
+        ({"po": "PO-0000"}, "unknown_po"),
+        ({"vendor": "vendor-evil", "po": "PO-7781"}, "vendor_mismatch"),
+        ({"total": "1600.00"}, "over_po"),
+    ],
+)
+async def test_an_invoice_its_purchase_order_on_record_does_not_cover_is_rejected(
+    world: World, change: dict[str, str], code: str
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    body = invoice(run, **change)
+    if "total" in change:  # 40 lines at 40.00 add up to it, so only the PO refuses it
+        body["input"]["document_text"] = body["input"]["document_text"].replace("@ 31.00", "@ 40.00")
+    workflow_id = (await world.submit("procurement", body)).json()["workflow_id"]
+    final = await world.ended(workflow_id)
+    assert final["status"] == "rejected"
+    assert rejection(final)["code"] == code
 
 
 async def test_wrong_tier_gets_403_and_the_workflow_stays_paused(world: World) -> None:
@@ -428,11 +508,11 @@ async def test_report_resumes_at_source_three_after_a_crash_and_is_delivered(wor
 
 async def test_invalid_submissions_are_problem_json_naming_the_field(world: World) -> None:
     bad = invoice("x")
-    bad["input"]["purchase_order"]["total_cents"] = "lots"
+    bad["input"]["total_cents"] = "lots"
     response = await world.submit("procurement", bad)
     assert response.status_code == 422
     assert response.headers["content-type"].startswith("application/problem+json")
-    assert response.json()["errors"][0]["pointer"] == "/input/purchase_order/total_cents"
+    assert response.json()["errors"][0]["pointer"] == "/input/total_cents"
     unknown = await world.http.get("/v1/workflows/wf-does-not-exist", headers=SUBMITTER)
     assert unknown.status_code == 404
     no_type = await world.submit("teleport", {"input": {}})

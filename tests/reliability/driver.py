@@ -88,17 +88,14 @@ def procurement_body(token: str, sandbox: str) -> dict[str, Any]:
         "input": {
             "invoice_id": invoice_id(token),
             "vendor_id": vendor,
+            # PO-7781 is on record by default (the budget agent's settings), for cc-research.
+            "po_number": "PO-7781",
+            "currency": "EUR",
+            "total_cents": 124_000,
             "document_text": (
                 f"INVOICE {invoice_id(token)}\nVendor: {vendor}\nPO: PO-7781\n"
                 "40 x GPU hours @ 31.00 EUR\nTotal: 1240.00 EUR"
             ),
-            "purchase_order": {
-                "po_number": "PO-7781",
-                "vendor_id": vendor,
-                "currency": "EUR",
-                "total_cents": 150_000,
-                "cost_center": "cc-research",
-            },
             "requester_ref": f"subject:{token}",
         },
         "subject_ref": f"subject:{token}",

@@ -7,12 +7,13 @@ defaults. Contract tests and handler unit tests take them from ``handler_deps``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 
+from budget_agent.domain import PurchaseOrder
 from chorus.errors import TransientError
 from chorus.external import ExternalRejection
 from chorus.llm import OfflineModel
@@ -73,13 +74,27 @@ class FakeDelivery(Delivery):
 
 
 class FixedBudgets:
-    """The budget agent's ledger, in memory."""
+    """The budget agent's ledger, in memory: budgets, purchase orders on record, and the
+    invoices other workflows hold (``holders``: invoice key -> workflow id)."""
 
-    def __init__(self, budgets: dict[str, int]) -> None:
+    def __init__(
+        self,
+        budgets: dict[str, int],
+        purchase_orders: Sequence[PurchaseOrder] = (),
+        holders: dict[tuple[str, str], str] | None = None,
+    ) -> None:
         self.budgets = dict(budgets)
+        self.purchase_orders = {po.po_number: po for po in purchase_orders}
+        self.holders = dict(holders or {})
 
     async def available(self, cost_center: str) -> int | None:
         return self.budgets.get(cost_center)
+
+    async def purchase_order(self, po_number: str) -> PurchaseOrder | None:
+        return self.purchase_orders.get(po_number)
+
+    async def invoice_holder(self, invoice: tuple[str, str]) -> str | None:
+        return self.holders.get(invoice)
 
 
 def model() -> OfflineModel:
@@ -116,7 +131,11 @@ def _deps(service: str, client: httpx.AsyncClient) -> Any:
         from budget_agent.config import Settings as BudgetSettings
 
         budget = BudgetSettings()
-        return BudgetDeps(FixedBudgets(budget.budgets), list(budget.approval_chain), budget.approval_fallback)
+        return BudgetDeps(
+            FixedBudgets(budget.budgets, budget.purchase_orders),
+            list(budget.approval_chain),
+            budget.approval_fallback,
+        )
     if service == "payment_agent":
         from payment_agent.bootstrap import Deps as PaymentDeps
 

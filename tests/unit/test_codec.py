@@ -112,3 +112,16 @@ def test_the_registry_is_the_one_of_the_project_the_command_runs_in(
     assert default_schemas_dir() == (project / "schemas").resolve()
     monkeypatch.setenv("CHORUS_SCHEMAS_DIR", str(tmp_path / "elsewhere"))
     assert default_schemas_dir() == tmp_path / "elsewhere"
+
+
+def test_an_old_version_invalid_as_written_is_refused_even_where_the_upcaster_drops_the_fault(
+    registry: Registry,
+) -> None:
+    body = json.loads((default_schemas_dir() / "examples/invoice.validated/1/example-1.json").read_text())
+    body["payload"]["cost_center"] = "not a reference"  # v2 has no cost center: the upcaster drops it
+    with pytest.raises(SchemaValidationError) as err:
+        decode(json.dumps(body).encode(), registry, accept={"invoice.validated": 2})
+    assert err.value.pointer == "/payload/cost_center"
+    body["payload"]["cost_center"] = "cc-research"
+    upcast = decode(json.dumps(body).encode(), registry, accept={"invoice.validated": 2})
+    assert (upcast.received_version, upcast.payload.version) == (1, 2)

@@ -9,26 +9,51 @@ import pytest
 
 from budget_agent.adapters.ledger import Release, Reserve
 from budget_agent.bootstrap import Deps
+from budget_agent.domain import PurchaseOrder
 from budget_agent.service import SPEC
 from chorus.testing import WorkflowHarness
 from chorus_contracts.approvals import ApprovalDecided, ApprovalRequested, EscalationStep
 from chorus_contracts.lifecycle import WorkflowEnded
-from chorus_contracts.procurement import BudgetRejected, BudgetReserved, InvoiceValidated, PaymentFailed
+from chorus_contracts.procurement import (
+    BudgetRejected,
+    BudgetReserved,
+    InvoiceRejected,
+    InvoiceValidated,
+    PaymentFailed,
+)
 from tests.support.fakes import FixedBudgets
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "schemas/examples/invoice.validated/1/example-1.json"
+EXAMPLE = Path(__file__).resolve().parents[3] / "schemas/examples/invoice.validated/2/example-1.json"
 CHAIN = [EscalationStep(tier="manager", window_s=8 * 3600), EscalationStep(tier="director", window_s=3600)]
+PO = PurchaseOrder(
+    po_number="PO-7781",
+    vendor_id="vendor-acme",
+    currency="EUR",
+    total_cents=1_000_000,
+    cost_center="cc-research",
+)
 
 
-def validated(total_cents: int = 124_000) -> InvoiceValidated:
+def validated(
+    total_cents: int = 124_000,
+    *,
+    vendor: str = "vendor-acme",
+    po: str = "PO-7781",
+    number: str = "INV-2026-0042",
+) -> InvoiceValidated:
     body = json.loads(EXAMPLE.read_text())["payload"]
-    body["extracted"]["total_cents"] = total_cents
+    body["extracted"].update(total_cents=total_cents, vendor_id=vendor, po_number=po, invoice_number=number)
     return InvoiceValidated.model_validate(body)
+
+
+def budget_agent(holders: dict[tuple[str, str], str] | None = None) -> WorkflowHarness:
+    ledger = FixedBudgets({"cc-research": 500_000}, [PO], holders)
+    return WorkflowHarness(SPEC, Deps(ledger, CHAIN, "auto_reject"))
 
 
 @pytest.fixture
 def agent() -> WorkflowHarness:
-    return WorkflowHarness(SPEC, Deps(FixedBudgets({"cc-research": 500_000}), CHAIN, "auto_reject"))
+    return budget_agent()
 
 
 async def test_an_affordable_invoice_reserves_the_amount_and_asks_the_chain(agent: WorkflowHarness) -> None:
@@ -40,6 +65,50 @@ async def test_an_affordable_invoice_reserves_the_amount_and_asks_the_chain(agen
     assert request.requested_by == "budget_agent"
     [effect] = step.outcome.effects
     assert isinstance(effect, Reserve) and effect.amount_cents == 124_000
+    assert effect.invoice == ("vendor-acme", "inv-2026-0042")  # claimed with the reservation
+
+
+@pytest.mark.parametrize(
+    ("invoice", "code", "detail"),
+    [
+        (validated(po="PO-0000"), "unknown_po", "no purchase order PO-0000 on record"),
+        (validated(vendor="vendor-evil"), "vendor_mismatch", "PO-7781 is for vendor-acme, not vendor-evil"),
+        (validated(total_cents=1_000_001), "over_po", "the invoice totals 1000001, PO-7781 allows 1000000"),
+    ],
+)
+async def test_an_invoice_that_its_purchase_order_on_record_does_not_cover_is_rejected(
+    agent: WorkflowHarness, invoice: InvoiceValidated, code: str, detail: str
+) -> None:
+    step = await agent.deliver(invoice, "wf-po")
+    rejected = step.first(InvoiceRejected)
+    assert (rejected.code, rejected.reasons) == (code, [detail])
+    assert step.first(WorkflowEnded).reason == f"{code}: {detail}"
+    assert step.outcome.ended == "rejected" and not step.outcome.effects  # nothing reserved
+
+
+async def test_an_invoice_another_workflow_holds_is_a_duplicate_whatever_its_case_or_hidden_characters() -> (
+    None
+):
+    agent = budget_agent(holders={("vendor-acme", "inv-2026-0042"): "wf-first"})
+    step = await agent.deliver(validated(number="inv-2026\u200b-0042"), "wf-second")
+    rejected = step.first(InvoiceRejected)
+    assert rejected.code == "duplicate_invoice"
+    assert "wf-first" not in rejected.reasons[0]  # another submitter's workflow is not named
+    assert step.emitted_types() == ["invoice.rejected", "workflow.ended"]
+    assert not step.outcome.effects
+
+
+async def test_a_revised_reading_with_another_amount_gives_the_reservation_back_and_ends(
+    agent: WorkflowHarness,
+) -> None:
+    await agent.deliver(validated(), "wf-rev")
+    same = await agent.deliver(validated(), "wf-rev")
+    assert same.emitted_types() == ["approval.requested"]  # asked again, on the same reservation
+    changed = await agent.deliver(validated(total_cents=130_000), "wf-rev")
+    assert changed.emitted_types() == ["budget.released", "workflow.ended"]
+    assert "changed the amount" in changed.first(WorkflowEnded).reason
+    [release] = changed.outcome.effects
+    assert isinstance(release, Release) and not release.keep_invoice
 
 
 async def test_an_invoice_over_the_budget_is_rejected_and_ends_the_workflow(agent: WorkflowHarness) -> None:
@@ -60,9 +129,18 @@ async def test_a_failed_payment_releases_the_reservation_once_and_tells_the_requ
     step = await agent.deliver(failed, "wf-3")
     assert step.emitted_types() == ["budget.released", "requester.notified", "workflow.ended"]
     assert step.first(WorkflowEnded).outcome == "compensated"
-    assert isinstance(step.outcome.effects[0], Release)
+    [release] = step.outcome.effects
+    assert isinstance(release, Release) and not release.keep_invoice  # may be submitted again
     again = await agent.deliver(failed, "wf-3")
     assert again.emitted == [] and not again.outcome.effects  # released already
+
+
+async def test_a_payment_given_up_on_keeps_the_invoice_claimed(agent: WorkflowHarness) -> None:
+    await agent.deliver(validated(), "wf-6")
+    failed = PaymentFailed(invoice_id="INV-2026-0042", reason="timeouts", category="exhausted_retries")
+    step = await agent.deliver(failed, "wf-6")
+    [release] = step.outcome.effects
+    assert isinstance(release, Release) and release.keep_invoice  # the provider may have paid
 
 
 async def test_a_rejected_approval_releases_the_budget(agent: WorkflowHarness) -> None:

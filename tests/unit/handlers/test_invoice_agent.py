@@ -8,27 +8,28 @@ from chorus.errors import SemanticError
 from chorus.testing import WorkflowHarness
 from chorus_contracts.approvals import ApprovalDecided
 from chorus_contracts.lifecycle import WorkflowEnded
-from chorus_contracts.procurement import InvoiceReceived, InvoiceRejected, InvoiceValidated, PurchaseOrder
+from chorus_contracts.procurement import InvoiceReceived, InvoiceRejected, InvoiceValidated
 from invoice_agent.bootstrap import Deps
+from invoice_agent.domain import state_v1_to_v2
 from invoice_agent.service import SPEC
 from tests.support.fakes import model
 
-PO = PurchaseOrder(
-    po_number="PO-7781",
-    vendor_id="vendor-acme",
-    currency="EUR",
-    total_cents=150_000,
-    cost_center="cc-research",
-)
 
-
-def received(total: str = "1240.00", lines: str = "40 x GPU-Stunden @ 31.00 EUR") -> InvoiceReceived:
-    text = f"INVOICE INV-1\nVendor: vendor-acme\nPO: PO-7781\n{lines}\nTotal: {total} EUR"
+def received(
+    total: str = "1240.00",
+    lines: str = "40 x GPU-Stunden @ 31.00 EUR",
+    *,
+    vendor_on_invoice: str = "vendor-acme",
+    claimed_cents: int = 124_000,
+) -> InvoiceReceived:
+    text = f"INVOICE INV-1\nVendor: {vendor_on_invoice}\nPO: PO-7781\n{lines}\nTotal: {total} EUR"
     return InvoiceReceived(
         invoice_id="INV-1",
         vendor_id="vendor-acme",
+        po_number="PO-7781",
+        currency="EUR",
+        total_cents=claimed_cents,
         document_text=text,
-        purchase_order=PO,
         requester_ref="subj-1",
     )
 
@@ -38,13 +39,28 @@ def agent() -> WorkflowHarness:
     return WorkflowHarness(SPEC, Deps(llm=model()))
 
 
-async def test_an_invoice_that_matches_its_purchase_order_is_validated(agent: WorkflowHarness) -> None:
+async def test_an_invoice_that_reads_as_claimed_is_validated(agent: WorkflowHarness) -> None:
     step = await agent.deliver(received(), "wf-1")
     validated = step.first(InvoiceValidated)
     assert validated.extracted.total_cents == 124_000
     assert [line.description for line in validated.extracted.lines] == ["GPU-Stunden"]
-    assert validated.cost_center == "cc-research"
+    assert "total matches the claim" in validated.checks
     assert agent.state("wf-1").validated
+
+
+async def test_an_invoice_for_more_than_the_request_claims_is_rejected(agent: WorkflowHarness) -> None:
+    step = await agent.deliver(received(claimed_cents=100_000), "wf-7")
+    [reason] = step.first(InvoiceRejected).reasons
+    assert reason == "the invoice totals 124000, the request says 100000"
+    assert step.outcome.ended == "rejected"
+
+
+async def test_a_look_alike_vendor_on_the_invoice_is_rejected_and_shown_escaped(
+    agent: WorkflowHarness,
+) -> None:
+    step = await agent.deliver(received(vendor_on_invoice="vendor\u200b-acme"), "wf-8")
+    [reason] = step.first(InvoiceRejected).reasons
+    assert reason == "the invoice is from 'vendor\\u200b-acme', the request says vendor-acme"
 
 
 async def test_lines_that_do_not_add_up_reject_the_invoice_and_end_the_workflow(
@@ -86,11 +102,14 @@ async def test_a_revision_asked_at_the_budget_approval_reads_the_invoice_again(
     assert agent.state("wf-5").readings == 2
 
 
-async def test_a_reviewer_vouching_for_an_unreadable_invoice_validates_it_from_the_purchase_order(
+async def test_a_reviewer_vouching_for_an_unreadable_invoice_validates_the_claimed_amount(
     agent: WorkflowHarness,
 ) -> None:
+    # The claim, not a purchase order: the request carries none, and the PO's total is
+    # not what the invoice asks for.
+    unreadable = received(lines="UNREADABLE scan", claimed_cents=99_500)
     with pytest.raises(SemanticError):  # after its last try the runtime asks a person
-        await agent.deliver(received(lines="UNREADABLE scan"), "wf-6")
+        await agent.deliver(unreadable, "wf-6")
     approve = ApprovalDecided(
         approval_id="review-1",
         decision="approve",
@@ -100,5 +119,23 @@ async def test_a_reviewer_vouching_for_an_unreadable_invoice_validates_it_from_t
     )
     step = await agent.deliver(approve, "wf-6", workflow_type="procurement")
     validated = step.first(InvoiceValidated)
-    assert validated.extracted.total_cents == PO.total_cents
+    assert (validated.extracted.total_cents, validated.extracted.po_number) == (99_500, "PO-7781")
     assert "reading confirmed by reviewer erin.director" in validated.checks
+
+
+def test_a_checkpoint_of_a_v1_start_event_is_read_as_v2() -> None:
+    v1 = {
+        "invoice_id": "INV-1",
+        "vendor_id": "vendor-acme",
+        "document_text": "INVOICE INV-1",
+        "purchase_order": {
+            "po_number": "PO-7781",
+            "vendor_id": "vendor-acme",
+            "currency": "EUR",
+            "total_cents": 150_000,
+            "cost_center": "cc-research",
+        },
+        "requester_ref": "subj-1",
+    }
+    state = SPEC.state.model_validate(state_v1_to_v2({"invoice": v1, "readings": 1}))  # type: ignore[union-attr]
+    assert (state.invoice.po_number, state.invoice.total_cents) == ("PO-7781", 150_000)

@@ -16,7 +16,7 @@ from payment_agent.bootstrap import Deps
 from payment_agent.service import SPEC
 from tests.support.fakes import RecordingPayments
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "schemas/examples/invoice.validated/1/example-1.json"
+EXAMPLE = Path(__file__).resolve().parents[3] / "schemas/examples/invoice.validated/2/example-1.json"
 VALIDATED = InvoiceValidated.model_validate(json.loads(EXAMPLE.read_text())["payload"])
 RESERVED = BudgetReserved(
     invoice_id="INV-2026-0042",
@@ -69,3 +69,16 @@ async def test_an_outage_is_retried_and_the_last_attempt_gives_up_cleanly() -> N
     step = await agent.deliver(APPROVED, "wf-3", attempt=3)
     assert step.first(PaymentFailed).category == "exhausted_retries"
     assert len({call["key"] for call in payments.calls}) == 1  # one idempotency key throughout
+
+
+async def test_a_reservation_that_is_not_the_validated_amount_is_not_paid() -> None:
+    payments = RecordingPayments()
+    agent = harness(payments)
+    more = RESERVED.model_copy(update={"amount_cents": 150_000})  # e.g. a purchase order's total
+    for event in (VALIDATED, more):
+        await agent.deliver(event, "wf-4")
+    step = await agent.deliver(APPROVED, "wf-4")
+    failed = step.first(PaymentFailed)
+    assert failed.category == "persistent"
+    assert failed.reason == "the reservation holds 150000 cents but the validated invoice totals 124000"
+    assert payments.calls == []
