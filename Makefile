@@ -16,9 +16,11 @@ PYTEST_ARGS ?=
 # the dev stack log in as their own principals, whose passwords live in KAFKA_USERS_DIR
 # (`chorus access apply`). CHORUS_ENV=demo lets services start with the demo secrets (the
 # local database password, demo API keys), which they refuse anywhere else.
+# Decision events are signed (chorus.signing); `chorus access signing-keys` makes local keys.
 KAFKA_USERS_DIR := $(CURDIR)/.local/kafka/secrets/users
+SIGNING_DIR := $(CURDIR)/.local/kafka/secrets/signing
 LOCAL_ENV = set -a && . $(CURDIR)/.local/kafka/admin.env && set +a && \
-	CHORUS_KAFKA_USERS_DIR=$(KAFKA_USERS_DIR) CHORUS_ENV=demo
+	CHORUS_KAFKA_USERS_DIR=$(KAFKA_USERS_DIR) CHORUS_SIGNING_DIR=$(SIGNING_DIR) CHORUS_ENV=demo
 
 .PHONY: help setup up down status demo services test test-unit test-integration lint fmt bench lock clean \
 	schemas docs topics bench-quick test-reliability
@@ -45,6 +47,7 @@ up: setup
 	$(LOCAL)/kafka.sh start
 	$(LOCAL_ENV) $(VENV)/bin/chorus topics apply
 	$(LOCAL_ENV) $(VENV)/bin/chorus access apply
+	$(LOCAL_ENV) $(VENV)/bin/chorus access signing-keys
 	$(LOCAL)/postgres.sh start
 
 down:

@@ -259,3 +259,11 @@ def test_a_redrive_may_write_every_topic_a_runtime_service_reads() -> None:
     }
     writes = set(REGISTRY.principals.services["deadletter_service"].writes)
     assert read - writes == set(), "the dead-letter service could not redrive letters of these topics"
+
+
+def test_a_signed_event_type_is_produced_by_its_signer_and_nobody_else() -> None:
+    # A signed type from another service would be refused by every consumer (chorus.signing).
+    assert REGISTRY.signed_by(), "the decision events are signed"
+    for event_type, signer in REGISTRY.signed_by().items():
+        producers = {name for name, (edges, _) in SERVICES.items() if event_type in edges.produces}
+        assert producers == {signer}, (event_type, producers)

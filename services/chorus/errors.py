@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-Category = Literal["transient", "persistent", "semantic", "decode", "unexpected"]
+Category = Literal["transient", "persistent", "semantic", "decode", "unauthorized", "unexpected"]
 
 
 class ChorusError(Exception):
@@ -95,6 +95,18 @@ class DecodeError(PersistentError):
 
 class NotJSONError(DecodeError):
     """The bytes are not a UTF-8 JSON object (see chorus.strictjson for the rules)."""
+
+
+class UnauthorizedError(PersistentError):
+    """A record claiming an authority it cannot prove (a decision event not signed by the
+    producer the registry names for it, :mod:`chorus.signing`): dead letter, never a retry."""
+
+    category: Category = "unauthorized"
+    caused_by_input = True
+
+    def __init__(self, message: str, *, pointer: str | None = None) -> None:
+        super().__init__(message)
+        self.pointer = pointer
 
 
 class UndecodableError(DecodeError):

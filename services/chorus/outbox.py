@@ -20,24 +20,37 @@ import asyncpg
 from chorus.codec import encode
 from chorus.errors import EventTooLargeError
 from chorus.registry import Registry
+from chorus.signing import Signer, SigningConfigError
 from chorus.store import OutboxMessage, ServiceStore
 from chorus.strictjson import escape
 from chorus_contracts.envelope import Envelope
 
 
-def outbox_message(registry: Registry, envelope: Envelope) -> OutboxMessage:
+def outbox_message(registry: Registry, envelope: Envelope, signer: Signer | None = None) -> OutboxMessage:
     """The row that publishes ``envelope`` on its event type's topic, in its priority lane.
 
-    Headers repeat the trace context and type so header-only tools can route and trace.
+    Headers repeat the trace context and type so header-only tools can route and trace;
+    an event type the registry marks ``signed_by`` gets ``signer``'s signature (which must
+    be that producer's: anything else is a bug, refused here rather than by every consumer).
     Raises :class:`EventTooLargeError` (naming the largest field) when the record would be
     larger than its topic takes: refused here, at the source, rather than by the broker
     after it was committed.
     """
+    value = encode(envelope)
+    headers = envelope_headers(envelope)
+    signed_by = registry.signer_of(envelope.event_type)
+    if signed_by is not None:
+        if signer is None or signer.service != signed_by:
+            raise SigningConfigError(
+                f"{envelope.event_type} is signed by {signed_by}; "
+                f"{signer.service if signer else 'this code'} cannot publish it"
+            )
+        headers.append(signer.header(value))
     message = OutboxMessage(
         topic=registry.physical_topic(envelope.event_type, envelope.priority),
         key=envelope.workflow_id.encode(),
-        value=encode(envelope),
-        headers=envelope_headers(envelope),
+        value=value,
+        headers=headers,
         event_id=envelope.event_id,
         workflow_id=envelope.workflow_id,
     )
@@ -97,11 +110,12 @@ class OutboxTransaction:
 
     conn: asyncpg.Connection
     registry: Registry
+    signer: Signer | None = None
     messages: list[OutboxMessage] = field(default_factory=list)
 
     def publish(self, *envelopes: Envelope) -> None:
         """Publish ``envelopes`` on their topics (EventTooLargeError when one cannot be)."""
-        self.messages.extend(outbox_message(self.registry, e) for e in envelopes)
+        self.messages.extend(outbox_message(self.registry, e, self.signer) for e in envelopes)
 
     def publish_messages(self, messages: Sequence[OutboxMessage]) -> None:
         """Publish rows built already: a record redriven byte for byte, a stored envelope."""
@@ -113,12 +127,14 @@ class OutboxWriter:
     store: ServiceStore
     registry: Registry
     wake_relay: Callable[[], None]
+    signer: Signer | None = None
+    """Signs the decision events this service produces (chorus.signing)."""
 
     @asynccontextmanager
     async def transaction(self, conn: asyncpg.Connection) -> AsyncIterator[OutboxTransaction]:
         """A transaction on ``conn`` whose published events commit with it; the relay is
         woken after the commit (never before: it would find nothing)."""
-        tx = OutboxTransaction(conn, self.registry)
+        tx = OutboxTransaction(conn, self.registry, self.signer)
         async with conn.transaction():
             yield tx
             await self.store.add_outbox(conn, tx.messages)

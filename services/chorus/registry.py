@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.json_schema import GenerateJsonSchema
 
 import chorus_contracts
@@ -46,6 +46,11 @@ class TopicEvent(BaseModel):
     type: str
     versions: list[int] = Field(min_length=1)
     compatibility: Compatibility = "full"
+    signed_by: str | None = Field(
+        default=None,
+        description="the only service that produces this type; it signs each event and "
+        "consumers refuse any other (chorus.signing): for events that carry authority",
+    )
 
 
 class TopicSpec(BaseModel):
@@ -73,6 +78,15 @@ class TopicSpec(BaseModel):
         description="broker max.message.bytes for this topic (default: the broker's, about 1 MB)",
     )
     events: list[TopicEvent] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _signers_produce_here(self) -> TopicSpec:
+        for ev in self.events:
+            if ev.signed_by is not None and ev.signed_by not in self.producers:
+                raise ValueError(
+                    f"{ev.type} is signed_by {ev.signed_by}, which does not produce {self.topic}"
+                )
+        return self
 
     def physical_topics(self) -> list[str]:
         if not self.lanes:
@@ -115,6 +129,7 @@ class Registry:
     principals: Principals = field(default_factory=Principals)
     _topic_of: dict[str, TopicSpec] = field(default_factory=dict)
     _physical: dict[str, TopicSpec] = field(default_factory=dict)
+    _signed_by: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for spec in self.topics.values():
@@ -127,11 +142,20 @@ class Registry:
                         f"{self._topic_of[ev.type].topic} and {spec.topic}"
                     )
                 self._topic_of[ev.type] = spec
+                if ev.signed_by is not None:
+                    self._signed_by[ev.type] = ev.signed_by
 
     # -- lookups ---------------------------------------------------------------
 
     def event_types(self) -> list[str]:
         return sorted(self._topic_of)
+
+    def signed_by(self) -> dict[str, str]:
+        """Event type -> the only service that may produce it, for the signed types."""
+        return dict(self._signed_by)
+
+    def signer_of(self, event_type: str) -> str | None:
+        return self._signed_by.get(event_type)
 
     def topic_for(self, event_type: str) -> TopicSpec:
         return self._topic_of[event_type]

@@ -146,6 +146,8 @@ class RuntimeHandle:
     producer: Any
     outbox: Any
     """chorus.outbox.OutboxWriter: how code outside handlers publishes (and wakes the relay)."""
+    signer: Any = None
+    """chorus.signing.Signer of the decision events this service produces (or None)."""
 
 
 Worker = Callable[[RuntimeHandle], Coroutine[Any, Any, None]]

@@ -11,10 +11,12 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from chorus_contracts.base import Comment, EventModel, Model, Name, Text, UtcDateTime, event
+from chorus_contracts.base import Comment, EventModel, Model, Name, Text, UtcDateTime, event, upcaster
 from chorus_contracts.envelope import MAX_ATTEMPTS
 
-ErrorCategory = Literal["transient", "persistent", "semantic", "decode", "unexpected"]
+ErrorCategoryV1 = Literal["transient", "persistent", "semantic", "decode", "unexpected"]
+ErrorCategory = Literal["transient", "persistent", "semantic", "decode", "unauthorized", "unexpected"]
+"""v2 adds ``unauthorized``: a decision event not signed by its registered producer."""
 
 # Bounds of a carried record: Kafka's own (topic names, header key lengths) and the
 # largest record any Chorus topic takes (8 MiB, base64). Dead-lettering a record must
@@ -111,6 +113,14 @@ class RetryDue(EventModel):
     failures: list[Failure] = Field(max_length=1000)
 
 
+class ErrorDetailV1(Model):
+    category: ErrorCategoryV1
+    error_class: Name
+    message: Text
+    traceback: str = Field(default="", max_length=10000)
+    pointer: str | None = Field(default=None, max_length=500, description="JSON pointer to the failing field")
+
+
 class ErrorDetail(Model):
     category: ErrorCategory
     error_class: Name
@@ -119,7 +129,30 @@ class ErrorDetail(Model):
     pointer: str | None = Field(default=None, max_length=500, description="JSON pointer to the failing field")
 
 
+# v1's categories had no ``unauthorized``: an enum only widens in a new version (a v1
+# reader could not read it). Every v1 letter is a valid v2 one; consumers read v2.
 @event("event.dead_lettered", 1)
+class EventDeadLetteredV1(EventModel):
+    """A record a service could not process, with everything needed to fix and redrive it."""
+
+    service: Name
+    service_version: Name
+    consumer_group: Name
+    original: OriginalRecord
+    error: ErrorDetailV1
+    attempts: int = Field(ge=1, le=MAX_ATTEMPTS)
+    failures: list[Failure] = Field(max_length=1000)
+    original_event_type: str | None = Field(default=None, max_length=200)
+    original_event_id: str | None = Field(default=None, max_length=200)
+    original_workflow_id: str | None = Field(default=None, max_length=200)
+
+
+@upcaster("event.dead_lettered", 1)
+def _dead_lettered_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    return payload
+
+
+@event("event.dead_lettered", 2)
 class EventDeadLettered(EventModel):
     """A record a service could not process, with everything needed to fix and redrive it."""
 

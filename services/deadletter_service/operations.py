@@ -176,7 +176,7 @@ def _discard_outbox(
     # A child of the dead letter: same workflow (which the runtime un-parks), same
     # trace, and an id derived from the letter's, so the discard has one identity.
     envelope = child_envelope(parent, body, producer=rt.producer, now=now, position="discard")
-    message = outbox_message(rt.registry, envelope)
+    message = outbox_message(rt.registry, envelope, rt.signer)
     detail = {"published": True, "topic": message.topic, "event_id": str(envelope.event_id)}
     return [message], detail
 

@@ -392,7 +392,7 @@ def _messages(rt: RuntimeHandle, envelopes: list[tuple[Envelope, str]]) -> list[
     messages = []
     for envelope, prefix in envelopes:
         try:
-            messages.append(outbox_message(rt.registry, envelope))
+            messages.append(outbox_message(rt.registry, envelope, rt.signer))
         except EventTooLargeError as exc:
             where = prefix + (exc.pointer or "").removeprefix("/payload") if exc.pointer else "/"
             raise Problem(

@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from chorus.codec import encode
 from chorus.registry import Registry
 from chorus.runtime.runner import ServiceRunner, ServiceSettings, running
+from chorus_contracts.envelope import ProducerRef
 from chorus_contracts.platform import EventDiscarded, OriginalRecord, RetryDue
 from chorus_tools.cli.main import app as cli
 from tests.support.events import TaskSubmitted
@@ -128,11 +129,13 @@ async def test_control_records_that_do_not_make_sense_are_dead_letters_not_crash
                 failures=[],
             )
         )
+        # From the dead-letter service itself (signed: tests.support.kafka.publish), so it
+        # is the malformed id that is refused, not the sender.
         broken_discard = envelope(
             EventDiscarded(
                 service=svc, consumer_group=svc, discarded_event_id="not-a-uuid", reason="x", actor="someone"
             )
-        )
+        ).model_copy(update={"producer": ProducerRef(service="deadletter_service", version="0.1.0")})
         await publish(kafka_bootstrap, registry.physical_topic("retry.due"), [broken_retry, broken_discard])
         good = envelope(TaskSubmitted(task="after"))
         await publish(kafka_bootstrap, registry.physical_topic("test.task_submitted"), [good])

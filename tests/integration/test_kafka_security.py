@@ -7,10 +7,13 @@ the broker itself refuses what the registry does not let them do.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import subprocess
 from pathlib import Path
 
+import asyncpg
 import pytest
 import yaml
 from aiokafka.errors import (
@@ -31,11 +34,17 @@ from typer.testing import CliRunner
 from chorus.codec import encode
 from chorus.kafka import KafkaAuth, kafka_auth, make_consumer, make_producer
 from chorus.registry import Registry, load_registry
+from chorus.runtime.runner import running
+from chorus.signing import load_keys
 from chorus_contracts.approvals import ApprovalDecided
+from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_tools.access import Access, local_passwords
 from chorus_tools.cli.main import app
-from tests.support.kafka import envelope
+from payment_agent.config import Settings as PaymentSettings
+from payment_agent.service import SPEC as PAYMENT
+from tests.support.kafka import envelope, events_of, read_topic, signed
 from tests.support.registry import grant_access, isolated_registry, isolated_schemas, provision
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -224,3 +233,94 @@ async def test_an_operator_gets_its_own_login_for_the_cli_and_may_produce(
     for name, value in lines.items():
         monkeypatch.setenv(name, value)
     await produce(kafka_bootstrap, kafka_auth(), registry.physical_topic("invoice.received"), b"{}")
+
+
+# -- decisions are signed: a topic's other producers cannot forge them -------------------------
+
+
+def decision(workflow_id: str, producer: str = "approval_gate") -> Envelope:
+    """A manager's approval of ``workflow_id``'s payment, claiming ``producer``."""
+    decided = ApprovalDecided(
+        approval_id=f"appr-{workflow_id}",
+        decision="approve",
+        decided_by="dana.manager",
+        tier="manager",
+        requested_by="budget_agent",
+    )
+    made = envelope(decided, workflow_id=workflow_id, workflow_type="procurement")
+    return made.model_copy(update={"producer": ProducerRef(service=producer, version="0.1.0")})
+
+
+async def test_a_decision_not_signed_by_the_gate_is_dead_lettered_unauthorized_and_pays_nothing(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str, pg: asyncpg.Connection
+) -> None:
+    # The report agent may write approvals.events (it asks for approvals there), so the
+    # broker lets its forgeries through; the payment agent must not believe them.
+    registry = await granted(tmp_path, unique, kafka_bootstrap)
+    topic = registry.physical_topic("approval.decided")
+    signing_dir = os.environ["CHORUS_SIGNING_DIR"]
+    gateway_signer = load_keys(signing_dir, "gateway", signs={"x"}, checks={}).signer
+    assert gateway_signer is not None
+
+    genuine = decision(f"wf-genuine-{unique}")
+    genuine_headers = signed(genuine, []) or []
+    tampered = decision(f"wf-tampered-{unique}")
+    tampered_value = encode(tampered).replace(b"dana.manager", b"eve.attacker")
+    records: dict[str, tuple[bytes, list[tuple[str, bytes]]]] = {
+        # names itself: the registry says only the gate produces approval.decided
+        "claims": (encode(decision(f"wf-claims-{unique}", "report_agent")), []),
+        # claims the gate, unsigned
+        "unsigned": (encode(decision(f"wf-unsigned-{unique}")), []),
+        # claims the gate, signed with another service's key
+        "wrong-key": (
+            encode(wrong := decision(f"wf-wrongkey-{unique}")),
+            [gateway_signer.header(encode(wrong))],
+        ),
+        # the gate's signature of another decision: altered after signing
+        "tampered": (tampered_value, signed(tampered, []) or []),
+        "genuine": (encode(genuine), genuine_headers),
+    }
+    async with make_producer(kafka_bootstrap, auth=login("report_agent")) as producer:
+        for value, headers in records.values():
+            await producer.send_and_wait(topic, value, key=b"k", headers=headers)
+
+    settings = PaymentSettings(
+        kafka_bootstrap=kafka_bootstrap, database_url=database_url, log_json=False, http_port=0,
+        group_id=f"payment_agent-{unique}",
+    )  # fmt: skip
+    forged = {name for name in records if name != "genuine"}
+    async with running(PAYMENT, settings, registry=registry):
+        letters = await read_topic(
+            kafka_bootstrap,
+            [registry.physical_topic("event.dead_lettered")],
+            until=lambda rs: len(events_of(rs, "event.dead_lettered")) >= len(forged),
+        )
+        approved = await wait_until(
+            lambda: pg.fetchval(
+                "SELECT state->>'approved_by' FROM payment_agent.state WHERE workflow_id = $1",
+                genuine.workflow_id,
+            ),
+            what="the genuine decision to be handled",
+        )
+    assert approved == "dana.manager"
+    # Dead-lettered by position, never under the forged envelope's ids: a forgery reusing a
+    # genuine event's id must not make the genuine one look like a duplicate later.
+    by_workflow = {
+        json.loads(base64.b64decode(payload["original"]["value_b64"]))["workflow_id"]: payload
+        for payload in (letter["payload"] for letter in events_of(letters, "event.dead_lettered"))
+    }
+    assert sorted(by_workflow) == sorted(f"wf-{n.replace('-', '')}-{unique}" for n in forged)
+    for name in forged:
+        letter = by_workflow[f"wf-{name.replace('-', '')}-{unique}"]
+        assert letter["error"]["category"] == "unauthorized", letter["error"]
+        assert base64.b64decode(letter["original"]["value_b64"]) == records[name][0]
+    assert "only approval_gate produces it" in by_workflow[f"wf-claims-{unique}"]["error"]["message"]
+    assert "chorus-signature header" in by_workflow[f"wf-unsigned-{unique}"]["error"]["message"]
+    for name in ("wrongkey", "tampered"):
+        assert "not approval_gate's signature" in by_workflow[f"wf-{name}-{unique}"]["error"]["message"]
+    # None of the forged workflows got as far as a payment's state.
+    rows = await pg.fetchval(
+        "SELECT count(*) FROM payment_agent.state WHERE workflow_id = ANY($1::text[])",
+        [f"wf-{n.replace('-', '')}-{unique}" for n in forged],
+    )
+    assert rows == 0

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import os
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -12,6 +14,8 @@ from aiokafka import ConsumerRecord
 
 from chorus.codec import encode
 from chorus.kafka import make_consumer, make_producer
+from chorus.registry import default_registry
+from chorus.signing import load_keys
 from chorus.testing import make_event
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, Priority
@@ -36,6 +40,22 @@ def envelope(
     return env.model_copy(update=updates) if updates else env
 
 
+_registry = functools.cache(default_registry)
+
+
+def signed(value: Envelope, headers: list[tuple[str, bytes]] | None) -> list[tuple[str, bytes]] | None:
+    """``headers`` plus the producer's signature when ``value`` is a signed (decision) event
+    that names its real producer: the test plays that producer, with the local key
+    (CHORUS_SIGNING_DIR holds every local private key). A forger's envelope (another
+    producer) is left unsigned."""
+    producer = _registry().signer_of(value.event_type)
+    if producer is None or value.producer.service != producer:
+        return headers
+    keys = load_keys(os.environ.get("CHORUS_SIGNING_DIR", ""), producer, signs={value.event_type}, checks={})
+    assert keys.signer is not None
+    return [*(headers or []), keys.signer.header(encode(value))]
+
+
 async def publish(
     bootstrap: str,
     topic: str,
@@ -43,13 +63,19 @@ async def publish(
     *,
     key: bytes | None = None,
     headers: list[tuple[str, bytes]] | None = None,
+    sign: bool = True,
 ) -> None:
+    """Publish ``values`` (envelopes keyed by workflow id); decision events are signed by
+    the producer they name unless ``sign`` is False."""
     producer = make_producer(bootstrap)
     await producer.start()
     try:
         for value in values:
             if isinstance(value, Envelope):
-                await producer.send(topic, encode(value), key=value.workflow_id.encode(), headers=headers)
+                with_signature = signed(value, headers) if sign else headers
+                await producer.send(
+                    topic, encode(value), key=value.workflow_id.encode(), headers=with_signature
+                )
             else:
                 await producer.send(topic, value, key=key, headers=headers)
         await producer.flush()

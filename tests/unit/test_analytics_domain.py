@@ -259,6 +259,7 @@ def test_dead_letters_take_the_type_of_the_original_workflow_when_it_is_known() 
         "persistent": 0,
         "semantic": 0,
         "decode": 1,
+        "unauthorized": 0,
         "unexpected": 0,
     }
 

@@ -47,9 +47,10 @@ def ev(
 ) -> tuple[AuditEntry, EventModel]:
     """An event of ``event_type`` at T0 + ``minute``: the registry's example payload
     with ``payload`` overrides, in a fresh envelope of workflow WF."""
-    example = REGISTRY.examples[(event_type, 1)][0].body
+    version = REGISTRY.latest_version(event_type)  # what a consumer reads (older ones upcast)
+    example = REGISTRY.examples[(event_type, version)][0].body
     body = {**example["payload"], **payload}
-    model = CATALOG[(event_type, 1)].model_validate(body)
+    model = CATALOG[(event_type, version)].model_validate(body)
     envelope = Envelope.model_validate(
         {
             **example,

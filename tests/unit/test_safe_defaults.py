@@ -97,3 +97,16 @@ def test_a_service_with_demo_secrets_or_no_kafka_login_exits_78_saying_why() -> 
     no_login = run_service("budget_agent", {**base, "CHORUS_ENV": "demo"})
     assert no_login.returncode == EX_CONFIG
     assert "CHORUS_KAFKA_SASL_USERNAME" in no_login.stderr
+
+
+def test_a_service_without_its_signing_keys_exits_78_naming_the_setting(tmp_path: Path) -> None:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CHORUS_")}
+    env = {**base, "CHORUS_ENV": "demo", "CHORUS_KAFKA_SECURITY_PROTOCOL": "PLAINTEXT"}
+    unset = run_service("budget_agent", env)
+    assert unset.returncode == EX_CONFIG
+    assert "refusing to start" in unset.stderr and "CHORUS_SIGNING_DIR" in unset.stderr
+    # The gate signs approvals: the public keys alone are not enough for it.
+    empty = run_service("approval_gate", {**env, "CHORUS_SIGNING_DIR": str(tmp_path)})
+    assert empty.returncode == EX_CONFIG
+    assert "approval_gate.key" in empty.stderr
+    assert "Traceback" not in unset.stderr + empty.stderr

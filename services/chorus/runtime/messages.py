@@ -18,6 +18,7 @@ from chorus.outbox import outbox_message
 from chorus.registry import Registry
 from chorus.runtime.records import Record, to_original
 from chorus.service import CancelTimer, Emit, Outcome, RescheduleTimer, ScheduleTimer, ServiceSpec
+from chorus.signing import Signer
 from chorus.store import OutboxMessage
 from chorus.strictjson import storable
 from chorus_contracts.base import EventModel
@@ -42,9 +43,10 @@ class Messages:
     registry: Registry
     producer: ProducerRef
     group: str
+    signer: Signer | None = None
 
     def message(self, envelope: Envelope) -> OutboxMessage:
-        return outbox_message(self.registry, envelope)
+        return outbox_message(self.registry, envelope, self.signer)
 
     def _child(
         self,

@@ -33,7 +33,7 @@ import asyncpg
 
 from chorus.clock import Clock
 from chorus.codec import Event, decode
-from chorus.errors import DecodeError, UndecodableError
+from chorus.errors import DecodeError, UnauthorizedError, UndecodableError
 from chorus.logs import fields, log_context
 from chorus.metrics import Metrics
 from chorus.outbox import OutboxWriter
@@ -47,6 +47,7 @@ from chorus.runtime.messages import Messages
 from chorus.runtime.records import Record, record_from_original
 from chorus.runtime.steps import Frame, Handled, Via
 from chorus.service import ServiceSpec
+from chorus.signing import Keys, Verifier
 from chorus.store import ConflictError, InboxOutcome, Loaded, ServiceStore
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, ProducerRef
@@ -81,6 +82,8 @@ class Pipeline:
     max_bytes: int
     on_outbox: Callable[[], None] = lambda: None
     rng: random.Random = field(default_factory=random.Random)
+    keys: Keys = field(default_factory=lambda: Keys(None, Verifier({}, {})))
+    """This service's signer and the verifier of signed event types (chorus.signing)."""
 
     def __post_init__(self) -> None:
         self.producer = ProducerRef(service=self.spec.name, version=self.spec.version)
@@ -90,7 +93,7 @@ class Pipeline:
             spec=self.spec,
             metrics=self.metrics,
             guard=self.guard,
-            messages=Messages(self.spec, self.registry, self.producer, self.group),
+            messages=Messages(self.spec, self.registry, self.producer, self.group, self.keys.signer),
             on_outbox=self.on_outbox,
             **parts,
         )
@@ -98,7 +101,9 @@ class Pipeline:
             self.spec, self.deps, self.clock, self.metrics, self.committer.checkpoint, self.rng
         )
         self.data_requests = DataRequests(
-            outbox=OutboxWriter(self.store, self.registry, self.on_outbox), producer=self.producer, **parts
+            outbox=OutboxWriter(self.store, self.registry, self.on_outbox, self.keys.signer),
+            producer=self.producer,
+            **parts,
         )
         # Concurrent lanes share round trips: loads go in batches.
         self._loads: Coalescer[tuple[uuid.UUID, str], Loaded] = Coalescer(self._load_batch)
@@ -147,6 +152,8 @@ class Pipeline:
         elif isinstance(payload, WorkflowsRetired):
             await self._on_retired(rec, envelope, payload)
         elif self.spec.handler_for(event.event_type) is not None:
+            if await self._unproven(envelope, rec):
+                return
             await self._process(event, rec, attempt=envelope.attempt, failures=[], via=Via.DELIVERY)
         else:
             return  # another service's event on a shared topic
@@ -167,10 +174,24 @@ class Pipeline:
         except DecodeError as exc:
             await self.committer.dead_letter_record(original, exc)
             return
+        if await self._unproven(event.envelope, original):
+            return
         await self._process(event, original, attempt=due.attempt, failures=list(due.failures), via=Via.RETRY)
+
+    async def _unproven(self, envelope: Envelope, rec: Record) -> bool:
+        """True (and the record dead-lettered as ``unauthorized``) when its event is of a
+        signed type and not proven to come from its registered producer."""
+        try:
+            self.keys.verifier.check(envelope.event_type, envelope.producer.service, rec.value, rec.headers)
+        except UnauthorizedError as exc:
+            await self.committer.dead_letter_record(rec, exc)
+            return True
+        return False
 
     async def _on_discarded(self, rec: Record, envelope: Envelope, msg: EventDiscarded) -> None:
         if msg.service != self.spec.name or msg.consumer_group != self.group:
+            return
+        if await self._unproven(envelope, rec):  # only an operator's discard counts
             return
         discarded = await self._uuid_or_dead_letter(
             rec, msg.discarded_event_id, "/payload/discarded_event_id"

@@ -13,6 +13,7 @@ import contextlib
 import functools
 import logging
 import signal
+import sys
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from datetime import timedelta
@@ -43,7 +44,8 @@ from chorus.runtime.records import Record
 from chorus.runtime.relay import OutboxRelay
 from chorus.runtime.stuck import StuckRecords
 from chorus.service import RuntimeHandle, ServiceSpec
-from chorus.settings import ChorusSettings
+from chorus.settings import EX_CONFIG, ChorusSettings
+from chorus.signing import SigningConfigError, load_keys
 from chorus.store import OutboxMessage, OutboxRow, ServiceStore
 from chorus.tracing import setup_tracing
 from chorus_contracts.envelope import Priority, ProducerRef
@@ -75,6 +77,9 @@ class ServiceSettings(ChorusSettings):
     db_pool_size: int = 10
     outbox_keep_s: float = 3600.0
     """Published outbox rows are kept this long (for inspection), then deleted."""
+    signing_dir: str = ""
+    """Directory of Ed25519 keys (chorus.signing): every signer's ``<service>.pub``, and
+    this service's ``<service>.key`` when it produces a signed (decision) event type."""
     stuck_record_alert_s: float = 180.0
     """A record failing for an infrastructure reason this long is reported stuck (/health,
     chorus status, chorus_records_stuck) while it goes on being retried."""
@@ -98,6 +103,8 @@ class ServiceRunner:
             Path(settings.schemas_dir) if settings.schemas_dir else None
         )
         self.group = settings.group_id or spec.name
+        signs = {t for t in spec.produces if self.registry.signer_of(t) == spec.name}
+        self.keys = load_keys(settings.signing_dir, spec.name, signs=signs, checks=self.registry.signed_by())
         self.metrics = Metrics(spec.name)
         self.store = ServiceStore(spec.name)
         self.guard = DeadLetterGuard(max_consecutive=settings.dead_letter_guard_consecutive)
@@ -165,6 +172,7 @@ class ServiceRunner:
             guard=self.guard,
             max_bytes=s.max_event_bytes,
             on_outbox=relay.wake,
+            keys=self.keys,
         )
         self.stuck = StuckRecords(s.stuck_record_alert_s, self.metrics, wall_clock=self.clock.now)
         self.dispatcher = Dispatcher(
@@ -181,7 +189,8 @@ class ServiceRunner:
             settings=s,
             deps=self.deps,
             producer=self.pipeline.producer,
-            outbox=OutboxWriter(self.store, self.registry, relay.wake),
+            outbox=OutboxWriter(self.store, self.registry, relay.wake, self.keys.signer),
+            signer=self.keys.signer,
         )
         self.http = HttpServer(
             s.http_host,
@@ -413,7 +422,12 @@ async def running(
 
 def main(spec: ServiceSpec[Any, Any], settings: ServiceSettings) -> None:
     """The body of every service's ``__main__``."""
-    code = asyncio.run(ServiceRunner(spec, settings).run_until_signalled())
+    try:
+        runner = ServiceRunner(spec, settings)
+    except SigningConfigError as exc:
+        print(f"refusing to start: {exc}", file=sys.stderr)
+        raise SystemExit(EX_CONFIG) from None
+    code = asyncio.run(runner.run_until_signalled())
     raise SystemExit(code)
 
 

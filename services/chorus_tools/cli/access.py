@@ -16,6 +16,7 @@ from pydantic import SecretStr, ValidationError
 from chorus.kafka import KafkaAuth, kafka_auth
 from chorus.registry import Registry, default_schemas_dir, load_registry
 from chorus.settings import LOCAL_KAFKA
+from chorus.signing import make_keys
 from chorus_tools.access import (
     Access,
     client_env,
@@ -91,6 +92,24 @@ def apply_command(
         f"acls: {len(plan.add)} added, {len(plan.revoke)} revoked ({verb}); "
         f"{len(grants(registry))} in the registry; {plan.foreign} of other principals or topics left alone"
     )
+
+
+@app.command("signing-keys")
+def signing_keys_command(
+    signing_dir: Annotated[
+        Path,
+        typer.Option(
+            "--signing-dir", envvar="CHORUS_SIGNING_DIR", help="Where the keys live (made if missing)."
+        ),
+    ],
+    schemas_dir: SchemasDir = None,
+) -> None:
+    """Make an Ed25519 key pair (<service>.key, mode 600, and <service>.pub) for every
+    service the registry names as the signer of a decision event, unless it has one.
+    For a local stack or a first deployment; services read them from CHORUS_SIGNING_DIR."""
+    signers = sorted(set(_registry(schemas_dir).signed_by().values()))
+    made = make_keys(signing_dir, signers)
+    typer.echo(f"signing keys: {len(signers)} signer(s) in {signing_dir}; made: {', '.join(made) or 'none'}")
 
 
 @app.command("client-config")

@@ -181,6 +181,15 @@ def build_envelope(
     """
     if not registry.knows(event_type):
         raise CliError(unknown_name_message("event type", event_type, registry.event_types()), EX_DATAERR)
+    signer = registry.signer_of(event_type)
+    if signer is not None:
+        # Its consumers dead-letter it from anyone but its signer (chorus.signing).
+        raise CliError(
+            f"{event_type} carries authority and is signed by {signer}: consumers refuse it from "
+            "anyone else. Decide through the gateway's API (approvals) or the dead-letter service "
+            "(discards) instead",
+            EX_DATAERR,
+        )
     versions = registry.versions(event_type)
     version = schema_version or max(versions)
     if version not in versions:

@@ -1,0 +1,115 @@
+"""Signed decision events (chorus.signing): what a signature proves, and what it survives."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from chorus.codec import encode
+from chorus.errors import UnauthorizedError
+from chorus.outbox import outbox_message
+from chorus.registry import load_registry
+from chorus.signing import HEADER, SigningConfigError, load_keys, make_keys
+from chorus_contracts.approvals import ApprovalDecided
+from chorus_contracts.envelope import Envelope, ProducerRef
+from tests.support.kafka import envelope
+
+ROOT = Path(__file__).resolve().parents[2]
+REGISTRY = load_registry(ROOT / "schemas")
+CHECKS = REGISTRY.signed_by()
+
+
+@pytest.fixture(scope="module")
+def keys_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("signing")
+    make_keys(directory, ["approval_gate", "gateway", "deadletter_service"])
+    return directory
+
+
+def decided(producer: str = "approval_gate") -> bytes:
+    event = ApprovalDecided(
+        approval_id="appr-1",
+        decision="approve",
+        decided_by="dana",
+        tier="manager",
+        requested_by="budget_agent",
+    )
+    made = envelope(event, workflow_id="wf-1", workflow_type="procurement")
+    return encode(made.model_copy(update={"producer": ProducerRef(service=producer, version="1.0.0")}))
+
+
+def test_the_gates_signature_is_accepted_and_survives_a_redrive_raising_the_attempt(keys_dir: Path) -> None:
+    gate = load_keys(str(keys_dir), "approval_gate", signs={"approval.decided"}, checks=CHECKS)
+    assert gate.signer is not None
+    value = decided()
+    header = gate.signer.header(value)
+    gate.verifier.check("approval.decided", "approval_gate", value, [header])
+    redriven = json.dumps({**json.loads(value), "attempt": 7}, separators=(",", ":")).encode()
+    gate.verifier.check("approval.decided", "approval_gate", redriven, [("traceparent", b"x"), header])
+
+
+@pytest.mark.parametrize(
+    ("case", "says"),
+    [
+        ("other-producer", "only approval_gate produces it"),
+        ("no-header", f"exactly one {HEADER}"),
+        ("two-headers", f"exactly one {HEADER}"),
+        ("other-key", "not approval_gate's signature"),
+        ("changed", "not approval_gate's signature"),
+        ("garbage", "not approval_gate's signature"),
+    ],
+)
+def test_anything_but_the_registered_producers_signature_is_unauthorized(
+    keys_dir: Path, case: str, says: str
+) -> None:
+    gate = load_keys(str(keys_dir), "approval_gate", signs={"approval.decided"}, checks=CHECKS)
+    gateway = load_keys(str(keys_dir), "gateway", signs={"approval.decision_submitted"}, checks=CHECKS)
+    assert gate.signer is not None and gateway.signer is not None
+    value, producer = decided(), "approval_gate"
+    headers = [gate.signer.header(value)]
+    if case == "other-producer":
+        value, producer = decided("report_agent"), "report_agent"
+    elif case == "no-header":
+        headers = []
+    elif case == "two-headers":
+        headers = headers * 2
+    elif case == "other-key":
+        headers = [gateway.signer.header(value)]
+    elif case == "changed":
+        value = value.replace(b'"approve"', b'"reject"')
+    elif case == "garbage":
+        headers = [(HEADER, b"not base64!")]
+    with pytest.raises(UnauthorizedError, match=says) as refused:
+        gate.verifier.check("approval.decided", producer, value, headers)
+    assert refused.value.category == "unauthorized"
+
+
+def test_unsigned_types_pass_and_the_outbox_signs_only_with_the_registered_signer(keys_dir: Path) -> None:
+    gate = load_keys(str(keys_dir), "approval_gate", signs={"approval.decided"}, checks=CHECKS)
+    gate.verifier.check("invoice.received", "anyone", b"{}", [])  # not a signed type
+    made = Envelope.model_validate(json.loads(decided()))
+    message = outbox_message(REGISTRY, made, gate.signer)
+    assert [k for k, _ in message.headers].count(HEADER) == 1
+    gate.verifier.check("approval.decided", "approval_gate", message.value, message.headers)
+    gateway = load_keys(str(keys_dir), "gateway", signs={"approval.decision_submitted"}, checks=CHECKS)
+    for signer in (None, gateway.signer):
+        with pytest.raises(SigningConfigError, match="signed by approval_gate"):
+            outbox_message(REGISTRY, made, signer)
+
+
+def test_keys_are_made_once_private_ones_unreadable_to_others_and_missing_ones_stop_the_start(
+    tmp_path: Path,
+) -> None:
+    assert make_keys(tmp_path, ["gateway"]) == ["gateway"]
+    assert make_keys(tmp_path, ["gateway"]) == []  # kept, not replaced
+    assert stat.S_IMODE((tmp_path / "gateway.key").stat().st_mode) == 0o600
+    with pytest.raises(SigningConfigError, match="CHORUS_SIGNING_DIR"):
+        load_keys("", "approval_gate", signs={"approval.decided"}, checks=CHECKS)
+    with pytest.raises(SigningConfigError, match=r"approval_gate\.key"):
+        load_keys(str(tmp_path), "approval_gate", signs={"approval.decided"}, checks={})
+    with pytest.raises(SigningConfigError, match=r"approval_gate\.pub"):
+        load_keys(str(tmp_path), "invoice_agent", signs=set(), checks=CHECKS)
+    assert load_keys("", "invoice_agent", signs=set(), checks={}).signer is None
