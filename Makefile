@@ -49,6 +49,7 @@ up: setup
 	$(LOCAL_ENV) $(VENV)/bin/chorus access apply
 	$(LOCAL_ENV) $(VENV)/bin/chorus access signing-keys
 	$(LOCAL)/postgres.sh start
+	$(LOCAL_ENV) $(VENV)/bin/chorus access database
 
 down:
 	$(LOCAL)/kafka.sh stop

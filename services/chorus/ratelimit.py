@@ -28,6 +28,11 @@ DDL = [
 ]
 
 
+async def migrate_rate_limits(conn: asyncpg.Connection) -> None:
+    """The shared buckets' table (schema chorus), made by the first limiter or the admin."""
+    await migrate(conn, schema="chorus", component="ratelimit", migrations=baseline(DDL))
+
+
 class RateLimitTimeout(Exception):
     """No token within the caller's deadline."""
 
@@ -58,7 +63,7 @@ class RateLimiter:
 
     async def setup(self) -> None:
         async with self.pool.acquire() as conn:
-            await migrate(conn, schema="chorus", component="ratelimit", migrations=baseline(DDL))
+            await migrate_rate_limits(conn)
             await conn.execute(
                 """INSERT INTO chorus.rate_limits (name, rate_per_s, burst, tokens, refilled_at)
                    VALUES ($1, $2, $3, $3, $4)

@@ -1,7 +1,9 @@
 """The durable state of one service: inbox, checkpoints, outbox and parked events.
 
 Every service owns a PostgreSQL schema named after it; nothing outside the
-service reads these tables (the gateway reads the audit projection instead).
+service reads these tables (the gateway reads the audit projection instead). Deployed,
+each service connects as a role of its name that owns the schema and can reach no other
+(chorus_tools.dbroles), so the rule is the database's, not only the code's.
 
 - ``inbox``   one row per (consumer group, event id): the outcome of that event.
               A delivery whose row says it is done is a duplicate and is skipped.
@@ -169,6 +171,15 @@ BEGIN
 END $$"""
 
 
+async def migrate_shared(conn: asyncpg.Connection) -> None:
+    """The objects every service shares, in schema chorus. Its ledger's lock keeps services
+    that start together from running CREATE OR REPLACE FUNCTION at once; where services
+    run as their own roles, the provisioning admin runs this first (a role could not
+    replace a function another one created)."""
+    shared = [*baseline([CONFLICT_FUNCTION]), Migration(2, "subject hash", (SUBJECT_HASH_FUNCTION,))]
+    await migrate(conn, schema="chorus", component="runtime", migrations=shared)
+
+
 def _columns(rows: Sequence[Any], *fields: str) -> list[list[Any]]:
     """The rows' values of each field, one list per field: a batch's arrays for unnest()."""
     return [[getattr(row, f) for row in rows] for f in fields]
@@ -266,10 +277,7 @@ class ServiceStore:
         ]
 
     async def migrate(self, conn: asyncpg.Connection) -> None:
-        # Objects every service shares live in schema chorus; its ledger's lock also keeps
-        # services that start together from running CREATE OR REPLACE FUNCTION at once.
-        shared = [*baseline([CONFLICT_FUNCTION]), Migration(2, "subject hash", (SUBJECT_HASH_FUNCTION,))]
-        await migrate(conn, schema="chorus", component="runtime", migrations=shared)
+        await migrate_shared(conn)
         await migrate(conn, schema=self.schema, component="runtime", migrations=self.migrations())
 
     def migrations(self) -> list[Migration]:

@@ -20,7 +20,9 @@ from pathlib import Path
 
 import httpx
 
+from chorus.settings import LOCAL_DATABASE_URL
 from chorus_tools.access import local_password
+from chorus_tools.dbroles import provision_database, role_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,6 +55,8 @@ DOCUMENTED_PORTS = {
     "report_agent": 8115,
 }
 MODEL_USERS = ("invoice_agent", "report_agent")
+WITHOUT_DATABASE = ("outcome_analytics",)
+"""Services with no PostgreSQL of their own (the faust view lives in memory)."""
 API_PORT = 8080
 SANDBOX_PORT = 9400
 
@@ -64,12 +68,18 @@ def free_port() -> int:
         return port
 
 
-def service_login(users_dir: Path, name: str) -> dict[str, str]:
-    """The Kafka login of service ``name``: its own principal, with the password
-    `chorus access apply --users-dir` set for it."""
+def service_password(users_dir: Path, name: str) -> str:
+    """Service ``name``'s local password (`chorus access apply --users-dir` made it): its
+    Kafka principal's and, on the local stack, its PostgreSQL role's."""
     password = local_password(users_dir, name)
     if password is None:
-        raise RuntimeError(f"no Kafka password for {name} in {users_dir}: run `chorus access apply`")
+        raise RuntimeError(f"no password for {name} in {users_dir}: run `chorus access apply`")
+    return password
+
+
+def service_login(users_dir: Path, name: str) -> dict[str, str]:
+    """The Kafka login of service ``name``: its own principal."""
+    password = service_password(users_dir, name)
     return {"CHORUS_KAFKA_SASL_USERNAME": name, "CHORUS_KAFKA_SASL_PASSWORD": password}
 
 
@@ -116,6 +126,9 @@ class DevStack:
     sandbox_args: list[str] = field(default_factory=list)
     service_env: dict[str, dict[str, str]] = field(default_factory=dict)
     procs: dict[str, Proc] = field(default_factory=dict)
+    database_roles: dict[str, str] = field(default_factory=dict)
+    """service -> password of its PostgreSQL role, provisioned by :meth:`start`."""
+    admin_database_url: str = ""
     api_port: int = 0
     sandbox_port: int = 0
     documented_ports: bool = False
@@ -137,6 +150,15 @@ class DevStack:
                 "the dev stack runs each service as its own Kafka principal: set CHORUS_KAFKA_USERS_DIR "
                 "(the Makefile does; `chorus access apply --users-dir` fills it)"
             )
+        # Nor the database login (a superuser's, locally): each service connects as its own
+        # role, owning its schema and nothing else (chorus_tools.dbroles), provisioned at start.
+        self.admin_database_url = base.pop("CHORUS_DATABASE_URL", LOCAL_DATABASE_URL)
+        if users_dir is not None:
+            self.database_roles = {
+                name: service_password(Path(users_dir), name)
+                for name in self.services
+                if name not in WITHOUT_DATABASE
+            }
         sandbox_url = f"http://127.0.0.1:{self.sandbox_port}"
         # Submitters' URLs may lead to the sandbox (the outside world here) and nowhere else
         # on this machine, whatever the caller's process allows itself.
@@ -158,6 +180,7 @@ class DevStack:
             env = {
                 **base,
                 **(service_login(Path(users_dir), name) if users_dir is not None else {}),
+                **self._database_env(name),
                 "CHORUS_HTTP_PORT": str(port),
                 "CHORUS_PAYMENT_API_URL": sandbox_url,
                 **self.service_env.get(name, {}),
@@ -184,7 +207,16 @@ class DevStack:
     def sandbox_url(self) -> str:
         return f"http://127.0.0.1:{self.sandbox_port}"
 
+    def _database_env(self, name: str) -> dict[str, str]:
+        if name in WITHOUT_DATABASE:
+            return {}
+        if name not in self.database_roles:  # no local passwords (a plaintext opt-out): as given
+            return {"CHORUS_DATABASE_URL": self.admin_database_url}
+        return {"CHORUS_DATABASE_URL": role_url(self.admin_database_url, name, self.database_roles[name])}
+
     async def start(self, timeout_s: float = 90.0) -> None:
+        if self.database_roles:
+            await provision_database(self.admin_database_url, self.database_roles)
         for proc in self.procs.values():
             proc.start()
         await asyncio.gather(*(self.wait_healthy(name, timeout_s) for name in self.procs))

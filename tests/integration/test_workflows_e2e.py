@@ -24,7 +24,7 @@ from chorus.clock import OffsetFileClock
 from chorus.codec import decode
 from chorus.errors import DecodeError
 from chorus.registry import Registry
-from chorus_tools.devstack import DevStack
+from chorus_tools.devstack import SERVICES, DevStack
 from tests.support.database import create_database, drop_database
 from tests.support.hostile import SCRIPTS, corpus
 from tests.support.kafka import events_of, publish, read_topic
@@ -203,6 +203,19 @@ async def world_pg(world: World) -> AsyncIterator[asyncpg.Connection]:
         yield conn
     finally:
         await conn.close()
+
+
+async def test_every_service_connects_as_its_own_role_never_the_superuser(
+    world: World, world_pg: asyncpg.Connection
+) -> None:
+    logins = await world_pg.fetch(
+        """SELECT DISTINCT a.usename, r.rolsuper FROM pg_stat_activity a JOIN pg_roles r ON r.oid = a.usesysid
+            WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()"""
+    )
+    services = set(world.stack.database_roles)
+    assert services == set(SERVICES)  # every service that keeps data
+    assert {r["usename"] for r in logins} == services  # nobody else: the test's own is excluded
+    assert not any(r["rolsuper"] for r in logins)
 
 
 async def test_procurement_escalates_on_simulated_time_then_the_director_approves_and_it_pays(

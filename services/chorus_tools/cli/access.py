@@ -5,17 +5,20 @@ Exit codes: 0 ok; 1 Kafka refused a change; 2 usage, registry or login-settings 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
+import asyncpg
 import typer
 from pydantic import SecretStr, ValidationError
 
 from chorus.kafka import KafkaAuth, kafka_auth
+from chorus.logs import redact
 from chorus.registry import Registry, default_schemas_dir, load_registry
-from chorus.settings import LOCAL_KAFKA
+from chorus.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
 from chorus.signing import make_keys
 from chorus_tools.access import (
     Access,
@@ -28,6 +31,7 @@ from chorus_tools.access import (
     principals,
 )
 from chorus_tools.cli.options import Bootstrap, SchemasDir
+from chorus_tools.dbroles import provision_database
 
 app = typer.Typer(
     name="access",
@@ -91,6 +95,44 @@ def apply_command(
     typer.echo(
         f"acls: {len(plan.add)} added, {len(plan.revoke)} revoked ({verb}); "
         f"{len(grants(registry))} in the registry; {plan.foreign} of other principals or topics left alone"
+    )
+
+
+@app.command("database")
+def database_command(
+    users_dir: Annotated[
+        Path,
+        typer.Option(
+            "--users-dir",
+            envvar="CHORUS_KAFKA_USERS_DIR",
+            help="<service>.password files: each service's role gets its password.",
+        ),
+    ],
+    database_url: Annotated[
+        str,
+        typer.Option(
+            "--database-url",
+            envvar="CHORUS_DATABASE_URL",
+            help="The database, as an admin allowed to create roles (the local superuser).",
+        ),
+    ] = LOCAL_DATABASE_URL,
+    schemas_dir: SchemasDir = None,
+) -> None:
+    """Give every service of the registry that keeps data its own PostgreSQL login role,
+    owning its schema and nothing else, with the grants on the shared schema chorus it
+    needs (see chorus_tools/dbroles.py). Idempotent; the dev stack does this at start."""
+    registry = _registry(schemas_dir)
+    runtime = sorted(n for n, s in registry.principals.services.items() if s.kind == "runtime")
+    passwords = local_passwords(users_dir, runtime)
+    try:
+        done = asyncio.run(provision_database(database_url, passwords))
+    except (OSError, asyncpg.PostgresError) as exc:
+        typer.echo(f"chorus access: {redact(str(exc))}", err=True)
+        raise typer.Exit(1) from None
+    handed = sum(done.handed_over.values())
+    typer.echo(
+        f"database roles: {len(runtime)} service(s); created: {', '.join(done.created) or 'none'}; "
+        f"{handed} object(s) handed over to their service"
     )
 
 
