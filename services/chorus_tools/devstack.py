@@ -214,9 +214,13 @@ class DevStack:
             return {"CHORUS_DATABASE_URL": self.admin_database_url}
         return {"CHORUS_DATABASE_URL": role_url(self.admin_database_url, name, self.database_roles[name])}
 
-    async def start(self, timeout_s: float = 90.0) -> None:
+    async def provision(self) -> None:
+        """Each service's database role, owning its schema (before any service starts)."""
         if self.database_roles:
             await provision_database(self.admin_database_url, self.database_roles)
+
+    async def start(self, timeout_s: float = 90.0) -> None:
+        await self.provision()
         for proc in self.procs.values():
             proc.start()
         await asyncio.gather(*(self.wait_healthy(name, timeout_s) for name in self.procs))

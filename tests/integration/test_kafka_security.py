@@ -37,12 +37,11 @@ from chorus.registry import Registry, load_registry
 from chorus.runtime.runner import running
 from chorus.signing import load_keys
 from chorus_contracts.approvals import ApprovalDecided
-from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_tools.access import Access, local_passwords
 from chorus_tools.cli.main import app
 from payment_agent.config import Settings as PaymentSettings
 from payment_agent.service import SPEC as PAYMENT
-from tests.support.kafka import envelope, events_of, read_topic, signed
+from tests.support.kafka import approval, envelope, events_of, read_topic, signed
 from tests.support.registry import grant_access, isolated_registry, isolated_schemas, provision
 from tests.support.wait import wait_until
 
@@ -238,19 +237,6 @@ async def test_an_operator_gets_its_own_login_for_the_cli_and_may_produce(
 # -- decisions are signed: a topic's other producers cannot forge them -------------------------
 
 
-def decision(workflow_id: str, producer: str = "approval_gate") -> Envelope:
-    """A manager's approval of ``workflow_id``'s payment, claiming ``producer``."""
-    decided = ApprovalDecided(
-        approval_id=f"appr-{workflow_id}",
-        decision="approve",
-        decided_by="dana.manager",
-        tier="manager",
-        requested_by="budget_agent",
-    )
-    made = envelope(decided, workflow_id=workflow_id, workflow_type="procurement")
-    return made.model_copy(update={"producer": ProducerRef(service=producer, version="0.1.0")})
-
-
 async def test_a_decision_not_signed_by_the_gate_is_dead_lettered_unauthorized_and_pays_nothing(
     tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str, pg: asyncpg.Connection
 ) -> None:
@@ -262,18 +248,18 @@ async def test_a_decision_not_signed_by_the_gate_is_dead_lettered_unauthorized_a
     gateway_signer = load_keys(signing_dir, "gateway", signs={"x"}, checks={}).signer
     assert gateway_signer is not None
 
-    genuine = decision(f"wf-genuine-{unique}")
+    genuine = approval(f"wf-genuine-{unique}")
     genuine_headers = signed(genuine, []) or []
-    tampered = decision(f"wf-tampered-{unique}")
+    tampered = approval(f"wf-tampered-{unique}")
     tampered_value = encode(tampered).replace(b"dana.manager", b"eve.attacker")
     records: dict[str, tuple[bytes, list[tuple[str, bytes]]]] = {
         # names itself: the registry says only the gate produces approval.decided
-        "claims": (encode(decision(f"wf-claims-{unique}", "report_agent")), []),
+        "claims": (encode(approval(f"wf-claims-{unique}", "report_agent")), []),
         # claims the gate, unsigned
-        "unsigned": (encode(decision(f"wf-unsigned-{unique}")), []),
+        "unsigned": (encode(approval(f"wf-unsigned-{unique}")), []),
         # claims the gate, signed with another service's key
         "wrong-key": (
-            encode(wrong := decision(f"wf-wrongkey-{unique}")),
+            encode(wrong := approval(f"wf-wrongkey-{unique}")),
             [gateway_signer.header(encode(wrong))],
         ),
         # the gate's signature of another decision: altered after signing

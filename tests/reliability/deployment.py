@@ -247,6 +247,7 @@ class Deployment:
         # The LLM is the sandbox's OpenAI-compatible endpoint (as everywhere): the agents'
         # model calls are external calls too (mid_external_call applies to them).
         self._stack = stack
+        await stack.provision()
         await asyncio.gather(*(self.start_proc(name) for name in stack.procs))
         await self.stack.wait_api()
         self._driver = Driver(stack.api_url, stack.sandbox_url)

@@ -17,8 +17,9 @@ from chorus.kafka import make_consumer, make_producer
 from chorus.registry import default_registry
 from chorus.signing import load_keys
 from chorus.testing import make_event
+from chorus_contracts.approvals import ApprovalDecided
 from chorus_contracts.base import EventModel
-from chorus_contracts.envelope import Envelope, Priority
+from chorus_contracts.envelope import Envelope, Priority, ProducerRef
 
 
 def envelope(
@@ -38,6 +39,20 @@ def envelope(
     if event_id is not None:
         updates["event_id"] = event_id
     return env.model_copy(update=updates) if updates else env
+
+
+def approval(workflow_id: str, producer: str = "approval_gate") -> Envelope:
+    """A manager's approval of ``workflow_id``'s payment (approval.decided), claiming to
+    come from ``producer``: the gate, or a forger."""
+    decided = ApprovalDecided(
+        approval_id=f"appr-{workflow_id}",
+        decision="approve",
+        decided_by="dana.manager",
+        tier="manager",
+        requested_by="budget_agent",
+    )
+    made = envelope(decided, workflow_id=workflow_id, workflow_type="procurement")
+    return made.model_copy(update={"producer": ProducerRef(service=producer, version="0.1.0")})
 
 
 _registry = functools.cache(default_registry)

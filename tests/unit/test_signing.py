@@ -13,9 +13,8 @@ from chorus.errors import UnauthorizedError
 from chorus.outbox import outbox_message
 from chorus.registry import load_registry
 from chorus.signing import HEADER, SigningConfigError, load_keys, make_keys
-from chorus_contracts.approvals import ApprovalDecided
-from chorus_contracts.envelope import Envelope, ProducerRef
-from tests.support.kafka import envelope
+from chorus_contracts.envelope import Envelope
+from tests.support.kafka import approval
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = load_registry(ROOT / "schemas")
@@ -30,15 +29,7 @@ def keys_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def decided(producer: str = "approval_gate") -> bytes:
-    event = ApprovalDecided(
-        approval_id="appr-1",
-        decision="approve",
-        decided_by="dana",
-        tier="manager",
-        requested_by="budget_agent",
-    )
-    made = envelope(event, workflow_id="wf-1", workflow_type="procurement")
-    return encode(made.model_copy(update={"producer": ProducerRef(service=producer, version="1.0.0")}))
+    return encode(approval("wf-1", producer))
 
 
 def test_the_gates_signature_is_accepted_and_survives_a_redrive_raising_the_attempt(keys_dir: Path) -> None:
