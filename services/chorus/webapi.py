@@ -2,6 +2,7 @@
 
 - Errors are RFC 9457 ``application/problem+json`` naming the failing field with a
   JSON pointer (``/input/document_text``), for every 4xx the API can give.
+- A body still arriving after ``body_timeout_s`` is a 408 (a trickling client frees its slot).
 - A request body over ``max_body_bytes`` is answered 413 before it is parsed or
   authenticated: at once when it declares its length, as soon as it passes the cap
   when it is streamed.
@@ -12,6 +13,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
@@ -27,6 +29,7 @@ from chorus import strictjson
 
 PROBLEM = "application/problem+json"
 DEFAULT_MAX_BODY_BYTES = 1_048_576
+DEFAULT_BODY_TIMEOUT_S = 30.0
 DRAIN_FACTOR = 8
 """An oversized body is read and discarded up to this many times the cap before the 413."""
 
@@ -86,6 +89,7 @@ _DESCRIPTIONS = {
     404: "No such resource",
     405: "Method not allowed",
     406: "Not acceptable",
+    408: "The request body did not arrive in time",
     409: "Conflict with the resource's current state",
     413: "Request body larger than the cap",
     415: "Unsupported media type",
@@ -156,11 +160,18 @@ class BodyCap:
     authentication, parsing): at once when Content-Length says so, else as soon as the
     streamed bytes pass the cap. The body is read here (FastAPI reads it whole anyway)
     and handed on to the app unchanged. Starlette's RequestBodyLimitMiddleware answers
-    text/plain and only once the app reads; every answer of ours is problem+json."""
+    text/plain and only once the app reads; every answer of ours is problem+json.
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    A body that takes longer than ``body_timeout_s`` to arrive (a client trickling bytes
+    to hold a connection: the API shares its event loop and connection limit with the
+    service) is a 408 and the connection is closed."""
+
+    def __init__(
+        self, app: ASGIApp, max_body_bytes: int, body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -178,8 +189,15 @@ class BodyCap:
             return
         body = bytearray()
         size = 0
+        deadline = asyncio.get_running_loop().time() + self.body_timeout_s
         while True:
-            message = await receive()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                detail = f"the body did not arrive within {self.body_timeout_s:g} s"
+                await self._refuse(scope, receive, send, 408, "Request timeout", detail)
+                return
             if message["type"] != "http.request":  # the client went away
                 return
             chunk = message.get("body", b"")
@@ -228,11 +246,16 @@ def api_router(**router_args: Any) -> APIRouter:
     return APIRouter(route_class=StrictJSONRoute, **router_args)
 
 
-def create_api(*, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, **fastapi_args: Any) -> FastAPI:
+def create_api(
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
+    **fastapi_args: Any,
+) -> FastAPI:
     """A FastAPI app with the shared behaviour above installed."""
     app = FastAPI(**fastapi_args)
     app.router.route_class = StrictJSONRoute
-    app.add_middleware(BodyCap, max_body_bytes=max_body_bytes)
+    app.add_middleware(BodyCap, max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
 
     @app.exception_handler(Problem)
     async def _problem(request: Request, exc: Problem) -> JSONResponse:

@@ -94,6 +94,7 @@ def create_app(rt: RuntimeHandle, settings: Settings, reads: ReadModel) -> FastA
     projector's read API)."""
     app = create_api(
         max_body_bytes=settings.max_body_bytes,
+        body_timeout_s=settings.api_body_timeout_s,
         title="Chorus gateway",
         version="1.0.0",
         description="Submit long-running agent workflows, watch them, approve them.",

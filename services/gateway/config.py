@@ -28,6 +28,9 @@ class Settings(ApiKeySettings, ServiceSettings):
     """Open connections the API serves at once; beyond, new ones get a 503 at once."""
     api_keep_alive_s: float = 5.0
     """An idle keep-alive connection is closed after this."""
+    api_body_timeout_s: float = 30.0
+    """A request body must have arrived within this (408 otherwise): a client trickling
+    bytes cannot hold one of the API's connections for long."""
     max_body_bytes: int = 1_048_576
     """Request bodies above this are refused with 413 before they are read or authenticated."""
     webhook_secret: str = DEMO_WEBHOOK_SECRET

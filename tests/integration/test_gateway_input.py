@@ -41,6 +41,8 @@ NON_ASCII = {
     "emoji": "GPU hours 🚀🧾 for the 👩‍💻 team",
     "rtl": "חשבונית עבור שירותי ענן — فاتورة",
 }
+BODY_TIMEOUT_S = 3.0
+"""The API's wait for a request body (short here so that a test can wait it out)."""
 
 
 @dataclass
@@ -98,6 +100,7 @@ async def start_gateway(
         audit_url=f"http://127.0.0.1:{audit.http.port}",
         api_rate_per_s=rate_per_s,
         api_burst=max(rate_per_s, 3.0),
+        api_body_timeout_s=BODY_TIMEOUT_S,
     )
     await stack.enter_async_context(running(GATEWAY_SPEC, gateway_settings, registry=registry))
     url = f"http://127.0.0.1:{port}"
@@ -131,6 +134,28 @@ def problem(response: httpx.Response, status: int) -> dict[str, Any]:
     body: dict[str, Any] = response.json()
     assert body["status"] == status
     return body
+
+
+async def test_a_body_that_trickles_in_is_408_and_frees_its_connection(
+    gateway: Gateway, http: httpx.AsyncClient
+) -> None:
+    port = int(gateway.url.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(
+            b"POST /v1/workflows/procurement HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n" + b'{"input": '
+        )
+        await writer.drain()  # ... and nothing more
+        # Meanwhile everyone else is served.
+        assert (await http.get("/openapi.json")).status_code == 200
+        answer = await asyncio.wait_for(reader.read(), timeout=BODY_TIMEOUT_S + 30)
+    finally:
+        writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408"), answer[:300]
+    assert b"connection: close" in head.lower()
+    assert json.loads(body)["detail"] == f"the body did not arrive within {BODY_TIMEOUT_S:g} s"
 
 
 async def test_a_body_over_the_cap_is_413_before_it_is_read_or_authenticated(http: httpx.AsyncClient) -> None:
