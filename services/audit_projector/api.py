@@ -28,6 +28,7 @@ Errors are RFC 9457 problem+json: 404 an unknown id, 400 a parameter over its bo
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query
@@ -81,13 +82,17 @@ def routes(rt: RuntimeHandle) -> APIRouter:
         waiting = [s for s in data_holders if confirmed.get(s, {}).get("parts", 0) < found["parts"]]
         return {"pending": waiting, "complete": not waiting}
 
+    async def one(read: Callable[..., Awaitable[BaseModel | None]], key: str, what: str) -> dict[str, Any]:
+        """The projection's ``what`` of ``key`` as JSON; 404 when it has none."""
+        async with rt.pool.acquire() as conn:
+            found = await read(conn, key, schema=schema)
+        if found is None:
+            raise Problem(404, "Not found", f"no {what} {key!r}")
+        return found.model_dump(mode="json")
+
     @router.get("/v1/workflows/{workflow_id}", tags=["workflows"])
     async def workflow(workflow_id: Id, who: Reader) -> dict[str, Any]:
-        async with rt.pool.acquire() as conn:
-            found = await queries.status_view(conn, workflow_id, schema=schema)
-        if found is None:
-            raise Problem(404, "Not found", f"no workflow {workflow_id!r}")
-        return found.model_dump(mode="json")
+        return await one(queries.status_view, workflow_id, "workflow")
 
     @router.get("/v1/workflows/{workflow_id}/timeline", tags=["workflows"])
     async def timeline(workflow_id: Id, who: Reader) -> dict[str, Any]:
@@ -105,11 +110,7 @@ def routes(rt: RuntimeHandle) -> APIRouter:
 
     @router.get("/v1/approvals/{approval_id}", tags=["approvals"])
     async def approval(approval_id: Id, who: Reader) -> dict[str, Any]:
-        async with rt.pool.acquire() as conn:
-            found = await queries.approval_view(conn, approval_id, schema=schema)
-        if found is None:
-            raise Problem(404, "Not found", f"no approval {approval_id!r}")
-        return found.model_dump(mode="json")
+        return await one(queries.approval_view, approval_id, "approval")
 
     @router.post("/v1/erasures", status_code=202, tags=["erasure"])
     async def erase(body: ErasureRequest, who: Operator) -> JSONResponse:
