@@ -8,7 +8,8 @@ its own OS process; /proc gives CPU time and memory. Results go to
 
 The last line printed is the summary a script can read::
 
-    R2=<ratio> R3=<ratio> R4_p50_ms=<tax> R4_p99_ms=<tax> R5=<ratio> timer_p99_ms=<ms>
+    R2=<ratio> R3=<ratio> R4_p50_ms=<tax> R4_p99_ms=<tax> R5=<ratio> R5_p50_ms=<ms> R5_p99_ms=<ms>
+    timer_p99_ms=<ms>
 """
 
 from __future__ import annotations
