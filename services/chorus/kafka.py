@@ -115,11 +115,17 @@ def make_producer(
     *,
     client_id: str = "chorus",
     transactional_id: str | None = None,
-    linger_ms: int = 2,
+    linger_ms: int = 0,
     auth: KafkaAuth | None = None,
     **overrides: Any,
 ) -> AIOKafkaProducer:
-    """An idempotent producer that waits for every in-sync replica (acks=all)."""
+    """An idempotent producer that waits for every in-sync replica (acks=all).
+
+    ``linger_ms`` 0: a record goes out as soon as the sender is free, and records that
+    arrive while a request is in flight still share the next batch, so a backlog batches
+    anyway. Measured in one bench run (R5, a 5-step workflow one at a time, two rounds
+    each): p50 48.2/47.4 ms with 2 ms of linger, 31.5/32.2 ms with none; workflows/s
+    against DBOS unchanged (12.9/11.4 vs 14.0/11.8)."""
     options: dict[str, Any] = {
         **(auth or kafka_auth()).aiokafka(),
         "bootstrap_servers": bootstrap,
