@@ -113,14 +113,6 @@ class RetryDue(EventModel):
     failures: list[Failure] = Field(max_length=1000)
 
 
-class ErrorDetailV1(Model):
-    category: ErrorCategoryV1
-    error_class: Name
-    message: Text
-    traceback: str = Field(default="", max_length=10000)
-    pointer: str | None = Field(default=None, max_length=500, description="JSON pointer to the failing field")
-
-
 class ErrorDetail(Model):
     category: ErrorCategory
     error_class: Name
@@ -129,27 +121,8 @@ class ErrorDetail(Model):
     pointer: str | None = Field(default=None, max_length=500, description="JSON pointer to the failing field")
 
 
-# v1's categories had no ``unauthorized``: an enum only widens in a new version (a v1
-# reader could not read it). Every v1 letter is a valid v2 one; consumers read v2.
-@event("event.dead_lettered", 1)
-class EventDeadLetteredV1(EventModel):
-    """A record a service could not process, with everything needed to fix and redrive it."""
-
-    service: Name
-    service_version: Name
-    consumer_group: Name
-    original: OriginalRecord
-    error: ErrorDetailV1
-    attempts: int = Field(ge=1, le=MAX_ATTEMPTS)
-    failures: list[Failure] = Field(max_length=1000)
-    original_event_type: str | None = Field(default=None, max_length=200)
-    original_event_id: str | None = Field(default=None, max_length=200)
-    original_workflow_id: str | None = Field(default=None, max_length=200)
-
-
-@upcaster("event.dead_lettered", 1)
-def _dead_lettered_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
-    return payload
+class ErrorDetailV1(ErrorDetail):
+    category: ErrorCategoryV1
 
 
 @event("event.dead_lettered", 2)
@@ -166,6 +139,21 @@ class EventDeadLettered(EventModel):
     original_event_type: str | None = Field(default=None, max_length=200)
     original_event_id: str | None = Field(default=None, max_length=200)
     original_workflow_id: str | None = Field(default=None, max_length=200)
+
+
+# v1's categories had no ``unauthorized``: an enum only widens in a new version (a v1
+# reader could not read it). v1 is v2 with the narrower category; every v1 letter is a
+# valid v2 one, and consumers read v2.
+@event("event.dead_lettered", 1)
+class EventDeadLetteredV1(EventDeadLettered):
+    """A record a service could not process, with everything needed to fix and redrive it."""
+
+    error: ErrorDetailV1
+
+
+@upcaster("event.dead_lettered", 1)
+def _dead_lettered_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    return payload
 
 
 @event("event.discarded", 1)
