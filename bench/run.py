@@ -36,6 +36,7 @@ from aiokafka import AIOKafkaProducer
 
 import bench.events as bench_events
 from bench import procstat
+from bench.hops import breakdown
 from bench.kafkaio import EPOCH_NS, EnvelopeFactory, Listener, pad_for, produce_all, run_ns
 from bench.procs import ServiceProc, Worker, bench_worker
 from bench.profile import top_frames
@@ -57,6 +58,7 @@ DBOS_VENV = ROOT / ".local" / "bench-dbos-venv"
 BENCH_DB = "chorus_bench"
 DBOS_APP_DB = "dbos_bench"
 DBOS_SYS_DB = "dbos_bench_sys"
+CLOSED_IN_FLIGHT = 32  # R5 closed loop: what a client with 32 workers keeps running
 RUN_LOCK = 0x43484F52  # one bench run at a time: the databases above are per machine
 
 
@@ -73,14 +75,16 @@ class Sizes:
     """R5: workflows started at once per throughput trial."""
     flow_latency: int
     """R5: workflows run one after another per latency trial."""
+    flow_closed: int
+    """R5: workflows per closed-loop trial (32 in flight, each completion starts the next)."""
     timers: int
     timer_spread_s: float
     parked: int
     profile_messages: int
 
 
-QUICK = Sizes(5, 600, 25, 1.0, 24, 6, 4_000, 2.5, 1_200, 800)
-FULL = Sizes(7, 6_000, 200, 4.0, 150, 20, 100_000, 50.0, 100_000, 6_000)
+QUICK = Sizes(5, 600, 25, 1.0, 24, 20, 320, 4_000, 2.5, 1_200, 800)
+FULL = Sizes(7, 6_000, 200, 4.0, 150, 100, 2_000, 100_000, 50.0, 100_000, 6_000)
 
 
 def db_url(base: str, name: str) -> str:
@@ -560,23 +564,51 @@ async def section_workflows(b: Bench) -> None:
         last = max(x.ts_ms for x in seen.values()) / 1000
         return {"per_s": w / (last - t0), "usage": asdict(usage)}
 
+    async def chorus_one(wf: str) -> float:
+        """Start one workflow and wait for its end; its latency in ms."""
+        waiter = listener.expect(wf)
+        sent = run_ns()
+        value = factory.encode(wf, {"step": 1, "started_ns": sent, "pad": pad})
+        await b.prod().send(steps_topic, value, key=wf.encode())
+        seen = await asyncio.wait_for(waiter, 60)
+        return (seen.recv_ns - sent) / 1e6
+
     async def chorus_latency(m: int) -> list[float]:
         await flow.call("resume")
         listener.live()
-        out = []
+        await flow.call("trace")
         try:
-            for i in b.next_seqs(m):
-                wf = f"flow-{b.suffix}-{i}"
-                waiter = listener.expect(wf)
-                sent = run_ns()
-                value = factory.encode(wf, {"step": 1, "started_ns": sent, "pad": pad})
-                await b.prod().send(steps_topic, value, key=wf.encode())
-                seen = await asyncio.wait_for(waiter, 60)
-                out.append((seen.recv_ns - sent) / 1e6)
+            out = [await chorus_one(f"flow-{b.suffix}-{i}") for i in b.next_seqs(m)]
+        finally:
+            listener.pause()
+            trace = await flow.call("hops")
+            await flow.call("pause")
+        traces.append(trace)
+        return out
+
+    async def chorus_closed(w: int) -> dict[str, Any]:
+        """A client's closed loop: CLOSED_IN_FLIGHT workflows running, each end starts the next."""
+        await flow.call("resume")
+        listener.live()
+        seqs = iter(b.next_seqs(w))
+        latencies: list[float] = []
+
+        async def client() -> None:
+            for i in seqs:
+                latencies.append(await chorus_one(f"flow-{b.suffix}-{i}"))
+
+        try:
+            t0 = time.perf_counter()
+            await asyncio.gather(*(client() for _ in range(CLOSED_IN_FLIGHT)))
+            elapsed = time.perf_counter() - t0
         finally:
             listener.pause()
             await flow.call("pause")
-        return out
+        return {"per_s": w / elapsed, "latency": pct(latencies)}
+
+    async def dbos_closed(w: int) -> dict[str, Any]:
+        reply = await dbos.call("closed", timeout_s=600 + w, workflows=w, in_flight=CLOSED_IN_FLIGHT)
+        return {"per_s": w / reply["elapsed_s"], "latency": pct([float(x) for x in reply["latencies_ms"]])}
 
     async def dbos_throughput(w: int) -> dict[str, Any]:
         meter = await Meter(b, [dbos.pid], [DBOS_APP_DB, DBOS_SYS_DB]).open()
@@ -592,10 +624,14 @@ async def section_workflows(b: Bench) -> None:
         if variant == "chorus":
             thr = await chorus_throughput(s.flow_workflows)
             lat = await chorus_latency(s.flow_latency)
+            closed = await chorus_closed(s.flow_closed)
         else:
             thr = await dbos_throughput(s.flow_workflows)
             lat = await dbos_latency(s.flow_latency)
-        return {**thr, "latency": pct(lat), "latencies": lat}
+            closed = await dbos_closed(s.flow_closed)
+        return {**thr, "latency": pct(lat), "latencies": lat, "closed": closed}
+
+    traces: list[dict[str, Any]] = []
 
     await chorus_throughput(max(10, s.flow_workflows // 4))  # warm-up, untimed
     await dbos_throughput(max(10, s.flow_workflows // 4))
@@ -609,7 +645,22 @@ async def section_workflows(b: Bench) -> None:
         }
     out["ratio"] = summary([r[0]["per_s"] / r[1]["per_s"] for r in rounds])
     out["p50_diff_ms"] = summary([r[0]["latency"]["p50"] - r[1]["latency"]["p50"] for r in rounds])
-    out["target"] = ">= 1.5x DBOS throughput, p50 no worse"
+    out["target"] = ">= 1.5x DBOS throughput, p50 no worse; one at a time p50 <= 12 ms, p99 <= 25 ms"
+    out["closed"] = {
+        "what": f"closed loop, {CLOSED_IN_FLIGHT} workflows in flight, each end starts the next",
+        "target": ">= 250 workflows/s, p99 <= 150 ms",
+        **{
+            name: {
+                "per_s": summary([r[i]["closed"]["per_s"] for r in rounds]),
+                "p50_ms": summary([r[i]["closed"]["latency"]["p50"] for r in rounds]),
+                "p99_ms": summary([r[i]["closed"]["latency"]["p99"] for r in rounds]),
+            }
+            for i, name in ((0, "chorus"), (1, "dbos"))
+        },
+    }
+    out["breakdown"] = breakdown(
+        [m for t in traces for m in t["marks"]], [link for t in traces for link in t["links"]]
+    )
     b.results["R5"] = out
 
     per_step = steps * s.flow_workflows

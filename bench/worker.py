@@ -8,6 +8,8 @@ each gets one JSON line back on stdout. Logs go to stderr.
   {"op": "ready"}    wait until every partition is assigned, then pause consumption
   {"op": "pause"}    stop fetching (a backlog can be preloaded)
   {"op": "resume"}   fetch again
+  {"op": "trace"}    (Chorus) start recording the hop trace (chorus.runtime.hoptrace)
+  {"op": "hops"}     (Chorus) stop recording; the trace recorded since "trace"
   {"op": "stop"}     stop gracefully and exit
 
 Configuration: BENCH_WORKER (JSON) for the raw loops; CHORUS_* for Chorus services.
@@ -28,6 +30,7 @@ import asyncpg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from chorus.kafka import make_consumer, make_producer
+from chorus.runtime import hoptrace
 from chorus.runtime.runner import ServiceRunner, ServiceSettings
 
 
@@ -186,6 +189,11 @@ async def serve(target: Steerable) -> None:
                 target.consumer.pause(*_assigned(target))
             elif op == "resume":
                 target.consumer.resume(*_assigned(target))
+            elif op == "trace":
+                hoptrace.enable()
+            elif op == "hops":
+                reply["marks"], reply["links"] = hoptrace.drain()
+                hoptrace.disable()
             elif op == "stop":
                 pass
             else:

@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import version
 from typing import Any
 
@@ -88,13 +89,20 @@ def flow_sync(pad: str) -> int:
     return done
 
 
-async def _run_one() -> float:
+def _run_one_sync() -> float:
     started = time.perf_counter()
+    result = DBOS.start_workflow(flow_sync, PAD).get_result()
+    if result != STEPS:
+        raise RuntimeError(f"workflow ended at step {result}")
+    return (time.perf_counter() - started) * 1000
+
+
+async def _run_one() -> float:
     if MODE == "sync":
-        result = DBOS.start_workflow(flow_sync, PAD).get_result()
-    else:
-        handle = await DBOS.start_workflow_async(flow, PAD)
-        result = await handle.get_result()
+        return _run_one_sync()
+    started = time.perf_counter()
+    handle = await DBOS.start_workflow_async(flow, PAD)
+    result = await handle.get_result()
     if result != STEPS:
         raise RuntimeError(f"workflow ended at step {result}")
     return (time.perf_counter() - started) * 1000
@@ -116,6 +124,29 @@ async def throughput(workflows: int) -> dict[str, Any]:
 
 async def latency(workflows: int) -> dict[str, Any]:
     return {"latencies_ms": [await _run_one() for _ in range(workflows)]}
+
+
+async def closed(workflows: int, in_flight: int) -> dict[str, Any]:
+    """A client's closed loop: ``in_flight`` workflows running, each end starts the next."""
+    remaining = iter(range(workflows))
+    latencies: list[float] = []
+    loop = asyncio.get_running_loop()
+    # get_result blocks: in sync mode each client is a thread, as a sync app's would be.
+    threads = ThreadPoolExecutor(max_workers=in_flight)
+
+    async def client() -> None:
+        for _ in remaining:
+            if MODE == "sync":
+                latencies.append(await loop.run_in_executor(threads, _run_one_sync))
+            else:
+                latencies.append(await _run_one())
+
+    started = time.perf_counter()
+    try:
+        await asyncio.gather(*(client() for _ in range(in_flight)))
+    finally:
+        threads.shutdown()
+    return {"elapsed_s": time.perf_counter() - started, "latencies_ms": latencies}
 
 
 async def main() -> None:
@@ -158,6 +189,8 @@ async def main() -> None:
                     reply = await throughput(int(cmd["workflows"]))
                 elif cmd["op"] == "latency":
                     reply = await latency(int(cmd["workflows"]))
+                elif cmd["op"] == "closed":
+                    reply = await closed(int(cmd["workflows"]), int(cmd["in_flight"]))
                 elif cmd["op"] == "stop":
                     print(json.dumps({"ok": True, "op": "stop"}), flush=True)
                     break

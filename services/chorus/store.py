@@ -74,6 +74,7 @@ class OutboxRow:
     key: bytes | None
     value: bytes
     headers: list[tuple[str, bytes]]
+    event_id: uuid.UUID | None = None
 
     @property
     def size(self) -> int:
@@ -710,12 +711,13 @@ class ServiceStore:
 
     async def pending_outbox(self, conn: asyncpg.Connection, limit: int) -> list[OutboxRow]:
         rows = await conn.fetch(
-            f"""SELECT id, topic, key, value, headers::text AS headers FROM {self.schema}.outbox
+            f"""SELECT id, topic, key, value, headers::text AS headers, event_id FROM {self.schema}.outbox
                 WHERE dispatched_at IS NULL ORDER BY id LIMIT $1""",
             limit,
         )
         return [
-            OutboxRow(r["id"], r["topic"], r["key"], r["value"], _decode_headers(r["headers"])) for r in rows
+            OutboxRow(r["id"], r["topic"], r["key"], r["value"], _decode_headers(r["headers"]), r["event_id"])
+            for r in rows
         ]
 
     async def mark_dispatched(self, conn: asyncpg.Connection, ids: Sequence[int], now: datetime) -> None:

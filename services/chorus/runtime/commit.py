@@ -27,6 +27,7 @@ from chorus.errors import EventTooLargeError, PersistentError, RefusedByStoreErr
 from chorus.faults import fault_point
 from chorus.logs import fields
 from chorus.metrics import Metrics
+from chorus.runtime import hoptrace
 from chorus.runtime.coalesce import Coalescer
 from chorus.runtime.guard import DeadLetterGuard
 from chorus.runtime.messages import Messages
@@ -193,6 +194,7 @@ class StepCommitter:
             fault_point("after_inbox_insert")
             await self._commits.submit(write)
         fault_point("after_db_commit")
+        hoptrace.link(env.event_id, [m.event_id for m in write.messages])
         if isinstance(result, Succeeded | Review):
             self.guard.record_success()
         if write.messages:

@@ -18,6 +18,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 
 from chorus.metrics import Metrics
+from chorus.runtime import hoptrace
 from chorus.runtime.dispatch import Dispatcher, Work
 from chorus.runtime.offsets import PartitionOffsets
 from chorus.runtime.records import Record
@@ -67,12 +68,13 @@ class KafkaEdge(ConsumerRebalanceListener):  # type: ignore[misc]
             while not self._stopping:
                 batches = await self.consumer.getmany(timeout_ms=100, max_records=self.poll_records)
                 self.polled += 1
+                fetched = hoptrace.now()
                 for tp, records in batches.items():
                     tracker = self._offsets.get(tp)
                     if tracker is None:  # assigned between poll and now: track from here
                         tracker = self._offsets[tp] = PartitionOffsets()
                     for r in records:
-                        self._submit(tp, tracker, r)
+                        self._submit(tp, tracker, r, fetched)
                 self._apply_backpressure()
         finally:
             commit_task.cancel()
@@ -88,7 +90,7 @@ class KafkaEdge(ConsumerRebalanceListener):  # type: ignore[misc]
 
     # -- records -----------------------------------------------------------------------------
 
-    def _submit(self, tp: TopicPartition, tracker: PartitionOffsets, r: object) -> None:
+    def _submit(self, tp: TopicPartition, tracker: PartitionOffsets, r: object, fetched: int = 0) -> None:
         record = Record(
             topic=r.topic,  # type: ignore[attr-defined]
             partition=r.partition,  # type: ignore[attr-defined]
@@ -97,6 +99,7 @@ class KafkaEdge(ConsumerRebalanceListener):  # type: ignore[misc]
             value=r.value,  # type: ignore[attr-defined]
             headers=tuple(r.headers or ()),  # type: ignore[attr-defined]
             timestamp_ms=r.timestamp,  # type: ignore[attr-defined]
+            fetched_ns=fetched,
         )
         tracker.track(record.offset)
         works = self._works.setdefault(tp, {})

@@ -38,6 +38,7 @@ from chorus.logs import fields, log_context
 from chorus.metrics import Metrics
 from chorus.outbox import OutboxWriter
 from chorus.registry import Registry
+from chorus.runtime import hoptrace
 from chorus.runtime.coalesce import Coalescer
 from chorus.runtime.commit import GuardTrippedError, StepCommitter
 from chorus.runtime.datarequests import REQUESTS, DataRequests
@@ -135,12 +136,18 @@ class Pipeline:
         return decode(rec.value, self.registry, accept=self.accept, max_bytes=self.size_limit(rec.topic))
 
     async def _handle(self, rec: Record, started: float) -> None:
+        dispatched = hoptrace.now()
         try:
             event = self._decode(rec)
         except DecodeError as exc:
             self.metrics.events_in.labels(rec.topic, "undecodable").inc()
             await self.committer.dead_letter_record(rec, exc)
             return
+        if dispatched:
+            event_id = event.envelope.event_id
+            hoptrace.mark_at(rec.fetched_ns, "fetched", event_id)
+            hoptrace.mark_at(dispatched, "dispatched", event_id)
+            hoptrace.mark("decoded", event_id)
         self.metrics.events_in.labels(rec.topic, event.event_type).inc()
         payload, envelope = event.payload, event.envelope
         if isinstance(payload, RetryDue):
@@ -241,6 +248,7 @@ class Pipeline:
         ):
             for _ in range(MAX_CONFLICT_RETRIES):
                 loaded = await self._loads.submit((env.event_id, env.workflow_id))
+                hoptrace.mark("loaded", env.event_id)
                 if not self._admit(loaded, attempt, via):
                     self.metrics.duplicates.inc()
                     if parked_id is not None:  # handled elsewhere already; drop the parked copy
@@ -264,8 +272,10 @@ class Pipeline:
                 )
                 try:
                     result, traceparent = await self.call.run(route, event, frame, attempt, failures)
+                    hoptrace.mark("handled", env.event_id)
                     handled = Handled(event, rec, route, frame, attempt, failures, traceparent, parked_id)
                     resolved = await self.committer.commit(handled, result)
+                    hoptrace.mark("committed", env.event_id)
                 except ConflictError:
                     log.info("checkpoint moved under us; reloading", extra=fields(via=via.value))
                     continue

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from chorus.strictjson import storable
 from chorus_contracts.platform import MAX_HEADERS, KafkaHeader, OriginalRecord
@@ -18,6 +18,8 @@ class Record:
     value: bytes | None
     headers: tuple[tuple[str, bytes], ...] = ()
     timestamp_ms: int | None = None
+    fetched_ns: int = field(default=0, compare=False)
+    """When the consumer fetched it (hoptrace), 0 when not traced."""
 
     @property
     def workflow_key(self) -> str:

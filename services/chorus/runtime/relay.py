@@ -41,6 +41,7 @@ from chorus.errors import PersistentError
 from chorus.faults import fault_point
 from chorus.logs import fields
 from chorus.metrics import Metrics
+from chorus.runtime import hoptrace
 from chorus.store import OutboxMessage, OutboxRow, ServiceStore
 
 log = logging.getLogger("chorus.relay")
@@ -142,6 +143,7 @@ class OutboxRelay:
                 rows = await self.store.pending_outbox(conn, self.batch_size)
             if not rows:
                 return 0
+            self._trace("relay_read", rows)
             sendable = []
             for row in rows:
                 limit = self.size_limit(row.topic)
@@ -156,6 +158,7 @@ class OutboxRelay:
             published = [r for r in sendable if r.id not in failed]
             async with self.pool.acquire() as conn:
                 await self.store.mark_dispatched(conn, [r.id for r in published], self.clock.now())
+            self._trace("marked", published)
             self.published += len(published)
             if failed:
                 await self._isolate([r for r in sendable if r.id in failed], failed)
@@ -168,7 +171,9 @@ class OutboxRelay:
         # send() only enqueues; the idempotent producer keeps per-partition order,
         # so all sends go out before any is awaited.
         futures = [await self._send(r) for r in rows]
+        self._trace("sent", rows)
         results = await asyncio.gather(*futures, return_exceptions=True)
+        self._trace("acked", rows)
         refusals = [r for r in results if isinstance(r, REFUSALS)]
         if not refusals:
             for result in results:
@@ -196,6 +201,12 @@ class OutboxRelay:
             future = asyncio.get_running_loop().create_future()
             future.set_exception(exc)
         return future
+
+    @staticmethod
+    def _trace(stage: str, rows: list[OutboxRow]) -> None:
+        if hoptrace.enabled():
+            for row in rows:
+                hoptrace.mark(stage, row.event_id)
 
     async def _isolate(self, rows: list[OutboxRow], errors: dict[int, BaseException]) -> None:
         """Send the failed rows of a refused batch one at a time, in order, on a fresh
