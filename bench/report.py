@@ -216,6 +216,30 @@ def markdown(r: dict[str, Any], line: str) -> str:
         ]
         lines += [f"| {k} | {v['p50']:.2f} | {v['p99']:.2f} |" for k, v in bd["segments"].items()]
         lines += ["", f"Sum of the serial stages' p50: {bd['serial_p50_sum_ms']:.2f} ms"]
+    if "R5" in r and "flame_graph" in r["R5"]:
+        fg = r["R5"]["flame_graph"]
+        lines += [
+            "",
+            f"Flame graph of the flow service in a closed-loop trial: `{fg['file']}` "
+            f"(py-spy; {fg['closed_loop_per_s_under_profiler']:.0f} workflows/s under the profiler)",
+        ]
+    if "ab" in r:
+        x = r["ab"]
+        lines += [
+            "",
+            f"## Same-run A/B: {x['what']}",
+            "",
+            f"B - A per round (ms): p50 {_m(x['B_minus_A_ms']['p50'])}, p99 {_m(x['B_minus_A_ms']['p99'])}",
+            "",
+            "| stage (p50 ms) | A | B |",
+            "|---|---|---|",
+            f"| workflow (5 steps) | {_m(x['A']['p50'], '{:.1f}')} | {_m(x['B']['p50'], '{:.1f}')} |",
+        ]
+        a, bb = x["A"]["breakdown"]["segments"], x["B"]["breakdown"]["segments"]
+        lines += [
+            f"| {k} | {v['p50']:.2f} | {bb[k]['p50']:.2f} |" if k in bb else f"| {k} | {v['p50']:.2f} | - |"
+            for k, v in a.items()
+        ]
     if "timers" in r:
         t = r["timers"]
         lines += [

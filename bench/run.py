@@ -104,6 +104,8 @@ class Bench:
     admin: asyncpg.Connection | None = None
     seq: int = 0
     broker_pids: list[int] = field(default_factory=list)
+    ab_tree: Path | None = None
+    """Another checkout to compare with (the ab section)."""
     results: dict[str, Any] = field(default_factory=dict)
     cleanup: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
@@ -507,10 +509,43 @@ async def section_durable(b: Bench) -> None:
 # -- R5: 5-step workflows, Chorus vs DBOS ---------------------------------------------------------
 
 
+@dataclass
+class FlowDriver:
+    """Starts bench_flow workflows and waits for their ends (bench.flow_done)."""
+
+    b: Bench
+    listener: Listener
+    steps_topic: str
+    factory: EnvelopeFactory
+    pad: str
+
+    @classmethod
+    async def start(cls, b: Bench) -> FlowDriver:
+        listener = Listener(
+            b.bootstrap,
+            b.reg().physical_topic("bench.flow_done"),
+            key_of=lambda body: str(body["workflow_id"]),
+            sent_of=lambda body: int(body["payload"]["started_ns"]),
+        )
+        await listener.start()
+        b.cleanup.append(listener.stop)
+        factory = EnvelopeFactory(bench_events.FlowStep(step=1, started_ns=0), workflow_type="bench")
+        pad = pad_for(factory, {"step": 1, "started_ns": run_ns()})
+        return cls(b, listener, b.reg().physical_topic("bench.step"), factory, pad)
+
+    async def one(self, wf: str) -> float:
+        """Start one workflow and wait for its end; its latency in ms."""
+        waiter = self.listener.expect(wf)
+        sent = run_ns()
+        value = self.factory.encode(wf, {"step": 1, "started_ns": sent, "pad": self.pad})
+        await self.b.prod().send(self.steps_topic, value, key=wf.encode())
+        seen = await asyncio.wait_for(waiter, 60)
+        return (seen.recv_ns - sent) / 1e6
+
+
 async def section_workflows(b: Bench) -> None:
     s = b.sizes
     b.log("R5: 5-step workflow, Chorus vs DBOS Transact")
-    reg = b.reg()
     python = DBOS_VENV / "bin" / "python"
     if not python.exists():
         raise RuntimeError(f"{python} missing: run bench/dbos/make-venv.sh (make bench does)")
@@ -533,17 +568,8 @@ async def section_workflows(b: Bench) -> None:
         **dbos.hello.get("versions", {}),
     }
     await flow.call("ready")
-    listener = Listener(
-        b.bootstrap,
-        reg.physical_topic("bench.flow_done"),
-        key_of=lambda body: str(body["workflow_id"]),
-        sent_of=lambda body: int(body["payload"]["started_ns"]),
-    )
-    await listener.start()
-    b.cleanup.append(listener.stop)
-    steps_topic = reg.physical_topic("bench.step")
-    factory = EnvelopeFactory(bench_events.FlowStep(step=1, started_ns=0), workflow_type="bench")
-    pad = pad_for(factory, {"step": 1, "started_ns": run_ns()})
+    driver = await FlowDriver.start(b)
+    listener, steps_topic, factory, pad = driver.listener, driver.steps_topic, driver.factory, driver.pad
     steps = 5
 
     async def chorus_throughput(w: int) -> dict[str, Any]:
@@ -564,14 +590,7 @@ async def section_workflows(b: Bench) -> None:
         last = max(x.ts_ms for x in seen.values()) / 1000
         return {"per_s": w / (last - t0), "usage": asdict(usage)}
 
-    async def chorus_one(wf: str) -> float:
-        """Start one workflow and wait for its end; its latency in ms."""
-        waiter = listener.expect(wf)
-        sent = run_ns()
-        value = factory.encode(wf, {"step": 1, "started_ns": sent, "pad": pad})
-        await b.prod().send(steps_topic, value, key=wf.encode())
-        seen = await asyncio.wait_for(waiter, 60)
-        return (seen.recv_ns - sent) / 1e6
+    chorus_one = driver.one
 
     async def chorus_latency(m: int) -> list[float]:
         await flow.call("resume")
@@ -681,7 +700,78 @@ async def section_workflows(b: Bench) -> None:
     b.log(
         f"R5 Chorus {out['chorus']['per_s']['median']:.1f}/s vs DBOS {out['dbos']['per_s']['median']:.1f}/s"
     )
-    await asyncio.gather(flow.stop(), dbos.stop())
+    await dbos.stop()
+
+    # A flame graph of the flow service in one closed-loop trial: the same service,
+    # restarted under py-spy (which may trace its own child, not attach here).
+    await flow.stop()
+    flame = b.out / "flame-chorus-flow.svg"
+    flow = Worker(
+        "chorus-flow-profiled",
+        [
+            *(str(TOOLS_VENV / "bin" / "py-spy"), "record", "-r", "250", "-f", "flamegraph"),
+            *("-o", str(flame), "--", sys.executable, "-m", "bench.worker", "chorus-flow"),
+        ],
+        b.chorus_env(),
+        b.logs,
+    )
+    await b.started(flow)
+    await flow.call("ready")
+    under = await chorus_closed(s.flow_closed)
+    await flow.stop()
+    assert flow.proc is not None
+    await asyncio.wait_for(flow.proc.wait(), 60)
+    out["flame_graph"] = {"file": flame.name, "closed_loop_per_s_under_profiler": under["per_s"]}
+
+
+# -- same-run A/B of two source trees --------------------------------------------------------------
+
+
+async def section_ab(b: Bench) -> None:
+    """R5's one-at-a-time latency and hop breakdown: this tree (A) against ``--ab`` (B).
+
+    One flow service runs at a time, started afresh per trial from its tree (B's by
+    PYTHONPATH), alternating A B, B A, ... so both meet the same machine within
+    seconds of each other: on this shared machine, runs minutes apart differ by more
+    than most single changes.
+    """
+    if b.ab_tree is None:
+        raise RuntimeError("the ab section compares with another checkout: pass --ab PATH")
+    tree = b.ab_tree.resolve()
+    s = b.sizes
+    b.log(f"A/B: flow latency, this tree (A) vs {tree} (B)")
+    driver = await FlowDriver.start(b)
+    envs = {"A": {}, "B": {"PYTHONPATH": f"{tree / 'services'}:{tree}"}}
+    traces: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
+
+    async def trial(variant: str) -> dict[str, Any]:
+        env = {**b.chorus_env(), **envs[variant]}
+        flow = bench_worker(f"chorus-flow-{variant}", "chorus-flow", env, b.logs)
+        await flow.start()
+        try:
+            await flow.call("ready")
+            await flow.call("resume")
+            driver.listener.live()
+            for i in b.next_seqs(3):  # first connections, statement caches: untimed
+                await driver.one(f"ab-{b.suffix}-{i}")
+            await flow.call("trace")
+            lat = [await driver.one(f"ab-{b.suffix}-{i}") for i in b.next_seqs(s.flow_latency)]
+            traces[variant].append(await flow.call("hops"))
+        finally:
+            driver.listener.pause()
+            await flow.stop()
+        return pct(lat)
+
+    rounds = await interleaved(2 * s.rounds, ["A", "B"], trial)
+    out: dict[str, Any] = {"what": "R5 one at a time: A = this tree, B = " + str(tree)}
+    for i, name in ((0, "A"), (1, "B")):
+        out[name] = {q: summary([r[i][q] for r in rounds]) for q in ("p50", "p99")}
+        out[name]["breakdown"] = breakdown(
+            [m for t in traces[name] for m in t["marks"]], [x for t in traces[name] for x in t["links"]]
+        )
+    out["B_minus_A_ms"] = {q: summary([r[1][q] - r[0][q] for r in rounds]) for q in ("p50", "p99")}
+    b.results["ab"] = out
+    b.log(f"A/B p50 A {out['A']['p50']['median']:.1f} ms, B {out['B']['p50']['median']:.1f} ms")
 
 
 # -- timers ----------------------------------------------------------------------------------------
@@ -1005,10 +1095,11 @@ SECTIONS: dict[str, Callable[[Bench], Awaitable[None]]] = {
     "workflows": section_workflows,
     "timers": section_timers,
     "parked": section_parked,
+    "ab": section_ab,  # only with --ab PATH
 }
 
 
-async def run(mode: str, only: list[str]) -> Path:
+async def run(mode: str, only: list[str], ab: Path | None = None) -> Path:
     sizes = QUICK if mode == "quick" else FULL
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = RESULTS / f"{stamp}-{mode}"
@@ -1019,6 +1110,7 @@ async def run(mode: str, only: list[str]) -> Path:
         bootstrap=os.environ.get("CHORUS_KAFKA_BOOTSTRAP", LOCAL_KAFKA),
         admin_url=os.environ.get("CHORUS_DATABASE_URL", LOCAL_DATABASE_URL),
         out=out,
+        ab_tree=ab,
     )
     started = time.perf_counter()
     failure: BaseException | None = None
@@ -1035,7 +1127,7 @@ async def run(mode: str, only: list[str]) -> Path:
         await b.producer.start()
         b.results["environment"] = env
         for name, section in SECTIONS.items():
-            if only and name not in only:
+            if (only and name not in only) or (name == "ab" and ab is None):
                 continue
             try:
                 await section(b)
@@ -1098,8 +1190,14 @@ def main() -> None:
         default=[],
         help="run only these sections",
     )
+    parser.add_argument(
+        "--ab",
+        type=Path,
+        metavar="PATH",
+        help="another checkout: the ab section compares R5's latency with it, same run",
+    )
     args = parser.parse_args()
-    asyncio.run(run(args.mode, args.only))
+    asyncio.run(run(args.mode, args.only, args.ab))
 
 
 if __name__ == "__main__":
