@@ -33,9 +33,12 @@ class WorkerError(RuntimeError):
 class Worker:
     """A child process answering one JSON line per command (bench.worker, bench/dbos/worker.py)."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path) -> None:
+    def __init__(
+        self, name: str, argv: list[str], env: dict[str, str], log_dir: Path, cwd: Path = ROOT
+    ) -> None:
         self.name = name
         self.argv = argv
+        self.cwd = cwd
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **env}
         self.log_path = log_dir / f"{name}.log"
         self.proc: asyncio.subprocess.Process | None = None
@@ -50,7 +53,7 @@ class Worker:
         log = self.log_path.open("ab")
         self.proc = await asyncio.create_subprocess_exec(
             *self.argv,
-            cwd=ROOT,
+            cwd=self.cwd,
             env=self.env,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
@@ -99,8 +102,9 @@ class Worker:
             self.proc.kill()
 
 
-def bench_worker(name: str, kind: str, env: dict[str, str], log_dir: Path) -> Worker:
-    return Worker(name, [sys.executable, "-m", "bench.worker", kind], env, log_dir)
+def bench_worker(name: str, kind: str, env: dict[str, str], log_dir: Path, tree: Path = ROOT) -> Worker:
+    """``python -m bench.worker`` of ``tree`` (its bench and services packages)."""
+    return Worker(name, [sys.executable, "-m", "bench.worker", kind], env, log_dir, cwd=tree)
 
 
 class ServiceProc:

@@ -741,12 +741,13 @@ async def section_ab(b: Bench) -> None:
     s = b.sizes
     b.log(f"A/B: flow latency, this tree (A) vs {tree} (B)")
     driver = await FlowDriver.start(b)
-    envs = {"A": {}, "B": {"PYTHONPATH": f"{tree / 'services'}:{tree}"}}
+    trees = {"A": ROOT, "B": tree}
     traces: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
 
     async def trial(variant: str) -> dict[str, Any]:
-        env = {**b.chorus_env(), **envs[variant]}
-        flow = bench_worker(f"chorus-flow-{variant}", "chorus-flow", env, b.logs)
+        # B's bench worker and runtime: its tree first on the path (the venv's .pth names A's).
+        env = {**b.chorus_env(), "PYTHONPATH": f"{trees[variant] / 'services'}:{trees[variant]}"}
+        flow = bench_worker(f"chorus-flow-{variant}", "chorus-flow", env, b.logs, trees[variant])
         await flow.start()
         try:
             await flow.call("ready")
