@@ -743,17 +743,19 @@ async def section_ab(b: Bench) -> None:
     driver = await FlowDriver.start(b)
     trees = {"A": ROOT, "B": tree}
     traces: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
+    loops: dict[str, str] = {}
 
     async def trial(variant: str) -> dict[str, Any]:
         # B's bench worker and runtime: its tree first on the path (the venv's .pth names A's).
         env = {**b.chorus_env(), "PYTHONPATH": f"{trees[variant] / 'services'}:{trees[variant]}"}
         flow = bench_worker(f"chorus-flow-{variant}", "chorus-flow", env, b.logs, trees[variant])
-        await flow.start()
+        hello = await flow.start()
+        loops[variant] = hello["loop"]
         try:
             await flow.call("ready")
             await flow.call("resume")
             driver.listener.live()
-            for i in b.next_seqs(3):  # first connections, statement caches: untimed
+            for i in b.next_seqs(10):  # first connections, statement caches: untimed
                 await driver.one(f"ab-{b.suffix}-{i}")
             await flow.call("trace")
             lat = [await driver.one(f"ab-{b.suffix}-{i}") for i in b.next_seqs(s.flow_latency)]
@@ -767,6 +769,7 @@ async def section_ab(b: Bench) -> None:
     out: dict[str, Any] = {"what": "R5 one at a time: A = this tree, B = " + str(tree)}
     for i, name in ((0, "A"), (1, "B")):
         out[name] = {q: summary([r[i][q] for r in rounds]) for q in ("p50", "p99")}
+        out[name]["event_loop"] = loops[name]
         out[name]["breakdown"] = breakdown(
             [m for t in traces[name] for m in t["marks"]], [x for t in traces[name] for x in t["links"]]
         )

@@ -31,6 +31,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from chorus.kafka import make_consumer, make_producer
 from chorus.runtime import hoptrace
+from chorus.runtime.loops import run_main
 from chorus.runtime.runner import ServiceRunner, ServiceSettings
 
 
@@ -213,7 +214,8 @@ async def amain(kind: str) -> None:
     else:
         target = ChorusWorker(kind.removeprefix("chorus-"))
     await target.start()
-    hello: dict[str, Any] = {"ok": True, "op": "started", "pid": os.getpid()}
+    loop = type(asyncio.get_running_loop())
+    hello: dict[str, Any] = {"ok": True, "op": "started", "pid": os.getpid(), "loop": loop.__module__}
     if isinstance(target, ChorusWorker) and target.runner.http is not None:
         hello["http_port"] = target.runner.http.port  # /metrics: the runtime's own histograms
     sys.stdout.write(json.dumps(hello) + "\n")
@@ -227,4 +229,4 @@ async def amain(kind: str) -> None:
 if __name__ == "__main__":
     import bench.events  # noqa: F401  (registers the bench event types)
 
-    asyncio.run(amain(sys.argv[1]))
+    run_main(amain(sys.argv[1]))  # the loop every service runs on

@@ -10,12 +10,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import NoReturn
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, NoReturn, TypeVar
+
+import uvloop
 
 log = logging.getLogger("chorus.loops")
 
 Sleep = Callable[[float], Awaitable[None]]
+T = TypeVar("T")
+
+
+def run_main(main: Coroutine[Any, Any, T]) -> T:
+    """Run a process's main coroutine on uvloop, as every service does.
+
+    libuv's loop and its C TLS transport (Kafka is spoken over TLS) spend fewer
+    microseconds per wake-up and per record than asyncio's pure-Python ones; a hop
+    is a chain of such wake-ups (fetch, pool, commit, relay, produce, ack).
+    """
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main)
 
 
 async def forever(

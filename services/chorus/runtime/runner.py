@@ -38,7 +38,7 @@ from chorus.runtime.consumer import KafkaEdge
 from chorus.runtime.datarequests import REQUESTS
 from chorus.runtime.dispatch import Dispatcher
 from chorus.runtime.guard import DeadLetterGuard
-from chorus.runtime.loops import forever
+from chorus.runtime.loops import forever, run_main
 from chorus.runtime.pipeline import Pipeline
 from chorus.runtime.records import Record
 from chorus.runtime.relay import OutboxRelay
@@ -427,7 +427,7 @@ def main(spec: ServiceSpec[Any, Any], settings: ServiceSettings) -> None:
     except SigningConfigError as exc:
         print(f"refusing to start: {exc}", file=sys.stderr)
         raise SystemExit(EX_CONFIG) from None
-    code = asyncio.run(runner.run_until_signalled())
+    code = run_main(runner.run_until_signalled())
     raise SystemExit(code)
 
 
