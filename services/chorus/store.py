@@ -524,12 +524,14 @@ class ServiceStore:
             ],
         )
 
-    async def commit_step(self, conn: asyncpg.Connection, write: StepWrite) -> None:
-        await self.commit_steps(conn, [write])
+    async def commit_step(self, conn: asyncpg.Connection, write: StepWrite) -> list[OutboxRow]:
+        return (await self.commit_steps(conn, [write]))[0]
 
-    async def commit_steps(self, conn: asyncpg.Connection, writes: Sequence[StepWrite]) -> None:
+    async def commit_steps(
+        self, conn: asyncpg.Connection, writes: Sequence[StepWrite]
+    ) -> list[list[OutboxRow]]:
         """Steps (of different workflows) in ONE statement: one round trip, atomic without
-        BEGIN/COMMIT, all commit or none.
+        BEGIN/COMMIT, all commit or none. Returns each write's outbox rows, with their ids.
 
         Every write is conditional on its inbox claim. A duplicate delivery or a
         checkpoint that moved since it was loaded aborts the whole statement with
@@ -537,10 +539,19 @@ class ServiceStore:
         """
         args = self._batch_args(writes)
         try:
-            await conn.fetchval(self._batch_sql, *args)
+            ids = await conn.fetchval(self._batch_sql, *args)
         except (asyncpg.SerializationError, asyncpg.CardinalityViolationError) as exc:
             # A moved checkpoint, a duplicate, or one event twice in the batch.
             raise ConflictError("a step of the batch conflicted") from exc
+        # Ids are drawn in insertion order, which is the messages' order (ORDER BY u.n).
+        ordered = iter(sorted(ids or ()))
+        return [
+            [
+                OutboxRow(next(ordered), m.topic, m.key, m.value, list(m.headers), m.event_id)
+                for m in w.messages
+            ]
+            for w in writes
+        ]
 
     @property
     def _batch_sql(self) -> str:
@@ -584,13 +595,14 @@ class ServiceStore:
           FROM unnest($17::text[], $18::bytea[], $19::bytea[], $20::text[], $21::uuid[], $22::text[])
                WITH ORDINALITY AS u(topic, key, value, headers, event_id, workflow_id, n)
           ORDER BY u.n
-          RETURNING 1),
+          RETURNING id),
         unparked AS (
           DELETE FROM {s}.parked WHERE id IN (SELECT parked_id FROM items WHERE parked_id IS NOT NULL)
           RETURNING 1)
         SELECT CASE WHEN (SELECT count(*) FROM claim) <> $23
                       OR (SELECT count(*) FROM first_state) + (SELECT count(*) FROM next_state) <> $24
-                    THEN chorus.step_conflict('batch') ELSE (SELECT count(*) FROM outbox) END"""
+                    THEN ARRAY[chorus.step_conflict('batch')]::bigint[]
+                    ELSE (SELECT array_agg(id) FROM outbox) END"""
 
     @staticmethod
     def _batch_args(writes: Sequence[StepWrite]) -> list[Any]:

@@ -1,8 +1,16 @@
-"""An outbox row the broker cannot take is set aside and dead-lettered with its bytes; the
-rows queued behind it are published, in order. It used to stop the relay for good."""
+"""The outbox relay on a real broker.
+
+An outbox row the broker cannot take is set aside and dead-lettered with its bytes; the
+rows queued behind it are published, in order. It used to stop the relay for good.
+
+Rows a step just committed go out from memory (no read of the table first), but never
+ahead of rows only the table knows of: those a crash or another replica left, or an API
+wrote.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import uuid
@@ -16,7 +24,7 @@ import pytest
 from chorus.kafka import ensure_topics
 from chorus.registry import Registry
 from chorus.runtime.runner import ServiceRunner, ServiceSettings, running
-from chorus.store import OutboxMessage
+from chorus.store import OutboxMessage, OutboxRow, ServiceStore
 from tests.support.kafka import events_of, read_topic
 from tests.support.registry import CREATED_TOPICS, isolated_registry
 from tests.support.testservice import make_spec
@@ -39,6 +47,33 @@ async def run_with_rows(runner: ServiceRunner, messages: list[OutboxMessage]) ->
     async with runner.pool.acquire() as conn, conn.transaction():
         await runner.store.add_outbox(conn, messages)
     runner.relay.wake()
+
+
+async def committed(runner: ServiceRunner, topic: str, values: list[bytes]) -> list[OutboxRow]:
+    """Rows committed as a step commits them (with their ids), not yet handed to the relay."""
+    assert runner.pool is not None
+    out = []
+    async with runner.pool.acquire() as conn, conn.transaction():
+        for v in values:
+            row_id = await conn.fetchval(
+                f"""INSERT INTO {runner.store.schema}.outbox (topic, key, value)
+                    VALUES ($1, $2, $3) RETURNING id""",
+                topic,
+                KEY,
+                v,
+            )
+            out.append(OutboxRow(row_id, topic, KEY, v, []))
+    return out
+
+
+async def caught_up_leader(runner: ServiceRunner) -> None:
+    """Wait until the relay leads and has read the table once (it starts by reading)."""
+    assert runner.relay is not None
+    for _ in range(200):
+        if runner.relay.is_leader and await runner.relay.publish_batch() == 0:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the relay never led")
 
 
 def published_numbers(records: list[Any], topic: str) -> list[int]:
@@ -135,3 +170,43 @@ async def test_a_row_for_a_topic_that_does_not_exist_is_set_aside_and_the_rest_f
     assert letter["original"]["topic"] == missing
     assert base64.b64decode(letter["original"]["value_b64"]) == b"lost?"
     assert "UnknownTopicOrPartition" in letter["error"]["message"]
+
+
+async def test_rows_a_step_committed_go_out_from_memory_after_what_the_table_held(
+    service: tuple[Registry, ServiceRunner], kafka_bootstrap: str, pg: asyncpg.Connection, unique: str
+) -> None:
+    registry, runner = service
+    assert runner.relay is not None
+    topic = registry.physical_topic("invoice.received")
+    await caught_up_leader(runner)
+    # Left in the table, never handed to the relay: a crash between commit and publish,
+    # or rows of the replica this partition came from.
+    await committed(runner, topic, numbered(0, 3))
+    runner.relay.resync()  # what a partition assignment does
+    runner.relay.publish_committed(await committed(runner, topic, numbered(3, 3)))
+    records = await read_topic(
+        kafka_bootstrap, [topic], until=lambda rs: len(published_numbers(rs, topic)) >= 6
+    )
+    assert published_numbers(records, topic) == list(range(6))  # in order, each once
+    schema = ServiceStore(f"svc_{unique}").schema
+    for _ in range(100):  # marked after the broker took them
+        if await pg.fetchval(f"SELECT count(*) FROM {schema}.outbox WHERE dispatched_at IS NULL") == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert await pg.fetchval(f"SELECT count(*) FROM {schema}.outbox WHERE dispatched_at IS NOT NULL") == 6
+
+
+async def test_a_row_only_the_table_knows_of_keeps_its_place_between_rows_from_memory(
+    service: tuple[Registry, ServiceRunner], kafka_bootstrap: str
+) -> None:
+    registry, runner = service
+    assert runner.relay is not None
+    topic = registry.physical_topic("invoice.received")
+    await caught_up_leader(runner)
+    runner.relay.publish_committed(await committed(runner, topic, numbered(0, 1)))
+    await run_with_rows(runner, rows(topic, numbered(1, 1)))  # an API's row: table + wake
+    runner.relay.publish_committed(await committed(runner, topic, numbered(2, 1)))
+    records = await read_topic(
+        kafka_bootstrap, [topic], until=lambda rs: len(published_numbers(rs, topic)) >= 3
+    )
+    assert published_numbers(records, topic) == [0, 1, 2]

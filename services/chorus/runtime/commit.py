@@ -48,6 +48,7 @@ from chorus.store import (
     ConflictError,
     InboxOutcome,
     OutboxMessage,
+    OutboxRow,
     ServiceStore,
     StepWrite,
 )
@@ -92,7 +93,10 @@ class StepCommitter:
     messages: Messages
     group: str
     on_outbox: Callable[[], None]
-    _commits: Coalescer[StepWrite, None] = field(init=False, repr=False)
+    """Outbox rows were committed (the relay reads them)."""
+    on_committed: Callable[[list[OutboxRow]], None]
+    """A step's outbox rows were committed: here they are, to publish from memory."""
+    _commits: Coalescer[StepWrite, list[OutboxRow]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         # Concurrent lanes share round trips: commits go in batches.
@@ -101,11 +105,10 @@ class StepCommitter:
     async def close(self) -> None:
         await self._commits.close()
 
-    async def _batch(self, writes: list[StepWrite]) -> list[BaseException | None]:
+    async def _batch(self, writes: list[StepWrite]) -> list[list[OutboxRow] | BaseException]:
         async with self.pool.acquire() as conn:
             try:
-                await self.store.commit_steps(conn, writes)
-                return [None] * len(writes)
+                return list(await self.store.commit_steps(conn, writes))
             except ConflictError:
                 if len(writes) == 1:
                     raise
@@ -116,11 +119,10 @@ class StepCommitter:
                     return [_refused(exc)]
             # One member of the batch conflicted or carries a value PostgreSQL refuses
             # (rare): commit one by one, so only that one is affected.
-            results: list[BaseException | None] = []
+            results: list[list[OutboxRow] | BaseException] = []
             for write in writes:
                 try:
-                    await self.store.commit_step(conn, write)
-                    results.append(None)
+                    results.append(await self.store.commit_step(conn, write))
                 except ConflictError as exc:
                     results.append(exc)
                 except Exception as exc:
@@ -180,7 +182,7 @@ class StepCommitter:
         if effects:
             try:
                 async with self.pool.acquire() as conn, conn.transaction():
-                    await self.store.commit_step(conn, write)
+                    rows = await self.store.commit_step(conn, write)
                     fault_point("after_inbox_insert")
                     for effect in effects:
                         await effect.apply(conn)
@@ -192,13 +194,13 @@ class StepCommitter:
             # One atomic statement (batched with other lanes'): a crash "after the inbox
             # insert" is a crash before that statement commits, which is where it fires.
             fault_point("after_inbox_insert")
-            await self._commits.submit(write)
+            rows = await self._commits.submit(write)
         fault_point("after_db_commit")
         hoptrace.link(env.event_id, [m.event_id for m in write.messages])
         if isinstance(result, Succeeded | Review):
             self.guard.record_success()
-        if write.messages:
-            self.on_outbox()
+        if rows:
+            self.on_committed(rows)
         if isinstance(result, Succeeded) and result.outcome.ended:
             self.metrics.completions.labels(env.workflow_type, result.outcome.ended).inc()
         if isinstance(result, DeadLetter):

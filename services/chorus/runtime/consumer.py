@@ -38,6 +38,7 @@ class KafkaEdge(ConsumerRebalanceListener):  # type: ignore[misc]
         max_buffered_per_partition: int = 200,
         commit_interval_s: float = 0.5,
         poll_records: int = 500,
+        on_assigned: Callable[[], None] | None = None,
     ) -> None:
         self.consumer = consumer
         self.topics = topics
@@ -47,6 +48,7 @@ class KafkaEdge(ConsumerRebalanceListener):  # type: ignore[misc]
         self.max_buffered = max_buffered_per_partition
         self.commit_interval_s = commit_interval_s
         self.poll_records = poll_records
+        self.on_assigned = on_assigned
         self._offsets: dict[TopicPartition, PartitionOffsets] = {}
         # Records handed to the dispatcher and not finished yet, per partition, so a
         # revocation can cancel those that have not started (finished ones leave at once).
@@ -187,6 +189,10 @@ class KafkaEdge(ConsumerRebalanceListener):  # type: ignore[misc]
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         for tp in assigned:
             self._offsets.setdefault(tp, PartitionOffsets())
+        if self.on_assigned is not None and assigned:
+            # The relay reads the table before it publishes from memory again: a workflow
+            # whose partition came from another replica may have rows that replica left.
+            self.on_assigned()
 
     @property
     def assignment(self) -> set[TopicPartition]:

@@ -49,7 +49,7 @@ from chorus.runtime.records import Record, record_from_original
 from chorus.runtime.steps import Frame, Handled, Via
 from chorus.service import ServiceSpec
 from chorus.signing import Keys, Verifier
-from chorus.store import ConflictError, InboxOutcome, Loaded, ServiceStore
+from chorus.store import ConflictError, InboxOutcome, Loaded, OutboxRow, ServiceStore
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.platform import (
@@ -82,6 +82,10 @@ class Pipeline:
     guard: DeadLetterGuard
     max_bytes: int
     on_outbox: Callable[[], None] = lambda: None
+    """Outbox rows were committed: wake the relay."""
+    on_committed: Callable[[list[OutboxRow]], None] | None = None
+    """A step committed these outbox rows (the relay may publish them from memory);
+    by default the relay is woken to read them."""
     rng: random.Random = field(default_factory=random.Random)
     keys: Keys = field(default_factory=lambda: Keys(None, Verifier({}, {})))
     """This service's signer and the verifier of signed event types (chorus.signing)."""
@@ -96,6 +100,7 @@ class Pipeline:
             guard=self.guard,
             messages=Messages(self.spec, self.registry, self.producer, self.group, self.keys.signer),
             on_outbox=self.on_outbox,
+            on_committed=self.on_committed or (lambda _rows: self.on_outbox()),
             **parts,
         )
         self.call = HandlerCall(

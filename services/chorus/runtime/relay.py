@@ -7,6 +7,16 @@ reads every undispatched row rather than "everything after the last id".
 A crash between publishing and marking republishes those rows; consumers drop
 the copies by event id (inbox), which is what makes the whole effectively-once.
 
+The rows a handler's step just committed are published from memory, at once,
+rather than after a wake -> SELECT round trip (``publish_committed``): only while
+the relay is caught up, i.e. every row committed before its last read of the table
+is published. A row only the table knows of (written by an API, a dead letter, a
+set-aside row: anything that calls ``wake``), a partition assigned from another
+replica, a failed send, a new leadership, and every ``poll_interval_s`` (rows of
+other replicas, which never publish themselves) make it read the table first, in
+id order, as before. Rows are still marked dispatched after the broker took them,
+and a crash between commit and publish leaves them for the next read.
+
 A row the broker can never take (larger than its topic's limit, an invalid record)
 must not hold back the rows behind it. Rows over the registry's limit are set aside
 before sending; a row the broker refuses anyway is found by sending the batch's
@@ -95,13 +105,31 @@ class OutboxRelay:
         self.poll_interval_s = poll_interval_s
         self._wake = asyncio.Event()
         self._publish_lock = asyncio.Lock()
+        self._fresh: list[OutboxRow] = []
+        self._caught_up = False
+        self._wakes = 0
+        self._last_read = 0.0
         self._stopping = False
         self.is_leader = False
         self.published = 0
         self._lock_key = zlib.crc32(f"chorus-relay-{store.schema}".encode())
 
     def wake(self) -> None:
-        """Something was committed to the outbox; publish it now rather than at the next poll."""
+        """Something was committed to the outbox that only the table knows of; read it and
+        publish it now rather than at the next poll."""
+        self._caught_up = False
+        self._wakes += 1
+        self._wake.set()
+
+    def resync(self) -> None:
+        """Read the table before publishing from memory again (partitions were assigned)."""
+        self.wake()
+
+    def publish_committed(self, rows: list[OutboxRow]) -> None:
+        """A step of this process committed ``rows`` (in order): publish them next, from
+        memory when caught up (only the leader publishes; the others' rows are read)."""
+        if self.is_leader:
+            self._fresh.extend(rows)
         self._wake.set()
 
     async def run(self) -> None:
@@ -127,6 +155,8 @@ class OutboxRelay:
                     break
                 await asyncio.sleep(1.0)  # another replica relays; stand by
             self.is_leader = True
+            self._caught_up = False  # what the last leader left is read first
+            self._fresh.clear()
             while not self._stopping:
                 sent = await self.publish_batch()
                 if sent == 0:
@@ -139,30 +169,54 @@ class OutboxRelay:
 
     async def publish_batch(self) -> int:
         async with self._publish_lock:  # flush() and the loop must not interleave batches
+            try:
+                return await self._publish_round()
+            except BaseException:
+                self._caught_up = False  # what was not sent is in the table
+                self._fresh.clear()
+                raise
+
+    async def _publish_round(self) -> int:
+        loop = asyncio.get_running_loop()
+        wakes = self._wakes
+        if self._caught_up and loop.time() - self._last_read < self.poll_interval_s:
+            rows, self._fresh = self._fresh[: self.batch_size], self._fresh[self.batch_size :]
+            caught_up = True
+        else:
+            self._last_read = loop.time()
             async with self.pool.acquire() as conn:
                 rows = await self.store.pending_outbox(conn, self.batch_size)
-            if not rows:
-                return 0
+            # Rows committed here and found by this read go out once, in the read's order;
+            # the ones committed after it stay in memory and follow.
+            read = {r.id for r in rows}
+            self._fresh = [r for r in self._fresh if r.id not in read]
+            caught_up = len(rows) < self.batch_size
+        if rows:
             self._trace("relay_read", rows)
-            sendable = []
-            for row in rows:
-                limit = self.size_limit(row.topic)
-                if row.size > limit:
-                    await self._set_aside(
-                        row, RowRefusedError(f"{row.size:,} bytes, more than the {limit:,} {row.topic} takes")
-                    )
-                else:
-                    sendable.append(row)
-            failed = await self._publish(sendable)
-            fault_point("after_publish")
-            published = [r for r in sendable if r.id not in failed]
-            async with self.pool.acquire() as conn:
-                await self.store.mark_dispatched(conn, [r.id for r in published], self.clock.now())
-            self._trace("marked", published)
-            self.published += len(published)
-            if failed:
-                await self._isolate([r for r in sendable if r.id in failed], failed)
-            return len(rows)
+            await self._publish_rows(rows)
+        # A wake since the round began (a row only the table knows of) means: read next.
+        self._caught_up = caught_up and self._wakes == wakes
+        return len(rows)
+
+    async def _publish_rows(self, rows: list[OutboxRow]) -> None:
+        sendable = []
+        for row in rows:
+            limit = self.size_limit(row.topic)
+            if row.size > limit:
+                await self._set_aside(
+                    row, RowRefusedError(f"{row.size:,} bytes, more than the {limit:,} {row.topic} takes")
+                )
+            else:
+                sendable.append(row)
+        failed = await self._publish(sendable)
+        fault_point("after_publish")
+        published = [r for r in sendable if r.id not in failed]
+        async with self.pool.acquire() as conn:
+            await self.store.mark_dispatched(conn, [r.id for r in published], self.clock.now())
+        self._trace("marked", published)
+        self.published += len(published)
+        if failed:
+            await self._isolate([r for r in sendable if r.id in failed], failed)
 
     async def _publish(self, rows: list[OutboxRow]) -> dict[int, BaseException]:
         """Send ``rows``; the rows that failed, when the broker refused one of them (a record
@@ -253,6 +307,7 @@ class OutboxRelay:
         """Publish everything committed so far (graceful shutdown). Only the leader publishes."""
         if not self.is_leader:
             return
+        self._caught_up = False  # read the table once, whatever memory holds
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while loop.time() < deadline:

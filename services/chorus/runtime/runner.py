@@ -172,6 +172,7 @@ class ServiceRunner:
             guard=self.guard,
             max_bytes=s.max_event_bytes,
             on_outbox=relay.wake,
+            on_committed=relay.publish_committed,
             keys=self.keys,
         )
         self.stuck = StuckRecords(s.stuck_record_alert_s, self.metrics, wall_clock=self.clock.now)
@@ -274,6 +275,7 @@ class ServiceRunner:
             self.priority_of,
             max_buffered_per_partition=s.max_buffered_per_partition,
             commit_interval_s=s.commit_interval_s,
+            on_assigned=self.relay.resync if self.relay else None,
         )
         self._stack.push_async_callback(consumer.stop)
         await _start_kafka(edge.start(), s.kafka_bootstrap, self.topics())
