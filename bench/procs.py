@@ -102,6 +102,22 @@ class Worker:
             self.proc.kill()
 
 
+def profiled_worker(
+    name: str, kind: str, spy: Path, fmt: str, output: Path, env: dict[str, str], log_dir: Path
+) -> Worker:
+    """A bench worker run under ``py-spy record`` (which may trace its own child; attaching
+    to a running process is refused here), writing ``fmt`` (raw, flamegraph) to ``output``."""
+    return Worker(
+        name,
+        [
+            *(str(spy), "record", "-r", "250", "-f", fmt, "-o", str(output), "--"),
+            *(sys.executable, "-m", "bench.worker", kind),
+        ],
+        env,
+        log_dir,
+    )
+
+
 def bench_worker(name: str, kind: str, env: dict[str, str], log_dir: Path, tree: Path = ROOT) -> Worker:
     """``python -m bench.worker`` of ``tree`` (its bench and services packages)."""
     return Worker(name, [sys.executable, "-m", "bench.worker", kind], env, log_dir, cwd=tree)

@@ -38,7 +38,7 @@ import bench.events as bench_events
 from bench import procstat
 from bench.hops import breakdown
 from bench.kafkaio import EPOCH_NS, EnvelopeFactory, Listener, pad_for, produce_all, run_ns
-from bench.procs import ServiceProc, Worker, bench_worker
+from bench.procs import ServiceProc, Worker, bench_worker, profiled_worker
 from bench.profile import top_frames
 from bench.registry import bench_registry, delete_topics, raw_topics
 from bench.report import write_reports
@@ -55,6 +55,7 @@ T = TypeVar("T")
 RESULTS = ROOT / ".local" / "bench-results"
 TOOLS_VENV = ROOT / ".local" / "bench-venv"
 DBOS_VENV = ROOT / ".local" / "bench-dbos-venv"
+SPY = TOOLS_VENV / "bin" / "py-spy"
 BENCH_DB = "chorus_bench"
 DBOS_APP_DB = "dbos_bench"
 DBOS_SYS_DB = "dbos_bench_sys"
@@ -482,16 +483,9 @@ async def section_durable(b: Bench) -> None:
     # The profile: the same service, restarted under py-spy (attaching to a running
     # process is refused here; py-spy may trace its own child), one throughput trial.
     await chorus.worker.stop()
-    spy = TOOLS_VENV / "bin" / "py-spy"
     raw_profile = b.out / "profile-chorus-durable.txt"
-    profiled = Worker(
-        "chorus-durable-profiled",
-        [
-            *(str(spy), "record", "-r", "250", "-f", "raw", "-o", str(raw_profile), "--"),
-            *(sys.executable, "-m", "bench.worker", "chorus-durable"),
-        ],
-        b.chorus_env(),
-        b.logs,
+    profiled = profiled_worker(
+        "chorus-durable-profiled", "chorus-durable", SPY, "raw", raw_profile, b.chorus_env(), b.logs
     )
     await b.started(profiled)
     await profiled.call("ready")
@@ -702,22 +696,16 @@ async def section_workflows(b: Bench) -> None:
     )
     await dbos.stop()
 
-    # A flame graph of the flow service in one closed-loop trial: the same service,
-    # restarted under py-spy (which may trace its own child, not attach here).
+    # A flame graph of the flow service in closed-loop trials: the same service, restarted
+    # under py-spy. Long enough that its start (imports) is a small part of the samples.
     await flow.stop()
     flame = b.out / "flame-chorus-flow.svg"
-    flow = Worker(
-        "chorus-flow-profiled",
-        [
-            *(str(TOOLS_VENV / "bin" / "py-spy"), "record", "-r", "250", "-f", "flamegraph"),
-            *("-o", str(flame), "--", sys.executable, "-m", "bench.worker", "chorus-flow"),
-        ],
-        b.chorus_env(),
-        b.logs,
+    flow = profiled_worker(
+        "chorus-flow-profiled", "chorus-flow", SPY, "flamegraph", flame, b.chorus_env(), b.logs
     )
     await b.started(flow)
     await flow.call("ready")
-    under = await chorus_closed(s.flow_closed)
+    under = await chorus_closed(4 * s.flow_closed)
     await flow.stop()
     assert flow.proc is not None
     await asyncio.wait_for(flow.proc.wait(), 60)
