@@ -210,3 +210,22 @@ async def test_a_row_only_the_table_knows_of_keeps_its_place_between_rows_from_m
         kafka_bootstrap, [topic], until=lambda rs: len(published_numbers(rs, topic)) >= 3
     )
     assert published_numbers(records, topic) == [0, 1, 2]
+
+
+async def test_a_row_a_read_published_before_its_step_handed_it_over_goes_once(
+    service: tuple[Registry, ServiceRunner],
+) -> None:
+    """The commit has landed, the step's coroutine has not resumed yet, and a read takes
+    the row; when the step then hands it over, it is not published again."""
+    registry, runner = service
+    assert runner.relay is not None
+    topic = registry.physical_topic("invoice.received")
+    await caught_up_leader(runner)
+    rows_ = await committed(runner, topic, numbered(0, 3))
+    before = runner.relay.published
+    runner.relay.wake()
+    await runner.relay.publish_batch()  # the read
+    runner.relay.publish_committed(rows_)  # the late hand-over
+    await runner.relay.publish_batch()
+    await runner.relay.publish_batch()
+    assert runner.relay.published - before == 3

@@ -64,6 +64,12 @@ RECORD_REFUSALS = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooL
 TOPIC_REFUSALS = (UnknownTopicOrPartitionError, InvalidTopicError, TopicAuthorizationFailedError)
 REFUSALS = (*RECORD_REFUSALS, *TOPIC_REFUSALS)
 
+READ_AHEAD_MEMORY_S = 5.0
+READ_AHEAD_MAX = 20_000
+"""How long, and how many, rows published by a read are remembered in case their step
+hands them over late (microseconds to milliseconds after its commit; a duplicate after
+that is dropped by consumers, by event id)."""
+
 ProducerFactory = Callable[[], AIOKafkaProducer]
 DeadLetterBuilder = Callable[[OutboxRow, BaseException], OutboxMessage | None]
 """The dead letter of a set-aside row; None for a row that is itself a dead letter (a
@@ -106,6 +112,9 @@ class OutboxRelay:
         self._wake = asyncio.Event()
         self._publish_lock = asyncio.Lock()
         self._fresh: list[OutboxRow] = []
+        # Rows a read published before their step handed them over (its commit had
+        # landed, its coroutine had not resumed yet): id -> when; they must not go twice.
+        self._read_ahead: dict[int, float] = {}
         self._caught_up = False
         self._wakes = 0
         self._last_read = 0.0
@@ -129,7 +138,7 @@ class OutboxRelay:
         """A step of this process committed ``rows`` (in order): publish them next, from
         memory when caught up (only the leader publishes; the others' rows are read)."""
         if self.is_leader:
-            self._fresh.extend(rows)
+            self._fresh.extend(r for r in rows if self._read_ahead.pop(r.id, None) is None)
         self._wake.set()
 
     async def run(self) -> None:
@@ -187,8 +196,10 @@ class OutboxRelay:
             async with self.pool.acquire() as conn:
                 rows = await self.store.pending_outbox(conn, self.batch_size)
             # Rows committed here and found by this read go out once, in the read's order;
-            # the ones committed after it stay in memory and follow.
+            # the ones committed after it stay in memory and follow. A row read before its
+            # step handed it over must not go again when it is handed over.
             read = {r.id for r in rows}
+            self._remember_read_ahead(read - {r.id for r in self._fresh}, self._last_read)
             self._fresh = [r for r in self._fresh if r.id not in read]
             caught_up = len(rows) < self.batch_size
         if rows:
@@ -197,6 +208,18 @@ class OutboxRelay:
         # A wake since the round began (a row only the table knows of) means: read next.
         self._caught_up = caught_up and self._wakes == wakes
         return len(rows)
+
+    def _remember_read_ahead(self, ids: set[int], now: float) -> None:
+        """Rows a read took that no step handed over (yet): most are others' (an API's,
+        another replica's) and are never handed over, so they are forgotten after a while."""
+        for row_id in ids:
+            self._read_ahead[row_id] = now
+        horizon = now - READ_AHEAD_MEMORY_S
+        while self._read_ahead:
+            oldest = next(iter(self._read_ahead))
+            if self._read_ahead[oldest] >= horizon and len(self._read_ahead) <= READ_AHEAD_MAX:
+                break
+            del self._read_ahead[oldest]
 
     async def _publish_rows(self, rows: list[OutboxRow]) -> None:
         sendable = []
