@@ -196,7 +196,8 @@ class StepCommitter:
             fault_point("after_inbox_insert")
             rows = await self._commits.submit(write)
         fault_point("after_db_commit")
-        hoptrace.link(env.event_id, [m.event_id for m in write.messages])
+        if hoptrace.enabled():
+            hoptrace.link(env.event_id, [m.event_id for m in write.messages])
         if isinstance(result, Succeeded | Review):
             self.guard.record_success()
         if rows:
