@@ -30,24 +30,10 @@ async def _keep_session(_: asyncpg.Connection) -> None:
     release is pure cost; an open transaction is still rolled back by asyncpg itself."""
 
 
-# Every statement here is prepared once per connection (asyncpg's statement cache).
-# PostgreSQL would still plan the runtime's unnest()-batched statements afresh on each
-# execution (its "custom plan" heuristic keeps them), which on this machine cost more
-# than running them: the load of a step 0.45 -> 0.27 ms p50 with a generic plan, and
-# the step's commit statement more. They are key lookups whose plan does not depend
-# on the values, so the generic plan is the right one.
-SERVER_SETTINGS = {"plan_cache_mode": "force_generic_plan"}
-
-
 async def create_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
     try:
         pool = await asyncpg.create_pool(
-            url,
-            min_size=min_size,
-            max_size=max_size,
-            command_timeout=60,
-            reset=_keep_session,
-            server_settings=SERVER_SETTINGS,
+            url, min_size=min_size, max_size=max_size, command_timeout=60, reset=_keep_session
         )
     except (OSError, asyncpg.PostgresError) as exc:
         raise ConnectionError(
