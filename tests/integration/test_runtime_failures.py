@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from contextlib import AsyncExitStack
@@ -13,6 +14,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from chorus.clock import OffsetFileClock
 from chorus.registry import Registry
 from chorus.runtime.backoff import backoff_cap
 from chorus.runtime.runner import ServiceRunner, ServiceSettings, running
@@ -50,9 +52,18 @@ class Stack:
         )
 
 
-async def start_stack(stack: AsyncExitStack, tmp_path: Path, unique: str, kafka: str, db: str) -> Stack:
+async def start_stack(
+    stack: AsyncExitStack,
+    tmp_path: Path,
+    unique: str,
+    kafka: str,
+    db: str,
+    *,
+    clock: str = "system",
+    task_timeout_s: float = 600,
+) -> Stack:
     registry = await isolated_registry(tmp_path, unique, kafka)
-    common: dict[str, Any] = {"kafka_bootstrap": kafka, "database_url": db, "log_json": False}
+    common: dict[str, Any] = {"kafka_bootstrap": kafka, "database_url": db, "log_json": False, "clock": clock}
     await stack.enter_async_context(
         running(
             TIMER_SPEC,
@@ -61,7 +72,11 @@ async def start_stack(stack: AsyncExitStack, tmp_path: Path, unique: str, kafka:
         )
     )
     runner = await stack.enter_async_context(
-        running(make_spec(f"svc_{unique}"), ServiceSettings(**common), registry=registry)
+        running(
+            make_spec(f"svc_{unique}", task_timeout_s=task_timeout_s),
+            ServiceSettings(**common),
+            registry=registry,
+        )
     )
     return Stack(registry, runner, kafka)
 
@@ -100,6 +115,50 @@ async def test_transient_twice_then_success_on_attempt_three(
         waits.append(wait)
     assert backoff_cap(2, 0.2, 5.0) == 2 * backoff_cap(1, 0.2, 5.0)
     assert len(set(waits)) == 2, "jittered waits should differ"
+
+
+async def test_a_handler_past_its_task_timeout_is_retried_durably_then_dead_lettered(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+) -> None:
+    """Task tier, under the shared simulated clock: a call that would take two hours against
+    a one-hour task timeout. Each attempt ends when the clock passes the hour, a durable
+    timer retries it, and the fourth (max_attempts) is dead-lettered. In real time this
+    would take four hours; the test moves the clock half an hour every 0.2 s."""
+    clock_file = tmp_path / "clock"
+    async with AsyncExitStack() as stack:
+        s = await start_stack(
+            stack,
+            tmp_path,
+            unique,
+            kafka_bootstrap,
+            database_url,
+            clock=f"offset-file:{clock_file}",
+            task_timeout_s=3600,
+        )
+
+        async def time_passes() -> None:
+            while True:
+                await asyncio.sleep(0.2)
+                OffsetFileClock.advance(clock_file, 1800)
+
+        clock = asyncio.create_task(time_passes())
+        try:
+            env = await s.submit(TaskSubmitted(task="hung LLM call", mode="slow", sleep_s=7200))
+            records = await s.read_until(
+                env.workflow_id, "event.dead_lettered", "test.task_done", "timer.schedule"
+            )
+        finally:
+            clock.cancel()
+    letter = payloads(records, "event.dead_lettered", env.workflow_id)[0]["payload"]
+    assert letter["attempts"] == 4
+    assert letter["error"]["category"] == "transient"
+    assert "longer than its 3600s timeout" in letter["error"]["message"]
+    assert [f["error_class"] for f in letter["failures"]] == ["HandlerTimeoutError"] * 4
+    retries = [
+        e for e in payloads(records, "timer.schedule", env.workflow_id) if e["payload"]["purpose"] == "retry"
+    ]
+    assert [r["payload"]["fire"]["value"]["payload"]["attempt"] for r in retries] == [2, 3, 4]
+    assert payloads(records, "test.task_done", env.workflow_id) == []
 
 
 async def test_persistent_error_dead_letters_at_once_with_full_context(

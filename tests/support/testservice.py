@@ -5,7 +5,6 @@ Runs in-process (``spec``) or as its own OS process (``python -m tests.support.t
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -43,7 +42,7 @@ async def on_task_submitted(
     if task.mode == "semantic":
         raise SemanticError("output lacks a summary", [f"/summary: missing (try {len(ctx.feedback) + 1})"])
     if task.mode == "slow":
-        await asyncio.sleep(task.sleep_s)  # stands for a long LLM call
+        await ctx.clock.sleep(task.sleep_s)  # stands for a long LLM call (a test may move the clock)
     if task.mode == "call":
         async with httpx.AsyncClient() as client:
             await call_json(client, "GET", task.url, what="callback", timeout_s=2.0, submitter_url=True)
@@ -100,7 +99,11 @@ def notes_migration(service: str) -> Callable[[asyncpg.Connection], Awaitable[No
 
 
 def make_spec(
-    name: str = "test_service", *, backoff_base_s: float = 0.2, fixed: bool = False
+    name: str = "test_service",
+    *,
+    backoff_base_s: float = 0.2,
+    fixed: bool = False,
+    task_timeout_s: float = 600,
 ) -> ServiceSpec[Progress, None]:
     """``fixed``: the deploy after the bug fix; mode "persistent" then succeeds."""
     return ServiceSpec(
@@ -110,7 +113,7 @@ def make_spec(
             On(
                 TaskSubmitted,
                 functools.partial(on_task_submitted, fixed=True) if fixed else on_task_submitted,
-                timeout_s=600,
+                timeout_s=task_timeout_s,
                 max_attempts=4,
                 backoff_base_s=backoff_base_s,
                 backoff_cap_s=5.0,

@@ -14,7 +14,7 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -37,6 +37,8 @@ from chorus.tracing import handling_span
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope
 from chorus_contracts.platform import Failure
+
+T = TypeVar("T")
 
 log = logging.getLogger("chorus.pipeline")
 
@@ -129,12 +131,28 @@ class HandlerCall:
             log=logging.LoggerAdapter(logging.getLogger(self.spec.name)),
             _checkpoint=lambda s: self.checkpoint(env, frame, s),
         )
-        try:
-            outcome = await asyncio.wait_for(route.handler(event, state, ctx), timeout=route.timeout_s)
-        except TimeoutError:
-            raise HandlerTimeoutError(f"handler ran longer than its {route.timeout_s}s timeout") from None
+        outcome = await self._within(route.handler(event, state, ctx), route.timeout_s)
         check_outcome(self.spec, outcome)
         return outcome
+
+    async def _within(self, work: Awaitable[T], timeout_s: float) -> T:
+        """``work``'s result, or HandlerTimeoutError once ``timeout_s`` of the service's clock
+        has passed: real time in production, and a test that moves the shared clock past
+        a task timeout sees it fire (as a handler's own ``ctx.clock.sleep`` would end)."""
+        task = asyncio.ensure_future(work)
+        timer = asyncio.ensure_future(self.clock.sleep(timeout_s))
+        try:
+            await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # cancelled from outside (shutdown, a revoked partition)
+            task.cancel()
+            raise
+        finally:
+            timer.cancel()
+        if not task.done():  # the clock passed the task timeout first
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise HandlerTimeoutError(f"handler ran longer than its {timeout_s}s timeout")
+        return task.result()
 
     def _transient(
         self, route: On, max_attempts: int, exc: BaseException, category: Category, attempt: int
