@@ -31,13 +31,14 @@ BESIDE = (("mark dispatched (beside the next hop)", "acked", "C", "marked", "C")
 SERIAL = {label for label, *_ in SEGMENTS} - {"broker ack"}
 
 
-def breakdown(marks: list[list[Any]], links: list[list[str]]) -> dict[str, Any]:
-    """Per segment p50/p99 (ms) over every complete hop in the trace."""
+def breakdown(traces: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per segment p50/p99 (ms) over every complete hop in ``traces`` (the flow worker's
+    answers to ``hops``: marks and links)."""
     at: dict[str, dict[str, int]] = defaultdict(dict)
-    for ns, stage, event_id in marks:
+    for ns, stage, event_id in (m for t in traces for m in t["marks"]):
         at[event_id].setdefault(stage, int(ns))  # the first time (a redelivery is not the hop)
     samples: dict[str, list[float]] = defaultdict(list)
-    for parent, child in links:
+    for parent, child in (link for t in traces for link in t["links"]):
         p, c = at.get(parent, {}), at.get(child, {})
         if "fetched" not in p or "fetched" not in c:
             continue  # the last step's child leaves the service; only whole hops count

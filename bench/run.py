@@ -9,7 +9,7 @@ its own OS process; /proc gives CPU time and memory. Results go to
 The last line printed is the summary a script can read::
 
     R2=<ratio> R3=<ratio> R4_p50_ms=<tax> R4_p99_ms=<tax> R5=<ratio> R5_p50_ms=<ms> R5_p99_ms=<ms>
-    timer_p99_ms=<ms>
+    R5_closed_per_s=<n> R5_closed_p99_ms=<ms> timer_p99_ms=<ms>
 """
 
 from __future__ import annotations
@@ -673,9 +673,7 @@ async def section_workflows(b: Bench) -> None:
             for i, name in ((0, "chorus"), (1, "dbos"))
         },
     }
-    out["breakdown"] = breakdown(
-        [m for t in traces for m in t["marks"]], [link for t in traces for link in t["links"]]
-    )
+    out["breakdown"] = breakdown(traces)
     b.results["R5"] = out
 
     per_step = steps * s.flow_workflows
@@ -725,8 +723,7 @@ async def section_ab(b: Bench) -> None:
     seconds of each other: on this shared machine, runs minutes apart differ by more
     than most single changes.
     """
-    if b.ab_tree is None:
-        raise RuntimeError("the ab section compares with another checkout: pass --ab PATH")
+    assert b.ab_tree is not None  # main() refuses the section without --ab
     tree = b.ab_tree.resolve()
     s = b.sizes
     b.log(f"A/B: flow latency, this tree (A) vs {tree} (B)")
@@ -760,9 +757,7 @@ async def section_ab(b: Bench) -> None:
     for i, name in ((0, "A"), (1, "B")):
         out[name] = {q: summary([r[i][q] for r in rounds]) for q in ("p50", "p99")}
         out[name]["event_loop"] = loops[name]
-        out[name]["breakdown"] = breakdown(
-            [m for t in traces[name] for m in t["marks"]], [x for t in traces[name] for x in t["links"]]
-        )
+        out[name]["breakdown"] = breakdown(traces[name])
     out["B_minus_A_ms"] = {q: summary([r[1][q] - r[0][q] for r in rounds]) for q in ("p50", "p99")}
     b.results["ab"] = out
     b.log(f"A/B p50 A {out['A']['p50']['median']:.1f} ms, B {out['B']['p50']['median']:.1f} ms")
@@ -1191,6 +1186,8 @@ def main() -> None:
         help="another checkout: the ab section compares R5's latency with it, same run",
     )
     args = parser.parse_args()
+    if "ab" in args.only and args.ab is None:
+        parser.error("the ab section compares with another checkout: pass --ab PATH")
     asyncio.run(run(args.mode, args.only, args.ab))
 
 

@@ -182,7 +182,7 @@ async def test_rows_a_step_committed_go_out_from_memory_after_what_the_table_hel
     # Left in the table, never handed to the relay: a crash between commit and publish,
     # or rows of the replica this partition came from.
     await committed(runner, topic, numbered(0, 3))
-    runner.relay.resync()  # what a partition assignment does
+    runner.relay.wake()  # what a partition assignment does (KafkaEdge.on_assigned)
     runner.relay.publish_committed(await committed(runner, topic, numbered(3, 3)))
     records = await read_topic(
         kafka_bootstrap, [topic], until=lambda rs: len(published_numbers(rs, topic)) >= 6

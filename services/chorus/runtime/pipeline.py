@@ -83,9 +83,8 @@ class Pipeline:
     max_bytes: int
     on_outbox: Callable[[], None] = lambda: None
     """Outbox rows were committed: wake the relay."""
-    on_committed: Callable[[list[OutboxRow]], None] | None = None
-    """A step committed these outbox rows (the relay may publish them from memory);
-    by default the relay is woken to read them."""
+    on_committed: Callable[[list[OutboxRow]], None] = lambda _rows: None
+    """A step committed these outbox rows: the relay publishes them from memory."""
     rng: random.Random = field(default_factory=random.Random)
     keys: Keys = field(default_factory=lambda: Keys(None, Verifier({}, {})))
     """This service's signer and the verifier of signed event types (chorus.signing)."""
@@ -100,7 +99,7 @@ class Pipeline:
             guard=self.guard,
             messages=Messages(self.spec, self.registry, self.producer, self.group, self.keys.signer),
             on_outbox=self.on_outbox,
-            on_committed=self.on_committed or (lambda _rows: self.on_outbox()),
+            on_committed=self.on_committed,
             **parts,
         )
         self.call = HandlerCall(

@@ -130,10 +130,6 @@ class OutboxRelay:
         self._wakes += 1
         self._wake.set()
 
-    def resync(self) -> None:
-        """Read the table before publishing from memory again (partitions were assigned)."""
-        self.wake()
-
     def publish_committed(self, rows: list[OutboxRow]) -> None:
         """A step of this process committed ``rows`` (in order): publish them next, from
         memory when caught up (only the leader publishes; the others' rows are read)."""

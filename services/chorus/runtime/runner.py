@@ -275,7 +275,7 @@ class ServiceRunner:
             self.priority_of,
             max_buffered_per_partition=s.max_buffered_per_partition,
             commit_interval_s=s.commit_interval_s,
-            on_assigned=self.relay.resync if self.relay else None,
+            on_assigned=self.relay.wake if self.relay else None,
         )
         self._stack.push_async_callback(consumer.stop)
         await _start_kafka(edge.start(), s.kafka_bootstrap, self.topics())
