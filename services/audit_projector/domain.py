@@ -431,6 +431,8 @@ class ApprovalState(BaseModel):
     context: dict[str, Any] | None
     decision: str | None
     decided_at: datetime | None
+    closed_reason: str | None = None
+    """Why a closed approval was withdrawn from reviewers (the workflow's end)."""
 
 
 def approval_state(facts: WorkflowFacts, approval_id: str) -> ApprovalState | None:
@@ -438,10 +440,13 @@ def approval_state(facts: WorkflowFacts, approval_id: str) -> ApprovalState | No
     approval = facts.approvals.get(approval_id)
     if approval is None:
         return None
+    closed_reason = None
     if approval.decided is not None:
         status = "decided"
     elif facts.ended is not None:
         status = "closed"
+        ended = facts.ended
+        closed_reason = f"withdrawn: the workflow ended ({ended.outcome}) at {ended.at.isoformat()}"
     else:
         status = "pending"
     esc = approval.escalation
@@ -459,6 +464,7 @@ def approval_state(facts: WorkflowFacts, approval_id: str) -> ApprovalState | No
         context=approval.context,
         decision=approval.decided.value if approval.decided else None,
         decided_at=approval.decided.at if approval.decided else None,
+        closed_reason=closed_reason,
     )
 
 

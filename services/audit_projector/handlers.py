@@ -20,7 +20,12 @@ from chorus_contracts.approvals import (
     ApprovalWindowElapsed,
 )
 from chorus_contracts.base import EventModel
-from chorus_contracts.lifecycle import WorkflowDeadlineReached, WorkflowEnded, WorkflowStarted
+from chorus_contracts.lifecycle import (
+    WorkflowCancelRequested,
+    WorkflowDeadlineReached,
+    WorkflowEnded,
+    WorkflowStarted,
+)
 from chorus_contracts.platform import (
     DataRemoved,
     EventDeadLettered,
@@ -47,6 +52,7 @@ PROJECTED: tuple[type[EventModel], ...] = (
     WorkflowStarted,
     WorkflowEnded,
     WorkflowDeadlineReached,
+    WorkflowCancelRequested,
     InvoiceReceived,
     InvoiceValidated,
     InvoiceRejected,

@@ -64,6 +64,12 @@ class Metrics:
         self.duplicates = Counter(
             "chorus_duplicates_skipped", "Deliveries skipped because the inbox had them", registry=r
         )
+        self.dropped = Counter(
+            "chorus_events_dropped",
+            "Events that arrived after their workflow ended: recorded in the inbox, not handled",
+            ["event_type"],
+            registry=r,
+        )
         self.completions = Counter(
             "chorus_workflows_ended",
             "Workflows this service ended, by outcome",

@@ -29,6 +29,7 @@ from chorus.codec import Event
 from chorus.errors import PersistentError
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, Priority
+from chorus_contracts.lifecycle import WorkflowEnded
 
 S = TypeVar("S", bound=BaseModel | None)
 D = TypeVar("D")
@@ -167,6 +168,17 @@ class On:
     """Tries with validation feedback before a person is asked (review.requested)."""
     backoff_base_s: float = 1.0
     backoff_cap_s: float = 300.0
+
+
+async def nothing_to_undo(event: Event[WorkflowEnded], state: Any, ctx: Context[Any]) -> Outcome[Any]:
+    """The handler of ``workflow.ended`` for a service with nothing to compensate: the
+    runtime records how the workflow ended, and drops (records, never handles) every later
+    event of it; the timer service cancels its pending timers."""
+    return Outcome()
+
+
+WORKFLOW_END = On(WorkflowEnded, nothing_to_undo, timeout_s=30)
+"""``handlers=[..., WORKFLOW_END]``: a service that keeps workflow state stops with it."""
 
 
 @dataclass(frozen=True)

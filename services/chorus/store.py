@@ -46,6 +46,8 @@ class InboxOutcome(StrEnum):
     PARKED = "parked"
     REVIEW = "review_requested"
     DISCARDED = "discarded"
+    DROPPED = "dropped"
+    """Arrived after the workflow ended: recorded, never handled (see Pipeline)."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,9 @@ class StateRow:
     state_version: int
     revision: int
     parked_on: uuid.UUID | None
+    ended: str | None = None
+    """How the workflow ended, once this service saw it end (its own outcome or a
+    workflow.ended); later events for it are dropped."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +156,8 @@ class StepWrite:
     subject_ref: str | None
     messages: Sequence[OutboxMessage]
     parked_id: int | None
+    ended: str | None = None
+    """The workflow ends with this step (kept if it had ended before)."""
 
 
 # Raised inside the step statement to undo its inbox and outbox writes when the
@@ -294,7 +301,8 @@ class ServiceStore:
                     (chorus.subject_hash(subject_ref)) WHERE subject_ref IS NOT NULL""",
             ),
         )
-        return [*baseline(self.ddl()), archive]
+        ended = Migration(3, "state_ended", (f"ALTER TABLE {s}.state ADD COLUMN IF NOT EXISTS ended text",))
+        return [*baseline(self.ddl()), archive, ended]
 
     # -- erasure and retention (asked for by the audit projector; see chorus.runtime.datarequests)
 
@@ -395,7 +403,7 @@ class ServiceStore:
         s = self.schema
         rows = await conn.fetch(
             f"""SELECT t.n, i.outcome, i.attempt,
-                       st.state::text AS state, st.state_version, st.revision, st.parked_on,
+                       st.state::text AS state, st.state_version, st.revision, st.parked_on, st.ended,
                        EXISTS (SELECT 1 FROM {s}.parked p WHERE p.workflow_id = t.wf) AS has_parked
                 FROM unnest($2::uuid[], $3::text[]) WITH ORDINALITY AS t(eid, wf, n)
                 LEFT JOIN {s}.inbox i ON i.consumer_group = $1 AND i.event_id = t.eid
@@ -417,6 +425,7 @@ class ServiceStore:
                 row["state_version"],
                 row["revision"],
                 row["parked_on"],
+                row["ended"],
             )
         return Loaded(inbox, state, row["has_parked"])
 
@@ -560,9 +569,11 @@ class ServiceStore:
         WITH items AS (
           SELECT * FROM unnest($1::text[], $2::uuid[], $3::int[], $4::text[], $5::text[], $6::text[],
                                $7::timestamptz[], $8::bool[], $9::text[], $10::text[], $11::int[],
-                               $12::int[], $13::uuid[], $14::text[], $15::bigint[], $16::bigint[])
+                               $12::int[], $13::uuid[], $14::text[], $15::bigint[], $16::bigint[],
+                               $25::text[])
             AS t(grp, event_id, attempt, outcome, event_type, workflow_id, at, from_parked,
-                 workflow_type, state, state_version, mode, parked_on, subject_ref, rev, parked_id)),
+                 workflow_type, state, state_version, mode, parked_on, subject_ref, rev, parked_id,
+                 ended)),
         claim AS (
           INSERT INTO {s}.inbox AS i
             (consumer_group, event_id, attempt, outcome, event_type, workflow_id, processed_at)
@@ -577,15 +588,17 @@ class ServiceStore:
           RETURNING 1),
         first_state AS (
           INSERT INTO {s}.state (workflow_id, workflow_type, state, state_version, revision,
-                                 parked_on, subject_ref, created_at, updated_at)
-          SELECT workflow_id, workflow_type, state::jsonb, state_version, 1, parked_on, subject_ref, at, at
+                                 parked_on, subject_ref, created_at, updated_at, ended)
+          SELECT workflow_id, workflow_type, state::jsonb, state_version, 1, parked_on, subject_ref, at, at,
+                 ended
           FROM items WHERE mode = 1
           ON CONFLICT (workflow_id) DO NOTHING
           RETURNING 1),
         next_state AS (
           UPDATE {s}.state st SET state = it.state::jsonb, state_version = it.state_version,
                  revision = st.revision + 1, parked_on = it.parked_on,
-                 subject_ref = coalesce(it.subject_ref, st.subject_ref), updated_at = it.at
+                 subject_ref = coalesce(it.subject_ref, st.subject_ref), updated_at = it.at,
+                 ended = coalesce(st.ended, it.ended)
           FROM items it
           WHERE it.mode = 2 AND st.workflow_id = it.workflow_id AND st.revision = it.rev
           RETURNING 1),
@@ -606,7 +619,7 @@ class ServiceStore:
 
     @staticmethod
     def _batch_args(writes: Sequence[StepWrite]) -> list[Any]:
-        # One array per column, in the order of the statement's $1..$24 (unnest zips them).
+        # One array per column, in the order of the statement's $1..$25 (unnest zips them).
         messages = [m for w in writes for m in w.messages]
         return [
             *_columns(writes, "group", "event_id", "attempt", "outcome", "event_type", "workflow_id"),
@@ -620,6 +633,7 @@ class ServiceStore:
             *_columns(messages, "event_id", "workflow_id"),
             len(writes),
             sum(1 for w in writes if w.checkpoint is not CheckpointWrite.NONE),
+            [w.ended for w in writes],
         ]
 
     # -- parking --------------------------------------------------------------------------

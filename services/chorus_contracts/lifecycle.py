@@ -36,3 +36,12 @@ class WorkflowDeadlineReached(EventModel):
     """The workflow-level deadline passed (fired by the timer the gateway scheduled)."""
 
     deadline_at: UtcDateTime
+
+
+@event("workflow.cancel_requested", 1)
+class WorkflowCancelRequested(EventModel):
+    """Someone allowed to (the submitter, an operator) asked to stop the workflow. The gateway
+    ends it as ``cancelled`` unless it has ended already; compensation follows the end."""
+
+    requested_by: Name
+    reason: Text = Field(min_length=1)

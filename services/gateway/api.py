@@ -31,8 +31,9 @@ from chorus.store import OutboxMessage
 from chorus.tracing import TraceContext
 from chorus.webapi import Problem, create_api, problem_response, problems
 from chorus_contracts.approvals import ApprovalDecisionSubmitted
+from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, Priority
-from chorus_contracts.lifecycle import WorkflowDeadlineReached, WorkflowStarted
+from chorus_contracts.lifecycle import WorkflowCancelRequested, WorkflowDeadlineReached, WorkflowStarted
 from chorus_contracts.platform import FireTarget, TimerSchedule
 from gateway.adapters import repository
 from gateway.adapters.readmodel import ReadModel, ReadModelUnavailableError
@@ -41,6 +42,7 @@ from gateway.domain import (
     IDEMPOTENCY_KEY_MAX,
     IDEMPOTENCY_KEY_PATTERN,
     WORKFLOW_TYPES,
+    CancelBody,
     DecisionBody,
     Submission,
     may_read,
@@ -141,7 +143,7 @@ def _submit_routes(app: FastAPI, rt: RuntimeHandle, settings: Settings, base_url
                     return _replayed(existing, digest, base_url)
             workflow_id = f"wf-{uuid.uuid4().hex[:20]}"
             now = rt.clock.now()
-            deadline_at = now + timedelta(seconds=settings.deadlines_s.get(workflow_type, 86400))
+            deadline_at = now + timedelta(seconds=_deadline_s(settings, workflow_type, body.deadline_s))
             trace = TraceContext.parse(traceparent)
             started = start_envelope(
                 WorkflowStarted(
@@ -274,6 +276,57 @@ def _watch_routes(app: FastAPI, rt: RuntimeHandle, reads: ReadModel, base_url: s
         view["timeline"] = await reads.timeline(workflow_id)
         return view
 
+    @app.post("/v1/workflows/{workflow_id}/cancel", status_code=202, responses=problems(403, 404, 409))
+    async def cancel(workflow_id: WorkflowId, body: CancelBody, who: SubmitterOrOperator) -> JSONResponse:
+        """Stop a running workflow: it ends as ``cancelled`` and what the saga says is undone
+        (a reserved budget is released). The submitter or an operator; asking again answers
+        with the first request (``Idempotent-Replayed``); 409 once it ended otherwise."""
+        view, accepted = await readable(workflow_id, who, "cancel")
+        if who.role != "operator" and not same_person(
+            accepted.submitter if accepted else None, who.principal
+        ):
+            raise Problem(
+                403, "Forbidden", f"only the submitter of {workflow_id} or an operator may cancel it"
+            )
+        outcome = (view or {}).get("outcome")
+        async with rt.pool.acquire() as conn:
+            request = await repository.find_cancellation(conn, workflow_id)
+            if outcome is not None and (request is None or outcome != "cancelled"):
+                ended_at = (view or {}).get("ended_at")
+                raise Problem(409, "Already ended", f"workflow {workflow_id} ended ({outcome}) at {ended_at}")
+            replayed = request is not None
+            if request is None:
+                now = rt.clock.now()
+                asked = WorkflowCancelRequested(requested_by=who.principal, reason=body.reason)
+                workflow_type = (view or {}).get("workflow_type") or (
+                    accepted.workflow_type if accepted else "unknown"
+                )
+                envelope = _in_workflow(
+                    rt, asked, workflow_id, workflow_type, accepted, f"cancel:{workflow_id}", now
+                )
+                async with rt.outbox.transaction(conn) as tx:
+                    request = await repository.insert_cancellation(
+                        conn, workflow_id=workflow_id, requested_by=who.principal, reason=body.reason, now=now
+                    )
+                    if request is not None:
+                        tx.publish(envelope)
+                replayed = request is None
+                request = request or await repository.find_cancellation(conn, workflow_id)
+        assert request is not None  # inserted now, or by the request that won the race
+        status_url = f"{base_url}/v1/workflows/{workflow_id}"
+        return JSONResponse(
+            {
+                "workflow_id": workflow_id,
+                "status": "cancelled" if outcome == "cancelled" else "cancelling",
+                "requested_by": request.requested_by,
+                "reason": request.reason,
+                "requested_at": request.requested_at.isoformat(),
+                "status_url": status_url,
+            },
+            status_code=200 if outcome == "cancelled" else 202,
+            headers={"Location": status_url, **({"Idempotent-Replayed": "true"} if replayed else {})},
+        )
+
     @app.get("/v1/workflows/{workflow_id}/result", responses=problems(404, 409))
     async def result(workflow_id: WorkflowId, who: Anyone) -> dict[str, Any]:
         view, _ = await readable(workflow_id, who, "result")
@@ -313,6 +366,9 @@ def _approval_routes(app: FastAPI, rt: RuntimeHandle, reads: ReadModel) -> None:
         pending = await reads.approval(approval_id)
         if pending is None:
             raise Problem(404, "Unknown approval", f"no approval {approval_id!r}")
+        if pending["status"] == "closed":
+            why = pending.get("closed_reason") or "the workflow ended"
+            raise Problem(409, "Approval withdrawn", f"approval {approval_id} is no longer open: {why}")
         if pending["status"] != "pending":
             raise Problem(409, "Already decided", f"approval {approval_id} is {pending['status']}")
         if pending["tier"] != who.tier:
@@ -355,6 +411,19 @@ def _approval_routes(app: FastAPI, rt: RuntimeHandle, reads: ReadModel) -> None:
             },
             status_code=202,
         )
+
+
+def _deadline_s(settings: Settings, workflow_type: str, asked: float | None) -> float:
+    """The workflow's deadline: the type's configured one, or a shorter one the submitter asked for."""
+    longest = settings.deadlines_s.get(workflow_type, 86400)
+    if asked is not None and asked > longest:
+        raise Problem(
+            422,
+            "Invalid request",
+            f"/deadline_s: {asked:g} s is longer than the {longest:g} s a {workflow_type} workflow may run",
+            errors=[{"pointer": "/deadline_s", "message": f"at most {longest:g}"}],
+        )
+    return asked or longest
 
 
 def _submit_route(app: FastAPI, name: str, kind: WorkflowKind, submit: Any) -> None:
@@ -455,18 +524,39 @@ def _decision_envelope(
         reviewer=who.principal,
         reviewer_tier=who.tier or "",
     )
+    return _in_workflow(
+        rt,
+        decision,
+        pending["workflow_id"],
+        pending.get("workflow_type") or "unknown",
+        submission,
+        f"decision:{approval_id}:{pending.get('level') or 0}",
+        now,
+    )
+
+
+def _in_workflow(
+    rt: RuntimeHandle,
+    event: EventModel,
+    workflow_id: str,
+    workflow_type: str,
+    submission: repository.SubmissionRow | None,
+    idempotency_key: str,
+    now: Any,
+) -> Envelope:
+    """An event a person's request adds to a running workflow: in its trace and priority lane."""
     trace = TraceContext.parse(submission.traceparent if submission else None)
     priority: Priority = "normal"
     if submission is not None and submission.priority in ("high", "normal", "low"):
         priority = submission.priority  # type: ignore[assignment]
     return start_envelope(
-        decision,
-        workflow_id=pending["workflow_id"],
-        workflow_type=pending.get("workflow_type") or "unknown",
+        event,
+        workflow_id=workflow_id,
+        workflow_type=workflow_type,
         producer=rt.producer,
         now=now,
-        idempotency_key=f"decision:{approval_id}:{pending.get('level') or 0}",
-        correlation_id=pending["workflow_id"],
+        idempotency_key=idempotency_key,
+        correlation_id=workflow_id,
         traceparent=trace.child().traceparent if trace else None,
         priority=priority,
     )

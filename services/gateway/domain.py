@@ -48,6 +48,12 @@ class Submission(BaseModel, Generic[StartT]):
     callback_url: Url | None = Field(default=None, description="POSTed the result, HMAC-signed, when it ends")
     priority: Priority = "normal"
     subject_ref: Ref | None = Field(default=None, description="reference to the data subject (for erasure)")
+    deadline_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="seconds from acceptance until the workflow times out; at most (and by "
+        "default) the deadline its type is configured with",
+    )
 
 
 class DecisionBody(BaseModel):
@@ -55,6 +61,12 @@ class DecisionBody(BaseModel):
 
     decision: Literal["approve", "reject", "revise"]
     comment: Comment = ""
+
+
+class CancelBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: Comment = Field(min_length=1, description="why, for the audit trail and the submitter")
 
 
 class GatewayState(BaseModel):

@@ -1,10 +1,15 @@
-"""Handlers of the gateway: completion webhooks and the workflow-level deadline."""
+"""Handlers of the gateway: completion webhooks, the workflow-level deadline, and cancel."""
 
 from __future__ import annotations
 
 from chorus.codec import Event
 from chorus.service import Context, Outcome
-from chorus_contracts.lifecycle import WorkflowDeadlineReached, WorkflowEnded, WorkflowStarted
+from chorus_contracts.lifecycle import (
+    WorkflowCancelRequested,
+    WorkflowDeadlineReached,
+    WorkflowEnded,
+    WorkflowStarted,
+)
 from gateway.adapters.webhooks import WebhookSender
 from gateway.domain import SERVICE, GatewayState
 
@@ -54,3 +59,21 @@ async def on_workflow_deadline_reached(
         ended_by=SERVICE,
     )
     return Outcome(emit=[ended], ended="timed_out")
+
+
+async def on_workflow_cancel_requested(
+    event: Event[WorkflowCancelRequested], state: GatewayState | None, ctx: Context[WebhookSender]
+) -> Outcome[GatewayState]:
+    """A cancel request ends a running workflow as ``cancelled``; every service that keeps
+    its state stops, and compensates where the saga says (the budget agent releases).
+    A workflow that ended first is not touched (the runtime drops the request)."""
+    if state is not None and state.ended:
+        return Outcome()
+    asked = event.payload
+    ended = WorkflowEnded(
+        outcome="cancelled",
+        reason=f"cancelled by {asked.requested_by}: {asked.reason}",
+        result={"cancelled_by": asked.requested_by, "reason": asked.reason},
+        ended_by=SERVICE,
+    )
+    return Outcome(emit=[ended], ended="cancelled")

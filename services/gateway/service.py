@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 from chorus.service import On, ServiceSpec
-from chorus_contracts.lifecycle import WorkflowDeadlineReached, WorkflowEnded, WorkflowStarted
+from chorus_contracts.lifecycle import (
+    WorkflowCancelRequested,
+    WorkflowDeadlineReached,
+    WorkflowEnded,
+    WorkflowStarted,
+)
 from gateway.adapters.repository import migrate
 from gateway.adapters.webhooks import WebhookSender
 from gateway.bootstrap import bootstrap
 from gateway.domain import GatewayState
-from gateway.handlers import on_workflow_deadline_reached, on_workflow_ended, on_workflow_started
+from gateway.handlers import (
+    on_workflow_cancel_requested,
+    on_workflow_deadline_reached,
+    on_workflow_ended,
+    on_workflow_started,
+)
 from gateway.server import serve_api
 
 SPEC: ServiceSpec[GatewayState, WebhookSender] = ServiceSpec(
@@ -26,6 +36,7 @@ SPEC: ServiceSpec[GatewayState, WebhookSender] = ServiceSpec(
             backoff_cap_s=600,
         ),
         On(WorkflowDeadlineReached, on_workflow_deadline_reached, timeout_s=30),
+        On(WorkflowCancelRequested, on_workflow_cancel_requested, timeout_s=30),
     ],
     # The API (not a handler) emits the start events and decisions through the same outbox.
     produces=frozenset(
@@ -33,6 +44,7 @@ SPEC: ServiceSpec[GatewayState, WebhookSender] = ServiceSpec(
             "workflow.started",
             "workflow.ended",
             "workflow.deadline_reached",
+            "workflow.cancel_requested",
             "invoice.received",
             "report.requested",
             "approval.decision_submitted",

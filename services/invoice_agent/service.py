@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chorus.service import On, ServiceSpec
+from chorus.service import WORKFLOW_END, On, ServiceSpec
 from chorus_contracts.approvals import ApprovalDecided
 from chorus_contracts.procurement import InvoiceReceived
 from invoice_agent.bootstrap import Deps, bootstrap
@@ -17,6 +17,7 @@ SPEC: ServiceSpec[InvoiceState, Deps] = ServiceSpec(
         # as feedback, then a person reviews it.
         On(InvoiceReceived, on_invoice_received, timeout_s=300, semantic_attempts=3),
         On(ApprovalDecided, on_approval_decided, timeout_s=300, semantic_attempts=3),
+        WORKFLOW_END,
     ],
     produces=frozenset({"invoice.validated", "invoice.rejected", "workflow.ended"}),
     state=InvoiceState,

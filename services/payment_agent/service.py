@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chorus.service import On, ServiceSpec
+from chorus.service import WORKFLOW_END, On, ServiceSpec
 from chorus_contracts.approvals import ApprovalDecided
 from chorus_contracts.procurement import BudgetReserved, InvoiceValidated
 from payment_agent.bootstrap import Deps, bootstrap
@@ -19,6 +19,7 @@ SPEC: ServiceSpec[PaymentState, Deps] = ServiceSpec(
         On(InvoiceValidated, on_invoice_validated, timeout_s=60, max_attempts=7, backoff_cap_s=60),
         On(BudgetReserved, on_budget_reserved, timeout_s=60, max_attempts=7, backoff_cap_s=60),
         On(ApprovalDecided, on_approval_decided, timeout_s=60, max_attempts=7, backoff_cap_s=60),
+        WORKFLOW_END,
     ],
     produces=frozenset({"payment.issued", "payment.failed", "workflow.ended"}),
     state=PaymentState,

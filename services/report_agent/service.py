@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chorus.service import On, ServiceSpec
+from chorus.service import WORKFLOW_END, On, ServiceSpec
 from chorus_contracts.approvals import ApprovalDecided
 from chorus_contracts.research import ReportRequested
 from report_agent.bootstrap import Deps, bootstrap
@@ -31,6 +31,7 @@ SPEC: ServiceSpec[ReportState, Deps] = ServiceSpec(
             backoff_base_s=0.5,
             backoff_cap_s=30,
         ),
+        WORKFLOW_END,
     ],
     produces=frozenset({"report.drafted", "report.delivered", "approval.requested", "workflow.ended"}),
     state=ReportState,

@@ -7,8 +7,14 @@ from typing import Any
 
 from chorus.codec import Event
 from chorus.service import Context, Outcome
+from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_contracts.platform import TimerCancel, TimerReschedule, TimerSchedule
-from timer_service.adapters.repository import CancelTimerRow, RescheduleTimerRow, ScheduleTimerRow
+from timer_service.adapters.repository import (
+    CancelTimerRow,
+    CancelWorkflowTimers,
+    RescheduleTimerRow,
+    ScheduleTimerRow,
+)
 
 
 async def on_timer_schedule(event: Event[TimerSchedule], state: None, ctx: Context[Any]) -> Outcome[Any]:
@@ -51,3 +57,9 @@ async def on_timer_reschedule(event: Event[TimerReschedule], state: None, ctx: C
             )
         ]
     )
+
+
+async def on_workflow_ended(event: Event[WorkflowEnded], state: None, ctx: Context[Any]) -> Outcome[Any]:
+    """Nothing waits on a workflow that ended: its deadlines, windows and reminders go."""
+    reason = f"workflow ended ({event.payload.outcome})"
+    return Outcome(effects=[CancelWorkflowTimers(event.envelope.workflow_id, reason, ctx.clock.now())])

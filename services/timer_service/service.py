@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from chorus.service import On, ServiceSpec
+from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_contracts.platform import TimerCancel, TimerReschedule, TimerSchedule
 from timer_service.adapters.repository import migrate
 from timer_service.bootstrap import bootstrap
 from timer_service.firing import fire_due_timers
-from timer_service.handlers import on_timer_cancel, on_timer_reschedule, on_timer_schedule
+from timer_service.handlers import (
+    on_timer_cancel,
+    on_timer_reschedule,
+    on_timer_schedule,
+    on_workflow_ended,
+)
 
 VERSION = "0.1.0"
 
@@ -18,6 +24,7 @@ SPEC: ServiceSpec[None, None] = ServiceSpec(
         On(TimerSchedule, on_timer_schedule, timeout_s=30),
         On(TimerCancel, on_timer_cancel, timeout_s=30),
         On(TimerReschedule, on_timer_reschedule, timeout_s=30),
+        On(WorkflowEnded, on_workflow_ended, timeout_s=30),
     ],
     # Fired events are whatever the scheduler stored; the scheduler is their producer.
     produces=frozenset(),

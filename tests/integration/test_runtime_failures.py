@@ -19,6 +19,7 @@ from chorus.registry import Registry
 from chorus.runtime.backoff import backoff_cap
 from chorus.runtime.runner import ServiceRunner, ServiceSettings, running
 from chorus_contracts.envelope import Envelope
+from chorus_contracts.lifecycle import WorkflowEnded
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, publish, read_topic
 from tests.support.registry import isolated_registry
@@ -159,6 +160,70 @@ async def test_a_handler_past_its_task_timeout_is_retried_durably_then_dead_lett
     ]
     assert [r["payload"]["fire"]["value"]["payload"]["attempt"] for r in retries] == [2, 3, 4]
     assert payloads(records, "test.task_done", env.workflow_id) == []
+
+
+async def test_a_workflow_that_ends_stops_its_timers_and_later_events_are_recorded_not_handled(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, pg: asyncpg.Connection, unique: str
+) -> None:
+    """Workflow end, in the runtime: the workflow schedules a reminder, then parks behind a
+    dead letter with one event waiting; its workflow.ended overtakes the park. The waiting
+    event and one arriving after the end are recorded in the inbox as dropped, never
+    handled (no task_done, no handler's effects); the reminder timer is cancelled."""
+    async with AsyncExitStack() as stack:
+        s = await start_stack(stack, tmp_path, unique, kafka_bootstrap, database_url)
+        topic = s.registry.physical_topic("test.task_submitted")
+        remind = envelope(TaskSubmitted(task="remind", mode="remind"))
+        wf = remind.workflow_id
+        blocker = envelope(TaskSubmitted(task="blocker", mode="persistent"), workflow_id=wf)
+        waiting = envelope(TaskSubmitted(task="waiting"), workflow_id=wf)
+        await publish(kafka_bootstrap, topic, [remind, blocker, waiting])
+        await s.read_until(wf, "event.dead_lettered")
+        ended = envelope(
+            WorkflowEnded(outcome="timed_out", reason="deadline", ended_by="gateway"), workflow_id=wf
+        )
+        await publish(kafka_bootstrap, s.registry.physical_topic("workflow.ended"), [ended])
+        after = envelope(TaskSubmitted(task="after"), workflow_id=wf)
+        await publish(kafka_bootstrap, topic, [after])
+        schema = f"svc_{unique}"
+
+        async def inbox() -> dict[str, str]:
+            rows = await pg.fetch(f"SELECT event_id, outcome FROM {schema}.inbox WHERE workflow_id = $1", wf)
+            return {str(r["event_id"]): r["outcome"] for r in rows}
+
+        async def reminder() -> Any:
+            return await pg.fetchrow(
+                """SELECT status, cancel_reason FROM timer_service.timers
+                    WHERE workflow_id = $1 AND purpose = 'reminder' AND status <> 'pending'""",
+                wf,
+            )
+
+        await wait_until(
+            lambda: _dropped(inbox(), waiting.event_id, after.event_id), what="both events dropped"
+        )
+        timer = await wait_until(reminder, what="the reminder cancelled")
+        outcomes = await inbox()
+        checkpoint = await pg.fetchrow(
+            f"SELECT ended, parked_on FROM {schema}.state WHERE workflow_id = $1", wf
+        )
+        records = await read_topic(
+            kafka_bootstrap, [topic], until=lambda rs: bool(payloads(rs, "test.task_done", wf))
+        )
+    assert outcomes[str(remind.event_id)] == "done"
+    assert outcomes[str(blocker.event_id)] == "dead_lettered"
+    assert outcomes[str(waiting.event_id)] == "dropped"
+    assert outcomes[str(after.event_id)] == "dropped"
+    assert outcomes[str(ended.event_id)] == "done"
+    assert checkpoint["ended"] == "timed_out" and checkpoint["parked_on"] is None
+    assert await pg.fetchval(f"SELECT count(*) FROM {schema}.parked WHERE workflow_id = $1", wf) == 0
+    assert [d["payload"]["task"] for d in payloads(records, "test.task_done", wf)] == ["remind"]
+    assert timer["status"] == "cancelled"
+    assert timer["cancel_reason"] == "workflow ended (timed_out)"
+
+
+async def _dropped(rows: Any, *event_ids: Any) -> bool:
+    """Whether the inbox says dropped for every one (either may be parked before the end)."""
+    outcomes = await rows
+    return all(outcomes.get(str(event_id)) == "dropped" for event_id in event_ids)
 
 
 async def test_persistent_error_dead_letters_at_once_with_full_context(

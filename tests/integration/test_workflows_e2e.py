@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -268,6 +270,131 @@ async def test_no_answer_from_any_tier_auto_rejects_and_releases_the_budget(
         "SELECT status FROM budget_agent.reservations WHERE workflow_id = $1", workflow_id
     )
     assert reservation is not None and reservation["status"] == "released"
+
+
+async def test_a_workflow_past_its_deadline_while_waiting_for_approval_times_out_everywhere(
+    world: World, world_pg: asyncpg.Connection
+) -> None:
+    """Workflow tier, on simulated time: a four-hour deadline passes while the manager (an
+    eight-hour window) has not answered. The workflow ends timed_out, the budget is
+    released, the approval leaves the manager's list, its escalation timer is cancelled,
+    and the manager's late approval is refused saying why."""
+    run = uuid.uuid4().hex[:8]
+    accepted = await world.submit("procurement", {**invoice(run), "deadline_s": 4 * HOUR})
+    workflow_id = accepted.json()["workflow_id"]
+    approval_id = (await world.waiting_on(workflow_id, "manager"))["pending_approval"]["approval_id"]
+    world.advance(4 * HOUR + 60)
+    final = await world.ended(workflow_id)
+    assert final["status"] == "timed_out"
+    events = [item["event_type"] for item in final["timeline"]]
+    assert "approval.escalated" not in events and "payment.issued" not in events
+    released = await world.wait(
+        workflow_id,
+        lambda s: any(i["event_type"] == "budget.released" for i in s["timeline"]),
+        "the budget released",
+    )
+    [release] = [i["payload"] for i in released["timeline"] if i["event_type"] == "budget.released"]
+    assert release["reason"] == "workflow timed_out"
+    queue = (await world.http.get("/v1/approvals", headers=MANAGER)).json()["approvals"]
+    assert approval_id not in {a["approval_id"] for a in queue}
+    late = await world.decide(approval_id, MANAGER, "approve", "sorry, was away")
+    assert late.status_code == 409
+    assert late.json()["title"] == "Approval withdrawn"
+    assert "the workflow ended (timed_out)" in late.json()["detail"]
+    escalation = await world_pg.fetchval(
+        "SELECT status FROM timer_service.timers WHERE workflow_id = $1 AND purpose = 'escalation'",
+        workflow_id,
+    )
+    assert escalation == "cancelled"
+    reservation = await world_pg.fetchval(
+        "SELECT status FROM budget_agent.reservations WHERE workflow_id = $1", workflow_id
+    )
+    assert reservation == "released"
+
+
+async def test_a_deadline_longer_than_the_types_is_refused_naming_the_field(world: World) -> None:
+    response = await world.submit("procurement", {**invoice("long"), "deadline_s": 30 * 86400})
+    assert response.status_code == 422
+    problem = response.json()
+    assert problem["errors"][0]["pointer"] == "/deadline_s"
+    assert "604800" in problem["detail"]
+
+
+async def test_cancel_ends_the_workflow_cancelled_releases_its_budget_and_is_idempotent(
+    world: World, world_pg: asyncpg.Connection
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    workflow_id = (await world.submit("procurement", invoice(run))).json()["workflow_id"]
+    approval_id = (await world.waiting_on(workflow_id, "manager"))["pending_approval"]["approval_id"]
+    path = f"/v1/workflows/{workflow_id}/cancel"
+    reason = {"reason": "ordered against the wrong purchase order"}
+    assert (await world.http.post(path, json=reason, headers=OTHER_SUBMITTER)).status_code == 404
+    assert (await world.http.post(path, json=reason, headers=MANAGER)).status_code == 403
+    empty = await world.http.post(path, json={"reason": ""}, headers=SUBMITTER)
+    assert empty.status_code == 422 and empty.json()["errors"][0]["pointer"] == "/reason"
+
+    first = await world.http.post(path, json=reason, headers=SUBMITTER)
+    assert first.status_code == 202, first.text
+    assert first.json()["status"] == "cancelling" and "idempotent-replayed" not in first.headers
+    again = await world.http.post(path, json={"reason": "second thoughts"}, headers=SUBMITTER)
+    assert again.status_code == 202 and again.headers["idempotent-replayed"] == "true"
+    assert again.json()["reason"] == reason["reason"]  # the first request stands
+
+    final = await world.ended(workflow_id)
+    assert final["status"] == "cancelled"
+    assert final["result"] == {"cancelled_by": "demo-submitter", "reason": reason["reason"]}
+    assert (await world.http.post(path, json=reason, headers=SUBMITTER)).status_code == 200
+    late = await world.decide(approval_id, MANAGER, "approve")
+    assert late.status_code == 409 and "the workflow ended (cancelled)" in late.json()["detail"]
+    reservation = await world.wait(
+        workflow_id,
+        lambda s: any(i["event_type"] == "budget.released" for i in s["timeline"]),
+        "the budget released",
+    )
+    assert [i["event_type"] for i in reservation["timeline"]].count("workflow.ended") == 1
+    assert (
+        await world_pg.fetchval(
+            "SELECT status FROM budget_agent.reservations WHERE workflow_id = $1", workflow_id
+        )
+        == "released"
+    )
+
+
+async def test_an_operator_cancels_from_the_cli_and_a_workflow_that_ended_otherwise_is_refused(
+    world: World,
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    running = (await world.submit("procurement", invoice(run))).json()["workflow_id"]
+    await world.waiting_on(running, "manager")
+    code, out, err = await chorus_cli(world, "workflows", "cancel", running, "--reason", "duplicate order")
+    assert code == 0, err
+    assert out.startswith(f"{running}: cancelling (asked by sam.operator")
+    assert (await world.ended(running))["status"] == "cancelled"
+
+    rejected = (await world.submit("procurement", invoice(run, po="PO-0000"))).json()["workflow_id"]
+    assert (await world.ended(rejected))["status"] == "rejected"
+    code, out, err = await chorus_cli(world, "workflows", "cancel", rejected, "--reason", "too late")
+    assert code == 1
+    assert "Already ended" in err and "rejected" in err
+
+
+async def chorus_cli(world: World, *args: str) -> tuple[int, str, str]:
+    """The ``chorus`` console script against this world's gateway, as the demo operator."""
+    proc = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).parent / "chorus"),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={
+            **os.environ,
+            "COLUMNS": "240",
+            "CHORUS_API_KEY": "demo-operator-key",
+            "CHORUS_GATEWAY_URL": world.stack.api_url,
+        },
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
 
 
 async def test_same_idempotency_key_twice_starts_one_workflow(world: World) -> None:

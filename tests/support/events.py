@@ -24,6 +24,7 @@ class TaskSubmitted(EventModel):
         "note",
         "huge_emit",
         "call",
+        "remind",
     ] = "ok"
     transient_failures: int = 0
     """The handler raises TransientError on attempts 1..transient_failures."""
@@ -32,6 +33,7 @@ class TaskSubmitted(EventModel):
     """mode note: written to the service's notes table (varchar(64)) in the step's transaction."""
     url: str = ""
     """mode call: a submitter's URL the handler calls (a callback, a source)."""
+    # mode remind: schedules a reminder (this event again, task "reminded") an hour later.
 
 
 @event("test.task_done", 1)

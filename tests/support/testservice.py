@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
@@ -18,7 +19,7 @@ from chorus.codec import Event
 from chorus.errors import PersistentError, SemanticError, TransientError
 from chorus.external import call_json
 from chorus.runtime.runner import ServiceSettings, main
-from chorus.service import Context, On, Outcome, ServiceSpec
+from chorus.service import WORKFLOW_END, Context, On, Outcome, ScheduleTimer, ServiceSpec
 from tests.support.events import TaskDone, TaskSubmitted
 
 
@@ -55,6 +56,10 @@ async def on_task_submitted(
             state=progress, emit=[TaskDone(task="x" * 2_000_000, attempt=ctx.attempt, handled_count=0)]
         )
     effects = [Note(ctx.service, task.note)] if task.mode == "note" else []
+    timers = []
+    if task.mode == "remind":
+        due = ctx.clock.now() + timedelta(hours=1)
+        timers = [ScheduleTimer("remind", due, TaskSubmitted(task="reminded"), purpose="reminder")]
     if task.mode == "steps":
         # Three expensive steps with a checkpoint after each; the first attempt
         # fails after step 2, so the retry must start at step 3.
@@ -77,6 +82,7 @@ async def on_task_submitted(
         state=progress,
         emit=[TaskDone(task=task.task, attempt=ctx.attempt, handled_count=progress.handled)],
         effects=effects,
+        timers=timers,
     )
 
 
@@ -117,9 +123,10 @@ def make_spec(
                 max_attempts=4,
                 backoff_base_s=backoff_base_s,
                 backoff_cap_s=5.0,
-            )
+            ),
+            WORKFLOW_END,
         ],
-        produces=frozenset({"test.task_done"}),
+        produces=frozenset({"test.task_done", "test.task_submitted"}),
         state=Progress,
         migrations=[notes_migration(name)],
     )

@@ -35,6 +35,7 @@ from chorus.runtime.records import Record
 from chorus.runtime.steps import (
     MAX_FAILURES,
     DeadLetter,
+    Dropped,
     Frame,
     Handled,
     Result,
@@ -53,6 +54,7 @@ from chorus.store import (
     StepWrite,
 )
 from chorus_contracts.envelope import Envelope
+from chorus_contracts.lifecycle import WorkflowEnded
 
 log = logging.getLogger("chorus.pipeline")
 
@@ -207,8 +209,11 @@ class StepCommitter:
         if isinstance(result, DeadLetter):
             self.metrics.dead_letters.labels(result.category).inc()
             log.error("dead-lettered", extra=fields(error=repr(result.error), attempt=handled.attempt))
-        # A park on this very event is resolved: the caller drains what waited behind it.
-        return handled.frame.parked_on == env.event_id and write.parked_on is None
+        if isinstance(result, Dropped):
+            self.metrics.dropped.labels(env.event_type).inc()
+            log.info("workflow ended; recorded this event, not handled", extra=fields(why=result.reason))
+        # A park is resolved (this event's, or the workflow ended): the caller drains what waited.
+        return handled.frame.parked_on is not None and write.parked_on is None
 
     def _step_write(self, handled: Handled, result: Result, now: datetime) -> StepWrite:
         """What the step commits: its inbox outcome, the checkpoint (state, and the event
@@ -218,11 +223,17 @@ class StepCommitter:
         messages: list[OutboxMessage] = []
         new_state = frame.state
         parked_on: uuid.UUID | None = None if frame.parked_on == env.event_id else frame.parked_on
+        ended: str | None = None
         if isinstance(result, Succeeded):
             outcome_name = InboxOutcome.DONE
             if result.outcome.state is not None:
                 new_state = result.outcome.state.model_dump(mode="json")
             messages = self.messages.outcome(env, result.outcome, now, traceparent)
+            ended = self._ends(handled, result)
+            if ended is not None:
+                parked_on = None  # what waited behind an earlier event will be dropped
+        elif isinstance(result, Dropped):
+            outcome_name = InboxOutcome.DROPPED
         elif isinstance(result, Retry):
             outcome_name, parked_on = InboxOutcome.RETRYING, env.event_id
             history = [*handled.failures, failure(result.error, attempt, now, retry_in_s=result.wait_s)]
@@ -257,7 +268,7 @@ class StepCommitter:
         # decision taken on a state another replica has since moved is refused.
         if frame.revision is not None:
             checkpoint = CheckpointWrite.UPDATE
-        elif new_state is not None or parked_on is not None:
+        elif new_state is not None or parked_on is not None or ended is not None:
             checkpoint = CheckpointWrite.INSERT
         else:
             checkpoint = CheckpointWrite.NONE
@@ -279,7 +290,18 @@ class StepCommitter:
             subject_ref=env.subject_ref,
             messages=messages,
             parked_id=handled.parked_id,
+            ended=ended,
         )
+
+    def _ends(self, handled: Handled, result: Succeeded) -> str | None:
+        """How the workflow ends with this step, for a service that keeps workflow state:
+        the handler said so (``Outcome.ended``), or this is the workflow's end event."""
+        if self.spec.state is None:
+            return None  # platform services record every event, whatever the workflow did
+        payload = handled.event.payload
+        if isinstance(payload, WorkflowEnded):
+            return handled.frame.ended or payload.outcome
+        return result.outcome.ended
 
     async def dead_letter_record(
         self, rec: Record, exc: PersistentError, parked_id: int | None = None

@@ -46,12 +46,13 @@ from chorus.runtime.guard import DeadLetterGuard
 from chorus.runtime.handling import HandlerCall
 from chorus.runtime.messages import Messages
 from chorus.runtime.records import Record, record_from_original
-from chorus.runtime.steps import Frame, Handled, Via
+from chorus.runtime.steps import Dropped, Frame, Handled, Result, Via
 from chorus.service import ServiceSpec
 from chorus.signing import Keys, Verifier
 from chorus.store import ConflictError, InboxOutcome, Loaded, OutboxRow, ServiceStore
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, ProducerRef
+from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_contracts.platform import (
     EventDiscarded,
     Failure,
@@ -261,7 +262,16 @@ class Pipeline:
                     return
                 state = loaded.state
                 waiting_on = state.parked_on if state is not None else None
-                if via is not Via.DRAIN and waiting_on is not None and waiting_on != env.event_id:
+                ended = state.ended if state is not None else None
+                # The workflow's end overtakes whatever waits: nothing behind it will run.
+                closing = env.event_type == WorkflowEnded.event_type
+                if (
+                    via is not Via.DRAIN
+                    and waiting_on is not None
+                    and waiting_on != env.event_id
+                    and ended is None
+                    and not closing
+                ):
                     await self._park(event, rec, attempt)
                     return
                 if via is Via.DELIVERY and loaded.has_parked and waiting_on is None:
@@ -273,9 +283,14 @@ class Pipeline:
                     state_version=self.spec.state_version,
                     parked_on=waiting_on,
                     state=self.call.migrated(state),
+                    ended=ended,
                 )
                 try:
-                    result, traceparent = await self.call.run(route, event, frame, attempt, failures)
+                    result: Result
+                    if ended is not None and not closing:
+                        result, traceparent = Dropped(f"workflow ended ({ended})"), env.traceparent
+                    else:
+                        result, traceparent = await self.call.run(route, event, frame, attempt, failures)
                     hoptrace.mark("handled", env.event_id)
                     handled = Handled(event, rec, route, frame, attempt, failures, traceparent, parked_id)
                     resolved = await self.committer.commit(handled, result)

@@ -61,8 +61,16 @@ class Review:
     errors: list[str]
 
 
-Result = Succeeded | Retry | DeadLetter | Review
-"""How a handling ended: its outcome, a durable retry, a dead letter, or a person's review."""
+@dataclass(frozen=True)
+class Dropped:
+    """Not handled: the workflow had ended (``reason`` says how) before this event came."""
+
+    reason: str
+
+
+Result = Succeeded | Retry | DeadLetter | Review | Dropped
+"""How a handling ended: its outcome, a durable retry, a dead letter, a person's review,
+or not at all because the workflow was over."""
 
 
 @dataclass
@@ -74,6 +82,8 @@ class Frame:
     parked_on: uuid.UUID | None
     state: dict[str, Any] | None = None
     checkpoints: int = field(default=0)
+    ended: str | None = None
+    """How the workflow ended, if this service saw it end before this handling."""
 
 
 @dataclass(frozen=True)

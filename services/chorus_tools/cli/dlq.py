@@ -22,10 +22,9 @@ from typing import Annotated, Any, NoReturn
 import httpx
 import typer
 
-from chorus_tools.cli.options import EX_NOPERM, ApiKeyOption, api_headers
+from chorus_tools.cli.options import ApiKeyOption, api_call, api_client, fail
 
 DEFAULT_URL = "http://127.0.0.1:8102"
-EX_UNAVAILABLE = 69  # sysexits.h: a service the command needs is unavailable
 _RELATIVE = re.compile(r"^(\d+)([smhd])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -272,30 +271,16 @@ def _instant(option: str, value: str | None, now: datetime | None = None) -> str
 
 @contextmanager
 def _client(url: str, api_key: str) -> Iterator[httpx.Client]:
-    headers = api_headers(api_key)
-    try:
-        with httpx.Client(base_url=url.rstrip("/"), timeout=30.0, headers=headers) as client:
-            yield client
-    except httpx.TransportError as exc:
-        _fail(f"cannot reach the dead-letter service at {url}: {exc}", EX_UNAVAILABLE)
+    with api_client("dlq", url, api_key, "the dead-letter service") as client:
+        yield client
 
 
 def _call(client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
-    response = client.request(method, path, **kwargs)
-    if response.is_success:
-        return response.json()
-    try:
-        problem = response.json()
-        message = f"{problem['title']}: {problem['detail']}"
-    except (ValueError, KeyError, TypeError):
-        message = f"HTTP {response.status_code}: {response.text[:500]}"
-    status = response.status_code
-    _fail(message, 2 if status in (400, 422) else EX_NOPERM if status in (401, 403) else 1)
+    return api_call("dlq", client, method, path, **kwargs)
 
 
 def _fail(message: str, code: int) -> NoReturn:
-    typer.echo(f"chorus dlq: {message}", err=True)
-    raise typer.Exit(code)
+    fail("dlq", message, code)
 
 
 def _echo_json(body: Any) -> None:

@@ -11,6 +11,7 @@ from chorus_tools.cli import events as events_cli
 from chorus_tools.cli import schemas as schemas_cli
 from chorus_tools.cli import status as status_cli
 from chorus_tools.cli import topics as topics_cli
+from chorus_tools.cli import workflows as workflows_cli
 
 app = typer.Typer(
     name="chorus",
@@ -28,6 +29,7 @@ app.command("replay")(audit_cli.replay_command)
 app.command("timeline")(audit_cli.timeline_command)
 app.command("erase")(audit_cli.erase_command)
 app.command("status")(status_cli.status_command)
+app.add_typer(workflows_cli.app, name="workflows")
 
 
 def main() -> None:

@@ -7,8 +7,9 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, NoReturn
 
+import httpx
 import typer
 
 Bootstrap = Annotated[
@@ -53,6 +54,8 @@ ApiKeyOption = Annotated[
 ]
 EX_NOPERM = 77
 """sysexits' EX_NOPERM: the API refused the key (401) or its role (403)."""
+EX_UNAVAILABLE = 69
+"""sysexits' EX_UNAVAILABLE: a service the command needs is unavailable."""
 
 
 def api_headers(api_key: str) -> dict[str, str]:
@@ -72,3 +75,36 @@ def quiet_client_logs() -> Iterator[None]:
         yield
     finally:
         logger.setLevel(previous)
+
+
+def fail(command: str, message: str, code: int) -> NoReturn:
+    """Print ``chorus COMMAND: message`` on stderr and exit with ``code``."""
+    typer.echo(f"chorus {command}: {message}", err=True)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def api_client(command: str, url: str, api_key: str, what: str) -> Iterator[httpx.Client]:
+    """A client of a service's HTTP API presenting ``api_key``; exit 69 when ``what`` (the
+    service, for the message) cannot be reached."""
+    headers = api_headers(api_key)
+    try:
+        with httpx.Client(base_url=url.rstrip("/"), timeout=30.0, headers=headers) as client:
+            yield client
+    except httpx.TransportError as exc:
+        fail(command, f"cannot reach {what} at {url}: {exc}", EX_UNAVAILABLE)
+
+
+def api_call(command: str, client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
+    """The JSON answer; a problem+json answer is printed (title: detail) and exits 2 (bad
+    input), 77 (key or role refused) or 1 (refused: unknown, already done, conflict)."""
+    response = client.request(method, path, **kwargs)
+    if response.is_success:
+        return response.json()
+    try:
+        problem = response.json()
+        message = f"{problem['title']}: {problem['detail']}"
+    except (ValueError, KeyError, TypeError):
+        message = f"HTTP {response.status_code}: {response.text[:500]}"
+    status = response.status_code
+    fail(command, message, 2 if status in (400, 422) else EX_NOPERM if status in (401, 403) else 1)

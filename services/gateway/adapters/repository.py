@@ -37,8 +37,25 @@ DDL = [
 ]
 
 
+MIGRATIONS = [
+    *migrations.baseline(DDL),
+    # One cancel request per workflow: asking again answers with the first one.
+    migrations.Migration(
+        2,
+        "cancellations",
+        (
+            """CREATE TABLE IF NOT EXISTS gateway.cancellations (
+                workflow_id text PRIMARY KEY,
+                requested_by text NOT NULL,
+                reason text NOT NULL,
+                requested_at timestamptz NOT NULL)""",
+        ),
+    ),
+]
+
+
 async def migrate(conn: asyncpg.Connection) -> None:
-    await migrations.migrate(conn, schema="gateway", component="gateway", migrations=migrations.baseline(DDL))
+    await migrations.migrate(conn, schema="gateway", component="gateway", migrations=MIGRATIONS)
 
 
 @dataclass(frozen=True)
@@ -129,6 +146,38 @@ async def insert_decision(
         now,
     )
     return inserted is not None
+
+
+@dataclass(frozen=True)
+class CancellationRow:
+    workflow_id: str
+    requested_by: str
+    reason: str
+    requested_at: datetime
+
+
+async def insert_cancellation(
+    conn: asyncpg.Connection, *, workflow_id: str, requested_by: str, reason: str, now: datetime
+) -> CancellationRow | None:
+    """The new cancel request; None when the workflow has one already (see find_cancellation)."""
+    row = await conn.fetchrow(
+        """INSERT INTO gateway.cancellations VALUES ($1, $2, $3, $4)
+           ON CONFLICT DO NOTHING RETURNING workflow_id, requested_by, reason, requested_at""",
+        workflow_id,
+        requested_by,
+        reason,
+        now,
+    )
+    return CancellationRow(**dict(row)) if row else None
+
+
+async def find_cancellation(conn: asyncpg.Connection, workflow_id: str) -> CancellationRow | None:
+    row = await conn.fetchrow(
+        """SELECT workflow_id, requested_by, reason, requested_at
+           FROM gateway.cancellations WHERE workflow_id = $1""",
+        workflow_id,
+    )
+    return CancellationRow(**dict(row)) if row else None
 
 
 async def decided_on(conn: asyncpg.Connection, workflow_id: str, reviewer: str) -> bool:

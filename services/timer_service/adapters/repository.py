@@ -41,8 +41,21 @@ DDL = [
 ]
 
 
+MIGRATIONS = [
+    *migrations.baseline(DDL),
+    migrations.Migration(
+        2,
+        "pending_by_workflow",
+        (
+            f"""CREATE INDEX IF NOT EXISTS timers_pending_by_workflow
+                ON {SCHEMA}.timers (workflow_id) WHERE status = '{PENDING}'""",
+        ),
+    ),
+]
+
+
 async def migrate(conn: asyncpg.Connection) -> None:
-    await migrations.migrate(conn, schema=SCHEMA, component="timers", migrations=migrations.baseline(DDL))
+    await migrations.migrate(conn, schema=SCHEMA, component="timers", migrations=MIGRATIONS)
 
 
 @dataclass(frozen=True)
@@ -99,6 +112,26 @@ class CancelTimerRow:
             self.timer_id,
             self.reason,
             self.workflow_id,
+            self.now,
+        )
+
+
+@dataclass(frozen=True)
+class CancelWorkflowTimers:
+    """Cancel every pending timer of a workflow that ended, but its durable retries: a
+    retry of a step still running (the end's own compensation) must fire, and the runtime
+    drops the retries of anything else once the workflow has ended."""
+
+    workflow_id: str
+    reason: str
+    now: datetime
+
+    async def apply(self, conn: asyncpg.Connection) -> None:
+        await conn.execute(
+            f"""UPDATE {SCHEMA}.timers SET status = '{CANCELLED}', cancel_reason = $2, updated_at = $3
+                WHERE workflow_id = $1 AND status = '{PENDING}' AND purpose <> 'retry'""",
+            self.workflow_id,
+            self.reason,
             self.now,
         )
 
