@@ -34,6 +34,7 @@ class Settings(ApiKeySettings, ServiceSettings):
         "invoice_agent",
         "payment_agent",
         "report_agent",
+        "source_fetcher",
         "timer_service",
     ]
     """Services expected to confirm an erasure (every service on the runtime; a contract

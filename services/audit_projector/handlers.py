@@ -21,6 +21,7 @@ from chorus_contracts.approvals import (
 )
 from chorus_contracts.base import EventModel
 from chorus_contracts.lifecycle import (
+    StageDeadlineReached,
     WorkflowCancelRequested,
     WorkflowDeadlineReached,
     WorkflowEnded,
@@ -42,10 +43,17 @@ from chorus_contracts.procurement import (
     PaymentIssued,
     RequesterNotified,
 )
-from chorus_contracts.research import ReportDelivered, ReportDrafted, ReportRequested
+from chorus_contracts.research import (
+    ReportDelivered,
+    ReportDrafted,
+    ReportRequested,
+    SourceFetched,
+    SourceFetchFailed,
+    SourceFetchRequested,
+)
 
 # The event types projected: exactly those of the topics that list audit_projector as a
-# consumer (workflows.lifecycle, procurement.events, research.events, approvals.events,
+# consumer (workflows.lifecycle, procurement.events, research.events, research.sources, approvals.events,
 # chorus.reviews, chorus.deadletters; chorus.data brings the confirmations, which are
 # ledger, not projection); a unit test holds this to the registry.
 PROJECTED: tuple[type[EventModel], ...] = (
@@ -53,6 +61,7 @@ PROJECTED: tuple[type[EventModel], ...] = (
     WorkflowEnded,
     WorkflowDeadlineReached,
     WorkflowCancelRequested,
+    StageDeadlineReached,
     InvoiceReceived,
     InvoiceValidated,
     InvoiceRejected,
@@ -65,6 +74,9 @@ PROJECTED: tuple[type[EventModel], ...] = (
     ReportRequested,
     ReportDrafted,
     ReportDelivered,
+    SourceFetchRequested,
+    SourceFetched,
+    SourceFetchFailed,
     ApprovalRequested,
     ApprovalEscalated,
     ApprovalWindowElapsed,

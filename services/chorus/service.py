@@ -225,8 +225,14 @@ class ServiceSpec(Generic[S, D]):
     http_routes: Routes | None = None
     """The service's own API (a FastAPI router), served beside /health and /metrics; its
     routes declare their keys and roles (:mod:`chorus.apikeys`)."""
+    per_workflow_order: bool = True
+    """False for a stateless worker whose events of one workflow are independent of each
+    other (the sub-tasks of a stage): they are handled at once, and one that is retrying
+    does not hold the others back. Only without ``state``: order is what a state needs."""
 
     def __post_init__(self) -> None:
+        if not self.per_workflow_order and self.state is not None:
+            raise ValueError(f"{self.name}: per_workflow_order=False needs state=None")
         routes = {h.event.event_type: h for h in self.handlers}
         if len(routes) != len(self.handlers):
             raise ValueError(f"{self.name}: two handlers for one event type")

@@ -45,3 +45,13 @@ class WorkflowCancelRequested(EventModel):
 
     requested_by: Name
     reason: Text = Field(min_length=1)
+
+
+@event("stage.deadline_reached", 1)
+class StageDeadlineReached(EventModel):
+    """A stage's deadline passed (fired by the timer its fan-in service scheduled when it
+    opened the stage; see chorus.stages). Only ``service`` acts on it."""
+
+    stage_id: Name
+    service: Name
+    deadline_at: UtcDateTime

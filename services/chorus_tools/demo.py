@@ -66,13 +66,20 @@ def invoice_input(run: str) -> dict[str, Any]:
     }
 
 
+SOURCES_WITHIN_S = 5.0
+"""The report's sources stage deadline; the straggling source answers long after it."""
+
+
 def report_input(sandbox: str) -> dict[str, Any]:
+    # beta fails its first call (retried with backoff); delta straggles past the stage's deadline.
+    queries = {"alpha": "", "beta": "", "gamma": "", "delta": f"?delay={SOURCES_WITHIN_S * 3:g}"}
     return {
         "topic": "Durable execution for long-running AI agents",
-        "sources": [{"name": n, "url": f"{sandbox}/sources/{n}"} for n in ("alpha", "beta", "gamma")],
+        "sources": [{"name": n, "url": f"{sandbox}/sources/{n}{q}"} for n, q in queries.items()],
         "required_sections": ["Summary", "Findings", "Sources"],
         "min_words": 80,
         "delivery_url": f"{sandbox}/deliveries",
+        "sources_within_s": SOURCES_WITHIN_S,
     }
 
 
@@ -118,9 +125,21 @@ def timeline_table(title: str, status: dict[str, Any]) -> Table:
             str(item.get("occurred_at", ""))[11:23],
             str(item.get("event_type", "")),
             str(item.get("actor") or item.get("producer") or ""),
-            str(item.get("decision") or item.get("external_call") or "")[:60],
+            str(item.get("decision") or item.get("external_call") or _detail(item))[:60],
         )
     return table
+
+
+def _detail(item: dict[str, Any]) -> str:
+    """What the research stage's events say: which source, when its fetch began, what is missing."""
+    payload = item.get("payload") or {}
+    if item.get("event_type") == "source.fetched":
+        return f"{payload.get('task')} (fetch began {str(payload.get('started_at', ''))[11:23]})"
+    if str(item.get("event_type", "")).startswith("source."):
+        return str(payload.get("task", ""))
+    if payload.get("sources_missing"):
+        return f"sources missing: {', '.join(payload['sources_missing'])}"
+    return ""
 
 
 async def run_demo(workdir: Path) -> int:
@@ -200,13 +219,16 @@ async def run_demo(workdir: Path) -> int:
         )
         console.print(f"the director approves -> {decided.status_code}")
 
-        # 3. Report: gathered (one source fails every other call), drafted, waits for an editor.
+        # 3. Report: four sources fetched at once (beta fails its first call, delta straggles);
+        # at the stage's deadline the draft is built from the three that arrived.
         status = await client.wait_for(report, waiting_on("editor"), "the editor's approval", timeout_s=120)
         approval = status["pending_approval"]["approval_id"]
-        decided = await client.post(f"/v1/approvals/{approval}", EDITOR, {"decision": "approve"})
         console.print(
-            f"report drafted and waiting for the editor; the editor approves -> {decided.status_code}\n"
+            f"report: sources stage closed at its {SOURCES_WITHIN_S:g}s deadline; "
+            f"{status['pending_approval']['context']['summary']}"
         )
+        decided = await client.post(f"/v1/approvals/{approval}", EDITOR, {"decision": "approve"})
+        console.print(f"the editor approves -> {decided.status_code}\n")
 
         final_p = await client.wait_for(
             procurement, lambda s: s.get("status") in TERMINAL, "procurement to end"

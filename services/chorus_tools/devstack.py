@@ -36,6 +36,7 @@ SERVICES = (
     "budget_agent",
     "payment_agent",
     "report_agent",
+    "source_fetcher",
     "gateway",
 )
 
@@ -53,6 +54,7 @@ DOCUMENTED_PORTS = {
     "approval_gate": 8113,
     "payment_agent": 8114,
     "report_agent": 8115,
+    "source_fetcher": 8116,
 }
 MODEL_USERS = ("invoice_agent", "report_agent")
 WITHOUT_DATABASE = ("outcome_analytics",)

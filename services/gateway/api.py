@@ -17,6 +17,7 @@ from typing import Annotated, Any, cast
 
 from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
+from pydantic import Field, create_model
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from chorus.apikeys import ApiKey, caller, role
@@ -53,6 +54,9 @@ from gateway.domain import (
 from gateway.domain import WorkflowType as WorkflowKind
 
 log = logging.getLogger("gateway.api")
+
+DEFAULT_DEADLINE_S = 86400.0
+"""The deadline of a workflow type the settings do not name."""
 
 # -- authentication (module level: FastAPI resolves these annotations from module globals) --
 
@@ -143,7 +147,8 @@ def _submit_routes(app: FastAPI, rt: RuntimeHandle, settings: Settings, base_url
                     return _replayed(existing, digest, base_url)
             workflow_id = f"wf-{uuid.uuid4().hex[:20]}"
             now = rt.clock.now()
-            deadline_at = now + timedelta(seconds=_deadline_s(settings, workflow_type, body.deadline_s))
+            longest = settings.deadlines_s.get(workflow_type, DEFAULT_DEADLINE_S)
+            deadline_at = now + timedelta(seconds=body.deadline_s or longest)
             trace = TraceContext.parse(traceparent)
             started = start_envelope(
                 WorkflowStarted(
@@ -201,7 +206,7 @@ def _submit_routes(app: FastAPI, rt: RuntimeHandle, settings: Settings, base_url
 
     # One route per workflow type, so the OpenAPI document states each type's input.
     for name, kind in WORKFLOW_TYPES.items():
-        _submit_route(app, name, kind, submit)
+        _submit_route(app, name, kind, submit, settings.deadlines_s.get(name, DEFAULT_DEADLINE_S))
 
 
 async def refuse_inner_urls(body: Any) -> None:
@@ -413,20 +418,7 @@ def _approval_routes(app: FastAPI, rt: RuntimeHandle, reads: ReadModel) -> None:
         )
 
 
-def _deadline_s(settings: Settings, workflow_type: str, asked: float | None) -> float:
-    """The workflow's deadline: the type's configured one, or a shorter one the submitter asked for."""
-    longest = settings.deadlines_s.get(workflow_type, 86400)
-    if asked is not None and asked > longest:
-        raise Problem(
-            422,
-            "Invalid request",
-            f"/deadline_s: {asked:g} s is longer than the {longest:g} s a {workflow_type} workflow may run",
-            errors=[{"pointer": "/deadline_s", "message": f"at most {longest:g}"}],
-        )
-    return asked or longest
-
-
-def _submit_route(app: FastAPI, name: str, kind: WorkflowKind, submit: Any) -> None:
+def _submit_route(app: FastAPI, name: str, kind: WorkflowKind, submit: Any, longest_s: float) -> None:
     async def submit_workflow(
         body: Any,
         who: SubmitterOrOperator,
@@ -435,8 +427,23 @@ def _submit_route(app: FastAPI, name: str, kind: WorkflowKind, submit: Any) -> N
     ) -> JSONResponse:
         return cast(JSONResponse, await submit(name, kind, body, who, idempotency_key, traceparent))
 
-    # The body's model is this type's (FastAPI reads it from the annotation).
-    submit_workflow.__annotations__["body"] = Submission[kind.start]  # type: ignore[name-defined]
+    # The body's model is this type's (FastAPI reads it from the annotation), with its
+    # longest deadline as the bound of a shorter one asked for (422 naming /deadline_s).
+    model = create_model(
+        f"{name.title().replace('_', '')}Submission",
+        __base__=Submission[kind.start],  # type: ignore[name-defined]
+        deadline_s=(
+            float | None,
+            Field(
+                default=None,
+                gt=0,
+                le=longest_s,
+                description=f"seconds from acceptance until the workflow times out (at most and by "
+                f"default {longest_s:g}, this type's deadline)",
+            ),
+        ),
+    )
+    submit_workflow.__annotations__["body"] = model
     app.post(
         f"/v1/workflows/{name}",
         status_code=202,

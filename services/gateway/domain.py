@@ -48,12 +48,7 @@ class Submission(BaseModel, Generic[StartT]):
     callback_url: Url | None = Field(default=None, description="POSTed the result, HMAC-signed, when it ends")
     priority: Priority = "normal"
     subject_ref: Ref | None = Field(default=None, description="reference to the data subject (for erasure)")
-    deadline_s: float | None = Field(
-        default=None,
-        gt=0,
-        description="seconds from acceptance until the workflow times out; at most (and by "
-        "default) the deadline its type is configured with",
-    )
+    deadline_s: float | None = Field(default=None, gt=0, description="bounded per type (see the API)")
 
 
 class DecisionBody(BaseModel):

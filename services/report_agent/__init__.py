@@ -1,1 +1,1 @@
-"""The report agent: gathers sources with a checkpoint after each, drafts with the LLM, delivers."""
+"""The report agent: fans its sources out (a stage with a deadline), drafts with the LLM, delivers."""

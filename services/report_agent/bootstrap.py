@@ -1,4 +1,4 @@
-"""Wiring: what the report agent's handlers get (model, sources, delivery, chain)."""
+"""Wiring: what the report agent's handlers get (model, delivery, chain)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,11 @@ import httpx
 from chorus.llm import LLM, llm_dependency
 from chorus_contracts.approvals import EscalationStep, Fallback
 from report_agent.adapters.delivery import Delivery
-from report_agent.adapters.sources import Sources
 
 
 @dataclass(frozen=True)
 class Deps:
     llm: LLM
-    sources: Sources
     delivery: Delivery
     chain: list[EscalationStep]
     fallback: Fallback
@@ -33,7 +31,6 @@ async def bootstrap(settings: Any) -> AsyncIterator[Deps]:
     ):
         yield Deps(
             llm=llm,
-            sources=Sources(client, settings.source_timeout_s),
             delivery=Delivery(client, settings.delivery_timeout_s),
             chain=list(settings.approval_chain),
             fallback=settings.approval_fallback,

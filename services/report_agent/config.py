@@ -9,7 +9,6 @@ from chorus_contracts.approvals import EscalationStep, Fallback
 
 class Settings(ServiceSettings, LLMSettings):
     http_port: int = 8115
-    source_timeout_s: float = 20.0
     delivery_timeout_s: float = 20.0
     approval_chain: list[EscalationStep] = [EscalationStep(tier="editor", window_s=4 * 3600)]
     approval_fallback: Fallback = "auto_reject"

@@ -1,20 +1,30 @@
-"""Report decisions: the drafting prompt and the validation of a draft."""
+"""Report decisions: the sources stage, the drafting prompt and the validation of a draft."""
 
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field
 
 from chorus.llm import ChatMessage, reprompt
+from chorus.stages import Opened, Stage, StagePolicy, open_stage
 from chorus_contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep, Fallback
-from chorus_contracts.research import GatheredSource, ReportDrafted, ReportRequested, ReportSection
+from chorus_contracts.research import (
+    GatheredSource,
+    ReportDrafted,
+    ReportRequested,
+    ReportSection,
+    SourceFetchRequested,
+)
 
 SERVICE = "report_agent"
 """The name this service publishes under (its ServiceSpec name, its consumer group)."""
 
 
 TASK = "draft_report"
+SOURCES_STAGE = "sources"
+"""The stage id of a report's sources (one per workflow; ids are scoped to the workflow)."""
 SOURCES_START = "<<<SOURCES"
 SOURCES_END = "SOURCES>>>"
 
@@ -22,12 +32,35 @@ SOURCES_END = "SOURCES>>>"
 class ReportState(BaseModel):
     request: ReportRequested
     gathered: list[GatheredSource] = []
+    """The sources the draft is built from: those that arrived by the stage's close."""
+    sources: Stage | None = None
+    """The sources stage (fetched in parallel by the source fetchers)."""
     draft: ReportDrafted | None = None
     approval_round: int = 0
     ended: bool = False
 
-    def has(self, name: str) -> bool:
-        return any(g.name == name for g in self.gathered)
+    @property
+    def missing(self) -> list[str]:
+        return self.sources.missing if self.sources is not None else []
+
+
+def open_sources(request: ReportRequested, now: datetime) -> Opened:
+    """The sources stage: one fetch per source (a name asked twice is fetched once)."""
+    answer_by = now + timedelta(seconds=request.sources_within_s)
+    tasks = {
+        source.name: SourceFetchRequested(
+            stage_id=SOURCES_STAGE, task=source.name, source=source, topic=request.topic, answer_by=answer_by
+        )
+        for source in request.sources
+    }
+    return open_stage(
+        SERVICE, SOURCES_STAGE, tasks, policy=StagePolicy(request.sources_policy), deadline_at=answer_by
+    )
+
+
+def gathered(stage: Stage) -> list[GatheredSource]:
+    """What arrived, in the order the request named the sources."""
+    return [stage.result(name, GatheredSource) for name in stage.tasks if name in stage.results]
 
 
 class DraftOutput(BaseModel):
@@ -49,6 +82,8 @@ def draft_prompt(state: ReportState, feedback: list[str], reviewer_comment: str 
     )
     sources = json.dumps([g.model_dump() for g in state.gathered])
     user = f"topic: {request.topic}\n{SOURCES_START}\n{sources}\n{SOURCES_END}"
+    if state.missing:
+        user += f"\nunavailable sources (say so in the report): {', '.join(state.missing)}"
     return reprompt(system, user, feedback, reviewer_comment, answer="draft", reviewer="The editor asks")
 
 
@@ -80,15 +115,30 @@ def approval_for(
     chain: list[EscalationStep],
     fallback: Fallback,
 ) -> ApprovalRequested:
+    missing = state.missing
+    summary = f"{drafted.title} ({drafted.word_count} words, revision {drafted.revision})"
+    if missing:
+        total = len(state.gathered) + len(missing)
+        summary += f"; {len(state.gathered)} of {total} sources, missing: {', '.join(missing)}"
+    steps = [f"fetched {s.name}" for s in state.gathered]
+    if state.sources is not None:
+        steps += [
+            f"missing {name}: {state.sources.failures.get(name, 'not there by the deadline')}"
+            for name in missing
+        ]
     return ApprovalRequested(
         approval_id=f"appr-{workflow_id}-{state.approval_round}",
         requested_by=SERVICE,
         chain=chain,
         fallback=fallback,
         context=ApprovalContext(
-            summary=f"{drafted.title} ({drafted.word_count} words, revision {drafted.revision})",
-            inputs={"topic": state.request.topic, "sources": [s.name for s in state.gathered]},
-            steps_taken=[f"gathered {s.name}" for s in state.gathered] + ["drafted and validated"],
+            summary=summary,
+            inputs={
+                "topic": state.request.topic,
+                "sources": [s.name for s in state.gathered],
+                "sources_missing": missing,
+            },
+            steps_taken=[*steps, "drafted and validated"],
             why="reports are published only after an editor approves them",
         ),
     )

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from chorus.codec import Event
 from chorus.errors import SemanticError
 from chorus.llm import parse_json_output
 from chorus.service import Context, Outcome
+from chorus.stages import Stage, StageStatus, stop_deadline
 from chorus_contracts.approvals import ApprovalDecided
-from chorus_contracts.lifecycle import WorkflowEnded
-from chorus_contracts.research import ReportDelivered, ReportDrafted, ReportRequested
+from chorus_contracts.lifecycle import StageDeadlineReached, WorkflowEnded
+from chorus_contracts.research import (
+    ReportDelivered,
+    ReportDrafted,
+    ReportRequested,
+    SourceFetched,
+    SourceFetchFailed,
+)
 from report_agent.bootstrap import Deps
 from report_agent.domain import (
     SERVICE,
@@ -16,6 +25,8 @@ from report_agent.domain import (
     ReportState,
     approval_for,
     draft_prompt,
+    gathered,
+    open_sources,
     validation_errors,
     word_count,
 )
@@ -24,18 +35,70 @@ from report_agent.domain import (
 async def on_report_requested(
     event: Event[ReportRequested], state: ReportState | None, ctx: Context[Deps]
 ) -> Outcome[ReportState]:
-    if state is not None and state.draft is not None:
-        return Outcome()  # drafted already; a redelivered request changes nothing
-    state = state or ReportState(request=event.payload)
-    # One source at a time, checkpointed after each: after a crash (or a failing
-    # source's durable retry) the sources already gathered are not asked again.
-    for source in state.request.sources:
-        if state.has(source.name):
-            continue
-        gathered = await ctx.deps.sources.fetch(source, state.request.topic)
-        state = state.model_copy(update={"gathered": [*state.gathered, gathered]})
-        await ctx.checkpoint(state)
-    return await draft_and_ask(state, event.envelope.workflow_id, ctx)
+    """Fan out: every source is fetched at once (by the source fetchers), and the
+    stage's deadline is a durable timer. The stage lives in this checkpoint."""
+    if state is not None and (state.sources is not None or state.draft is not None):
+        return Outcome()  # a redelivered request: the stage is open, or done already
+    opened = open_sources(event.payload, ctx.clock.now())
+    return Outcome(
+        state=ReportState(request=event.payload, sources=opened.stage),
+        emit=opened.emit,
+        timers=[opened.timer],
+    )
+
+
+async def on_source_fetched(
+    event: Event[SourceFetched], state: ReportState | None, ctx: Context[Deps]
+) -> Outcome[ReportState]:
+    fetched = event.payload
+    if state is None or state.sources is None or state.sources.stage_id != fetched.stage_id:
+        return Outcome()
+    stage = state.sources.record(fetched.task, ctx.clock.now(), result=fetched.source)
+    return await after_sources(state, stage, event.envelope.workflow_id, ctx)
+
+
+async def on_source_fetch_failed(
+    event: Event[SourceFetchFailed], state: ReportState | None, ctx: Context[Deps]
+) -> Outcome[ReportState]:
+    failed = event.payload
+    if state is None or state.sources is None or state.sources.stage_id != failed.stage_id:
+        return Outcome()
+    stage = state.sources.record(failed.task, ctx.clock.now(), failure=failed.reason)
+    return await after_sources(state, stage, event.envelope.workflow_id, ctx)
+
+
+async def on_stage_deadline_reached(
+    event: Event[StageDeadlineReached], state: ReportState | None, ctx: Context[Deps]
+) -> Outcome[ReportState]:
+    due = event.payload
+    if due.service != SERVICE or state is None or state.sources is None:
+        return Outcome()
+    if state.sources.stage_id != due.stage_id:
+        return Outcome()
+    return await after_sources(state, state.sources.expire(ctx.clock.now()), event.envelope.workflow_id, ctx)
+
+
+async def after_sources(
+    state: ReportState, stage: Stage, workflow_id: str, ctx: Context[Deps]
+) -> Outcome[ReportState]:
+    """Fan in: record the stage; once it closes (now), draft from what arrived, or end
+    the workflow failed. A report after the close is kept in the stage as late."""
+    closes_now = state.sources is not None and state.sources.is_open and not stage.is_open
+    state = state.model_copy(update={"sources": stage})
+    if not closes_now:
+        return Outcome(state=state)
+    stop = [stop_deadline(stage)]  # a no-op when the deadline is what closed it
+    if stage.status is StageStatus.FAILED:
+        ended = WorkflowEnded(
+            outcome="failed",
+            reason=f"sources stage {stage.why}",
+            result={"sources_missing": stage.missing},
+            ended_by=SERVICE,
+        )
+        failed = state.model_copy(update={"ended": True})
+        return Outcome(state=failed, emit=[ended], timers=stop, ended="failed")
+    drafting = await draft_and_ask(state.model_copy(update={"gathered": gathered(stage)}), workflow_id, ctx)
+    return dataclasses.replace(drafting, timers=[*drafting.timers, *stop])
 
 
 async def on_approval_decided(
@@ -74,6 +137,7 @@ async def draft_and_ask(
         word_count=word_count(draft),
         sources_used=state.gathered,
         revision=(state.draft.revision + 1) if state.draft else 1,
+        sources_missing=state.missing,
     )
     state = state.model_copy(update={"draft": drafted, "approval_round": state.approval_round + 1})
     request = approval_for(state, drafted, workflow_id, ctx.deps.chain, ctx.deps.fallback)
@@ -100,6 +164,7 @@ async def deliver(state: ReportState, workflow_id: str, ctx: Context[Deps]) -> O
             "title": state.draft.title,
             "word_count": state.draft.word_count,
             "delivered_to": target,
+            "sources_missing": state.missing,
         },
         ended_by=SERVICE,
     )

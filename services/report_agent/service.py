@@ -2,38 +2,47 @@
 
 from __future__ import annotations
 
+import functools
+
 from chorus.service import WORKFLOW_END, On, ServiceSpec
 from chorus_contracts.approvals import ApprovalDecided
-from chorus_contracts.research import ReportRequested
+from chorus_contracts.lifecycle import StageDeadlineReached
+from chorus_contracts.research import ReportRequested, SourceFetched, SourceFetchFailed
 from report_agent.bootstrap import Deps, bootstrap
 from report_agent.domain import SERVICE, ReportState
-from report_agent.handlers import on_approval_decided, on_report_requested
+from report_agent.handlers import (
+    on_approval_decided,
+    on_report_requested,
+    on_source_fetch_failed,
+    on_source_fetched,
+    on_stage_deadline_reached,
+)
+
+# The step that closes the sources stage drafts with the model (minutes at worst); a
+# model that is down is retried with durable backoff, the stage kept in the checkpoint.
+drafting = functools.partial(On, timeout_s=300, max_attempts=8, backoff_base_s=0.5, backoff_cap_s=30)
 
 SPEC: ServiceSpec[ReportState, Deps] = ServiceSpec(
     name=SERVICE,
     version="0.1.0",
     handlers=[
-        # Gathering three sources and drafting can take minutes; a flaky source is
-        # retried with durable backoff while the checkpoint keeps what was gathered.
-        On(
-            ReportRequested,
-            on_report_requested,
-            timeout_s=600,
-            max_attempts=8,
-            backoff_base_s=0.5,
-            backoff_cap_s=30,
-        ),
-        On(
-            ApprovalDecided,
-            on_approval_decided,
-            timeout_s=300,
-            max_attempts=8,
-            backoff_base_s=0.5,
-            backoff_cap_s=30,
-        ),
+        On(ReportRequested, on_report_requested, timeout_s=30),
+        drafting(SourceFetched, on_source_fetched),
+        drafting(SourceFetchFailed, on_source_fetch_failed),
+        drafting(StageDeadlineReached, on_stage_deadline_reached),
+        drafting(ApprovalDecided, on_approval_decided),
         WORKFLOW_END,
     ],
-    produces=frozenset({"report.drafted", "report.delivered", "approval.requested", "workflow.ended"}),
+    produces=frozenset(
+        {
+            "source.fetch_requested",
+            "stage.deadline_reached",
+            "report.drafted",
+            "report.delivered",
+            "approval.requested",
+            "workflow.ended",
+        }
+    ),
     state=ReportState,
     bootstrap=bootstrap,
 )

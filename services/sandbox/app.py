@@ -12,6 +12,7 @@ import base64
 import hashlib
 import hmac
 import json
+import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from chorus.llm.client import OFFLINE_MODEL_NAME, task_of
 from sandbox.model import SKILLS
 
 CLOSED_VENDORS = {"vendor-closed"}
+MAX_SOURCE_DELAY_S = 120.0
 
 
 @dataclass
@@ -48,6 +50,8 @@ class Sandbox:
     payment_requests: Counter[str] = field(default_factory=Counter)
     source_calls: Counter[str] = field(default_factory=Counter)
     source_topics: Counter[str] = field(default_factory=Counter)
+    source_spans: list[dict[str, Any]] = field(default_factory=list)
+    """When each source call began and answered (wall clock; None while it straggles)."""
     deliveries: list[dict[str, Any]] = field(default_factory=list)
     webhooks: list[dict[str, Any]] = field(default_factory=list)
     llm_calls: Counter[str] = field(default_factory=Counter)
@@ -59,6 +63,7 @@ class Sandbox:
             "payment_requests": dict(self.payment_requests),
             "source_calls": dict(self.source_calls),
             "source_calls_by_topic": dict(self.source_topics),
+            "source_spans": self.source_spans,
             "deliveries": self.deliveries,
             "webhooks": self.webhooks,
             "llm_calls": dict(self.llm_calls),
@@ -101,6 +106,16 @@ class Sandbox:
         self.source_topics[f"{topic}/{name}"] += 1
         if name in self.config.flaky_sources and self.source_topics[f"{topic}/{name}"] % 2 == 1:
             return web.json_response({"error": "temporarily unavailable"}, status=503)
+        # A source URL may ask for a straggler (?delay=seconds) or a refusal (?status=404).
+        span: dict[str, Any] = {"topic": topic, "name": name, "started": time.time(), "ended": None}
+        self.source_spans.append(span)
+        delay = min(float(request.query.get("delay", "0") or 0), MAX_SOURCE_DELAY_S)
+        if delay > 0:
+            await asyncio.sleep(delay)
+        span["ended"] = time.time()
+        status = int(request.query.get("status", "200") or 200)
+        if status >= 400:
+            return web.json_response({"error": f"source {name} answers {status}"}, status=status)
         excerpt = f"{name} reports that durable execution keeps long agent runs alive across failures"
         return web.json_response({"name": name, "excerpt": excerpt})
 

@@ -74,7 +74,7 @@ async def start_stack(
     )
     runner = await stack.enter_async_context(
         running(
-            make_spec(f"svc_{unique}", task_timeout_s=task_timeout_s),
+            make_spec(f"svc_{unique}", task_timeout_s=task_timeout_s, workflow_end=True),
             ServiceSettings(**common),
             registry=registry,
         )

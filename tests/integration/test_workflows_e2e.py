@@ -317,7 +317,7 @@ async def test_a_deadline_longer_than_the_types_is_refused_naming_the_field(worl
     assert response.status_code == 422
     problem = response.json()
     assert problem["errors"][0]["pointer"] == "/deadline_s"
-    assert "604800" in problem["detail"]
+    assert "604800" in problem["detail"]  # the procurement type's seven days
 
 
 async def test_cancel_ends_the_workflow_cancelled_releases_its_budget_and_is_idempotent(
@@ -618,25 +618,84 @@ async def test_a_url_into_the_deployments_own_network_is_refused_naming_the_fiel
     assert kind in problem["detail"]
 
 
-async def test_report_resumes_at_source_three_after_a_crash_and_is_delivered(world: World) -> None:
-    topic = f"resume-{uuid.uuid4().hex[:8]}"
+def research(world: World, topic: str, sources: dict[str, str], **extra: Any) -> dict[str, Any]:
+    """A report request; ``sources`` maps each name to the sandbox source's query (?delay=...)."""
     sandbox = world.stack.sandbox_url
-    body = {
+    return {
         "input": {
             "topic": topic,
-            "sources": [{"name": n, "url": f"{sandbox}/sources/{n}"} for n in ("alpha", "gamma", "delta")],
+            "sources": [{"name": n, "url": f"{sandbox}/sources/{n}{q}"} for n, q in sources.items()],
             "delivery_url": f"{sandbox}/deliveries",
+            **extra,
         },
         "callback_url": f"{sandbox}/hooks/report",
     }
-    # The third external call (source 3) is answered, then the agent dies before recording it.
-    await world.stack.restart("report_agent", {"CHORUS_FAULTS": "mid_external_call:3"})
+
+
+def of_type(status: dict[str, Any], event_type: str) -> list[dict[str, Any]]:
+    return [item["payload"] for item in status["timeline"] if item["event_type"] == event_type]
+
+
+async def test_sources_are_fetched_at_once_and_a_straggler_degrades_the_report_at_the_stage_deadline(
+    world: World,
+) -> None:
+    """Stage tier, on simulated time: three sources fanned out at once (their calls overlap);
+    two answer, the third straggles past the stage's 30-second deadline. The draft is
+    built from the two and names the missing one; the straggler's late answer is recorded
+    and changes nothing; the approved report says which source was missing."""
+    topic = f"stage-{uuid.uuid4().hex[:8]}"
+    sources = {"alpha": "?delay=1", "gamma": "?delay=1", "slow": "?delay=8"}
+    # Within the fetcher's 60 s task timeout, which the moved clock would otherwise pass.
+    body = research(world, topic, sources, sources_within_s=30)
+    workflow_id = (await world.submit("research_report", body)).json()["workflow_id"]
+    await world.wait(workflow_id, lambda s: len(of_type(s, "source.fetched")) == 2, "two sources in")
+    world.advance(31)
+    status = await world.waiting_on(workflow_id, "editor")
+    [drafted] = of_type(status, "report.drafted")
+    assert drafted["citations"] == ["alpha", "gamma"] and drafted["sources_missing"] == ["slow"]
+    assert "missing: slow" in status["pending_approval"]["context"]["summary"]
+    spans = {s["name"]: s for s in (await world.stats())["source_spans"] if s["topic"] == topic}
+    # At once: every call began before the first one answered.
+    assert max(spans[n]["started"] for n in sources) < min(spans[n]["ended"] for n in ("alpha", "gamma"))
+
+    late = await world.wait(
+        workflow_id, lambda s: len(of_type(s, "source.fetched")) == 3, "the straggler's late answer"
+    )
+    assert len(of_type(late, "report.drafted")) == 1  # recorded, nothing drafted again
+    await world.decide(status["pending_approval"]["approval_id"], EDITOR, "approve")
+    final = await world.ended(workflow_id)
+    assert final["status"] == "completed" and final["result"]["sources_missing"] == ["slow"]
+
+
+async def test_a_stage_with_policy_fail_ends_the_workflow_failed_at_its_deadline(world: World) -> None:
+    topic = f"stage-fail-{uuid.uuid4().hex[:8]}"
+    body = research(
+        world, topic, {"alpha": "", "slow": "?delay=5"}, sources_within_s=60, sources_policy="fail"
+    )
+    workflow_id = (await world.submit("research_report", body)).json()["workflow_id"]
+    await world.wait(workflow_id, lambda s: len(of_type(s, "source.fetched")) == 1, "alpha in")
+    world.advance(61)
+    final = await world.ended(workflow_id)
+    assert final["status"] == "failed"
+    assert final["result"] == {"sources_missing": ["slow"]}
+    assert "deadline" in final["outcome_reason"]
+    assert of_type(final, "report.drafted") == [] and of_type(final, "approval.requested") == []
+
+
+async def test_the_fan_in_service_killed_mid_stage_resumes_and_asks_each_source_once(world: World) -> None:
+    """The report agent dies right after committing the first source's answer (its second
+    commit); restarted, it picks the stage up from its checkpoint."""
+    topic = f"resume-{uuid.uuid4().hex[:8]}"
+    body = research(world, topic, {"alpha": "", "gamma": "?delay=1", "delta": "?delay=2"})
+    await world.stack.restart("report_agent", {"CHORUS_FAULTS": "after_db_commit:2"})
     workflow_id = (await world.submit("research_report", body)).json()["workflow_id"]
     assert await world.stack.wait_exit("report_agent") == -9
     await world.stack.restart("report_agent")
     status = await world.waiting_on(workflow_id, "editor")
+    [drafted] = of_type(status, "report.drafted")
+    assert drafted["citations"] == ["alpha", "gamma", "delta"] and drafted["sources_missing"] == []
     calls = (await world.stats())["source_calls_by_topic"]
-    assert (calls[f"{topic}/alpha"], calls[f"{topic}/gamma"], calls[f"{topic}/delta"]) == (1, 1, 2)
+    assert [calls[f"{topic}/{n}"] for n in ("alpha", "gamma", "delta")] == [1, 1, 1]
     await world.decide(status["pending_approval"]["approval_id"], EDITOR, "approve")
     final = await world.ended(workflow_id)
     assert final["status"] == "completed"

@@ -36,7 +36,7 @@ HOUR = 3600.0
 #   projector emits nothing; the dead-letter service only on an operator's discard);
 # - mid_external_call: services that call out: the gateway (completion webhooks), the
 #   invoice agent (its LLM, the sandbox's), the payment agent (the provider), the
-#   report agent (sources, its LLM, the delivery).
+#   report agent (its LLM, the delivery), the source fetcher (the sources).
 POINTS: dict[str, list[tuple[str, int]]] = {
     "gateway": [
         ("after_inbox_insert", 3),
@@ -65,7 +65,13 @@ POINTS: dict[str, list[tuple[str, int]]] = {
         ("after_inbox_insert", 2),
         ("after_db_commit", 2),
         ("after_publish", 1),
-        ("mid_external_call", 4),
+        ("mid_external_call", 2),
+    ],
+    "source_fetcher": [
+        ("after_inbox_insert", 3),
+        ("after_db_commit", 2),
+        ("after_publish", 2),
+        ("mid_external_call", 3),
     ],
 }
 
@@ -406,6 +412,19 @@ def full() -> list[Scenario]:
             f"{', '.join(SCALED)} scaled 1 -> 3 -> 1 replicas mid-workflow",
             "main",
             rebalance,
+        ),
+        Scenario(
+            "sigkill-fan-in-mid-stage",
+            "the report agent (the sources stage's fan-in) SIGKILLed while its sources arrive: "
+            "after recording one (inbox insert #3, commit #3), and a source fetcher mid-fetch",
+            "main",
+            sigkill(
+                [
+                    ("report_agent", "after_inbox_insert", 3),
+                    ("source_fetcher", "mid_external_call", 2),
+                    ("report_agent", "after_db_commit", 3),
+                ]
+            ),
         ),
         Scenario(
             "zombie-payment_agent",

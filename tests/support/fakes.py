@@ -20,8 +20,8 @@ from chorus.llm import OfflineModel
 from chorus_contracts.research import GatheredSource, SourceRef
 from payment_agent.adapters.payments import PaymentClient, PaymentReceipt
 from report_agent.adapters.delivery import Delivery
-from report_agent.adapters.sources import Sources
 from sandbox.model import SKILLS
+from source_fetcher.adapters.sources import Sources
 
 UNREACHABLE = "http://127.0.0.1:9"  # nothing listens there: every call is a transient failure
 
@@ -55,10 +55,14 @@ class FakeSources(Sources):
     def __init__(self, excerpts: dict[str, str], failing: frozenset[str] = frozenset()) -> None:
         self.excerpts = excerpts
         self.failing = failing
+        self.down: frozenset[str] = frozenset()
+        """Names that answer 503 (TransientError)."""
         self.calls: list[str] = []
 
     async def fetch(self, source: SourceRef, topic: str) -> GatheredSource:
         self.calls.append(source.name)
+        if source.name in self.down:
+            raise TransientError(f"source {source.name}: 503")
         if source.name in self.failing:
             raise ExternalRejection(f"source {source.name}: 404", 404, {})
         return GatheredSource(name=source.name, excerpt=self.excerpts[source.name])
@@ -121,11 +125,14 @@ def _deps(service: str, client: httpx.AsyncClient) -> Any:
         report = ReportSettings()
         return ReportDeps(
             llm=model(),
-            sources=Sources(client, 0.5),
             delivery=Delivery(client, 0.5),
             chain=list(report.approval_chain),
             fallback=report.approval_fallback,
         )
+    if service == "source_fetcher":
+        from source_fetcher.bootstrap import Deps as FetcherDeps
+
+        return FetcherDeps(sources=Sources(client, 0.5))
     if service == "budget_agent":
         from budget_agent.bootstrap import Deps as BudgetDeps
         from budget_agent.config import Settings as BudgetSettings

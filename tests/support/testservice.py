@@ -110,8 +110,10 @@ def make_spec(
     backoff_base_s: float = 0.2,
     fixed: bool = False,
     task_timeout_s: float = 600,
+    workflow_end: bool = False,
 ) -> ServiceSpec[Progress, None]:
-    """``fixed``: the deploy after the bug fix; mode "persistent" then succeeds."""
+    """``fixed``: the deploy after the bug fix; mode "persistent" then succeeds.
+    ``workflow_end``: it consumes workflow.ended and stops with the workflow."""
     return ServiceSpec(
         name=name,
         version="0.1.0",
@@ -124,7 +126,7 @@ def make_spec(
                 backoff_base_s=backoff_base_s,
                 backoff_cap_s=5.0,
             ),
-            WORKFLOW_END,
+            *([WORKFLOW_END] if workflow_end else []),
         ],
         produces=frozenset({"test.task_done", "test.task_submitted"}),
         state=Progress,

@@ -264,6 +264,8 @@ class StepCommitter:
             messages = [
                 self.messages.review(env, result.errors, handled.route.semantic_attempts, now, traceparent)
             ]
+        if not self.spec.per_workflow_order:
+            parked_on = None  # nothing waits behind a retry or a dead letter here
         # Every step of a workflow that has a checkpoint bumps its revision, so a
         # decision taken on a state another replica has since moved is refused.
         if frame.revision is not None:

@@ -2,7 +2,8 @@
 
 - At most ``concurrency`` records are handled at once, so a long LLM call ties up
   one slot, not the partition.
-- Records with the same key (workflow id) run one after another, in arrival order.
+- Records with the same key (workflow id) run one after another, in arrival order
+  (unless ``per_workflow_order`` is off: a stateless worker's records each run at once).
 - When slots are scarce, waiting work is picked by weighted round robin over
   the high / normal / low lanes (default 6:3:1), so a burst of low-priority work
   cannot starve high-priority work, and low still moves.
@@ -48,8 +49,10 @@ class Dispatcher:
         infra_retry_max_s: float = 10.0,
         on_fatal: Callable[[BaseException], None] | None = None,
         stuck: StuckRecords | None = None,
+        per_workflow_order: bool = True,
     ) -> None:
         self._process = process
+        self._ordered = per_workflow_order
         self.concurrency = concurrency
         self.weights = weights or DEFAULT_WEIGHTS
         self._credits = dict(self.weights)
@@ -68,6 +71,8 @@ class Dispatcher:
     # -- public ------------------------------------------------------------------------
 
     def submit(self, work: Work) -> None:
+        if not self._ordered and work.record.offset >= 0:
+            work.key = f"{work.key}@{work.record.topic}/{work.record.partition}/{work.record.offset}"
         self._pending[work.priority if work.priority in self._pending else "normal"].append(work)
         self._idle.clear()
         self._pump()

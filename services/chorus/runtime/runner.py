@@ -177,7 +177,11 @@ class ServiceRunner:
         )
         self.stuck = StuckRecords(s.stuck_record_alert_s, self.metrics, wall_clock=self.clock.now)
         self.dispatcher = Dispatcher(
-            self.pipeline.handle, concurrency=s.concurrency, on_fatal=self._on_fatal, stuck=self.stuck
+            self.pipeline.handle,
+            concurrency=s.concurrency,
+            on_fatal=self._on_fatal,
+            stuck=self.stuck,
+            per_workflow_order=self.spec.per_workflow_order,
         )
         edge = await self._start_consumer(self.dispatcher, client_id)
         self.handle = RuntimeHandle(

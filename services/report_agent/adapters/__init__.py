@@ -1,2 +1,2 @@
-"""Adapters of the report agent: sources (GET each source), delivery (POST the approved
-report); the language model is chorus.llm."""
+"""Adapters of the report agent: delivery (POST the approved report); the language model is
+chorus.llm, and the sources are fetched by the source fetcher."""

@@ -1,27 +1,57 @@
-"""The report agent gathers each source once, drafts, asks an editor, delivers."""
+"""The report agent fans its sources out, drafts from what arrived, asks an editor, delivers."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
-from chorus.external import ExternalRejection
+from chorus.service import CancelTimer, ScheduleTimer
 from chorus.testing import WorkflowHarness
 from chorus_contracts.approvals import ApprovalDecided, ApprovalRequested, Decision, EscalationStep
-from chorus_contracts.lifecycle import WorkflowEnded
-from chorus_contracts.research import ReportDelivered, ReportDrafted, ReportRequested, SourceRef
+from chorus_contracts.lifecycle import StageDeadlineReached, WorkflowEnded
+from chorus_contracts.research import (
+    GatheredSource,
+    ReportDelivered,
+    ReportDrafted,
+    ReportRequested,
+    SourceFetched,
+    SourceFetchFailed,
+    SourceFetchRequested,
+    SourceRef,
+)
 from report_agent.bootstrap import Deps
 from report_agent.service import SPEC
-from tests.support.fakes import FakeDelivery, FakeSources, model
+from tests.support.fakes import FakeDelivery, model
 
-EXCERPTS = {"alpha": "Qubits sind fragil.", "gamma": "誤り訂正が鍵です。"}
+EXCERPTS = {"alpha": "Qubits sind fragil.", "gamma": "誤り訂正が鍵です。", "delta": "Fehler sind häufig."}
 
 
-def requested(delivery_url: str | None = "https://reports.example.test/in") -> ReportRequested:
+def requested(
+    delivery_url: str | None = "https://reports.example.test/in", **extra: object
+) -> ReportRequested:
     return ReportRequested(
         topic="量子計算の現状",
         sources=[SourceRef(name=n, url=f"https://sources.example.test/{n}") for n in EXCERPTS],
         min_words=20,
         delivery_url=delivery_url,
+        sources_within_s=60,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def fetched(name: str) -> SourceFetched:
+    return SourceFetched(
+        stage_id="sources",
+        task=name,
+        source=GatheredSource(name=name, excerpt=EXCERPTS[name]),
+        started_at=datetime(2026, 1, 5, 9, 0, tzinfo=UTC),
+    )
+
+
+def deadline(harness: WorkflowHarness, service: str = "report_agent") -> StageDeadlineReached:
+    return StageDeadlineReached(
+        stage_id="sources", service=service, deadline_at=harness.clock.now() + timedelta(seconds=60)
     )
 
 
@@ -37,65 +67,100 @@ def decided(decision: Decision, comment: str = "") -> ApprovalDecided:
 
 
 @pytest.fixture
-def parts() -> tuple[FakeSources, FakeDelivery]:
-    return FakeSources(EXCERPTS), FakeDelivery()
+def delivery() -> FakeDelivery:
+    return FakeDelivery()
 
 
 @pytest.fixture
-def agent(parts: tuple[FakeSources, FakeDelivery]) -> WorkflowHarness:
-    sources, delivery = parts
+def agent(delivery: FakeDelivery) -> WorkflowHarness:
     chain = [EscalationStep(tier="editor", window_s=4 * 3600)]
-    return WorkflowHarness(SPEC, Deps(model(), sources, delivery, chain, "auto_reject"))
+    return WorkflowHarness(SPEC, Deps(model(), delivery, chain, "auto_reject"))
 
 
-async def test_sources_are_gathered_each_checkpointed_then_a_draft_goes_to_an_editor(
-    agent: WorkflowHarness, parts: tuple[FakeSources, FakeDelivery]
-) -> None:
+async def gathered_all(agent: WorkflowHarness, workflow_id: str) -> None:
+    await agent.deliver(requested(), workflow_id)
+    for name in EXCERPTS:
+        await agent.deliver(fetched(name), workflow_id)
+
+
+async def test_a_request_fans_out_one_fetch_per_source_and_a_stage_deadline(agent: WorkflowHarness) -> None:
     step = await agent.deliver(requested(), "wf-1")
-    assert parts[0].calls == ["alpha", "gamma"]
-    assert [len(c.gathered) for c in step.checkpoints] == [1, 2]  # type: ignore[attr-defined]
-    drafted = step.first(ReportDrafted)
-    assert "量子計算の現状" in drafted.title and drafted.citations == ["alpha", "gamma"]
-    assert step.first(ApprovalRequested).chain[0].tier == "editor"
+    asked = [e for e in step.emitted if isinstance(e, SourceFetchRequested)]
+    assert [a.task for a in asked] == ["alpha", "gamma", "delta"]
+    [timer] = step.outcome.timers
+    assert isinstance(timer, ScheduleTimer) and timer.due_at == agent.clock.now() + timedelta(seconds=60)
+    assert all(a.answer_by == timer.due_at for a in asked)
+    assert (await agent.deliver(requested(), "wf-1")).emitted == []  # a redelivered request
 
 
-async def test_a_source_that_refuses_stops_the_step_after_the_ones_gathered(
-    agent: WorkflowHarness, parts: tuple[FakeSources, FakeDelivery]
+async def test_the_last_source_in_closes_the_stage_and_a_draft_goes_to_an_editor(
+    agent: WorkflowHarness,
 ) -> None:
-    parts[0].failing = frozenset({"gamma"})
-    with pytest.raises(ExternalRejection):
-        await agent.deliver(requested(), "wf-2")
-    assert [g.name for g in agent.state("wf-2").gathered] == ["alpha"]  # kept for the retry
-    parts[0].failing = frozenset()
-    await agent.deliver(requested(), "wf-2", attempt=2)
-    assert parts[0].calls == ["alpha", "gamma", "gamma"]  # alpha is not asked again
+    await agent.deliver(requested(), "wf-2")
+    assert (await agent.deliver(fetched("delta"), "wf-2")).emitted == []
+    assert (await agent.deliver(fetched("alpha"), "wf-2")).emitted == []
+    step = await agent.deliver(fetched("gamma"), "wf-2")
+    drafted = step.first(ReportDrafted)
+    assert "量子計算の現状" in drafted.title and drafted.citations == ["alpha", "gamma", "delta"]
+    assert drafted.sources_missing == []
+    assert step.first(ApprovalRequested).chain[0].tier == "editor"
+    assert CancelTimer("stage:sources", "stage complete") in step.outcome.timers
+
+
+async def test_at_the_deadline_the_draft_is_built_from_what_arrived_and_names_what_is_missing(
+    agent: WorkflowHarness,
+) -> None:
+    await agent.deliver(requested(), "wf-3")
+    await agent.deliver(fetched("alpha"), "wf-3")
+    await agent.deliver(SourceFetchFailed(stage_id="sources", task="gamma", reason="404"), "wf-3")
+    assert (await agent.deliver(deadline(agent, service="another_agent"), "wf-3")).emitted == []
+    step = await agent.deliver(deadline(agent), "wf-3")
+    drafted = step.first(ReportDrafted)
+    assert drafted.citations == ["alpha"] and drafted.sources_missing == ["gamma", "delta"]
+    context = step.first(ApprovalRequested).context
+    assert "missing: gamma, delta" in context.summary
+    assert "missing gamma: 404" in context.steps_taken
+    late = await agent.deliver(fetched("delta"), "wf-3")
+    assert late.emitted == [] and agent.state("wf-3").sources.late == ["delta"]
+
+
+async def test_with_policy_fail_a_missing_source_at_the_deadline_fails_the_workflow(
+    agent: WorkflowHarness,
+) -> None:
+    await agent.deliver(requested(sources_policy="fail"), "wf-4")
+    await agent.deliver(fetched("alpha"), "wf-4")
+    step = await agent.deliver(deadline(agent), "wf-4")
+    ended = step.first(WorkflowEnded)
+    assert ended.outcome == "failed" and step.outcome.ended == "failed"
+    assert ended.result == {"sources_missing": ["gamma", "delta"]}
+    assert "report.drafted" not in step.emitted_types()
 
 
 async def test_an_approved_report_is_delivered_and_the_workflow_completes(
-    agent: WorkflowHarness, parts: tuple[FakeSources, FakeDelivery]
+    agent: WorkflowHarness, delivery: FakeDelivery
 ) -> None:
-    await agent.deliver(requested(), "wf-3")
-    step = await agent.deliver(decided("approve"), "wf-3")
+    await gathered_all(agent, "wf-5")
+    step = await agent.deliver(decided("approve"), "wf-5")
     assert step.emitted_types() == ["report.delivered", "workflow.ended"]
     assert step.first(ReportDelivered).status_code == 201
-    [(url, report, key)] = parts[1].delivered
-    assert url == "https://reports.example.test/in" and report["citations"] == ["alpha", "gamma"]
+    [(url, report, key)] = delivery.delivered
+    assert url == "https://reports.example.test/in" and report["citations"] == ["alpha", "gamma", "delta"]
     assert key.endswith(":delivery")
     assert step.first(WorkflowEnded).outcome == "completed"
 
 
 async def test_a_revision_drafts_again_with_the_editors_words(agent: WorkflowHarness) -> None:
-    await agent.deliver(requested(), "wf-4")
-    step = await agent.deliver(decided("revise", "mehr Quellen, bitte"), "wf-4")
+    await gathered_all(agent, "wf-6")
+    step = await agent.deliver(decided("revise", "mehr Quellen, bitte"), "wf-6")
     drafted = step.first(ReportDrafted)
     assert drafted.revision == 2
     assert any("mehr Quellen, bitte" in section.body for section in drafted.sections)
 
 
 async def test_a_rejected_report_ends_the_workflow_without_delivery(
-    agent: WorkflowHarness, parts: tuple[FakeSources, FakeDelivery]
+    agent: WorkflowHarness, delivery: FakeDelivery
 ) -> None:
-    await agent.deliver(requested(), "wf-5")
-    step = await agent.deliver(decided("reject", "off topic"), "wf-5")
+    await gathered_all(agent, "wf-7")
+    step = await agent.deliver(decided("reject", "off topic"), "wf-7")
     assert step.first(WorkflowEnded).outcome == "rejected"
-    assert parts[1].delivered == []
+    assert delivery.delivered == []

@@ -16,14 +16,15 @@ class Sources:
         self.timeout_s = timeout_s
 
     async def fetch(self, source: SourceRef, topic: str) -> GatheredSource:
+        # The topic is user text: a query parameter (percent-encoded), never a header. It is
+        # added to the source URL's own query (httpx's params= would replace that query).
+        url = httpx.URL(source.url).copy_merge_params({"topic": topic})
         response = await call_json(
             self.client,
             "GET",
-            source.url,
+            str(url),
             what=f"source {source.name}",
             timeout_s=self.timeout_s,
-            # The topic is user text: a query parameter (percent-encoded), never a header.
-            params={"topic": topic},
             submitter_url=True,
         )
         return GatheredSource(name=source.name, excerpt=str(response.json()["excerpt"])[:2000])

@@ -1,0 +1,1 @@
+"""The source fetcher: fetches research sources, many at once, for the report's sources stage."""

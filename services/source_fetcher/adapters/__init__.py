@@ -1,0 +1,1 @@
+"""Adapters of the source fetcher: sources (GET each source)."""
