@@ -1,6 +1,7 @@
-"""Wiring: what the approval gate's handlers get (its settings: the chain for reviews).
+"""Wiring: what the approval gate's handlers get (the chain for reviews, the approval policy).
 
-The gate talks to nothing outside Chorus; its state is each workflow's checkpoint."""
+The gate talks to nothing outside Chorus; its state is each workflow's checkpoint, and
+its policy versions are a table of its own."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from approval_gate.adapters.policies import PolicyStore
+from chorus.db import create_pool
 from chorus_contracts.approvals import EscalationStep, Fallback
 
 
@@ -16,8 +19,13 @@ from chorus_contracts.approvals import EscalationStep, Fallback
 class Deps:
     review_chain: list[EscalationStep]
     review_fallback: Fallback
+    policies: PolicyStore
 
 
 @asynccontextmanager
 async def bootstrap(settings: Any) -> AsyncIterator[Deps]:
-    yield Deps(list(settings.review_chain), settings.review_fallback)
+    pool = await create_pool(settings.database_url, max_size=2)
+    try:
+        yield Deps(list(settings.review_chain), settings.review_fallback, PolicyStore(pool))
+    finally:
+        await pool.close()

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from chorus.apikeys import ApiKeySettings
 from chorus.runtime.runner import ServiceSettings
 from chorus_contracts.approvals import EscalationStep, Fallback
 
 
-class Settings(ServiceSettings):
+class Settings(ApiKeySettings, ServiceSettings):
     http_port: int = 8113
+    """/health, /metrics and the approval policy API."""
     review_chain: list[EscalationStep] = [
-        EscalationStep(tier="operator", window_s=24 * 3600),
+        EscalationStep(tier="manager", window_s=8 * 3600),
         EscalationStep(tier="director", window_s=24 * 3600),
     ]
-    """Who reviews output a handler could not get right (review.requested)."""
+    """Who reviews output a handler could not get right (review.requested), unless the
+    approval policy routes it: a tier the default reviewer keys can decide."""
     review_fallback: Fallback = "auto_reject"

@@ -1,4 +1,4 @@
-"""Approval state and escalation decisions, free of I/O."""
+"""Approval state, escalation decisions and the default approval policy, free of I/O."""
 
 from __future__ import annotations
 
@@ -7,9 +7,47 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from chorus_contracts.approvals import ApprovalContext, EscalationStep, Fallback
+from chorus_contracts.approvals import (
+    ApprovalContext,
+    ApprovalPolicy,
+    Conditions,
+    EscalationStep,
+    Fallback,
+    PolicyRule,
+)
 
 FALLBACK_ACTOR = "chorus:fallback"
+
+
+HOUR = 3600.0
+DEFAULT_POLICY = ApprovalPolicy(
+    rules=[
+        # Large purchases skip the manager: the director decides from the start.
+        PolicyRule(
+            name="large procurement: director",
+            workflow_type="procurement",
+            when=Conditions(amount_cents_at_least=1_000_000),
+            chain=[EscalationStep(tier="director", window_s=8 * HOUR)],
+        ),
+        # An invoice the model read with low confidence: a manager checks it, with longer.
+        PolicyRule(
+            name="uncertain reading: manager reviews first",
+            workflow_type="procurement",
+            when=Conditions(confidence_below=0.6),
+            chain=[
+                EscalationStep(tier="manager", window_s=24 * HOUR),
+                EscalationStep(tier="director", window_s=8 * HOUR),
+            ],
+        ),
+        # Research output (a draft, or one the model could not get right) is the editors'.
+        PolicyRule(
+            name="research: editors",
+            workflow_type="research_report",
+            chain=[EscalationStep(tier="editor", window_s=4 * HOUR)],
+        ),
+    ]
+)
+"""Version 1 of the policy table, before anyone changed it."""
 
 
 class Gate(BaseModel):
@@ -22,6 +60,9 @@ class Gate(BaseModel):
     level: int = 0
     status: Literal["pending", "decided", "closed"] = "pending"
     context: ApprovalContext
+    policy_version: int = 0
+    rule: str | None = None
+    """The policy rule that routed it (None: the requester's chain)."""
 
 
 def window_timer_id(approval_id: str, level: int) -> str:

@@ -26,6 +26,7 @@ from chorus_contracts.approvals import (
     ApprovalDecisionSubmitted,
     ApprovalEscalated,
     ApprovalRequested,
+    ApprovalRouted,
     ApprovalWindowElapsed,
 )
 from chorus_contracts.lifecycle import WorkflowEnded
@@ -50,17 +51,31 @@ async def on_approval_requested(
     timers: list[CancelTimer | ScheduleTimer] = []
     if state is not None and state.status == "pending":
         timers.append(CancelTimer(window_timer_id(state.approval_id, state.level), "superseded"))
+    # The policy in force now routes it (read for every approval: a change needs no restart).
+    policy = await ctx.deps.policies.current()
+    rule = policy.policy.route(event.envelope.workflow_type, request.requested_by, request.facts)
     gate = Gate(
         approval_id=request.approval_id,
         requested_by=request.requested_by,
-        chain=request.chain,
-        fallback=request.fallback,
+        chain=rule.chain if rule else request.chain,
+        fallback=rule.fallback if rule else request.fallback,
         context=request.context,
+        policy_version=policy.version,
+        rule=rule.name if rule else None,
+    )
+    routed = ApprovalRouted(
+        approval_id=gate.approval_id,
+        chain=gate.chain,
+        fallback=gate.fallback,
+        policy_version=gate.policy_version,
+        rule=gate.rule,
     )
     # The first window runs from the request, not from when this gate got to it: the
     # deadline the reviewer and the status page were shown is the one enforced, and a
     # gate that was down or slow does not stretch it.
-    return Outcome(state=gate, timers=[*timers, _window_timer(gate, event.envelope.occurred_at)])
+    return Outcome(
+        state=gate, emit=[routed], timers=[*timers, _window_timer(gate, event.envelope.occurred_at)]
+    )
 
 
 async def on_approval_window_elapsed(

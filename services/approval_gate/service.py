@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from approval_gate.adapters.policies import migrate
+from approval_gate.api import routes
 from approval_gate.bootstrap import Deps, bootstrap
 from approval_gate.domain import Gate
 from approval_gate.handlers import (
@@ -31,8 +33,16 @@ SPEC: ServiceSpec[Gate, Deps] = ServiceSpec(
         On(WorkflowEnded, on_workflow_ended, timeout_s=30),
     ],
     produces=frozenset(
-        {"approval.requested", "approval.escalated", "approval.decided", "approval.window_elapsed"}
+        {
+            "approval.requested",
+            "approval.routed",
+            "approval.escalated",
+            "approval.decided",
+            "approval.window_elapsed",
+        }
     ),
     state=Gate,
+    migrations=[migrate],
     bootstrap=bootstrap,
+    http_routes=routes,
 )

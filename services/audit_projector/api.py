@@ -90,6 +90,19 @@ def routes(rt: RuntimeHandle) -> APIRouter:
             raise Problem(404, "Not found", f"no {what} {key!r}")
         return found.model_dump(mode="json")
 
+    @router.get("/v1/workflows", tags=["workflows"])
+    async def workflows(
+        who: Reader,
+        status: Annotated[
+            str, Query(max_length=40, description="e.g. attention, waiting, running, completed")
+        ],
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> dict[str, Any]:
+        """Workflows in ``status``, longest quiet first; ``attention`` ones say why and since when."""
+        async with rt.pool.acquire() as conn:
+            found = await queries.workflows_by_status(conn, status, schema=schema, limit=limit)
+        return {"status": status, "workflows": [w.model_dump(mode="json") for w in found]}
+
     @router.get("/v1/workflows/{workflow_id}", tags=["workflows"])
     async def workflow(workflow_id: Id, who: Reader) -> dict[str, Any]:
         return await one(queries.status_view, workflow_id, "workflow")

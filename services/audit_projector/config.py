@@ -23,6 +23,10 @@ class Settings(ApiKeySettings, ServiceSettings):
     purge: delete only."""
     janitor_interval_s: float = 3600.0
     """Time between janitor passes (on the injected clock)."""
+    parked_alert_after_s: float = 3600.0
+    """A workflow waiting behind a dead letter this long raises workflow.attention_needed."""
+    attention_check_s: float = 60.0
+    """Time between looks for such workflows (on the injected clock)."""
     janitor_batch_size: int = 500
     """Workflows removed per transaction."""
     data_holders: list[str] = [

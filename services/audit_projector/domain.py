@@ -28,10 +28,11 @@ from chorus_contracts.approvals import (
     ApprovalDecisionSubmitted,
     ApprovalEscalated,
     ApprovalRequested,
+    ApprovalRouted,
 )
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope
-from chorus_contracts.lifecycle import WorkflowEnded
+from chorus_contracts.lifecycle import WorkflowAttentionNeeded, WorkflowEnded
 from chorus_contracts.platform import EventDeadLettered, ReviewRequested
 from chorus_contracts.procurement import (
     BudgetRejected,
@@ -57,7 +58,7 @@ ERASED: dict[str, Any] = {"erased": True}
 
 # Events of the platform rather than of the workflow's domain: they never become the
 # workflow's "current stage", they flag it (attention, review).
-PLATFORM_EVENTS = frozenset({"event.dead_lettered", "review.requested"})
+PLATFORM_EVENTS = frozenset({"event.dead_lettered", "review.requested", "workflow.attention_needed"})
 
 # Rows the projector writes itself (not derived from any topic).
 ORIGIN_TOPIC = "topic"
@@ -204,6 +205,9 @@ class ApprovalFacts(_Fact):
     tier: str | None = None
     """The first tier of the chain (who decides at level 0)."""
     window_s: float | None = None
+    routed: Tagged | None = None
+    """approval.routed: the gate's policy chose the chain (its value: first tier)."""
+    routed_window_s: float | None = None
     context: dict[str, Any] | None = None
     escalation: Escalation | None = None
     """The highest level reached."""
@@ -226,6 +230,10 @@ class WorkflowFacts(_Fact):
     ended: Ended | None = None
     approvals: dict[str, ApprovalFacts] = {}
     last_dead_letter: Stamp | None = None
+    last_dead_letter_why: Tagged | None = None
+    """What the latest dead letter says (service, event, error), for "why it needs attention"."""
+    attention_alert: Tagged | None = None
+    """The latest workflow.attention_needed (its value: the dead letter it was raised for)."""
     last_review: Stamp | None = None
     dead_letters: int = 0
     reviews: int = 0
@@ -286,13 +294,18 @@ def fold(facts: WorkflowFacts | None, entry: AuditEntry, payload: EventModel) ->
         update["ended"] = _earliest(facts.ended, ended)
     elif isinstance(payload, EventDeadLettered):
         update["last_dead_letter"] = _latest(facts.last_dead_letter, stamp)
+        why = Tagged(at=stamp.at, event_id=stamp.event_id, value=dead_letter_why(payload))
+        update["last_dead_letter_why"] = _latest(facts.last_dead_letter_why, why)
         update["dead_letters"] = facts.dead_letters + 1
         update["retries"] = facts.retries + sum(1 for f in payload.failures if f.retry_in_s is not None)
+    elif isinstance(payload, WorkflowAttentionNeeded):
+        alert = Tagged(at=stamp.at, event_id=stamp.event_id, value=payload.dead_letter_event_id)
+        update["attention_alert"] = _latest(facts.attention_alert, alert)
     elif isinstance(payload, ReviewRequested):
         update["last_review"] = _latest(facts.last_review, stamp)
         update["reviews"] = facts.reviews + 1
         update["retries"] = facts.retries + max(0, payload.attempts - 1)
-    elif isinstance(payload, ApprovalRequested | ApprovalEscalated | ApprovalDecided):
+    elif isinstance(payload, ApprovalRequested | ApprovalRouted | ApprovalEscalated | ApprovalDecided):
         update["approvals"] = {
             **facts.approvals,
             payload.approval_id: _fold_approval(
@@ -305,8 +318,14 @@ def fold(facts: WorkflowFacts | None, entry: AuditEntry, payload: EventModel) ->
 def _fold_approval(
     approval: ApprovalFacts,
     stamp: Stamp,
-    payload: ApprovalRequested | ApprovalEscalated | ApprovalDecided,
+    payload: ApprovalRequested | ApprovalRouted | ApprovalEscalated | ApprovalDecided,
 ) -> ApprovalFacts:
+    if isinstance(payload, ApprovalRouted):
+        # Wherever it lands among the approval's events, the routed chain is the one in force.
+        routed = Tagged(at=stamp.at, event_id=stamp.event_id, value=payload.chain[0].tier)
+        if approval.routed is not None and approval.routed.key() <= routed.key():
+            return approval
+        return approval.model_copy(update={"routed": routed, "routed_window_s": payload.chain[0].window_s})
     if isinstance(payload, ApprovalRequested):
         if approval.requested is not None and approval.requested.key() <= stamp.key():
             return approval  # a second request for the same id: the first one stands
@@ -345,10 +364,14 @@ def redact_facts(facts: WorkflowFacts) -> WorkflowFacts:
     ended = facts.ended
     if ended is not None:
         ended = ended.model_copy(update={"reason": None, "result": dict(ERASED)})
+    why = facts.last_dead_letter_why  # an error message may quote the input
+    if why is not None:
+        why = why.model_copy(update={"value": "(erased)"})
     return facts.model_copy(
         update={
             "subject": None,
             "ended": ended,
+            "last_dead_letter_why": why,
             "approvals": {
                 key: approval.model_copy(update={"context": None})
                 for key, approval in facts.approvals.items()
@@ -454,11 +477,12 @@ def approval_state(facts: WorkflowFacts, approval_id: str) -> ApprovalState | No
     if esc is not None:
         until = esc.waiting_until
     elif approval.requested is not None:
-        until = approval.requested.at + timedelta(seconds=approval.window_s or 0.0)
+        window_s = approval.routed_window_s if approval.routed else approval.window_s
+        until = approval.requested.at + timedelta(seconds=window_s or 0.0)
     return ApprovalState(
         approval_id=approval_id,
         status=status,
-        tier=esc.tier if esc is not None else approval.tier,
+        tier=esc.tier if esc is not None else (approval.routed.value if approval.routed else approval.tier),
         level=esc.level if esc is not None else 0,
         waiting_until=until,
         context=approval.context,
@@ -474,6 +498,39 @@ def _after_progress(flag: Stamp | None, stage: Tagged | None) -> bool:
     if flag is None:
         return False
     return stage is None or flag.key() > stage.key()
+
+
+def dead_letter_why(letter: EventDeadLettered) -> str:
+    what = letter.original_event_type or "a record"
+    return f"{letter.service} dead-lettered {what}: {letter.error.category}: {letter.error.message}"[:1000]
+
+
+class Attention(BaseModel):
+    """Why a workflow needs an operator: the dead letter it waits behind, since when."""
+
+    model_config = ConfigDict(frozen=True)
+
+    since: datetime
+    why: str
+    dead_letter_event_id: str
+    alerted_at: datetime | None
+    """When workflow.attention_needed was raised for this dead letter (None: not yet)."""
+
+
+def attention(facts: WorkflowFacts) -> Attention | None:
+    """The dead letter a workflow in ``attention`` waits behind; None for any other status."""
+    letter = facts.last_dead_letter
+    if facts.ended is not None or letter is None or not _after_progress(letter, facts.stage):
+        return None
+    why = facts.last_dead_letter_why
+    alert = facts.attention_alert
+    alerted = alert is not None and alert.value == str(letter.event_id)
+    return Attention(
+        since=letter.at,
+        why=why.value if why is not None else "a dead letter",
+        dead_letter_event_id=str(letter.event_id),
+        alerted_at=alert.at if alerted and alert is not None else None,
+    )
 
 
 def derive(facts: WorkflowFacts) -> StatusView:

@@ -17,11 +17,13 @@ from chorus_contracts.approvals import (
     ApprovalDecisionSubmitted,
     ApprovalEscalated,
     ApprovalRequested,
+    ApprovalRouted,
     ApprovalWindowElapsed,
 )
 from chorus_contracts.base import EventModel
 from chorus_contracts.lifecycle import (
     StageDeadlineReached,
+    WorkflowAttentionNeeded,
     WorkflowCancelRequested,
     WorkflowDeadlineReached,
     WorkflowEnded,
@@ -62,6 +64,7 @@ PROJECTED: tuple[type[EventModel], ...] = (
     WorkflowDeadlineReached,
     WorkflowCancelRequested,
     StageDeadlineReached,
+    WorkflowAttentionNeeded,
     InvoiceReceived,
     InvoiceValidated,
     InvoiceRejected,
@@ -78,6 +81,7 @@ PROJECTED: tuple[type[EventModel], ...] = (
     SourceFetched,
     SourceFetchFailed,
     ApprovalRequested,
+    ApprovalRouted,
     ApprovalEscalated,
     ApprovalWindowElapsed,
     ApprovalDecisionSubmitted,

@@ -9,10 +9,12 @@ import asyncpg
 
 from audit_projector.adapters.projection import SCHEMA, migrate_projection
 from audit_projector.api import routes
+from audit_projector.attention import alert_parked_workflows
 from audit_projector.bootstrap import bootstrap_for
 from audit_projector.handlers import PROJECTED, ProjectorDeps, on_data_removed, on_workflow_event
 from audit_projector.janitor import expire_workflows
 from chorus.service import On, ServiceSpec
+from chorus_contracts.lifecycle import WorkflowAttentionNeeded
 from chorus_contracts.platform import DataRemoved, SubjectErasureRequested, WorkflowsRetired
 
 VERSION = "0.1.0"
@@ -34,11 +36,18 @@ def make_spec(name: str = SCHEMA) -> ServiceSpec[Any, ProjectorDeps]:
             *(On(model, on_workflow_event, timeout_s=30) for model in PROJECTED),
             On(DataRemoved, on_data_removed, timeout_s=30),
         ],
-        # Erasure and retention requests: every service's runtime answers them.
-        produces=frozenset({SubjectErasureRequested.event_type, WorkflowsRetired.event_type}),
+        # Erasure and retention requests: every service's runtime answers them; the alert of
+        # a workflow parked too long.
+        produces=frozenset(
+            {
+                SubjectErasureRequested.event_type,
+                WorkflowsRetired.event_type,
+                WorkflowAttentionNeeded.event_type,
+            }
+        ),
         bootstrap=bootstrap,
         migrations=migrations,
-        workers=[expire_workflows],
+        workers=[expire_workflows, alert_parked_workflows],
         http_routes=routes,
     )
 

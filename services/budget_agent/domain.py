@@ -8,7 +8,13 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from chorus_contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep, Fallback
+from chorus_contracts.approvals import (
+    ApprovalContext,
+    ApprovalFacts,
+    ApprovalRequested,
+    EscalationStep,
+    Fallback,
+)
 from chorus_contracts.base import Cents, Currency, Model, Ref, VendorId, invisible_characters, is_invisible
 from chorus_contracts.procurement import ExtractedInvoice, InvoiceValidated
 
@@ -110,6 +116,8 @@ def approval_request(
             why="every procurement payment needs a person's approval"
             + (" (revised reading)" if state.approval_rounds > 1 else ""),
         ),
+        # What the gate's approval policy routes on (a large amount goes to the director).
+        facts=ApprovalFacts(amount_cents=state.amount_cents, business_unit=state.cost_center or None),
     )
 
 

@@ -13,8 +13,10 @@ through JSON and the spec's state model.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -23,6 +25,7 @@ from pydantic import BaseModel
 
 from chorus.clock import ManualClock
 from chorus.codec import Event
+from chorus.dependencies import Dependency
 from chorus.envelopes import start_envelope
 from chorus.service import Context, Emit, Outcome, ServiceSpec, check_outcome
 from chorus_contracts.base import EventModel
@@ -145,3 +148,14 @@ class WorkflowHarness:
 
     def state(self, workflow_id: str) -> Any:
         return self.states.get(workflow_id)
+
+
+class Unguarded:
+    """Dependencies with no rate limit and no circuit breaker: for handler tests, which have
+    no database (the real guards live in PostgreSQL; see chorus.dependencies)."""
+
+    async def guard(self, dependency: Dependency) -> Unguarded:
+        return self
+
+    def call(self) -> AbstractAsyncContextManager[None]:
+        return contextlib.nullcontext()

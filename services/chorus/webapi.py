@@ -23,6 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from chorus import strictjson
@@ -273,8 +274,18 @@ def create_api(
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        headers = exc.headers
+        if exc.status_code == 405:
+            # Starlette's Allow names the methods of the first route that matched the path
+            # only; every route of that same path template counts (GET and PUT of a resource).
+            matched = [r for r in app.router.routes if r.matches(request.scope)[0] != Match.NONE]
+            if matched:
+                template = getattr(matched[0], "path", None)
+                same = [r for r in matched if getattr(r, "path", None) == template]
+                allowed = sorted({m for r in same for m in _methods(r)})
+                headers = {**(headers or {}), "Allow": ", ".join(allowed)}
         return problem_response(
-            exc.status_code, str(exc.detail), str(exc.detail), request.url.path, headers=exc.headers
+            exc.status_code, str(exc.detail), str(exc.detail), request.url.path, headers=headers
         )
 
     original_openapi = app.openapi
@@ -303,3 +314,8 @@ def _field_error(error: Any) -> dict[str, str]:
     if source in ("header", "query", "path", "cookie"):
         return {"pointer": f"{source}:{'/'.join(str(p) for p in rest)}", "message": str(error.get("msg"))}
     return {"pointer": pointer(rest), "message": str(error.get("msg"))}
+
+
+def _methods(route: BaseRoute) -> set[str]:
+    methods: set[str] | None = getattr(route, "methods", None)
+    return methods or set()

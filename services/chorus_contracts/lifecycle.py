@@ -55,3 +55,15 @@ class StageDeadlineReached(EventModel):
     stage_id: Name
     service: Name
     deadline_at: UtcDateTime
+
+
+@event("workflow.attention_needed", 1)
+class WorkflowAttentionNeeded(EventModel):
+    """An alert: the workflow has waited behind a dead letter longer than operators allow
+    (raised once per dead letter by the audit projector, which sees every workflow). The
+    workflow's deadline still ends it; an operator redrives or discards the letter."""
+
+    since: UtcDateTime = Field(description="when the dead letter stopped it")
+    waited_s: float = Field(ge=0)
+    why: Text
+    dead_letter_event_id: Name

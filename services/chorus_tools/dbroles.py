@@ -28,6 +28,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import asyncpg
 
+from chorus.breaker import migrate_breakers
 from chorus.db import ident
 from chorus.ratelimit import migrate_rate_limits
 from chorus.store import migrate_shared
@@ -51,6 +52,7 @@ async def provision_database(admin_url: str, passwords: Mapping[str, str]) -> Pr
         database = await conn.fetchval("SELECT current_database()")
         await migrate_shared(conn)
         await migrate_rate_limits(conn)
+        await migrate_breakers(conn)
         for service, password in sorted(passwords.items()):
             role = ident(service)
             async with conn.transaction():
@@ -72,6 +74,7 @@ async def provision_database(admin_url: str, passwords: Mapping[str, str]) -> Pr
                 await conn.execute(f"GRANT USAGE, CREATE ON SCHEMA chorus TO {role}")
                 await conn.execute(f"GRANT SELECT, INSERT ON chorus.schema_migrations TO {role}")
                 await conn.execute(f"GRANT SELECT, INSERT, UPDATE ON chorus.rate_limits TO {role}")
+                await conn.execute(f"GRANT SELECT, INSERT, UPDATE ON chorus.circuit_breakers TO {role}")
     finally:
         await conn.close()
     return done

@@ -191,6 +191,8 @@ class DevStack:
                 env["CHORUS_API_PORT"] = str(self.api_port)
                 if "audit_projector" in ports:  # its read API answers the gateway's reads
                     env.setdefault("CHORUS_AUDIT_URL", f"http://127.0.0.1:{ports['audit_projector']}")
+                if "approval_gate" in ports:  # its API keeps the approval policy
+                    env.setdefault("CHORUS_APPROVAL_GATE_URL", f"http://127.0.0.1:{ports['approval_gate']}")
             if name in MODEL_USERS:  # the sandbox's deterministic model, over HTTP
                 env.setdefault("CHORUS_LLM_BASE_URL", f"{sandbox_url}/v1")
             self.procs[name] = Proc(

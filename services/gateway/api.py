@@ -13,7 +13,7 @@ import logging
 import math
 import uuid
 from datetime import timedelta
-from typing import Annotated, Any, cast
+from typing import Annotated, Any, Literal, cast
 
 from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
@@ -31,12 +31,13 @@ from chorus.service import RuntimeHandle
 from chorus.store import OutboxMessage
 from chorus.tracing import TraceContext
 from chorus.webapi import Problem, create_api, problem_response, problems
-from chorus_contracts.approvals import ApprovalDecisionSubmitted
+from chorus_contracts.approvals import ApprovalDecisionSubmitted, ApprovalPolicyChange
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, Priority
 from chorus_contracts.lifecycle import WorkflowCancelRequested, WorkflowDeadlineReached, WorkflowStarted
 from chorus_contracts.platform import FireTarget, TimerSchedule
 from gateway.adapters import repository
+from gateway.adapters.policy import ApprovalPolicyApi, PolicyApiUnavailableError
 from gateway.adapters.readmodel import ReadModel, ReadModelUnavailableError
 from gateway.config import Settings
 from gateway.domain import (
@@ -80,6 +81,8 @@ async def principal(request: Request, who: Annotated[ApiKey, Depends(caller)]) -
 SubmitterOrOperator = Annotated[ApiKey, Depends(role("submitter", "operator", who=principal))]
 Reviewer = Annotated[ApiKey, Depends(role("reviewer", who=principal))]
 ReviewerOrOperator = Annotated[ApiKey, Depends(role("reviewer", "operator", who=principal))]
+Operator = Annotated[ApiKey, Depends(role("operator", who=principal))]
+OperatorOrAuditor = Annotated[ApiKey, Depends(role("operator", "auditor", who=principal))]
 Anyone = Annotated[ApiKey, Depends(principal)]
 IdempotencyKey = Annotated[
     str | None,
@@ -93,11 +96,22 @@ IdempotencyKey = Annotated[
 Traceparent = Annotated[str | None, Header(max_length=55, description="W3C trace context to continue")]
 WorkflowId = Annotated[str, Path(max_length=200, description="the id the submission answered with")]
 ApprovalId = Annotated[str, Path(max_length=200)]
+WorkflowStatus = Literal[
+    "attention",
+    "waiting",
+    "running",
+    "completed",
+    "rejected",
+    "failed",
+    "compensated",
+    "timed_out",
+    "cancelled",
+]
 
 
-def create_app(rt: RuntimeHandle, settings: Settings, reads: ReadModel) -> FastAPI:
+def create_app(rt: RuntimeHandle, settings: Settings, reads: ReadModel, policy: ApprovalPolicyApi) -> FastAPI:
     """The API; ``reads`` answers what it says about workflows and approvals (the audit
-    projector's read API)."""
+    projector's read API), ``policy`` manages the approval policy (the approval gate's)."""
     app = create_api(
         max_body_bytes=settings.max_body_bytes,
         body_timeout_s=settings.api_body_timeout_s,
@@ -108,7 +122,8 @@ def create_app(rt: RuntimeHandle, settings: Settings, reads: ReadModel) -> FastA
     )
 
     @app.exception_handler(ReadModelUnavailableError)
-    async def _unavailable(request: Request, exc: ReadModelUnavailableError) -> JSONResponse:
+    @app.exception_handler(PolicyApiUnavailableError)
+    async def _unavailable(request: Request, exc: Exception) -> JSONResponse:
         return problem_response(
             503, "Read model unavailable", str(exc), request.url.path, headers={"Retry-After": "5"}
         )
@@ -124,6 +139,7 @@ def create_app(rt: RuntimeHandle, settings: Settings, reads: ReadModel) -> FastA
     _unknown_type_answer(app)
     _watch_routes(app, rt, reads, base_url)
     _approval_routes(app, rt, reads)
+    _policy_routes(app, policy)
     return app
 
 
@@ -266,6 +282,18 @@ def _watch_routes(app: FastAPI, rt: RuntimeHandle, reads: ReadModel, base_url: s
             raise Problem(404, "Unknown workflow", f"no workflow {workflow_id!r}")
         return view, accepted
 
+    @app.get("/v1/workflows", responses=problems(503))
+    async def workflows(
+        who: OperatorOrAuditor,
+        status: Annotated[
+            WorkflowStatus,
+            Query(description="attention: parked behind a dead letter, with why and since when"),
+        ],
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> dict[str, Any]:
+        """Workflows in a status, longest quiet first (operators and auditors)."""
+        return {"status": status, "workflows": await reads.workflows(status, limit)}
+
     @app.get("/v1/workflows/{workflow_id}", responses=problems(404))
     async def status(workflow_id: WorkflowId, who: Anyone) -> dict[str, Any]:
         """Status, current stage, what it waits for and until when, and its timeline."""
@@ -281,7 +309,14 @@ def _watch_routes(app: FastAPI, rt: RuntimeHandle, reads: ReadModel, base_url: s
         view["timeline"] = await reads.timeline(workflow_id)
         return view
 
-    @app.post("/v1/workflows/{workflow_id}/cancel", status_code=202, responses=problems(403, 404, 409))
+    @app.post(
+        "/v1/workflows/{workflow_id}/cancel",
+        status_code=202,
+        responses={
+            200: {"description": "cancelled already (by this request, earlier)"},
+            **problems(403, 404, 409),
+        },
+    )
     async def cancel(workflow_id: WorkflowId, body: CancelBody, who: SubmitterOrOperator) -> JSONResponse:
         """Stop a running workflow: it ends as ``cancelled`` and what the saga says is undone
         (a reserved budget is released). The submitter or an operator; asking again answers
@@ -416,6 +451,45 @@ def _approval_routes(app: FastAPI, rt: RuntimeHandle, reads: ReadModel) -> None:
             },
             status_code=202,
         )
+
+
+def _policy_routes(app: FastAPI, policy: ApprovalPolicyApi) -> None:
+    """The approval policy (owned by the approval gate): read it, change it, its history."""
+
+    def forwarded(status: int, body: Any) -> JSONResponse:
+        media = "application/problem+json" if status >= 400 else "application/json"
+        return JSONResponse(body, status_code=status, media_type=media)
+
+    @app.get("/v1/approval-policy", responses=problems(503))
+    async def approval_policy(request: Request, who: OperatorOrAuditor) -> JSONResponse:
+        """The policy in force: version, rules (first match routes an approval), who changed it, why."""
+        return forwarded(*await policy.forward("GET", "/v1/approval-policy", _authorization(request)))
+
+    @app.put("/v1/approval-policy", responses=problems(503))
+    async def change_approval_policy(
+        request: Request, body: ApprovalPolicyChange, who: Operator
+    ) -> JSONResponse:
+        """A new version of the rules; it applies to the next approval, without a restart."""
+        answer = await policy.forward(
+            "PUT", "/v1/approval-policy", _authorization(request), body.model_dump(mode="json")
+        )
+        return forwarded(*answer)
+
+    @app.get("/v1/approval-policy/history", responses=problems(503))
+    async def approval_policy_history(
+        request: Request, who: OperatorOrAuditor, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+    ) -> JSONResponse:
+        """Every version, newest first: the audit trail of the policy."""
+        path = "/v1/approval-policy/history"
+        return forwarded(
+            *await policy.forward("GET", path, _authorization(request), params={"limit": str(limit)})
+        )
+
+
+def _authorization(request: Request) -> str:
+    """The caller's key as the approval gate reads it (it records who changed the policy)."""
+    key = request.headers.get("x-api-key")
+    return f"Bearer {key}" if key else request.headers.get("authorization", "")
 
 
 def _submit_route(app: FastAPI, name: str, kind: WorkflowKind, submit: Any, longest_s: float) -> None:

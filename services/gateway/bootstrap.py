@@ -1,5 +1,5 @@
-"""Wiring: what the gateway's handlers get (the webhook sender). Its API is wired in
-server.py, from the same settings."""
+"""Wiring: what the gateway's handlers get (the webhook sender, a circuit breaker per
+receiver host). Its API is wired in server.py, from the same settings."""
 
 from __future__ import annotations
 
@@ -9,12 +9,19 @@ from typing import Any
 
 import httpx
 
+from chorus.dependencies import Dependency, dependencies
 from gateway.adapters.webhooks import WebhookSender
 
 
 @asynccontextmanager
 async def bootstrap(settings: Any) -> AsyncIterator[WebhookSender]:
-    async with httpx.AsyncClient() as client:
+    receivers = Dependency(name="webhooks", breaker=settings.webhook_breaker)
+    async with httpx.AsyncClient() as client, dependencies(settings) as guards:
         yield WebhookSender(
-            client, settings.webhook_secret, settings.webhook_timeout_s, settings.webhook_secrets
+            client,
+            settings.webhook_secret,
+            settings.webhook_timeout_s,
+            settings.webhook_secrets,
+            guards=guards,
+            receivers=receivers,
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import SecretStr
 
 from chorus.apikeys import DEMO_GATEWAY_KEY, ApiKeySettings
+from chorus.breaker import BreakerPolicy
 from chorus.runtime.runner import ServiceSettings
 
 DEMO_WEBHOOK_SECRET = "demo-webhook-secret"
@@ -20,6 +21,8 @@ class Settings(ApiKeySettings, ServiceSettings):
     audit_url: str = "http://127.0.0.1:8103"
     """The audit projector's read API: what the API says about workflows and approvals."""
     audit_api_key: SecretStr = SecretStr(DEMO_GATEWAY_KEY)
+    approval_gate_url: str = "http://127.0.0.1:8113"
+    """The approval gate's API: where the approval policy routes are forwarded."""
     """The gateway's own key (role ``service``) at the audit projector's API."""
     api_rate_per_s: float = 20.0
     """Requests per second per API key, across every gateway replica (429 beyond)."""
@@ -39,6 +42,8 @@ class Settings(ApiKeySettings, ServiceSettings):
     webhook_secrets: dict[str, str] = {}
     """A receiver's own secret(s), by its origin: ``{"https://hooks.example.com": "whsec_..."}``."""
     webhook_timeout_s: float = 10.0
+    webhook_breaker: BreakerPolicy = BreakerPolicy()
+    """Each receiver host's circuit breaker (``webhooks:<host>``)."""
     deadlines_s: dict[str, float] = {"procurement": 7 * 86400, "research_report": 2 * 86400}
     """Workflow-level deadline per workflow type; a workflow still running then times out."""
 

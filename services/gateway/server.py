@@ -7,22 +7,28 @@ import httpx
 from chorus.apikeys import bearer
 from chorus.http import EmbeddedServer, server_config
 from chorus.service import RuntimeHandle
+from gateway.adapters.policy import ApprovalPolicyApi
 from gateway.adapters.readmodel import ReadModel
 from gateway.api import create_app
 
 
 async def serve_api(rt: RuntimeHandle) -> None:
     settings = rt.settings
-    # The gateway reads the audit projection as itself (a ``service`` key), whoever asks.
+    # The gateway reads the audit projection as itself (a ``service`` key), whoever asks;
+    # policy requests go to the approval gate with the caller's own key.
     headers = bearer(settings.audit_api_key.get_secret_value())
-    async with httpx.AsyncClient(headers=headers) as client:
-        await _serve(rt, ReadModel(client, settings.audit_url))
+    async with httpx.AsyncClient(headers=headers) as client, httpx.AsyncClient() as forwarding:
+        await _serve(
+            rt,
+            ReadModel(client, settings.audit_url),
+            ApprovalPolicyApi(forwarding, settings.approval_gate_url),
+        )
 
 
-async def _serve(rt: RuntimeHandle, reads: ReadModel) -> None:
+async def _serve(rt: RuntimeHandle, reads: ReadModel, policy: ApprovalPolicyApi) -> None:
     settings = rt.settings
     config = server_config(
-        create_app(rt, settings, reads),
+        create_app(rt, settings, reads, policy),
         host=settings.api_host,
         port=settings.api_port,
         max_connections=settings.api_max_connections,

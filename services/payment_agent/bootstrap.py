@@ -1,4 +1,5 @@
-"""Wiring: what the payment agent's handlers get (the provider's client, from settings)."""
+"""Wiring: what the payment agent's handlers get (the provider's client, from settings,
+behind the provider's shared rate limit and circuit breaker)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 import httpx
 
+from chorus.dependencies import Dependency, dependencies
 from payment_agent.adapters.payments import PaymentClient
 
 
@@ -20,13 +22,17 @@ class Deps:
 
 @asynccontextmanager
 async def bootstrap(settings: Any) -> AsyncIterator[Deps]:
-    async with httpx.AsyncClient() as client:
+    provider = Dependency(
+        name="payments", rate_per_s=settings.payment_rate_per_s, breaker=settings.payment_breaker
+    )
+    async with httpx.AsyncClient() as client, dependencies(settings) as deps:
         yield Deps(
             PaymentClient(
                 client,
                 settings.payment_api_url,
                 settings.payment_api_key,
                 settings.payment_timeout_s,
+                await deps.guard(provider),
             ),
             settings.payment_max_attempts,
         )

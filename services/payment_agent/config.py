@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from chorus.breaker import BreakerPolicy
 from chorus.runtime.runner import ServiceSettings
 
 DEMO_PAYMENT_API_KEY = "sandbox-key"
@@ -16,6 +17,10 @@ class Settings(ServiceSettings):
     payment_timeout_s: float = 20.0
     payment_max_attempts: int = 6
     """Transient failures are retried this often before the payment counts as failed."""
+    payment_rate_per_s: float = 50.0
+    """Calls per second to the provider, for every replica together."""
+    payment_breaker: BreakerPolicy = BreakerPolicy()
+    """When the provider's breaker opens (JSON: failure_ratio, min_calls, window_s, open_s, probes)."""
 
     def demo_secrets(self) -> list[str]:
         found = super().demo_secrets()

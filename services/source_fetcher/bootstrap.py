@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from chorus.dependencies import Dependency, dependencies
 from source_fetcher.adapters.sources import Sources
 
 
@@ -19,5 +20,6 @@ class Deps:
 
 @asynccontextmanager
 async def bootstrap(settings: Any) -> AsyncIterator[Deps]:
-    async with httpx.AsyncClient() as client:
-        yield Deps(sources=Sources(client, settings.source_timeout_s))
+    hosts = Dependency(name="sources", breaker=settings.source_breaker)
+    async with httpx.AsyncClient() as client, dependencies(settings) as guards:
+        yield Deps(sources=Sources(client, settings.source_timeout_s, guards, hosts))

@@ -31,14 +31,14 @@ from audit_projector.domain import ERASURE_RECORDED, WORKFLOW_PURGED, subject_ha
 from audit_projector.replay import compare, rebuild
 from audit_projector.service import make_spec
 from chorus.apikeys import DEMO_KEYS, ApiKey, bearer
-from chorus.clock import ManualClock
+from chorus.clock import ManualClock, OffsetFileClock
 from chorus.db import create_pool
 from chorus.registry import Registry
 from chorus.runtime.runner import ServiceSettings, running
 from chorus_contracts.base import CATALOG
 from chorus_contracts.envelope import Envelope, ProducerRef
 from tests.support.events import TaskSubmitted
-from tests.support.kafka import envelope, publish
+from tests.support.kafka import envelope, events_of, publish, read_topic
 from tests.support.processes import ServiceProcess, infra_env
 from tests.support.registry import isolated_registry
 from tests.support.testservice import make_spec as make_test_service
@@ -826,3 +826,74 @@ async def test_the_read_api_answers_what_other_services_may_know(
     ), refusals
     assert naive.status_code == 422 and "/since" in naive.json()["detail"]
     assert unknown_job.status_code == 404
+
+
+async def test_a_workflow_parked_behind_a_dead_letter_too_long_raises_one_alert_until_its_end(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+) -> None:
+    """Bounded parking, on simulated time: a workflow stopped by a dead letter lists as
+    ``attention`` with why and since when; an hour later (parked_alert_after_s) the projector
+    raises workflow.attention_needed, once, and the list says so; its deadline still ends it."""
+    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
+    name = f"audit_{unique}"
+    clock_file = tmp_path / "clock"
+    parked, fine = f"wf-parked-{unique}", f"wf-fine-{unique}"
+    t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
+    stream = Stream(registry)
+    scenario(stream, "dead_lettered", parked, t0, f"subject:{unique}")
+    scenario(stream, "completed", fine, t0, f"subject:{unique}")
+    settings = projector_settings(
+        kafka_bootstrap,
+        database_url,
+        name,
+        clock=f"offset-file:{clock_file}",
+        parked_alert_after_s=3600,
+        attention_check_s=1,
+    )
+    async with (
+        running(make_spec(name), settings, registry=registry) as projector,
+        httpx.AsyncClient() as http,
+    ):
+        assert projector.http is not None
+        url = f"http://127.0.0.1:{projector.http.port}/v1/workflows"
+
+        async def attention() -> list[dict[str, Any]]:
+            answer = await http.get(url, params={"status": "attention"}, headers=OPERATOR)
+            assert answer.status_code == 200, answer.text
+            return [w for w in answer.json()["workflows"] if w["workflow_id"] in (parked, fine)]
+
+        await stream.publish(kafka_bootstrap)
+        [listed] = await eventually(attention, what="the parked workflow listed")
+        assert listed["workflow_id"] == parked
+        why = listed["attention"]
+        assert "dead-lettered" in why["why"] and why["alerted_at"] is None
+        assert datetime.fromisoformat(why["since"]) == t0 + timedelta(seconds=2)
+
+        OffsetFileClock.advance(clock_file, 3600)
+
+        async def alerted() -> Any:
+            found = await attention()
+            return found and found[0]["attention"]["alerted_at"]
+
+        await eventually(alerted, what="the alert")
+        await asyncio.sleep(3)  # three more looks: none raises it again
+        # Then its deadline ends it (the end, on the same one-partition topic, is read last).
+        ended = stream.add("workflow.ended", parked, datetime.now(UTC), outcome="timed_out")
+        lifecycle = registry.physical_topic("workflow.ended")
+        await stream.publish(kafka_bootstrap, [(lifecycle, ended)])
+        records = await read_topic(
+            kafka_bootstrap,
+            [lifecycle],
+            until=lambda rs: any(
+                e["event_id"] == str(ended.event_id) for e in events_of(rs, "workflow.ended")
+            ),
+        )
+        alerts = [e for e in events_of(records, "workflow.attention_needed") if e["workflow_id"] == parked]
+        assert len({a["event_id"] for a in alerts}) == 1 and alerts[0]["payload"]["waited_s"] >= 3600
+        await eventually(lambda: _none(attention()), what="the ended workflow off the list")
+        status = (await http.get(f"{url}/{parked}", headers=OPERATOR)).json()
+        assert status["status"] == "timed_out" and status["attention"] is None
+
+
+async def _none(found: Awaitable[list[Any]]) -> bool:
+    return not await found

@@ -397,6 +397,62 @@ async def chorus_cli(world: World, *args: str) -> tuple[int, str, str]:
     return proc.returncode, out.decode(), err.decode()
 
 
+async def test_a_policy_change_through_the_api_routes_the_next_approval_without_a_restart(
+    world: World,
+) -> None:
+    """The operator lowers the "director from the start" threshold to 1,000 EUR through the
+    gateway: the next 1,240 EUR invoice waits on the director at once (the manager's
+    chain is the budget agent's own). The change is a new version, with who and why."""
+    before = await world.http.get("/v1/approval-policy", headers=OPERATOR)
+    assert before.status_code == 200, before.text
+    rules = before.json()["rules"]
+    large = next(r for r in rules if r["name"] == "large procurement: director")
+    assert large["when"]["amount_cents_at_least"] == 1_000_000  # the default: 10,000 EUR
+    lowered = [
+        {**r, "when": {**r["when"], "amount_cents_at_least": 100_000}} if r is large else r for r in rules
+    ]
+    try:
+        changed = await world.http.put(
+            "/v1/approval-policy", json={"rules": lowered, "reason": "audit finding 7"}, headers=OPERATOR
+        )
+        assert changed.status_code == 200, changed.text
+        assert changed.json()["version"] == before.json()["version"] + 1
+        assert changed.json()["changed_by"] == "sam.operator"
+
+        workflow_id = (await world.submit("procurement", invoice(uuid.uuid4().hex[:8]))).json()["workflow_id"]
+        status = await world.waiting_on(workflow_id, "director")
+        [routed] = of_type(status, "approval.routed")
+        assert (
+            routed["rule"] == "large procurement: director"
+            and routed["policy_version"] == changed.json()["version"]
+        )
+        await world.decide(status["pending_approval"]["approval_id"], DIRECTOR, "approve")
+        assert (await world.ended(workflow_id))["status"] == "completed"
+
+        history = (await world.http.get("/v1/approval-policy/history", headers=AUDITOR)).json()["versions"]
+        assert (history[0]["changed_by"], history[0]["reason"]) == ("sam.operator", "audit finding 7")
+        code, out, _ = await chorus_cli(world, "policy", "show")
+        assert code == 0 and "amount_cents_at_least=100000" in out
+    finally:
+        restored = await world.http.put(
+            "/v1/approval-policy", json={"rules": rules, "reason": "back to the default"}, headers=OPERATOR
+        )
+        assert restored.status_code == 200
+
+
+async def test_a_policy_rule_with_a_field_it_does_not_know_is_refused_naming_it(world: World) -> None:
+    rule = {"name": "typo", "when": {"amount_at_least": 5}, "chain": [{"tier": "director", "window_s": 60}]}
+    refused = await world.http.put(
+        "/v1/approval-policy", json={"rules": [rule], "reason": "x"}, headers=OPERATOR
+    )
+    assert refused.status_code == 422
+    assert refused.json()["errors"][0]["pointer"] == "/rules/0/when/amount_at_least"
+    forbidden = await world.http.put(
+        "/v1/approval-policy", json={"rules": [], "reason": "x"}, headers=MANAGER
+    )
+    assert forbidden.status_code == 403
+
+
 async def test_same_idempotency_key_twice_starts_one_workflow(world: World) -> None:
     run = uuid.uuid4().hex[:8]
     first = await world.submit("procurement", invoice(run), key=f"key-{run}")

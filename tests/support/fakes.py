@@ -9,14 +9,20 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
+from approval_gate.adapters.policies import DEFAULTS_ACTOR, PolicyStore, PolicyVersion
+from approval_gate.domain import DEFAULT_POLICY
 from budget_agent.domain import PurchaseOrder
+from chorus.dependencies import Dependency
 from chorus.errors import TransientError
 from chorus.external import ExternalRejection
 from chorus.llm import OfflineModel
+from chorus.testing import Unguarded
+from chorus_contracts.approvals import ApprovalPolicy
 from chorus_contracts.research import GatheredSource, SourceRef
 from payment_agent.adapters.payments import PaymentClient, PaymentReceipt
 from report_agent.adapters.delivery import Delivery
@@ -77,6 +83,24 @@ class FakeDelivery(Delivery):
         return 201
 
 
+class InMemoryPolicies(PolicyStore):
+    """The approval gate's policy versions, in memory (version 1: the built-in default)."""
+
+    def __init__(self, policy: ApprovalPolicy = DEFAULT_POLICY) -> None:
+        at = datetime(2026, 1, 1, tzinfo=UTC)
+        self.versions = [PolicyVersion(1, policy, DEFAULTS_ACTOR, "the built-in default", at)]
+
+    async def current(self) -> PolicyVersion:
+        return self.versions[-1]
+
+    async def history(self, limit: int = 100) -> list[PolicyVersion]:
+        return list(reversed(self.versions))[:limit]
+
+    async def change(self, policy: ApprovalPolicy, *, by: str, reason: str, now: datetime) -> PolicyVersion:
+        self.versions.append(PolicyVersion(len(self.versions) + 1, policy, by, reason, now))
+        return self.versions[-1]
+
+
 class FixedBudgets:
     """The budget agent's ledger, in memory: budgets, purchase orders on record, and the
     invoices other workflows hold (``holders``: invoice key -> workflow id)."""
@@ -132,7 +156,7 @@ def _deps(service: str, client: httpx.AsyncClient) -> Any:
     if service == "source_fetcher":
         from source_fetcher.bootstrap import Deps as FetcherDeps
 
-        return FetcherDeps(sources=Sources(client, 0.5))
+        return FetcherDeps(sources=Sources(client, 0.5, Unguarded(), Dependency(name="sources")))
     if service == "budget_agent":
         from budget_agent.bootstrap import Deps as BudgetDeps
         from budget_agent.config import Settings as BudgetSettings
@@ -146,17 +170,19 @@ def _deps(service: str, client: httpx.AsyncClient) -> Any:
     if service == "payment_agent":
         from payment_agent.bootstrap import Deps as PaymentDeps
 
-        return PaymentDeps(PaymentClient(client, UNREACHABLE, "none", 0.5))
+        return PaymentDeps(PaymentClient(client, UNREACHABLE, "none", 0.5, Unguarded()))
     if service == "approval_gate":
         from approval_gate.bootstrap import Deps as GateDeps
         from approval_gate.config import Settings as GateSettings
 
         gate = GateSettings()
-        return GateDeps(list(gate.review_chain), gate.review_fallback)
+        return GateDeps(list(gate.review_chain), gate.review_fallback, InMemoryPolicies())
     if service == "gateway":
         from gateway.adapters.webhooks import WebhookSender
 
-        return WebhookSender(client, "contract-secret", 0.5)
+        return WebhookSender(
+            client, "contract-secret", 0.5, guards=Unguarded(), receivers=Dependency(name="webhooks")
+        )
     if service == "audit_projector":
         from audit_projector.handlers import ProjectorDeps
 

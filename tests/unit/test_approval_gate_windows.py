@@ -7,12 +7,14 @@ import logging
 from datetime import timedelta
 from typing import Any
 
+from approval_gate.bootstrap import Deps
 from approval_gate.handlers import on_approval_requested, on_approval_window_elapsed
 from chorus.clock import ManualClock
 from chorus.codec import decode
 from chorus.registry import default_registry
 from chorus.service import Context, ScheduleTimer
-from chorus_contracts.approvals import ApprovalEscalated
+from chorus_contracts.approvals import ApprovalEscalated, ApprovalPolicy
+from tests.support.fakes import InMemoryPolicies
 
 
 def _ctx(event: Any, clock: ManualClock) -> Context[Any]:
@@ -21,7 +23,7 @@ def _ctx(event: Any, clock: ManualClock) -> Context[Any]:
 
     return Context(
         service="approval_gate",
-        deps=None,
+        deps=Deps([], "auto_reject", InMemoryPolicies(ApprovalPolicy())),
         clock=clock,
         envelope=event.envelope,
         attempt=1,

@@ -1,2 +1,2 @@
-"""The approval gate has no adapters: it talks to nothing outside Chorus, and its state is
-each workflow's checkpoint (the runtime's store)."""
+"""Adapters of the approval gate: the approval policy table (policies). Its state is each
+workflow's checkpoint (the runtime's store); it talks to nothing outside Chorus."""

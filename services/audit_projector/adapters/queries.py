@@ -23,10 +23,12 @@ from audit_projector.adapters.projection import SCHEMA
 from audit_projector.domain import (
     TERMINAL,
     ApprovalState,
+    Attention,
     PendingApproval,
     StatusView,
     WorkflowFacts,
     approval_state,
+    attention,
 )
 from chorus.db import ident
 
@@ -40,9 +42,10 @@ PendingApprovalView = PendingApproval
 
 class WorkflowStatusView(StatusView):
     """What ``GET /v1/workflows/{id}`` answers (without the timeline): the status
-    columns and the workflow's id."""
+    columns and the workflow's id, and why it needs attention when it does."""
 
     workflow_id: str
+    attention: Attention | None = None
 
 
 class ApprovalTask(_View):
@@ -100,12 +103,34 @@ async def status_view(
                    attempts, outcome, outcome_reason, result::text AS result, started_at,
                    ended_at, duration_s, last_event_at, events, subject_ref,
                    pending_approval_id, pending_tier, pending_level,
-                   pending_context::text AS pending_context
+                   pending_context::text AS pending_context, facts::text AS facts
             FROM {ident(schema)}.workflow_status WHERE workflow_id = $1""",
         workflow_id,
     )
     if r is None:
         return None
+    return _status(r)
+
+
+async def workflows_by_status(
+    conn: asyncpg.Connection, status: str, *, schema: str = SCHEMA, limit: int = 100
+) -> list[WorkflowStatusView]:
+    """Workflows in ``status``, the longest-quiet first (``attention``: who waits longest)."""
+    rows = await conn.fetch(
+        f"""SELECT workflow_id, workflow_type, status, stage, waiting_for, waiting_until,
+                   attempts, outcome, outcome_reason, result::text AS result, started_at,
+                   ended_at, duration_s, last_event_at, events, subject_ref,
+                   pending_approval_id, pending_tier, pending_level,
+                   pending_context::text AS pending_context, facts::text AS facts
+            FROM {ident(schema)}.workflow_status WHERE status = $1
+            ORDER BY last_event_at, workflow_id LIMIT $2""",
+        status,
+        limit,
+    )
+    return [_status(r) for r in rows]
+
+
+def _status(r: asyncpg.Record) -> WorkflowStatusView:
     pending = None
     if r["pending_approval_id"] is not None:
         pending = PendingApprovalView(
@@ -115,9 +140,10 @@ async def status_view(
             waiting_until=r["waiting_until"],
             context=_loads(r["pending_context"]),
         )
-    row = {k: v for k, v in dict(r).items() if not k.startswith("pending_")}
+    row = {k: v for k, v in dict(r).items() if not k.startswith("pending_") and k != "facts"}
     row["result"] = _loads(row["result"])
-    return WorkflowStatusView(**row, pending_approval=pending)
+    why = attention(WorkflowFacts.model_validate_json(r["facts"]))
+    return WorkflowStatusView(**row, pending_approval=pending, attention=why)
 
 
 async def approval_tasks(

@@ -2,8 +2,9 @@
 
 - :class:`OpenAICompatibleLLM`: chat completions over HTTP (httpx) against any
   OpenAI-compatible server (base URL, model and key from settings), behind the
-  shared rate limiter, with the task timeout and errors mapped onto the taxonomy:
-  429/5xx/timeouts transient, 401 persistent, output that fails its schema semantic.
+  shared rate limiter and circuit breaker (``llm``), with the task timeout and errors
+  mapped onto the taxonomy: 429/5xx/timeouts transient, 401 persistent, output that
+  fails its schema semantic.
 - :class:`OfflineModel`: a deterministic model built from skills, named
   ``chorus-offline-deterministic``: what the sandbox serves over HTTP, and what unit
   tests give handlers. Services never build one themselves.
@@ -14,6 +15,7 @@ which is how the offline model (and the sandbox's HTTP model) pick a skill.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -23,9 +25,10 @@ from typing import Any, Protocol, TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from chorus.breaker import BreakerPolicy
+from chorus.dependencies import Dependency, Guarding, dependencies
 from chorus.errors import PersistentError, SemanticError
 from chorus.external import ExternalRejection, call_json
-from chorus.ratelimit import RateLimiter
 
 OFFLINE_MODEL_NAME = "chorus-offline-deterministic"
 M = TypeVar("M", bound=BaseModel)
@@ -84,33 +87,32 @@ class OpenAICompatibleLLM:
         base_url: str,
         model: str,
         api_key: str = "",
-        limiter: RateLimiter | None = None,
+        guard: Guarding | None = None,
     ) -> None:
         self.client = client
         self.base_url = base_url.rstrip("/")
         self.name = model
         self.api_key = api_key
-        self.limiter = limiter
+        self.guard = guard
 
     async def complete(self, messages: list[ChatMessage], *, timeout_s: float = 120.0) -> str:
-        if self.limiter is not None:
-            await self.limiter.acquire(timeout_s=timeout_s)
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         try:
-            response = await call_json(
-                self.client,
-                "POST",
-                f"{self.base_url}/chat/completions",
-                what="LLM",
-                json={
-                    "model": self.name,
-                    "messages": [m.as_json() for m in messages],
-                    "temperature": 0,
-                    "response_format": {"type": "json_object"},
-                },
-                headers=headers,
-                timeout_s=timeout_s,
-            )
+            async with self.guard.call() if self.guard is not None else contextlib.nullcontext():
+                response = await call_json(
+                    self.client,
+                    "POST",
+                    f"{self.base_url}/chat/completions",
+                    what="LLM",
+                    json={
+                        "model": self.name,
+                        "messages": [m.as_json() for m in messages],
+                        "temperature": 0,
+                        "response_format": {"type": "json_object"},
+                    },
+                    headers=headers,
+                    timeout_s=timeout_s,
+                )
         except ExternalRejection as exc:
             raise PersistentError(f"LLM request refused ({exc.status}): {exc.body}") from exc
         try:
@@ -168,35 +170,32 @@ class LLMSettings(BaseModel):
     llm_api_key: str = ""
     llm_rate_per_s: float = 10.0
     """Shared by every replica of every service through PostgreSQL (limiter ``llm``)."""
+    llm_breaker: BreakerPolicy = BreakerPolicy()
+    """The ``llm`` circuit breaker, shared the same way (chorus.breaker)."""
     llm_timeout_s: float = 120.0
 
 
 @asynccontextmanager
 async def llm_dependency(settings: Any) -> AsyncIterator[LLM]:
     """The LLM a service's handlers use, built from its settings (bootstrap helper): an
-    HTTP client and the shared ``llm`` rate limiter (its own two-connection pool)."""
+    HTTP client, the shared ``llm`` rate limiter and circuit breaker (chorus.dependencies)."""
     if not str(settings.llm_base_url).startswith(("http://", "https://")):
         raise ValueError(
             f"no language model configured (CHORUS_LLM_BASE_URL={settings.llm_base_url!r}): set it to "
             "an OpenAI-compatible endpoint; make services and the demo use the sandbox's, "
             "http://127.0.0.1:9400/v1 (the built-in 'offline' model is gone)"
         )
-    from chorus.clock import clock_from_setting
-    from chorus.db import create_pool
-
-    pool = await create_pool(settings.database_url, max_size=2)
-    limiter = RateLimiter(
-        pool, "llm", rate_per_s=settings.llm_rate_per_s, clock=clock_from_setting(settings.clock)
+    llm = Dependency(
+        name="llm",
+        rate_per_s=settings.llm_rate_per_s,
+        max_wait_s=settings.llm_timeout_s,
+        breaker=settings.llm_breaker,
     )
-    await limiter.setup()
-    try:
-        async with httpx.AsyncClient() as client:
-            yield OpenAICompatibleLLM(
-                client,
-                base_url=settings.llm_base_url,
-                model=settings.llm_model,
-                api_key=settings.llm_api_key,
-                limiter=limiter,
-            )
-    finally:
-        await pool.close()
+    async with dependencies(settings) as deps, httpx.AsyncClient() as client:
+        yield OpenAICompatibleLLM(
+            client,
+            base_url=settings.llm_base_url,
+            model=settings.llm_model,
+            api_key=settings.llm_api_key,
+            guard=await deps.guard(llm),
+        )

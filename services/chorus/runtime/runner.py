@@ -24,6 +24,7 @@ import asyncpg
 from aiokafka.errors import KafkaConnectionError, UnknownTopicOrPartitionError
 from pydantic_settings import SettingsConfigDict
 
+from chorus import breaker
 from chorus.clock import Clock, clock_from_setting
 from chorus.db import create_pool
 from chorus.deadletters import refused_row_dead_letter
@@ -395,6 +396,7 @@ class ServiceRunner:
             "assigned_partitions": len(self.edge.assignment) if self.edge else 0,
             "in_flight": self.dispatcher.in_flight if self.dispatcher else 0,
             "relay_leader": bool(self.relay and self.relay.is_leader),
+            "breakers": {b.name: b.state.value for b in breaker.known()},
             "error": str(self.fatal) if self.fatal else None,
         }
 

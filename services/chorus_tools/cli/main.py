@@ -8,6 +8,7 @@ from chorus_tools.cli import access as access_cli
 from chorus_tools.cli import audit as audit_cli
 from chorus_tools.cli import dlq as dlq_cli
 from chorus_tools.cli import events as events_cli
+from chorus_tools.cli import policy as policy_cli
 from chorus_tools.cli import schemas as schemas_cli
 from chorus_tools.cli import status as status_cli
 from chorus_tools.cli import topics as topics_cli
@@ -30,6 +31,7 @@ app.command("timeline")(audit_cli.timeline_command)
 app.command("erase")(audit_cli.erase_command)
 app.command("status")(status_cli.status_command)
 app.add_typer(workflows_cli.app, name="workflows")
+app.add_typer(policy_cli.app, name="policy")
 
 
 def main() -> None:

@@ -80,7 +80,7 @@ def status_command(
 def _print(reports: list[dict[str, Any]]) -> None:
     console = Console()
     table = Table(show_lines=False)
-    for column in ("service", "status", "partitions", "in flight", "relay", "stuck"):
+    for column in ("service", "status", "partitions", "in flight", "relay", "stuck", "breakers"):
         table.add_column(column, no_wrap=True)
 
     colours = {"ok": "green", "degraded": "yellow"}
@@ -93,13 +93,27 @@ def _print(reports: list[dict[str, Any]]) -> None:
             str(r.get("in_flight", "")),
             "leader" if r.get("relay_leader") else "",
             str(len(stuck)) if stuck else "",
+            _breakers(r.get("breakers") or {}),
         )
     console.print(table)
     for r in reports:
         if r.get("error"):
             console.print(f"[red]{r['service']}: {r['error']}[/]", soft_wrap=True)
+        for name, state in (r.get("breakers") or {}).items():
+            if state != "closed":
+                console.print(
+                    f"[yellow]{r['service']}: circuit breaker {name} is {state}: calls fail fast[/]"
+                )
         for s in r.get("stuck_records") or []:
             console.print(
                 f"[yellow]{r['service']}: stuck since {s['failing_since']} after {s['attempts']} attempts: "
                 f"{s['topic']}[{s['partition']}]@{s['offset']} ({s['error']})[/]"
             )
+
+
+def _breakers(states: dict[str, str]) -> str:
+    """The breakers that are not closed, by name; else how many are (all closed)."""
+    tripped = [f"{name} {state}" for name, state in states.items() if state != "closed"]
+    if tripped:
+        return f"[yellow]{', '.join(tripped)}[/]"
+    return f"{len(states)} closed" if states else ""

@@ -42,6 +42,10 @@ class ReadModel:
         body = await self._get(f"/v1/workflows/{quote(workflow_id, safe='')}/timeline")
         return list(body["timeline"]) if body else []
 
+    async def workflows(self, status: str, limit: int) -> list[dict[str, Any]]:
+        body = await self._get("/v1/workflows", {"status": status, "limit": str(limit)})
+        return list(body["workflows"]) if body else []
+
     async def approval(self, approval_id: str) -> dict[str, Any] | None:
         found: dict[str, Any] | None = await self._get(f"/v1/approvals/{quote(approval_id, safe='')}")
         return found

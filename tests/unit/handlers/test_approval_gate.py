@@ -5,8 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from pydantic import ValidationError
 
 from approval_gate.bootstrap import Deps
+from approval_gate.domain import DEFAULT_POLICY
 from approval_gate.service import SPEC
 from chorus.service import CancelTimer, ScheduleTimer
 from chorus.testing import WorkflowHarness
@@ -15,12 +17,17 @@ from chorus_contracts.approvals import (
     ApprovalDecided,
     ApprovalDecisionSubmitted,
     ApprovalEscalated,
+    ApprovalFacts,
+    ApprovalPolicy,
     ApprovalRequested,
+    ApprovalRouted,
     ApprovalWindowElapsed,
     Decision,
     EscalationStep,
+    PolicyRule,
 )
 from chorus_contracts.platform import ReviewRequested
+from tests.support.fakes import InMemoryPolicies
 
 CHAIN = [EscalationStep(tier="manager", window_s=8 * 3600), EscalationStep(tier="director", window_s=3600)]
 REQUEST = ApprovalRequested(
@@ -34,7 +41,8 @@ REQUEST = ApprovalRequested(
 
 @pytest.fixture
 def gate() -> WorkflowHarness:
-    return WorkflowHarness(SPEC, Deps([EscalationStep(tier="operator", window_s=86400)], "auto_reject"))
+    review = [EscalationStep(tier="manager", window_s=86400)]
+    return WorkflowHarness(SPEC, Deps(review, "auto_reject", InMemoryPolicies(ApprovalPolicy())))
 
 
 def submitted(tier: str, decision: Decision = "approve") -> ApprovalDecisionSubmitted:
@@ -91,5 +99,62 @@ async def test_output_no_handler_could_get_right_becomes_an_approval_for_a_perso
     )
     step = await gate.deliver(review, "wf-4")
     request = step.first(ApprovalRequested)
-    assert (request.requested_by, request.chain[0].tier) == ("invoice_agent", "operator")
+    assert (request.requested_by, request.chain[0].tier) == ("invoice_agent", "manager")
     assert request.context.inputs["validation_errors"] == ["/total_cents: Field required"]
+
+
+def procurement(amount_cents: int, **facts: object) -> ApprovalRequested:
+    return REQUEST.model_copy(
+        update={"facts": ApprovalFacts(amount_cents=amount_cents, business_unit="cc-research", **facts)}  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture
+def policies() -> InMemoryPolicies:
+    return InMemoryPolicies(DEFAULT_POLICY)
+
+
+@pytest.fixture
+def routed_gate(policies: InMemoryPolicies) -> WorkflowHarness:
+    return WorkflowHarness(SPEC, Deps([], "auto_reject", policies))
+
+
+async def test_the_default_policy_sends_a_large_procurement_to_the_director_at_once(
+    routed_gate: WorkflowHarness,
+) -> None:
+    step = await routed_gate.deliver(procurement(1_500_000), "wf-p1", workflow_type="procurement")
+    routed = step.first(ApprovalRouted)
+    assert [s.tier for s in routed.chain] == ["director"]
+    assert (routed.rule, routed.policy_version) == ("large procurement: director", 1)
+    small = await routed_gate.deliver(procurement(124_000), "wf-p2", workflow_type="procurement")
+    assert small.first(ApprovalRouted).rule is None
+    assert small.first(ApprovalRouted).chain == CHAIN  # the requester's own
+    unsure = await routed_gate.deliver(
+        procurement(124_000, confidence=0.4), "wf-p3", workflow_type="procurement"
+    )
+    assert unsure.first(ApprovalRouted).rule == "uncertain reading: manager reviews first"
+
+
+async def test_a_policy_change_applies_to_the_next_approval(
+    routed_gate: WorkflowHarness, policies: InMemoryPolicies
+) -> None:
+    rule = PolicyRule(
+        name="cc-research: directors only",
+        business_unit="cc-research",
+        chain=[EscalationStep(tier="director", window_s=600)],
+        fallback="auto_approve",
+    )
+    await policies.change(
+        ApprovalPolicy(rules=[rule]), by="sam.operator", reason="test", now=routed_gate.clock.now()
+    )
+    step = await routed_gate.deliver(procurement(100), "wf-p4", workflow_type="procurement")
+    assert step.first(ApprovalRouted).policy_version == 2
+    escalated = await routed_gate.deliver(ApprovalWindowElapsed(approval_id="appr-1", level=0), "wf-p4")
+    assert escalated.first(ApprovalDecided).decision == "approve"  # the rule's fallback
+
+
+def test_a_rule_with_a_condition_it_does_not_know_is_refused() -> None:
+    with pytest.raises(ValidationError, match="amount_at_least"):
+        PolicyRule.model_validate(
+            {"name": "typo", "when": {"amount_at_least": 5}, "chain": [{"tier": "director", "window_s": 60}]}
+        )

@@ -1,0 +1,76 @@
+"""Bounded parking: a workflow that waits behind a dead letter longer than
+``parked_alert_after_s`` raises ``workflow.attention_needed`` (once per dead letter) and
+counts in ``chorus_workflows_parked_too_long``. The projector sees every workflow, so it
+is the one to notice; the alert goes onto workflows.lifecycle for whoever pages people,
+and comes back into the projection (the workflow's ``attention.alerted_at``). The
+workflow's own deadline still ends it."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from prometheus_client import Gauge
+
+from audit_projector.adapters import queries
+from audit_projector.config import Settings
+from audit_projector.domain import ATTENTION
+from chorus.envelopes import start_envelope
+from chorus.logs import fields
+from chorus.runtime.loops import forever
+from chorus.service import RuntimeHandle
+from chorus_contracts.lifecycle import WorkflowAttentionNeeded
+
+log = logging.getLogger("audit_projector.attention")
+
+
+async def alert_parked_workflows(rt: RuntimeHandle) -> None:
+    """One look every ``attention_check_s`` of the clock's time."""
+    settings = rt.settings if isinstance(rt.settings, Settings) else Settings()
+    parked = Gauge(
+        "chorus_workflows_parked_too_long",
+        "Workflows waiting behind a dead letter longer than parked_alert_after_s (alert when above 0)",
+        registry=rt.metrics.registry,
+    )
+
+    async def look() -> None:
+        now = rt.clock.now()
+        async with rt.pool.acquire() as conn:
+            waiting = await queries.workflows_by_status(conn, ATTENTION, schema=rt.service, limit=10_000)
+        overdue = [
+            w
+            for w in waiting
+            if w.attention is not None
+            and (now - w.attention.since).total_seconds() >= settings.parked_alert_after_s
+        ]
+        parked.set(len(overdue))
+        for workflow in overdue:
+            why = workflow.attention
+            assert why is not None
+            if why.alerted_at is not None:
+                continue
+            alert = WorkflowAttentionNeeded(
+                since=why.since,
+                waited_s=(now - why.since).total_seconds(),
+                why=why.why[:4000],
+                dead_letter_event_id=why.dead_letter_event_id,
+            )
+            key = f"attention:{workflow.workflow_id}:{why.dead_letter_event_id}"
+            envelope = start_envelope(
+                alert,
+                workflow_id=workflow.workflow_id,
+                workflow_type=workflow.workflow_type,
+                producer=rt.producer,
+                now=now,
+                idempotency_key=key,
+                # The same alert twice (a look before the first came back) is one event.
+                event_id=uuid.uuid5(uuid.NAMESPACE_URL, f"chorus:{key}"),
+            )
+            async with rt.pool.acquire() as conn, rt.outbox.transaction(conn) as tx:
+                tx.publish(envelope)
+            log.warning(
+                "workflow parked behind a dead letter too long",
+                extra=fields(workflow_id=workflow.workflow_id, since=why.since.isoformat(), why=why.why),
+            )
+
+    await forever("attention", look, every_s=settings.attention_check_s, sleep=rt.clock.sleep)
