@@ -45,6 +45,8 @@ class BudgetState(BaseModel):
     vendor_id: str = ""
     invoice_number: str = ""
     """What the reservation was made for: a revised reading must say the same."""
+    approved: bool = False
+    """A person approved the payment: from then on it may have gone out."""
 
 
 @dataclass(frozen=True)

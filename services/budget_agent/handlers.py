@@ -118,8 +118,12 @@ async def on_approval_decided(
     event: Event[ApprovalDecided], state: BudgetState | None, ctx: Context[Deps]
 ) -> Outcome[BudgetState]:
     decision = event.payload
-    if state is None or decision.requested_by != SERVICE or decision.decision != "reject":
-        return Outcome()  # approve: the payment agent pays; revise: the invoice agent re-reads
+    if state is None or decision.requested_by != SERVICE:
+        return Outcome()
+    if decision.decision == "approve":  # the payment agent pays; remembered for the end
+        return Outcome(state=state.model_copy(update={"approved": True}))
+    if decision.decision != "reject":
+        return Outcome()  # revise: the invoice agent re-reads
     who = decision.decided_by if not decision.automatic else "the fallback policy"
     return release(state, f"approval rejected by {who}", outcome="rejected", notify=False)
 
@@ -144,11 +148,13 @@ async def on_payment_failed(
 async def on_workflow_ended(
     event: Event[WorkflowEnded], state: BudgetState | None, ctx: Context[Deps]
 ) -> Outcome[BudgetState]:
-    """A workflow that timed out (or was cancelled) must not keep its budget."""
+    """A workflow that timed out (or was cancelled) must not keep its budget. Once approved,
+    its payment may have reached the provider (a retry the end cut short): the invoice stays
+    claimed until a person has checked, as after a payment given up on."""
     if state is None or event.payload.outcome not in ("timed_out", "cancelled"):
         return Outcome()
-    released = release(state, f"workflow {event.payload.outcome}", outcome=None, notify=False)
-    return released
+    reason = f"workflow {event.payload.outcome}"
+    return release(state, reason, outcome=None, notify=False, keep_invoice=state.approved)
 
 
 def release(

@@ -7,7 +7,9 @@ open       calls fail fast (:class:`BreakerOpenError`, a TransientError whose re
            delay is the time left until the breaker may close), so a failing provider is
            not hammered by every waiting workflow's retries.
 half_open  after ``open_s``, up to ``probes`` calls go through; a success closes the
-           breaker, a failure opens it again for another ``open_s``.
+           breaker, a failure (or a call cut off) opens it again for another ``open_s``.
+           The others are told to come back after ``open_s``; probes that never report
+           (their replica died) are given up after ``open_s``, so it is never stuck.
 
 Only the dependency's own failures count (timeouts, connection errors, 429, 5xx: a
 :class:`TransientError`); a 4xx answer is the dependency working and counts as a success.
@@ -17,7 +19,9 @@ the rate limiter beside it (``chorus.rate_limits``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from enum import StrEnum
@@ -92,6 +96,8 @@ class CircuitBreaker:
         """As this process last saw it (for /metrics and chorus status)."""
         self.rejections = 0
         """Calls this process did not make because the breaker was open."""
+        self.rng = random.Random()
+        self._recording: set[asyncio.Task[None]] = set()
         _KNOWN[name] = self
 
     async def setup(self) -> None:
@@ -115,6 +121,13 @@ class CircuitBreaker:
             if not isinstance(exc, BreakerOpenError):
                 await self._record(failed=True)
             raise
+        except asyncio.CancelledError:
+            # A call cut off (its task timeout, a shutdown) did not answer in time: a failure,
+            # recorded beside the cancelled task (which may not await any more).
+            task = asyncio.ensure_future(self._record(failed=True))
+            self._recording.add(task)
+            task.add_done_callback(self._recording.discard)
+            raise
         except BaseException:
             await self._record(failed=False)  # an answer (a 4xx), or our own bug: not the dependency's
             raise
@@ -129,24 +142,31 @@ class CircuitBreaker:
                      SELECT CASE
                          WHEN cur.state = 'open' AND $2 >= cur.reopen_at THEN 'half_open'
                          ELSE cur.state END AS state,
+                       -- Probes start afresh when it half-opens, and when the probes in flight
+                       -- have had open_s without a word (their replica died): never stuck.
                        CASE
                          WHEN cur.state = 'open' AND $2 >= cur.reopen_at THEN 0
-                         ELSE cur.probes END AS probes
+                         WHEN cur.state = 'half_open' AND $2 >= cur.changed_at + make_interval(secs => $4)
+                           THEN 0
+                         ELSE cur.probes END AS probes,
+                       cur.state = 'half_open' AND $2 >= cur.changed_at + make_interval(secs => $4) AS lost
                      FROM cur),
                    decided AS (
-                     SELECT next.state, next.probes,
+                     SELECT next.state, next.probes, next.lost,
                        (next.state = 'closed' OR (next.state = 'half_open' AND next.probes < $3)) AS allowed
                      FROM next)
                    UPDATE chorus.circuit_breakers b SET
                      state = decided.state,
                      probes = decided.probes + CASE WHEN decided.allowed AND decided.state = 'half_open'
                                                     THEN 1 ELSE 0 END,
-                     changed_at = CASE WHEN decided.state <> b.state THEN $2 ELSE b.changed_at END
+                     changed_at = CASE WHEN decided.state <> b.state OR decided.lost THEN $2
+                                       ELSE b.changed_at END
                    FROM decided WHERE b.name = $1
                    RETURNING decided.allowed, decided.state, b.reopen_at""",
                 self.name,
                 self.clock.now(),
                 p.probes,
+                p.open_s,
             )
         if row is None:
             raise KeyError(f"circuit breaker {self.name!r} is not set up; call setup() first")
@@ -154,7 +174,11 @@ class CircuitBreaker:
         if row["allowed"]:
             return
         reopen_at = row["reopen_at"]
-        wait = max(0.0, (reopen_at - self.clock.now()).total_seconds()) if reopen_at else p.open_s
+        wait = p.open_s  # half-open: a probe is out and decides; ask again when it must have
+        if row["state"] == BreakerState.OPEN and reopen_at is not None:
+            wait = max(0.0, (reopen_at - self.clock.now()).total_seconds())
+        # Spread the herd: the workflows that waited must not all come back at one instant.
+        wait = wait * (1.0 + 0.2 * self.rng.random())
         self.rejections += 1
         raise BreakerOpenError(
             f"{self.name} is failing: its circuit breaker is {row['state']}, calls resume in {wait:.1f}s",

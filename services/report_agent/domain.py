@@ -39,9 +39,19 @@ class ReportState(BaseModel):
     approval_round: int = 0
     ended: bool = False
 
+    closed_by: str | None = None
+    """The event that closed the sources stage: it drafts (also when retried); others are late."""
+
     @property
     def missing(self) -> list[str]:
         return self.sources.missing if self.sources is not None else []
+
+    def in_stage(self, stage_id: str) -> bool:
+        return self.sources is not None and self.sources.stage_id == stage_id
+
+    def stage(self) -> Stage:
+        assert self.sources is not None  # callers check in_stage first
+        return self.sources
 
 
 def open_sources(request: ReportRequested, now: datetime) -> Opened:

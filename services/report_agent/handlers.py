@@ -10,6 +10,7 @@ from chorus.llm import parse_json_output
 from chorus.service import Context, Outcome
 from chorus.stages import Stage, StageStatus, stop_deadline
 from chorus_contracts.approvals import ApprovalDecided
+from chorus_contracts.envelope import Envelope
 from chorus_contracts.lifecycle import StageDeadlineReached, WorkflowEnded
 from chorus_contracts.research import (
     ReportDelivered,
@@ -51,43 +52,48 @@ async def on_source_fetched(
     event: Event[SourceFetched], state: ReportState | None, ctx: Context[Deps]
 ) -> Outcome[ReportState]:
     fetched = event.payload
-    if state is None or state.sources is None or state.sources.stage_id != fetched.stage_id:
+    if state is None or not state.in_stage(fetched.stage_id):
         return Outcome()
-    stage = state.sources.record(fetched.task, ctx.clock.now(), result=fetched.source)
-    return await after_sources(state, stage, event.envelope.workflow_id, ctx)
+    stage = state.stage().record(fetched.task, ctx.clock.now(), result=fetched.source)
+    return await after_sources(state, stage, event.envelope, ctx)
 
 
 async def on_source_fetch_failed(
     event: Event[SourceFetchFailed], state: ReportState | None, ctx: Context[Deps]
 ) -> Outcome[ReportState]:
     failed = event.payload
-    if state is None or state.sources is None or state.sources.stage_id != failed.stage_id:
+    if state is None or not state.in_stage(failed.stage_id):
         return Outcome()
-    stage = state.sources.record(failed.task, ctx.clock.now(), failure=failed.reason)
-    return await after_sources(state, stage, event.envelope.workflow_id, ctx)
+    stage = state.stage().record(failed.task, ctx.clock.now(), failure=failed.reason)
+    return await after_sources(state, stage, event.envelope, ctx)
 
 
 async def on_stage_deadline_reached(
     event: Event[StageDeadlineReached], state: ReportState | None, ctx: Context[Deps]
 ) -> Outcome[ReportState]:
     due = event.payload
-    if due.service != SERVICE or state is None or state.sources is None:
+    if due.service != SERVICE or state is None or not state.in_stage(due.stage_id):
         return Outcome()
-    if state.sources.stage_id != due.stage_id:
-        return Outcome()
-    return await after_sources(state, state.sources.expire(ctx.clock.now()), event.envelope.workflow_id, ctx)
+    return await after_sources(state, state.stage().expire(ctx.clock.now()), event.envelope, ctx)
 
 
 async def after_sources(
-    state: ReportState, stage: Stage, workflow_id: str, ctx: Context[Deps]
+    state: ReportState, stage: Stage, envelope: Envelope, ctx: Context[Deps]
 ) -> Outcome[ReportState]:
-    """Fan in: record the stage; once it closes (now), draft from what arrived, or end
-    the workflow failed. A report after the close is kept in the stage as late."""
-    closes_now = state.sources is not None and state.sources.is_open and not stage.is_open
-    state = state.model_copy(update={"sources": stage})
-    if not closes_now:
-        return Outcome(state=state)
+    """Fan in: record the stage; once it closes, draft from what arrived (or end the
+    workflow failed). The event that closed it drafts, also on its retries; any other
+    report after the close is kept in the stage as late and changes nothing."""
+    closing = str(envelope.event_id)
+    if stage.is_open or (not state.stage().is_open and state.closed_by != closing):
+        return Outcome(state=state.model_copy(update={"sources": stage}))
+    if state.closed_by != closing:
+        # Closed now: kept at once, so a draft that ends in a person's review (or a crash)
+        # finds the stage closed and the sources it is built from.
+        state = state.model_copy(update={"sources": stage, "closed_by": closing, "gathered": gathered(stage)})
+        await ctx.checkpoint(state)
     stop = [stop_deadline(stage)]  # a no-op when the deadline is what closed it
+    if state.draft is not None or state.ended:
+        return Outcome(state=state, timers=stop)
     if stage.status is StageStatus.FAILED:
         ended = WorkflowEnded(
             outcome="failed",
@@ -97,7 +103,7 @@ async def after_sources(
         )
         failed = state.model_copy(update={"ended": True})
         return Outcome(state=failed, emit=[ended], timers=stop, ended="failed")
-    drafting = await draft_and_ask(state.model_copy(update={"gathered": gathered(stage)}), workflow_id, ctx)
+    drafting = await draft_and_ask(state, envelope.workflow_id, ctx)
     return dataclasses.replace(drafting, timers=[*drafting.timers, *stop])
 
 

@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 
 from chorus import breaker
-from chorus.breaker import BreakerOpenError, BreakerPolicy, BreakerState
+from chorus.breaker import BreakerOpenError, BreakerPolicy, BreakerState, CircuitBreaker
 from chorus.clock import ManualClock
 from chorus.dependencies import Dependencies, Dependency
 from chorus.errors import TransientError
@@ -98,7 +98,7 @@ async def test_a_failing_provider_gets_calls_bounded_by_the_breaker_not_by_the_w
             # Fast failures are transient and say when to come back: when it may close.
             with pytest.raises(BreakerOpenError) as refused:
                 await replicas[0].pay(key="k", invoice_id="i", vendor_id="v", amount_cents=1, currency="EUR")
-            assert 0 < (refused.value.retry_after_s or 0) <= POLICY.open_s
+            assert 0 < (refused.value.retry_after_s or 0) <= POLICY.open_s * 1.2  # with jitter
             assert {b.name: b.state for b in breaker.known()}[dependency.name] is BreakerState.OPEN
             scraped = Metrics("test").render().decode()
             assert f'chorus_breaker_state{{dependency="{dependency.name}"}} 2.0' in scraped
@@ -129,5 +129,36 @@ async def test_a_provider_that_answers_no_is_working_and_never_opens_the_breaker
             client = PaymentClient(http, url, "key", 2.0, guard)
             assert [await pay(client, w) for w in range(20)] == ["refused"] * 20
         assert fake.calls == 20
+    finally:
+        await pool.close()
+
+
+async def test_a_probe_that_never_reports_does_not_keep_the_breaker_half_open(
+    database_url: str, unique: str
+) -> None:
+    """The replica holding the half-open probe dies mid-call: the others are told to come back
+    after open_s (not at once, burning their attempts), and then a new probe goes out."""
+    clock = ManualClock()
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
+    try:
+        probe_holder, other = (
+            CircuitBreaker(pool, f"lost-{unique}", clock=clock, policy=POLICY) for _ in range(2)
+        )
+        await probe_holder.setup()
+        for _ in range(POLICY.min_calls):
+            with pytest.raises(TransientError):
+                async with other.call():
+                    raise TransientError("provider down")
+        clock.advance(POLICY.open_s)
+        lost = probe_holder.call()
+        await lost.__aenter__()  # the probe goes out; its process dies before it reports
+        with pytest.raises(BreakerOpenError) as refused:
+            async with other.call():
+                pass
+        assert (refused.value.retry_after_s or 0) >= POLICY.open_s
+        clock.advance(POLICY.open_s)
+        async with other.call():  # a new probe: it succeeds and closes the breaker
+            pass
+        assert other.state is BreakerState.CLOSED
     finally:
         await pool.close()

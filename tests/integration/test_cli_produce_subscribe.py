@@ -43,7 +43,8 @@ APPROVAL_PAYLOAD = (
     '"context":{"summary":"Budget überschritten — 12 % ✓",'
     '"inputs":{"amount_cents":129900,"vendor":"Zoë & Co","lines":[1,2.5,null,true]},'
     '"steps_taken":["validated","budget checked"],"options":["approve","reject"],'
-    '"why":"over the cost center\'s threshold"}}'
+    '"why":"over the cost center\'s threshold"},'
+    '"facts":{"amount_cents":129900,"business_unit":"cc-7","confidence":0.93,"risk_flags":["new_vendor"]}}'
 ).encode()
 
 INVOICE_PAYLOAD = {

@@ -184,6 +184,9 @@ async def test_a_workflow_that_ends_stops_its_timers_and_later_events_are_record
         await publish(kafka_bootstrap, s.registry.physical_topic("workflow.ended"), [ended])
         after = envelope(TaskSubmitted(task="after"), workflow_id=wf)
         await publish(kafka_bootstrap, topic, [after])
+        # A different end crossing the first (a completion after a timeout): the first stands.
+        crossed = envelope(WorkflowEnded(outcome="completed", ended_by="test_service"), workflow_id=wf)
+        await publish(kafka_bootstrap, s.registry.physical_topic("workflow.ended"), [crossed])
         schema = f"svc_{unique}"
 
         async def inbox() -> dict[str, str]:
@@ -198,7 +201,8 @@ async def test_a_workflow_that_ends_stops_its_timers_and_later_events_are_record
             )
 
         await wait_until(
-            lambda: _dropped(inbox(), waiting.event_id, after.event_id), what="both events dropped"
+            lambda: _dropped(inbox(), waiting.event_id, after.event_id, crossed.event_id),
+            what="the events after the end dropped",
         )
         timer = await wait_until(reminder, what="the reminder cancelled")
         outcomes = await inbox()

@@ -93,18 +93,20 @@ def _loads(value: str | None) -> Any:
 # -- typed ---------------------------------------------------------------------------------------
 
 
+_STATUS_COLUMNS = """workflow_id, workflow_type, status, stage, waiting_for, waiting_until, attempts,
+    outcome, outcome_reason, result::text AS result, started_at, ended_at, duration_s, last_event_at,
+    events, subject_ref, pending_approval_id, pending_tier, pending_level,
+    pending_context::text AS pending_context, facts::text AS facts"""
+"""What a workflow's status view is read from (its facts tell why it needs attention)."""
+
+
 async def status_view(
     conn: asyncpg.Connection, workflow_id: str, *, schema: str = SCHEMA
 ) -> WorkflowStatusView | None:
     """The workflow's status row, or None when the projection has never seen it (or the
     janitor removed it)."""
     r = await conn.fetchrow(
-        f"""SELECT workflow_id, workflow_type, status, stage, waiting_for, waiting_until,
-                   attempts, outcome, outcome_reason, result::text AS result, started_at,
-                   ended_at, duration_s, last_event_at, events, subject_ref,
-                   pending_approval_id, pending_tier, pending_level,
-                   pending_context::text AS pending_context, facts::text AS facts
-            FROM {ident(schema)}.workflow_status WHERE workflow_id = $1""",
+        f"""SELECT {_STATUS_COLUMNS} FROM {ident(schema)}.workflow_status WHERE workflow_id = $1""",
         workflow_id,
     )
     if r is None:
@@ -117,12 +119,7 @@ async def workflows_by_status(
 ) -> list[WorkflowStatusView]:
     """Workflows in ``status``, the longest-quiet first (``attention``: who waits longest)."""
     rows = await conn.fetch(
-        f"""SELECT workflow_id, workflow_type, status, stage, waiting_for, waiting_until,
-                   attempts, outcome, outcome_reason, result::text AS result, started_at,
-                   ended_at, duration_s, last_event_at, events, subject_ref,
-                   pending_approval_id, pending_tier, pending_level,
-                   pending_context::text AS pending_context, facts::text AS facts
-            FROM {ident(schema)}.workflow_status WHERE status = $1
+        f"""SELECT {_STATUS_COLUMNS} FROM {ident(schema)}.workflow_status WHERE status = $1
             ORDER BY last_event_at, workflow_id LIMIT $2""",
         status,
         limit,

@@ -287,7 +287,7 @@ class Pipeline:
                 )
                 try:
                     result: Result
-                    if ended is not None and not closing:
+                    if ended is not None and (not closing or _another_end(event, ended)):
                         result, traceparent = Dropped(f"workflow ended ({ended})"), env.traceparent
                     else:
                         result, traceparent = await self.call.run(route, event, frame, attempt, failures)
@@ -366,3 +366,11 @@ class Pipeline:
                     await self.store.unpark(conn, row.id)
                 continue
             await self._process(event, rec, attempt=row.attempt, failures=[], via=Via.DRAIN, parked_id=row.id)
+
+
+def _another_end(event: Event[EventModel], ended: str) -> bool:
+    """A second, different end of a workflow this service saw end (a cancel that crossed a
+    completion): the first one stands, and its compensation must not run again. The same
+    end again (the service's own, coming back) is handled as usual."""
+    payload = event.payload
+    return isinstance(payload, WorkflowEnded) and payload.outcome != ended

@@ -163,3 +163,24 @@ async def test_a_workflow_that_timed_out_gives_its_budget_back(agent: WorkflowHa
     ended = WorkflowEnded(outcome="timed_out", reason="deadline", ended_by="gateway")
     step = await agent.deliver(ended, "wf-5")
     assert step.emitted_types() == ["budget.released"]
+
+
+async def test_a_workflow_cancelled_after_its_approval_keeps_the_invoice_claimed(
+    agent: WorkflowHarness,
+) -> None:
+    """Once approved, the payment may have reached the provider when the end cut its retry
+    short: the budget comes back, the invoice stays claimed until a person checks."""
+    await agent.deliver(validated(), "wf-7")
+    approved = ApprovalDecided(
+        approval_id="appr-7",
+        decision="approve",
+        decided_by="dana",
+        tier="manager",
+        requested_by="budget_agent",
+    )
+    await agent.deliver(approved, "wf-7")
+    ended = WorkflowEnded(outcome="cancelled", reason="cancelled by sam", ended_by="gateway")
+    step = await agent.deliver(ended, "wf-7")
+    assert step.emitted_types() == ["budget.released"]
+    [release] = step.outcome.effects
+    assert isinstance(release, Release) and release.keep_invoice

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
+from chorus.errors import TransientError
 from chorus.service import CancelTimer, ScheduleTimer
 from chorus.testing import WorkflowHarness
 from chorus_contracts.approvals import ApprovalDecided, ApprovalRequested, Decision, EscalationStep
@@ -164,3 +166,34 @@ async def test_a_rejected_report_ends_the_workflow_without_delivery(
     step = await agent.deliver(decided("reject", "off topic"), "wf-7")
     assert step.first(WorkflowEnded).outcome == "rejected"
     assert delivery.delivered == []
+
+
+class FailingOnce:
+    """The model, down for its first call (a transient failure: the runtime retries)."""
+
+    def __init__(self) -> None:
+        self.model = model()
+        self.failed = False
+
+    async def complete(self, messages: list[Any], *, timeout_s: float = 120.0) -> str:
+        if not self.failed:
+            self.failed = True
+            raise TransientError("model unavailable")
+        return await self.model.complete(messages, timeout_s=timeout_s)
+
+
+async def test_the_closed_stage_is_kept_before_drafting_and_a_retry_of_the_closing_event_drafts(
+    delivery: FakeDelivery,
+) -> None:
+    chain = [EscalationStep(tier="editor", window_s=4 * 3600)]
+    agent = WorkflowHarness(SPEC, Deps(FailingOnce(), delivery, chain, "auto_reject"))  # type: ignore[arg-type]
+    await agent.deliver(requested(), "wf-8")
+    await agent.deliver(fetched("alpha"), "wf-8")
+    closing = agent.event(deadline(agent), "wf-8")
+    with pytest.raises(TransientError):
+        await agent.deliver(closing)
+    kept = agent.state("wf-8")
+    assert not kept.sources.is_open and [g.name for g in kept.gathered] == ["alpha"]
+    assert (await agent.deliver(fetched("gamma"), "wf-8")).emitted == []  # late: no second draft
+    retried = await agent.deliver(closing, attempt=2)
+    assert retried.first(ReportDrafted).sources_missing == ["gamma", "delta"]
