@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from jsonschema import Draft202012Validator, FormatChecker
 
 from chorus.codec import decode
@@ -15,6 +16,7 @@ from chorus.registry import (
     contract_catalog,
     generated_files,
     load_registry,
+    personal_pointers,
     upcaster_gaps,
 )
 from chorus_contracts.base import EventModel
@@ -145,3 +147,36 @@ def test_the_registry_loader_rejects_an_event_on_two_topics(tmp_path: Path) -> N
     (copy / "topics" / "chorus.timers2.yaml").write_text(extra)
     with pytest.raises(ValueError, match="declared on two topics"):
         load_registry(copy)
+
+
+# What the reference workflows' events carry about people: the fields erasure and
+# minimisation start from (issue 18). A field that becomes personal is marked here first.
+PERSONAL_FIELDS: dict[tuple[str, int], list[str]] = {
+    ("invoice.received", 1): ["/document_text"],
+    ("invoice.received", 2): ["/document_text"],
+    ("workflow.started", 1): ["/submitted_by"],
+    ("workflow.ended", 1): ["/reason"],
+    ("workflow.cancel_requested", 1): ["/requested_by", "/reason"],
+    ("approval.requested", 1): ["/context"],
+    ("approval.decision_submitted", 1): ["/comment", "/reviewer"],
+    ("approval.decided", 1): ["/comment", "/decided_by"],
+    ("retry.due", 1): ["/original"],
+    ("event.dead_lettered", 1): ["/original"],
+    ("event.dead_lettered", 2): ["/original"],
+}
+
+
+def test_personal_data_is_marked_in_the_registry_and_nowhere_else() -> None:
+    registry = load_registry(ROOT / "schemas")
+    marked = {
+        key: pointers
+        for key in sorted(registry.schemas)
+        if (pointers := personal_pointers(registry.schemas[key]))
+    }
+    assert marked == PERSONAL_FIELDS
+
+
+def test_the_asyncapi_document_shows_which_fields_are_personal() -> None:
+    document = yaml.safe_load((ROOT / "schemas" / "asyncapi.yaml").read_text())
+    payload = json.dumps(document)
+    assert payload.count('"x-personal": true') >= len({p for ps in PERSONAL_FIELDS.values() for p in ps})

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.json_schema import GenerateJsonSchema
 
 import chorus_contracts
-from chorus_contracts.base import CATALOG, UPCASTERS, EventModel
+from chorus_contracts.base import CATALOG, PERSONAL_MARK, UPCASTERS, EventModel
 from chorus_contracts.envelope import Envelope, Priority
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -285,6 +285,31 @@ def event_schema(event_type: str, version: int) -> dict[str, Any]:
     body["x-event-type"] = event_type
     body["x-version"] = version
     return body
+
+
+def personal_pointers(schema: dict[str, Any], prefix: str = "") -> list[str]:
+    """JSON pointers (into the payload) of the fields an event schema marks as personal data
+    (``x-personal``, from ``chorus_contracts.base.Personal``), through nested objects, in
+    property order. A marked object counts as a whole: its inside is not listed again."""
+    found: list[str] = []
+    defs: dict[str, Any] = schema.get("$defs") or {}
+
+    def walk(node: Any, ptr: str) -> None:
+        if not isinstance(node, dict):
+            return
+        if node.get(PERSONAL_MARK):
+            found.append(ptr or "/")
+            return
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            walk(defs.get(ref.removeprefix("#/$defs/")), ptr)
+        for name, child in (node.get("properties") or {}).items():
+            walk(child, f"{ptr}/{name}")
+        for branch in node.get("anyOf") or []:
+            walk(branch, ptr)
+
+    walk(schema, prefix)
+    return found
 
 
 def contract_catalog() -> dict[tuple[str, int], type[EventModel]]:

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from chorus_contracts.base import Comment, EventModel, Model, Name, Ref, Text, UtcDateTime, event
+from chorus_contracts.base import Comment, EventModel, Model, Name, Personal, Ref, Text, UtcDateTime, event
 
 Decision = Literal["approve", "reject", "revise"]
 Fallback = Literal["auto_reject", "auto_approve"]
@@ -46,7 +46,7 @@ class ApprovalRequested(EventModel):
     requested_by: Name
     chain: list[EscalationStep] = Field(min_length=1, max_length=10)
     fallback: Fallback = "auto_reject"
-    context: ApprovalContext
+    context: Personal[ApprovalContext]
     facts: ApprovalFacts = Field(default=ApprovalFacts(), description="what the policy routes on")
 
 
@@ -85,8 +85,8 @@ class ApprovalDecisionSubmitted(EventModel):
 
     approval_id: Ref
     decision: Decision
-    comment: Comment = ""
-    reviewer: Name
+    comment: Personal[Comment] = ""
+    reviewer: Personal[Name]
     reviewer_tier: Name
 
 
@@ -94,8 +94,8 @@ class ApprovalDecisionSubmitted(EventModel):
 class ApprovalDecided(EventModel):
     approval_id: Ref
     decision: Decision
-    comment: Comment = ""
-    decided_by: Name = Field(description="reviewer identity, or 'chorus:fallback' when automatic")
+    comment: Personal[Comment] = ""
+    decided_by: Personal[Name] = Field(description="reviewer identity, or 'chorus:fallback' when automatic")
     tier: str = Field(max_length=200)
     automatic: bool = False
     requested_by: Name = Field(description="the service that asked; it resumes the workflow")

@@ -45,6 +45,13 @@ Ref = Annotated[
         description="a reference (id): ASCII letters, digits and . _ : @ / # + = -",
     ),
 ]
+PERSONAL_MARK = "x-personal"
+"""The JSON Schema keyword that marks a field as personal data."""
+P = TypeVar("P")
+Personal = Annotated[P, Field(json_schema_extra={PERSONAL_MARK: True})]
+"""Personal data: ``document_text: Personal[LongText]``. Its JSON Schema (and the AsyncAPI
+document) says ``"x-personal": true``; erasure and minimisation start from this list, and
+the compatibility gate treats adding or removing the mark as breaking."""
 Text = Annotated[str, Field(max_length=4000)]
 """Free text a person reads: a reason, a summary, a check's description."""
 Comment = Annotated[str, Field(max_length=2000)]

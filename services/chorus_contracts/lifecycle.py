@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from chorus_contracts.base import EventModel, Name, Text, Url, UtcDateTime, event
+from chorus_contracts.base import EventModel, Name, Personal, Text, Url, UtcDateTime, event
 
 Outcome = Literal["completed", "rejected", "failed", "compensated", "timed_out", "cancelled"]
 
@@ -15,7 +15,7 @@ Outcome = Literal["completed", "rejected", "failed", "compensated", "timed_out",
 class WorkflowStarted(EventModel):
     """The gateway accepted work; the domain's first event follows on its own topic."""
 
-    submitted_by: Name
+    submitted_by: Personal[Name]
     start_event_type: Name
     callback_url: Url | None = Field(default=None, description="webhook for the result")
     deadline_at: UtcDateTime | None = None
@@ -26,7 +26,7 @@ class WorkflowEnded(EventModel):
     """Terminal: nothing more happens in this workflow. ``result`` is what the submitter gets."""
 
     outcome: Outcome
-    reason: Text = ""
+    reason: Personal[Text] = Field(default="", description="may quote a reviewer's comment")
     result: dict[str, Any] = Field(default={}, max_length=100)
     ended_by: Name
 
@@ -43,8 +43,8 @@ class WorkflowCancelRequested(EventModel):
     """Someone allowed to (the submitter, an operator) asked to stop the workflow. The gateway
     ends it as ``cancelled`` unless it has ended already; compensation follows the end."""
 
-    requested_by: Name
-    reason: Text = Field(min_length=1)
+    requested_by: Personal[Name]
+    reason: Personal[Text] = Field(min_length=1)
 
 
 @event("stage.deadline_reached", 1)

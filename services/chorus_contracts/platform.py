@@ -11,7 +11,17 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from chorus_contracts.base import Comment, EventModel, Model, Name, Text, UtcDateTime, event, upcaster
+from chorus_contracts.base import (
+    Comment,
+    EventModel,
+    Model,
+    Name,
+    Personal,
+    Text,
+    UtcDateTime,
+    event,
+    upcaster,
+)
 from chorus_contracts.envelope import MAX_ATTEMPTS
 
 ErrorCategoryV1 = Literal["transient", "persistent", "semantic", "decode", "unexpected"]
@@ -109,7 +119,7 @@ class RetryDue(EventModel):
     service: Name
     consumer_group: Name
     attempt: int = Field(ge=2, le=MAX_ATTEMPTS)
-    original: OriginalRecord
+    original: Personal[OriginalRecord]
     failures: list[Failure] = Field(max_length=1000)
 
 
@@ -132,7 +142,7 @@ class EventDeadLettered(EventModel):
     service: Name
     service_version: Name
     consumer_group: Name
-    original: OriginalRecord
+    original: Personal[OriginalRecord]
     error: ErrorDetail
     attempts: int = Field(ge=1, le=MAX_ATTEMPTS)
     failures: list[Failure] = Field(max_length=1000)

@@ -13,6 +13,7 @@ from chorus_contracts.base import (
     LongText,
     Model,
     Name,
+    Personal,
     Ref,
     Text,
     VendorId,
@@ -45,7 +46,7 @@ class InvoiceReceivedV1(EventModel):
 
     invoice_id: Ref
     vendor_id: Ref
-    document_text: LongText = Field(min_length=1)
+    document_text: Personal[LongText] = Field(min_length=1)
     purchase_order: PurchaseOrder
     requester_ref: Ref = Field(description="reference to the requester (no personal data)")
 
@@ -66,7 +67,7 @@ class InvoiceReceived(EventModel):
     )
     currency: Currency
     total_cents: Cents = Field(description="the amount the invoice asks for")
-    document_text: LongText = Field(min_length=1)
+    document_text: Personal[LongText] = Field(min_length=1)
     requester_ref: Ref = Field(description="reference to the requester (no personal data)")
 
 

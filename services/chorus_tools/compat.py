@@ -40,6 +40,7 @@ from typing import Any, Literal, cast, get_args
 import yaml
 
 from chorus.registry import Compatibility, TopicEvent, parse_schema_filename
+from chorus_contracts.base import PERSONAL_MARK
 
 Direction = Literal["backward", "forward"]
 BACKWARD: frozenset[Direction] = frozenset({"backward"})
@@ -327,7 +328,7 @@ MODELLED = frozenset(
 )
 
 
-def diff_schemas(old: Any, new: Any, prefix: str = "") -> list[SchemaChange]:
+def diff_schemas(old: Any, new: Any, prefix: str = "", *, personal_marks: bool = True) -> list[SchemaChange]:
     """Every difference between two JSON Schemas, classified by the direction it breaks.
 
     Walks properties, array items, ``anyOf``/``oneOf`` branches, ``allOf`` and local
@@ -335,7 +336,7 @@ def diff_schemas(old: Any, new: Any, prefix: str = "") -> list[SchemaChange]:
     pointer of the field that uses it (``/payload/lines/items/amount_cents``), once
     per use. Pure: no I/O.
     """
-    differ = _Differ(old, new)
+    differ = _Differ(old, new, personal_marks=personal_marks)
     differ.walk(old, new, prefix, frozenset())
     return differ.changes
 
@@ -352,9 +353,11 @@ class _Branch:
 
 
 class _Differ:
-    def __init__(self, old_root: Any, new_root: Any) -> None:
+    def __init__(self, old_root: Any, new_root: Any, *, personal_marks: bool = True) -> None:
         self.old_root = old_root
         self.new_root = new_root
+        self.personal_marks = personal_marks
+        """Whether a change of the personal-data mark counts (not while it is introduced)."""
         self.changes: list[SchemaChange] = []
 
     def add(self, pointer: str, what: str, breaks: frozenset[Direction]) -> None:
@@ -362,6 +365,7 @@ class _Differ:
 
     # The walk: resolve, compare the accepted types, pair union branches, then bodies.
     def walk(self, old: Any, new: Any, ptr: str, active: frozenset[RefPair]) -> None:
+        self._personal(old, new, ptr)  # before resolving: the mark sits beside a $ref
         o, o_refs = _resolve(old, self.old_root)
         n, n_refs = _resolve(new, self.new_root)
         pair = (o_refs, n_refs)
@@ -424,6 +428,15 @@ class _Differ:
                 what = f"type widened from {_fmt_types(o)} to {_fmt_types(n)}"
             self.add(ptr, what, breaks)
         return o is None or n is None or _overlap(o, n)
+
+    def _personal(self, old: Any, new: Any, ptr: str) -> None:
+        """Personal data marked or unmarked: whatever encrypts, decrypts, minimises or erases
+        by the mark must change with it, on both sides."""
+        if not (self.personal_marks and isinstance(old, dict) and isinstance(new, dict)):
+            return
+        was, now = bool(old.get(PERSONAL_MARK)), bool(new.get(PERSONAL_MARK))
+        if was != now:
+            self.add(ptr, "now marked personal data" if now else "no longer marked personal data", BOTH)
 
     def body(self, o: Schema, n: Schema, ptr: str, active: frozenset[RefPair]) -> None:
         if o.get("$ref") != n.get("$ref"):
@@ -831,10 +844,15 @@ def compare(old: Snapshot, new: Snapshot) -> Report:
         d = decl(event_type)
         return (d.compatibility, d.consumers) if d else (DEFAULT_COMPATIBILITY, ())
 
+    # A registry with no personal-data mark yet is getting them for the first time: that is
+    # their introduction (consumers learn of them with it), not a change to judge.
+    marked = any(PERSONAL_MARK in json.dumps(schema) for schema in old.schemas.values())
+    if not marked and any(PERSONAL_MARK in json.dumps(schema) for schema in new.schemas.values()):
+        report.notes.append("personal-data marks introduced (from now on a change of a mark breaks)")
     for key in sorted(old.schemas.keys() & new.schemas.keys()):
         event_type, version = key
         mode, consumers = mode_and_consumers(event_type)
-        for change in diff_schemas(old.schemas[key], new.schemas[key], "/payload"):
+        for change in diff_schemas(old.schemas[key], new.schemas[key], "/payload", personal_marks=marked):
             report.findings.append(
                 Finding(event_type, version, change.pointer, change.what, change.breaks, mode, consumers)
             )

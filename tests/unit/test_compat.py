@@ -171,6 +171,37 @@ def test_adding_an_optional_field_passes(repo: Repo) -> None:
     assert "compatible with HEAD" in out
 
 
+def test_marking_personal_data_is_its_introduction_then_a_change_of_a_mark_breaks(repo: Repo) -> None:
+    """The first marks a registry gets are their introduction; from then on, marking or
+    unmarking a field breaks both ways (whatever encrypts or erases by it must change)."""
+
+    def mark(field: str, marked: bool) -> Callable[[dict[str, Any]], None]:
+        def change(body: dict[str, Any]) -> None:
+            if marked:
+                body["properties"][field]["x-personal"] = True
+            else:
+                body["properties"][field].pop("x-personal")
+
+        return change
+
+    repo.edit_schema(mark("total_cents", True))
+    code, out = check(repo)
+    assert code == 0, out
+    assert "personal-data marks introduced" in out
+
+    repo.commit("marks")
+    repo.edit_schema(mark("order_id", True))
+    code, out = check(repo)
+    assert code == 1, out
+    line = next(line for line in out.splitlines() if "/payload/order_id" in line)
+    assert line.startswith("BREAKING") and "now marked personal data" in line
+
+    repo.edit_schema(mark("order_id", False))
+    repo.edit_schema(mark("total_cents", False))
+    code, out = check(repo)
+    assert code == 1 and "/payload/total_cents: no longer marked personal data" in out, out
+
+
 def test_retyping_a_nested_field_fails_with_its_pointer(repo: Repo) -> None:
     def retype_amount(body: dict[str, Any]) -> None:
         body["$defs"]["Line"]["properties"]["amount_cents"] = {"type": "string"}
