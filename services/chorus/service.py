@@ -151,6 +151,16 @@ class RuntimeHandle:
     """chorus.signing.Signer of the decision events this service produces (or None)."""
 
 
+class OwnedData(Protocol):
+    """Rows a service keeps per workflow in tables of its own (timers, dead letters,
+    submissions): removed with the runtime's own rows when the workflows are retired."""
+
+    async def retire(self, conn: asyncpg.Connection, workflow_ids: Sequence[str]) -> dict[str, int]:
+        """Remove the rows of ``workflow_ids`` (inside the retirement's transaction);
+        ``"<schema>.<table>" -> rows removed``."""
+        ...
+
+
 Worker = Callable[[RuntimeHandle], Coroutine[Any, Any, None]]
 Routes = Callable[[RuntimeHandle], APIRouter]
 
@@ -225,6 +235,8 @@ class ServiceSpec(Generic[S, D]):
     http_routes: Routes | None = None
     """The service's own API (a FastAPI router), served beside /health and /metrics; its
     routes declare their keys and roles (:mod:`chorus.apikeys`)."""
+    owned_data: Sequence[OwnedData] = ()
+    """The service's own per-workflow tables, retired with the workflow (retention)."""
     per_workflow_order: bool = True
     """False for a stateless worker whose events of one workflow are independent of each
     other (the sub-tasks of a stage): they are handled at once, and one that is retrying

@@ -6,7 +6,7 @@ from typing import Any
 
 from chorus.service import On, ServiceSpec
 from chorus_contracts.platform import EventDeadLettered
-from deadletter_service.adapters.repository import migrate
+from deadletter_service.adapters.repository import LetterRetention, migrate
 from deadletter_service.api import routes
 from deadletter_service.bootstrap import bootstrap
 from deadletter_service.handlers import on_event_dead_lettered
@@ -24,6 +24,7 @@ SPEC: ServiceSpec[Any, None] = ServiceSpec(
     # that record's original producer, so they are no edge of this service.
     produces=frozenset({"event.discarded"}),
     migrations=[migrate],
+    owned_data=[LetterRetention()],
     bootstrap=bootstrap,
     workers=[export_gauges],
     http_routes=routes,

@@ -9,7 +9,7 @@ from chorus_contracts.lifecycle import (
     WorkflowEnded,
     WorkflowStarted,
 )
-from gateway.adapters.repository import migrate
+from gateway.adapters.repository import SubmissionRetention, migrate
 from gateway.adapters.webhooks import WebhookSender
 from gateway.bootstrap import bootstrap
 from gateway.domain import GatewayState
@@ -52,6 +52,7 @@ SPEC: ServiceSpec[GatewayState, WebhookSender] = ServiceSpec(
     ),
     state=GatewayState,
     migrations=[migrate],
+    owned_data=[SubmissionRetention()],
     workers=[serve_api],
     bootstrap=bootstrap,
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from chorus.service import On, ServiceSpec
 from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_contracts.platform import TimerCancel, TimerReschedule, TimerSchedule
-from timer_service.adapters.repository import migrate
+from timer_service.adapters.repository import TimerRetention, migrate
 from timer_service.bootstrap import bootstrap
 from timer_service.firing import fire_due_timers
 from timer_service.handlers import (
@@ -29,6 +29,7 @@ SPEC: ServiceSpec[None, None] = ServiceSpec(
     # Fired events are whatever the scheduler stored; the scheduler is their producer.
     produces=frozenset(),
     migrations=[migrate],
+    owned_data=[TimerRetention()],
     bootstrap=bootstrap,
     workers=[fire_due_timers],
 )

@@ -26,11 +26,14 @@ from chorus.clock import OffsetFileClock
 from chorus.codec import decode
 from chorus.errors import DecodeError
 from chorus.registry import Registry
+from chorus_contracts.platform import WorkflowsRetired
 from chorus_tools.devstack import SERVICES, DevStack
 from tests.support.database import create_database, drop_database
 from tests.support.hostile import SCRIPTS, corpus
+from tests.support.kafka import envelope as envelope_of
 from tests.support.kafka import events_of, publish, read_topic
 from tests.support.registry import grant_access, isolated_registry
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -901,3 +904,51 @@ def _dead_lettered(records: list[Any], topic: str, consumers: set[str]) -> dict[
         if payload["service"] in seen and payload["original"]["topic"] == topic:
             seen[payload["service"]].add(base64.b64decode(payload["original"]["value_b64"]))
     return seen
+
+
+async def test_a_retired_workflow_takes_the_gateways_rows_with_it(
+    world: World, world_pg: asyncpg.Connection
+) -> None:
+    """Retention reaches the gateway's own tables: its submission, reviewers' decisions and
+    cancel request go when the workflow is retired (as the projector's janitor asks)."""
+    run = uuid.uuid4().hex[:8]
+    workflow_id = (await world.submit("procurement", invoice(run))).json()["workflow_id"]
+    await world.waiting_on(workflow_id, "manager")
+    reason = {"reason": "retention test"}
+    assert (
+        await world.http.post(f"/v1/workflows/{workflow_id}/cancel", json=reason, headers=SUBMITTER)
+    ).is_success
+    assert (await world.ended(workflow_id))["status"] == "cancelled"
+
+    async def kept() -> int:
+        return int(
+            await world_pg.fetchval(
+                """SELECT (SELECT count(*) FROM gateway.submissions WHERE workflow_id = $1)
+                        + (SELECT count(*) FROM gateway.cancellations WHERE workflow_id = $1)""",
+                workflow_id,
+            )
+        )
+
+    assert await kept() == 2
+    run_id = str(uuid.uuid4())
+    retired = envelope_of(WorkflowsRetired(run_id=run_id, batch=1, mode="purge", workflow_ids=[workflow_id]))
+    await publish(world.kafka, world.registry.physical_topic("workflows.retired"), [retired])
+    await wait_until(lambda: _none_kept(kept()), what="the gateway's rows of the workflow removed")
+    records = await read_topic(
+        world.kafka,
+        [world.registry.physical_topic("data.removed")],
+        until=lambda rs: any(
+            e["payload"]["request_id"] == f"{run_id}/1" and e["payload"]["service"] == "gateway"
+            for e in events_of(rs, "data.removed")
+        ),
+    )
+    [gateway] = [
+        e["payload"]
+        for e in events_of(records, "data.removed")
+        if e["payload"]["request_id"] == f"{run_id}/1" and e["payload"]["service"] == "gateway"
+    ]
+    assert gateway["rows"]["gateway.submissions"] == 1 and gateway["rows"]["gateway.cancellations"] == 1
+
+
+async def _none_kept(count: Any) -> bool:
+    return bool(await count == 0)

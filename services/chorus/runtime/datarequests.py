@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -22,6 +23,7 @@ from chorus.clock import Clock
 from chorus.envelopes import child_envelope
 from chorus.logs import fields
 from chorus.outbox import OutboxWriter
+from chorus.service import OwnedData
 from chorus.store import InboxOutcome, ServiceStore
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.platform import DataRemoved, SubjectErasureRequested, WorkflowsRetired
@@ -43,6 +45,8 @@ class DataRequests:
     clock: Clock
     producer: ProducerRef
     group: str
+    owned: Sequence[OwnedData] = ()
+    """The service's own per-workflow tables (ServiceSpec.owned_data)."""
 
     async def erase(self, envelope: Envelope, request: SubjectErasureRequested) -> None:
         async with self.pool.acquire() as conn, self.outbox.transaction(conn) as tx:
@@ -63,6 +67,11 @@ class DataRequests:
                 archive=request.mode == "archive",
                 now=self.clock.now(),
             )
+            for owned in self.owned:  # the service's own tables, in the same transaction
+                removed = {
+                    table: n for table, n in (await owned.retire(conn, request.workflow_ids)).items() if n
+                }
+                rows = {**rows, **removed}
             request_id = f"{request.run_id}/{request.batch}"
             tx.publish(self._confirmation(envelope, "retirement", request_id, rows, workflows))
 

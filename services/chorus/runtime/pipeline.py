@@ -109,6 +109,7 @@ class Pipeline:
         self.data_requests = DataRequests(
             outbox=OutboxWriter(self.store, self.registry, self.on_outbox, self.keys.signer),
             producer=self.producer,
+            owned=self.spec.owned_data,
             **parts,
         )
         # Concurrent lanes share round trips: loads go in batches.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import asyncpg
 
 from chorus import migrations
+from chorus.db import rows_affected
 from deadletter_service.domain import OPEN, LetterFilter
 
 SCHEMA = "deadletter_service"
@@ -72,8 +74,33 @@ DDL = [
 ]
 
 
+MIGRATIONS = [
+    *migrations.baseline(DDL),
+    migrations.Migration(
+        2,
+        "by_workflow",
+        (f"CREATE INDEX IF NOT EXISTS letters_by_workflow ON {SCHEMA}.letters (original_workflow_id)",),
+    ),
+]
+
+
 async def migrate(conn: asyncpg.Connection) -> None:
-    await migrations.migrate(conn, schema=SCHEMA, component="letters", migrations=migrations.baseline(DDL))
+    await migrations.migrate(conn, schema=SCHEMA, component="letters", migrations=MIGRATIONS)
+
+
+class LetterRetention:
+    """A retired workflow's dead letters go with it (their original bytes carry its data),
+    and the operations on them (an operator's reasons)."""
+
+    async def retire(self, conn: asyncpg.Connection, workflow_ids: Sequence[str]) -> dict[str, int]:
+        letters = await conn.fetch(
+            f"DELETE FROM {SCHEMA}.letters WHERE original_workflow_id = ANY($1::text[]) RETURNING id",
+            list(workflow_ids),
+        )
+        ops = await conn.execute(
+            f"DELETE FROM {SCHEMA}.operations WHERE letter_id = ANY($1::uuid[])", [r["id"] for r in letters]
+        )
+        return {f"{SCHEMA}.letters": len(letters), f"{SCHEMA}.operations": rows_affected(ops)}
 
 
 @dataclass(frozen=True)

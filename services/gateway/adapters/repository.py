@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 import asyncpg
 
 from chorus import migrations
+from chorus.db import rows_affected
 
 DDL = [
     "CREATE SCHEMA IF NOT EXISTS gateway",
@@ -51,7 +53,25 @@ MIGRATIONS = [
                 requested_at timestamptz NOT NULL)""",
         ),
     ),
+    migrations.Migration(
+        3,
+        "decisions_by_workflow",
+        ("CREATE INDEX IF NOT EXISTS decisions_by_workflow ON gateway.decisions (workflow_id)",),
+    ),
 ]
+
+
+class SubmissionRetention:
+    """A retired workflow's submission, reviewers' decisions and cancel request go with it."""
+
+    async def retire(self, conn: asyncpg.Connection, workflow_ids: Sequence[str]) -> dict[str, int]:
+        removed = {}
+        for table in ("submissions", "decisions", "cancellations"):
+            status = await conn.execute(
+                f"DELETE FROM gateway.{table} WHERE workflow_id = ANY($1::text[])", list(workflow_ids)
+            )
+            removed[f"gateway.{table}"] = rows_affected(status)
+        return removed
 
 
 async def migrate(conn: asyncpg.Connection) -> None:

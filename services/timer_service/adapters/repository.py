@@ -8,6 +8,7 @@ hundreds of thousands of timers waiting.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import asyncpg
 
 from chorus import migrations
+from chorus.db import rows_affected
 from timer_service.domain import CANCELLED, FIRED, PENDING
 
 SCHEMA = "timer_service"
@@ -49,6 +51,15 @@ MIGRATIONS = [
         (
             f"""CREATE INDEX IF NOT EXISTS timers_pending_by_workflow
                 ON {SCHEMA}.timers (workflow_id) WHERE status = '{PENDING}'""",
+        ),
+    ),
+    # Retirement removes every timer of a workflow, fired and cancelled ones too.
+    migrations.Migration(
+        3,
+        "by_workflow",
+        (
+            f"DROP INDEX IF EXISTS {SCHEMA}.timers_pending_by_workflow",
+            f"CREATE INDEX IF NOT EXISTS timers_by_workflow ON {SCHEMA}.timers (workflow_id)",
         ),
     ),
 ]
@@ -195,3 +206,14 @@ async def next_due(conn: asyncpg.Connection) -> datetime | None:
 
 async def pending_count(conn: asyncpg.Connection) -> int:
     return int(await conn.fetchval(f"SELECT count(*) FROM {SCHEMA}.timers WHERE status = '{PENDING}'"))
+
+
+class TimerRetention:
+    """A retired workflow's timers go with it: pending, fired (their stored envelopes carry
+    the workflow's data) and cancelled ones."""
+
+    async def retire(self, conn: asyncpg.Connection, workflow_ids: Sequence[str]) -> dict[str, int]:
+        deleted = await conn.execute(
+            f"DELETE FROM {SCHEMA}.timers WHERE workflow_id = ANY($1::text[])", list(workflow_ids)
+        )
+        return {f"{SCHEMA}.timers": rows_affected(deleted)}
