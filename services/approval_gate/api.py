@@ -21,7 +21,7 @@ from approval_gate.adapters.policies import PolicyStore
 from chorus.apikeys import ApiKey, role
 from chorus.service import RuntimeHandle
 from chorus.webapi import api_router, problems
-from chorus_contracts.approvals import ApprovalPolicyChange
+from chorus_contracts.approvals import ApprovalPolicy, ApprovalPolicyChange
 
 Reader = Annotated[ApiKey, Depends(role("operator", "auditor"))]
 Operator = Annotated[ApiKey, Depends(role("operator"))]
@@ -37,7 +37,7 @@ def routes(rt: RuntimeHandle) -> APIRouter:
 
     @router.put("/v1/approval-policy", summary="Change the approval policy (a new version)")
     async def change(body: ApprovalPolicyChange, who: Operator) -> dict[str, Any]:
-        policy = (await store.current()).policy.model_copy(update={"rules": body.rules})
+        policy = ApprovalPolicy(rules=body.rules)
         changed = await store.change(policy, by=who.principal, reason=body.reason, now=rt.clock.now())
         return changed.as_json()
 

@@ -100,9 +100,11 @@ class CircuitBreaker:
         self._recording: set[asyncio.Task[None]] = set()
         _KNOWN[name] = self
 
-    async def setup(self) -> None:
+    async def setup(self, *, migrate: bool = True) -> None:
+        """Its row (and, unless ``migrate`` is False, the shared table first)."""
         async with self.pool.acquire() as conn:
-            await migrate_breakers(conn)
+            if migrate:
+                await migrate_breakers(conn)
             await conn.execute(
                 """INSERT INTO chorus.circuit_breakers
                      (name, state, window_started_at, calls, failures, probes, changed_at)

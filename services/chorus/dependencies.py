@@ -83,13 +83,16 @@ class Dependencies:
         self.pool = pool
         self.clock = clock
         self._guards: dict[str, Guard] = {}
+        self._migrated = False
+        """The shared breakers table is checked once, not for every new host."""
 
     async def guard(self, dependency: Dependency) -> Guard:
         found = self._guards.get(dependency.name)
         if found is not None:
             return found
         breaker = CircuitBreaker(self.pool, dependency.name, clock=self.clock, policy=dependency.breaker)
-        await breaker.setup()
+        await breaker.setup(migrate=not self._migrated)
+        self._migrated = True
         limiter = None
         if dependency.rate_per_s is not None:
             limiter = RateLimiter(

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import signal
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable
@@ -39,13 +37,12 @@ from chorus_contracts.base import CATALOG
 from chorus_contracts.envelope import Envelope, ProducerRef
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, publish, read_topic
-from tests.support.processes import ServiceProcess, infra_env
+from tests.support.processes import ServiceProcess, chorus, infra_env
 from tests.support.registry import isolated_registry
 from tests.support.testservice import make_spec as make_test_service
 
 pytestmark = pytest.mark.integration
 
-CHORUS = str(Path(sys.executable).parent / "chorus")
 TEXT = {"content-type": "text/plain"}
 DPO_KEY = "dpo-key"
 """An operator's key whose principal (the data-protection officer) an erasure records."""
@@ -190,21 +187,6 @@ def projector_settings(kafka_bootstrap: str, database_url: str, name: str, **ext
         api_keys=KEYS,
         **extra,
     )
-
-
-async def chorus(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    """Run the ``chorus`` console script (as the demo operator unless ``env`` says
-    otherwise); returns (exit code, stdout, stderr)."""
-    proc = await asyncio.create_subprocess_exec(
-        CHORUS,
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "COLUMNS": "240", "CHORUS_API_KEY": "demo-operator-key", **(env or {})},
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=300)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 def _json(found: Any) -> Any:

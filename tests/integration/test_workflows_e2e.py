@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -32,6 +30,7 @@ from tests.support.database import create_database, drop_database
 from tests.support.hostile import SCRIPTS, corpus
 from tests.support.kafka import envelope as envelope_of
 from tests.support.kafka import events_of, publish, read_topic
+from tests.support.processes import chorus
 from tests.support.registry import grant_access, isolated_registry
 from tests.support.wait import wait_until
 
@@ -383,21 +382,7 @@ async def test_an_operator_cancels_from_the_cli_and_a_workflow_that_ended_otherw
 
 async def chorus_cli(world: World, *args: str) -> tuple[int, str, str]:
     """The ``chorus`` console script against this world's gateway, as the demo operator."""
-    proc = await asyncio.create_subprocess_exec(
-        str(Path(sys.executable).parent / "chorus"),
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={
-            **os.environ,
-            "COLUMNS": "240",
-            "CHORUS_API_KEY": "demo-operator-key",
-            "CHORUS_GATEWAY_URL": world.stack.api_url,
-        },
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return await chorus(*args, env={"CHORUS_GATEWAY_URL": world.stack.api_url})
 
 
 async def test_a_policy_change_through_the_api_routes_the_next_approval_without_a_restart(

@@ -125,3 +125,22 @@ def infra_env(registry_root: Path, kafka: str, database_url: str) -> dict[str, s
         "CHORUS_KAFKA_BOOTSTRAP": kafka,
         "CHORUS_DATABASE_URL": database_url,
     }
+
+
+CHORUS = str(Path(sys.executable).parent / "chorus")
+"""The ``chorus`` console script of this virtualenv."""
+
+
+async def chorus(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """Run the ``chorus`` console script (as the demo operator unless ``env`` says
+    otherwise); returns (exit code, stdout, stderr)."""
+    proc = await asyncio.create_subprocess_exec(
+        CHORUS,
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "240", "CHORUS_API_KEY": "demo-operator-key", **(env or {})},
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=300)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 
 from audit_projector.adapters.projection import SCHEMA
 from audit_projector.domain import (
+    ATTENTION,
     TERMINAL,
     ApprovalState,
     Attention,
@@ -139,7 +140,8 @@ def _status(r: asyncpg.Record) -> WorkflowStatusView:
         )
     row = {k: v for k, v in dict(r).items() if not k.startswith("pending_") and k != "facts"}
     row["result"] = _loads(row["result"])
-    why = attention(WorkflowFacts.model_validate_json(r["facts"]))
+    # Only a workflow in attention needs its facts read (status polls are frequent).
+    why = attention(WorkflowFacts.model_validate_json(r["facts"])) if r["status"] == ATTENTION else None
     return WorkflowStatusView(**row, pending_approval=pending, attention=why)
 
 
