@@ -156,6 +156,7 @@ PERSONAL_FIELDS: dict[tuple[str, int], list[str]] = {
     ("invoice.received", 2): ["/document_text"],
     ("workflow.started", 1): ["/submitted_by"],
     ("workflow.ended", 1): ["/reason"],
+    ("workflow.ended", 2): ["/reason"],
     ("workflow.cancel_requested", 1): ["/requested_by", "/reason"],
     ("approval.requested", 1): ["/context"],
     ("approval.decision_submitted", 1): ["/comment", "/reviewer"],

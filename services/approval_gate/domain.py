@@ -15,6 +15,7 @@ from chorus_contracts.approvals import (
     Fallback,
     PolicyRule,
 )
+from chorus_contracts.base import Personal
 
 FALLBACK_ACTOR = "chorus:fallback"
 
@@ -59,7 +60,7 @@ class Gate(BaseModel):
     fallback: Fallback
     level: int = 0
     status: Literal["pending", "decided", "closed"] = "pending"
-    context: ApprovalContext
+    context: Personal[ApprovalContext]
     policy_version: int = 0
     rule: str | None = None
     """The policy rule that routed it (None: the requester's chain)."""

@@ -12,6 +12,11 @@ POST /v1/erasures                          erase a data subject: {"subject_ref"}
                                            202 with the erasure; every service confirms later
 GET /v1/erasures/{erasure_id}              the erasure, which services confirmed it
                                            (``confirmations``) and which not yet (``pending``)
+GET /v1/access?subject_ref=<ref>           reads of the subject's personal data (access log)
+
+Personal data is kept sealed (chorus.crypto) and opened for each reader; every such read
+is logged (principal, the person a service read for, workflow, fields, time). Values of an
+erased subject show as "(erased)".
 POST /v1/replays                           rebuild the projection from the topics into a fresh
                                            schema: {"since", "verify", "drop", "live_timeout_s"};
                                            202 with the job
@@ -31,15 +36,16 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, Strict, StrictBool
 
-from audit_projector.adapters import queries
+from audit_projector.adapters import access, queries
 from audit_projector.adapters.maintenance import Announcer, erase_subject, erasure
 from audit_projector.config import Settings
 from audit_projector.replays import ReplayJobs
 from chorus.apikeys import ApiKey, role
+from chorus.crypto import keyed_ref, subject_hash
 from chorus.service import RuntimeHandle
 from chorus.webapi import Problem, api_router, problems
 
@@ -65,6 +71,9 @@ class ReplayRequest(BaseModel):
 
 Reader = Annotated[ApiKey, Depends(role("operator", "auditor", "service"))]
 Operator = Annotated[ApiKey, Depends(role("operator"))]
+Auditor = Annotated[ApiKey, Depends(role("operator", "auditor"))]
+ON_BEHALF_OF = "X-Chorus-On-Behalf-Of"
+"""Whom a service (the gateway) reads for: the access log names them beside the service."""
 Id = Annotated[str, Path(max_length=MAX_ID)]
 
 
@@ -82,13 +91,49 @@ def routes(rt: RuntimeHandle) -> APIRouter:
         waiting = [s for s in data_holders if confirmed.get(s, {}).get("parts", 0) < found["parts"]]
         return {"pending": waiting, "complete": not waiting}
 
-    async def one(read: Callable[..., Awaitable[BaseModel | None]], key: str, what: str) -> dict[str, Any]:
-        """The projection's ``what`` of ``key`` as JSON; 404 when it has none."""
+    async def one(
+        read: Callable[..., Awaitable[BaseModel | None]],
+        key: str,
+        what: str,
+        reader: Reader,
+        request: Request,
+    ) -> dict[str, Any]:
+        """The projection's ``what`` of ``key`` as JSON, opened for ``reader``; 404 when none."""
         async with rt.pool.acquire() as conn:
             found = await read(conn, key, schema=schema)
         if found is None:
             raise Problem(404, "Not found", f"no {what} {key!r}")
-        return found.model_dump(mode="json")
+        body = found.model_dump(mode="json")
+        [shown] = await opened(reader, request, [(body.get("workflow_id", key), body)])
+        return shown
+
+    async def opened(
+        reader: ApiKey, request: Request, items: list[tuple[str, dict[str, Any]]]
+    ) -> list[dict[str, Any]]:
+        """``items`` (each of one workflow) with their personal data opened, and each read
+        of it in the access log: who, for whom (a service reading for its caller), which
+        workflow and fields, when."""
+        shown: list[dict[str, Any]] = []
+        accesses: list[tuple[str, list[str]]] = []
+        for workflow_id, body in items:
+            found = await rt.sealer.open_all(body)
+            shown.append(found.value)
+            if found.pointers:
+                accesses.append((workflow_id, found.pointers))
+        if accesses:
+            behalf = request.headers.get(ON_BEHALF_OF) if reader.role == "service" else None
+            async with rt.pool.acquire() as conn:
+                await access.record(
+                    conn,
+                    ledger=schema,
+                    schema=schema,
+                    accesses=accesses,
+                    principal=reader.principal,
+                    on_behalf_of=behalf[:MAX_ID] if behalf else None,
+                    route=request.url.path[:MAX_ID],
+                    at=rt.clock.now(),
+                )
+        return shown
 
     @router.get("/v1/workflows", tags=["workflows"])
     async def workflows(
@@ -104,26 +149,44 @@ def routes(rt: RuntimeHandle) -> APIRouter:
         return {"status": status, "workflows": [w.model_dump(mode="json") for w in found]}
 
     @router.get("/v1/workflows/{workflow_id}", tags=["workflows"])
-    async def workflow(workflow_id: Id, who: Reader) -> dict[str, Any]:
-        return await one(queries.status_view, workflow_id, "workflow")
+    async def workflow(workflow_id: Id, who: Reader, request: Request) -> dict[str, Any]:
+        return await one(queries.status_view, workflow_id, "workflow", who, request)
 
     @router.get("/v1/workflows/{workflow_id}/timeline", tags=["workflows"])
-    async def timeline(workflow_id: Id, who: Reader) -> dict[str, Any]:
+    async def timeline(workflow_id: Id, who: Reader, request: Request) -> dict[str, Any]:
         async with rt.pool.acquire() as conn:
             entries = await queries.timeline_entries(conn, workflow_id, schema=schema)
-        return {"workflow_id": workflow_id, "timeline": [e.model_dump(mode="json") for e in entries]}
+        body = {"workflow_id": workflow_id, "timeline": [e.model_dump(mode="json") for e in entries]}
+        [shown] = await opened(who, request, [(workflow_id, body)])
+        return shown
 
     @router.get("/v1/approvals", tags=["approvals"])
     async def approvals(
-        who: Reader, tier: Annotated[str | None, Query(max_length=MAX_ID)] = None
+        who: Reader, request: Request, tier: Annotated[str | None, Query(max_length=MAX_ID)] = None
     ) -> dict[str, Any]:
         async with rt.pool.acquire() as conn:
             items = await queries.approval_tasks(conn, tier, schema=schema)
-        return {"tier": tier, "approvals": [i.model_dump(mode="json") for i in items]}
+        bodies = [(i.workflow_id, i.model_dump(mode="json")) for i in items]
+        return {"tier": tier, "approvals": await opened(who, request, bodies)}
 
     @router.get("/v1/approvals/{approval_id}", tags=["approvals"])
-    async def approval(approval_id: Id, who: Reader) -> dict[str, Any]:
-        return await one(queries.approval_view, approval_id, "approval")
+    async def approval(approval_id: Id, who: Reader, request: Request) -> dict[str, Any]:
+        return await one(queries.approval_view, approval_id, "approval", who, request)
+
+    @router.get("/v1/access", tags=["erasure"])
+    async def access_log(
+        who: Auditor,
+        subject_ref: Annotated[str, Query(min_length=1, max_length=1024)],
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> dict[str, Any]:
+        """Reads of the subject's personal data, newest first (``chorus audit access``)."""
+        hashed = subject_hash(keyed_ref(settings.subject_key, subject_ref))
+        async with rt.pool.acquire() as conn:
+            found = await access.of_subject(conn, ledger=schema, subject_hash=hashed, limit=limit)
+        return {
+            "subject_hash": hashed,
+            "accesses": [{**vars(a), "at": a.at.isoformat()} for a in found],
+        }
 
     @router.post("/v1/erasures", status_code=202, tags=["erasure"])
     async def erase(body: ErasureRequest, who: Operator) -> JSONResponse:
@@ -132,7 +195,7 @@ def routes(rt: RuntimeHandle) -> APIRouter:
             async with rt.outbox.transaction(conn) as tx:
                 report = await erase_subject(
                     tx,
-                    body.subject_ref,
+                    keyed_ref(settings.subject_key, body.subject_ref),
                     actor=who.principal,
                     now=rt.clock.now(),
                     announce=announce,

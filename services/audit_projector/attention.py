@@ -67,7 +67,7 @@ async def alert_parked_workflows(rt: RuntimeHandle) -> None:
                 event_id=uuid.uuid5(uuid.NAMESPACE_URL, f"chorus:{key}"),
             )
             async with rt.pool.acquire() as conn, rt.outbox.transaction(conn) as tx:
-                tx.publish(envelope)
+                await tx.publish(envelope)
             log.warning(
                 "workflow parked behind a dead letter too long",
                 extra=fields(workflow_id=workflow.workflow_id, since=why.since.isoformat(), why=why.why),

@@ -36,6 +36,7 @@ class Settings(ApiKeySettings, ServiceSettings):
         "deadletter_service",
         "gateway",
         "invoice_agent",
+        "key_service",
         "payment_agent",
         "report_agent",
         "source_fetcher",

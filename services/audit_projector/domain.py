@@ -14,7 +14,6 @@ sure each event is folded once.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -30,7 +29,7 @@ from chorus_contracts.approvals import (
     ApprovalRequested,
     ApprovalRouted,
 )
-from chorus_contracts.base import EventModel
+from chorus_contracts.base import EventModel, is_sealed
 from chorus_contracts.envelope import Envelope
 from chorus_contracts.lifecycle import WorkflowAttentionNeeded, WorkflowEnded
 from chorus_contracts.platform import EventDeadLettered, ReviewRequested
@@ -49,7 +48,7 @@ RUNNING = "running"
 WAITING = "waiting"
 ATTENTION = "attention"
 """A dead letter is the latest thing that happened: an operator has to act."""
-TERMINAL = frozenset({"completed", "rejected", "failed", "compensated", "timed_out", "cancelled"})
+TERMINAL = frozenset({"completed", "rejected", "failed", "compensated", "timed_out", "cancelled", "erased"})
 STATUSES = frozenset({RUNNING, WAITING, ATTENTION, *TERMINAL})
 
 HUMAN_REVIEW = "human review"
@@ -155,11 +154,6 @@ def redact_entry(entry: AuditEntry) -> AuditEntry:
     )
 
 
-def subject_hash(subject_ref: str) -> str:
-    """The only form in which an erased subject reference is kept (erasure ledger)."""
-    return "sha256:" + hashlib.sha256(subject_ref.encode()).hexdigest()
-
-
 # -- the status fold --------------------------------------------------------------------------
 
 
@@ -208,7 +202,8 @@ class ApprovalFacts(_Fact):
     routed: Tagged | None = None
     """approval.routed: the gate's policy chose the chain (its value: first tier)."""
     routed_window_s: float | None = None
-    context: dict[str, Any] | None = None
+    context: dict[str, Any] | str | None = None
+    """The review context, sealed as its event carried it (opened by the read API)."""
     escalation: Escalation | None = None
     """The highest level reached."""
     decided: Tagged | None = None
@@ -334,7 +329,10 @@ def _fold_approval(
                 "requested": stamp,
                 "tier": payload.chain[0].tier,
                 "window_s": payload.chain[0].window_s,
-                "context": payload.context.model_dump(mode="json"),
+                # Kept sealed, as it came: the read API opens it for each reader.
+                "context": payload.context
+                if is_sealed(payload.context)
+                else payload.context.model_dump(mode="json"),
             }
         )
     if isinstance(payload, ApprovalEscalated):
@@ -390,7 +388,7 @@ class PendingApproval(BaseModel):
     tier: str
     level: int
     waiting_until: datetime | None
-    context: dict[str, Any] | None
+    context: dict[str, Any] | str | None
 
 
 class StatusView(BaseModel):
@@ -402,7 +400,7 @@ class StatusView(BaseModel):
     workflow_type: str
     status: str
     """running, waiting, attention, or the outcome: completed, rejected, failed,
-    compensated, timed_out, cancelled."""
+    compensated, timed_out, cancelled, erased."""
     stage: str | None
     waiting_for: str | None
     waiting_until: datetime | None
@@ -451,7 +449,7 @@ class ApprovalState(BaseModel):
     tier: str | None
     level: int
     waiting_until: datetime | None
-    context: dict[str, Any] | None
+    context: dict[str, Any] | str | None
     decision: str | None
     decided_at: datetime | None
     closed_reason: str | None = None

@@ -14,7 +14,7 @@ from audit_projector.bootstrap import bootstrap_for
 from audit_projector.handlers import PROJECTED, ProjectorDeps, on_data_removed, on_workflow_event
 from audit_projector.janitor import expire_workflows
 from chorus.service import On, ServiceSpec
-from chorus_contracts.lifecycle import WorkflowAttentionNeeded
+from chorus_contracts.lifecycle import WorkflowAttentionNeeded, WorkflowEnded
 from chorus_contracts.platform import DataRemoved, SubjectErasureRequested, WorkflowsRetired
 
 VERSION = "0.1.0"
@@ -43,6 +43,7 @@ def make_spec(name: str = SCHEMA) -> ServiceSpec[Any, ProjectorDeps]:
                 SubjectErasureRequested.event_type,
                 WorkflowsRetired.event_type,
                 WorkflowAttentionNeeded.event_type,
+                WorkflowEnded.event_type,  # ``erased``: its subject's data was erased while it ran
             }
         ),
         bootstrap=bootstrap,

@@ -124,7 +124,9 @@ async def on_approval_decided(
         return Outcome(state=state.model_copy(update={"approved": True}))
     if decision.decision != "reject":
         return Outcome()  # revise: the invoice agent re-reads
-    who = decision.decided_by if not decision.automatic else "the fallback policy"
+    # Who decided is personal data: it stays in the sealed approval.decided, not in the
+    # budget events, whose reasons are plain text.
+    who = "a reviewer" if not decision.automatic else "the fallback policy"
     return release(state, f"approval rejected by {who}", outcome="rejected", notify=False)
 
 
@@ -148,10 +150,11 @@ async def on_payment_failed(
 async def on_workflow_ended(
     event: Event[WorkflowEnded], state: BudgetState | None, ctx: Context[Deps]
 ) -> Outcome[BudgetState]:
-    """A workflow that timed out (or was cancelled) must not keep its budget. Once approved,
+    """A workflow that timed out (or was cancelled, or its subject erased) must not keep its
+    budget. Once approved,
     its payment may have reached the provider (a retry the end cut short): the invoice stays
     claimed until a person has checked, as after a payment given up on."""
-    if state is None or event.payload.outcome not in ("timed_out", "cancelled"):
+    if state is None or event.payload.outcome not in ("timed_out", "cancelled", "erased"):
         return Outcome()
     reason = f"workflow {event.payload.outcome}"
     return release(state, reason, outcome=None, notify=False, keep_invoice=state.approved)

@@ -45,6 +45,8 @@ class ApiKey(BaseModel):
 
 
 DEMO_GATEWAY_KEY = "demo-gateway-key"
+DEMO_SERVICE_KEY = "demo-service-key"
+"""What every service presents to the key service in the demo (chorus.crypto)."""
 DEMO_KEYS = {
     "demo-submitter-key": ApiKey(principal="demo-submitter", role="submitter"),
     "demo-manager-key": ApiKey(principal="dana.manager", role="reviewer", tier="manager"),
@@ -53,6 +55,7 @@ DEMO_KEYS = {
     "demo-operator-key": ApiKey(principal="sam.operator", role="operator"),
     "demo-auditor-key": ApiKey(principal="ava.auditor", role="auditor"),
     DEMO_GATEWAY_KEY: ApiKey(principal="gateway", role="service"),
+    DEMO_SERVICE_KEY: ApiKey(principal="chorus-services", role="service"),
 }
 """Published keys of the local demo: refused outside ``CHORUS_ENV=demo``."""
 

@@ -19,6 +19,7 @@ from datetime import datetime
 
 from chorus import strictjson
 from chorus.envelopes import child_envelope, derived_event_id, system_envelope
+from chorus.logs import scrub
 from chorus.runtime.records import Record, to_original
 from chorus.strictjson import storable
 from chorus_contracts.envelope import Envelope, ProducerRef
@@ -34,8 +35,10 @@ can be this large, and wrapping it once more must not outgrow the dead-letter to
 
 def error_message(error: BaseException) -> str:
     """The error's message, bounded and storable: it may quote hostile input (a NUL in a
-    field name, say), and every consumer of the dead letter stores it in PostgreSQL."""
-    return storable(str(error) or type(error).__name__)[:MAX_MESSAGE_CHARS]
+    field name, say), and every consumer of the dead letter stores it in PostgreSQL. It may
+    quote personal data too (a handler's error naming a value it read): the values opened
+    for this event are blanked, as in log lines (chorus.logs.scrub)."""
+    return storable(scrub(str(error) or type(error).__name__))[:MAX_MESSAGE_CHARS]
 
 
 def failure(error: BaseException, attempt: int, now: datetime, retry_in_s: float | None = None) -> Failure:
@@ -92,7 +95,7 @@ def dead_letter_envelope(
             category=category,
             error_class=type(error).__name__,
             message=error_message(error),
-            traceback=storable("".join(traceback.format_exception(error)))[-MAX_TRACEBACK_CHARS:],
+            traceback=storable(scrub("".join(traceback.format_exception(error))))[-MAX_TRACEBACK_CHARS:],
             pointer=_pointer(error),
         ),
         attempts=attempts,

@@ -27,6 +27,55 @@ def log_context(**fields: str | None) -> Iterator[None]:
         _context.reset(token)
 
 
+# Personal values the runtime opened for the event at hand (chorus.crypto): whatever logs
+# them — a handler's message, an exception's text, a dead letter's error — writes
+# "[personal]" instead. One mutable set per scope, so that the handler's own task (which
+# runs in a copy of the context) adds to the set the pipeline's task reads.
+_personal: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar("chorus_personal", default=None)
+PERSONAL = "[personal]"
+_SHORTEST_PERSONAL = 3
+"""Shorter strings (a one-letter initial, "no") would blank unrelated words of every line."""
+
+
+@contextmanager
+def personal_scope() -> Iterator[None]:
+    """Personal values opened inside the block are scrubbed from its log lines, then forgotten."""
+    token = _personal.set(set())
+    try:
+        yield
+    finally:
+        _personal.reset(token)
+
+
+def hide_in_logs(value: Any) -> None:
+    """Scrub the strings of ``value`` (an opened personal value) from this scope's log lines."""
+    found: set[str] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if len(item) >= _SHORTEST_PERSONAL:
+                found.add(item)
+                found.add(json.dumps(item)[1:-1])  # as it appears inside JSON or a repr
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    hidden = _personal.get()
+    if hidden is None:
+        _personal.set(found)
+    else:
+        hidden.update(found)
+
+
+def scrub(text: str) -> str:
+    """``text`` without the personal values opened in this task (longest first)."""
+    for value in sorted(_personal.get() or (), key=len, reverse=True):
+        if value in text:
+            text = text.replace(value, PERSONAL)
+    return text
+
+
 # Credentials that travel inside URLs: user[:password]@ and secret-looking query parameters.
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
 _SECRET_PARAM = re.compile(
@@ -35,13 +84,15 @@ _SECRET_PARAM = re.compile(
 
 
 def redact(text: str) -> str:
-    """``text`` without the credentials a URL may carry (``https://***@host/?token=***``)."""
-    return _SECRET_PARAM.sub(r"\1=***", _USERINFO.sub(r"\1***@", text))
+    """``text`` without the credentials a URL may carry (``https://***@host/?token=***``)
+    and without the personal values opened in this task."""
+    return scrub(_SECRET_PARAM.sub(r"\1=***", _USERINFO.sub(r"\1***@", text)))
 
 
 class RedactSecrets(logging.Filter):
     """Every line, whoever logs it (httpx logs each request's full URL at INFO), leaves
-    the process without the credentials of a URL: a submitter's callback URL may hold them."""
+    the process without the credentials of a URL (a submitter's callback URL may hold them)
+    and without the personal values the runtime opened for the event at hand."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
@@ -51,11 +102,21 @@ class RedactSecrets(logging.Filter):
         record.msg, record.args = redact(message), None
         extra = getattr(record, "fields", None)
         if isinstance(extra, dict):
-            record.fields = {k: redact(v) if isinstance(v, str) else v for k, v in extra.items()}
+            record.fields = {k: _redacted(v) for k, v in extra.items()}
         if record.exc_info and not record.exc_text:
             # Formatted here, redacted once: every formatter then prints the cached text.
             record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
         return True
+
+
+def _redacted(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict | list | tuple) and _personal.get():
+        text = json.dumps(value, default=str)
+        cleaned = scrub(text)
+        return cleaned if cleaned != text else value
+    return value
 
 
 class JsonFormatter(logging.Formatter):
@@ -70,7 +131,7 @@ class JsonFormatter(logging.Formatter):
             "service": self.service,
             "logger": record.name,
             "msg": record.getMessage(),
-            **_context.get(),
+            **{k: scrub(v) for k, v in _context.get().items()},
         }
         extra = getattr(record, "fields", None)
         if isinstance(extra, dict):

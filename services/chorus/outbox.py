@@ -18,6 +18,7 @@ from typing import Any
 import asyncpg
 
 from chorus.codec import encode
+from chorus.crypto import Sealer
 from chorus.errors import EventTooLargeError
 from chorus.registry import Registry
 from chorus.signing import Signer, SigningConfigError
@@ -111,11 +112,15 @@ class OutboxTransaction:
     conn: asyncpg.Connection
     registry: Registry
     signer: Signer | None = None
+    sealer: Sealer | None = None
     messages: list[OutboxMessage] = field(default_factory=list)
 
-    def publish(self, *envelopes: Envelope) -> None:
-        """Publish ``envelopes`` on their topics (EventTooLargeError when one cannot be)."""
-        self.messages.extend(outbox_message(self.registry, e, self.signer) for e in envelopes)
+    async def publish(self, *envelopes: Envelope) -> None:
+        """Publish ``envelopes`` on their topics, their personal data sealed
+        (EventTooLargeError when one cannot be published)."""
+        for envelope in envelopes:
+            sealed = await self.sealer.seal(envelope) if self.sealer is not None else envelope
+            self.messages.append(outbox_message(self.registry, sealed, self.signer))
 
     def publish_messages(self, messages: Sequence[OutboxMessage]) -> None:
         """Publish rows built already: a record redriven byte for byte, a stored envelope."""
@@ -129,12 +134,14 @@ class OutboxWriter:
     wake_relay: Callable[[], None]
     signer: Signer | None = None
     """Signs the decision events this service produces (chorus.signing)."""
+    sealer: Sealer | None = None
+    """Seals personal data (chorus.crypto); None only where no event carries any."""
 
     @asynccontextmanager
     async def transaction(self, conn: asyncpg.Connection) -> AsyncIterator[OutboxTransaction]:
         """A transaction on ``conn`` whose published events commit with it; the relay is
         woken after the commit (never before: it would find nothing)."""
-        tx = OutboxTransaction(conn, self.registry, self.signer)
+        tx = OutboxTransaction(conn, self.registry, self.signer, self.sealer)
         async with conn.transaction():
             yield tx
             await self.store.add_outbox(conn, tx.messages)

@@ -27,12 +27,13 @@ from pydantic import BaseModel
 from chorus.clock import Clock
 from chorus.codec import Event
 from chorus.errors import PersistentError
-from chorus_contracts.base import EventModel
+from chorus_contracts.base import EventModel, is_sealed
 from chorus_contracts.envelope import Envelope, Priority
 from chorus_contracts.lifecycle import WorkflowEnded
 
 S = TypeVar("S", bound=BaseModel | None)
 D = TypeVar("D")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,10 @@ class Outcome(Generic[S]):
     """Set when this step ends the workflow ("completed", "rejected", "failed", ...)."""
 
 
+async def _no_key_store(token: str) -> Any:
+    raise PersistentError("sealed personal data, and no key store in this context")
+
+
 @dataclass
 class Context(Generic[D]):
     """What a handler may use besides its event and state."""
@@ -108,6 +113,7 @@ class Context(Generic[D]):
     """Validation errors of earlier tries of this delivery (for re-prompting)."""
     log: logging.LoggerAdapter[logging.Logger]
     _checkpoint: Callable[[BaseModel], Awaitable[None]]
+    _open: Callable[[str], Awaitable[Any]] = field(default=_no_key_store, repr=False)
 
     def idempotency_key(self, *parts: str) -> str:
         """A key for an external call that is the same on every retry of this step.
@@ -119,6 +125,15 @@ class Context(Generic[D]):
         if len(key) <= 255 and key.isascii() and key.isprintable() and " " not in key:
             return key
         return f"{self.service}:sha256:{hashlib.sha256(key.encode('utf-8', 'surrogatepass')).hexdigest()}"
+
+    async def open(self, value: T) -> T:
+        """``value`` opened if it is sealed personal data this handler holds (a token its
+        state kept, say); anything else as it is. The event's own personal fields come
+        opened when the route declares ``On(..., personal=True)``."""
+        if not is_sealed(value):
+            return value
+        opened: T = await self._open(str(value))
+        return opened
 
     async def checkpoint(self, state: BaseModel) -> None:
         """Commit ``state`` now, mid-handler (a step boundary).
@@ -149,15 +164,35 @@ class RuntimeHandle:
     """chorus.outbox.OutboxWriter: how code outside handlers publishes (and wakes the relay)."""
     signer: Any = None
     """chorus.signing.Signer of the decision events this service produces (or None)."""
+    sealer: Any = None
+    """chorus.crypto.Sealer: opens the personal data an API shows (and logs the access)."""
+
+
+@dataclass(frozen=True)
+class DataRequest:
+    """The erasure or retirement a service's own tables answer: its id, and when."""
+
+    request_id: str
+    at: datetime
 
 
 class OwnedData(Protocol):
     """Rows a service keeps per workflow in tables of its own (timers, dead letters,
-    submissions): removed with the runtime's own rows when the workflows are retired."""
+    submissions, keys): removed with the runtime's own rows when the workflows are retired,
+    or their subject is erased."""
 
-    async def retire(self, conn: asyncpg.Connection, workflow_ids: Sequence[str]) -> dict[str, int]:
+    async def retire(
+        self, conn: asyncpg.Connection, workflow_ids: Sequence[str], request: DataRequest
+    ) -> dict[str, int]:
         """Remove the rows of ``workflow_ids`` (inside the retirement's transaction);
         ``"<schema>.<table>" -> rows removed``."""
+        ...
+
+    async def erase(
+        self, conn: asyncpg.Connection, subject_hash: str, workflow_ids: Sequence[str], request: DataRequest
+    ) -> dict[str, int]:
+        """Remove (or redact) what is held of the subject and of ``workflow_ids`` (its
+        workflows the audit projection knows), inside the erasure's transaction."""
         ...
 
 
@@ -178,6 +213,9 @@ class On:
     """Tries with validation feedback before a person is asked (review.requested)."""
     backoff_base_s: float = 1.0
     backoff_cap_s: float = 300.0
+    personal: bool = False
+    """The handler reads the event's personal fields (``Personal[...]``): the runtime opens
+    them first. Otherwise it finds them sealed (chorus_contracts.base.Sealed)."""
 
 
 async def nothing_to_undo(event: Event[WorkflowEnded], state: Any, ctx: Context[Any]) -> Outcome[Any]:

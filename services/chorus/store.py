@@ -307,18 +307,43 @@ class ServiceStore:
     # -- erasure and retention (asked for by the audit projector; see chorus.runtime.datarequests)
 
     async def erase_subject(
-        self, conn: asyncpg.Connection, subject_hash: str, workflow_ids: Sequence[str] = ()
+        self,
+        conn: asyncpg.Connection,
+        subject_hash: str,
+        workflow_ids: Sequence[str] = (),
+        *,
+        keep_running: bool = False,
     ) -> tuple[dict[str, int], int]:
-        """Delete the checkpoints of the workflows of the subject whose reference hashes to
-        ``subject_hash`` (see SUBJECT_HASH_FUNCTION), their parked records and
+        """Delete the checkpoints of the ended workflows of the subject whose reference
+        hashes to ``subject_hash`` (see SUBJECT_HASH_FUNCTION), their parked records and
         published outbox rows (they hold event bytes), and archived rows of the subject or
         of those workflows: (rows per ``<schema>.<table>``, workflows touched). Undispatched
-        outbox rows stay: the relay still owes them to Kafka."""
+        outbox rows stay: the relay still owes them to Kafka.
+
+        With ``keep_running`` (a service that handles ``workflow.ended``), a workflow still
+        running here keeps its checkpoint and parked records: the projector ends it
+        (``workflow.ended`` ``erased``, on another topic, so it may come later than this
+        request) and the end handler needs the state to compensate (release a budget). What
+        it holds of the subject is sealed under the keys the key service destroys; retention
+        removes the rows with the workflow's lifetime."""
         s = self.schema
         deleted = await conn.fetch(
             f"""DELETE FROM {s}.state WHERE chorus.subject_hash(subject_ref) = $1
-                AND subject_ref IS NOT NULL RETURNING workflow_id""",
+                AND subject_ref IS NOT NULL AND (ended IS NOT NULL OR NOT $2) RETURNING workflow_id""",
             subject_hash,
+            keep_running,
+        )
+        running: set[str] = (
+            {
+                r["workflow_id"]
+                for r in await conn.fetch(
+                    f"""SELECT workflow_id FROM {s}.state WHERE chorus.subject_hash(subject_ref) = $1
+                        AND subject_ref IS NOT NULL AND ended IS NULL""",
+                    subject_hash,
+                )
+            }
+            if keep_running
+            else set()
         )
         archived = await conn.fetch(
             f"""SELECT DISTINCT workflow_id FROM {s}.archive
@@ -331,7 +356,11 @@ class ServiceStore:
         touched = {r["workflow_id"] for r in deleted}
         rows = {"state": len(deleted)}
         statements = {
-            "parked": (f"DELETE FROM {s}.parked WHERE workflow_id = ANY($1::text[])", ()),
+            "parked": (
+                f"""DELETE FROM {s}.parked
+                    WHERE workflow_id = ANY($1::text[]) AND workflow_id <> ALL($2::text[])""",
+                (sorted(running),),
+            ),
             "outbox": (
                 f"""DELETE FROM {s}.outbox
                     WHERE workflow_id = ANY($1::text[]) AND dispatched_at IS NOT NULL""",

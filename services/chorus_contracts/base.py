@@ -11,13 +11,29 @@ and UUIDs arrive as JSON strings, so those two types opt back into parsing.
 
 from __future__ import annotations
 
+import copy
+import re
 import unicodedata
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Annotated, Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, TypeGuard, TypeVar
 from uuid import UUID
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    SerializerFunctionWrapHandler,
+    Strict,
+    ValidatorFunctionWrapHandler,
+    WrapSerializer,
+    WrapValidator,
+    create_model,
+)
+from pydantic.json_schema import JsonSchemaValue
 
 
 def _require_utc(value: datetime) -> datetime:
@@ -47,11 +63,98 @@ Ref = Annotated[
 ]
 PERSONAL_MARK = "x-personal"
 """The JSON Schema keyword that marks a field as personal data."""
+SEALED_PREFIX = "chorus:sealed:v1:"
+"""How a sealed (encrypted) personal value starts on the wire (see chorus.crypto)."""
+SEALED_PATTERN = r"^chorus:sealed:v1:[a-z0-9-]{1,40}\.[0-9a-f]{32}:[0-9a-f-]{36}:[A-Za-z0-9_-]+$"
+SEALED_MAX = 2_000_000
+"""Far above the largest personal field once sealed (base64 of JSON of 20,000 characters
+each escaped); the record's size limit bounds it anyway."""
+
+
+class Sealed(str):
+    """A personal value as it travels: AES-GCM ciphertext under its subject's data key,
+    ``chorus:sealed:v1:<key id>:<event id>:<base64url nonce + ciphertext>``. A handler that
+    did not declare it needs personal data finds this in the field instead of the value;
+    the runtime opens it for those that did (chorus.crypto)."""
+
+    __slots__ = ()
+
+
+def is_sealed(value: object) -> TypeGuard[str]:
+    return isinstance(value, str) and value.startswith(SEALED_PREFIX)
+
+
+def _accept_sealed(value: Any, then: ValidatorFunctionWrapHandler) -> Any:
+    if is_sealed(value):
+        if len(value) > SEALED_MAX or not _SEALED.match(value):
+            raise ValueError("a malformed sealed value (chorus:sealed:v1:<key>:<event id>:<data>)")
+        return Sealed(value)
+    return then(value)
+
+
+def _keep_sealed(value: Any, then: SerializerFunctionWrapHandler) -> Any:
+    return str(value) if isinstance(value, Sealed) else then(value)
+
+
+class _PersonalData:
+    """What ``Personal[...]`` adds to a field's type, beside the validator and serializer
+    that accept the sealed form in place of the value (and keep it as it is when dumped):
+    the JSON Schema says both, with the mark. The compatibility gate sees the sealed
+    alternative as part of the mark."""
+
+    def __get_pydantic_json_schema__(self, schema: Any, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        sealed = {
+            "type": "string",
+            "pattern": SEALED_PATTERN,
+            "maxLength": SEALED_MAX,
+            "description": "the value sealed under its subject's data key",
+        }
+        return {"anyOf": [handler(schema), sealed], PERSONAL_MARK: True}
+
+
+_ACCEPT_SEALED = WrapValidator(_accept_sealed)
+_KEEP_SEALED = WrapSerializer(_keep_sealed)
+_MARK = _PersonalData()
+_PERSONAL_PARTS = (_ACCEPT_SEALED, _KEEP_SEALED, _MARK)
+
+
+_SEALED = re.compile(SEALED_PATTERN)
+
+
+def _refuse_sealed(value: Any) -> Any:
+    if is_sealed(value):
+        raise ValueError("looks sealed: send personal data in clear (over TLS); Chorus seals it itself")
+    return value
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def plain_input(model: type[M]) -> type[M]:
+    """``model`` as an API takes it from people: personal fields in clear only. A value in
+    the sealed form is refused naming the field (a caller cannot hand Chorus a token to
+    open for it), and the JSON Schema shows the plain type. Instances are ``model``'s."""
+    fields: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        if any(m is _MARK for m in info.metadata):
+            plain = copy.copy(info)
+            plain.metadata = [
+                *(m for m in info.metadata if not any(m is part for part in _PERSONAL_PARTS)),
+                BeforeValidator(_refuse_sealed),
+            ]
+            fields[name] = (info.annotation, plain)
+    if not fields:
+        return model
+    found: type[M] = create_model(f"{model.__name__}Input", __base__=model, **fields)
+    return found
+
+
 P = TypeVar("P")
-Personal = Annotated[P, Field(json_schema_extra={PERSONAL_MARK: True})]
+Personal = Annotated[P, _ACCEPT_SEALED, _KEEP_SEALED, _MARK]
 """Personal data: ``document_text: Personal[LongText]``. Its JSON Schema (and the AsyncAPI
-document) says ``"x-personal": true``; erasure and minimisation start from this list, and
-the compatibility gate treats adding or removing the mark as breaking."""
+document) says ``"x-personal": true``; the runtime seals it under the subject's key before
+it leaves the service that wrote it, erasure destroys that key, and the compatibility gate
+treats adding or removing the mark as breaking."""
 Text = Annotated[str, Field(max_length=4000)]
 """Free text a person reads: a reason, a summary, a check's description."""
 Comment = Annotated[str, Field(max_length=2000)]

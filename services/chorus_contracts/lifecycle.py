@@ -6,9 +6,11 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from chorus_contracts.base import EventModel, Name, Personal, Text, Url, UtcDateTime, event
+from chorus_contracts.base import EventModel, Name, Personal, Text, Url, UtcDateTime, event, upcaster
 
-Outcome = Literal["completed", "rejected", "failed", "compensated", "timed_out", "cancelled"]
+OutcomeV1 = Literal["completed", "rejected", "failed", "compensated", "timed_out", "cancelled"]
+Outcome = Literal["completed", "rejected", "failed", "compensated", "timed_out", "cancelled", "erased"]
+"""v2 adds ``erased``: the workflow's subject was erased while it ran (its compensation runs)."""
 
 
 @event("workflow.started", 1)
@@ -22,13 +24,29 @@ class WorkflowStarted(EventModel):
 
 
 @event("workflow.ended", 1)
-class WorkflowEnded(EventModel):
+class WorkflowEndedV1(EventModel):
     """Terminal: nothing more happens in this workflow. ``result`` is what the submitter gets."""
+
+    outcome: OutcomeV1
+    reason: Personal[Text] = Field(default="", description="may quote a reviewer's comment")
+    result: dict[str, Any] = Field(default={}, max_length=100)
+    ended_by: Name
+
+
+@event("workflow.ended", 2)
+class WorkflowEnded(EventModel):
+    """Terminal: nothing more happens in this workflow. ``result`` is what the submitter gets.
+    v2: ``outcome`` may be ``erased``."""
 
     outcome: Outcome
     reason: Personal[Text] = Field(default="", description="may quote a reviewer's comment")
     result: dict[str, Any] = Field(default={}, max_length=100)
     ended_by: Name
+
+
+@upcaster("workflow.ended", 1)
+def _workflow_ended_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    return payload  # every v1 outcome is a v2 outcome
 
 
 @event("workflow.deadline_reached", 1)

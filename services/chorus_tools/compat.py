@@ -40,7 +40,7 @@ from typing import Any, Literal, cast, get_args
 import yaml
 
 from chorus.registry import Compatibility, TopicEvent, parse_schema_filename
-from chorus_contracts.base import PERSONAL_MARK
+from chorus_contracts.base import PERSONAL_MARK, SEALED_PATTERN
 
 Direction = Literal["backward", "forward"]
 BACKWARD: frozenset[Direction] = frozenset({"backward"})
@@ -342,6 +342,23 @@ def diff_schemas(old: Any, new: Any, prefix: str = "", *, personal_marks: bool =
 
 
 Schema = dict[str, Any]
+
+
+def _without_sealed(node: Any) -> Any:
+    """A personal field's schema without the sealed form every personal field accepts
+    (chorus_contracts.base.Personal): that alternative comes with the mark, which is
+    compared on its own, and every consumer reads it through the runtime."""
+    if not (isinstance(node, dict) and node.get(PERSONAL_MARK)):
+        return node
+    branches = node.get("anyOf")
+    if not (isinstance(branches, list) and len(branches) == 2):
+        return node
+    plain, sealed = branches
+    if not (isinstance(sealed, dict) and sealed.get("pattern") == SEALED_PATTERN and isinstance(plain, dict)):
+        return node
+    return {**{k: v for k, v in node.items() if k != "anyOf"}, **plain}
+
+
 RefPair = tuple[tuple[str, ...], tuple[str, ...]]
 
 
@@ -366,6 +383,7 @@ class _Differ:
     # The walk: resolve, compare the accepted types, pair union branches, then bodies.
     def walk(self, old: Any, new: Any, ptr: str, active: frozenset[RefPair]) -> None:
         self._personal(old, new, ptr)  # before resolving: the mark sits beside a $ref
+        old, new = _without_sealed(old), _without_sealed(new)
         o, o_refs = _resolve(old, self.old_root)
         n, n_refs = _resolve(new, self.new_root)
         pair = (o_refs, n_refs)

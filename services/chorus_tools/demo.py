@@ -28,7 +28,7 @@ MANAGER = "demo-manager-key"
 DIRECTOR = "demo-director-key"
 EDITOR = "demo-editor-key"
 MANAGER_WINDOW_S = 4
-TERMINAL = {"completed", "rejected", "failed", "compensated", "timed_out", "cancelled"}
+TERMINAL = {"completed", "rejected", "failed", "compensated", "timed_out", "cancelled", "erased"}
 
 console = Console(highlight=False, width=110)
 

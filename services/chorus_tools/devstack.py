@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -28,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Start order: platform first, so nothing the agents emit waits for its consumer.
 SERVICES = (
+    "key_service",
     "timer_service",
     "deadletter_service",
     "audit_projector",
@@ -55,6 +57,7 @@ DOCUMENTED_PORTS = {
     "payment_agent": 8114,
     "report_agent": 8115,
     "source_fetcher": 8116,
+    "key_service": 8117,
 }
 MODEL_USERS = ("invoice_agent", "report_agent")
 WITHOUT_DATABASE = ("outcome_analytics",)
@@ -177,6 +180,12 @@ class DevStack:
         ports = {
             name: DOCUMENTED_PORTS[name] if self.documented_ports else free_port() for name in self.services
         }
+        # Every service seals and opens personal data with this stack's key service.
+        key_stores = (
+            {"CHORUS_KEY_STORES": json.dumps({"local": f"http://127.0.0.1:{ports['key_service']}"})}
+            if "key_service" in ports
+            else {}
+        )
         for name in self.services:
             port = ports[name]
             env = {
@@ -185,6 +194,7 @@ class DevStack:
                 **self._database_env(name),
                 "CHORUS_HTTP_PORT": str(port),
                 "CHORUS_PAYMENT_API_URL": sandbox_url,
+                **key_stores,
                 **self.service_env.get(name, {}),
             }
             if name == "gateway":

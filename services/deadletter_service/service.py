@@ -18,7 +18,9 @@ VERSION = "0.1.0"
 SPEC: ServiceSpec[Any, None] = ServiceSpec(
     name="deadletter_service",
     version=VERSION,
-    handlers=[On(EventDeadLettered, on_event_dead_lettered, timeout_s=30)],
+    # It stores the original record (personal data, sealed in the letter): opened here, it
+    # is the record's own bytes, whose personal fields are sealed as their event carried them.
+    handlers=[On(EventDeadLettered, on_event_dead_lettered, timeout_s=30, personal=True)],
     # Handlers emit nothing; an operator's discard publishes event.discarded through
     # the outbox. Redriven records are whatever the failing service consumed, with
     # that record's original producer, so they are no edge of this service.

@@ -21,6 +21,7 @@ from pydantic import Field, create_model
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from chorus.apikeys import ApiKey, caller, role
+from chorus.crypto import keyed_ref
 from chorus.egress import EgressRefusedError, check_egress
 from chorus.envelopes import child_envelope, start_envelope
 from chorus.errors import EventTooLargeError
@@ -32,7 +33,7 @@ from chorus.store import OutboxMessage
 from chorus.tracing import TraceContext
 from chorus.webapi import Problem, create_api, problem_response, problems
 from chorus_contracts.approvals import ApprovalDecisionSubmitted, ApprovalPolicyChange
-from chorus_contracts.base import EventModel
+from chorus_contracts.base import EventModel, plain_input
 from chorus_contracts.envelope import Envelope, Priority
 from chorus_contracts.lifecycle import WorkflowCancelRequested, WorkflowDeadlineReached, WorkflowStarted
 from chorus_contracts.platform import FireTarget, TimerSchedule
@@ -106,6 +107,7 @@ WorkflowStatus = Literal[
     "compensated",
     "timed_out",
     "cancelled",
+    "erased",
 ]
 
 
@@ -181,7 +183,7 @@ def _submit_routes(app: FastAPI, rt: RuntimeHandle, settings: Settings, base_url
                 priority=body.priority,
                 traceparent=trace.child().traceparent if trace else None,
                 deadline=deadline_at,
-                subject_ref=body.subject_ref,
+                subject_ref=keyed_ref(settings.subject_key, body.subject_ref) if body.subject_ref else None,
             )
             # A microsecond after workflow.started, so timelines show the start first.
             first = child_envelope(
@@ -192,7 +194,7 @@ def _submit_routes(app: FastAPI, rt: RuntimeHandle, settings: Settings, base_url
                 position="start",
             )
             deadline_timer = _deadline_timer(rt, started, deadline_at, now)
-            messages = _messages(rt, [(started, ""), (first, "/input"), (deadline_timer, "")])
+            messages = await _messages(rt, [(started, ""), (first, "/input"), (deadline_timer, "")])
             async with rt.outbox.transaction(conn) as tx:
                 inserted = await repository.insert_submission(
                     conn,
@@ -262,7 +264,7 @@ def _watch_routes(app: FastAPI, rt: RuntimeHandle, reads: ReadModel, base_url: s
         """The workflow's view (None while only accepted here) and its submission row,
         if ``who`` may read it; otherwise the same 404 as for an unknown workflow."""
         # The reads are HTTP calls: made without holding one of the pool's connections.
-        view = await reads.workflow(workflow_id)
+        view = await reads.workflow(workflow_id, for_whom=who.principal)
         async with rt.pool.acquire() as conn:
             accepted = await repository.find_by_workflow(conn, workflow_id)
             decided = who.role == "reviewer" and await repository.decided_on(conn, workflow_id, who.principal)
@@ -292,7 +294,7 @@ def _watch_routes(app: FastAPI, rt: RuntimeHandle, reads: ReadModel, base_url: s
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> dict[str, Any]:
         """Workflows in a status, longest quiet first (operators and auditors)."""
-        return {"status": status, "workflows": await reads.workflows(status, limit)}
+        return {"status": status, "workflows": await reads.workflows(status, limit, for_whom=who.principal)}
 
     @app.get("/v1/workflows/{workflow_id}", responses=problems(404))
     async def status(workflow_id: WorkflowId, who: Anyone) -> dict[str, Any]:
@@ -306,7 +308,7 @@ def _watch_routes(app: FastAPI, rt: RuntimeHandle, reads: ReadModel, base_url: s
                 "accepted_at": accepted.accepted_at.isoformat(),
                 "timeline": [],
             }
-        view["timeline"] = await reads.timeline(workflow_id)
+        view["timeline"] = await reads.timeline(workflow_id, for_whom=who.principal)
         return view
 
     @app.post(
@@ -349,7 +351,7 @@ def _watch_routes(app: FastAPI, rt: RuntimeHandle, reads: ReadModel, base_url: s
                         conn, workflow_id=workflow_id, requested_by=who.principal, reason=body.reason, now=now
                     )
                     if request is not None:
-                        tx.publish(envelope)
+                        await tx.publish(envelope)
                 replayed = request is None
                 request = request or await repository.find_cancellation(conn, workflow_id)
         assert request is not None  # inserted now, or by the request that won the race
@@ -397,13 +399,13 @@ def _approval_routes(app: FastAPI, rt: RuntimeHandle, reads: ReadModel) -> None:
         if assignee != "me" and who.role != "operator":
             raise Problem(403, "Forbidden", "reviewers list their own approvals only (assignee=me)")
         tier = who.tier if who.role == "reviewer" else (None if assignee in ("me", "all") else assignee)
-        items = await reads.pending_approvals(tier)
+        items = await reads.pending_approvals(tier, for_whom=who.principal)
         return {"assignee": who.principal, "tier": tier, "approvals": items}
 
     @app.post("/v1/approvals/{approval_id}", status_code=202, responses=problems(403, 404, 409))
     async def decide(approval_id: ApprovalId, body: DecisionBody, who: Reviewer) -> JSONResponse:
         """Approve, reject or ask for a revision. Only the tier the approval waits on may decide."""
-        pending = await reads.approval(approval_id)
+        pending = await reads.approval(approval_id, for_whom=who.principal)
         if pending is None:
             raise Problem(404, "Unknown approval", f"no approval {approval_id!r}")
         if pending["status"] == "closed":
@@ -441,7 +443,7 @@ def _approval_routes(app: FastAPI, rt: RuntimeHandle, reads: ReadModel) -> None:
                 )
                 if not first:
                     raise Problem(409, "Already decided", f"approval {approval_id} already has a decision")
-                tx.publish(submitted)
+                await tx.publish(submitted)
         return JSONResponse(
             {
                 "approval_id": approval_id,
@@ -503,9 +505,11 @@ def _submit_route(app: FastAPI, name: str, kind: WorkflowKind, submit: Any, long
 
     # The body's model is this type's (FastAPI reads it from the annotation), with its
     # longest deadline as the bound of a shorter one asked for (422 naming /deadline_s).
+    # Its input takes personal data in clear only (a sealed-looking value is a 422).
+    start: Any = plain_input(kind.start)
     model = create_model(
         f"{name.title().replace('_', '')}Submission",
-        __base__=Submission[kind.start],  # type: ignore[name-defined]
+        __base__=Submission[start],
         deadline_s=(
             float | None,
             Field(
@@ -538,12 +542,13 @@ def envelope_idempotency_key(principal: str, key: str) -> str:
     return f"{principal[:100]}:sha256:{hashlib.sha256(candidate.encode()).hexdigest()}"
 
 
-def _messages(rt: RuntimeHandle, envelopes: list[tuple[Envelope, str]]) -> list[OutboxMessage]:
-    """Outbox rows for the submission's events; 413 naming the field when one is too large."""
+async def _messages(rt: RuntimeHandle, envelopes: list[tuple[Envelope, str]]) -> list[OutboxMessage]:
+    """Outbox rows for the submission's events, their personal data sealed (the gateway is
+    where it enters); 413 naming the field when one is too large."""
     messages = []
     for envelope, prefix in envelopes:
         try:
-            messages.append(outbox_message(rt.registry, envelope, rt.signer))
+            messages.append(outbox_message(rt.registry, await rt.sealer.seal(envelope), rt.signer))
         except EventTooLargeError as exc:
             where = prefix + (exc.pointer or "").removeprefix("/payload") if exc.pointer else "/"
             raise Problem(

@@ -73,7 +73,8 @@ async def on_workflow_cancel_requested(
     ended = WorkflowEnded(
         outcome="cancelled",
         reason=f"cancelled by {asked.requested_by}: {asked.reason}",
-        result={"cancelled_by": asked.requested_by, "reason": asked.reason},
+        # Who and why are personal data: in the (sealed) reason only, never in the result.
+        result={"cancelled": True},
         ended_by=SERVICE,
     )
     return Outcome(emit=[ended], ended="cancelled")

@@ -26,17 +26,20 @@ SPEC: ServiceSpec[GatewayState, WebhookSender] = ServiceSpec(
     version="0.1.0",
     handlers=[
         On(WorkflowStarted, on_workflow_started, timeout_s=30),
-        # A callback receiver that is down gets retried for about an hour of backoff.
+        # A callback receiver that is down gets retried for about an hour of backoff. The
+        # submitter is told the end's reason in clear (personal: opened for this handler).
         On(
             WorkflowEnded,
             on_workflow_ended,
+            personal=True,
             timeout_s=60,
             max_attempts=10,
             backoff_base_s=2.0,
             backoff_cap_s=600,
         ),
         On(WorkflowDeadlineReached, on_workflow_deadline_reached, timeout_s=30),
-        On(WorkflowCancelRequested, on_workflow_cancel_requested, timeout_s=30),
+        # Says who cancelled and why in the end's (sealed) reason.
+        On(WorkflowCancelRequested, on_workflow_cancel_requested, timeout_s=30, personal=True),
     ],
     # The API (not a handler) emits the start events and decisions through the same outbox.
     produces=frozenset(

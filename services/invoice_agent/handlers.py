@@ -32,6 +32,8 @@ async def on_invoice_received(
     invoice = event.payload
     # Known before the model reads it: when every reading fails and a person reviews it,
     # their decision (on_approval_decided) needs the invoice and the submitter's claim.
+    # The document stays sealed in the checkpoint (minimisation): it is opened for each
+    # reading, and erasing the subject leaves only ciphertext here.
     await ctx.checkpoint(InvoiceState(invoice=invoice))
     extracted = await read_invoice(invoice, ctx)
     return decide(InvoiceState(invoice=invoice, readings=1), extracted)
@@ -49,9 +51,11 @@ async def on_approval_decided(
         extracted = await read_invoice(state.invoice, ctx, reviewer_comment=decision.comment)
         return decide(state.model_copy(update={"readings": state.readings + 1}), extracted)
     if own_review and decision.decision == "approve":
-        return decide(state, from_claim(state.invoice), vouched_by=decision.decided_by)
+        return decide(state, from_claim(state.invoice), vouched=True)
     if own_review and decision.decision == "reject":
-        return rejected(state, [f"rejected in review by {decision.decided_by}: {decision.comment}".strip()])
+        # Who and why are personal data: the end's reason is sealed, the rejection's is not.
+        why = f"rejected in review by {decision.decided_by}: {decision.comment}".strip(": ")
+        return rejected(state, ["rejected in review"], ended_reason=why)
     return Outcome()
 
 
@@ -59,17 +63,18 @@ async def read_invoice(
     invoice: InvoiceReceived, ctx: Context[Deps], reviewer_comment: str = ""
 ) -> ExtractedInvoice:
     """Ask the LLM; an answer that fails the schema is a SemanticError (re-prompted with it)."""
-    messages = extraction_prompt(invoice.document_text, ctx.feedback, reviewer_comment)
+    document = await ctx.open(invoice.document_text)
+    messages = extraction_prompt(document, ctx.feedback, reviewer_comment)
     answer = await ctx.deps.llm.complete(messages, timeout_s=ctx.deps.llm_timeout_s)
     return parse_json_output(answer, ExtractedInvoice)
 
 
-def decide(state: InvoiceState, extracted: ExtractedInvoice, vouched_by: str = "") -> Outcome[InvoiceState]:
+def decide(state: InvoiceState, extracted: ExtractedInvoice, vouched: bool = False) -> Outcome[InvoiceState]:
     checks, reasons = check_against_claim(extracted, state.invoice)
     if reasons:
         return rejected(state, reasons)
-    if vouched_by:
-        checks.append(f"reading confirmed by reviewer {vouched_by}")
+    if vouched:
+        checks.append("reading confirmed by the reviewer who approved it")
     validated = InvoiceValidated(
         invoice_id=state.invoice.invoice_id,
         extracted=extracted,
@@ -78,9 +83,9 @@ def decide(state: InvoiceState, extracted: ExtractedInvoice, vouched_by: str = "
     return Outcome(state=state.model_copy(update={"validated": True}), emit=[validated])
 
 
-def rejected(state: InvoiceState, reasons: list[str]) -> Outcome[InvoiceState]:
+def rejected(state: InvoiceState, reasons: list[str], ended_reason: str = "") -> Outcome[InvoiceState]:
     events: list[EventModel] = [
         InvoiceRejected(invoice_id=state.invoice.invoice_id, reasons=reasons),
-        WorkflowEnded(outcome="rejected", reason="; ".join(reasons), ended_by=SERVICE),
+        WorkflowEnded(outcome="rejected", reason=ended_reason or "; ".join(reasons), ended_by=SERVICE),
     ]
     return Outcome(state=state, emit=events, ended="rejected")

@@ -16,7 +16,8 @@ SPEC: ServiceSpec[InvoiceState, Deps] = ServiceSpec(
         # An LLM reading can take minutes; three tries with the validation errors
         # as feedback, then a person reviews it.
         On(InvoiceReceived, on_invoice_received, timeout_s=300, semantic_attempts=3),
-        On(ApprovalDecided, on_approval_decided, timeout_s=300, semantic_attempts=3),
+        # Reads the reviewer's comment (a revision) and who decided (the end's reason).
+        On(ApprovalDecided, on_approval_decided, timeout_s=300, semantic_attempts=3, personal=True),
         WORKFLOW_END,
     ],
     produces=frozenset({"invoice.validated", "invoice.rejected", "workflow.ended"}),

@@ -45,7 +45,7 @@ from uuid import UUID
 from pydantic import ValidationError
 
 from chorus_contracts.approvals import ApprovalRequested
-from chorus_contracts.base import EventModel
+from chorus_contracts.base import EventModel, is_sealed
 from chorus_contracts.envelope import Envelope
 from chorus_contracts.lifecycle import Outcome, WorkflowEnded, WorkflowStarted
 from chorus_contracts.platform import ErrorCategory, EventDeadLettered, ReviewRequested
@@ -240,11 +240,16 @@ class OutcomeView:
         self._dead_letters.add(envelope.event_id)
         hour = hour_of(envelope.occurred_at)
         category = payload.error.category
-        original = _original_envelope(payload.original.value_b64)
+        # The original record is personal data, sealed: this view counts without reading it
+        # (the letter names the workflow it belongs to; a poison record's has none).
+        sealed = is_sealed(payload.original)
+        original = None if sealed else _original_envelope(payload.original.value_b64)
         if original is not None:
             self._learn_type(original.workflow_id, original.workflow_type)
         workflow_id = payload.original_workflow_id or (
-            original.workflow_id if original is not None else _key_text(payload.original.key_b64)
+            original.workflow_id
+            if original is not None
+            else (None if sealed else _key_text(payload.original.key_b64))
         )
         workflow_type = self._types.get(workflow_id) if workflow_id else None
         if workflow_type is None:

@@ -152,6 +152,10 @@ class Sandbox:
                 "body": json.loads(raw or b"{}"),
             }
         )
+        # ?status=503 plays a receiver that is down (its deliveries are retried, then given up).
+        wanted = request.query.get("status")
+        if valid and wanted and wanted.isdigit():
+            return web.json_response({"ok": False}, status=int(wanted))
         return web.json_response({"ok": valid}, status=200 if valid else 401)
 
     async def chat(self, request: web.Request) -> web.Response:

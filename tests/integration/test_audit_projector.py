@@ -25,14 +25,15 @@ from audit_projector.adapters.queries import (
     timeline_entries,
 )
 from audit_projector.config import Settings
-from audit_projector.domain import ERASURE_RECORDED, WORKFLOW_PURGED, subject_hash
+from audit_projector.domain import ERASURE_RECORDED, WORKFLOW_PURGED
 from audit_projector.replay import compare, rebuild
 from audit_projector.service import make_spec
-from chorus.apikeys import DEMO_KEYS, ApiKey, bearer
+from chorus.apikeys import DEMO_KEYS, DEMO_SERVICE_KEY, ApiKey, bearer
 from chorus.clock import ManualClock, OffsetFileClock
+from chorus.crypto import HttpKeyStore, Sealer, keyed_ref, subject_hash
 from chorus.db import create_pool
 from chorus.registry import Registry
-from chorus.runtime.runner import ServiceSettings, running
+from chorus.runtime.runner import DEMO_SUBJECT_KEY, ServiceSettings, running
 from chorus_contracts.base import CATALOG
 from chorus_contracts.envelope import Envelope, ProducerRef
 from tests.support.events import TaskSubmitted
@@ -444,7 +445,9 @@ async def test_an_erased_subject_is_nowhere_in_projections_or_state_and_the_audi
 ) -> None:
     registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
     name, svc = f"audit_{unique}", f"svc_{unique}"
-    erased, kept = f"subject:erase-{unique}", f"subject:keep-{unique}"
+    # As the gateway keys them (HMAC under CHORUS_SUBJECT_KEY): a well-behaved producer never
+    # puts the reference itself in an envelope; erasing by either form finds the same subject.
+    erased, kept = (keyed_ref(DEMO_SUBJECT_KEY, f"subject:{s}-{unique}") for s in ("erase", "keep"))
     pii = {erased: "Jane Roe <jane.roe@example.test>", kept: "John Poe <john.poe@example.test>"}
     t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=30)
     stream = Stream(registry)
@@ -882,3 +885,72 @@ async def test_a_workflow_parked_behind_a_dead_letter_too_long_raises_one_alert_
 
 async def _none(found: Awaitable[list[Any]]) -> bool:
     return not await found
+
+
+async def test_every_read_of_personal_data_is_in_the_access_log(
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    database_url: str,
+    pg: asyncpg.Connection,
+    unique: str,
+    key_service: str,
+) -> None:
+    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
+    name = f"audit_{unique}"
+    raw = f"subject:reader-{unique}"
+    subject = keyed_ref(DEMO_SUBJECT_KEY, raw)  # as the gateway keeps it
+    workflow_id = f"wf-read-{unique}"
+    t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
+    stream = Stream(registry)
+    stream.add("workflow.started", workflow_id, t0, subject=subject, submitted_by=f"Ada {unique}")
+    stream.add(
+        "invoice.received",
+        workflow_id,
+        t0 + timedelta(seconds=1),
+        subject=subject,
+        document_text=f"Invoice for Ada {unique}",
+    )
+    stream.add("workflow.deadline_reached", f"wf-none-{unique}", t0, subject=None)  # nothing personal
+    async with httpx.AsyncClient(timeout=10) as client:
+        store = HttpKeyStore("local", key_service, DEMO_SERVICE_KEY, client)
+        sealer = Sealer(registry, {"local": store}, region="local")
+        sealed = [(topic, await sealer.seal(env)) for topic, env in stream.items]
+    settings = projector_settings(kafka_bootstrap, database_url, name)
+    async with running(make_spec(name), settings, registry=registry) as projector:
+        assert projector.http is not None
+        api = f"http://127.0.0.1:{projector.http.port}"
+        await stream.publish(kafka_bootstrap, sealed)
+        await eventually(
+            lambda: _at_least(count(pg, f"SELECT count(*) FROM {name}.audit_log"), 3),
+            what="three events projected",
+        )
+        assert f"Ada {unique}" not in await all_text(pg, [name])  # kept sealed
+
+        async with httpx.AsyncClient(base_url=api, timeout=10) as http:
+            as_operator = await http.get(f"/v1/workflows/{workflow_id}/timeline", headers=OPERATOR)
+            assert f"Invoice for Ada {unique}" in as_operator.text  # opened for the reader
+            for_someone = await http.get(
+                f"/v1/workflows/{workflow_id}/timeline",
+                headers={**bearer("demo-gateway-key"), "X-Chorus-On-Behalf-Of": "demo-submitter"},
+            )
+            assert for_someone.status_code == 200
+            # A read with nothing personal in it is not an access to personal data.
+            await http.get(f"/v1/workflows/wf-none-{unique}/timeline", headers=OPERATOR)
+
+        code, out, err = await chorus(
+            "audit", "access", "--subject", raw, "--api", api, env={"CHORUS_API_KEY": "demo-auditor-key"}
+        )
+        assert code == 0, out + err
+        assert "2 read(s)" in out, out
+        assert "sam.operator" in out and "gateway" in out and "demo-submitter" in out
+        assert "/timeline/0/payload/submitted_by" in out and "/timeline/1/payload/document_text" in out
+        rows = await pg.fetch(f"SELECT principal, on_behalf_of, workflow_id FROM {name}.access_log")
+        assert sorted((r["principal"], r["on_behalf_of"], r["workflow_id"]) for r in rows) == [
+            ("gateway", "demo-submitter", workflow_id),
+            ("sam.operator", None, workflow_id),
+        ]
+        # Nobody but operators and auditors reads the access log.
+        code, out, err = await chorus(
+            "audit", "access", "--subject", raw, "--api", api, env={"CHORUS_API_KEY": "demo-submitter-key"}
+        )
+        assert (code != 0 and "403" in err) or "may not" in err

@@ -23,12 +23,14 @@ from audit_projector.config import Settings as AuditSettings
 from audit_projector.service import SPEC as AUDIT_SPEC
 from chorus.registry import Registry, load_registry
 from chorus.runtime.runner import running
+from chorus_contracts.base import SEALED_PREFIX
 from chorus_tools.devstack import free_port
 from gateway.config import Settings as GatewaySettings
 from gateway.service import SPEC as GATEWAY_SPEC
 from tests.support.database import create_database, drop_database
 from tests.support.kafka import events_of, read_topic
 from tests.support.registry import isolated_schemas, provision
+from tests.support.sealed import opened
 
 pytestmark = pytest.mark.integration
 
@@ -282,7 +284,17 @@ async def test_any_script_is_accepted_and_travels_unchanged(
         until=lambda rs: any(e["workflow_id"] == workflow_id for e in events_of(rs, "invoice.received")),
     )
     [sent] = [e for e in events_of(records, "invoice.received") if e["workflow_id"] == workflow_id]
-    assert sent["payload"]["document_text"] == text
+    # Personal data: sealed on the topic, and exactly the text again once opened.
+    assert sent["payload"]["document_text"].startswith(SEALED_PREFIX)
+    assert text not in json.dumps(sent, ensure_ascii=False)
+    assert opened(sent["payload"]["document_text"]) == text
+
+
+async def test_a_caller_cannot_hand_the_gateway_a_sealed_value_to_open(http: httpx.AsyncClient) -> None:
+    token = f"{SEALED_PREFIX}local.{'0' * 32}:{uuid.uuid4()}:AAAA"
+    found = problem(await http.post("/v1/workflows/procurement", json=invoice(token), headers=SUBMITTER), 422)
+    assert found["errors"][0]["pointer"] == "/input/document_text"
+    assert "looks sealed" in found["errors"][0]["message"]
 
 
 async def test_an_event_too_large_for_its_topic_is_413_naming_the_field(

@@ -25,6 +25,7 @@ from chorus_tools.cli.main import app as cli
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, publish, read_topic
 from tests.support.registry import isolated_registry
+from tests.support.sealed import opened
 from tests.support.testservice import make_spec
 from tests.support.wait import wait_until
 from timer_service.config import Settings as TimerSettings
@@ -56,7 +57,7 @@ async def done_and_dead_lettered(
 
 
 def original_bytes(letter: dict[str, Any]) -> bytes:
-    return base64.b64decode(letter["original"]["value_b64"])
+    return base64.b64decode(opened(letter["original"])["value_b64"])
 
 
 async def start(

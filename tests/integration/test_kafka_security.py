@@ -43,6 +43,7 @@ from payment_agent.config import Settings as PaymentSettings
 from payment_agent.service import SPEC as PAYMENT
 from tests.support.kafka import approval, envelope, events_of, read_topic, signed
 from tests.support.registry import grant_access, isolated_registry, isolated_schemas, provision
+from tests.support.sealed import opened
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -292,14 +293,14 @@ async def test_a_decision_not_signed_by_the_gate_is_dead_lettered_unauthorized_a
     # Dead-lettered by position, never under the forged envelope's ids: a forgery reusing a
     # genuine event's id must not make the genuine one look like a duplicate later.
     by_workflow = {
-        json.loads(base64.b64decode(payload["original"]["value_b64"]))["workflow_id"]: payload
+        json.loads(base64.b64decode(opened(payload["original"])["value_b64"]))["workflow_id"]: payload
         for payload in (letter["payload"] for letter in events_of(letters, "event.dead_lettered"))
     }
     assert sorted(by_workflow) == sorted(f"wf-{n.replace('-', '')}-{unique}" for n in forged)
     for name in forged:
         letter = by_workflow[f"wf-{name.replace('-', '')}-{unique}"]
         assert letter["error"]["category"] == "unauthorized", letter["error"]
-        assert base64.b64decode(letter["original"]["value_b64"]) == records[name][0]
+        assert base64.b64decode(opened(letter["original"])["value_b64"]) == records[name][0]
     assert "only approval_gate produces it" in by_workflow[f"wf-claims-{unique}"]["error"]["message"]
     assert "chorus-signature header" in by_workflow[f"wf-unsigned-{unique}"]["error"]["message"]
     for name in ("wrongkey", "tampered"):

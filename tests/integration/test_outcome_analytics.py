@@ -42,6 +42,7 @@ from tests.support.events import dead_lettered
 from tests.support.kafka import events_of, publish, read_topic
 from tests.support.processes import ServiceProcess
 from tests.support.registry import isolated_registry
+from tests.support.sealed import opened
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +56,7 @@ CATEGORIES: tuple[str, ...] = get_args(ErrorCategory)
 OUTCOME_CYCLE: list[Outcome | None] = [
     "completed",
     "compensated",
-    "completed",
+    "erased",
     "failed",
     "rejected",
     None,
@@ -510,13 +511,13 @@ async def test_a_poison_record_is_dead_lettered_with_its_bytes_and_the_view_keep
             until=lambda rs: len(events_of(rs, "event.dead_lettered")) >= 2,
         )
         letters = {
-            base64.b64decode(d["payload"]["original"]["value_b64"]): d
+            base64.b64decode(opened(d["payload"]["original"])["value_b64"]): d
             for d in events_of(records, "event.dead_lettered")
         }
         assert set(letters) == {not_json, bad_payload}  # the original bytes, exactly
         inputs = await read_topic(kafka_bootstrap, [lifecycle], until=lambda rs: len(rs) >= 4)
         poison = next(r for r in inputs if r.value == not_json)
-        original = letters[not_json]["payload"]["original"]
+        original = opened(letters[not_json]["payload"]["original"])
         assert (original["topic"], original["partition"], original["offset"]) == (
             lifecycle,
             poison.partition,

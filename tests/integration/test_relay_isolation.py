@@ -27,6 +27,7 @@ from chorus.runtime.runner import ServiceRunner, ServiceSettings, running
 from chorus.store import OutboxMessage, OutboxRow, ServiceStore
 from tests.support.kafka import events_of, read_topic
 from tests.support.registry import CREATED_TOPICS, isolated_registry
+from tests.support.sealed import opened
 from tests.support.testservice import make_spec
 
 pytestmark = pytest.mark.integration
@@ -113,9 +114,9 @@ async def test_a_row_over_its_topics_limit_is_set_aside_and_the_500_behind_it_ar
     )
     assert published_numbers(records, topic) == list(range(501))
     [letter] = letters(records)
-    assert base64.b64decode(letter["original"]["value_b64"]) == big
-    assert letter["original"]["outbox_row"].startswith(f"svc_{unique}/")
-    assert letter["original"]["topic"] == topic
+    assert base64.b64decode(opened(letter["original"])["value_b64"]) == big
+    assert opened(letter["original"])["outbox_row"].startswith(f"svc_{unique}/")
+    assert opened(letter["original"])["topic"] == topic
     assert "more than the" in letter["error"]["message"]
     failed = await pg.fetch(f"SELECT failure FROM svc_{unique}.outbox WHERE failed_at IS NOT NULL")
     assert len(failed) == 1
@@ -140,7 +141,7 @@ async def test_a_row_the_broker_refuses_is_isolated_and_the_rest_of_its_partitio
     )
     assert published_numbers(records, topic) == list(range(25))
     [letter] = letters(records)
-    assert base64.b64decode(letter["original"]["value_b64"]) == refused
+    assert base64.b64decode(opened(letter["original"])["value_b64"]) == refused
     assert "MessageSizeTooLarge" in letter["error"]["message"]
     # The relay goes on with a fresh producer: later rows flow too.
     await run_with_rows(runner, rows(topic, numbered(25, 3)))
@@ -167,8 +168,8 @@ async def test_a_row_for_a_topic_that_does_not_exist_is_set_aside_and_the_rest_f
     )
     assert published_numbers(records, topic) == list(range(10))
     [letter] = letters(records)
-    assert letter["original"]["topic"] == missing
-    assert base64.b64decode(letter["original"]["value_b64"]) == b"lost?"
+    assert opened(letter["original"])["topic"] == missing
+    assert base64.b64decode(opened(letter["original"])["value_b64"]) == b"lost?"
     assert "UnknownTopicOrPartition" in letter["error"]["message"]
 
 

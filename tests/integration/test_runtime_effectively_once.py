@@ -16,6 +16,7 @@ from chorus.runtime.runner import ServiceSettings, running
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, publish, read_topic
 from tests.support.registry import isolated_registry
+from tests.support.sealed import opened
 from tests.support.testservice import make_spec
 from tests.support.wait import wait_until
 
@@ -83,14 +84,14 @@ async def test_poison_records_are_dead_lettered_with_their_bytes_and_consumer_go
             ),
         )
     letters = {
-        base64.b64decode(d["payload"]["original"]["value_b64"]): d["payload"]
+        base64.b64decode(opened(d["payload"]["original"])["value_b64"]): d["payload"]
         for d in events_of(records, "event.dead_lettered")
     }
     assert set(letters) == {not_json, invalid}
     assert letters[not_json]["error"]["error_class"] == "NotJSONError"
     assert letters[invalid]["error"]["error_class"] == "SchemaValidationError"
     assert letters[invalid]["error"]["pointer"] == "/payload/transient_failures"
-    assert letters[invalid]["original"]["topic"] == topic
+    assert opened(letters[invalid]["original"])["topic"] == topic
     assert letters[invalid]["service"] == spec.name
     assert [d["payload"]["task"] for d in events_of(records, "test.task_done")] == ["fine"]
 
@@ -130,5 +131,5 @@ async def test_a_poison_record_near_the_broker_limit_still_reaches_the_dead_lett
     letters = events_of(records, "event.dead_lettered")
     assert len(letters) == 1
     letter = letters[0]["payload"]
-    assert base64.b64decode(letter["original"]["value_b64"]) == big
+    assert base64.b64decode(opened(letter["original"])["value_b64"]) == big
     assert [d["payload"]["task"] for d in events_of(records, "test.task_done")] == ["after-the-big-one"]

@@ -23,6 +23,7 @@ from chorus_contracts.lifecycle import WorkflowEnded
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, publish, read_topic
 from tests.support.registry import isolated_registry
+from tests.support.sealed import opened
 from tests.support.testservice import make_spec
 from tests.support.wait import wait_until
 from timer_service.config import Settings as TimerSettings
@@ -243,8 +244,10 @@ async def test_persistent_error_dead_letters_at_once_with_full_context(
     assert letter["error"]["category"] == "persistent"
     assert "business rule" in letter["error"]["message"]
     assert "PersistentError" in letter["error"]["traceback"]
-    assert letter["original"]["topic"] == topic
-    assert json.loads(base64.b64decode(letter["original"]["value_b64"]))["event_id"] == str(env.event_id)
+    assert opened(letter["original"])["topic"] == topic
+    assert json.loads(base64.b64decode(opened(letter["original"])["value_b64"]))["event_id"] == str(
+        env.event_id
+    )
     assert letter["original_event_id"] == str(env.event_id)
     assert len(letter["failures"]) == 1
 

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import asyncpg
 import httpx
@@ -28,10 +29,11 @@ from chorus_contracts.platform import WorkflowsRetired
 from chorus_tools.devstack import SERVICES, DevStack
 from tests.support.database import create_database, drop_database
 from tests.support.hostile import SCRIPTS, corpus
+from tests.support.kafka import dump_topics, events_of, publish, read_topic
 from tests.support.kafka import envelope as envelope_of
-from tests.support.kafka import events_of, publish, read_topic
 from tests.support.processes import chorus
 from tests.support.registry import grant_access, isolated_registry
+from tests.support.sealed import opened
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -52,7 +54,7 @@ API_KEYS = {
     "e2e-self-review-key": {"principal": "demo-submitter", "role": "reviewer", "tier": "manager"},
 }
 HOUR = 3600.0
-TERMINAL = {"completed", "rejected", "failed", "compensated", "timed_out", "cancelled"}
+TERMINAL = {"completed", "rejected", "failed", "compensated", "timed_out", "cancelled", "erased"}
 
 
 class World:
@@ -72,6 +74,9 @@ class World:
         """The services' own database (see the world fixture)."""
         self.registry = registry
         self.kafka = kafka
+        health = stack.procs["key_service"].health_url or ""
+        self.key_service = health.removesuffix("/health")
+        """The stack's own key service: its keys open what its services sealed."""
 
     def advance(self, seconds: float) -> None:
         OffsetFileClock.advance(self.clock_file, seconds)
@@ -82,19 +87,24 @@ class World:
         headers = {**SUBMITTER, **({"Idempotency-Key": key} if key else {})}
         return await self.http.post(f"/v1/workflows/{workflow_type}", json=body, headers=headers)
 
-    async def status(self, workflow_id: str) -> dict[str, Any]:
-        response = await self.http.get(f"/v1/workflows/{workflow_id}", headers=SUBMITTER)
+    async def status(self, workflow_id: str, who: dict[str, str] = SUBMITTER) -> dict[str, Any]:
+        response = await self.http.get(f"/v1/workflows/{workflow_id}", headers=who)
         assert response.status_code == 200, response.text
         body: dict[str, Any] = response.json()
         return body
 
     async def wait(
-        self, workflow_id: str, predicate: Any, what: str, timeout_s: float = 60.0
+        self,
+        workflow_id: str,
+        predicate: Any,
+        what: str,
+        timeout_s: float = 60.0,
+        who: dict[str, str] = SUBMITTER,
     ) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
         last: dict[str, Any] = {}
         while time.monotonic() < deadline:
-            last = await self.status(workflow_id)
+            last = await self.status(workflow_id, who)
             if predicate(last):
                 return last
             await asyncio.sleep(0.2)
@@ -107,8 +117,8 @@ class World:
             f"wait for a {tier}",
         )
 
-    async def ended(self, workflow_id: str) -> dict[str, Any]:
-        return await self.wait(workflow_id, lambda s: s.get("status") in TERMINAL, "end")
+    async def ended(self, workflow_id: str, who: dict[str, str] = SUBMITTER) -> dict[str, Any]:
+        return await self.wait(workflow_id, lambda s: s.get("status") in TERMINAL, "end", who=who)
 
     async def decide(
         self, approval_id: str, who: dict[str, str], decision: str, comment: str = ""
@@ -344,7 +354,9 @@ async def test_cancel_ends_the_workflow_cancelled_releases_its_budget_and_is_ide
 
     final = await world.ended(workflow_id)
     assert final["status"] == "cancelled"
-    assert final["result"] == {"cancelled_by": "demo-submitter", "reason": reason["reason"]}
+    # Who cancelled and why are personal data: in the (sealed) reason, not the result.
+    assert final["result"] == {"cancelled": True}
+    assert final["outcome_reason"] == f"cancelled by demo-submitter: {reason['reason']}"
     assert (await world.http.post(path, json=reason, headers=SUBMITTER)).status_code == 200
     late = await world.decide(approval_id, MANAGER, "approve")
     assert late.status_code == 409 and "the workflow ended (cancelled)" in late.json()["detail"]
@@ -804,7 +816,7 @@ async def test_a_procurement_in_any_script_is_approved_and_paid(world: World, sc
         until=lambda rs: any(e["workflow_id"] == workflow_id for e in events_of(rs, "approval.decided")),
     )
     [decision] = [e for e in events_of(decided, "approval.decided") if e["workflow_id"] == workflow_id]
-    assert decision["payload"]["comment"] == comment
+    assert opened(decision["payload"]["comment"], world.key_service) == comment  # sealed on the topic
 
 
 async def test_a_report_on_a_non_ascii_topic_is_gathered_approved_and_delivered(world: World) -> None:
@@ -862,7 +874,10 @@ async def test_hostile_records_interleaved_with_workflows_are_dead_letters_and_e
     consumers = {"invoice_agent", "budget_agent", "payment_agent", "audit_projector"}
 
     def covered(records: list[Any]) -> bool:
-        return all(set(hostile) <= seen for seen in _dead_lettered(records, topic, consumers).values())
+        return all(
+            set(hostile) <= seen
+            for seen in _dead_lettered(records, topic, consumers, world.key_service).values()
+        )
 
     records = await read_topic(
         world.kafka, [world.registry.physical_topic("event.dead_lettered")], until=covered, timeout_s=120
@@ -871,7 +886,7 @@ async def test_hostile_records_interleaved_with_workflows_are_dead_letters_and_e
         f"live fuzz: {len(hostile)} hostile records x {len(consumers)} consumers dead-lettered, "
         f"{len(workflows)} workflows ended, in {time.monotonic() - started:.1f}s"
     )
-    assert set(_dead_lettered(records, topic, consumers)) == consumers
+    assert set(_dead_lettered(records, topic, consumers, world.key_service)) == consumers
 
 
 def _undecodable(raw: bytes, registry: Registry) -> bool:
@@ -882,12 +897,17 @@ def _undecodable(raw: bytes, registry: Registry) -> bool:
     return False
 
 
-def _dead_lettered(records: list[Any], topic: str, consumers: set[str]) -> dict[str, set[bytes]]:
+def _dead_lettered(
+    records: list[Any], topic: str, consumers: set[str], key_service: str
+) -> dict[str, set[bytes]]:
     seen: dict[str, set[bytes]] = {name: set() for name in consumers}
     for letter in events_of(records, "event.dead_lettered"):
         payload = letter["payload"]
-        if payload["service"] in seen and payload["original"]["topic"] == topic:
-            seen[payload["service"]].add(base64.b64decode(payload["original"]["value_b64"]))
+        if payload["service"] not in seen:
+            continue
+        original = opened(payload["original"], key_service)
+        if original["topic"] == topic:
+            seen[payload["service"]].add(base64.b64decode(original["value_b64"]))
     return seen
 
 
@@ -937,3 +957,115 @@ async def test_a_retired_workflow_takes_the_gateways_rows_with_it(
 
 async def _none_kept(count: Any) -> bool:
     return bool(await count == 0)
+
+
+def marker_forms(marker: str) -> set[bytes]:
+    """``marker`` in every encoding a copy could hold it in: UTF-8, JSON-escaped, URL-encoded,
+    hex (a bytea column in a dump), and base64 / base64url at each of the three alignments
+    (the characters that depend on the marker's bytes alone)."""
+    forms: set[bytes] = set()
+    for raw in {marker.encode(), json.dumps(marker)[1:-1].encode(), quote(marker).encode()}:
+        forms |= {raw, raw.hex().encode()}
+        for shift in range(3):
+            encoded = base64.b64encode(b"\0" * shift + raw)
+            inner = encoded[-(-4 * shift // 3) : (8 * (shift + len(raw))) // 6]
+            forms |= {inner, inner.replace(b"+", b"-").replace(b"/", b"_")}
+    return forms
+
+
+def holding(blobs: dict[str, bytes], forms: set[bytes]) -> dict[str, list[str]]:
+    """Which blobs hold which forms, with a little context, for the failure message."""
+    found: dict[str, list[str]] = {}
+    for name, blob in blobs.items():
+        for form in forms:
+            at = blob.find(form)
+            if at >= 0:
+                found.setdefault(name, []).append(repr(blob[max(0, at - 60) : at + len(form) + 60]))
+    return found
+
+
+async def test_an_erased_subject_is_in_no_topic_table_or_log_and_its_running_workflow_ends_erased(
+    world: World, world_pg: asyncpg.Connection
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    marker = f"Zoë Erasable-{run}"  # non-ASCII: JSON escapes it, so that form is searched too
+    subject = f"subject:erasable-{run}"  # kept only keyed (HMAC): never in clear either
+
+    def theirs(tag: str, **extra: Any) -> dict[str, Any]:
+        body = invoice(f"{run}{tag}")
+        body["input"]["document_text"] += f"\nBill to: {marker}"
+        return {**body, "subject_ref": subject, **extra}
+
+    # One completes, approved with a comment naming the subject; its completion webhook keeps
+    # failing until the gateway gives up (a dead letter of the subject's workflow). One waits
+    # at approval. A third belongs to someone else.
+    hook = f"{world.stack.sandbox_url}/hooks/erase-{run}?status=503"
+    done = (await world.submit("procurement", theirs("a", callback_url=hook))).json()["workflow_id"]
+    waiting = (await world.submit("procurement", theirs("b"))).json()["workflow_id"]
+    other = (await world.submit("procurement", invoice(f"{run}c"))).json()["workflow_id"]
+    for workflow_id in (done, waiting, other):
+        await world.waiting_on(workflow_id, "manager")
+    approval = (await world.status(done))["pending_approval"]["approval_id"]
+    assert (await world.decide(approval, MANAGER, "approve", f"fine, {marker} may buy")).status_code == 202
+    assert (await world.ended(done))["status"] == "completed"
+    # Sealed on the way, and opened for whoever may read it (the read is in the access log).
+    assert marker in json.dumps((await world.status(done))["timeline"], ensure_ascii=False)
+
+    async def dead_lettered() -> bool:
+        world.advance(120)  # the gateway's backoff (at most ~17 minutes in all) in simulated time
+        found = await world_pg.fetchval(
+            "SELECT count(*) FROM deadletter_service.letters WHERE original_workflow_id = $1", done
+        )
+        return bool(found)
+
+    await wait_until(dead_lettered, timeout_s=120, interval_s=1.0, what="the webhook's dead letter")
+    assert (await world.status(waiting))["status"] == "waiting"  # the clock moved, not the window
+
+    projector = (world.stack.procs["audit_projector"].health_url or "").removesuffix("/health")
+    code, out, err = await chorus("erase", "--subject", subject, "--yes", "--wait", "120", "--api", projector)
+    assert code == 0, out + err
+    for service in ("key_service", "gateway", "deadletter_service", "timer_service", "budget_agent"):
+        assert service in out, out
+
+    # The workflow still waiting was ended, its compensation ran; someone else's goes on. Its
+    # submitter no longer shows as its owner (that link was personal data): operators see it.
+    assert (await world.ended(waiting, OPERATOR))["status"] == "erased"
+    released = await wait_until(
+        lambda: world_pg.fetchval(
+            "SELECT status = 'released' FROM budget_agent.reservations WHERE workflow_id = $1", waiting
+        ),
+        what="the erased workflow's budget released",
+    )
+    assert released
+    late = await world.decide(
+        (await world.status(other))["pending_approval"]["approval_id"], MANAGER, "approve"
+    )
+    assert late.status_code == 202
+    assert (await world.ended(other))["status"] == "completed"
+    assert "INVOICE INV-" in json.dumps((await world.status(other))["timeline"])
+
+    # No copy anywhere: every topic from offset 0, every schema, every service's log.
+    forms = marker_forms(marker) | marker_forms(subject)
+    # The search finds the marker however a copy would hold it (a record's bytes in base64
+    # inside JSON, a bytea column in hex), so an empty result below means absent.
+    probes = {
+        "json": json.dumps({"text": f"Bill to: {marker}"}).encode(),
+        "base64": json.dumps({"v": base64.b64encode(f"{{'d': 'x{marker}'}}".encode()).decode()}).encode(),
+        "hex": b"\\x" + f"..{marker}..".encode().hex().encode(),
+    }
+    assert set(holding(probes, forms)) == set(probes)
+    topics = await dump_topics(world.kafka)
+    assert holding({f"record {i}": b for i, b in enumerate(topics)}, forms) == {}
+    dumped = await asyncio.create_subprocess_exec(
+        "pg_dump", "--data-only", "--dbname", world.database_url, stdout=asyncio.subprocess.PIPE
+    )
+    dump, _ = await asyncio.wait_for(dumped.communicate(), timeout=120)
+    assert dumped.returncode == 0
+    assert len(dump) > 10_000  # the services' tables are in it
+    assert holding({"pg_dump": dump}, forms) == {}
+    logs = {p.name: p.read_bytes() for p in world.stack.workdir.glob("*.log") if p.name != "sandbox.log"}
+    assert "gateway.log" in logs and "key_service.log" in logs
+    assert holding(logs, forms) == {}
+    # The audit trail still replays: the projection rebuilt from the topics equals the live one.
+    code, out, err = await chorus("replay", "--verify", "--drop", "--api", projector)
+    assert code == 0, out + err

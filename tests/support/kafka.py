@@ -10,10 +10,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from aiokafka import ConsumerRecord
+from aiokafka import ConsumerRecord, TopicPartition
 
 from chorus.codec import encode
-from chorus.kafka import make_consumer, make_producer
+from chorus.kafka import make_admin, make_consumer, make_producer
 from chorus.registry import default_registry
 from chorus.signing import load_keys
 from chorus.testing import make_event
@@ -143,3 +143,45 @@ def events_of(records: Sequence[ConsumerRecord[bytes, bytes]], event_type: str) 
         if isinstance(body, dict) and body.get("event_type") == event_type:
             out.append(body)
     return out
+
+
+async def dump_topics(bootstrap: str) -> list[bytes]:
+    """Every record of every topic on the broker, from offset 0, as a plain client reads it:
+    each record's value, key and header values (what an attacker with a copy of the log
+    has)."""
+    admin = make_admin(bootstrap)
+    await admin.start()
+    try:
+        topics = await admin.list_topics()
+    finally:
+        await admin.close()
+    consumer = make_consumer(bootstrap, group_id=None, enable_auto_commit=False)
+    await consumer.start()
+    blobs: list[bytes] = []
+    try:
+        partitions = [
+            TopicPartition(topic, p)
+            for topic in sorted(topics)
+            for p in sorted(consumer.partitions_for_topic(topic) or await _partitions(consumer, topic))
+        ]
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        ends = await consumer.end_offsets(partitions)
+        left = {tp for tp, end in ends.items() if end > 0}
+        while left:
+            for tp, batch in (await consumer.getmany(*left, timeout_ms=500)).items():
+                for r in batch:
+                    blobs.extend([r.value or b"", r.key or b"", *(v for _, v in r.headers)])
+                if batch and batch[-1].offset + 1 >= ends[tp]:
+                    left.discard(tp)
+            for tp in list(left):
+                if await consumer.position(tp) >= ends[tp]:  # compacted or transaction markers
+                    left.discard(tp)
+    finally:
+        await consumer.stop()
+    return blobs
+
+
+async def _partitions(consumer: Any, topic: str) -> set[int]:
+    await consumer._client.force_metadata_update()
+    return consumer.partitions_for_topic(topic) or set()

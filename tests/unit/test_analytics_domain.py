@@ -191,6 +191,7 @@ def test_starts_ends_and_durations_land_in_the_hour_of_their_own_event() -> None
         "compensated": 1,
         "timed_out": 0,
         "cancelled": 0,
+        "erased": 0,
     }
     assert first["duration_s"] == {"count": 1, "p50": 1800.0, "p90": 1800.0, "p99": 1800.0}
     second = only(view, "procurement", at(60))

@@ -12,6 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from audit_projector.config import Settings as AuditSettings
+from chorus.runtime.runner import ServiceSettings
 from chorus.settings import EX_CONFIG
 from deadletter_service.config import Settings as DeadLetterSettings
 from gateway.config import Settings as GatewaySettings
@@ -25,6 +26,8 @@ REAL = {
     "CHORUS_WEBHOOK_SECRET": "whsec-from-vault",
     "CHORUS_AUDIT_API_KEY": "gw-7d1e0b",
     "CHORUS_PAYMENT_API_KEY": "pk-live-from-vault",
+    "CHORUS_KEY_SERVICE_API_KEY": "ks-9b2c41",
+    "CHORUS_SUBJECT_KEY": "subject-key-from-vault",
 }
 
 
@@ -60,6 +63,11 @@ def test_every_api_refuses_the_demo_keys_outside_demo_mode(
     with pytest.raises(ValidationError, match="CHORUS_API_KEYS"):
         settings()
     production.setenv("CHORUS_API_KEYS", REAL["CHORUS_API_KEYS"])
+    if issubclass(settings, ServiceSettings):  # on the runtime: it seals personal data
+        with pytest.raises(ValidationError, match=r"CHORUS_KEY_SERVICE_API_KEY.*CHORUS_SUBJECT_KEY"):
+            settings()
+    for name in ("CHORUS_KEY_SERVICE_API_KEY", "CHORUS_SUBJECT_KEY"):
+        production.setenv(name, REAL[name])
     assert settings().api_keys["k-7f3a9c"].principal == "alice"
 
 

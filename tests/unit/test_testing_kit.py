@@ -53,8 +53,8 @@ def read_model(status: int, content_type: str) -> ReadModel:
 
 
 async def test_the_gateway_reads_unknown_only_when_the_projector_says_so() -> None:
-    assert await read_model(404, "application/problem+json").workflow("wf-1") is None
+    assert await read_model(404, "application/problem+json").workflow("wf-1", for_whom="alice") is None
     with pytest.raises(ReadModelUnavailableError):  # a 404 from something else entirely
-        await read_model(404, "text/plain").workflow("wf-1")
+        await read_model(404, "text/plain").workflow("wf-1", for_whom="alice")
     with pytest.raises(ReadModelUnavailableError):
-        await read_model(500, "application/problem+json").approval("a-1")
+        await read_model(500, "application/problem+json").approval("a-1", for_whom="alice")

@@ -43,13 +43,14 @@ from audit_projector.domain import (
     expiry_cutoff,
     lifetime,
     redact_facts,
-    subject_hash,
 )
 from chorus.clock import Clock
+from chorus.crypto import subject_hash
 from chorus.db import ident, rows_affected
 from chorus.envelopes import start_envelope
 from chorus.outbox import OutboxTransaction, OutboxWriter
 from chorus_contracts.envelope import Envelope, ProducerRef
+from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_contracts.platform import (
     MAX_ERASED_PER_EVENT,
     MAX_RETIRED_PER_EVENT,
@@ -210,7 +211,7 @@ async def _purge_batch(
         )
         report.rows.update(per_workflow[r["workflow_id"]])
     report.batches += 1
-    tx.publish(_retirement_request(report, policy.mode, ids, producer, now))
+    await tx.publish(_retirement_request(report, policy.mode, ids, producer, now))
     report.workflows.extend(ids)
     return len(expired)
 
@@ -349,9 +350,33 @@ async def erase_subject(
             "erased_at": now.isoformat(),
         },
     )
+    # A workflow still running ends now, as ``erased``: each service stops it and runs its
+    # compensation (the budget is released), instead of waiting on data that is gone.
+    running = await conn.fetch(
+        f"""SELECT workflow_id, workflow_type FROM {led}.workflow_status
+            WHERE workflow_id = ANY($1::text[]) AND outcome IS NULL ORDER BY workflow_id""",
+        ids,
+    )
+    for row in running:
+        await tx.publish(_erased_end(report, row["workflow_id"], row["workflow_type"], announce.producer))
     for number, part in enumerate(parts, start=1):
-        tx.publish(_erasure_request(report, actor, part, number, len(parts), announce.producer))
+        await tx.publish(_erasure_request(report, actor, part, number, len(parts), announce.producer))
     return report
+
+
+def _erased_end(
+    report: ErasureReport, workflow_id: str, workflow_type: str, producer: ProducerRef
+) -> Envelope:
+    key = f"{report.erasure_id}/end/{workflow_id}"
+    return start_envelope(
+        WorkflowEnded(outcome="erased", result={"erased": True}, ended_by=producer.service),
+        workflow_id=workflow_id,
+        workflow_type=workflow_type,
+        producer=producer,
+        now=report.erased_at,
+        idempotency_key=key,
+        event_id=uuid.uuid5(_NAMESPACE, key),
+    )
 
 
 async def _erase_projections(

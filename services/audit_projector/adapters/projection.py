@@ -43,8 +43,8 @@ from audit_projector.domain import (
     fold,
     redact_entry,
     redact_facts,
-    subject_hash,
 )
+from chorus.crypto import subject_hash
 from chorus.db import ident
 from chorus.migrations import Migration, baseline, migrate
 from chorus.store import archive_ddl
@@ -171,7 +171,27 @@ def ledger_migrations(schema: str) -> list[Migration]:
                 PRIMARY KEY (request_id, service))""",
         ),
     )
-    return [*baseline(ledger_ddl(schema)), confirmations]
+    access = Migration(
+        3,
+        "access log",
+        (
+            # Every read of a workflow's personal data through the API: who (and for whom,
+            # when a service asked on a person's behalf), which fields, when. Not derived
+            # from the topics, so it lives in the ledger and no replay rebuilds it.
+            f"""CREATE TABLE IF NOT EXISTS {s}.access_log (
+                id bigserial PRIMARY KEY,
+                at timestamptz NOT NULL,
+                principal text NOT NULL,
+                on_behalf_of text,
+                workflow_id text NOT NULL,
+                subject_hash text,
+                fields text[] NOT NULL,
+                route text NOT NULL)""",
+            f"CREATE INDEX IF NOT EXISTS access_log_subject ON {s}.access_log (subject_hash, at)",
+            f"CREATE INDEX IF NOT EXISTS access_log_workflow ON {s}.access_log (workflow_id, at)",
+        ),
+    )
+    return [*baseline(ledger_ddl(schema)), confirmations, access]
 
 
 def maintenance_key(ledger: str) -> int:

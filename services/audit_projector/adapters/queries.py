@@ -58,7 +58,7 @@ class ApprovalTask(_View):
     tier: str
     level: int
     waiting_until: datetime | None
-    context: dict[str, Any] | None
+    context: dict[str, Any] | str | None
     stage: str | None
 
 

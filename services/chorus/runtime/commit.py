@@ -179,7 +179,7 @@ class StepCommitter:
 
     async def _commit_result(self, handled: Handled, result: Result) -> bool:
         env = handled.event.envelope
-        write = self._step_write(handled, result, self.clock.now())
+        write = await self._step_write(handled, result, self.clock.now())
         effects = result.outcome.effects if isinstance(result, Succeeded) else ()
         if effects:
             try:
@@ -215,7 +215,7 @@ class StepCommitter:
         # A park is resolved (this event's, or the workflow ended): the caller drains what waited.
         return handled.frame.parked_on is not None and write.parked_on is None
 
-    def _step_write(self, handled: Handled, result: Result, now: datetime) -> StepWrite:
+    async def _step_write(self, handled: Handled, result: Result, now: datetime) -> StepWrite:
         """What the step commits: its inbox outcome, the checkpoint (state, and the event
         the workflow now waits on, if any) and the events it publishes."""
         rec, frame, attempt, traceparent = handled.rec, handled.frame, handled.attempt, handled.traceparent
@@ -228,7 +228,7 @@ class StepCommitter:
             outcome_name = InboxOutcome.DONE
             if result.outcome.state is not None:
                 new_state = result.outcome.state.model_dump(mode="json")
-            messages = self.messages.outcome(env, result.outcome, now, traceparent)
+            messages = await self.messages.outcome(env, result.outcome, now, traceparent)
             ended = self._ends(handled, result)
             if ended is not None:
                 parked_on = None  # what waited behind an earlier event will be dropped
@@ -238,7 +238,7 @@ class StepCommitter:
             outcome_name, parked_on = InboxOutcome.RETRYING, env.event_id
             history = [*handled.failures, failure(result.error, attempt, now, retry_in_s=result.wait_s)]
             messages = [
-                self.messages.retry(
+                await self.messages.retry(
                     env, rec, attempt, history[-MAX_FAILURES:], now, result.wait_s, traceparent
                 )
             ]
@@ -248,7 +248,7 @@ class StepCommitter:
             self._guard_dead_letter(result.error, env)
             history = [*handled.failures, failure(result.error, attempt, now)]
             messages = [
-                self.messages.dead_letter(
+                await self.messages.dead_letter(
                     rec,
                     result.error,
                     result.category,
@@ -262,7 +262,9 @@ class StepCommitter:
         else:
             outcome_name = InboxOutcome.REVIEW
             messages = [
-                self.messages.review(env, result.errors, handled.route.semantic_attempts, now, traceparent)
+                await self.messages.review(
+                    env, result.errors, handled.route.semantic_attempts, now, traceparent
+                )
             ]
         if not self.spec.per_workflow_order:
             parked_on = None  # nothing waits behind a retry or a dead letter here
@@ -321,7 +323,7 @@ class StepCommitter:
             uuid.NAMESPACE_URL, f"chorus:{self.group}:{rec.topic}:{rec.partition}:{rec.offset}"
         )
         this_failure = failure(exc, 1, now)
-        message = self.messages.dead_letter(rec, exc, exc.category, 1, [this_failure], now)
+        message = await self.messages.dead_letter(rec, exc, exc.category, 1, [this_failure], now)
         async with self.pool.acquire() as conn, conn.transaction():
             claimed = await self.store.claim_inbox(
                 conn,

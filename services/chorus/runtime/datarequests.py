@@ -23,7 +23,7 @@ from chorus.clock import Clock
 from chorus.envelopes import child_envelope
 from chorus.logs import fields
 from chorus.outbox import OutboxWriter
-from chorus.service import OwnedData
+from chorus.service import DataRequest, OwnedData
 from chorus.store import InboxOutcome, ServiceStore
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.platform import DataRemoved, SubjectErasureRequested, WorkflowsRetired
@@ -47,14 +47,24 @@ class DataRequests:
     group: str
     owned: Sequence[OwnedData] = ()
     """The service's own per-workflow tables (ServiceSpec.owned_data)."""
+    compensates: bool = False
+    """The service handles ``workflow.ended``: an erased subject's running workflows keep
+    their state until their end (``erased``) comes, so that it can compensate."""
 
     async def erase(self, envelope: Envelope, request: SubjectErasureRequested) -> None:
         async with self.pool.acquire() as conn, self.outbox.transaction(conn) as tx:
             if not await self._claim(conn, envelope):
                 return
-            rows, workflows = await self.store.erase_subject(conn, request.subject_hash, request.workflow_ids)
+            rows, workflows = await self.store.erase_subject(
+                conn, request.subject_hash, request.workflow_ids, keep_running=self.compensates
+            )
             request_id = request.erasure_id if request.parts == 1 else f"{request.erasure_id}/{request.part}"
-            tx.publish(self._confirmation(envelope, "erasure", request_id, rows, workflows))
+            asked = DataRequest(request_id, self.clock.now())
+            for owned in self.owned:  # the service's own tables, in the same transaction
+                rows = _merged(
+                    rows, await owned.erase(conn, request.subject_hash, request.workflow_ids, asked)
+                )
+            await tx.publish(self._confirmation(envelope, "erasure", request_id, rows, workflows))
 
     async def retire(self, envelope: Envelope, request: WorkflowsRetired, run_id: uuid.UUID) -> None:
         async with self.pool.acquire() as conn, self.outbox.transaction(conn) as tx:
@@ -67,13 +77,11 @@ class DataRequests:
                 archive=request.mode == "archive",
                 now=self.clock.now(),
             )
-            for owned in self.owned:  # the service's own tables, in the same transaction
-                removed = {
-                    table: n for table, n in (await owned.retire(conn, request.workflow_ids)).items() if n
-                }
-                rows = {**rows, **removed}
             request_id = f"{request.run_id}/{request.batch}"
-            tx.publish(self._confirmation(envelope, "retirement", request_id, rows, workflows))
+            asked = DataRequest(request_id, self.clock.now())
+            for owned in self.owned:  # the service's own tables, in the same transaction
+                rows = _merged(rows, await owned.retire(conn, request.workflow_ids, asked))
+            await tx.publish(self._confirmation(envelope, "retirement", request_id, rows, workflows))
 
     async def _claim(self, conn: asyncpg.Connection, envelope: Envelope) -> bool:
         """Claim the request in the inbox; False when this group handled it already."""
@@ -114,3 +122,8 @@ class DataRequests:
         return child_envelope(
             envelope, confirmation, producer=self.producer, now=self.clock.now(), position="data.removed"
         )
+
+
+def _merged(rows: dict[str, int], removed: dict[str, int]) -> dict[str, int]:
+    """``rows`` and the tables where ``removed`` counts something."""
+    return {**rows, **{table: n for table, n in removed.items() if n}}

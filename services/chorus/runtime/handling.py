@@ -13,13 +13,14 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from chorus.clock import Clock
 from chorus.codec import Event
+from chorus.crypto import KeyStoreUnavailableError, Sealer
 from chorus.errors import (
     Category,
     HandlerTimeoutError,
@@ -27,7 +28,7 @@ from chorus.errors import (
     SemanticError,
     TransientError,
 )
-from chorus.logs import fields
+from chorus.logs import fields, hide_in_logs
 from chorus.metrics import Metrics
 from chorus.runtime.backoff import full_jitter
 from chorus.runtime.steps import DeadLetter, Frame, Result, Retry, Review, Succeeded
@@ -54,6 +55,7 @@ class HandlerCall:
     metrics: Metrics
     checkpoint: Checkpoint
     rng: random.Random
+    sealer: Sealer | None = None
 
     def migrated(self, row: StateRow | None) -> dict[str, Any] | None:
         """The checkpoint's state brought up to the service's state version."""
@@ -95,8 +97,8 @@ class HandlerCall:
                     feedback.extend(exc.errors)
                     log.warning("semantic failure; re-running with feedback", extra=fields(errors=exc.errors))
                     continue
-                except ConflictError:
-                    raise
+                except (ConflictError, KeyStoreUnavailableError):
+                    raise  # the database or the key store: infrastructure, the record comes again
                 except TransientError as exc:
                     return self._transient(route, route.max_attempts, exc, "transient", attempt), traceparent
                 except PersistentError as exc:
@@ -115,6 +117,8 @@ class HandlerCall:
         self, route: On, event: Event[EventModel], frame: Frame, attempt: int, feedback: list[str]
     ) -> Any:
         env = event.envelope
+        if route.personal:
+            event = await self._opened(route, event)
         state_model = self.spec.state
         state = (
             state_model.model_validate(frame.state)
@@ -130,10 +134,28 @@ class HandlerCall:
             feedback=list(feedback),
             log=logging.LoggerAdapter(logging.getLogger(self.spec.name)),
             _checkpoint=lambda s: self.checkpoint(env, frame, s),
+            _open=self._open,
         )
         outcome = await self._within(route.handler(event, state, ctx), route.timeout_s)
         check_outcome(self.spec, outcome)
         return outcome
+
+    async def _opened(self, route: On, event: Event[EventModel]) -> Event[EventModel]:
+        """The event with its own personal fields opened (and hidden from log lines)."""
+        if self.sealer is None:
+            raise PersistentError(
+                f"{route.event.event_type} needs personal data, and no key store is configured"
+            )
+        opened = await self.sealer.open_event(event.envelope)
+        hide_in_logs([v for k, v in opened.items() if v is not event.envelope.payload.get(k)])
+        return replace(event, payload=route.event.model_validate(opened))
+
+    async def _open(self, token: str) -> Any:
+        if self.sealer is None:
+            raise PersistentError("sealed personal data, and no key store is configured")
+        value = await self.sealer.open(token)
+        hide_in_logs(value)
+        return value
 
     async def _within(self, work: Awaitable[T], timeout_s: float) -> T:
         """``work``'s result, or HandlerTimeoutError once ``timeout_s`` of the service's clock

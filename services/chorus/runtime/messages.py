@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from chorus.crypto import Sealer
 from chorus.deadletters import dead_letter_envelope
 from chorus.envelopes import child_envelope
 from chorus.errors import Category
@@ -44,9 +45,11 @@ class Messages:
     producer: ProducerRef
     group: str
     signer: Signer | None = None
+    sealer: Sealer | None = None
 
-    def message(self, envelope: Envelope) -> OutboxMessage:
-        return outbox_message(self.registry, envelope, self.signer)
+    async def message(self, envelope: Envelope) -> OutboxMessage:
+        sealed = await self.sealer.seal(envelope) if self.sealer is not None else envelope
+        return outbox_message(self.registry, sealed, self.signer)
 
     def _child(
         self,
@@ -67,7 +70,7 @@ class Messages:
             **overrides,
         )
 
-    def outcome(
+    async def outcome(
         self, env: Envelope, outcome: Outcome[Any], now: datetime, traceparent: str
     ) -> list[OutboxMessage]:
         messages: list[OutboxMessage] = []
@@ -91,7 +94,7 @@ class Messages:
                 )
             else:
                 child = self._child(env, item, stamped, f"emit/{index}", traceparent)
-            messages.append(self.message(child))
+            messages.append(await self.message(child))
         for index, timer in enumerate(outcome.timers):
             timer_id = f"{self.spec.name}:{env.workflow_id}:{timer.timer_id}"
             command: EventModel
@@ -112,10 +115,12 @@ class Messages:
             else:
                 assert isinstance(timer, RescheduleTimer)
                 command = TimerReschedule(timer_id=timer_id, due_at=timer.due_at)
-            messages.append(self.message(self._child(env, command, now, f"timer-cmd/{index}", traceparent)))
+            messages.append(
+                await self.message(self._child(env, command, now, f"timer-cmd/{index}", traceparent))
+            )
         return messages
 
-    def retry(
+    async def retry(
         self,
         env: Envelope,
         rec: Record,
@@ -143,9 +148,9 @@ class Messages:
             ),
             purpose="retry",
         )
-        return self.message(self._child(env, schedule, now, f"retry-timer/{attempt + 1}", traceparent))
+        return await self.message(self._child(env, schedule, now, f"retry-timer/{attempt + 1}", traceparent))
 
-    def dead_letter(
+    async def dead_letter(
         self,
         rec: Record,
         error: BaseException,
@@ -169,9 +174,9 @@ class Messages:
             parent=parent,
             traceparent=traceparent,
         )
-        return self.message(envelope)
+        return await self.message(envelope)
 
-    def review(
+    async def review(
         self, env: Envelope, errors: list[str], attempts: int, now: datetime, traceparent: str
     ) -> OutboxMessage:
         body = ReviewRequested(
@@ -182,4 +187,4 @@ class Messages:
             original_event_type=env.event_type,
             original_event_id=str(env.event_id),
         )
-        return self.message(self._child(env, body, now, "review", traceparent))
+        return await self.message(self._child(env, body, now, "review", traceparent))

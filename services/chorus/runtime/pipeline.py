@@ -30,11 +30,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
+from pydantic import ValidationError
 
 from chorus.clock import Clock
 from chorus.codec import Event, decode
-from chorus.errors import DecodeError, UnauthorizedError, UndecodableError
-from chorus.logs import fields, log_context
+from chorus.crypto import KeyDestroyedError, Sealer
+from chorus.errors import DecodeError, PersistentError, UnauthorizedError, UndecodableError
+from chorus.logs import fields, log_context, personal_scope
 from chorus.metrics import Metrics
 from chorus.outbox import OutboxWriter
 from chorus.registry import Registry
@@ -50,7 +52,7 @@ from chorus.runtime.steps import Dropped, Frame, Handled, Result, Via
 from chorus.service import ServiceSpec
 from chorus.signing import Keys, Verifier
 from chorus.store import ConflictError, InboxOutcome, Loaded, OutboxRow, ServiceStore
-from chorus_contracts.base import EventModel
+from chorus_contracts.base import EventModel, is_sealed
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_contracts.platform import (
@@ -89,6 +91,9 @@ class Pipeline:
     rng: random.Random = field(default_factory=random.Random)
     keys: Keys = field(default_factory=lambda: Keys(None, Verifier({}, {})))
     """This service's signer and the verifier of signed event types (chorus.signing)."""
+    sealer: Sealer | None = None
+    """Seals the personal data of what the service publishes, opens it for handlers that
+    declare they read it (chorus.crypto)."""
 
     def __post_init__(self) -> None:
         self.producer = ProducerRef(service=self.spec.name, version=self.spec.version)
@@ -98,18 +103,21 @@ class Pipeline:
             spec=self.spec,
             metrics=self.metrics,
             guard=self.guard,
-            messages=Messages(self.spec, self.registry, self.producer, self.group, self.keys.signer),
+            messages=Messages(
+                self.spec, self.registry, self.producer, self.group, self.keys.signer, self.sealer
+            ),
             on_outbox=self.on_outbox,
             on_committed=self.on_committed,
             **parts,
         )
         self.call = HandlerCall(
-            self.spec, self.deps, self.clock, self.metrics, self.committer.checkpoint, self.rng
+            self.spec, self.deps, self.clock, self.metrics, self.committer.checkpoint, self.rng, self.sealer
         )
         self.data_requests = DataRequests(
-            outbox=OutboxWriter(self.store, self.registry, self.on_outbox, self.keys.signer),
+            outbox=OutboxWriter(self.store, self.registry, self.on_outbox, self.keys.signer, self.sealer),
             producer=self.producer,
             owned=self.spec.owned_data,
+            compensates=self.spec.handler_for(WorkflowEnded.event_type) is not None,
             **parts,
         )
         # Concurrent lanes share round trips: loads go in batches.
@@ -157,11 +165,13 @@ class Pipeline:
         self.metrics.events_in.labels(rec.topic, event.event_type).inc()
         payload, envelope = event.payload, event.envelope
         if isinstance(payload, RetryDue):
-            await self._on_retry_due(rec, payload)
+            await self._on_retry_due(rec, envelope, payload)
         elif isinstance(payload, EventDiscarded):
             await self._on_discarded(rec, envelope, payload)
         elif isinstance(payload, SubjectErasureRequested):
             await self.data_requests.erase(envelope, payload)
+            if self.sealer is not None:
+                self.sealer.forget(payload.subject_hash, payload.workflow_ids)
         elif isinstance(payload, WorkflowsRetired):
             await self._on_retired(rec, envelope, payload)
         elif self.spec.handler_for(event.event_type) is not None:
@@ -172,9 +182,22 @@ class Pipeline:
             return  # another service's event on a shared topic
         self.metrics.handle_latency.labels(event.event_type).observe(time.perf_counter() - started)
 
-    async def _on_retry_due(self, rec: Record, due: RetryDue) -> None:
+    async def _on_retry_due(self, rec: Record, envelope: Envelope, due: RetryDue) -> None:
         if due.service != self.spec.name or due.consumer_group != self.group:
             return
+        if is_sealed(due.original):
+            try:
+                due = RetryDue.model_validate(await self._open_event(envelope))
+            except KeyDestroyedError:
+                # Its subject was erased: the workflow ended, and nothing is left to retry.
+                log.info(
+                    "a retry of an erased subject's event; dropped",
+                    extra=fields(event_id=str(envelope.event_id)),
+                )
+                return
+            except (PersistentError, ValidationError) as exc:
+                await self.committer.dead_letter_record(rec, PersistentError(f"/payload/original: {exc}"))
+                return
         try:
             original = record_from_original(due.original)
         except ValueError as exc:  # base64 that does not decode: the control record is poison
@@ -190,6 +213,11 @@ class Pipeline:
         if await self._unproven(event.envelope, original):
             return
         await self._process(event, original, attempt=due.attempt, failures=list(due.failures), via=Via.RETRY)
+
+    async def _open_event(self, envelope: Envelope) -> dict[str, Any]:
+        if self.sealer is None:
+            raise PersistentError("sealed personal data, and no key store is configured")
+        return await self.sealer.open_event(envelope)
 
     async def _unproven(self, envelope: Envelope, rec: Record) -> bool:
         """True (and the record dead-lettered as ``unauthorized``) when its event is of a
@@ -246,11 +274,14 @@ class Pipeline:
         env = event.envelope
         route = self.spec.handler_for(env.event_type)
         assert route is not None
-        with log_context(
-            workflow_id=env.workflow_id,
-            event_id=str(env.event_id),
-            trace_id=env.traceparent[3:35],
-            event_type=env.event_type,
+        with (
+            personal_scope(),
+            log_context(
+                workflow_id=env.workflow_id,
+                event_id=str(env.event_id),
+                trace_id=env.traceparent[3:35],
+                event_type=env.event_type,
+            ),
         ):
             for _ in range(MAX_CONFLICT_RETRIES):
                 loaded = await self._loads.submit((env.event_id, env.workflow_id))

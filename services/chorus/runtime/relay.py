@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 from aiokafka import AIOKafkaProducer
@@ -71,7 +71,7 @@ hands them over late (microseconds to milliseconds after its commit; a duplicate
 that is dropped by consumers, by event id)."""
 
 ProducerFactory = Callable[[], AIOKafkaProducer]
-DeadLetterBuilder = Callable[[OutboxRow, BaseException], OutboxMessage | None]
+DeadLetterBuilder = Callable[[OutboxRow, BaseException], Awaitable[OutboxMessage | None]]
 """The dead letter of a set-aside row; None for a row that is itself a dead letter (a
 dead letter of a refused dead letter would be refused too, row after row)."""
 
@@ -301,7 +301,7 @@ class OutboxRelay:
             self.published += 1
 
     async def _set_aside(self, row: OutboxRow, error: RowRefusedError) -> None:
-        message = self.dead_letter(row, error)
+        message = await self.dead_letter(row, error)
         async with self.pool.acquire() as conn, conn.transaction():
             await self.store.mark_failed(conn, row.id, str(error), self.clock.now())
             if message is not None:

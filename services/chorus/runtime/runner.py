@@ -21,11 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import httpx
 from aiokafka.errors import KafkaConnectionError, UnknownTopicOrPartitionError
 from pydantic_settings import SettingsConfigDict
 
 from chorus import breaker
+from chorus.apikeys import DEMO_SERVICE_KEY
 from chorus.clock import Clock, clock_from_setting
+from chorus.crypto import HttpKeyStore, Sealer
 from chorus.db import create_pool
 from chorus.deadletters import refused_row_dead_letter
 from chorus.errors import EventTooLargeError
@@ -54,6 +57,9 @@ from chorus_contracts.envelope import Priority, ProducerRef
 log = logging.getLogger("chorus.runner")
 
 CONTROL_TOPIC_EVENT = "retry.due"
+LOCAL_REGION = "local"
+LOCAL_KEY_SERVICE = "http://127.0.0.1:8117"
+DEMO_SUBJECT_KEY = "demo-subject-key-not-for-production"
 
 
 class ServiceSettings(ChorusSettings):
@@ -84,6 +90,28 @@ class ServiceSettings(ChorusSettings):
     stuck_record_alert_s: float = 180.0
     """A record failing for an infrastructure reason this long is reported stuck (/health,
     chorus status, chorus_records_stuck) while it goes on being retried."""
+    key_stores: dict[str, str] = {LOCAL_REGION: LOCAL_KEY_SERVICE}
+    """CHORUS_KEY_STORES: region -> URL of that region's key service. This service seals
+    and opens personal data of these regions only (residency, chorus.crypto)."""
+    data_region: str = LOCAL_REGION
+    """Where keys of new subjects are made, unless ``data_regions`` names their workflow type."""
+    data_regions: dict[str, str] = {}
+    """CHORUS_DATA_REGIONS: workflow type -> region (the same map on every service)."""
+    key_service_api_key: str = DEMO_SERVICE_KEY
+    """What this service presents to the key services (their CHORUS_API_KEYS, role service)."""
+    key_cache_s: float = 300.0
+    """How long a data key stays cached; an erasure request drops its keys at once."""
+    subject_key: str = DEMO_SUBJECT_KEY
+    """CHORUS_SUBJECT_KEY: the secret under which subject references are keyed (HMAC), where
+    they enter (a submission) and where an operator names one (erasure, access log)."""
+
+    def demo_secrets(self) -> list[str]:
+        found = super().demo_secrets()
+        if self.key_service_api_key == DEMO_SERVICE_KEY:
+            found.append("CHORUS_KEY_SERVICE_API_KEY (the demo's)")
+        if self.subject_key == DEMO_SUBJECT_KEY:
+            found.append("CHORUS_SUBJECT_KEY (the demo's)")
+        return found
 
 
 class ServiceRunner:
@@ -95,6 +123,7 @@ class ServiceRunner:
         deps: Any = None,
         clock: Clock | None = None,
         registry: Registry | None = None,
+        sealer: Sealer | None = None,
     ) -> None:
         self.spec = spec
         self.settings = settings
@@ -117,6 +146,7 @@ class ServiceRunner:
         self.stuck: StuckRecords | None = None
         self.http: HttpServer | None = None
         self.handle: RuntimeHandle | None = None
+        self.sealer = sealer
         self._tasks: list[asyncio.Task[None]] = []
         self._stack = AsyncExitStack()
         self._stopped = asyncio.Event()
@@ -157,6 +187,7 @@ class ServiceRunner:
         setup_logging(self.spec.name, s.log_level, s.log_json)
         setup_tracing(self.spec.name, self.spec.version)
         pool = await self._start_database()
+        sealer = self.sealer = self.sealer or await self._start_sealer()
         if self.deps is None:
             self.deps = await self._stack.enter_async_context(self.spec.bootstrap(s))
         client_id = f"{self.spec.name}{'-' + s.instance if s.instance else ''}"
@@ -175,6 +206,7 @@ class ServiceRunner:
             on_outbox=relay.wake,
             on_committed=relay.publish_committed,
             keys=self.keys,
+            sealer=sealer,
         )
         self.stuck = StuckRecords(s.stuck_record_alert_s, self.metrics, wall_clock=self.clock.now)
         self.dispatcher = Dispatcher(
@@ -195,8 +227,9 @@ class ServiceRunner:
             settings=s,
             deps=self.deps,
             producer=self.pipeline.producer,
-            outbox=OutboxWriter(self.store, self.registry, relay.wake, self.keys.signer),
+            outbox=OutboxWriter(self.store, self.registry, relay.wake, self.keys.signer, sealer),
             signer=self.keys.signer,
+            sealer=sealer,
         )
         self.http = HttpServer(
             s.http_host,
@@ -234,6 +267,19 @@ class ServiceRunner:
             for migration in self.spec.migrations:
                 await migration(conn)
         return pool
+
+    async def _start_sealer(self) -> Sealer:
+        """The sealer of personal data, with a client of each configured region's key service."""
+        s = self.settings
+        client = httpx.AsyncClient(timeout=httpx.Timeout(10.0, connect=3.0))
+        self._stack.push_async_callback(client.aclose)
+        stores = {
+            region: HttpKeyStore(region, url, s.key_service_api_key, client)
+            for region, url in s.key_stores.items()
+        }
+        return Sealer(
+            self.registry, stores, region=s.data_region, regions=s.data_regions, ttl_s=s.key_cache_s
+        )
 
     async def _start_relay(self, pool: asyncpg.Pool, client_id: str) -> OutboxRelay:
         """The outbox relay with its started producer (stopped with the runner)."""
@@ -325,7 +371,7 @@ class ServiceRunner:
         await self.stop()
         return 3 if self.fatal else 0
 
-    def _refused_row_dead_letter(
+    async def _refused_row_dead_letter(
         self, producer: ProducerRef, row: OutboxRow, error: BaseException
     ) -> OutboxMessage | None:
         if row.topic == self.registry.physical_topic("event.dead_lettered"):
@@ -334,13 +380,14 @@ class ServiceRunner:
         where = f"{self.spec.name}/{row.id}"
         now = self.clock.now()
         letter = refused_row_dead_letter(record, error, producer=producer, outbox_row=where, now=now)
+        assert self.sealer is not None, "the relay starts after the sealer"
         try:
-            return outbox_message(self.registry, letter)
+            return outbox_message(self.registry, await self.sealer.seal(letter))
         except EventTooLargeError:  # the bytes stay in the failed outbox row instead
             letter = refused_row_dead_letter(
                 record, error, producer=producer, outbox_row=where, now=now, omit_value=True
             )
-            return outbox_message(self.registry, letter)
+            return outbox_message(self.registry, await self.sealer.seal(letter))
 
     async def _wait_fatal(self) -> None:
         await self._fatal_event.wait()

@@ -383,3 +383,45 @@ async def _api(
             f"{method} {path}: {client.base_url} answered, but not with JSON (is it the audit projector?)", 1
         ) from None
     return body
+
+
+# -- access log ---------------------------------------------------------------------------------
+
+audit_app = typer.Typer(help="Who read personal data (the access log).", no_args_is_help=True)
+
+
+@audit_app.command("access")
+def access_command(
+    subject: Annotated[str, typer.Option("--subject", help="The subject reference (subject_ref).")],
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="Most recent reads to show.")] = 100,
+    api: AuditUrl = AUDIT_URL,
+    api_key: ApiKeyOption = "",
+) -> None:
+    """Every read of the subject's personal data through the APIs and this CLI, newest first:
+    when, who (and for whom, when a service read on a person's behalf), which workflow and
+    fields, through which route. For operators and auditors."""
+    headers = api_headers(api_key)
+
+    async def read() -> dict[str, Any]:
+        async with httpx.AsyncClient(base_url=api.rstrip("/"), timeout=30, headers=headers) as client:
+            found: dict[str, Any] = await _api(
+                client, "GET", "/v1/access", params={"subject_ref": subject, "limit": str(limit)}
+            )
+            return found
+
+    with _unavailable_exits():
+        found = _run(read())
+    console.print(f"{len(found['accesses'])} read(s) of {found['subject_hash']}'s personal data")
+    table = Table(show_lines=False)
+    for column in ("at", "principal", "for", "workflow", "fields", "route"):
+        table.add_column(column)
+    for a in found["accesses"]:
+        table.add_row(
+            _at(a["at"]),
+            escape(a["principal"]),
+            escape(a["on_behalf_of"] or "-"),
+            escape(a["workflow_id"]),
+            escape(", ".join(a["fields"])),
+            escape(a["route"]),
+        )
+    console.print(table)

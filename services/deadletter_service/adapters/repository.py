@@ -23,6 +23,7 @@ import asyncpg
 
 from chorus import migrations
 from chorus.db import rows_affected
+from chorus.service import DataRequest
 from deadletter_service.domain import OPEN, LetterFilter
 
 SCHEMA = "deadletter_service"
@@ -92,7 +93,15 @@ class LetterRetention:
     """A retired workflow's dead letters go with it (their original bytes carry its data),
     and the operations on them (an operator's reasons)."""
 
-    async def retire(self, conn: asyncpg.Connection, workflow_ids: Sequence[str]) -> dict[str, int]:
+    async def erase(
+        self, conn: asyncpg.Connection, subject_hash: str, workflow_ids: Sequence[str], request: DataRequest
+    ) -> dict[str, int]:
+        """The subject's workflows' rows go as a retired workflow's do."""
+        return await self.retire(conn, workflow_ids, request)
+
+    async def retire(
+        self, conn: asyncpg.Connection, workflow_ids: Sequence[str], request: DataRequest
+    ) -> dict[str, int]:
         letters = await conn.fetch(
             f"DELETE FROM {SCHEMA}.letters WHERE original_workflow_id = ANY($1::text[]) RETURNING id",
             list(workflow_ids),

@@ -10,6 +10,8 @@ import httpx
 
 from chorus.webapi import PROBLEM
 
+ON_BEHALF_OF = "X-Chorus-On-Behalf-Of"
+
 
 class ReadModelUnavailableError(Exception):
     """The audit projector did not answer: the API says 503, the caller may retry."""
@@ -21,9 +23,13 @@ class ReadModel:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
 
-    async def _get(self, path: str, params: dict[str, str] | None = None) -> Any | None:
+    async def _get(self, path: str, params: dict[str, str] | None = None, *, for_whom: str) -> Any | None:
+        # The projector logs each read of personal data, naming whom the gateway read it for.
+        headers = {ON_BEHALF_OF: for_whom}
         try:
-            response = await self.client.get(f"{self.base_url}{path}", params=params, timeout=self.timeout_s)
+            response = await self.client.get(
+                f"{self.base_url}{path}", params=params, headers=headers, timeout=self.timeout_s
+            )
         except httpx.HTTPError as exc:
             raise ReadModelUnavailableError(f"audit projector at {self.base_url}: {exc!r}") from exc
         if response.status_code == 404 and response.headers.get("content-type", "").startswith(PROBLEM):
@@ -34,22 +40,28 @@ class ReadModel:
             raise ReadModelUnavailableError(f"audit projector answered {response.status_code} for {path}")
         return response.json()
 
-    async def workflow(self, workflow_id: str) -> dict[str, Any] | None:
-        found: dict[str, Any] | None = await self._get(f"/v1/workflows/{quote(workflow_id, safe='')}")
+    async def workflow(self, workflow_id: str, *, for_whom: str) -> dict[str, Any] | None:
+        found: dict[str, Any] | None = await self._get(
+            f"/v1/workflows/{quote(workflow_id, safe='')}", for_whom=for_whom
+        )
         return found
 
-    async def timeline(self, workflow_id: str) -> list[dict[str, Any]]:
-        body = await self._get(f"/v1/workflows/{quote(workflow_id, safe='')}/timeline")
+    async def timeline(self, workflow_id: str, *, for_whom: str) -> list[dict[str, Any]]:
+        body = await self._get(f"/v1/workflows/{quote(workflow_id, safe='')}/timeline", for_whom=for_whom)
         return list(body["timeline"]) if body else []
 
-    async def workflows(self, status: str, limit: int) -> list[dict[str, Any]]:
-        body = await self._get("/v1/workflows", {"status": status, "limit": str(limit)})
+    async def workflows(self, status: str, limit: int, *, for_whom: str) -> list[dict[str, Any]]:
+        body = await self._get("/v1/workflows", {"status": status, "limit": str(limit)}, for_whom=for_whom)
         return list(body["workflows"]) if body else []
 
-    async def approval(self, approval_id: str) -> dict[str, Any] | None:
-        found: dict[str, Any] | None = await self._get(f"/v1/approvals/{quote(approval_id, safe='')}")
+    async def approval(self, approval_id: str, *, for_whom: str) -> dict[str, Any] | None:
+        found: dict[str, Any] | None = await self._get(
+            f"/v1/approvals/{quote(approval_id, safe='')}", for_whom=for_whom
+        )
         return found
 
-    async def pending_approvals(self, tier: str | None) -> list[dict[str, Any]]:
-        body = await self._get("/v1/approvals", {"tier": tier} if tier is not None else None)
+    async def pending_approvals(self, tier: str | None, *, for_whom: str) -> list[dict[str, Any]]:
+        body = await self._get(
+            "/v1/approvals", {"tier": tier} if tier is not None else None, for_whom=for_whom
+        )
         return list(body["approvals"]) if body else []

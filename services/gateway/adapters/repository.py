@@ -10,6 +10,7 @@ import asyncpg
 
 from chorus import migrations
 from chorus.db import rows_affected
+from chorus.service import DataRequest
 
 DDL = [
     "CREATE SCHEMA IF NOT EXISTS gateway",
@@ -64,7 +65,15 @@ MIGRATIONS = [
 class SubmissionRetention:
     """A retired workflow's submission, reviewers' decisions and cancel request go with it."""
 
-    async def retire(self, conn: asyncpg.Connection, workflow_ids: Sequence[str]) -> dict[str, int]:
+    async def erase(
+        self, conn: asyncpg.Connection, subject_hash: str, workflow_ids: Sequence[str], request: DataRequest
+    ) -> dict[str, int]:
+        """The subject's workflows' rows go as a retired workflow's do."""
+        return await self.retire(conn, workflow_ids, request)
+
+    async def retire(
+        self, conn: asyncpg.Connection, workflow_ids: Sequence[str], request: DataRequest
+    ) -> dict[str, int]:
         removed = {}
         for table in ("submissions", "decisions", "cancellations"):
             status = await conn.execute(

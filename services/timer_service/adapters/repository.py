@@ -17,6 +17,7 @@ import asyncpg
 
 from chorus import migrations
 from chorus.db import rows_affected
+from chorus.service import DataRequest
 from timer_service.domain import CANCELLED, FIRED, PENDING
 
 SCHEMA = "timer_service"
@@ -212,7 +213,15 @@ class TimerRetention:
     """A retired workflow's timers go with it: pending, fired (their stored envelopes carry
     the workflow's data) and cancelled ones."""
 
-    async def retire(self, conn: asyncpg.Connection, workflow_ids: Sequence[str]) -> dict[str, int]:
+    async def erase(
+        self, conn: asyncpg.Connection, subject_hash: str, workflow_ids: Sequence[str], request: DataRequest
+    ) -> dict[str, int]:
+        """The subject's workflows' rows go as a retired workflow's do."""
+        return await self.retire(conn, workflow_ids, request)
+
+    async def retire(
+        self, conn: asyncpg.Connection, workflow_ids: Sequence[str], request: DataRequest
+    ) -> dict[str, int]:
         deleted = await conn.execute(
             f"DELETE FROM {SCHEMA}.timers WHERE workflow_id = ANY($1::text[])", list(workflow_ids)
         )

@@ -1,0 +1,1 @@
+"""key_service: the data keys that seal personal data (crypto-shredding)."""

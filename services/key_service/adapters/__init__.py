@@ -1,0 +1,1 @@
+"""Adapters of the keyring: its keys table."""
