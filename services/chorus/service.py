@@ -195,6 +195,12 @@ class OwnedData(Protocol):
         workflows the audit projection knows), inside the erasure's transaction."""
         ...
 
+    async def purge(self, conn: asyncpg.Connection, now: datetime) -> dict[str, int]:
+        """Remove what has outlived its own retention rule by ``now`` (rows no workflow's
+        retirement reaches: fired timers, resolved dead letters, poison records); the
+        runtime calls it every ``purge_interval_s``."""
+        ...
+
 
 Worker = Callable[[RuntimeHandle], Coroutine[Any, Any, None]]
 Routes = Callable[[RuntimeHandle], APIRouter]

@@ -797,6 +797,12 @@ class ServiceStore:
             await conn.fetchval(f"SELECT count(*) FROM {self.schema}.outbox WHERE dispatched_at IS NULL")
         )
 
+    async def purge_archive(self, conn: asyncpg.Connection, before: datetime) -> int:
+        """Archived rows older than ``before`` (the archive's own keep time)."""
+        return rows_affected(
+            await conn.execute(f"DELETE FROM {self.schema}.archive WHERE archived_at < $1", before)
+        )
+
     async def purge_dispatched(self, conn: asyncpg.Connection, before: datetime) -> int:
         result = await conn.execute(
             # Failed rows stay: their dead letter may reference the bytes instead of carrying them.

@@ -122,3 +122,107 @@ def _confirmations(records: list[Any], run_id: str) -> dict[str, dict[str, Any]]
         for e in events_of(records, "data.removed")
         if e["payload"]["request_id"] == f"{run_id}/1"
     }
+
+
+async def test_what_no_retirement_reaches_goes_after_its_own_keep_time(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, pg: asyncpg.Connection, unique: str
+) -> None:
+    """Fired and cancelled timers (7 days), resolved dead letters (30 days after they were
+    resolved), poison records no workflow owns (30 days, open or not) and archived rows
+    (365 days): each owner removes them on its own, on its own clock; the rest stays."""
+    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
+    common: dict[str, Any] = {
+        "kafka_bootstrap": kafka_bootstrap,
+        "database_url": database_url,
+        "log_json": False,
+    }
+    now = datetime.now(UTC)
+    day = timedelta(days=1)
+    service = f"svc-purge-{unique}"
+    names = ("resolved-long-ago", "open", "poison", "resolved-yesterday")
+
+    def letter(name: str) -> Any:
+        payload = dead_lettered(
+            service=service,
+            topic="procurement.events",
+            value=name.encode(),
+            category="persistent",
+            at=now,
+            original_workflow_id=None if name == "poison" else f"wf-{name}-{unique}",
+        )
+        return envelope(payload, workflow_id=f"wf-{name}-{unique}")
+
+    async with AsyncExitStack() as stack:
+        timers = await stack.enter_async_context(
+            running(TIMER_SPEC, TimerSettings(**common, group_id=f"timers-{unique}"), registry=registry)
+        )
+        letters = await stack.enter_async_context(
+            running(LETTER_SPEC, LetterSettings(**common, group_id=f"letters-{unique}"), registry=registry)
+        )
+        await publish(
+            kafka_bootstrap, registry.physical_topic("event.dead_lettered"), [letter(n) for n in names]
+        )
+        await wait_until(
+            lambda: _equal(_letters(pg, service), {n: "open" for n in names}), what="the letters stored"
+        )
+        for name, status, resolved in (
+            ("resolved-long-ago", "discarded", 31),
+            ("resolved-yesterday", "redriven", 1),
+        ):
+            await pg.execute(
+                """UPDATE deadletter_service.letters SET status = $1, resolved_at = $2, resolved_by = 'op'
+                    WHERE service = $3 AND original_value = $4""",
+                status,
+                now - resolved * day,
+                service,
+                name.encode(),
+            )
+        await pg.execute(
+            """UPDATE deadletter_service.letters SET dead_lettered_at = $1
+                WHERE service = $2 AND original_value = ANY($3::bytea[])""",
+            now - 40 * day,
+            service,
+            [b"poison", b"open"],
+        )
+        for timer_id, status, age in (
+            ("fired", "fired", 8),
+            ("pending", "pending", 8),
+            ("cancelled", "cancelled", 1),
+        ):
+            await pg.execute(
+                """INSERT INTO timer_service.timers (timer_id, status, workflow_id, created_at, updated_at)
+                    VALUES ($1, $2, $3, $4, $4)""",
+                f"{timer_id}-{unique}",
+                status,
+                f"wf-t-{unique}",
+                now - age * day,
+            )
+        for source, age in (("old", 366), ("recent", 1)):
+            await pg.execute(
+                """INSERT INTO timer_service.archive (run_id, source, workflow_id, row, archived_at)
+                    VALUES ($1, $2, $3, '{}', $4)""",
+                uuid.uuid4(),
+                f"{source}-{unique}",
+                f"wf-a-{unique}",
+                now - age * day,
+            )
+
+        await timers.purge(pg, now)
+        await letters.purge(pg, now)
+
+    assert await _letters(pg, service) == {"open": "open", "resolved-yesterday": "redriven"}
+    left = await pg.fetch(
+        "SELECT timer_id FROM timer_service.timers WHERE workflow_id = $1", f"wf-t-{unique}"
+    )
+    assert sorted(r["timer_id"] for r in left) == [f"cancelled-{unique}", f"pending-{unique}"]
+    archived = await pg.fetch(
+        "SELECT source FROM timer_service.archive WHERE workflow_id = $1", f"wf-a-{unique}"
+    )
+    assert [r["source"] for r in archived] == [f"recent-{unique}"]
+
+
+async def _letters(pg: asyncpg.Connection, service: str) -> dict[str, str]:
+    rows = await pg.fetch(
+        "SELECT original_value, status FROM deadletter_service.letters WHERE service = $1", service
+    )
+    return {bytes(r["original_value"]).decode(): r["status"] for r in rows}

@@ -16,7 +16,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,10 @@ class ServiceSettings(ChorusSettings):
     db_pool_size: int = 10
     outbox_keep_s: float = 3600.0
     """Published outbox rows are kept this long (for inspection), then deleted."""
+    archive_keep_s: float = 365 * 86400.0
+    """Rows a retirement archived (``<service>.archive``) are kept this long, then deleted."""
+    purge_interval_s: float = 3600.0
+    """How often time-based retention runs (the archive, ServiceSpec.owned_data's purge)."""
     signing_dir: str = ""
     """Directory of Ed25519 keys (chorus.signing): every signer's ``<service>.pub``, and
     this service's ``<service>.key`` when it produces a signed (decision) event type."""
@@ -413,17 +417,37 @@ class ServiceRunner:
         assert self.pool and self.pipeline and self.dispatcher
         pool, pipeline, dispatcher = self.pool, self.pipeline, self.dispatcher
 
+        next_purge = self.clock.now()
+
         async def housekeeping_round() -> None:
+            nonlocal next_purge
+            now = self.clock.now()
             async with pool.acquire() as conn:
                 self.metrics.outbox_backlog.set(await self.store.outbox_backlog(conn))
                 stranded = await self.store.workflows_to_drain(conn)
-                await self.store.purge_dispatched(
-                    conn, self.clock.now() - timedelta(seconds=self.settings.outbox_keep_s)
-                )
+                await self.store.purge_dispatched(conn, now - timedelta(seconds=self.settings.outbox_keep_s))
+                if now >= next_purge:
+                    next_purge = now + timedelta(seconds=self.settings.purge_interval_s)
+                    await self.purge(conn, now)
             for workflow_id in stranded:
                 dispatcher.run_exclusive(workflow_id, functools.partial(pipeline.drain, workflow_id))
 
         await forever("housekeeping", housekeeping_round, every_s=5.0)
+
+    async def purge(self, conn: asyncpg.Connection, now: datetime) -> dict[str, int]:
+        """Time-based retention: archived rows past ``archive_keep_s`` and whatever the
+        service's own tables outlive (docs/retention.md)."""
+        removed = {
+            f"{self.store.schema}.archive": await self.store.purge_archive(
+                conn, now - timedelta(seconds=self.settings.archive_keep_s)
+            )
+        }
+        for owned in self.spec.owned_data:
+            removed.update(await owned.purge(conn, now))
+        removed = {table: n for table, n in removed.items() if n}
+        if removed:
+            log.info("retention: removed rows past their keep time", extra=fields(rows=removed))
+        return removed
 
     async def health(self) -> dict[str, Any]:
         """``failing`` (HTTP 503): stopped or the consumer gave up. ``degraded`` (200):

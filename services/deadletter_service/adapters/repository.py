@@ -16,7 +16,7 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -89,9 +89,30 @@ async def migrate(conn: asyncpg.Connection) -> None:
     await migrations.migrate(conn, schema=SCHEMA, component="letters", migrations=MIGRATIONS)
 
 
+@dataclass(frozen=True)
 class LetterRetention:
     """A retired workflow's dead letters go with it (their original bytes carry its data),
-    and the operations on them (an operator's reasons)."""
+    and the operations on them (an operator's reasons). On their own: a resolved letter
+    (redriven or discarded) ``keep_resolved_s`` after its resolution; a letter no workflow
+    owns (a poison record, read by position) ``keep_unowned_s`` after it arrived, resolved
+    or not, since no retirement will ever reach it."""
+
+    keep_resolved_s: float = 30 * 86400.0
+    keep_unowned_s: float = 30 * 86400.0
+
+    async def purge(self, conn: asyncpg.Connection, now: datetime) -> dict[str, int]:
+        letters = await conn.fetch(
+            f"""DELETE FROM {SCHEMA}.letters
+                WHERE (status <> '{OPEN}' AND resolved_at < $1)
+                   OR (original_workflow_id IS NULL AND dead_lettered_at < $2)
+                RETURNING id""",
+            now - timedelta(seconds=self.keep_resolved_s),
+            now - timedelta(seconds=self.keep_unowned_s),
+        )
+        ops = await conn.execute(
+            f"DELETE FROM {SCHEMA}.operations WHERE letter_id = ANY($1::uuid[])", [r["id"] for r in letters]
+        )
+        return {f"{SCHEMA}.letters": len(letters), f"{SCHEMA}.operations": rows_affected(ops)}
 
     async def erase(
         self, conn: asyncpg.Connection, subject_hash: str, workflow_ids: Sequence[str], request: DataRequest

@@ -63,7 +63,11 @@ MIGRATIONS = [
 
 
 class SubmissionRetention:
-    """A retired workflow's submission, reviewers' decisions and cancel request go with it."""
+    """A retired workflow's submission, reviewers' decisions and cancel request go with it
+    (nothing outlives its workflow here: no time-based purge of its own)."""
+
+    async def purge(self, conn: asyncpg.Connection, now: datetime) -> dict[str, int]:
+        return {}
 
     async def erase(
         self, conn: asyncpg.Connection, subject_hash: str, workflow_ids: Sequence[str], request: DataRequest

@@ -81,7 +81,11 @@ async def find(conn: asyncpg.Connection, kid: str) -> asyncpg.Record | None:
 
 class KeyShredding:
     """The service's own data, as erasure and retention reach it: keys are destroyed (their
-    material erased, the row kept as a tombstone), never deleted."""
+    material erased, the row kept as a tombstone), never deleted; a subject's key lives
+    until its erasure (no time-based purge)."""
+
+    async def purge(self, conn: asyncpg.Connection, now: datetime) -> dict[str, int]:
+        return {}
 
     async def erase(
         self, conn: asyncpg.Connection, subject_hash: str, workflow_ids: Sequence[str], request: DataRequest

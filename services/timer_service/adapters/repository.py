@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -209,9 +209,20 @@ async def pending_count(conn: asyncpg.Connection) -> int:
     return int(await conn.fetchval(f"SELECT count(*) FROM {SCHEMA}.timers WHERE status = '{PENDING}'"))
 
 
+@dataclass(frozen=True)
 class TimerRetention:
     """A retired workflow's timers go with it: pending, fired (their stored envelopes carry
-    the workflow's data) and cancelled ones."""
+    the workflow's data) and cancelled ones. Fired and cancelled timers go on their own
+    ``keep_done_s`` after they were (kept that long to answer "did it fire, when, how late")."""
+
+    keep_done_s: float = 7 * 86400.0
+
+    async def purge(self, conn: asyncpg.Connection, now: datetime) -> dict[str, int]:
+        deleted = await conn.execute(
+            f"""DELETE FROM {SCHEMA}.timers WHERE status IN ('{FIRED}', '{CANCELLED}') AND updated_at < $1""",
+            now - timedelta(seconds=self.keep_done_s),
+        )
+        return {f"{SCHEMA}.timers": rows_affected(deleted)}
 
     async def erase(
         self, conn: asyncpg.Connection, subject_hash: str, workflow_ids: Sequence[str], request: DataRequest
