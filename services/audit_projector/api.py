@@ -45,7 +45,7 @@ from audit_projector.adapters.maintenance import Announcer, erase_subject, erasu
 from audit_projector.config import Settings
 from audit_projector.replays import ReplayJobs
 from chorus.apikeys import ApiKey, role
-from chorus.crypto import keyed_ref, subject_hash
+from chorus.crypto import as_keyed, subject_hash
 from chorus.service import RuntimeHandle
 from chorus.webapi import Problem, api_router, problems
 
@@ -180,7 +180,7 @@ def routes(rt: RuntimeHandle) -> APIRouter:
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> dict[str, Any]:
         """Reads of the subject's personal data, newest first (``chorus audit access``)."""
-        hashed = subject_hash(keyed_ref(settings.subject_key, subject_ref))
+        hashed = subject_hash(as_keyed(settings.subject_key, subject_ref))
         async with rt.pool.acquire() as conn:
             found = await access.of_subject(conn, ledger=schema, subject_hash=hashed, limit=limit)
         return {
@@ -195,7 +195,7 @@ def routes(rt: RuntimeHandle) -> APIRouter:
             async with rt.outbox.transaction(conn) as tx:
                 report = await erase_subject(
                     tx,
-                    keyed_ref(settings.subject_key, body.subject_ref),
+                    as_keyed(settings.subject_key, body.subject_ref),
                     actor=who.principal,
                     now=rt.clock.now(),
                     announce=announce,

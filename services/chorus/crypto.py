@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import hashlib
 import hmac
 import json
 import logging
 import os
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -42,17 +44,23 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from chorus.errors import PersistentError
 from chorus.registry import Registry, personal_pointers
 from chorus.strictjson import escape
-from chorus_contracts.base import SEALED_PREFIX, Sealed, is_sealed
+from chorus_contracts.base import SEALED_PATTERN, SEALED_PREFIX, Sealed, is_sealed
 from chorus_contracts.envelope import Envelope
 
 log = logging.getLogger("chorus.crypto")
+_TOKEN = re.compile(SEALED_PATTERN)
+_KEYED = re.compile(r"^hmac-sha256:[0-9a-f]{64}$")
 
 KEYED_PREFIX = "hmac-sha256:"
+POISON_SCOPE = "poison"
 NONCE_BYTES = 12
+TAG_BYTES = 16
 KEY_BYTES = 32
 ERASED = "(erased)"
 """What a reader is shown in place of a value whose key was destroyed."""
 ELSEWHERE = "(sealed in region {region})"
+UNREADABLE = "(unreadable)"
+"""What a reader is shown for a token that does not open (altered, or not a real one)."""
 """What a reader is shown for a value whose region's key store it cannot reach."""
 
 
@@ -64,6 +72,10 @@ class KeyUnreachableError(PersistentError):
     """The key lives in a region whose key store this service is not configured for."""
 
 
+class KeyUnknownError(PersistentError):
+    """No key of that id in its region's store: a forged or garbled token, not an outage."""
+
+
 class KeyStoreUnavailableError(ConnectionError):
     """The key store did not answer. It is infrastructure, like PostgreSQL: the record is
     tried again (and reported stuck if it lasts), never dead-lettered for it."""
@@ -73,11 +85,16 @@ def keyed_ref(secret: str, subject_ref: str) -> str:
     """The reference Chorus keeps for a data subject: HMAC-SHA256 of what the submitter
     named under a secret key (CHORUS_SUBJECT_KEY), so that neither the topics nor any
     ledger holds the reference itself, and a low-entropy one (an e-mail address, a customer
-    number) cannot be recovered by guessing and hashing. Keying twice changes nothing."""
-    if subject_ref.startswith(KEYED_PREFIX):
-        return subject_ref
+    number) cannot be recovered by guessing and hashing. Whatever the input (a submitter
+    cannot pass a keyed reference off as its own to join another subject's data)."""
     digest = hmac.new(secret.encode(), subject_ref.encode("utf-8", "surrogatepass"), hashlib.sha256)
     return KEYED_PREFIX + digest.hexdigest()
+
+
+def as_keyed(secret: str, subject_ref: str) -> str:
+    """What an operator names a subject by (erasure, access log): its reference, or the
+    keyed form an envelope shows."""
+    return subject_ref if _KEYED.match(subject_ref) else keyed_ref(secret, subject_ref)
 
 
 def subject_hash(subject_ref: str) -> str:
@@ -153,7 +170,9 @@ class HttpKeyStore:
         except httpx.HTTPError as exc:
             raise KeyStoreUnavailableError(f"key store {self.region} ({self.url}): {exc!r}") from exc
         if response.status_code == 410:
-            raise KeyDestroyedError(f"key {path.rsplit('/', 1)[-1]} was destroyed (its subject was erased)")
+            raise KeyDestroyedError(f"{path.rsplit('/', 1)[-1]}: erased ({response.text[:200]})")
+        if response.status_code == 404 and method == "GET":
+            raise KeyUnknownError(f"no data key {path.rsplit('/', 1)[-1]} in region {self.region}")
         if response.status_code >= 500:
             raise KeyStoreUnavailableError(f"key store {self.region} answered {response.status_code}")
         if response.status_code != 200:
@@ -215,8 +234,18 @@ class Token:
 
     @classmethod
     def parse(cls, token: str) -> Token:
+        """The token's parts; PersistentError for anything that is not one (it came from
+        input: a dead letter or a clear 4xx, never an exception the caller did not expect)."""
+        if not _TOKEN.match(token):
+            raise PersistentError("a malformed sealed value (chorus:sealed:v1:<key id>:<event id>:<data>)")
         kid, event_id, data = token.removeprefix(SEALED_PREFIX).split(":", 2)
-        return cls(kid, event_id, base64.urlsafe_b64decode(data + "=" * (-len(data) % 4)))
+        try:
+            raw = base64.urlsafe_b64decode(data + "=" * (-len(data) % 4))
+        except (binascii.Error, ValueError):
+            raise PersistentError("a sealed value whose data is not base64url") from None
+        if len(raw) < NONCE_BYTES + TAG_BYTES:
+            raise PersistentError("a sealed value too short to be AES-GCM ciphertext")
+        return cls(kid, event_id, raw)
 
     def open(self, key: bytes) -> Any:
         try:
@@ -281,10 +310,13 @@ class Sealer:
         return found
 
     def scope(self, envelope: Envelope) -> Scope:
+        # Dead letters of records that were no event (poison, read by position) share one
+        # key: a flood of hostile records must not make a key each.
+        workflow_id = POISON_SCOPE if envelope.workflow_id.startswith("poison:") else envelope.workflow_id
         return Scope(
             region=self.regions.get(envelope.workflow_type, self.region),
             subject_hash=subject_hash(envelope.subject_ref) if envelope.subject_ref else None,
-            workflow_id=envelope.workflow_id,
+            workflow_id=workflow_id,
         )
 
     async def seal(self, envelope: Envelope) -> Envelope:
@@ -300,15 +332,30 @@ class Sealer:
             value = payload.get(name)
             if value is None or value == "" or "/" in name:
                 continue  # nothing personal to hide (and marked fields are top-level ones)
+            key = await self.data_key(self.scope(envelope))
             if is_sealed(value):
                 token = Token.parse(value)
                 if token.event_id == str(envelope.event_id):
                     continue
-                value = token.open(await self._key(token.kid))
-            key = await self.data_key(self.scope(envelope))
+                # Only a token of this very scope is opened to be sealed again for this event
+                # (a gate copying a reviewer's comment into its decision): anyone could paste
+                # another subject's token, and opening it here would hand its data over.
+                if token.kid != key.kid:
+                    raise PersistentError(f"{ptr}: a value sealed for another subject or workflow")
+                value = token.open(key.key)
             changed = changed if changed is not None else dict(payload)
             changed[name] = str(seal_value(key, envelope.event_id, value))
         return envelope if changed is None else envelope.model_copy(update={"payload": changed})
+
+    def unbound(self, envelope: Envelope) -> list[str]:
+        """The personal fields of ``envelope`` holding a token sealed for another event: a
+        copy of someone else's data (only the runtime re-seals a copy, for its own scope)."""
+        found = []
+        for ptr in self.pointers(envelope.event_type, envelope.schema_version):
+            value = envelope.payload.get(ptr.removeprefix("/"))
+            if is_sealed(value) and f":{envelope.event_id}:" not in value:
+                found.append(ptr)
+        return found
 
     async def data_key(self, scope: Scope) -> DataKey:
         cache_key = scope.cache_key
@@ -324,6 +371,12 @@ class Sealer:
         try:
             key = await self._store(scope.region).data_key(scope)
             future.set_result(key)
+        except asyncio.CancelledError:
+            # This caller was cancelled (a client went away): the others asking for the same
+            # key are not; they see an outage and try again.
+            future.set_exception(KeyStoreUnavailableError("the key request was cancelled"))
+            future.exception()
+            raise
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # retrieved: waiters re-raise it, nobody else need see it
@@ -370,7 +423,10 @@ class Sealer:
                     return ERASED
                 except KeyUnreachableError:
                     erased.append(where or "/")
-                    return ELSEWHERE.format(region=Token.parse(str(item)).region)
+                    return ELSEWHERE.format(region=str(item).split(":")[3].split(".")[0])
+                except PersistentError:  # forged or garbled: the rest of the answer stands
+                    erased.append(where or "/")
+                    return UNREADABLE
                 opened.append(where or "/")
                 return await walk(result, where)
             if isinstance(item, dict):
@@ -385,8 +441,9 @@ class Sealer:
         """Drop cached keys of an erased subject and its workflows (the erasure request)."""
         names = {f"workflow:{w}" for w in workflow_ids} | ({subject} if subject else set())
         for cache_key in [k for k in self._data_keys if k[1] in names]:
-            _, key = self._data_keys.pop(cache_key)
-            self._keys.pop(key.kid, None)
+            del self._data_keys[cache_key]
+        # Keys fetched to open tokens do not say whose they are: all of them are fetched again.
+        self._keys.clear()
 
     async def _key(self, kid: str) -> bytes:
         cached = self._keys.get(kid)

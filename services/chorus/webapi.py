@@ -27,6 +27,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from chorus import strictjson
+from chorus.crypto import KeyStoreUnavailableError
 
 PROBLEM = "application/problem+json"
 DEFAULT_MAX_BODY_BYTES = 1_048_576
@@ -262,6 +263,17 @@ def create_api(
     async def _problem(request: Request, exc: Problem) -> JSONResponse:
         return problem_response(
             exc.status, exc.title, exc.detail, request.url.path, headers=exc.headers, **exc.extra
+        )
+
+    @app.exception_handler(KeyStoreUnavailableError)
+    async def _keys_down(request: Request, exc: KeyStoreUnavailableError) -> JSONResponse:
+        # Infrastructure, as PostgreSQL being down is: the caller may retry.
+        return problem_response(
+            503,
+            "Service unavailable",
+            "the key service did not answer",
+            request.url.path,
+            headers={"Retry-After": "5"},
         )
 
     @app.exception_handler(RequestValidationError)

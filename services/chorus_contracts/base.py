@@ -155,6 +155,10 @@ Personal = Annotated[P, _ACCEPT_SEALED, _KEEP_SEALED, _MARK]
 document) says ``"x-personal": true``; the runtime seals it under the subject's key before
 it leaves the service that wrote it, erasure destroys that key, and the compatibility gate
 treats adding or removing the mark as breaking."""
+InClear = Annotated[P, BeforeValidator(_refuse_sealed)]
+"""Text a person sends an API (a comment, a reason): refused when it looks sealed, so that
+nobody can hand Chorus a token of someone else's to open and repeat."""
+
 Text = Annotated[str, Field(max_length=4000)]
 """Free text a person reads: a reason, a summary, a check's description."""
 Comment = Annotated[str, Field(max_length=2000)]

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from chorus_contracts.base import Comment, EventModel, Ref, Url
+from chorus_contracts.base import Comment, EventModel, InClear, Ref, Url
 from chorus_contracts.envelope import Priority
 from chorus_contracts.procurement import InvoiceReceived
 from chorus_contracts.research import ReportRequested
@@ -55,13 +55,13 @@ class DecisionBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     decision: Literal["approve", "reject", "revise"]
-    comment: Comment = ""
+    comment: InClear[Comment] = ""
 
 
 class CancelBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    reason: Comment = Field(min_length=1, description="why, for the audit trail and the submitter")
+    reason: InClear[Comment] = Field(min_length=1, description="why, for the audit trail and the submitter")
 
 
 class GatewayState(BaseModel):

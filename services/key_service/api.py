@@ -3,7 +3,8 @@ only (role ``service``), beside ``/health`` and ``/metrics``.
 
 POST /v1/data-keys        {"region", "subject_hash"?, "workflow_id"}: the live data key of
                           the subject (of the workflow, when it names none), made on first
-                          use; 404 for a region this store does not hold (residency)
+                          use; 404 for a region this store does not hold (residency); 410
+                          for a workflow an erasure named (nothing is sealed for it again)
 GET  /v1/data-keys/{kid}  a key by id; 410 Gone once destroyed (its subject was erased),
                           404 unknown here
 
@@ -42,15 +43,18 @@ def routes(rt: RuntimeHandle) -> APIRouter:
         kid = new_kid(body.region)
         key = new_data_key()
         async with rt.pool.acquire() as conn:
-            found, wrapped = await keys.live_key(
-                conn,
-                kid=kid,
-                region=body.region,
-                subject_hash=body.subject_hash,
-                workflow_id=body.workflow_id,
-                wrapped=wrapping.wrap(kid, key),
-                now=rt.clock.now(),
-            )
+            try:
+                found, wrapped = await keys.live_key(
+                    conn,
+                    kid=kid,
+                    region=body.region,
+                    subject_hash=body.subject_hash,
+                    workflow_id=body.workflow_id,
+                    wrapped=wrapping.wrap(kid, key),
+                    now=rt.clock.now(),
+                )
+            except keys.WorkflowErasedError as exc:
+                raise Problem(410, "Gone", str(exc)) from None
         material = key if found == kid else wrapping.unwrap(found, wrapped)
         return DataKeyAnswer(kid=found, key=base64.b64encode(material).decode())
 

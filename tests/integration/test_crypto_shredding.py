@@ -105,8 +105,12 @@ async def test_one_live_key_per_subject_until_its_erasure_destroys_it(
         await wait_until(destroyed, what="the erasure to destroy the subject's and its workflow's keys")
         gone = await http.get(f"/v1/data-keys/{first['kid']}")
         assert "destroyed" in gone.json()["detail"]
-        # A later event of the subject gets a new key: what came before stays unreadable.
-        fresh = (await http.post("/v1/data-keys", json=ask)).json()
+        # Nothing is sealed again for a workflow the erasure named (a decision posted
+        # meanwhile): it would outlive the erasure under a new key.
+        again_erased = await http.post("/v1/data-keys", json={**alone})
+        assert again_erased.status_code == 410 and "erased" in again_erased.json()["detail"]
+        # A new workflow of the subject gets a new key; what came before stays unreadable.
+        fresh = (await http.post("/v1/data-keys", json={**ask, "workflow_id": f"wf-d-{unique}"})).json()
         assert fresh["kid"] != first["kid"]
 
 

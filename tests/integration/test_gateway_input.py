@@ -295,6 +295,9 @@ async def test_a_caller_cannot_hand_the_gateway_a_sealed_value_to_open(http: htt
     found = problem(await http.post("/v1/workflows/procurement", json=invoice(token), headers=SUBMITTER), 422)
     assert found["errors"][0]["pointer"] == "/input/document_text"
     assert "looks sealed" in found["errors"][0]["message"]
+    # Nor as a cancel reason (or a reviewer's comment): text people write is taken in clear.
+    cancel = await http.post("/v1/workflows/wf-any/cancel", json={"reason": token}, headers=SUBMITTER)
+    assert problem(cancel, 422)["errors"][0]["pointer"] == "/reason"
 
 
 async def test_an_event_too_large_for_its_topic_is_413_naming_the_field(

@@ -15,10 +15,12 @@ from pydantic import ValidationError
 from chorus.crypto import (
     ELSEWHERE,
     ERASED,
+    UNREADABLE,
     KeyDestroyedError,
     KeyUnreachableError,
     MemoryKeyStore,
     Sealer,
+    as_keyed,
     keyed_ref,
     subject_hash,
 )
@@ -190,8 +192,12 @@ def test_subject_references_are_keyed_so_a_guess_cannot_be_checked_without_the_k
     ref = "customer-42"
     keyed = keyed_ref("secret-a", ref)
     assert keyed.startswith("hmac-sha256:") and ref not in keyed
-    assert keyed == keyed_ref("secret-a", ref) == keyed_ref("secret-a", keyed)  # stable, idempotent
+    assert keyed == keyed_ref("secret-a", ref)  # stable
     assert keyed != keyed_ref("secret-b", ref)  # without the key, hashing guesses finds nothing
+    # A submitter cannot pass another subject's keyed reference off as its own; an operator
+    # may name a subject by the keyed form an envelope shows.
+    assert keyed_ref("secret-a", keyed) != keyed
+    assert as_keyed("secret-a", keyed) == keyed == as_keyed("secret-a", ref)
 
 
 def test_opened_personal_values_never_reach_a_log_line(caplog: pytest.LogCaptureFixture) -> None:
@@ -220,3 +226,43 @@ def test_opened_personal_values_never_reach_a_log_line(caplog: pytest.LogCapture
     assert MARKER not in text and json.dumps(MARKER)[1:-1] not in text
     assert text.count("[personal]") >= 3
     assert "Bill to: nobody" in text  # only what was opened is hidden
+
+
+async def test_a_token_of_another_subject_pasted_into_an_event_is_refused_not_reopened() -> None:
+    """Else anyone could paste a token they read somewhere into their own workflow's event
+    and have the runtime open it for them (and seal it under a key no erasure reaches)."""
+    s = sealer()
+    victims = await s.seal(received("wf-victim", subject="subject:victim"))
+    mine = received("wf-mine", subject="subject:attacker")
+    pasted = mine.model_copy(
+        update={"payload": {**mine.payload, "document_text": victims.payload["document_text"]}}
+    )
+    with pytest.raises(PersistentError, match="sealed for another subject"):
+        await s.seal(pasted)
+    # A consumer refuses such an event before any handler or reader sees it.
+    assert s.unbound(pasted) == ["/document_text"]
+    assert s.unbound(victims) == []
+
+
+@pytest.mark.parametrize(
+    "data",
+    ["A", "AAAA", "!!!!", "A" * 30],  # too short, not base64url, shorter than nonce + tag
+)
+async def test_a_garbled_token_is_a_persistent_failure_and_unreadable_to_a_reader(data: str) -> None:
+    s = sealer()
+    token = f"{SEALED_PREFIX}local.{'0' * 32}:{uuid.uuid4()}:{data}"
+    with pytest.raises(PersistentError):
+        await s.open(token)
+    shown = await s.open_all({"comment": token})
+    assert shown.value == {"comment": UNREADABLE}  # the rest of a reader's answer stands
+
+
+async def test_forgetting_an_erased_subject_drops_every_key_fetched_to_open() -> None:
+    store = MemoryKeyStore()
+    writer, reader = sealer(store), sealer(store)
+    sealed = await writer.seal(received())
+    await reader.open_event(sealed)  # the reader fetched the key by id, not by subject
+    store.destroy(("local", subject_hash("subject:zoe")))
+    reader.forget(subject_hash("subject:zoe"), ["wf-1"])
+    with pytest.raises(KeyDestroyedError):
+        await reader.open_event(sealed)

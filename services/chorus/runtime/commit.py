@@ -58,7 +58,9 @@ from chorus_contracts.lifecycle import WorkflowEnded
 
 log = logging.getLogger("chorus.pipeline")
 
-_UNCOMMITTABLE = (RefusedByStoreError, EventTooLargeError, ValidationError)
+# A PersistentError here came from sealing what the outcome emits (a key destroyed by an
+# erasure under way, a token of another subject): the record's, not the database's.
+_UNCOMMITTABLE = (RefusedByStoreError, EventTooLargeError, ValidationError, PersistentError)
 
 
 def _persistent(exc: BaseException) -> PersistentError:

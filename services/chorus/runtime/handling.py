@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from chorus.clock import Clock
-from chorus.codec import Event
+from chorus.codec import Event, upcast
 from chorus.crypto import KeyStoreUnavailableError, Sealer
 from chorus.errors import (
     Category,
@@ -148,6 +148,8 @@ class HandlerCall:
             )
         opened = await self.sealer.open_event(event.envelope)
         hide_in_logs([v for k, v in opened.items() if v is not event.envelope.payload.get(k)])
+        if event.received_version < route.event.version:  # as decode does for the sealed form
+            opened = upcast(route.event.event_type, opened, event.received_version, route.event.version)
         return replace(event, payload=route.event.model_validate(opened))
 
     async def _open(self, token: str) -> Any:

@@ -48,8 +48,10 @@ class Messages:
     sealer: Sealer | None = None
 
     async def message(self, envelope: Envelope) -> OutboxMessage:
-        sealed = await self.sealer.seal(envelope) if self.sealer is not None else envelope
-        return outbox_message(self.registry, sealed, self.signer)
+        return outbox_message(self.registry, await self._sealed(envelope), self.signer)
+
+    async def _sealed(self, envelope: Envelope) -> Envelope:
+        return await self.sealer.seal(envelope) if self.sealer is not None else envelope
 
     def _child(
         self,
@@ -99,7 +101,10 @@ class Messages:
             timer_id = f"{self.spec.name}:{env.workflow_id}:{timer.timer_id}"
             command: EventModel
             if isinstance(timer, ScheduleTimer):
-                fired = self._child(env, timer.event, now, f"timer/{timer.timer_id}", traceparent)
+                # Sealed now: the timer service keeps it, and publishes it, as it is.
+                fired = await self._sealed(
+                    self._child(env, timer.event, now, f"timer/{timer.timer_id}", traceparent)
+                )
                 command = TimerSchedule(
                     timer_id=timer_id,
                     due_at=timer.due_at,
@@ -137,7 +142,7 @@ class Messages:
             original=to_original(rec),
             failures=failures,
         )
-        fired = self._child(env, due, now, f"retry/{attempt + 1}", traceparent)
+        fired = await self._sealed(self._child(env, due, now, f"retry/{attempt + 1}", traceparent))
         schedule = TimerSchedule(
             timer_id=f"retry:{self.group}:{env.event_id}:{attempt + 1}",
             due_at=now + timedelta(seconds=wait_s),

@@ -175,7 +175,7 @@ class Pipeline:
         elif isinstance(payload, WorkflowsRetired):
             await self._on_retired(rec, envelope, payload)
         elif self.spec.handler_for(event.event_type) is not None:
-            if await self._unproven(envelope, rec):
+            if await self._unproven(envelope, rec) or await self._foreign_tokens(envelope, rec):
                 return
             await self._process(event, rec, attempt=envelope.attempt, failures=[], via=Via.DELIVERY)
         else:
@@ -195,7 +195,7 @@ class Pipeline:
                     extra=fields(event_id=str(envelope.event_id)),
                 )
                 return
-            except (PersistentError, ValidationError) as exc:
+            except (PersistentError, ValidationError, ValueError) as exc:
                 await self.committer.dead_letter_record(rec, PersistentError(f"/payload/original: {exc}"))
                 return
         try:
@@ -218,6 +218,16 @@ class Pipeline:
         if self.sealer is None:
             raise PersistentError("sealed personal data, and no key store is configured")
         return await self.sealer.open_event(envelope)
+
+    async def _foreign_tokens(self, envelope: Envelope, rec: Record) -> bool:
+        """True (and the record dead-lettered) when a personal field holds a value sealed for
+        another event: whoever pasted it there cannot have opened it, and no reader of this
+        event may open it on their behalf."""
+        unbound = self.sealer.unbound(envelope) if self.sealer is not None else []
+        if unbound:
+            error = PersistentError(f"{', '.join(unbound)}: sealed for another event")
+            await self.committer.dead_letter_record(rec, error)
+        return bool(unbound)
 
     async def _unproven(self, envelope: Envelope, rec: Record) -> bool:
         """True (and the record dead-lettered as ``unauthorized``) when its event is of a

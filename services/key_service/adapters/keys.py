@@ -32,7 +32,25 @@ DDL = [
     f"CREATE INDEX IF NOT EXISTS data_keys_subject ON {TABLE} (subject_hash) WHERE subject_hash IS NOT NULL",
     f"CREATE INDEX IF NOT EXISTS data_keys_workflow ON {TABLE} (workflow_id)",
 ]
-MIGRATIONS = migrations.baseline(DDL)
+MIGRATIONS = [
+    *migrations.baseline(DDL),
+    migrations.Migration(
+        2,
+        "erased workflows",
+        (
+            # Workflows an erasure named: none gets a key again, so nothing sealed for them
+            # after the erasure (a decision posted meanwhile) outlives it under a new key.
+            f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.erased_workflows (
+                workflow_id text PRIMARY KEY,
+                erased_for text NOT NULL,
+                erased_at timestamptz NOT NULL)""",
+        ),
+    ),
+]
+
+
+class WorkflowErasedError(Exception):
+    """The workflow's data was erased: no key is made for it again."""
 
 
 async def migrate(conn: asyncpg.Connection) -> None:
@@ -52,6 +70,11 @@ async def live_key(
     """The scope's live key: the one proposed (``kid``, ``wrapped``) unless another
     replica or an earlier call created one first."""
     async with conn.transaction():
+        erased = await conn.fetchval(
+            f"SELECT erased_for FROM {SCHEMA}.erased_workflows WHERE workflow_id = $1", workflow_id
+        )
+        if erased is not None:
+            raise WorkflowErasedError(f"workflow {workflow_id}'s data was erased ({erased})")
         inserted = await conn.fetchrow(
             f"""INSERT INTO {TABLE} (kid, region, subject_hash, workflow_id, wrapped, created_at)
                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING RETURNING kid, wrapped""",
@@ -91,13 +114,19 @@ class KeyShredding:
         self, conn: asyncpg.Connection, subject_hash: str, workflow_ids: Sequence[str], request: DataRequest
     ) -> dict[str, int]:
         """The subject's keys, and the keys of its workflows."""
+        why = f"erasure {request.request_id}"
         status = await conn.execute(
             f"""UPDATE {TABLE} SET wrapped = NULL, destroyed_at = $3, destroyed_for = $4
                 WHERE destroyed_at IS NULL AND (subject_hash = $1 OR workflow_id = ANY($2::text[]))""",
             subject_hash,
             list(workflow_ids),
             request.at,
-            f"erasure {request.request_id}",
+            why,
+        )
+        await conn.executemany(
+            f"""INSERT INTO {SCHEMA}.erased_workflows (workflow_id, erased_for, erased_at)
+                VALUES ($1, $2, $3) ON CONFLICT DO NOTHING""",
+            [(w, why, request.at) for w in workflow_ids],
         )
         return {f"{TABLE} (destroyed)": rows_affected(status)}
 
