@@ -123,7 +123,8 @@ bench: up
 	$(LOCAL_ENV) $(PY) -m bench.run --mode full
 
 # The short version (under 2 minutes once the side venvs exist); its last line is
-# R2=.. R3=.. R4_p50_ms=.. R4_p99_ms=.. R5=.. R5_p50_ms=.. R5_p99_ms=.. timer_p99_ms=..
+# R2=.. R3=.. R4_p50_ms=.. R4_p99_ms=.. R5=.. R5_p50_ms=.. R5_p99_ms=.. ... timer_p99_ms=..
+# R5_per_s=.. R5_sealed_per_s=.. R5_sealed_p50_ms=.. R5_sealed_p99_ms=.. R5_sealed_ratio=..
 bench-quick: up
 	bench/make-venv.sh
 	bench/dbos/make-venv.sh

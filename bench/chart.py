@@ -48,12 +48,12 @@ def main(src: str, dst: str) -> None:
 
     ax = axes[0][1]
     if "R5" in r:
-        _bar(
-            ax,
-            ["Chorus", "DBOS"],
-            [r["R5"]["chorus"]["per_s"], r["R5"]["dbos"]["per_s"]],
-            ["tab:blue", "tab:orange"],
-        )
+        labels, stats, colors = ["Chorus"], [r["R5"]["chorus"]["per_s"]], ["tab:blue"]
+        if "sealed" in r["R5"]:  # R5 with encryption on (runs before it have none)
+            labels.append("Chorus sealed")
+            stats.append(r["R5"]["sealed"]["per_s"])
+            colors.append("tab:cyan")
+        _bar(ax, [*labels, "DBOS"], [*stats, r["R5"]["dbos"]["per_s"]], [*colors, "tab:orange"])
     ax.set_title("R5: 5-step workflows/s")
 
     ax = axes[1][0]

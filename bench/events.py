@@ -6,7 +6,7 @@ preloaded for one variant is never read by another one's consumer group.
 
 from __future__ import annotations
 
-from chorus_contracts.base import EventModel, event
+from chorus_contracts.base import EventModel, Personal, Text, event
 
 
 class _Hop(EventModel):
@@ -50,6 +50,35 @@ class FlowDone(EventModel):
     started_ns: int
 
 
+@event("bench.sealed_step", 1)
+class SealedStep(EventModel):
+    """A step of the sealed flow (R5 with encryption on): a flow step carrying personal data."""
+
+    step: int
+    started_ns: int
+    note: Personal[Text]
+    """A data subject's contact details and request (see NOTE): sealed on every topic."""
+    pad: str = ""
+
+
+@event("bench.sealed_done", 1)
+class SealedDone(EventModel):
+    """The end of a sealed flow. It carries the note too, so that every step of the five
+    opens one sealed value and seals one, as a step that passes personal data on does."""
+
+    steps: int
+    started_ns: int
+    note: Personal[Text]
+
+
+NOTE = (
+    "Jane Doe (jane.doe@example.com, +44 20 7946 0000), 221B Baker Street, London NW1 6XE: "
+    "delivery damaged, refund to GB33BUKB20201555555555"
+)
+"""The sealed flow's personal field: about the size of a submission's contact block (name,
+e-mail, phone, address, account). Sealed, it still fits the bench's ~1 KB records."""
+
+
 @event("bench.timer_fired", 1)
 class TimerFired(EventModel):
     due_ns: int
@@ -78,5 +107,7 @@ BENCH_TOPICS: dict[str, str] = {
     "bench.durable.out": _topic("bench.durable.out", "bench.durable_pong"),
     "bench.steps": _topic("bench.steps", "bench.step"),
     "bench.done": _topic("bench.done", "bench.flow_done"),
+    "bench.sealed.steps": _topic("bench.sealed.steps", "bench.sealed_step"),
+    "bench.sealed.done": _topic("bench.sealed.done", "bench.sealed_done"),
     "bench.fired": _topic("bench.fired", "bench.timer_fired"),
 }

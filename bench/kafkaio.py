@@ -36,7 +36,9 @@ class EnvelopeFactory:
     """Valid envelopes of one event type from a template: a pydantic round per message
     would cost more than the services it feeds, so only ids and payload change."""
 
-    def __init__(self, example: EventModel, workflow_type: str = "bench") -> None:
+    def __init__(
+        self, example: EventModel, workflow_type: str = "bench", subject_ref: str | None = None
+    ) -> None:
         env = start_envelope(
             example,
             workflow_id="wf-template",
@@ -44,6 +46,7 @@ class EnvelopeFactory:
             producer=DRIVER,
             now=datetime.now(UTC),
             idempotency_key="template",
+            subject_ref=subject_ref,
         )
         self.template: dict[str, Any] = env.model_dump(mode="json")
 

@@ -54,6 +54,11 @@ def summary_line(r: dict[str, Any]) -> str:
         return fmt.format(get()) if key in r else "NA"
 
     closed = r.get("R5", {}).get("closed", {}).get("chorus", {})
+    sealed = r.get("R5", {}).get("sealed", {})
+
+    def val5(get: Any, fmt: str) -> str:
+        """An R5-with-encryption value; NA from a run (an older one) that did not measure it."""
+        return fmt.format(get()) if sealed else "NA"
 
     return " ".join(
         [
@@ -69,6 +74,13 @@ def summary_line(r: dict[str, Any]) -> str:
             "R5_closed_per_s=" + val("R5", lambda: closed["per_s"]["median"], "{:.0f}"),
             "R5_closed_p99_ms=" + val("R5", lambda: closed["p99_ms"]["median"], "{:.1f}"),
             "timer_p99_ms=" + val("timers", lambda: r["timers"]["lateness_ms"]["p99"], "{:.0f}"),
+            # R5 with encryption on beside R5 as above (same run, same rounds); the ratio is
+            # sealed/plain workflows/s, per round.
+            "R5_per_s=" + val("R5", lambda: r["R5"]["chorus"]["per_s"]["median"], "{:.1f}"),
+            "R5_sealed_per_s=" + val5(lambda: sealed["per_s"]["median"], "{:.1f}"),
+            "R5_sealed_p50_ms=" + val5(lambda: sealed["p50_ms"]["median"], "{:.1f}"),
+            "R5_sealed_p99_ms=" + val5(lambda: sealed["p99_ms"]["median"], "{:.1f}"),
+            "R5_sealed_ratio=" + val5(lambda: sealed["ratio"]["median"], "{:.2f}"),
         ]
     )
 
@@ -169,6 +181,23 @@ def markdown(r: dict[str, Any], line: str) -> str:
                     f"| R5 closed loop, 32 in flight: {q[:3]} (ms) | {_m(c['chorus'][q], '{:.1f}')} "
                     f"| DBOS {_m(c['dbos'][q], '{:.1f}')} | - | {target} | {met} |"
                 )
+    if "R5" in r and "sealed" in r["R5"]:
+        x, plain = r["R5"]["sealed"], r["R5"]["chorus"]
+        lines.append(
+            f"| R5 sealed: workflows/s, personal data opened and sealed at each step "
+            f"| {_m(x['per_s'], '{:.1f}')} | plain {_m(plain['per_s'], '{:.1f}')} "
+            f"| ratio {_m(x['ratio'])} | - | - |"
+        )
+        for q in ("p50_ms", "p99_ms"):
+            lines.append(
+                f"| R5 sealed: workflow {q[:3]} latency, one at a time (ms) | {_m(x[q], '{:.1f}')} "
+                f"| plain {_m(plain[q], '{:.1f}')} | diff {_m(x[q[:3] + '_diff_ms'], '{:.1f}')} | - | - |"
+            )
+        c, pc = x["closed"], r["R5"]["closed"]["chorus"]
+        lines.append(
+            f"| R5 sealed: closed loop, 32 in flight: workflows/s | {_m(c['per_s'], '{:.0f}')} "
+            f"| plain {_m(pc['per_s'], '{:.0f}')} | ratio {_m(c['ratio'])} | - | - |"
+        )
     if "timers" in r:
         t = r["timers"]
         lines.append(
@@ -194,7 +223,9 @@ def markdown(r: dict[str, Any], line: str) -> str:
             "| | service | PostgreSQL (our backends) | broker | whole machine |",
             "|---|---|---|---|---|",
         ]
-        for name in ("chorus", "dbos"):
+        for name in ("chorus", "sealed", "dbos"):
+            if name not in c:
+                continue  # sealed: not in runs before it was measured
             x = c[name]
             lines.append(
                 f"| {name} | {_m(x['service'])} | {_m(x['postgres'])} | {_m(x['broker'])} "
@@ -209,6 +240,8 @@ def markdown(r: dict[str, Any], line: str) -> str:
             f"raw loop {_m(c['raw'], '{:.3f}')} + PostgreSQL {_m(c['postgres_raw'], '{:.3f}')}; "
             f"Chorus {_m(c['chorus'], '{:.3f}')} + PostgreSQL {_m(c['postgres_chorus'], '{:.3f}')}",
         ]
+    if "R5" in r and "sealed" in r["R5"]:
+        lines += ["", f"R5 sealed: {r['R5']['sealed']['what']}."]
     if "R5" in r and "breakdown" in r["R5"]:
         bd = r["R5"]["breakdown"]
         lines += [

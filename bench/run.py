@@ -10,6 +10,7 @@ The last line printed is the summary a script can read::
 
     R2=<ratio> R3=<ratio> R4_p50_ms=<tax> R4_p99_ms=<tax> R5=<ratio> R5_p50_ms=<ms> R5_p99_ms=<ms>
     R5_closed_per_s=<n> R5_closed_p99_ms=<ms> timer_p99_ms=<ms>
+    R5_per_s=<n> R5_sealed_per_s=<n> R5_sealed_p50_ms=<ms> R5_sealed_p99_ms=<ms> R5_sealed_ratio=<ratio>
 """
 
 from __future__ import annotations
@@ -43,9 +44,10 @@ from bench.profile import top_frames
 from bench.registry import bench_registry, delete_topics, raw_topics
 from bench.report import write_reports
 from bench.stats import percentile, summary
+from chorus.crypto import DataKey, HttpKeyStore, Scope, keyed_ref, seal_value, subject_hash
 from chorus.kafka import make_producer
 from chorus.registry import Registry
-from chorus.runtime.runner import ServiceSettings
+from chorus.runtime.runner import LOCAL_REGION, ServiceSettings
 from chorus.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
 from chorus_contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
 from chorus_contracts.platform import FireTarget, TimerSchedule
@@ -507,46 +509,129 @@ async def section_durable(b: Bench) -> None:
 
 @dataclass
 class FlowDriver:
-    """Starts bench_flow workflows and waits for their ends (bench.flow_done)."""
+    """Starts bench_flow workflows and waits for their ends (bench.flow_done).
+
+    With ``keys`` it drives bench_sealed_flow instead: each workflow names a data subject of
+    its own, and its first event carries the note sealed under that subject's key, as the
+    gateway publishes what a submitter sends (so the flow's first step opens a token, too).
+    """
 
     b: Bench
     listener: Listener
     steps_topic: str
     factory: EnvelopeFactory
     pad: str
+    keys: HttpKeyStore | None = None
+    subject_key: str = ""
+    """The secret subject references are keyed under, the gateway's (CHORUS_SUBJECT_KEY)."""
+    subjects: dict[str, tuple[str, DataKey]] = field(default_factory=dict)
+    """Workflow -> its subject reference and data key, made by ``prepare``."""
 
     @classmethod
-    async def start(cls, b: Bench) -> FlowDriver:
+    async def start(cls, b: Bench, keys: HttpKeyStore | None = None) -> FlowDriver:
+        done, steps = ("bench.flow_done", "bench.step")
+        if keys is not None:
+            done, steps = ("bench.sealed_done", "bench.sealed_step")
         listener = Listener(
             b.bootstrap,
-            b.reg().physical_topic("bench.flow_done"),
+            b.reg().physical_topic(done),
             key_of=lambda body: str(body["workflow_id"]),
             sent_of=lambda body: int(body["payload"]["started_ns"]),
         )
         await listener.start()
         b.cleanup.append(listener.stop)
-        factory = EnvelopeFactory(bench_events.FlowStep(step=1, started_ns=0), workflow_type="bench")
-        pad = pad_for(factory, {"step": 1, "started_ns": run_ns()})
-        return cls(b, listener, b.reg().physical_topic("bench.step"), factory, pad)
+        secret = ServiceSettings().subject_key
+        if keys is None:
+            factory = EnvelopeFactory(bench_events.FlowStep(step=1, started_ns=0), workflow_type="bench")
+            pad = pad_for(factory, {"step": 1, "started_ns": run_ns()})
+        else:
+            first = bench_events.SealedStep(step=1, started_ns=0, note=bench_events.NOTE)
+            subject = keyed_ref(secret, "bench-subject-wf-template")
+            factory = EnvelopeFactory(first, workflow_type="bench", subject_ref=subject)
+            # Sized with the note sealed, as it travels, to the plain flow's ~1 KB: both
+            # variants move records of one size, and the ratio is that of the sealing.
+            token = seal_value(DataKey(f"{keys.region}.{'0' * 32}", bytes(32)), uuid.uuid4(), first.note)
+            pad = pad_for(factory, {"step": 1, "started_ns": run_ns(), "note": str(token)})
+        return cls(b, listener, b.reg().physical_topic(steps), factory, pad, keys, secret)
+
+    async def prepare(self, wfs: list[str]) -> None:
+        """Sealed flow: a new subject per workflow, its key made before any clock starts (the
+        gateway's part). The flow service fetches it itself: a key cache it never hits across
+        workflows, the costliest case for it."""
+        if self.keys is None:
+            return
+        keys, limit = self.keys, asyncio.Semaphore(16)  # within the HTTP client's pool
+
+        async def one(wf: str) -> None:
+            subject = keyed_ref(self.subject_key, f"bench-subject-{wf}")  # as the gateway keys it
+            async with limit:
+                key = await keys.data_key(Scope(keys.region, subject_hash(subject), wf))
+            self.subjects[wf] = (subject, key)
+
+        await asyncio.gather(*(one(wf) for wf in wfs))
+
+    def encode(self, wf: str, started_ns: int) -> bytes:
+        """The first event of workflow ``wf`` (sealed flow: after ``prepare``)."""
+        payload: dict[str, Any] = {"step": 1, "started_ns": started_ns, "pad": self.pad}
+        if self.keys is None:
+            return self.factory.encode(wf, payload)
+        subject, key = self.subjects.pop(wf)
+        body = self.factory.make(wf, payload)
+        body["subject_ref"] = subject
+        body["payload"] = {**payload, "note": str(seal_value(key, body["event_id"], bench_events.NOTE))}
+        return json.dumps(body).encode()
 
     async def one(self, wf: str) -> float:
         """Start one workflow and wait for its end; its latency in ms."""
         waiter = self.listener.expect(wf)
         sent = run_ns()
-        value = self.factory.encode(wf, {"step": 1, "started_ns": sent, "pad": self.pad})
+        value = self.encode(wf, sent)
         await self.b.prod().send(self.steps_topic, value, key=wf.encode())
         seen = await asyncio.wait_for(waiter, 60)
         return (seen.recv_ns - sent) / 1e6
 
 
+@dataclass
+class Flow:
+    """A Chorus flow service under test, and what drives it."""
+
+    worker: Worker
+    driver: FlowDriver
+    helpers: list[int] = field(default_factory=list)
+    """Processes that do part of its work, whose CPU counts as its own (the key service)."""
+
+    @property
+    def pids(self) -> list[int]:
+        return [self.worker.pid, *self.helpers]
+
+
+async def start_key_service(b: Bench) -> tuple[ServiceProc, HttpKeyStore]:
+    """The key service of the sealed flow, on this run's database and topics, and a client
+    of it for the driver."""
+    # Its own consumer group: the default name is shared with every dev stack and test
+    # session on this broker, whose key services would rebalance with this one.
+    env = {**b.chorus_env(), "CHORUS_GROUP_ID": f"key_service-{b.suffix}"}
+    service = ServiceProc("key_service", env, b.logs)
+    b.cleanup.append(service.stop)
+    await service.start()
+    client = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=3.0))
+    b.cleanup.append(client.aclose)
+    url = f"http://127.0.0.1:{service.port}"
+    return service, HttpKeyStore(LOCAL_REGION, url, ServiceSettings().key_service_api_key, client)
+
+
 async def section_workflows(b: Bench) -> None:
     s = b.sizes
-    b.log("R5: 5-step workflow, Chorus vs DBOS Transact")
+    b.log("R5: 5-step workflow, Chorus vs DBOS Transact, and Chorus with personal data sealed")
     python = DBOS_VENV / "bin" / "python"
     if not python.exists():
         raise RuntimeError(f"{python} missing: run bench/dbos/make-venv.sh (make bench does)")
-    flow, dbos = await asyncio.gather(
+    key_service, keys = await start_key_service(b)
+    # Only the sealed flow is told where the key service is: the plain one runs as before.
+    sealed_env = {**b.chorus_env(), "CHORUS_KEY_STORES": json.dumps({keys.region: keys.url})}
+    flow_worker, sealed_worker, dbos = await asyncio.gather(
         b.started(bench_worker("chorus-flow", "chorus-flow", b.chorus_env(), b.logs)),
+        b.started(bench_worker("chorus-sealed-flow", "chorus-sealed_flow", sealed_env, b.logs)),
         b.started(
             Worker(
                 "dbos",
@@ -563,62 +648,66 @@ async def section_workflows(b: Bench) -> None:
         "mode": dbos.hello.get("mode"),
         **dbos.hello.get("versions", {}),
     }
-    await flow.call("ready")
-    driver = await FlowDriver.start(b)
-    listener, steps_topic, factory, pad = driver.listener, driver.steps_topic, driver.factory, driver.pad
+    await asyncio.gather(flow_worker.call("ready"), sealed_worker.call("ready"))
+    flow = Flow(flow_worker, await FlowDriver.start(b))
+    sealed = Flow(sealed_worker, await FlowDriver.start(b, keys), [key_service.pid])
     steps = 5
 
-    async def chorus_throughput(w: int) -> dict[str, Any]:
+    async def chorus_throughput(f: Flow, w: int) -> dict[str, Any]:
         wfs = [f"flow-{b.suffix}-{i}" for i in b.next_seqs(w)]
-        start = await listener.end_offsets()
+        await f.driver.prepare(wfs)
+        start = await f.driver.listener.end_offsets()
         await produce_all(
-            b.prod(),
-            steps_topic,
-            [(wf.encode(), factory.encode(wf, {"step": 1, "started_ns": 0, "pad": pad})) for wf in wfs],
+            b.prod(), f.driver.steps_topic, [(wf.encode(), f.driver.encode(wf, 0)) for wf in wfs]
         )
-        meter = await Meter(b, [flow.pid], [BENCH_DB]).open()
+        meter = await Meter(b, f.pids, [BENCH_DB]).open()
         t0 = time.time()
-        await flow.call("resume")
-        await listener.wait_count(start, w, timeout_s=120 + w)
+        await f.worker.call("resume")
+        await f.driver.listener.wait_count(start, w, timeout_s=120 + w)
         usage = await meter.close()
-        seen = await listener.collect(start, set(wfs), timeout_s=120)  # before pausing, as in R2
-        await flow.call("pause")
+        seen = await f.driver.listener.collect(start, set(wfs), timeout_s=120)  # before pausing, as in R2
+        await f.worker.call("pause")
         last = max(x.ts_ms for x in seen.values()) / 1000
         return {"per_s": w / (last - t0), "usage": asdict(usage)}
 
-    chorus_one = driver.one
-
-    async def chorus_latency(m: int) -> list[float]:
-        await flow.call("resume")
-        listener.live()
-        await flow.call("trace")
+    async def chorus_latency(f: Flow, m: int) -> list[float]:
+        wfs = [f"flow-{b.suffix}-{i}" for i in b.next_seqs(m)]
+        await f.driver.prepare(wfs)
+        traced = f is flow  # the hop breakdown is the plain flow's
+        await f.worker.call("resume")
+        f.driver.listener.live()
+        if traced:
+            await f.worker.call("trace")
         try:
-            out = [await chorus_one(f"flow-{b.suffix}-{i}") for i in b.next_seqs(m)]
+            out = [await f.driver.one(wf) for wf in wfs]
         finally:
-            listener.pause()
-            trace = await flow.call("hops")
-            await flow.call("pause")
-        traces.append(trace)
+            f.driver.listener.pause()
+            trace = await f.worker.call("hops") if traced else None
+            await f.worker.call("pause")
+        if trace is not None:
+            traces.append(trace)
         return out
 
-    async def chorus_closed(w: int) -> dict[str, Any]:
+    async def chorus_closed(f: Flow, w: int) -> dict[str, Any]:
         """A client's closed loop: CLOSED_IN_FLIGHT workflows running, each end starts the next."""
-        await flow.call("resume")
-        listener.live()
-        seqs = iter(b.next_seqs(w))
+        wfs = [f"flow-{b.suffix}-{i}" for i in b.next_seqs(w)]
+        await f.driver.prepare(wfs)
+        await f.worker.call("resume")
+        f.driver.listener.live()
+        queue = iter(wfs)
         latencies: list[float] = []
 
         async def client() -> None:
-            for i in seqs:
-                latencies.append(await chorus_one(f"flow-{b.suffix}-{i}"))
+            for wf in queue:
+                latencies.append(await f.driver.one(wf))
 
         try:
             t0 = time.perf_counter()
             await asyncio.gather(*(client() for _ in range(CLOSED_IN_FLIGHT)))
             elapsed = time.perf_counter() - t0
         finally:
-            listener.pause()
-            await flow.call("pause")
+            f.driver.listener.pause()
+            await f.worker.call("pause")
         return {"per_s": w / elapsed, "latency": pct(latencies)}
 
     async def dbos_closed(w: int) -> dict[str, Any]:
@@ -636,30 +725,35 @@ async def section_workflows(b: Bench) -> None:
         return [float(x) for x in reply["latencies_ms"]]
 
     async def trial(variant: str) -> dict[str, Any]:
-        if variant == "chorus":
-            thr = await chorus_throughput(s.flow_workflows)
-            lat = await chorus_latency(s.flow_latency)
-            closed = await chorus_closed(s.flow_closed)
-        else:
+        if variant == "dbos":
             thr = await dbos_throughput(s.flow_workflows)
             lat = await dbos_latency(s.flow_latency)
             closed = await dbos_closed(s.flow_closed)
+        else:
+            f = flow if variant == "chorus" else sealed
+            thr = await chorus_throughput(f, s.flow_workflows)
+            lat = await chorus_latency(f, s.flow_latency)
+            closed = await chorus_closed(f, s.flow_closed)
         return {**thr, "latency": pct(lat), "latencies": lat, "closed": closed}
 
     traces: list[dict[str, Any]] = []
 
-    await chorus_throughput(max(10, s.flow_workflows // 4))  # warm-up, untimed
+    await chorus_throughput(flow, max(10, s.flow_workflows // 4))  # warm-up, untimed
+    await chorus_throughput(sealed, max(10, s.flow_workflows // 4))
     await dbos_throughput(max(10, s.flow_workflows // 4))
-    rounds = await interleaved(s.rounds, ["chorus", "dbos"], trial)
+    # The sealed flow is a third variant of the same rounds, so that sealed/plain is a ratio
+    # of two trials seconds apart, like Chorus/DBOS.
+    rounds = await interleaved(s.rounds, ["chorus", "sealed", "dbos"], trial)
+    variants = ((0, "chorus"), (2, "dbos"))
     out: dict[str, Any] = {"what": "5-step workflows/s and end-to-end latency (one in flight)"}
-    for i, name in ((0, "chorus"), (1, "dbos")):
+    for i, name in variants:
         out[name] = {
             "per_s": summary([r[i]["per_s"] for r in rounds]),
             "p50_ms": summary([r[i]["latency"]["p50"] for r in rounds]),
             "p99_ms": summary([r[i]["latency"]["p99"] for r in rounds]),
         }
-    out["ratio"] = summary([r[0]["per_s"] / r[1]["per_s"] for r in rounds])
-    out["p50_diff_ms"] = summary([r[0]["latency"]["p50"] - r[1]["latency"]["p50"] for r in rounds])
+    out["ratio"] = summary([r[0]["per_s"] / r[2]["per_s"] for r in rounds])
+    out["p50_diff_ms"] = summary([r[0]["latency"]["p50"] - r[2]["latency"]["p50"] for r in rounds])
     out["target"] = ">= 1.5x DBOS throughput, p50 no worse; one at a time p50 <= 12 ms, p99 <= 25 ms"
     out["closed"] = {
         "what": f"closed loop, {CLOSED_IN_FLIGHT} workflows in flight, each end starts the next",
@@ -670,7 +764,26 @@ async def section_workflows(b: Bench) -> None:
                 "p50_ms": summary([r[i]["closed"]["latency"]["p50"] for r in rounds]),
                 "p99_ms": summary([r[i]["closed"]["latency"]["p99"] for r in rounds]),
             }
-            for i, name in ((0, "chorus"), (1, "dbos"))
+            for i, name in variants
+        },
+    }
+    out["sealed"] = {
+        "what": (
+            f"R5 with encryption on: a personal note ({len(bench_events.NOTE)} characters) in every "
+            "event, opened and sealed again by each step; every workflow a new data subject, "
+            "its key fetched from the key service (a process of this run)"
+        ),
+        "per_s": summary([r[1]["per_s"] for r in rounds]),
+        "p50_ms": summary([r[1]["latency"]["p50"] for r in rounds]),
+        "p99_ms": summary([r[1]["latency"]["p99"] for r in rounds]),
+        "ratio": summary([r[1]["per_s"] / r[0]["per_s"] for r in rounds]),
+        "p50_diff_ms": summary([r[1]["latency"]["p50"] - r[0]["latency"]["p50"] for r in rounds]),
+        "p99_diff_ms": summary([r[1]["latency"]["p99"] - r[0]["latency"]["p99"] for r in rounds]),
+        "closed": {
+            "per_s": summary([r[1]["closed"]["per_s"] for r in rounds]),
+            "p50_ms": summary([r[1]["closed"]["latency"]["p50"] for r in rounds]),
+            "p99_ms": summary([r[1]["closed"]["latency"]["p99"] for r in rounds]),
+            "ratio": summary([r[1]["closed"]["per_s"] / r[0]["closed"]["per_s"] for r in rounds]),
         },
     }
     out["breakdown"] = breakdown(traces)
@@ -678,7 +791,7 @@ async def section_workflows(b: Bench) -> None:
 
     per_step = steps * s.flow_workflows
     cpu: dict[str, Any] = {"what": "CPU ms per workflow step, from /proc (R5 throughput trials)"}
-    for i, name in ((0, "chorus"), (1, "dbos")):
+    for i, name in ((0, "chorus"), (1, "sealed"), (2, "dbos")):
         usages = [r[i]["usage"] for r in rounds]
         cpu[name] = {
             "service": summary([1000 * u["service_cpu_s"] / per_step for u in usages]),
@@ -688,27 +801,29 @@ async def section_workflows(b: Bench) -> None:
         }
     cpu["note"] = (
         "broker and machine_busy include whatever else ran on the shared machine; "
-        "postgres counts only the backends of the benchmark's databases"
+        "postgres counts only the backends of the benchmark's databases; "
+        "sealed's service is the flow service and the key service together"
     )
     b.results["cpu"] = cpu
     b.log(
-        f"R5 Chorus {out['chorus']['per_s']['median']:.1f}/s vs DBOS {out['dbos']['per_s']['median']:.1f}/s"
+        f"R5 Chorus {out['chorus']['per_s']['median']:.1f}/s vs DBOS {out['dbos']['per_s']['median']:.1f}/s; "
+        f"sealed {out['sealed']['per_s']['median']:.1f}/s (x{out['sealed']['ratio']['median']:.2f})"
     )
-    await dbos.stop()
+    await asyncio.gather(dbos.stop(), sealed.worker.stop(), key_service.stop())
 
     # A flame graph of the flow service in closed-loop trials: the same service, restarted
     # under py-spy. Long enough that its start (imports) is a small part of the samples.
-    await flow.stop()
+    await flow.worker.stop()
     flame = b.out / "flame-chorus-flow.svg"
-    flow = profiled_worker(
+    flow.worker = profiled_worker(
         "chorus-flow-profiled", "chorus-flow", SPY, "flamegraph", flame, b.chorus_env(), b.logs
     )
-    await b.started(flow)
-    await flow.call("ready")
-    under = await chorus_closed(4 * s.flow_closed)
-    await flow.stop()
-    assert flow.proc is not None
-    await asyncio.wait_for(flow.proc.wait(), 60)
+    await b.started(flow.worker)
+    await flow.worker.call("ready")
+    under = await chorus_closed(flow, 4 * s.flow_closed)
+    await flow.worker.stop()
+    assert flow.worker.proc is not None
+    await asyncio.wait_for(flow.worker.proc.wait(), 60)
     out["flame_graph"] = {"file": flame.name, "closed_loop_per_s_under_profiler": under["per_s"]}
 
 

@@ -4,6 +4,9 @@
 - ``bench_durable``: handler changes the workflow's state (R3): inbox + checkpoint
   + outbox in one transaction.
 - ``bench_flow``: a 5-step workflow, one state change and one Kafka hop per step (R5).
+- ``bench_sealed_flow``: the same workflow with a personal field in every event: each step
+  opens it (``personal=True``) and the runtime seals it again in what the step emits (R5
+  with encryption on).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from bench.events import (
     FlowStep,
     NoopPing,
     NoopPong,
+    SealedDone,
+    SealedStep,
 )
 from chorus.codec import Event
 from chorus.service import Context, On, Outcome, ServiceSpec
@@ -66,6 +71,23 @@ async def on_flow_step(
     )
 
 
+async def on_sealed_step(
+    event: Event[SealedStep], state: FlowState | None, ctx: Context[Any]
+) -> Outcome[FlowState]:
+    p = event.payload  # the note arrives opened (personal=True); the runtime seals it on the way out
+    if p.step < FLOW_STEPS:
+        nxt: SealedStep | SealedDone = SealedStep(
+            step=p.step + 1, started_ns=p.started_ns, note=p.note, pad=p.pad
+        )
+    else:
+        nxt = SealedDone(steps=p.step, started_ns=p.started_ns, note=p.note)
+    return Outcome(
+        state=FlowState(step=p.step),
+        emit=[nxt],
+        ended="completed" if p.step >= FLOW_STEPS else None,
+    )
+
+
 SPECS: dict[str, ServiceSpec[Any, Any]] = {
     "noop": ServiceSpec(
         name="bench_noop",
@@ -85,6 +107,13 @@ SPECS: dict[str, ServiceSpec[Any, Any]] = {
         version="0",
         handlers=[On(FlowStep, on_flow_step, timeout_s=30)],
         produces=frozenset({"bench.step", "bench.flow_done"}),
+        state=FlowState,
+    ),
+    "sealed_flow": ServiceSpec(
+        name="bench_sealed_flow",
+        version="0",
+        handlers=[On(SealedStep, on_sealed_step, timeout_s=30, personal=True)],
+        produces=frozenset({"bench.sealed_step", "bench.sealed_done"}),
         state=FlowState,
     ),
 }
