@@ -40,6 +40,13 @@ def routes(rt: RuntimeHandle) -> APIRouter:
     @router.post("/v1/data-keys", summary="The live data key of a subject (or workflow)")
     async def data_key(body: DataKeyRequest, who: Service) -> DataKeyAnswer:
         held(body.region)
+        async with rt.pool.acquire() as conn:
+            existing = await keys.existing_key(
+                conn, region=body.region, subject_hash=body.subject_hash, workflow_id=body.workflow_id
+            )
+        if existing is not None:  # the common case: no new key to make and wrap
+            found, wrapped = existing
+            return DataKeyAnswer(kid=found, key=base64.b64encode(wrapping.unwrap(found, wrapped)).decode())
         kid = new_kid(body.region)
         key = new_data_key()
         async with rt.pool.acquire() as conn:

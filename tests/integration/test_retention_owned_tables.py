@@ -112,7 +112,7 @@ async def test_retired_workflows_take_their_timers_and_dead_letters_with_them(
     assert confirmed["deadletter_service"]["rows"]["deadletter_service.letters"] == 1
 
 
-async def _equal(found: Any, wanted: dict[str, int]) -> bool:
+async def _equal(found: Any, wanted: dict[str, Any]) -> bool:
     return bool(await found == wanted)
 
 

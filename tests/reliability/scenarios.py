@@ -249,6 +249,24 @@ async def timers_while_down(ctx: Ctx) -> None:
     fault.healed_at = time.monotonic()
 
 
+async def key_service_down(ctx: Ctx) -> None:
+    """The key service (every seal and open of personal data asks it) is killed while
+    workflows start and decide: submissions answer 503 and are retried by the driver, records
+    that need a key wait like behind a database outage (never dead-lettered), and all of it
+    completes once the service is back."""
+    early = await ctx.submit(3)
+    await injectors.kill(ctx.dep, ctx.faults, "key_service")
+    fault = ctx.faults.faults[-1]
+    # Cached keys keep the workflows that started going for a while; new subjects need it.
+    late = [asyncio.create_task(ctx.submit(2))]
+    await asyncio.sleep(12.0)
+    await ctx.dep.start_proc("key_service")
+    fault.healed_at = time.monotonic()
+    for started in late:
+        await started
+    await ctx.dep.driver.wait_settled(early, 150.0)
+
+
 async def _still_at(ctx: Ctx, workflow: Tracked, tier: str) -> bool:
     async with ctx.dep.pool.acquire() as conn:
         row = await conn.fetchrow(
@@ -407,6 +425,12 @@ def full() -> list[Scenario]:
     ]
     scenarios += [s for s in SHORT if not s.name.startswith("sigkill")]
     scenarios += [
+        Scenario(
+            "key-service-down",
+            "the key service SIGKILLed for 12 s while workflows start and run (sealing waits)",
+            "main",
+            key_service_down,
+        ),
         Scenario(
             "rebalance",
             f"{', '.join(SCALED)} scaled 1 -> 3 -> 1 replicas mid-workflow",

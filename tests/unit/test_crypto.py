@@ -266,3 +266,28 @@ async def test_forgetting_an_erased_subject_drops_every_key_fetched_to_open() ->
     reader.forget(subject_hash("subject:zoe"), ["wf-1"])
     with pytest.raises(KeyDestroyedError):
         await reader.open_event(sealed)
+
+
+class CountingStore(MemoryKeyStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests = 0
+
+    async def data_key(self, scope: Any) -> Any:
+        self.requests += 1
+        return await super().data_key(scope)
+
+    async def key(self, kid: str) -> bytes:
+        self.requests += 1
+        return await super().key(kid)
+
+
+async def test_a_handler_that_opens_an_event_and_seals_its_answer_asks_for_the_key_once() -> None:
+    store = CountingStore()
+    sealed = await sealer(store).seal(received())  # the gateway's
+    store.requests = 0
+    agent = sealer(store)  # another service, nothing cached
+    await agent.open_event(sealed)
+    answer = received().model_copy(update={"event_id": uuid.uuid4()})
+    await agent.seal(answer)
+    assert store.requests == 1

@@ -98,6 +98,21 @@ async def live_key(
     return found["kid"], found["wrapped"]
 
 
+async def existing_key(
+    conn: asyncpg.Connection, *, region: str, subject_hash: str | None, workflow_id: str
+) -> tuple[str, bytes] | None:
+    """The scope's live key, if it has one and the workflow was not erased."""
+    found = await conn.fetchrow(
+        f"""SELECT kid, wrapped FROM {TABLE} WHERE destroyed_at IS NULL AND region = $1
+              AND coalesce(subject_hash, 'workflow:' || workflow_id) = coalesce($2, 'workflow:' || $3)
+              AND NOT EXISTS (SELECT 1 FROM {SCHEMA}.erased_workflows WHERE workflow_id = $3)""",
+        region,
+        subject_hash,
+        workflow_id,
+    )
+    return (found["kid"], found["wrapped"]) if found is not None else None
+
+
 async def find(conn: asyncpg.Connection, kid: str) -> asyncpg.Record | None:
     return await conn.fetchrow(f"SELECT kid, wrapped, destroyed_at FROM {TABLE} WHERE kid = $1", kid)
 
