@@ -285,7 +285,7 @@ class Sealer:
         *,
         region: str,
         regions: Mapping[str, str] | None = None,
-        ttl_s: float = 300.0,
+        ttl_s: float = 60.0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.registry = registry

@@ -202,6 +202,21 @@ class OwnedData(Protocol):
         ...
 
 
+class ErasedAsRetired:
+    """For an OwnedData whose rows of an erased subject's workflows go as a retired
+    workflow's do (they are all per workflow; none names the subject itself)."""
+
+    async def retire(
+        self, conn: asyncpg.Connection, workflow_ids: Sequence[str], request: DataRequest
+    ) -> dict[str, int]:
+        raise NotImplementedError
+
+    async def erase(
+        self, conn: asyncpg.Connection, subject_hash: str, workflow_ids: Sequence[str], request: DataRequest
+    ) -> dict[str, int]:
+        return await self.retire(conn, workflow_ids, request)
+
+
 Worker = Callable[[RuntimeHandle], Coroutine[Any, Any, None]]
 Routes = Callable[[RuntimeHandle], APIRouter]
 

@@ -103,8 +103,9 @@ class ServiceSettings(ChorusSettings):
     """CHORUS_DATA_REGIONS: workflow type -> region (the same map on every service)."""
     key_service_api_key: str = DEMO_SERVICE_KEY
     """What this service presents to the key services (their CHORUS_API_KEYS, role service)."""
-    key_cache_s: float = 300.0
-    """How long a data key stays cached; an erasure request drops its keys at once."""
+    key_cache_s: float = 60.0
+    """How long a data key stays cached. The replica that reads an erasure request forgets
+    its keys at once; the service's other replicas within this time."""
     subject_key: str = DEMO_SUBJECT_KEY
     """CHORUS_SUBJECT_KEY: the secret under which subject references are keyed (HMAC), where
     they enter (a submission) and where an operator names one (erasure, access log)."""

@@ -23,7 +23,7 @@ import asyncpg
 
 from chorus import migrations
 from chorus.db import rows_affected
-from chorus.service import DataRequest
+from chorus.service import DataRequest, ErasedAsRetired
 from deadletter_service.domain import OPEN, LetterFilter
 
 SCHEMA = "deadletter_service"
@@ -90,7 +90,7 @@ async def migrate(conn: asyncpg.Connection) -> None:
 
 
 @dataclass(frozen=True)
-class LetterRetention:
+class LetterRetention(ErasedAsRetired):
     """A retired workflow's dead letters go with it (their original bytes carry its data),
     and the operations on them (an operator's reasons). On their own: a resolved letter
     (redriven or discarded) ``keep_resolved_s`` after its resolution; a letter no workflow
@@ -113,12 +113,6 @@ class LetterRetention:
             f"DELETE FROM {SCHEMA}.operations WHERE letter_id = ANY($1::uuid[])", [r["id"] for r in letters]
         )
         return {f"{SCHEMA}.letters": len(letters), f"{SCHEMA}.operations": rows_affected(ops)}
-
-    async def erase(
-        self, conn: asyncpg.Connection, subject_hash: str, workflow_ids: Sequence[str], request: DataRequest
-    ) -> dict[str, int]:
-        """The subject's workflows' rows go as a retired workflow's do."""
-        return await self.retire(conn, workflow_ids, request)
 
     async def retire(
         self, conn: asyncpg.Connection, workflow_ids: Sequence[str], request: DataRequest

@@ -10,7 +10,7 @@ import asyncpg
 
 from chorus import migrations
 from chorus.db import rows_affected
-from chorus.service import DataRequest
+from chorus.service import DataRequest, ErasedAsRetired
 
 DDL = [
     "CREATE SCHEMA IF NOT EXISTS gateway",
@@ -62,18 +62,12 @@ MIGRATIONS = [
 ]
 
 
-class SubmissionRetention:
+class SubmissionRetention(ErasedAsRetired):
     """A retired workflow's submission, reviewers' decisions and cancel request go with it
     (nothing outlives its workflow here: no time-based purge of its own)."""
 
     async def purge(self, conn: asyncpg.Connection, now: datetime) -> dict[str, int]:
         return {}
-
-    async def erase(
-        self, conn: asyncpg.Connection, subject_hash: str, workflow_ids: Sequence[str], request: DataRequest
-    ) -> dict[str, int]:
-        """The subject's workflows' rows go as a retired workflow's do."""
-        return await self.retire(conn, workflow_ids, request)
 
     async def retire(
         self, conn: asyncpg.Connection, workflow_ids: Sequence[str], request: DataRequest

@@ -17,7 +17,7 @@ import asyncpg
 
 from chorus import migrations
 from chorus.db import rows_affected
-from chorus.service import DataRequest
+from chorus.service import DataRequest, ErasedAsRetired
 from timer_service.domain import CANCELLED, FIRED, PENDING
 
 SCHEMA = "timer_service"
@@ -210,7 +210,7 @@ async def pending_count(conn: asyncpg.Connection) -> int:
 
 
 @dataclass(frozen=True)
-class TimerRetention:
+class TimerRetention(ErasedAsRetired):
     """A retired workflow's timers go with it: pending, fired (their stored envelopes carry
     the workflow's data) and cancelled ones. Fired and cancelled timers go on their own
     ``keep_done_s`` after they were (kept that long to answer "did it fire, when, how late")."""
@@ -223,12 +223,6 @@ class TimerRetention:
             now - timedelta(seconds=self.keep_done_s),
         )
         return {f"{SCHEMA}.timers": rows_affected(deleted)}
-
-    async def erase(
-        self, conn: asyncpg.Connection, subject_hash: str, workflow_ids: Sequence[str], request: DataRequest
-    ) -> dict[str, int]:
-        """The subject's workflows' rows go as a retired workflow's do."""
-        return await self.retire(conn, workflow_ids, request)
 
     async def retire(
         self, conn: asyncpg.Connection, workflow_ids: Sequence[str], request: DataRequest
