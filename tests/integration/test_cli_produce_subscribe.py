@@ -334,3 +334,55 @@ def test_no_broker_or_no_topic_says_where_and_what_to_do(
     assert missing.returncode == EX_UNAVAILABLE
     assert f"topic {registry.physical_topic('workflow.started')} does not exist" in (missing.stderr.decode())
     assert "chorus topics apply" in missing.stderr.decode()
+
+
+def test_subscribe_reads_to_the_end_then_stops_from_any_offset_with_keys_and_headers(
+    registry: Registry, cli_env: dict[str, str], unique: str
+) -> None:
+    """kcat's -e, -p and -o: what an operator reaches for to look at a partition."""
+    payload = '{"deadline_at": "2026-01-01T00:00:00Z"}'
+    produced = [
+        published(
+            chorus(
+                cli_env,
+                "produce",
+                "workflow.deadline_reached",
+                "--data",
+                payload,
+                "--workflow-id",
+                f"wf-{n}-{unique}",
+            )
+        )
+        for n in range(4)
+    ]
+    topic = produced[0][1]
+    everything = chorus(
+        cli_env, "subscribe", topic, "--from-beginning", "--exit-at-end", "--keys", "--headers"
+    )
+    assert everything.returncode == 0, everything.stderr.decode()  # it stopped by itself
+    out = everything.stdout.decode()
+    assert "4 record(s)" in everything.stderr.decode()
+    for n in range(4):
+        assert f"key='wf-{n}-{unique}'" in out
+    assert out.count('"event_type": "workflow.deadline_reached"') == 4  # the headers every producer sets
+
+    # One partition, from its last record (offset -1), as JSON: exactly that record.
+    _, _, partition, offset = produced[-1]
+    last = chorus(cli_env, "subscribe", topic, "-p", str(partition), "-o", "-1", "-e", "--json")
+    assert last.returncode == 0, last.stderr.decode()
+    [line] = last.stdout.decode().splitlines()
+    assert json.loads(line)["workflow_id"] == f"wf-3-{unique}"
+    at = chorus(cli_env, "subscribe", topic, "-p", str(partition), "-o", str(offset), "-e", "--json")
+    assert [json.loads(x)["workflow_id"] for x in at.stdout.decode().splitlines()] == [f"wf-3-{unique}"]
+    # Nothing new since the start: -e without a start reads nothing and stops at once.
+    assert "0 record(s)" in chorus(cli_env, "subscribe", topic, "-e").stderr.decode()
+
+    wrong = chorus(cli_env, "subscribe", topic, "-p", "99", "-e")
+    assert wrong.returncode == EX_DATAERR and "no partition 99" in wrong.stderr.decode()
+    grouped = chorus(cli_env, "subscribe", topic, "--group", f"g-{unique}", "-e")
+    assert grouped.returncode == 2 and "without --group" in grouped.stderr.decode()
+
+
+def test_version_says_which_chorus() -> None:
+    result = chorus({}, "--version")
+    assert result.returncode == 0 and re.fullmatch(rb"chorus \d+\.\d+\.\d+\S*\n", result.stdout)

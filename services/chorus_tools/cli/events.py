@@ -370,10 +370,28 @@ def subscribe(
     timeout: Annotated[
         float | None, typer.Option("--timeout", min=0, help="Stop after this many seconds.")
     ] = None,
+    exit_at_end: Annotated[
+        bool,
+        typer.Option("--exit-at-end", "-e", help="Stop once the last record there was at the start is read."),
+    ] = False,
+    partitions: Annotated[
+        list[int] | None,
+        typer.Option("--partition", "-p", min=0, help="Read only this partition (repeatable)."),
+    ] = None,
+    offset: Annotated[
+        int | None,
+        typer.Option(
+            "--offset",
+            "-o",
+            help="Start at this offset in each partition; negative: that many before the end.",
+        ),
+    ] = None,
+    keys: Annotated[bool, typer.Option("--keys", help="Show each record's key.")] = False,
+    headers: Annotated[bool, typer.Option("--headers", help="Show each record's headers.")] = False,
     schemas_dir: SchemasDir = None,
     bootstrap: Bootstrap = LOCAL_KAFKA,
 ) -> None:
-    """Tail events: new ones by default, or from the beginning, or from a time.
+    """Tail events: new ones by default, or from the beginning, an offset, or a time.
 
     Without --group nothing is committed: partitions are assigned directly and
     sought (--since finds the first offset at that time in each partition). With
@@ -383,8 +401,21 @@ def subscribe(
     workflow_id applies to them through their key, other filters cannot and let
     them through.
     """
-    if from_beginning and since is not None:
-        raise typer.BadParameter("use --from-beginning or --since, not both")
+    starts = [
+        name
+        for name, given in (
+            ("--from-beginning", from_beginning),
+            ("--since", since is not None),
+            ("--offset", offset is not None),
+        )
+        if given
+    ]
+    if len(starts) > 1:
+        raise typer.BadParameter(f"use one of {', '.join(starts)}, not several")
+    if group is not None and (exit_at_end or partitions or offset is not None):
+        # A group's partitions move between its members: "the end", a partition and an
+        # offset are about partitions this command reads on its own.
+        raise typer.BadParameter("--exit-at-end, --partition and --offset read without --group")
     try:
         start_at = parse_since(since, datetime.now(UTC)) if since is not None else None
     except ValueError as exc:
@@ -403,6 +434,11 @@ def subscribe(
             filters=wanted,
             json_lines=json_lines,
             max_events=max_events,
+            partitions=set(partitions or ()),
+            offset=offset,
+            exit_at_end=exit_at_end,
+            keys=keys,
+            headers=headers,
         )
         try:
             with quiet_client_logs():
@@ -480,7 +516,16 @@ class Tail:
     filters: dict[str, str]
     json_lines: bool
     max_events: int | None
+    partitions: set[int] = field(default_factory=set)
+    """Only these partitions (all when empty)."""
+    offset: int | None = None
+    """Start offset in each partition; negative counts back from the end."""
+    exit_at_end: bool = False
+    keys: bool = False
+    headers: bool = False
     shown: int = 0
+    _ends: dict[TopicPartition, int] = field(default_factory=dict)
+    """--exit-at-end: each partition's end when reading began (what is left to read)."""
     console: Console = field(default_factory=lambda: Console(highlight=False, soft_wrap=True))
 
     async def run(
@@ -494,6 +539,15 @@ class Tail:
     ) -> int:
         """Print until --max records or --timeout seconds (forever without both)."""
         partitions = await _require_topics(bootstrap, self.topics)
+        if self.partitions:
+            unknown = self.partitions - {tp.partition for tp in partitions}
+            if unknown:
+                raise CliError(
+                    f"no partition {', '.join(map(str, sorted(unknown)))} in {', '.join(self.topics)}"
+                    f" (partitions 0..{max(tp.partition for tp in partitions)})",
+                    EX_DATAERR,
+                )
+            partitions = [tp for tp in partitions if tp.partition in self.partitions]
         consumer = make_consumer(
             bootstrap,
             group_id=group,
@@ -506,7 +560,15 @@ class Tail:
             seek = _Seek(consumer, from_beginning, start_at, group is None)
             if group is None:
                 consumer.assign(partitions)
-                await seek.apply(partitions)
+                if self.offset is not None:
+                    await self._seek_offset(consumer, partitions)
+                else:
+                    await seek.apply(partitions)
+                if self.exit_at_end:
+                    ends = await consumer.end_offsets(partitions)
+                    self._ends = {tp: end for tp, end in ends.items() if await consumer.position(tp) < end}
+                    if not self._ends:
+                        return self.shown  # nothing to read
             else:
                 consumer.subscribe(self.topics, listener=seek)
             await self._loop(consumer, commit=group is not None, timeout_s=timeout_s)
@@ -515,6 +577,14 @@ class Tail:
         finally:
             await consumer.stop()
         return self.shown
+
+    async def _seek_offset(self, consumer: AIOKafkaConsumer, partitions: Sequence[TopicPartition]) -> None:
+        assert self.offset is not None
+        firsts = await consumer.beginning_offsets(partitions)
+        ends = await consumer.end_offsets(partitions)
+        for tp in partitions:
+            wanted = self.offset if self.offset >= 0 else ends[tp] + self.offset
+            consumer.seek(tp, min(max(wanted, firsts[tp]), ends[tp]))  # within what is retained
 
     async def _loop(self, consumer: AIOKafkaConsumer, *, commit: bool, timeout_s: float | None) -> None:
         loop = asyncio.get_running_loop()
@@ -534,11 +604,15 @@ class Tail:
                         break
                     self._show(record)
                     handled[tp] = record.offset + 1
+                    if tp in self._ends and record.offset + 1 >= self._ends[tp]:
+                        del self._ends[tp]
             if commit and handled:
                 # Exactly what was handled: a --max stop mid-batch leaves the rest for next time.
                 await consumer.commit(handled)
 
     def _done(self) -> bool:
+        if self.exit_at_end and not self._ends:
+            return True
         return self.max_events is not None and self.shown >= self.max_events
 
     def _show(self, record: ConsumerRecord[bytes, bytes]) -> None:
@@ -600,8 +674,18 @@ class Tail:
             f"[dim]{when}[/] [cyan]{escape(envelope.event_type)}[/] v{envelope.schema_version}"
             f" [bold]{escape(envelope.workflow_id)}[/] ({escape(envelope.workflow_type)},"
             f" {envelope.priority}) [dim]{escape(_where(record))} id={envelope.event_id}"
-            f" by {escape(envelope.producer.service)}[/] {escape(payload)}"
+            f" by {escape(envelope.producer.service)}[/]{escape(self._extras(record))} {escape(payload)}"
         )
+
+    def _extras(self, record: ConsumerRecord[bytes, bytes]) -> str:
+        """`` key=... headers={...}`` when asked for (human output; --json prints the value)."""
+        shown = ""
+        if self.keys:
+            shown += f" key={(record.key or b'').decode('utf-8', 'replace')!r}"
+        if self.headers:
+            found = {k: v.decode("utf-8", "replace") for k, v in record.headers}
+            shown += f" headers={json.dumps(found, ensure_ascii=False, sort_keys=True)}"
+        return shown
 
 
 class _Seek(ConsumerRebalanceListener):  # type: ignore[misc]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from importlib.metadata import version
+from typing import Annotated
+
 import typer
 
 from chorus_tools.cli import access as access_cli
@@ -33,6 +36,22 @@ app.add_typer(audit_cli.audit_app, name="audit")
 app.command("status")(status_cli.status_command)
 app.add_typer(workflows_cli.app, name="workflows")
 app.add_typer(policy_cli.app, name="policy")
+
+
+def _version(show: bool) -> None:
+    if show:
+        typer.echo(f"chorus {version('chorus')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Chorus: durable agent workflows on Kafka. Produce, subscribe, replay, operate."""
 
 
 def main() -> None:
