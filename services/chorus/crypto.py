@@ -333,12 +333,13 @@ class Sealer:
             return envelope
         payload = envelope.payload
         changed: dict[str, Any] | None = None
+        key: DataKey | None = None  # one per envelope, fetched when a field needs it
         for ptr in pointers:
             name = ptr.removeprefix("/")
             value = payload.get(name)
             if value is None or value == "" or "/" in name:
                 continue  # nothing personal to hide (and marked fields are top-level ones)
-            key = await self.data_key(self.scope(envelope))
+            key = key or await self.data_key(self.scope(envelope))
             if is_sealed(value):
                 token = Token.parse(value)
                 if token.event_id == str(envelope.event_id):
