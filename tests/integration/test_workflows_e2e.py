@@ -349,7 +349,10 @@ async def test_cancel_ends_the_workflow_cancelled_releases_its_budget_and_is_ide
     assert first.status_code == 202, first.text
     assert first.json()["status"] == "cancelling" and "idempotent-replayed" not in first.headers
     again = await world.http.post(path, json={"reason": "second thoughts"}, headers=SUBMITTER)
-    assert again.status_code == 202 and again.headers["idempotent-replayed"] == "true"
+    # 202 while it is being cancelled, 200 once it is: which one depends on how fast the
+    # services stop it (sealing keys now come from cache), never on the second request.
+    assert again.headers["idempotent-replayed"] == "true"
+    assert (again.status_code, again.json()["status"]) in ((202, "cancelling"), (200, "cancelled"))
     assert again.json()["reason"] == reason["reason"]  # the first request stands
 
     final = await world.ended(workflow_id)
