@@ -4,6 +4,8 @@
 Other services learn a workflow's status, timeline and approvals here, never from the
 projector's tables (the gateway answers its users from this API, with its own key).
 
+GET /v1/workflows?status=&workflow_type=&stage=&submitted_by=&started_after=&started_before=&q=&cursor=
+                                           a page of workflows (no personal data), next_cursor
 GET /v1/workflows/{workflow_id}            status, stage, what it waits for
 GET /v1/workflows/{workflow_id}/timeline   its events in the order they happened
 GET /v1/approvals?tier=<tier>              open approvals, soonest deadline first
@@ -42,12 +44,13 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, Strict, Strict
 
 from audit_projector.adapters import access, queries
 from audit_projector.adapters.maintenance import Announcer, erase_subject, erasure
+from audit_projector.adapters.queries import CURSOR_PATTERN, Order, WorkflowFilter
 from audit_projector.config import Settings
 from audit_projector.replays import ReplayJobs
 from chorus.apikeys import ApiKey, role
 from chorus.crypto import as_keyed, subject_hash
 from chorus.service import RuntimeHandle
-from chorus.webapi import Problem, api_router, problems
+from chorus.webapi import Problem, QueryDateTime, api_router, problems
 
 MAX_ID = 200
 
@@ -139,14 +142,45 @@ def routes(rt: RuntimeHandle) -> APIRouter:
     async def workflows(
         who: Reader,
         status: Annotated[
-            str, Query(max_length=40, description="e.g. attention, waiting, running, completed")
-        ],
+            list[Annotated[str, Field(max_length=40)]] | None,
+            Query(max_length=20, description="any of these (repeat): e.g. attention, waiting, completed"),
+        ] = None,
+        workflow_type: Annotated[str | None, Query(max_length=MAX_ID)] = None,
+        stage: Annotated[str | None, Query(max_length=MAX_ID, description="the latest event type")] = None,
+        submitted_by: Annotated[
+            str | None, Query(max_length=1024, description="a principal, or its keyed form")
+        ] = None,
+        started_after: Annotated[QueryDateTime | None, Query(description="inclusive")] = None,
+        started_before: Annotated[QueryDateTime | None, Query(description="exclusive")] = None,
+        q: Annotated[str | None, Query(max_length=255, description="a workflow id or business key")] = None,
+        order: Annotated[Order, Query(description="newest started first, or longest quiet first")] = (
+            Order.NEWEST
+        ),
+        cursor: Annotated[
+            str | None,
+            Query(pattern=CURSOR_PATTERN, description="next_cursor of a page (it keeps its order)"),
+        ] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> dict[str, Any]:
-        """Workflows in ``status``, longest quiet first; ``attention`` ones say why and since when."""
+        """Workflows matching every filter given, a page at a time (keyset: follow
+        ``next_cursor``); ``attention`` ones say why and since when. No personal data."""
+        where = WorkflowFilter(
+            workflow_type=workflow_type,
+            statuses=tuple(status or ()),
+            stage=stage,
+            submitter_ref=as_keyed(settings.subject_key, submitted_by) if submitted_by else None,
+            started_after=started_after,
+            started_before=started_before,
+            search=q,
+        )
         async with rt.pool.acquire() as conn:
-            found = await queries.workflows_by_status(conn, status, schema=schema, limit=limit)
-        return {"status": status, "workflows": [w.model_dump(mode="json") for w in found]}
+            page = await queries.list_workflows(
+                conn, where, order=order, cursor=cursor, limit=limit, schema=schema
+            )
+        return {
+            "workflows": [w.model_dump(mode="json") for w in page.workflows],
+            "next_cursor": page.next_cursor,
+        }
 
     @router.get("/v1/workflows/{workflow_id}", tags=["workflows"])
     async def workflow(workflow_id: Id, who: Reader, request: Request) -> dict[str, Any]:

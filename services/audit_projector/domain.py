@@ -31,7 +31,7 @@ from chorus_contracts.approvals import (
 )
 from chorus_contracts.base import EventModel, is_sealed
 from chorus_contracts.envelope import Envelope
-from chorus_contracts.lifecycle import WorkflowAttentionNeeded, WorkflowEnded
+from chorus_contracts.lifecycle import WorkflowAttentionNeeded, WorkflowEnded, WorkflowStarted
 from chorus_contracts.platform import EventDeadLettered, ReviewRequested
 from chorus_contracts.procurement import (
     BudgetRejected,
@@ -237,6 +237,10 @@ class WorkflowFacts(_Fact):
     reviews (re-prompts with validation feedback)."""
     erased: bool = False
     """Sticky: some event of this workflow belongs to an erased subject."""
+    submitter: Tagged | None = None
+    """workflow.started's keyed submitter (what lists filter on)."""
+    business_key: Tagged | None = None
+    """workflow.started's business key (the submitter's Idempotency-Key)."""
 
 
 def _earliest(a: T | None, b: T | None) -> T | None:
@@ -277,7 +281,14 @@ def fold(facts: WorkflowFacts | None, entry: AuditEntry, payload: EventModel) ->
     if entry.event_type not in PLATFORM_EVENTS:
         stage = Tagged(at=stamp.at, event_id=stamp.event_id, value=entry.event_type)
         update["stage"] = _latest(facts.stage, stage)
-    if isinstance(payload, WorkflowEnded):
+    if isinstance(payload, WorkflowStarted):
+        if payload.submitter_ref is not None:
+            submitter = Tagged(at=stamp.at, event_id=stamp.event_id, value=payload.submitter_ref)
+            update["submitter"] = _earliest(facts.submitter, submitter)
+        if payload.business_key is not None:
+            key = Tagged(at=stamp.at, event_id=stamp.event_id, value=payload.business_key)
+            update["business_key"] = _earliest(facts.business_key, key)
+    elif isinstance(payload, WorkflowEnded):
         ended = Ended(
             at=stamp.at,
             event_id=stamp.event_id,
@@ -368,6 +379,7 @@ def redact_facts(facts: WorkflowFacts) -> WorkflowFacts:
     return facts.model_copy(
         update={
             "subject": None,
+            "business_key": None,  # the submitter's name for the work may name the subject
             "ended": ended,
             "last_dead_letter_why": why,
             "approvals": {
@@ -415,6 +427,8 @@ class StatusView(BaseModel):
     events: int
     subject_ref: str | None
     pending_approval: PendingApproval | None
+    submitter_ref: str | None = None
+    business_key: str | None = None
 
 
 def pending_approval(facts: WorkflowFacts) -> PendingApproval | None:
@@ -568,6 +582,8 @@ def derive(facts: WorkflowFacts) -> StatusView:
         events=facts.events,
         subject_ref=facts.subject.value if facts.subject else None,
         pending_approval=pending,
+        submitter_ref=facts.submitter.value if facts.submitter else None,
+        business_key=facts.business_key.value if facts.business_key else None,
     )
 
 

@@ -15,19 +15,35 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
+from pydantic import AwareDatetime, BeforeValidator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from chorus import strictjson
 from chorus.crypto import KeyStoreUnavailableError
+
+_ISO_DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
+
+
+def _iso_only(value: Any) -> Any:
+    # pydantic also reads a number as seconds since the epoch; a parameter documented as
+    # a date-time takes only what the document says.
+    if isinstance(value, str) and not _ISO_DATETIME.match(value):
+        raise ValueError("expected an ISO 8601 date-time with a time zone, e.g. 2026-12-01T09:00:00Z")
+    return value
+
+
+QueryDateTime = Annotated[AwareDatetime, BeforeValidator(_iso_only)]
+"""A date-time query parameter: ISO 8601 with a time zone, nothing else."""
 
 PROBLEM = "application/problem+json"
 DEFAULT_MAX_BODY_BYTES = 1_048_576

@@ -160,6 +160,10 @@ InClear = Annotated[P, BeforeValidator(_refuse_sealed)]
 nobody can hand Chorus a token of someone else's to open and repeat."""
 
 Text = Annotated[str, Field(max_length=4000)]
+KeyedRef = Annotated[
+    str,
+    Field(pattern=r"^hmac-sha256:[0-9a-f]{64}$", description="a reference keyed by chorus.crypto.keyed_ref"),
+]
 """Free text a person reads: a reason, a summary, a check's description."""
 Comment = Annotated[str, Field(max_length=2000)]
 """What a reviewer or operator writes."""

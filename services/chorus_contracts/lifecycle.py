@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from chorus_contracts.base import EventModel, Name, Personal, Text, Url, UtcDateTime, event, upcaster
+from chorus_contracts.base import (
+    EventModel,
+    KeyedRef,
+    Name,
+    Personal,
+    Text,
+    Url,
+    UtcDateTime,
+    event,
+    upcaster,
+)
 
 OutcomeV1 = Literal["completed", "rejected", "failed", "compensated", "timed_out", "cancelled"]
 Outcome = Literal["completed", "rejected", "failed", "compensated", "timed_out", "cancelled", "erased"]
@@ -21,6 +31,15 @@ class WorkflowStarted(EventModel):
     start_event_type: Name
     callback_url: Url | None = Field(default=None, description="webhook for the result")
     deadline_at: UtcDateTime | None = None
+    submitter_ref: KeyedRef | None = Field(
+        default=None,
+        description="the submitter, keyed (HMAC-SHA256 under CHORUS_SUBJECT_KEY): what lists "
+        "filter on without opening submitted_by",
+    )
+    business_key: Annotated[str, Field(min_length=1, max_length=255)] | None = Field(
+        default=None,
+        description="the submitter's Idempotency-Key: its own name for the work (an order number)",
+    )
 
 
 @event("workflow.ended", 1)

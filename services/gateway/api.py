@@ -31,7 +31,7 @@ from chorus.ratelimit import KeyedRateLimits
 from chorus.service import RuntimeHandle
 from chorus.store import OutboxMessage
 from chorus.tracing import TraceContext
-from chorus.webapi import Problem, create_api, problem_response, problems
+from chorus.webapi import Problem, QueryDateTime, create_api, problem_response, problems
 from chorus_contracts.approvals import ApprovalDecisionSubmitted, ApprovalPolicyChange
 from chorus_contracts.base import EventModel, plain_input
 from chorus_contracts.envelope import Envelope, Priority
@@ -42,12 +42,14 @@ from gateway.adapters.policy import ApprovalPolicyApi, PolicyApiUnavailableError
 from gateway.adapters.readmodel import ReadModel, ReadModelUnavailableError
 from gateway.config import Settings
 from gateway.domain import (
+    CURSOR_PATTERN,
     IDEMPOTENCY_KEY_MAX,
     IDEMPOTENCY_KEY_PATTERN,
     WORKFLOW_TYPES,
     CancelBody,
     DecisionBody,
     Submission,
+    WorkflowPage,
     may_read,
     request_hash,
     same_person,
@@ -139,7 +141,7 @@ def create_app(rt: RuntimeHandle, settings: Settings, reads: ReadModel, policy: 
 
     _submit_routes(app, rt, settings, base_url)
     _unknown_type_answer(app)
-    _watch_routes(app, rt, reads, base_url)
+    _watch_routes(app, rt, settings, reads, base_url)
     _approval_routes(app, rt, reads)
     _policy_routes(app, policy)
     return app
@@ -174,6 +176,8 @@ def _submit_routes(app: FastAPI, rt: RuntimeHandle, settings: Settings, base_url
                     start_event_type=kind.start.event_type,
                     callback_url=body.callback_url,
                     deadline_at=deadline_at,
+                    submitter_ref=keyed_ref(settings.subject_key, who.principal),
+                    business_key=idempotency_key,
                 ),
                 workflow_id=workflow_id,
                 workflow_type=workflow_type,
@@ -256,7 +260,9 @@ def _unknown_type_answer(app: FastAPI) -> None:
         return await response if inspect.isawaitable(response) else response
 
 
-def _watch_routes(app: FastAPI, rt: RuntimeHandle, reads: ReadModel, base_url: str) -> None:
+def _watch_routes(
+    app: FastAPI, rt: RuntimeHandle, settings: Settings, reads: ReadModel, base_url: str
+) -> None:
     """GET /v1/workflows/{id} and /result: from the read model, or accepted here; each
     caller sees only the workflows it may (may_read), and every read is logged."""
 
@@ -284,17 +290,66 @@ def _watch_routes(app: FastAPI, rt: RuntimeHandle, reads: ReadModel, base_url: s
             raise Problem(404, "Unknown workflow", f"no workflow {workflow_id!r}")
         return view, accepted
 
-    @app.get("/v1/workflows", responses=problems(503))
+    @app.get("/v1/workflows", responses=problems(403, 503))
     async def workflows(
-        who: OperatorOrAuditor,
+        request: Request,
+        who: Anyone,
         status: Annotated[
-            WorkflowStatus,
-            Query(description="attention: parked behind a dead letter, with why and since when"),
-        ],
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    ) -> dict[str, Any]:
-        """Workflows in a status, longest quiet first (operators and auditors)."""
-        return {"status": status, "workflows": await reads.workflows(status, limit, for_whom=who.principal)}
+            list[WorkflowStatus] | None,
+            Query(
+                max_length=10,
+                description="any of these (repeat the parameter); attention: parked "
+                "behind a dead letter, with why and since when",
+            ),
+        ] = None,
+        workflow_type: Annotated[str | None, Query(max_length=200)] = None,
+        stage: Annotated[str | None, Query(max_length=200, description="the latest event type")] = None,
+        submitted_by: Annotated[str | None, Query(max_length=200, description="a principal")] = None,
+        started_after: Annotated[QueryDateTime | None, Query(description="inclusive")] = None,
+        started_before: Annotated[QueryDateTime | None, Query(description="exclusive")] = None,
+        q: Annotated[str | None, Query(max_length=255, description="a workflow id or business key")] = None,
+        order: Annotated[
+            Literal["newest", "quietest"],
+            Query(description="newest started first, or longest quiet first (a cursor keeps its own)"),
+        ] = "newest",
+        cursor: Annotated[
+            str | None,
+            Query(pattern=CURSOR_PATTERN, description="next_cursor of a page (it keeps its order)"),
+        ] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    ) -> WorkflowPage:
+        """Workflows matching every filter, a page at a time (follow ``next_cursor``).
+        Operators and auditors list every workflow; a submitter its own."""
+        if who.role in ("submitter",):
+            if submitted_by not in (None, who.principal):
+                raise Problem(403, "Forbidden", "submitters list their own workflows only")
+            submitted_by = who.principal
+        elif who.role not in ("operator", "auditor"):
+            raise Problem(
+                403,
+                "Forbidden",
+                f"a {who.role} does not list workflows: operators and auditors list every one, "
+                "submitters their own (a reviewer's work is in /v1/approvals)",
+            )
+        params: dict[str, Any] = {
+            "status": status,
+            "workflow_type": workflow_type,
+            "stage": stage,
+            "submitted_by": keyed_ref(settings.subject_key, submitted_by) if submitted_by else None,
+            "started_after": started_after.isoformat() if started_after else None,
+            "started_before": started_before.isoformat() if started_before else None,
+            "q": q,
+            "order": order,
+            "cursor": cursor,
+            "limit": str(limit),
+        }
+        page = await reads.workflows(
+            {k: v for k, v in params.items() if v is not None}, for_whom=who.principal
+        )
+        next_url = None
+        if page.get("next_cursor"):
+            next_url = str(request.url.include_query_params(cursor=page["next_cursor"]))
+        return WorkflowPage(workflows=page["workflows"], next_cursor=page.get("next_cursor"), next=next_url)
 
     @app.get("/v1/workflows/{workflow_id}", responses=problems(404))
     async def status(workflow_id: WorkflowId, who: Anyone) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 from urllib.parse import urlsplit
 
@@ -62,6 +63,47 @@ class CancelBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     reason: InClear[Comment] = Field(min_length=1, description="why, for the audit trail and the submitter")
+
+
+class Attention(BaseModel):
+    since: datetime
+    why: str
+    dead_letter_event_id: str
+    alerted_at: datetime | None
+
+
+class WorkflowSummary(BaseModel):
+    """One line of ``GET /v1/workflows`` (no personal data: the workflow's page has it)."""
+
+    workflow_id: str
+    workflow_type: str
+    status: str
+    stage: str | None
+    waiting_for: str | None
+    waiting_until: datetime | None
+    outcome: str | None
+    started_at: datetime
+    ended_at: datetime | None
+    duration_s: float | None
+    last_event_at: datetime
+    events: int
+    attempts: int
+    business_key: str | None = Field(description="the submitter's Idempotency-Key")
+    pending_approval_id: str | None
+    pending_tier: str | None
+    pending_level: int | None
+    attention: Attention | None = Field(default=None, description="why it is parked, since when")
+
+
+CURSOR_PATTERN = r"^(newest|quietest)~[0-9]{1,16}~[!-~]{1,200}$"
+"""A page's position as the audit projector's read API hands it out (its order, sort time in
+microseconds, last workflow id): every value of this form is a position to continue from."""
+
+
+class WorkflowPage(BaseModel):
+    workflows: list[WorkflowSummary]
+    next_cursor: str | None = Field(description="pass as cursor for the next page; null on the last")
+    next: str | None = Field(description="the next page's URL; null on the last")
 
 
 class GatewayState(BaseModel):

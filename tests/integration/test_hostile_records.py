@@ -241,6 +241,8 @@ async def test_a_record_failing_for_an_infrastructure_reason_is_reported_stuck_a
             lambda: _degraded(runner), what="the record reported stuck in /health", timeout_s=60
         )
         [stuck] = health["stuck_records"]
+        lagging = await wait_until(lambda: _lagging(runner), what="the stuck record counted as lag")
+        assert lagging["consumer_lag"] == 1
         assert (stuck["topic"], stuck["partition"], stuck["offset"]) == (topic, 0, 0)
         assert stuck["workflow_key"] == task.workflow_id
         assert "notes" in stuck["error"]
@@ -263,12 +265,22 @@ async def test_a_record_failing_for_an_infrastructure_reason_is_reported_stuck_a
             kafka_bootstrap, [topic], until=lambda rs: bool(events_of(rs, "test.task_done")), timeout_s=60
         )
         await wait_until(lambda: _ok(runner), what="the stuck record to leave /health")
+        await wait_until(lambda: _caught_up(runner), what="the lag back to 0")
         assert "chorus_records_stuck 0.0" in runner.metrics.render().decode()
 
 
 async def _degraded(runner: ServiceRunner) -> dict[str, Any] | None:
     health = await runner.health()
     return health if health["status"] == "degraded" else None
+
+
+async def _lagging(runner: ServiceRunner) -> dict[str, Any] | None:
+    health = await runner.health()
+    return health if health["consumer_lag"] else None
+
+
+async def _caught_up(runner: ServiceRunner) -> bool:
+    return (await runner.health())["consumer_lag"] == 0
 
 
 async def _ok(runner: ServiceRunner) -> bool:

@@ -336,3 +336,14 @@ def test_each_workflow_type_expires_after_its_own_lifetime() -> None:
     assert not is_expired("research_report", start, start + timedelta(days=29), lifetimes, 30.0)
     assert is_expired("onboarding", start, start + timedelta(days=30), lifetimes, 30.0)
     assert not is_expired("onboarding", start, start + timedelta(days=29.9), lifetimes, 30.0)
+
+
+def test_a_workflow_lists_under_its_submitter_and_business_key_until_its_subject_is_erased() -> None:
+    keyed = "hmac-sha256:" + "ab" * 32
+    started = ev("workflow.started", 0, submitter_ref=keyed, business_key="order-7")
+    facts = fold_all([ev("invoice.received", 1), started])  # the start may arrive second
+    view = derive(facts)
+    assert (view.submitter_ref, view.business_key) == (keyed, "order-7")
+    erased = derive(redact_facts(facts))
+    # The submitter's own name for the work may name the subject; who submitted stays.
+    assert (erased.submitter_ref, erased.business_key) == (keyed, None)

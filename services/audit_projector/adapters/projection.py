@@ -111,6 +111,15 @@ def projection_ddl(schema: str) -> list[str]:
             USING gin ((facts->'approvals'))""",
         f"""CREATE INDEX IF NOT EXISTS workflow_status_subject ON {s}.workflow_status (subject_ref)
             WHERE subject_ref IS NOT NULL""",
+        # Issue 19: GET /v1/workflows filters by submitter and searches business keys.
+        f"ALTER TABLE {s}.workflow_status ADD COLUMN IF NOT EXISTS submitter_ref text",
+        f"ALTER TABLE {s}.workflow_status ADD COLUMN IF NOT EXISTS business_key text",
+        f"""CREATE INDEX IF NOT EXISTS workflow_status_listed ON {s}.workflow_status
+            (started_at DESC, workflow_id DESC)""",
+        f"""CREATE INDEX IF NOT EXISTS workflow_status_business_key ON {s}.workflow_status (business_key)
+            WHERE business_key IS NOT NULL""",
+        f"""CREATE INDEX IF NOT EXISTS workflow_status_submitter ON {s}.workflow_status
+            (submitter_ref, started_at DESC) WHERE submitter_ref IS NOT NULL""",
     ]
 
 
@@ -315,9 +324,9 @@ async def write_status(
               (workflow_id, workflow_type, status, stage, waiting_for, waiting_until, attempts,
                outcome, outcome_reason, result, started_at, ended_at, duration_s,
                last_event_at, events, subject_ref, pending_approval_id, pending_tier,
-               pending_level, pending_context, facts, updated_at)
+               pending_level, pending_context, facts, updated_at, submitter_ref, business_key)
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11, $12, $13, $14, $15,
-                    $16, $17, $18, $19, $20::jsonb, $21::jsonb, $22)
+                    $16, $17, $18, $19, $20::jsonb, $21::jsonb, $22, $23, $24)
             ON CONFLICT (workflow_id) DO UPDATE SET
               workflow_type = EXCLUDED.workflow_type, status = EXCLUDED.status,
               stage = EXCLUDED.stage, waiting_for = EXCLUDED.waiting_for,
@@ -330,7 +339,8 @@ async def write_status(
               pending_approval_id = EXCLUDED.pending_approval_id,
               pending_tier = EXCLUDED.pending_tier, pending_level = EXCLUDED.pending_level,
               pending_context = EXCLUDED.pending_context, facts = EXCLUDED.facts,
-              updated_at = EXCLUDED.updated_at""",
+              updated_at = EXCLUDED.updated_at, submitter_ref = EXCLUDED.submitter_ref,
+              business_key = EXCLUDED.business_key""",
         workflow_id,
         view.workflow_type,
         view.status,
@@ -353,6 +363,8 @@ async def write_status(
         _json(pending.context) if pending else None,
         facts.model_dump_json(),
         now,
+        view.submitter_ref,
+        view.business_key,
     )
 
 

@@ -13,7 +13,9 @@ previous status for a moment.
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 import asyncpg
@@ -96,7 +98,7 @@ def _loads(value: str | None) -> Any:
 
 _STATUS_COLUMNS = """workflow_id, workflow_type, status, stage, waiting_for, waiting_until, attempts,
     outcome, outcome_reason, result::text AS result, started_at, ended_at, duration_s, last_event_at,
-    events, subject_ref, pending_approval_id, pending_tier, pending_level,
+    events, subject_ref, submitter_ref, business_key, pending_approval_id, pending_tier, pending_level,
     pending_context::text AS pending_context, facts::text AS facts"""
 """What a workflow's status view is read from (its facts tell why it needs attention)."""
 
@@ -126,6 +128,139 @@ async def workflows_by_status(
         limit,
     )
     return [_status(r) for r in rows]
+
+
+class WorkflowSummary(_View):
+    """One line of ``GET /v1/workflows``: no personal data (nothing to open, no access to log)."""
+
+    workflow_id: str
+    workflow_type: str
+    status: str
+    stage: str | None
+    waiting_for: str | None
+    waiting_until: datetime | None
+    outcome: str | None
+    started_at: datetime
+    ended_at: datetime | None
+    duration_s: float | None
+    last_event_at: datetime
+    events: int
+    attempts: int
+    business_key: str | None
+    pending_approval_id: str | None
+    pending_tier: str | None
+    pending_level: int | None
+    attention: Attention | None = None
+
+
+class Order(StrEnum):
+    """How a list is sorted (and what its cursor points into)."""
+
+    NEWEST = "newest"
+    """started_at, newest first."""
+    QUIETEST = "quietest"
+    """last_event_at, the longest quiet first (who waits longest)."""
+
+
+@dataclass(frozen=True)
+class WorkflowFilter:
+    """What ``GET /v1/workflows`` narrows to; every field optional, all of them ANDed."""
+
+    workflow_type: str | None = None
+    statuses: tuple[str, ...] = ()
+    stage: str | None = None
+    submitter_ref: str | None = None
+    started_after: datetime | None = None
+    started_before: datetime | None = None
+    search: str | None = None
+    """A workflow id, or a business key (exact match on either)."""
+
+
+CURSOR_PATTERN = r"^(newest|quietest)~[0-9]{1,16}~[!-~]{1,200}$"
+"""A keyset position, not an opaque token: the order, the sort time in microseconds since
+the epoch, and the last workflow id listed. Every value of this form is a valid position
+(a page starts after it), so a client cannot hand in a cursor the API must refuse."""
+
+
+@dataclass(frozen=True)
+class Page:
+    workflows: list[WorkflowSummary]
+    next_cursor: str | None
+    """Pass as ``cursor`` for the next page; None on the last one."""
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _cursor(order: Order, at: datetime, workflow_id: str) -> str:
+    micros = (at - EPOCH) // timedelta(microseconds=1)
+    return f"{order.value}~{micros}~{workflow_id}"
+
+
+def _after(cursor: str) -> tuple[Order, datetime, str]:
+    """Where the page ``cursor`` points to starts (exclusive); it continues its own order."""
+    kind, micros, workflow_id = cursor.split("~", 2)
+    return Order(kind), EPOCH + timedelta(microseconds=int(micros)), workflow_id
+
+
+async def list_workflows(
+    conn: asyncpg.Connection,
+    where: WorkflowFilter,
+    *,
+    order: Order = Order.NEWEST,
+    cursor: str | None = None,
+    limit: int = 50,
+    schema: str = SCHEMA,
+) -> Page:
+    """A page of workflows matching ``where``, in ``order`` (a cursor's own, when given),
+    after ``cursor`` (matching CURSOR_PATTERN). Keyset pagination: pages are stable while
+    workflows start between requests (nothing repeats, nothing listed before is skipped)."""
+    position = None
+    if cursor:
+        order, *position = _after(cursor)
+    column = "started_at" if order is Order.NEWEST else "last_event_at"
+    compare, direction = ("<", "DESC") if order is Order.NEWEST else (">", "ASC")
+    rows = await conn.fetch(
+        f"""SELECT workflow_id, workflow_type, status, stage, waiting_for, waiting_until, outcome,
+                   started_at, ended_at, duration_s, last_event_at, events, attempts, business_key,
+                   pending_approval_id, pending_tier, pending_level,
+                   CASE WHEN status = '{ATTENTION}' THEN facts::text END AS facts
+            FROM {ident(schema)}.workflow_status
+            WHERE ($1::text IS NULL OR workflow_type = $1)
+              AND (cardinality($2::text[]) = 0 OR status = ANY($2::text[]))
+              AND ($3::text IS NULL OR stage = $3)
+              AND ($4::text IS NULL OR submitter_ref = $4)
+              AND ($5::timestamptz IS NULL OR started_at >= $5)
+              AND ($6::timestamptz IS NULL OR started_at < $6)
+              AND ($7::text IS NULL OR workflow_id = $7 OR business_key = $7)
+              AND ($8::timestamptz IS NULL OR ({column}, workflow_id) {compare} ($8, $9::text))
+            ORDER BY {column} {direction}, workflow_id {direction}
+            LIMIT $10""",
+        where.workflow_type,
+        list(where.statuses),
+        where.stage,
+        where.submitter_ref,
+        where.started_after,
+        where.started_before,
+        where.search,
+        position[0] if position else None,
+        position[1] if position else None,
+        limit + 1,
+    )
+    found = [
+        WorkflowSummary(
+            **{k: v for k, v in dict(r).items() if k != "facts"},
+            attention=attention(WorkflowFacts.model_validate_json(r["facts"])) if r["facts"] else None,
+        )
+        for r in rows[:limit]
+    ]
+    last = found[-1] if len(rows) > limit else None
+    next_cursor = None
+    if last is not None:
+        next_cursor = _cursor(
+            order, last.started_at if order is Order.NEWEST else last.last_event_at, last.workflow_id
+        )
+    return Page(found, next_cursor)
 
 
 def _status(r: asyncpg.Record) -> WorkflowStatusView:

@@ -57,6 +57,8 @@ class KafkaEdge(ConsumerRebalanceListener):  # type: ignore[misc]
         self._stopping = False
         self.rebalances = 0
         self.polled = 0
+        self.lag: dict[TopicPartition, int] = {}
+        """Records not yet committed, per assigned partition (as of the last commit round)."""
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -171,6 +173,7 @@ class KafkaEdge(ConsumerRebalanceListener):  # type: ignore[misc]
                 if committed is not None:
                     tracker.committed(committed)
             depth = max(0, highwater - (committed or 0))
+            self.lag[tp] = depth
             self.metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(depth)
 
     # -- rebalance listener (awaited by aiokafka before it rejoins) ------------------------------

@@ -146,6 +146,8 @@ class ServiceRunner:
         self.pool: asyncpg.Pool | None = None
         self.relay: OutboxRelay | None = None
         self.edge: KafkaEdge | None = None
+        self.outbox_backlog = 0
+        """Outbox rows committed and not yet published (as of the last housekeeping round)."""
         self.dispatcher: Dispatcher | None = None
         self.pipeline: Pipeline | None = None
         self.stuck: StuckRecords | None = None
@@ -424,7 +426,8 @@ class ServiceRunner:
             nonlocal next_purge
             now = self.clock.now()
             async with pool.acquire() as conn:
-                self.metrics.outbox_backlog.set(await self.store.outbox_backlog(conn))
+                self.outbox_backlog = await self.store.outbox_backlog(conn)
+                self.metrics.outbox_backlog.set(self.outbox_backlog)
                 stranded = await self.store.workflows_to_drain(conn)
                 await self.store.purge_dispatched(conn, now - timedelta(seconds=self.settings.outbox_keep_s))
                 if now >= next_purge:
@@ -467,10 +470,19 @@ class ServiceRunner:
             "group": self.group,
             "assigned_partitions": len(self.edge.assignment) if self.edge else 0,
             "in_flight": self.dispatcher.in_flight if self.dispatcher else 0,
+            "consumer_lag": self._lag(),
+            "outbox_backlog": self.outbox_backlog,
             "relay_leader": bool(self.relay and self.relay.is_leader),
             "breakers": {b.name: b.state.value for b in breaker.known()},
             "error": str(self.fatal) if self.fatal else None,
         }
+
+    def _lag(self) -> int:
+        """Records of the assigned partitions this group has not committed yet."""
+        if self.edge is None:
+            return 0
+        assigned = self.edge.assignment
+        return sum(depth for tp, depth in self.edge.lag.items() if tp in assigned)
 
 
 async def _start_kafka(starting: Any, bootstrap: str, topics: list[str] | None = None) -> None:

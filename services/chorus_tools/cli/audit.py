@@ -196,25 +196,32 @@ def timeline_command(
         status, entries = _run(read())
     if status is None and not entries:
         raise _fail(f"unknown workflow {workflow_id!r} (not in the audit projection at {api})", 1)
+    print_workflow(workflow_id, status, entries)
+
+
+def print_workflow(workflow_id: str, status: dict[str, Any] | None, entries: list[dict[str, Any]]) -> None:
+    """A workflow's status line and its timeline as a table (``chorus timeline``,
+    ``chorus workflows show``)."""
     if status is not None:
         console.print(
             f"[bold]{escape(workflow_id)}[/bold]  {escape(status['workflow_type'])}  status "
-            f"[bold]{status['status']}[/bold]  stage {status['stage'] or '-'}"
+            f"[bold]{status['status']}[/bold]  stage {status.get('stage') or '-'}"
         )
         waiting = (
             f"  waiting for {escape(status['waiting_for'])}"
-            + (f" until {_at(status['waiting_until'])}" if status["waiting_until"] else "")
-            if status["waiting_for"]
+            + (f" until {_at(status['waiting_until'])}" if status.get("waiting_until") else "")
+            if status.get("waiting_for")
             else ""
         )
         ended = (
             f"  ended {_at(status['ended_at'])} (took {_span(status['duration_s'] or 0.0)})"
-            if status["ended_at"]
+            if status.get("ended_at")
             else ""
         )
+        started = status.get("started_at") or status.get("accepted_at")
         console.print(
-            f"started {_at(status['started_at'])}{ended}{waiting}  events {status['events']}"
-            f"  attempts {status['attempts']}"
+            f"started {_at(started)}{ended}{waiting}  events {status.get('events', 0)}"
+            f"  attempts {status.get('attempts', 0)}"
         )
     else:
         console.print(f"[bold]{escape(workflow_id)}[/bold]: no status row (removed by the janitor)")

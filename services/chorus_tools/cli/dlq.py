@@ -22,7 +22,17 @@ from typing import Annotated, Any, NoReturn
 import httpx
 import typer
 
-from chorus_tools.cli.options import ApiKeyOption, api_call, api_client, fail
+from chorus_tools.cli.options import (
+    ApiKeyOption,
+    Format,
+    JsonFlag,
+    OutputOption,
+    api_call,
+    api_client,
+    echo_json,
+    fail,
+    wants_json,
+)
 
 DEFAULT_URL = "http://127.0.0.1:8102"
 _RELATIVE = re.compile(r"^(\d+)([smhd])$")
@@ -38,7 +48,6 @@ Url = Annotated[
     str,
     typer.Option("--url", envvar="CHORUS_DLQ_URL", show_envvar=True, help="The dead-letter service."),
 ]
-AsJson = Annotated[bool, typer.Option("--json", help="Print the API's JSON answer.")]
 Service = Annotated[str | None, typer.Option("--service", help="Failing service.")]
 Category = Annotated[
     str | None,
@@ -66,7 +75,8 @@ def list_command(
     since: Since = None,
     until: Until = None,
     limit: Annotated[int, typer.Option("--limit", help="At most this many (1..1000).")] = 100,
-    as_json: AsJson = False,
+    output: OutputOption = Format.TABLE,
+    as_json: JsonFlag = False,
     url: Url = DEFAULT_URL,
     api_key: ApiKeyOption = "",
 ) -> None:
@@ -77,8 +87,8 @@ def list_command(
     params["limit"] = str(limit)
     with _client(url, api_key) as client:
         body = _call(client, "GET", "/v1/dead-letters", params=params)
-    if as_json:
-        _echo_json(body)
+    if wants_json(output, as_json):
+        echo_json(body)
         return
     rows: list[tuple[str, ...]] = [
         ("id", "status", "service", "category", "event type", "tries", "dead-lettered", "error")
@@ -105,15 +115,16 @@ def list_command(
 @app.command("show")
 def show_command(
     letter_id: Annotated[str, typer.Argument(help="The dead letter's id.")],
-    as_json: AsJson = False,
+    output: OutputOption = Format.TABLE,
+    as_json: JsonFlag = False,
     url: Url = DEFAULT_URL,
     api_key: ApiKeyOption = "",
 ) -> None:
     """Show one dead letter: error, every failure, original record and operations."""
     with _client(url, api_key) as client:
         body = _call(client, "GET", f"/v1/dead-letters/{letter_id}")
-    if as_json:
-        _echo_json(body)
+    if wants_json(output, as_json):
+        echo_json(body)
         return
     original, error = body["original"], body["error"]
     typer.echo(f"dead letter {body['id']}  [{body['status']}]")
@@ -179,7 +190,8 @@ def redrive_command(
         int | None, typer.Option("--limit", help="Bulk: at most this many (default 100).")
     ] = None,
     api_key: ApiKeyOption = "",
-    as_json: AsJson = False,
+    output: OutputOption = Format.TABLE,
+    as_json: JsonFlag = False,
     url: Url = DEFAULT_URL,
 ) -> None:
     """Publish a letter's original record again, after the handler was fixed.
@@ -203,8 +215,8 @@ def redrive_command(
                 filters["limit"] = str(limit)
             answer = _call(client, "POST", "/v1/dead-letters/redrive", json={**body, "filter": filters})
             done = answer["items"]
-    if as_json:
-        _echo_json(answer)
+    if wants_json(output, as_json):
+        echo_json(answer)
         return
     for item in done:
         detail = item["operation"]["detail"]
@@ -219,15 +231,16 @@ def discard_command(
     letter_id: Annotated[str, typer.Argument(help="The dead letter's id.")],
     reason: Annotated[str, typer.Option("--reason", help="Why it is given up (required).")],
     api_key: ApiKeyOption = "",
-    as_json: AsJson = False,
+    output: OutputOption = Format.TABLE,
+    as_json: JsonFlag = False,
     url: Url = DEFAULT_URL,
 ) -> None:
     """Give up on a letter: its service stops waiting and the workflow moves on."""
     body = {"reason": reason}
     with _client(url, api_key) as client:
         answer = _call(client, "POST", f"/v1/dead-letters/{letter_id}/discard", json=body)
-    if as_json:
-        _echo_json(answer)
+    if wants_json(output, as_json):
+        echo_json(answer)
         return
     detail = answer["operation"]["detail"]
     told = (
@@ -281,10 +294,6 @@ def _call(client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
 
 def _fail(message: str, code: int) -> NoReturn:
     fail("dlq", message, code)
-
-
-def _echo_json(body: Any) -> None:
-    typer.echo(json.dumps(body, indent=2, ensure_ascii=False))
 
 
 def _table(rows: list[tuple[str, ...]]) -> None:

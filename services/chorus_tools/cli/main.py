@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from chorus_tools.cli import access as access_cli
+from chorus_tools.cli import approvals as approvals_cli
 from chorus_tools.cli import audit as audit_cli
 from chorus_tools.cli import dlq as dlq_cli
 from chorus_tools.cli import events as events_cli
@@ -35,6 +36,7 @@ app.command("erase")(audit_cli.erase_command)
 app.add_typer(audit_cli.audit_app, name="audit")
 app.command("status")(status_cli.status_command)
 app.add_typer(workflows_cli.app, name="workflows")
+app.add_typer(approvals_cli.app, name="approvals")
 app.add_typer(policy_cli.app, name="policy")
 
 

@@ -3,9 +3,11 @@ same everywhere: name, environment variable, help) and the quiet Kafka client.""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -52,6 +54,25 @@ ApiKeyOption = Annotated[
         "environment variable (a command line is visible to other users of the machine).",
     ),
 ]
+
+
+class Format(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
+
+OutputOption = Annotated[
+    Format,
+    typer.Option(
+        "--output", case_sensitive=False, help="table (for people) or json (the API's answer, for scripts)."
+    ),
+]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Same as --output json.")]
+GatewayUrl = Annotated[
+    str,
+    typer.Option("--url", envvar="CHORUS_GATEWAY_URL", show_envvar=True, help="The gateway's API."),
+]
+GATEWAY_URL = "http://127.0.0.1:8080"
 EX_NOPERM = 77
 """sysexits' EX_NOPERM: the API refused the key (401) or its role (403)."""
 EX_UNAVAILABLE = 69
@@ -108,3 +129,11 @@ def api_call(command: str, client: httpx.Client, method: str, path: str, **kwarg
         message = f"HTTP {response.status_code}: {response.text[:500]}"
     status = response.status_code
     fail(command, message, 2 if status in (400, 422) else EX_NOPERM if status in (401, 403) else 1)
+
+
+def wants_json(output: Format, as_json: bool) -> bool:
+    return as_json or output is Format.JSON
+
+
+def echo_json(body: Any) -> None:
+    typer.echo(json.dumps(body, indent=2, ensure_ascii=False))

@@ -18,20 +18,35 @@ from typing import Annotated, Any
 
 import typer
 
-from chorus_tools.cli.options import ApiKeyOption, api_call, api_client, fail
-from chorus_tools.cli.workflows import DEFAULT_URL, Url
+from chorus_tools.cli.options import (
+    GATEWAY_URL,
+    ApiKeyOption,
+    Format,
+    GatewayUrl,
+    JsonFlag,
+    OutputOption,
+    api_call,
+    api_client,
+    echo_json,
+    fail,
+    wants_json,
+)
 
 app = typer.Typer(name="policy", help="The approval policy: show, set, history.", no_args_is_help=True)
-AsJson = Annotated[bool, typer.Option("--json", help="Print the API's JSON answer.")]
 
 
 @app.command("show")
-def show_command(api_key: ApiKeyOption = "", as_json: AsJson = False, url: Url = DEFAULT_URL) -> None:
+def show_command(
+    api_key: ApiKeyOption = "",
+    output: OutputOption = Format.TABLE,
+    as_json: JsonFlag = False,
+    url: GatewayUrl = GATEWAY_URL,
+) -> None:
     """The policy in force: its version and rules, in the order they are tried."""
     with api_client("policy", url, api_key, "the gateway") as client:
         answer = api_call("policy", client, "GET", "/v1/approval-policy")
-    if as_json:
-        typer.echo(json.dumps(answer, indent=2, ensure_ascii=False))
+    if wants_json(output, as_json):
+        echo_json(answer)
         return
     changed = f"{answer['changed_by']} at {answer['changed_at'][:19]}"
     typer.echo(f"version {answer['version']} by {changed}: {answer['reason']}")
@@ -45,8 +60,9 @@ def set_command(
     file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help='JSON: {"rules": [...]}')],
     reason: Annotated[str, typer.Option("--reason", help="Why (required; kept with the version).")],
     api_key: ApiKeyOption = "",
-    as_json: AsJson = False,
-    url: Url = DEFAULT_URL,
+    output: OutputOption = Format.TABLE,
+    as_json: JsonFlag = False,
+    url: GatewayUrl = GATEWAY_URL,
 ) -> None:
     """Make the rules in FILE the next version of the policy."""
     try:
@@ -60,8 +76,8 @@ def set_command(
         answer = api_call(
             "policy", client, "PUT", "/v1/approval-policy", json={"rules": rules, "reason": reason}
         )
-    if as_json:
-        typer.echo(json.dumps(answer, indent=2, ensure_ascii=False))
+    if wants_json(output, as_json):
+        echo_json(answer)
         return
     typer.echo(f"approval policy version {answer['version']} in force ({len(answer['rules'])} rules)")
 
@@ -70,14 +86,15 @@ def set_command(
 def history_command(
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 20,
     api_key: ApiKeyOption = "",
-    as_json: AsJson = False,
-    url: Url = DEFAULT_URL,
+    output: OutputOption = Format.TABLE,
+    as_json: JsonFlag = False,
+    url: GatewayUrl = GATEWAY_URL,
 ) -> None:
     """Every version, newest first: who changed the policy, when and why."""
     with api_client("policy", url, api_key, "the gateway") as client:
         answer = api_call("policy", client, "GET", "/v1/approval-policy/history", params={"limit": limit})
-    if as_json:
-        typer.echo(json.dumps(answer, indent=2, ensure_ascii=False))
+    if wants_json(output, as_json):
+        echo_json(answer)
         return
     for v in answer["versions"]:
         rules = len(v["rules"])

@@ -1,4 +1,6 @@
-"""``chorus status``: every service's ``/health`` in one table, stuck records named.
+"""``chorus status``: every service's ``/health`` in one table: consumer lag, outbox
+backlog, breakers, stuck records named; with an API key (operator or auditor), each
+service's open dead letters too, from the dead-letter service.
 
 Asks each service on its documented port (``make services`` runs them there; see
 README.md). Exit codes: 0 every service ok; 1 a service is degraded (records stuck
@@ -9,7 +11,6 @@ answered.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Annotated, Any
 
 import httpx
@@ -17,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from chorus_tools.cli.options import Format, JsonFlag, OutputOption, echo_json, wants_json
 from chorus_tools.devstack import DOCUMENTED_PORTS
 
 EX_UNAVAILABLE = 69
@@ -44,6 +46,25 @@ async def gather_health(targets: dict[str, str], timeout_s: float) -> list[dict[
         )
 
 
+async def dead_letter_depth(base_url: str, api_key: str, timeout_s: float) -> dict[str, int] | str:
+    """Open dead letters per service (the dead-letter service's groups), or why not known."""
+    headers = {"Authorization": f"Bearer {api_key}"}
+    async with httpx.AsyncClient(timeout=timeout_s, headers=headers) as client:
+        try:
+            response = await client.get(
+                f"{base_url.rstrip('/')}/v1/dead-letters/groups", params={"status": "open"}
+            )
+        except httpx.HTTPError as exc:
+            return f"dead-letter service unreachable at {base_url} ({type(exc).__name__})"
+    if response.status_code != 200:
+        return f"dead-letter service answered {response.status_code}"
+    depth: dict[str, int] = {}
+    for group in response.json()["groups"]:
+        if group["status"] == "open":
+            depth[group["service"]] = depth.get(group["service"], 0) + int(group["count"])
+    return depth
+
+
 def status_command(
     host: Annotated[str, typer.Option("--host", help="Where the services run.")] = "127.0.0.1",
     urls: Annotated[
@@ -53,10 +74,21 @@ def status_command(
             help="NAME=BASE_URL of a service to ask instead of the documented ports (repeatable).",
         ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print every /health answer as JSON.")] = False,
+    output: OutputOption = Format.TABLE,
+    as_json: JsonFlag = False,
     timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds per service.")] = 3.0,
+    api_key: Annotated[
+        str,
+        typer.Option(
+            "--api-key",
+            envvar="CHORUS_API_KEY",
+            show_default=False,
+            help="An operator's or auditor's key: adds each service's open dead letters.",
+        ),
+    ] = "",
 ) -> None:
-    """Health of every service: partitions, in flight, relay, and records stuck behind an outage."""
+    """Health of every service: partitions, consumer lag, outbox backlog, in flight, relay,
+    breakers, open dead letters, and records stuck behind an outage."""
     targets = {name: f"http://{host}:{port}" for name, port in DOCUMENTED_PORTS.items()}
     if urls:
         targets = {}
@@ -66,10 +98,19 @@ def status_command(
                 raise typer.BadParameter(f"{item!r}: expected NAME=http://host:port", param_hint="--url")
             targets[name] = base
     reports = asyncio.run(gather_health(targets, timeout_s))
-    if as_json:
-        typer.echo(json.dumps(reports, indent=2))
+    unknown_depth = None
+    if api_key and "deadletter_service" in targets:
+        depth = asyncio.run(dead_letter_depth(targets["deadletter_service"], api_key, timeout_s))
+        if isinstance(depth, str):
+            unknown_depth = depth
+        for r in reports:
+            r["dead_letters_open"] = depth.get(r["service"], 0) if isinstance(depth, dict) else None
+    if wants_json(output, as_json):
+        echo_json(reports)
     else:
         _print(reports)
+        if unknown_depth:
+            typer.echo(f"open dead letters unknown: {unknown_depth}", err=True)
     statuses = {r["status"] for r in reports}
     if statuses == {"unreachable"}:
         raise typer.Exit(EX_UNAVAILABLE)
@@ -80,7 +121,8 @@ def status_command(
 def _print(reports: list[dict[str, Any]]) -> None:
     console = Console()
     table = Table(show_lines=False)
-    for column in ("service", "status", "partitions", "in flight", "relay", "stuck", "breakers"):
+    columns = ("service", "status", "partitions", "lag", "outbox", "in flight", "dead letters", "relay")
+    for column in (*columns, "stuck", "breakers"):
         table.add_column(column, no_wrap=True)
 
     colours = {"ok": "green", "degraded": "yellow"}
@@ -90,7 +132,10 @@ def _print(reports: list[dict[str, Any]]) -> None:
             r["service"],
             f"[{colours.get(r['status'], 'red')}]{r['status']}[/]",
             str(r.get("assigned_partitions", "")),
+            _count(r.get("consumer_lag")),
+            _count(r.get("outbox_backlog")),
             str(r.get("in_flight", "")),
+            _count(r.get("dead_letters_open")),
             "leader" if r.get("relay_leader") else "",
             str(len(stuck)) if stuck else "",
             _breakers(r.get("breakers") or {}),
@@ -109,6 +154,13 @@ def _print(reports: list[dict[str, Any]]) -> None:
                 f"[yellow]{r['service']}: stuck since {s['failing_since']} after {s['attempts']} attempts: "
                 f"{s['topic']}[{s['partition']}]@{s['offset']} ({s['error']})[/]"
             )
+
+
+def _count(value: Any) -> str:
+    """A number, yellow when not zero; blank when not known."""
+    if value is None:
+        return ""
+    return f"[yellow]{value}[/]" if value else "0"
 
 
 def _breakers(states: dict[str, str]) -> str:

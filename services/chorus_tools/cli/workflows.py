@@ -1,7 +1,8 @@
-"""``chorus workflows``: act on running workflows through the gateway's API.
+"""``chorus workflows``: list, show and cancel workflows through the gateway's API.
 
 ``--url`` (else CHORUS_GATEWAY_URL, else http://127.0.0.1:8080) and your API key
-(``--api-key``, else CHORUS_API_KEY): the submitter's own, or an operator's.
+(``--api-key``, else CHORUS_API_KEY): an operator's or auditor's lists every workflow, a
+submitter's its own.
 
 Exit codes: 0 ok; 1 refused (unknown workflow, or it ended otherwise first); 2 bad
 input; 69 the gateway is unreachable; 77 the key or its role may not do this.
@@ -9,22 +10,145 @@ input; 69 the gateway is unreachable; 77 the key or its role may not do this.
 
 from __future__ import annotations
 
-import json
-from typing import Annotated
+from datetime import datetime
+from typing import Annotated, Any
 from urllib.parse import quote
 
 import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 
-from chorus_tools.cli.options import ApiKeyOption, api_call, api_client
+from chorus_tools.cli.audit import print_workflow
+from chorus_tools.cli.options import (
+    GATEWAY_URL,
+    ApiKeyOption,
+    Format,
+    GatewayUrl,
+    JsonFlag,
+    OutputOption,
+    api_call,
+    api_client,
+    echo_json,
+    wants_json,
+)
 
-DEFAULT_URL = "http://127.0.0.1:8080"
+DEFAULT_URL = GATEWAY_URL
+STATUSES = (
+    "attention",
+    "waiting",
+    "running",
+    "completed",
+    "rejected",
+    "failed",
+    "compensated",
+    "timed_out",
+    "cancelled",
+    "erased",
+)
 
-app = typer.Typer(name="workflows", help="Workflows: cancel (more to come).", no_args_is_help=True)
+app = typer.Typer(name="workflows", help="Workflows: list, show, cancel.", no_args_is_help=True)
+console = Console(highlight=False)
 
-Url = Annotated[
-    str,
-    typer.Option("--url", envvar="CHORUS_GATEWAY_URL", show_envvar=True, help="The gateway's API."),
-]
+
+def _status_names(incomplete: str) -> list[str]:
+    return [s for s in STATUSES if s.startswith(incomplete)]
+
+
+@app.command("list")
+def list_command(
+    status: Annotated[
+        list[str] | None,
+        typer.Option("--status", help="Only these statuses (repeatable).", autocompletion=_status_names),
+    ] = None,
+    workflow_type: Annotated[str | None, typer.Option("--type", help="Only this workflow type.")] = None,
+    stage: Annotated[
+        str | None, typer.Option("--stage", help="Only workflows whose latest event is this.")
+    ] = None,
+    submitted_by: Annotated[str | None, typer.Option("--submitted-by", help="Only this principal's.")] = None,
+    since: Annotated[datetime | None, typer.Option("--since", help="Started at or after (ISO 8601).")] = None,
+    until: Annotated[datetime | None, typer.Option("--until", help="Started before (ISO 8601).")] = None,
+    search: Annotated[
+        str | None, typer.Option("--search", "-q", help="A workflow id or business key.")
+    ] = None,
+    quietest: Annotated[bool, typer.Option("--quietest", help="Longest quiet first (else newest).")] = False,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many (pages followed).")] = 50,
+    api_key: ApiKeyOption = "",
+    output: OutputOption = Format.TABLE,
+    as_json: JsonFlag = False,
+    url: GatewayUrl = DEFAULT_URL,
+) -> None:
+    """Workflows matching every filter, newest first, following the API's pages."""
+    params: dict[str, Any] = {
+        "status": status or None,
+        "workflow_type": workflow_type,
+        "stage": stage,
+        "submitted_by": submitted_by,
+        "started_after": _aware(since, "--since"),
+        "started_before": _aware(until, "--until"),
+        "q": search,
+        "order": "quietest" if quietest else "newest",
+    }
+    found: list[dict[str, Any]] = []
+    cursor: str | None = None
+    with api_client("workflows", url, api_key, "the gateway") as client:
+        while len(found) < limit:
+            page_params = {k: v for k, v in params.items() if v is not None}
+            page_params["limit"] = min(1000, limit - len(found))
+            if cursor:
+                page_params["cursor"] = cursor
+            page = api_call("workflows", client, "GET", "/v1/workflows", params=page_params)
+            found.extend(page["workflows"])
+            cursor = page.get("next_cursor")
+            if not cursor:
+                break
+    if wants_json(output, as_json):
+        echo_json({"workflows": found, "next_cursor": cursor})
+        return
+    table = Table(show_lines=False)
+    for column in ("workflow", "type", "status", "stage", "waiting for", "started", "business key"):
+        table.add_column(column, no_wrap=column in ("workflow", "started"))
+    for w in found:
+        waiting = w["waiting_for"] or ""
+        if w.get("attention"):
+            waiting = w["attention"]["why"]
+        table.add_row(
+            w["workflow_id"],
+            w["workflow_type"],
+            w["status"],
+            w["stage"] or "",
+            escape(waiting),
+            w["started_at"][:19].replace("T", " "),
+            escape(w.get("business_key") or ""),
+        )
+    console.print(table)
+    if cursor:
+        console.print(f"[dim]more: raise --limit (shown {len(found)})[/dim]")
+
+
+def _aware(value: datetime | None, option: str) -> str | None:
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        raise typer.BadParameter("give a time zone (e.g. 2026-12-01T09:00:00+00:00)", param_hint=option)
+    return value.isoformat()
+
+
+@app.command("show")
+def show_command(
+    workflow_id: Annotated[str, typer.Argument(help="The workflow's id.")],
+    api_key: ApiKeyOption = "",
+    output: OutputOption = Format.TABLE,
+    as_json: JsonFlag = False,
+    url: GatewayUrl = DEFAULT_URL,
+) -> None:
+    """Status, stage, what it waits for, and its timeline (events, waits, decisions, traces)."""
+    with api_client("workflows", url, api_key, "the gateway") as client:
+        view = api_call("workflows", client, "GET", f"/v1/workflows/{quote(workflow_id, safe='')}")
+    if wants_json(output, as_json):
+        echo_json(view)
+        return
+    print_workflow(workflow_id, view, list(view.get("timeline") or []))
 
 
 @app.command("cancel")
@@ -32,16 +156,17 @@ def cancel_command(
     workflow_id: Annotated[str, typer.Argument(help="The workflow's id (the submission's answer).")],
     reason: Annotated[str, typer.Option("--reason", help="Why (required; the submitter sees it).")],
     api_key: ApiKeyOption = "",
-    as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON answer.")] = False,
-    url: Url = DEFAULT_URL,
+    output: OutputOption = Format.TABLE,
+    as_json: JsonFlag = False,
+    url: GatewayUrl = DEFAULT_URL,
 ) -> None:
     """Stop a running workflow: it ends as cancelled and its compensation runs (a reserved
     budget is released). Asking again is harmless: it answers with the first request."""
     with api_client("workflows", url, api_key, "the gateway") as client:
         path = f"/v1/workflows/{quote(workflow_id, safe='')}/cancel"
         answer = api_call("workflows", client, "POST", path, json={"reason": reason})
-    if as_json:
-        typer.echo(json.dumps(answer, indent=2, ensure_ascii=False))
+    if wants_json(output, as_json):
+        echo_json(answer)
         return
     typer.echo(
         f"{answer['workflow_id']}: {answer['status']} (asked by {answer['requested_by']} "

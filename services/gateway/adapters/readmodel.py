@@ -32,7 +32,8 @@ class ReadModel:
             )
         except httpx.HTTPError as exc:
             raise ReadModelUnavailableError(f"audit projector at {self.base_url}: {exc!r}") from exc
-        if response.status_code == 404 and response.headers.get("content-type", "").startswith(PROBLEM):
+        problem = response.headers.get("content-type", "").startswith(PROBLEM)
+        if response.status_code == 404 and problem:
             return None  # the projector says: no such workflow or approval
         # Anything else (a 404 without a problem: not the projector's API at all) is the
         # read model being unavailable, not "unknown".
@@ -50,9 +51,10 @@ class ReadModel:
         body = await self._get(f"/v1/workflows/{quote(workflow_id, safe='')}/timeline", for_whom=for_whom)
         return list(body["timeline"]) if body else []
 
-    async def workflows(self, status: str, limit: int, *, for_whom: str) -> list[dict[str, Any]]:
-        body = await self._get("/v1/workflows", {"status": status, "limit": str(limit)}, for_whom=for_whom)
-        return list(body["workflows"]) if body else []
+    async def workflows(self, params: dict[str, Any], *, for_whom: str) -> dict[str, Any]:
+        """A page: ``{"workflows": [...], "next_cursor": ...}`` (the projector's filters)."""
+        body = await self._get("/v1/workflows", params, for_whom=for_whom)
+        return dict(body) if body else {"workflows": [], "next_cursor": None}
 
     async def approval(self, approval_id: str, *, for_whom: str) -> dict[str, Any] | None:
         found: dict[str, Any] | None = await self._get(

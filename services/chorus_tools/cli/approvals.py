@@ -1,0 +1,115 @@
+"""``chorus approvals``: a reviewer's queue and decisions, through the gateway's API.
+
+``--url`` (else CHORUS_GATEWAY_URL, else http://127.0.0.1:8080) and your API key
+(``--api-key``, else CHORUS_API_KEY): a reviewer's lists and decides for its tier; an
+operator's lists every tier.
+
+Exit codes: 0 ok; 1 refused (unknown approval, decided or withdrawn already); 2 bad
+input; 69 the gateway is unreachable; 77 the key or its role may not do this (another
+tier's approval, or one you submitted).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any
+from urllib.parse import quote
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from chorus_tools.cli.options import (
+    GATEWAY_URL,
+    ApiKeyOption,
+    Format,
+    GatewayUrl,
+    JsonFlag,
+    OutputOption,
+    api_call,
+    api_client,
+    echo_json,
+    wants_json,
+)
+
+
+class Decision(StrEnum):
+    APPROVE = "approve"
+    REJECT = "reject"
+    REVISE = "revise"
+
+
+app = typer.Typer(name="approvals", help="Approvals: list your queue, decide.", no_args_is_help=True)
+console = Console(highlight=False)
+
+
+@app.command("list")
+def list_command(
+    assignee: Annotated[
+        str, typer.Option("--assignee", help="me (your tier), all, or a tier (operators).")
+    ] = "me",
+    api_key: ApiKeyOption = "",
+    output: OutputOption = Format.TABLE,
+    as_json: JsonFlag = False,
+    url: GatewayUrl = GATEWAY_URL,
+) -> None:
+    """Open approvals, the soonest deadline first: what each is about and how long is left."""
+    with api_client("approvals", url, api_key, "the gateway") as client:
+        answer = api_call("approvals", client, "GET", "/v1/approvals", params={"assignee": assignee})
+    if wants_json(output, as_json):
+        echo_json(answer)
+        return
+    now = datetime.now(UTC)
+    table = Table(show_lines=False)
+    for column in ("approval", "workflow", "tier", "step", "window left", "summary"):
+        table.add_column(column, no_wrap=column != "summary")
+    for a in answer["approvals"]:
+        table.add_row(
+            a["approval_id"],
+            a["workflow_id"],
+            a["tier"],
+            str(int(a.get("level") or 0) + 1),
+            _left(a.get("waiting_until"), now),
+            escape(_summary(a.get("context"))),
+        )
+    console.print(table)
+
+
+def _left(until: str | None, now: datetime) -> str:
+    if not until:
+        return "-"
+    seconds = (datetime.fromisoformat(until) - now).total_seconds()
+    if seconds <= 0:
+        return "due"
+    hours, rest = divmod(int(seconds), 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
+
+
+def _summary(context: Any) -> str:
+    if isinstance(context, dict):
+        return str(context.get("summary") or "")
+    return str(context or "")
+
+
+@app.command("decide")
+def decide_command(
+    approval_id: Annotated[str, typer.Argument(help="The approval's id (from `chorus approvals list`).")],
+    decision: Annotated[Decision, typer.Argument(help="approve, reject or revise.", case_sensitive=False)],
+    comment: Annotated[str, typer.Option("--comment", "-m", help="Why (the audit trail keeps it).")] = "",
+    api_key: ApiKeyOption = "",
+    output: OutputOption = Format.TABLE,
+    as_json: JsonFlag = False,
+    url: GatewayUrl = GATEWAY_URL,
+) -> None:
+    """Decide an approval waiting on your tier. A decision is final: a second one is refused."""
+    with api_client("approvals", url, api_key, "the gateway") as client:
+        path = f"/v1/approvals/{quote(approval_id, safe='')}"
+        answer = api_call(
+            "approvals", client, "POST", path, json={"decision": decision.value, "comment": comment}
+        )
+    if wants_json(output, as_json):
+        echo_json(answer)
+        return
+    typer.echo(f"{answer['approval_id']}: {answer['decision']} submitted (workflow {answer['workflow_id']})")
