@@ -46,7 +46,13 @@ from chorus.registry import Registry, load_registry
 from chorus.settings import LOCAL_KAFKA
 from chorus.topics import EX_UNAVAILABLE, BrokerUnavailableError, read_topics
 from chorus_contracts.envelope import Envelope, Priority, ProducerRef
-from chorus_tools.cli.options import Bootstrap, SchemasDir, quiet_client_logs
+from chorus_tools.cli.options import (
+    Bootstrap,
+    SchemasDir,
+    complete_event_types,
+    complete_topics,
+    quiet_client_logs,
+)
 
 EX_USAGE = 2  # click's own code for bad usage; kept so every usage error exits alike
 EX_DATAERR = 65
@@ -75,7 +81,12 @@ class CliError(Exception):
 
 
 def produce(
-    event_type: Annotated[str, typer.Argument(help="Event type of the registry, e.g. invoice.received.")],
+    event_type: Annotated[
+        str,
+        typer.Argument(
+            help="Event type of the registry, e.g. invoice.received.", autocompletion=complete_event_types
+        ),
+    ],
     *,
     data: Annotated[
         str,
@@ -339,7 +350,11 @@ async def publish_envelope(bootstrap: str, topic: str, envelope: Envelope) -> tu
 
 def subscribe(
     target: Annotated[
-        str, typer.Argument(help="A topic (logical or physical) or an event type of the registry.")
+        str,
+        typer.Argument(
+            help="A topic (logical or physical) or an event type of the registry.",
+            autocompletion=complete_topics,
+        ),
     ],
     *,
     from_beginning: Annotated[

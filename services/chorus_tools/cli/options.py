@@ -14,6 +14,8 @@ from typing import Annotated, Any, NoReturn
 import httpx
 import typer
 
+from chorus.registry import load_registry
+
 Bootstrap = Annotated[
     str,
     typer.Option(
@@ -137,3 +139,23 @@ def wants_json(output: Format, as_json: bool) -> bool:
 
 def echo_json(body: Any) -> None:
     typer.echo(json.dumps(body, indent=2, ensure_ascii=False))
+
+
+def complete_event_types(incomplete: str) -> list[str]:
+    """Shell completion: the registry's event types (of CHORUS_SCHEMAS_DIR or the project)."""
+    try:
+        registry = load_registry()
+    except (OSError, ValueError):
+        return []  # no registry where the shell stands: nothing to offer, never an error
+    return [t for t in registry.event_types() if t.startswith(incomplete)]
+
+
+def complete_topics(incomplete: str) -> list[str]:
+    """Shell completion: topics (logical and each lane) and event types, as subscribe takes."""
+    try:
+        registry = load_registry()
+    except (OSError, ValueError):
+        return []
+    names = {n for spec in registry.topics.values() for n in (spec.topic, *spec.physical_topics())}
+    names |= set(registry.event_types())
+    return sorted(n for n in names if n.startswith(incomplete))
