@@ -37,6 +37,7 @@ class Settings(ApiKeySettings, ServiceSettings):
         "gateway",
         "invoice_agent",
         "key_service",
+        "notifier",
         "payment_agent",
         "report_agent",
         "source_fetcher",

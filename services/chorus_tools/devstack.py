@@ -39,6 +39,7 @@ SERVICES = (
     "payment_agent",
     "report_agent",
     "source_fetcher",
+    "notifier",
     "gateway",
 )
 
@@ -58,12 +59,18 @@ DOCUMENTED_PORTS = {
     "report_agent": 8115,
     "source_fetcher": 8116,
     "key_service": 8117,
+    "notifier": 8118,
 }
 MODEL_USERS = ("invoice_agent", "report_agent")
 WITHOUT_DATABASE = ("outcome_analytics",)
 """Services with no PostgreSQL of their own (the faust view lives in memory)."""
 API_PORT = 8080
 SANDBOX_PORT = 9400
+SMTP_PORT = 9425
+"""The sandbox's mail server stand-in (the notifier's e-mail lands there: GET /mail)."""
+CONSOLE_PORT = 8120
+REVIEW_TIERS = ("manager", "director", "editor")
+"""The demo's reviewer tiers: each has a Slack-compatible channel in the sandbox."""
 
 
 def free_port() -> int:
@@ -136,6 +143,8 @@ class DevStack:
     admin_database_url: str = ""
     api_port: int = 0
     sandbox_port: int = 0
+    smtp_port: int = 0
+    console_port: int = 0
     documented_ports: bool = False
     """Every service on its DOCUMENTED_PORTS entry (``make services``) instead of a free port."""
 
@@ -143,6 +152,8 @@ class DevStack:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.api_port = self.api_port or free_port()
         self.sandbox_port = self.sandbox_port or free_port()
+        self.smtp_port = self.smtp_port or (SMTP_PORT if self.documented_ports else free_port())
+        self.console_port = self.console_port or (CONSOLE_PORT if self.documented_ports else free_port())
         base = {**os.environ, "PYTHONUNBUFFERED": "1", "CHORUS_LOG_JSON": "true", **self.env}
         # No process inherits this one's Kafka login (an admin's, in tests and `make demo`):
         # each service logs in as its own principal, which the broker's ACLs hold to the
@@ -172,7 +183,16 @@ class DevStack:
         )
         self.procs["sandbox"] = Proc(
             "sandbox",
-            [sys.executable, "-m", "sandbox", "--port", str(self.sandbox_port), *self.sandbox_args],
+            [
+                sys.executable,
+                "-m",
+                "sandbox",
+                "--port",
+                str(self.sandbox_port),
+                "--smtp-port",
+                str(self.smtp_port),
+                *self.sandbox_args,
+            ],
             base,
             self.workdir / "sandbox.log",
             f"{sandbox_url}/stats",
@@ -203,6 +223,13 @@ class DevStack:
                     env.setdefault("CHORUS_AUDIT_URL", f"http://127.0.0.1:{ports['audit_projector']}")
                 if "approval_gate" in ports:  # its API keeps the approval policy
                     env.setdefault("CHORUS_APPROVAL_GATE_URL", f"http://127.0.0.1:{ports['approval_gate']}")
+            if name == "notifier":  # the sandbox's mail server and chat channels
+                env.setdefault("CHORUS_SMTP_HOST", "127.0.0.1")
+                env.setdefault("CHORUS_SMTP_PORT", str(self.smtp_port))
+                env.setdefault(
+                    "CHORUS_TIER_WEBHOOKS", json.dumps({t: f"{sandbox_url}/slack/{t}" for t in REVIEW_TIERS})
+                )
+                env.setdefault("CHORUS_CONSOLE_URL", self.console_url)
             if name in MODEL_USERS:  # the sandbox's deterministic model, over HTTP
                 env.setdefault("CHORUS_LLM_BASE_URL", f"{sandbox_url}/v1")
             self.procs[name] = Proc(
@@ -216,6 +243,10 @@ class DevStack:
     @property
     def api_url(self) -> str:
         return f"http://127.0.0.1:{self.api_port}"
+
+    @property
+    def console_url(self) -> str:
+        return f"http://127.0.0.1:{self.console_port}"
 
     @property
     def sandbox_url(self) -> str:

@@ -1,4 +1,4 @@
-"""``python -m sandbox [--port 9400] [--flaky-source beta] [--payment-failures N]``."""
+"""``python -m sandbox [--port 9400] [--smtp-port 9425] [--flaky-source beta] [--payment-failures N]``."""
 
 from __future__ import annotations
 
@@ -17,12 +17,14 @@ def main() -> None:
     parser.add_argument("--payment-failures", type=int, default=0)
     parser.add_argument("--payment-delay", type=float, default=0.0)
     parser.add_argument("--webhook-secret", default="demo-webhook-secret")
+    parser.add_argument("--smtp-port", type=int, default=None, help="run a mail server stand-in here")
     args = parser.parse_args()
     config = SandboxConfig(
         webhook_secret=args.webhook_secret,
         flaky_sources=frozenset(args.flaky_source),
         payment_failures_per_key=args.payment_failures,
         payment_delay_s=args.payment_delay,
+        smtp_port=args.smtp_port,
     )
     web.run_app(create_app(config), host=args.host, port=args.port, print=None)
 

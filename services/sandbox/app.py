@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import email
+import email.policy
 import hashlib
 import hmac
 import json
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from aiosmtpd.controller import Controller
 
 from chorus.llm import ChatMessage
 from chorus.llm.client import OFFLINE_MODEL_NAME, task_of
@@ -40,6 +43,8 @@ class SandboxConfig:
     payment_failures_per_key: int = 0
     """The first N requests of each payment key answer 503."""
     payment_delay_s: float = 0.0
+    smtp_port: int | None = None
+    """Where the mail server stand-in listens (None: no mail server)."""
 
 
 @dataclass
@@ -55,6 +60,9 @@ class Sandbox:
     deliveries: list[dict[str, Any]] = field(default_factory=list)
     webhooks: list[dict[str, Any]] = field(default_factory=list)
     llm_calls: Counter[str] = field(default_factory=Counter)
+    slack: list[dict[str, Any]] = field(default_factory=list)
+    mail: list[dict[str, Any]] = field(default_factory=list)
+    """Messages the SMTP stand-in accepted (appended from its thread; list.append is atomic)."""
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -67,6 +75,8 @@ class Sandbox:
             "deliveries": self.deliveries,
             "webhooks": self.webhooks,
             "llm_calls": dict(self.llm_calls),
+            "slack": self.slack,
+            "mail": self.mail,
         }
 
     # -- the outside world's endpoints ------------------------------------------------
@@ -189,15 +199,69 @@ class Sandbox:
     async def get_stats(self, _: web.Request) -> web.Response:
         return web.json_response(self.stats())
 
+    async def slack_hook(self, request: web.Request) -> web.Response:
+        """A Slack incoming webhook: JSON with ``text`` (or ``blocks``); answers ``ok`` as
+        Slack does, 400 ``no_text`` without either."""
+        self.requests["slack"] += 1
+        try:
+            body = await request.json()
+        except ValueError:
+            return web.Response(status=400, text="invalid_payload")
+        if not isinstance(body, dict) or not (body.get("text") or body.get("blocks")):
+            return web.Response(status=400, text="no_text")
+        self.slack.append({"channel": request.match_info["channel"], "body": body})
+        return web.Response(text="ok")
+
+    async def get_mail(self, _: web.Request) -> web.Response:
+        return web.json_response({"mail": self.mail})
+
+
+SANDBOX = web.AppKey("sandbox", Sandbox)
+
+
+class MailSink:
+    """aiosmtpd's handler: keeps every message it is given (the sandbox's mail server)."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.sandbox = sandbox
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        message = email.message_from_bytes(envelope.content, policy=email.policy.default)
+        body = message.get_body(preferencelist=("plain",))
+        self.sandbox.requests["mail"] += 1
+        self.sandbox.mail.append(
+            {
+                "from": envelope.mail_from,
+                "to": list(envelope.rcpt_tos),
+                "subject": str(message["Subject"]),
+                "message_id": str(message["Message-ID"]),
+                "text": body.get_content() if body is not None else "",
+            }
+        )
+        return "250 Message accepted for delivery"
+
 
 def create_app(config: SandboxConfig) -> web.Application:
     sandbox = Sandbox(config)
     app = web.Application()
-    app["sandbox"] = sandbox
+    app[SANDBOX] = sandbox
     app.router.add_post("/payments", sandbox.pay)
     app.router.add_get("/sources/{name}", sandbox.source)
     app.router.add_post("/deliveries", sandbox.deliver)
     app.router.add_post("/hooks/{name}", sandbox.hook)
     app.router.add_post("/v1/chat/completions", sandbox.chat)
     app.router.add_get("/stats", sandbox.get_stats)
+    app.router.add_post("/slack/{channel}", sandbox.slack_hook)
+    app.router.add_get("/mail", sandbox.get_mail)
+    if config.smtp_port is not None:
+        smtp = Controller(MailSink(sandbox), hostname="127.0.0.1", port=config.smtp_port)
+
+        async def start_smtp(_: web.Application) -> None:
+            smtp.start()
+
+        async def stop_smtp(_: web.Application) -> None:
+            smtp.stop()
+
+        app.on_startup.append(start_smtp)
+        app.on_cleanup.append(stop_smtp)
     return app

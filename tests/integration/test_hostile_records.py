@@ -280,7 +280,7 @@ async def _lagging(runner: ServiceRunner) -> dict[str, Any] | None:
 
 
 async def _caught_up(runner: ServiceRunner) -> bool:
-    return (await runner.health())["consumer_lag"] == 0
+    return bool((await runner.health())["consumer_lag"] == 0)
 
 
 async def _ok(runner: ServiceRunner) -> bool:

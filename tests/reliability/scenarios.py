@@ -67,6 +67,7 @@ POINTS: dict[str, list[tuple[str, int]]] = {
         ("after_publish", 1),
         ("mid_external_call", 2),
     ],
+    "notifier": [("after_inbox_insert", 1), ("after_db_commit", 1)],
     "source_fetcher": [
         ("after_inbox_insert", 3),
         ("after_db_commit", 2),

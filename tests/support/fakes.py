@@ -183,6 +183,17 @@ def _deps(service: str, client: httpx.AsyncClient) -> Any:
         return WebhookSender(
             client, "contract-secret", 0.5, guards=Unguarded(), receivers=Dependency(name="webhooks")
         )
+    if service == "notifier":
+        from notifier.adapters.channels import Channels
+        from notifier.bootstrap import Deps as NotifierDeps
+        from notifier.config import Settings as NotifierSettings
+
+        notifier = NotifierSettings()
+        return NotifierDeps(
+            Channels(notifier, client),
+            {p: r.tier for p, r in notifier.reviewers.items()},
+            {"manager": f"{UNREACHABLE}/hook"},
+        )
     if service == "audit_projector":
         from audit_projector.handlers import ProjectorDeps
 

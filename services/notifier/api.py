@@ -1,0 +1,41 @@
+"""The notifier's API (beside /health and /metrics): what was sent to whom, every attempt.
+
+GET /v1/notifications?workflow_id=&approval_id=   deliveries, newest first, each with its
+                                                  attempts (time, ok, error, duration)
+
+Operators and auditors (an API key, :mod:`chorus.apikeys`). No message text: the
+recipients are principals and tiers; addresses stay in configuration.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+
+from chorus.apikeys import ApiKey, role
+from chorus.service import RuntimeHandle
+from chorus.webapi import api_router, problems
+from notifier.adapters import deliveries
+
+Reader = Annotated[ApiKey, Depends(role("operator", "auditor"))]
+
+
+def routes(rt: RuntimeHandle) -> APIRouter:
+    router = api_router(responses=problems(401, 403, 422))
+
+    @router.get("/v1/notifications", tags=["notifications"])
+    async def notifications(
+        who: Reader,
+        workflow_id: Annotated[str | None, Query(max_length=200)] = None,
+        approval_id: Annotated[str | None, Query(max_length=200)] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> dict[str, Any]:
+        """Messages about approvals, newest first, with every attempt to deliver each."""
+        async with rt.pool.acquire() as conn:
+            found = await deliveries.list_deliveries(
+                conn, workflow_id=workflow_id, approval_id=approval_id, limit=limit
+            )
+        return {"notifications": found}
+
+    return router

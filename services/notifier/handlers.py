@@ -1,0 +1,110 @@
+"""The notifier's handlers: each decides who is told what, and returns it as deliveries
+written in the event's own transaction (chorus.service Effects). Sending happens in the
+delivery loop (delivery.py), so a mail server that is down delays messages, never the
+workflow and never this service's other events."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from chorus.codec import Event
+from chorus.service import Context, Outcome
+from chorus_contracts.approvals import ApprovalDecided, ApprovalEscalated, ApprovalRouted
+from chorus_contracts.envelope import Envelope
+from chorus_contracts.lifecycle import WorkflowEnded
+from notifier.adapters.deliveries import PlanDeliveries, SupersedeDeliveries
+from notifier.bootstrap import Deps
+from notifier.domain import Notice, NoticeKind, NotifierState, OpenApproval, recipients
+
+
+def _plan(envelope: Envelope, notice: Notice, ctx: Context[Deps]) -> PlanDeliveries:
+    return PlanDeliveries(
+        event_id=str(envelope.event_id),
+        notice=notice,
+        recipients=recipients(notice.tier, ctx.deps.reviewers, ctx.deps.tier_webhooks),
+        now=ctx.clock.now(),
+    )
+
+
+async def on_approval_routed(
+    event: Event[ApprovalRouted], state: NotifierState | None, ctx: Context[Deps]
+) -> Outcome[NotifierState]:
+    """The gate chose the chain (approval.requested's, or its policy's): tell the first tier."""
+    routed, envelope = event.payload, event.envelope
+    first = routed.chain[0]
+    notice = Notice(
+        kind=NoticeKind.WAITING,
+        workflow_id=envelope.workflow_id,
+        workflow_type=envelope.workflow_type,
+        approval_id=routed.approval_id,
+        tier=first.tier,
+        level=0,
+        # The gate's window runs from the request, which the routing follows at once.
+        waiting_until=envelope.occurred_at + timedelta(seconds=first.window_s),
+    )
+    current = state or NotifierState()
+    opened = {**current.approvals, routed.approval_id: OpenApproval(tier=first.tier, level=0)}
+    return Outcome(
+        state=current.model_copy(update={"approvals": opened}), effects=[_plan(event.envelope, notice, ctx)]
+    )
+
+
+async def on_approval_escalated(
+    event: Event[ApprovalEscalated], state: NotifierState | None, ctx: Context[Deps]
+) -> Outcome[NotifierState]:
+    """The tier's window passed: its unsent messages are moot; tell the next tier."""
+    escalated, envelope = event.payload, event.envelope
+    now = ctx.clock.now()
+    notice = Notice(
+        kind=NoticeKind.ESCALATED,
+        workflow_id=envelope.workflow_id,
+        workflow_type=envelope.workflow_type,
+        approval_id=escalated.approval_id,
+        tier=escalated.to_tier,
+        level=escalated.level,
+        waiting_until=escalated.waiting_until,
+    )
+    current = state or NotifierState()
+    opened = {
+        **current.approvals,
+        escalated.approval_id: OpenApproval(tier=escalated.to_tier, level=escalated.level),
+    }
+    moot = SupersedeDeliveries(
+        envelope.workflow_id, escalated.approval_id, f"escalated to {escalated.to_tier}", now
+    )
+    tell = _plan(event.envelope, notice, ctx)
+    return Outcome(state=current.model_copy(update={"approvals": opened}), effects=[moot, tell])
+
+
+async def on_approval_decided(
+    event: Event[ApprovalDecided], state: NotifierState | None, ctx: Context[Deps]
+) -> Outcome[NotifierState]:
+    """Decided: nothing more to tell anyone about it."""
+    decided, envelope = event.payload, event.envelope
+    current = state or NotifierState()
+    opened = {k: v for k, v in current.approvals.items() if k != decided.approval_id}
+    moot = SupersedeDeliveries(envelope.workflow_id, decided.approval_id, "decided", ctx.clock.now())
+    return Outcome(state=current.model_copy(update={"approvals": opened}), effects=[moot])
+
+
+async def on_workflow_ended(
+    event: Event[WorkflowEnded], state: NotifierState | None, ctx: Context[Deps]
+) -> Outcome[NotifierState]:
+    """The workflow ended with approvals still open: whoever was told last hears that
+    there is nothing to decide; messages not yet sent are moot."""
+    envelope, now = event.envelope, ctx.clock.now()
+    effects: list[SupersedeDeliveries | PlanDeliveries] = [
+        SupersedeDeliveries(envelope.workflow_id, None, f"workflow ended ({event.payload.outcome})", now)
+    ]
+    for approval_id, approval in sorted((state or NotifierState()).approvals.items()):
+        notice = Notice(
+            kind=NoticeKind.WITHDRAWN,
+            workflow_id=envelope.workflow_id,
+            workflow_type=envelope.workflow_type,
+            approval_id=approval_id,
+            tier=approval.tier,
+            level=approval.level,
+            outcome=event.payload.outcome,
+        )
+        effects.append(_plan(event.envelope, notice, ctx))
+    return Outcome(effects=effects)
