@@ -74,6 +74,7 @@ test: up
 	  echo "$(VENV)/bin/chorus schemas check --against HEAD~1"; \
 	  $(VENV)/bin/chorus schemas check --against HEAD~1; \
 	fi
+	$(LOCAL)/browser.sh ensure
 	$(LOCAL_ENV) $(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: setup

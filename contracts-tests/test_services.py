@@ -246,7 +246,11 @@ def test_the_audit_projector_waits_for_every_runtime_service_to_confirm_an_erasu
 
 def test_the_principals_file_names_every_service_with_how_it_connects() -> None:
     named = {name: p.kind for name, p in REGISTRY.principals.services.items()}
-    found = {name: "runtime" if spec is not None else "stream" for name, (_, spec) in SERVICES.items()}
+    found = {
+        name: "runtime" if spec is not None else "stream"
+        for name, (edges, spec) in SERVICES.items()
+        if edges.kafka
+    }
     assert named == found, "schemas/principals.yaml must list every service (and only those) by kind"
 
 

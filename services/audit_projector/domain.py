@@ -467,6 +467,7 @@ class ApprovalState(BaseModel):
     decision: str | None
     decided_at: datetime | None
     closed_reason: str | None = None
+    requested_at: datetime | None = None
     """Why a closed approval was withdrawn from reviewers (the workflow's end)."""
 
 
@@ -501,6 +502,7 @@ def approval_state(facts: WorkflowFacts, approval_id: str) -> ApprovalState | No
         decision=approval.decided.value if approval.decided else None,
         decided_at=approval.decided.at if approval.decided else None,
         closed_reason=closed_reason,
+        requested_at=approval.requested.at if approval.requested else None,
     )
 
 

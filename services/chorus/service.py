@@ -264,6 +264,9 @@ class ServiceEdges:
     consumes: frozenset[str]
     produces: frozenset[str]
     runtime: bool = False
+    kafka: bool = True
+    """False for a process that never connects to Kafka (the console: HTTP APIs only); it
+    is no Kafka principal."""
 
 
 @asynccontextmanager

@@ -66,13 +66,14 @@ class ChorusSettings(BaseSettings):
 S = TypeVar("S", bound=ChorusSettings)
 
 
-def load_settings(cls: type[S]) -> S:
-    """A process's settings from its environment, with its Kafka login checked too: a
-    one-line refusal on stderr and exit 78 when they are incomplete or unsafe, before
-    anything connects."""
+def load_settings(cls: type[S], *, kafka: bool = True) -> S:
+    """A process's settings from its environment, with its Kafka login checked too (unless
+    it has none: ``kafka=False``): a one-line refusal on stderr and exit 78 when they are
+    incomplete or unsafe, before anything connects."""
     try:
         settings = cls()
-        kafka_auth()
+        if kafka:
+            kafka_auth()
         egress_policy()  # a malformed CHORUS_EGRESS_ALLOW stops the start, not the first call
     except ValidationError as exc:
         problems = "; ".join(

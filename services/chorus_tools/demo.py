@@ -21,7 +21,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from chorus_tools.devstack import ROOT, DevStack
+from chorus_tools.devstack import API_PORT, ROOT, SANDBOX_PORT, SERVICES, DevStack
 
 SUBMITTER = "demo-submitter-key"
 MANAGER = "demo-manager-key"
@@ -146,6 +146,12 @@ async def run_demo(workdir: Path) -> int:
     run = uuid.uuid4().hex[:8]
     stack = DevStack(
         workdir,
+        # Every process on its documented port (README), so the console, the CLI and a
+        # browser find them while the demo runs.
+        services=(*SERVICES, "outcome_analytics", "console"),
+        api_port=API_PORT,
+        sandbox_port=SANDBOX_PORT,
+        documented_ports=True,
         sandbox_args=["--flaky-source", "beta"],
         service_env={
             # The manager gets a few seconds instead of 8 hours, so the demo escalates.
@@ -165,7 +171,10 @@ async def run_demo(workdir: Path) -> int:
     started = time.monotonic()
     try:
         await stack.start()
-        console.print(f"all healthy in {time.monotonic() - started:.1f}s; gateway API at {stack.api_url}\n")
+        console.print(
+            f"all healthy in {time.monotonic() - started:.1f}s; gateway API at {stack.api_url}, "
+            f"console at {stack.console_url}\n"
+        )
         client = Client(stack.api_url)
 
         # 1. Submit both workflows; the procurement twice with one Idempotency-Key.
@@ -242,8 +251,17 @@ async def run_demo(workdir: Path) -> int:
             f"payment provider: {stats['requests'].get('payments', 0)} request(s), {payments} payment(s); "  # type: ignore[attr-defined]
             f"sources called: {stats['source_calls']}; webhooks received: {len(stats['webhooks'])}"  # type: ignore[arg-type]
         )
+        mails = stats["mail"]
+        console.print(
+            f"reviewers notified: {len(mails)} e-mail(s), {len(stats['slack'])} channel message(s)"  # type: ignore[arg-type]
+        )
         print_manual_steps(stack.api_url)
         console.print(f"finished in {time.monotonic() - started:.1f}s")
+        console.print(
+            f"[bold]Console:[/] {stack.console_url} (keep it up with `make services`); sign in as a "
+            f"reviewer with the key [bold]{MANAGER}[/] (manager), "
+            "or demo-operator-key (operator)"
+        )
         print(f"demo: procurement={final_p['status']} report={final_r['status']} payments={payments}")
         return 0 if final_p["status"] == "completed" and final_r["status"] == "completed" else 1
     except Exception as exc:

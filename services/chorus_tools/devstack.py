@@ -60,15 +60,19 @@ DOCUMENTED_PORTS = {
     "source_fetcher": 8116,
     "key_service": 8117,
     "notifier": 8118,
+    "console": 8120,
 }
 MODEL_USERS = ("invoice_agent", "report_agent")
-WITHOUT_DATABASE = ("outcome_analytics",)
-"""Services with no PostgreSQL of their own (the faust view lives in memory)."""
+WITHOUT_DATABASE = ("outcome_analytics", "console")
+"""Services with no PostgreSQL of their own (the faust view lives in memory; the console
+keeps nothing)."""
+WITHOUT_KAFKA = ("console",)
+"""Processes with no Kafka login: the console is a client of the HTTP APIs only."""
 API_PORT = 8080
 SANDBOX_PORT = 9400
 SMTP_PORT = 9425
 """The sandbox's mail server stand-in (the notifier's e-mail lands there: GET /mail)."""
-CONSOLE_PORT = 8120
+CONSOLE_PORT = DOCUMENTED_PORTS["console"]
 REVIEW_TIERS = ("manager", "director", "editor")
 """The demo's reviewer tiers: each has a Slack-compatible channel in the sandbox."""
 
@@ -210,7 +214,7 @@ class DevStack:
             port = ports[name]
             env = {
                 **base,
-                **(service_login(Path(users_dir), name) if users_dir is not None else {}),
+                **(service_login(Path(users_dir), name) if users_dir and name not in WITHOUT_KAFKA else {}),
                 **self._database_env(name),
                 "CHORUS_HTTP_PORT": str(port),
                 "CHORUS_PAYMENT_API_URL": sandbox_url,
@@ -223,6 +227,17 @@ class DevStack:
                     env.setdefault("CHORUS_AUDIT_URL", f"http://127.0.0.1:{ports['audit_projector']}")
                 if "approval_gate" in ports:  # its API keeps the approval policy
                     env.setdefault("CHORUS_APPROVAL_GATE_URL", f"http://127.0.0.1:{ports['approval_gate']}")
+            if name == "console":  # a client of the public APIs
+                port = ports[name] = self.console_port
+                env["CHORUS_HTTP_PORT"] = str(port)
+                env.setdefault("CHORUS_GATEWAY_URL", self.api_url)
+                for variable, service in (
+                    ("CHORUS_DEADLETTER_URL", "deadletter_service"),
+                    ("CHORUS_ANALYTICS_URL", "outcome_analytics"),
+                    ("CHORUS_NOTIFIER_URL", "notifier"),
+                ):
+                    if service in ports:
+                        env.setdefault(variable, f"http://127.0.0.1:{ports[service]}")
             if name == "notifier":  # the sandbox's mail server and chat channels
                 env.setdefault("CHORUS_SMTP_HOST", "127.0.0.1")
                 env.setdefault("CHORUS_SMTP_PORT", str(self.smtp_port))
@@ -394,7 +409,7 @@ async def _run_forever(workdir: Path) -> None:
     that exits is restarted with backoff."""
     stack = DevStack(
         workdir,
-        services=(*SERVICES, "outcome_analytics"),
+        services=(*SERVICES, "outcome_analytics", "console"),
         api_port=API_PORT,
         sandbox_port=SANDBOX_PORT,
         documented_ports=True,
@@ -405,7 +420,11 @@ async def _run_forever(workdir: Path) -> None:
         loop.add_signal_handler(sig, stop.set)
     try:
         await stack.start()
-        print(f"Chorus is running: API {stack.api_url}, sandbox {stack.sandbox_url}, logs in {workdir}")
+        print(
+            f"Chorus is running: API {stack.api_url}, console {stack.console_url} (sign in with "
+            f"demo-manager-key or demo-operator-key), sandbox {stack.sandbox_url} (mail: /mail), "
+            f"logs in {workdir}"
+        )
         print("`chorus status` shows every service; `chorus dlq list` the dead letters.")
         print("Ctrl-C stops every service (Kafka and PostgreSQL keep running; `make down` stops them).")
         await supervise(stack, stop)

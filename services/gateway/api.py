@@ -445,6 +445,12 @@ def _watch_routes(
 def _approval_routes(app: FastAPI, rt: RuntimeHandle, reads: ReadModel) -> None:
     """GET /v1/approvals and POST /v1/approvals/{id}: the reviewer's queue and decisions."""
 
+    @app.get("/v1/me")
+    async def me(who: Anyone) -> dict[str, Any]:
+        """Who this key is: principal, role and (reviewers) tier. A client (the console)
+        signs its user in with this."""
+        return {"principal": who.principal, "role": who.role, "tier": who.tier}
+
     @app.get("/v1/approvals")
     async def approvals(
         who: ReviewerOrOperator,
@@ -456,6 +462,37 @@ def _approval_routes(app: FastAPI, rt: RuntimeHandle, reads: ReadModel) -> None:
         tier = who.tier if who.role == "reviewer" else (None if assignee in ("me", "all") else assignee)
         items = await reads.pending_approvals(tier, for_whom=who.principal)
         return {"assignee": who.principal, "tier": tier, "approvals": items}
+
+    @app.get("/v1/approvals/{approval_id}", responses=problems(404))
+    async def approval(approval_id: ApprovalId, who: Anyone) -> dict[str, Any]:
+        """One approval: its status (pending, decided, closed), the tier it waits on, its
+        window, review context and decision. For a reviewer of the tier it waits on (or who
+        decided it), operators and auditors; anyone else gets the 404 of an unknown one."""
+        found = await reads.approval(approval_id, for_whom=who.principal)
+        if found is None:
+            raise Problem(404, "Unknown approval", f"no approval {approval_id!r}")
+        async with rt.pool.acquire() as conn:
+            submitted = await repository.decisions_of(conn, approval_id)
+        allowed = who.role in ("operator", "auditor") or (
+            who.role == "reviewer"
+            and (
+                any(d.reviewer == who.principal for d in submitted)
+                or (found["status"] == "pending" and found.get("tier") == who.tier)
+            )
+        )
+        if not allowed:
+            raise Problem(404, "Unknown approval", f"no approval {approval_id!r}")
+        # Who decided: the reviewer whose submission the gate accepted (the last one with
+        # the final decision), or the gate's fallback when nobody answered in time.
+        final = [d for d in submitted if d.decision == found.get("decision")]
+        decided_by = None
+        if found["status"] == "decided":
+            decided_by = final[-1].reviewer if final else "chorus:fallback"
+        return {
+            **found,
+            "decided_by": decided_by,
+            "submitted_decisions": [{**vars(d), "decided_at": d.decided_at.isoformat()} for d in submitted],
+        }
 
     @app.post("/v1/approvals/{approval_id}", status_code=202, responses=problems(403, 404, 409))
     async def decide(approval_id: ApprovalId, body: DecisionBody, who: Reviewer) -> JSONResponse:

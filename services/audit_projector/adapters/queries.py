@@ -62,6 +62,8 @@ class ApprovalTask(_View):
     waiting_until: datetime | None
     context: dict[str, Any] | str | None
     stage: str | None
+    requested_at: datetime | None = None
+    """When the approval was asked for (its age)."""
 
 
 class ApprovalView(ApprovalState):
@@ -287,7 +289,9 @@ async def approval_tasks(
     when given."""
     rows = await conn.fetch(
         f"""SELECT workflow_id, workflow_type, pending_approval_id, pending_tier,
-                   pending_level, waiting_until, pending_context::text AS pending_context, stage
+                   pending_level, waiting_until, pending_context::text AS pending_context, stage,
+                   (facts->'approvals'->pending_approval_id->'requested'->>'at')::timestamptz
+                     AS requested_at
             FROM {ident(schema)}.workflow_status
             WHERE pending_approval_id IS NOT NULL AND NOT (status = ANY($1::text[]))
               AND ($2::text IS NULL OR pending_tier = $2)
@@ -307,6 +311,7 @@ async def approval_tasks(
             waiting_until=r["waiting_until"],
             context=_loads(r["pending_context"]),
             stage=r["stage"],
+            requested_at=r["requested_at"],
         )
         for r in rows
     ]

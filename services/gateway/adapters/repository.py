@@ -207,6 +207,25 @@ async def find_cancellation(conn: asyncpg.Connection, workflow_id: str) -> Cance
     return CancellationRow(**dict(row)) if row else None
 
 
+@dataclass(frozen=True)
+class DecisionRow:
+    level: int
+    reviewer: str
+    decision: str
+    comment: str
+    decided_at: datetime
+
+
+async def decisions_of(conn: asyncpg.Connection, approval_id: str) -> list[DecisionRow]:
+    """Decisions reviewers submitted on ``approval_id`` through this API, by level."""
+    rows = await conn.fetch(
+        """SELECT level, reviewer, decision, comment, decided_at FROM gateway.decisions
+           WHERE approval_id = $1 ORDER BY level""",
+        approval_id,
+    )
+    return [DecisionRow(**dict(r)) for r in rows]
+
+
 async def decided_on(conn: asyncpg.Connection, workflow_id: str, reviewer: str) -> bool:
     """Whether ``reviewer`` decided an approval of this workflow (it may read it)."""
     found = await conn.fetchval(

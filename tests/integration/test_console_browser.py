@@ -1,0 +1,296 @@
+"""The console in a real headless Chromium (Debian's, driven through its chromedriver by
+Selenium), against every service as its own process on real Kafka and PostgreSQL.
+
+A submitter starts a procurement over the API; the notifier's e-mail reaches the SMTP
+server; the manager follows its link, signs in, reads the review context and approves;
+the workflow page shows it completed with the decision and the manager's name. Then an
+operator redrives a dead letter. Every page is photographed into
+``.local/test-output/console`` (the README's screenshots come from there).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+
+from chorus.apikeys import DEMO_KEYS
+from chorus.registry import Registry
+from chorus_tools.devstack import SERVICES, DevStack
+from tests.support.database import create_database, drop_database
+from tests.support.kafka import publish
+from tests.support.registry import grant_access, isolated_registry
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = Path(os.environ.get("CHORUS_LOCAL", ROOT / ".local")) / "test-output" / "console"
+SUBMITTER = {"Authorization": "Bearer demo-submitter-key"}
+OPERATOR = {"Authorization": "Bearer demo-operator-key"}
+
+
+@dataclass
+class Deployment:
+    stack: DevStack
+    registry: Registry
+    kafka: str
+
+    @property
+    def console_url(self) -> str:
+        return self.stack.console_url
+
+    def url_of(self, service: str) -> str:
+        health = self.stack.procs[service].health_url
+        assert health is not None
+        return health.removesuffix("/health")
+
+
+@pytest.fixture(scope="module")
+async def deployment(
+    tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str, database_url: str
+) -> AsyncIterator[Deployment]:
+    tmp = tmp_path_factory.mktemp("console")
+    suffix = uuid.uuid4().hex[:8]
+    registry = await isolated_registry(tmp, suffix, kafka_bootstrap)
+    await grant_access(registry, kafka_bootstrap)
+    database = f"chorus_console_{suffix}"
+    stack = DevStack(
+        tmp / "logs",
+        services=(*SERVICES, "outcome_analytics", "console"),
+        env={
+            "CHORUS_SCHEMAS_DIR": str(registry.root),
+            "CHORUS_KAFKA_BOOTSTRAP": kafka_bootstrap,
+            "CHORUS_DATABASE_URL": await create_database(database_url, database),
+        },
+        service_env={
+            "gateway": {"CHORUS_API_KEYS": json.dumps({k: v.model_dump() for k, v in DEMO_KEYS.items()})}
+        },
+    )
+    try:
+        await stack.start()
+        yield Deployment(stack, registry, kafka_bootstrap)
+    finally:
+        await stack.stop()
+        await drop_database(database_url, database)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[WebDriver]:
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    assert chromium and driver, (
+        "no chromium/chromedriver: `make test` installs them (deploy/local/browser.sh)"
+    )
+    options = Options()
+    options.binary_location = chromium
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1000"):
+        options.add_argument(flag)
+    session = webdriver.Chrome(service=Service(executable_path=driver), options=options)
+    session.set_page_load_timeout(30)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    try:
+        yield session
+    finally:
+        session.quit()
+
+
+def shot(browser: WebDriver, name: str) -> None:
+    """The page as it is now, full height, into the output folder."""
+    height = browser.execute_script("return document.body.scrollHeight")
+    width = browser.get_window_size()["width"]
+    browser.set_window_size(width, max(800, min(int(height) + 120, 4000)))
+    browser.save_screenshot(str(SHOTS / f"{name}.png"))
+    browser.set_window_size(width, 1000)
+
+
+def until(
+    check: Callable[[], Any], what: str, timeout_s: float = 60.0, reload: WebDriver | None = None
+) -> Any:
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except WebDriverException:
+            last = None
+        if last:
+            return last
+        time.sleep(0.5)
+        if reload is not None:
+            reload.refresh()
+    raise AssertionError(f"no {what} within {timeout_s}s")
+
+
+def text(browser: WebDriver) -> str:
+    return str(browser.find_element(By.TAG_NAME, "main").text)
+
+
+def sign_in(browser: WebDriver, key: str) -> None:
+    assert "/signin" in browser.current_url, browser.current_url
+    browser.find_element(By.ID, "api_key").send_keys(key)
+    browser.find_element(By.CSS_SELECTOR, "form[action='/signin'] button").click()
+
+
+def sign_out(browser: WebDriver) -> None:
+    browser.find_element(By.CSS_SELECTOR, "form.signout button").click()
+    until(lambda: "/signin" in browser.current_url, "the sign-in page")
+
+
+async def test_a_reviewer_follows_the_mailed_link_signs_in_reads_the_context_and_approves(
+    deployment: Deployment, browser: WebDriver
+) -> None:
+    stack = deployment.stack
+    run = uuid.uuid4().hex[:8]
+    async with httpx.AsyncClient(base_url=stack.api_url, timeout=10) as api:
+        accepted = await api.post(
+            "/v1/workflows/procurement",
+            json={
+                "input": {
+                    "invoice_id": f"INV-{run}",
+                    "vendor_id": "vendor-acme",
+                    "po_number": "PO-7781",
+                    "currency": "EUR",
+                    "total_cents": 124_000,
+                    "document_text": (
+                        f"INVOICE INV-{run}\nVendor: vendor-acme\nPO: PO-7781\n"
+                        "40 x GPU hours @ 31.00 EUR\nTotal: 1240.00 EUR"
+                    ),
+                    "requester_ref": f"subject:{run}",
+                },
+                "subject_ref": f"subject:{run}",
+            },
+            headers={**SUBMITTER, "Idempotency-Key": f"order-{run}"},
+        )
+    assert accepted.status_code == 202, accepted.text
+    workflow_id = accepted.json()["workflow_id"]
+
+    async def mailed() -> dict[str, Any] | None:
+        stats = await stack.sandbox_stats()
+        mail: list[dict[str, Any]] = stats["mail"]  # type: ignore[assignment]
+        mine = [m for m in mail if workflow_id in m["subject"] and "dana.manager@example.test" in m["to"]]
+        return mine[0] if mine else None
+
+    mail = await _eventually(mailed, "the manager's e-mail")
+    assert "Approval needed" in mail["subject"]
+    link = re.search(r"(http://127\.0\.0\.1:\d+/approvals/\S+)", mail["text"])
+    assert link, mail["text"]
+
+    # The link leads to sign-in first, then back to the approval it names.
+    browser.get(link.group(1))
+    until(lambda: "/signin" in browser.current_url, "the sign-in page")
+    shot(browser, "signin")
+    sign_in(browser, "demo-manager-key")
+    until(lambda: "/approvals/" in browser.current_url and "Review" in text(browser), "the approval page")
+    page = text(browser)
+    assert f"Invoice INV-{run}" in page  # the review context: summary ...
+    assert "Why you are asked" in page and "Inputs" in page and "vendor-acme" in page  # ... why, inputs
+    assert "waiting on manager" in page and "workflow.started" in page  # its state and timeline
+    shot(browser, "approval")
+    browser.set_window_size(390, 844)  # a phone
+    shot(browser, "approval-phone")
+    browser.set_window_size(1280, 1000)
+
+    # An altered link is refused, whoever is signed in.
+    browser.get(link.group(1).replace("sig=", "sig=0"))
+    assert "Not a valid link" in text(browser)
+    browser.get(link.group(1))
+
+    browser.find_element(By.ID, "comment").send_keys("Matches PO-7781; approved.")
+    browser.find_element(By.CSS_SELECTOR, "button[name='decision'][value='approve']").click()
+    until(lambda: "decided" in text(browser), "the decision shown", reload=browser)
+    assert "approve by dana.manager" in text(browser)
+    assert not browser.find_elements(By.CSS_SELECTOR, "button[name='decision']")  # final
+
+    browser.get(f"{stack.console_url}/workflows/{workflow_id}")
+    until(
+        lambda: "completed" in browser.find_element(By.CSS_SELECTOR, ".status").text,
+        "completed",
+        reload=browser,
+    )
+    page = text(browser)
+    assert "approval.decided" in page and "dana.manager" in page and "approve by tier manager" in page
+    assert "payment" in page  # the step after the decision
+    shot(browser, "workflow")
+
+    browser.get(f"{stack.console_url}/approvals")
+    shot(browser, "approvals")
+    sign_out(browser)
+    browser.get(f"{stack.console_url}/workflows/{workflow_id}")
+    assert "/signin" in browser.current_url  # signed out means signed out
+
+    sign_in(browser, "demo-operator-key")
+    until(lambda: "/workflows/" in browser.current_url, "the workflow after sign-in")
+    browser.get(f"{stack.console_url}/workflows?q=order-{run}")
+    until(lambda: workflow_id in text(browser), "the workflow found by its business key")
+    shot(browser, "workflows")
+    browser.get(f"{stack.console_url}/outcomes")
+    until(lambda: "procurement" in text(browser), "outcomes of procurement", reload=browser)
+    shot(browser, "outcomes")
+    sign_out(browser)
+
+
+async def test_an_operator_redrives_a_dead_letter_from_the_console_and_the_audit_names_them(
+    deployment: Deployment, browser: WebDriver
+) -> None:
+    registry, stack = deployment.registry, deployment.stack
+    marker = f"console-{uuid.uuid4().hex[:8]}"
+    # A record no service can read: the invoice agent dead-letters it, its bytes kept.
+    topic = registry.physical_topic("invoice.received")
+    await publish(deployment.kafka, topic, [marker.encode()], key=marker.encode())
+
+    async def letter() -> dict[str, Any] | None:
+        async with httpx.AsyncClient(timeout=10) as client:
+            answer = await client.get(
+                f"{deployment.url_of('deadletter_service')}/v1/dead-letters",
+                params={"status": "open", "limit": 200},
+                headers=OPERATOR,
+            )
+        mine = [x for x in answer.json()["items"] if x["original"]["topic"] == topic]
+        return mine[0] if mine else None
+
+    found = await _eventually(letter, "the dead letter stored")
+    browser.get(f"{stack.console_url}/dead-letters")
+    sign_in(browser, "demo-operator-key")
+    until(lambda: "Dead letters" in text(browser), "the dead-letter list")
+    shot(browser, "dead-letters")
+    browser.get(f"{stack.console_url}/dead-letters/{found['id']}")
+    page = text(browser)
+    assert marker in page and "Every failure" in page and "No one has acted on it yet" in page
+    shot(browser, "dead-letter")
+    browser.find_element(By.LINK_TEXT, "Redrive…").click()
+    until(lambda: "Redrive dead letter" in text(browser), "the confirmation")
+    shot(browser, "redrive-confirm")
+    browser.find_element(By.ID, "reason").send_keys("handler fixed")
+    browser.find_element(By.CSS_SELECTOR, "form button.danger").click()
+    until(lambda: "redriven" in browser.find_element(By.CSS_SELECTOR, ".letter-status").text, "redriven")
+    audit = browser.find_element(By.CSS_SELECTOR, "table.operations").text
+    assert "redrive" in audit and "sam.operator" in audit and "handler fixed" in audit
+    assert not browser.find_elements(By.LINK_TEXT, "Redrive…")  # done: nothing to do twice
+    shot(browser, "dead-letter-redriven")
+    sign_out(browser)
+
+
+async def _eventually(probe: Callable[[], Any], what: str, timeout_s: float = 90.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = await probe()
+        if found:
+            return found
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"no {what} within {timeout_s}s")
