@@ -293,6 +293,10 @@ async def test_procurement_run_shows_waiting_for_approval_then_completed(
         assert "completed" in out
         assert "approval by manager" in out
         assert "approve / manager-17" in out
+        code, out, err = await chorus("timeline", wf, *api, "--output", "json")
+        assert code == 0, err
+        as_json = json.loads(out)
+        assert as_json["status"] == "completed" and len(as_json["timeline"]) == 8
         code, out, err = await chorus("timeline", "wf-nobody", *api)
         assert code == 1
         assert "unknown workflow 'wf-nobody'" in err

@@ -25,7 +25,16 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from chorus_tools.cli.options import AUDIT_URL, EX_NOPERM, ApiKeyOption, AuditUrl, api_headers
+from chorus_tools.cli.options import (
+    AUDIT_URL,
+    EX_NOPERM,
+    ApiKeyOption,
+    AuditUrl,
+    Format,
+    OutputOption,
+    api_headers,
+    echo_json,
+)
 
 EX_UNAVAILABLE = 69
 T = TypeVar("T")
@@ -181,6 +190,7 @@ def timeline_command(
     workflow_id: Annotated[str, typer.Argument(help="The workflow id.")],
     api: AuditUrl = AUDIT_URL,
     api_key: ApiKeyOption = "",
+    output: OutputOption = Format.TABLE,
 ) -> None:
     """A workflow's events, stages, waits and decisions, from the audit projection."""
     headers = api_headers(api_key)
@@ -196,6 +206,9 @@ def timeline_command(
         status, entries = _run(read())
     if status is None and not entries:
         raise _fail(f"unknown workflow {workflow_id!r} (not in the audit projection at {api})", 1)
+    if output is Format.JSON:
+        echo_json({**(status or {"workflow_id": workflow_id}), "timeline": entries})
+        return
     print_workflow(workflow_id, status, entries)
 
 
@@ -403,6 +416,7 @@ def access_command(
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="Most recent reads to show.")] = 100,
     api: AuditUrl = AUDIT_URL,
     api_key: ApiKeyOption = "",
+    output: OutputOption = Format.TABLE,
 ) -> None:
     """Every read of the subject's personal data through the APIs and this CLI, newest first:
     when, who (and for whom, when a service read on a person's behalf), which workflow and
@@ -418,6 +432,9 @@ def access_command(
 
     with _unavailable_exits():
         found = _run(read())
+    if output is Format.JSON:
+        echo_json(found)
+        return
     console.print(f"{len(found['accesses'])} read(s) of {found['subject_hash']}'s personal data")
     table = Table(show_lines=False)
     for column in ("at", "principal", "for", "workflow", "fields", "route"):
