@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field
 
@@ -21,6 +21,22 @@ from chorus_contracts.base import (
 OutcomeV1 = Literal["completed", "rejected", "failed", "compensated", "timed_out", "cancelled"]
 Outcome = Literal["completed", "rejected", "failed", "compensated", "timed_out", "cancelled", "erased"]
 """v2 adds ``erased``: the workflow's subject was erased while it ran (its compensation runs)."""
+WorkflowStatus = Literal[
+    "attention",
+    "waiting",
+    "running",
+    "completed",
+    "rejected",
+    "failed",
+    "compensated",
+    "timed_out",
+    "cancelled",
+    "erased",
+]
+"""What a workflow is doing as its projection says (the gateway's API, the CLI, the console):
+running, waiting (for a person or a window), attention (parked behind a dead letter), or
+the outcome it ended with."""
+WORKFLOW_STATUSES: tuple[str, ...] = get_args(WorkflowStatus)
 
 
 @event("workflow.started", 1)

@@ -77,6 +77,22 @@ REVIEW_TIERS = ("manager", "director", "editor")
 """The demo's reviewer tiers: each has a Slack-compatible channel in the sandbox."""
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` different free ports: every socket stays bound until all are chosen (one
+    closed before the next bind may be handed out again, and two services would then
+    share a port, the second failing to start while the first answers its health checks)."""
+    sockets = []
+    try:
+        for _ in range(n):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -97,6 +113,17 @@ def service_login(users_dir: Path, name: str) -> dict[str, str]:
     """The Kafka login of service ``name``: its own principal."""
     password = service_password(users_dir, name)
     return {"CHORUS_KAFKA_SASL_USERNAME": name, "CHORUS_KAFKA_SASL_PASSWORD": password}
+
+
+def _answers_as(response: httpx.Response, name: str) -> bool:
+    """Healthy, and this service (not another process that took its port)."""
+    if response.status_code != 200:
+        return False
+    try:
+        body = response.json()
+    except ValueError:
+        return True  # the sandbox's /stats
+    return not isinstance(body, dict) or body.get("service", name) == name
 
 
 @dataclass
@@ -154,10 +181,11 @@ class DevStack:
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.api_port = self.api_port or free_port()
-        self.sandbox_port = self.sandbox_port or free_port()
-        self.smtp_port = self.smtp_port or (SMTP_PORT if self.documented_ports else free_port())
-        self.console_port = self.console_port or (CONSOLE_PORT if self.documented_ports else free_port())
+        spare = iter(free_ports(len(self.services) + 4))
+        self.api_port = self.api_port or next(spare)
+        self.sandbox_port = self.sandbox_port or next(spare)
+        self.smtp_port = self.smtp_port or (SMTP_PORT if self.documented_ports else next(spare))
+        self.console_port = self.console_port or (CONSOLE_PORT if self.documented_ports else next(spare))
         base = {**os.environ, "PYTHONUNBUFFERED": "1", "CHORUS_LOG_JSON": "true", **self.env}
         # No process inherits this one's Kafka login (an admin's, in tests and `make demo`):
         # each service logs in as its own principal, which the broker's ACLs hold to the
@@ -202,7 +230,7 @@ class DevStack:
             f"{sandbox_url}/stats",
         )
         ports = {
-            name: DOCUMENTED_PORTS[name] if self.documented_ports else free_port() for name in self.services
+            name: DOCUMENTED_PORTS[name] if self.documented_ports else next(spare) for name in self.services
         }
         # Every service seals and opens personal data with this stack's key service.
         key_stores = (
@@ -295,7 +323,7 @@ class DevStack:
                 if not proc.running:
                     raise RuntimeError(f"{name} exited during start:\n{proc.tail()}")
                 try:
-                    if proc.health_url and (await client.get(proc.health_url)).status_code == 200:
+                    if proc.health_url and _answers_as(await client.get(proc.health_url), name):
                         return
                 except httpx.HTTPError:
                     pass

@@ -15,6 +15,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from chorus.links import LinkCheck, check_link
+from chorus_contracts.lifecycle import WORKFLOW_STATUSES
 from console.adapters.apis import ApiProblem, Apis
 from console.config import Settings
 from console.domain import (
@@ -30,18 +31,6 @@ from console.domain import (
     window_left,
 )
 
-STATUSES = (
-    "waiting",
-    "attention",
-    "running",
-    "completed",
-    "rejected",
-    "failed",
-    "compensated",
-    "timed_out",
-    "cancelled",
-    "erased",
-)
 LETTER_STATUSES = ("open", "redriven", "discarded")
 CATEGORIES = ("transient", "persistent", "semantic", "poison")
 
@@ -297,7 +286,7 @@ def routes(settings: Settings, apis: Apis, templates: Jinja2Templates) -> APIRou
             workflows=page["workflows"],
             next_url=next_url,
             filters={**filters, "started_after": started_after, "started_before": started_before},
-            statuses=STATUSES,
+            statuses=WORKFLOW_STATUSES,
             error=error,
         )
 

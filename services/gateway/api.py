@@ -35,7 +35,12 @@ from chorus.webapi import Problem, QueryDateTime, create_api, problem_response, 
 from chorus_contracts.approvals import ApprovalDecisionSubmitted, ApprovalPolicyChange
 from chorus_contracts.base import EventModel, plain_input
 from chorus_contracts.envelope import Envelope, Priority
-from chorus_contracts.lifecycle import WorkflowCancelRequested, WorkflowDeadlineReached, WorkflowStarted
+from chorus_contracts.lifecycle import (
+    WorkflowCancelRequested,
+    WorkflowDeadlineReached,
+    WorkflowStarted,
+    WorkflowStatus,
+)
 from chorus_contracts.platform import FireTarget, TimerSchedule
 from gateway.adapters import repository
 from gateway.adapters.policy import ApprovalPolicyApi, PolicyApiUnavailableError
@@ -99,18 +104,6 @@ IdempotencyKey = Annotated[
 Traceparent = Annotated[str | None, Header(max_length=55, description="W3C trace context to continue")]
 WorkflowId = Annotated[str, Path(max_length=200, description="the id the submission answered with")]
 ApprovalId = Annotated[str, Path(max_length=200)]
-WorkflowStatus = Literal[
-    "attention",
-    "waiting",
-    "running",
-    "completed",
-    "rejected",
-    "failed",
-    "compensated",
-    "timed_out",
-    "cancelled",
-    "erased",
-]
 
 
 def create_app(rt: RuntimeHandle, settings: Settings, reads: ReadModel, policy: ApprovalPolicyApi) -> FastAPI:

@@ -22,7 +22,7 @@ from chorus.runtime.runner import ServiceRunner, running
 from chorus_contracts.approvals import ApprovalDecided, ApprovalEscalated, ApprovalRouted, EscalationStep
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.lifecycle import WorkflowEnded
-from chorus_tools.devstack import free_port
+from chorus_tools.devstack import free_ports
 from notifier.config import Reviewer, Settings
 from notifier.service import SPEC
 from sandbox.app import SandboxConfig, create_app
@@ -58,7 +58,7 @@ class Outside:
 
 @pytest.fixture(scope="module")
 async def outside() -> AsyncIterator[Outside]:
-    smtp_port, port = free_port(), free_port()
+    smtp_port, port = free_ports(2)
     runner = web.AppRunner(create_app(SandboxConfig(smtp_port=smtp_port)))
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from chorus_contracts.lifecycle import WORKFLOW_STATUSES
 from chorus_tools.cli.audit import print_workflow
 from chorus_tools.cli.options import (
     GATEWAY_URL,
@@ -34,25 +35,13 @@ from chorus_tools.cli.options import (
 )
 
 DEFAULT_URL = GATEWAY_URL
-STATUSES = (
-    "attention",
-    "waiting",
-    "running",
-    "completed",
-    "rejected",
-    "failed",
-    "compensated",
-    "timed_out",
-    "cancelled",
-    "erased",
-)
 
 app = typer.Typer(name="workflows", help="Workflows: list, show, cancel.", no_args_is_help=True)
 console = Console(highlight=False)
 
 
 def _status_names(incomplete: str) -> list[str]:
-    return [s for s in STATUSES if s.startswith(incomplete)]
+    return [s for s in WORKFLOW_STATUSES if s.startswith(incomplete)]
 
 
 @app.command("list")
