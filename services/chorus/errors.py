@@ -58,6 +58,13 @@ class PersistentError(ChorusError):
     category: Category = "persistent"
 
 
+class NewerStateError(PersistentError):
+    """The workflow's checkpoint was written by a newer version of this service (a higher
+    state version than this code reads): handling it would drop the fields this version
+    does not know and write the rest back. Dead letter at once (the workflow parks behind
+    it; nothing is written): run the newer version, then redrive."""
+
+
 class SemanticError(ChorusError):
     """The handler produced output that fails validation; ``errors`` say how."""
 

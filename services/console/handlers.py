@@ -256,6 +256,8 @@ def routes(settings: Settings, apis: Apis, templates: Jinja2Templates) -> APIRou
             "q": q,
         }
         params = {k: v for k, v in filters.items() if v}
+        # What the form shows and the next page's link repeats: the times as typed.
+        shown = {**filters, "started_after": started_after, "started_before": started_before}
         error = None
         try:
             page = await apis.workflows(
@@ -265,27 +267,15 @@ def routes(settings: Settings, apis: Apis, templates: Jinja2Templates) -> APIRou
             page, error = {"workflows": [], "next_cursor": None}, f"{exc.title}: {exc.detail}"
         next_url = None
         if page.get("next_cursor"):
-            next_url = "/workflows?" + urlencode(
-                {
-                    **{
-                        k: v
-                        for k, v in {
-                            **filters,
-                            "started_after": started_after,
-                            "started_before": started_before,
-                        }.items()
-                        if v
-                    },
-                    "cursor": page["next_cursor"],
-                }
-            )
+            kept = {k: v for k, v in shown.items() if v}
+            next_url = "/workflows?" + urlencode({**kept, "cursor": page["next_cursor"]})
         template = "_workflow_rows.html" if request.headers.get("hx-request") else "workflows.html"
         return render(
             request,
             template,
             workflows=page["workflows"],
             next_url=next_url,
-            filters={**filters, "started_after": started_after, "started_before": started_before},
+            filters=shown,
             statuses=WORKFLOW_STATUSES,
             error=error,
         )

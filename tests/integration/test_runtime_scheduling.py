@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -136,6 +137,50 @@ async def test_old_checkpoints_are_migrated_on_load(
     assert events_of(records, "test.task_done")[0]["payload"]["handled_count"] == 42
     assert row["state_version"] == 2
     assert json.loads(row["state"])["tasks"] == ["old", "after-upgrade"]
+
+
+async def test_a_checkpoint_from_a_newer_version_is_refused_and_nothing_is_written_back(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, pg: asyncpg.Connection, unique: str
+) -> None:
+    """The downgrade: v1 of a service meets state v2 (a field v1 does not know). It must not
+    drop the field and write the rest back: the event is dead-lettered saying why, the
+    checkpoint stays as v2 wrote it, and the workflow's next event waits behind it."""
+    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
+    topic = registry.physical_topic("test.task_submitted")
+    name = f"svc_{unique}"
+    first = envelope(TaskSubmitted(task="on-v1"))
+    later = envelope(TaskSubmitted(task="behind-it"), workflow_id=first.workflow_id)
+    newer = {"handled": 7, "tasks": ["on-v2"], "priority_notes": ["only v2 knows this field"]}
+    settings = ServiceSettings(kafka_bootstrap=kafka_bootstrap, database_url=database_url, log_json=False)
+    async with running(make_spec(name), settings, registry=registry):  # state v1
+        await pg.execute(
+            f"""INSERT INTO {name}.state (workflow_id, workflow_type, state, state_version, revision,
+                created_at, updated_at) VALUES ($1, 'test', $2::jsonb, 2, 1, now(), now())""",
+            first.workflow_id,
+            json.dumps(newer),
+        )
+        await publish(kafka_bootstrap, topic, [first, later])
+        records = await read_topic(
+            kafka_bootstrap,
+            [topic, registry.physical_topic("event.dead_lettered")],
+            until=lambda rs: bool(events_of(rs, "event.dead_lettered")),
+        )
+        await asyncio.sleep(2)  # time for the later event to be (not) handled
+        row = await pg.fetchrow(
+            f"SELECT state::text AS state, state_version, parked_on FROM {name}.state WHERE workflow_id = $1",
+            first.workflow_id,
+        )
+        parked = await pg.fetchval(
+            f"SELECT count(*) FROM {name}.parked WHERE workflow_id = $1", first.workflow_id
+        )
+        more = await read_topic(kafka_bootstrap, [topic], until=lambda rs: len(rs) >= 2)
+    [letter] = [e["payload"] for e in events_of(records, "event.dead_lettered")]
+    assert letter["error"]["error_class"] == "NewerStateError" and letter["error"]["category"] == "persistent"
+    assert "state v2, written by a newer version" in letter["error"]["message"]
+    assert "reads up to v1" in letter["error"]["message"]
+    assert (json.loads(row["state"]), row["state_version"]) == (newer, 2)  # as v2 left it
+    assert str(row["parked_on"]) == str(first.event_id) and parked == 1
+    assert events_of(more, "test.task_done") == []
 
 
 async def test_metrics_endpoint_reports_the_four_numbers(

@@ -290,7 +290,8 @@ class StepCommitter:
             from_parked=handled.parked_id is not None,
             checkpoint=checkpoint,
             state=new_state,
-            state_version=self.spec.state_version,
+            # The frame's: a checkpoint this code could not read is written back as it was.
+            state_version=frame.state_version,
             expected_revision=frame.revision,
             parked_on=parked_on,
             subject_ref=env.subject_ref,

@@ -24,6 +24,7 @@ from chorus.crypto import KeyStoreUnavailableError, Sealer
 from chorus.errors import (
     Category,
     HandlerTimeoutError,
+    NewerStateError,
     PersistentError,
     SemanticError,
     TransientError,
@@ -58,10 +59,19 @@ class HandlerCall:
     sealer: Sealer | None = None
 
     def migrated(self, row: StateRow | None) -> dict[str, Any] | None:
-        """The checkpoint's state brought up to the service's state version."""
+        """The checkpoint's state brought up to the service's state version (forward only:
+        NewerStateError for one a newer version wrote, PersistentError when a migration
+        step is missing)."""
         if row is None or row.state is None:
             return None
         state, version = row.state, row.state_version
+        if version > self.spec.state_version:
+            raise NewerStateError(
+                f"the checkpoint of this workflow is state v{version}, written by a newer version of "
+                f"{self.spec.name}; this one ({self.spec.version}) reads up to "
+                f"v{self.spec.state_version}. Not handled and nothing written (its fields would be "
+                "lost): run the newer version, then redrive"
+            )
         while version < self.spec.state_version:
             step = self.spec.state_migrations.get(version)
             if step is None:

@@ -48,7 +48,7 @@ from chorus.runtime.guard import DeadLetterGuard
 from chorus.runtime.handling import HandlerCall
 from chorus.runtime.messages import Messages
 from chorus.runtime.records import Record, record_from_original
-from chorus.runtime.steps import Dropped, Frame, Handled, Result, Via
+from chorus.runtime.steps import DeadLetter, Dropped, Frame, Handled, Result, Via
 from chorus.service import ServiceSpec
 from chorus.signing import Keys, Verifier
 from chorus.store import ConflictError, InboxOutcome, Loaded, OutboxRow, ServiceStore
@@ -320,17 +320,28 @@ class Pipeline:
                     # A crash interrupted an earlier drain; finish it before overtaking.
                     await self.drain(env.workflow_id)
                     continue
+                refused: PersistentError | None = None
+                try:
+                    migrated = self.call.migrated(state)
+                except PersistentError as exc:
+                    # State this code cannot read (newer, or no migration path): the event is
+                    # dead-lettered and the checkpoint kept exactly as stored, version and all.
+                    assert state is not None
+                    migrated, refused = state.state, exc
                 frame = Frame(
                     revision=state.revision if state else None,
-                    state_version=self.spec.state_version,
+                    state_version=state.state_version if refused and state else self.spec.state_version,
                     parked_on=waiting_on,
-                    state=self.call.migrated(state),
+                    state=migrated,
                     ended=ended,
                 )
                 try:
                     result: Result
                     if ended is not None and (not closing or _another_end(event, ended)):
                         result, traceparent = Dropped(f"workflow ended ({ended})"), env.traceparent
+                    elif refused is not None:
+                        self.metrics.failures.labels(refused.category, env.event_type).inc()
+                        result, traceparent = DeadLetter(refused, refused.category), env.traceparent
                     else:
                         result, traceparent = await self.call.run(route, event, frame, attempt, failures)
                     hoptrace.mark("handled", env.event_id)
