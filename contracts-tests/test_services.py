@@ -271,3 +271,18 @@ def test_a_signed_event_type_is_produced_by_its_signer_and_nobody_else() -> None
     for event_type, signer in REGISTRY.signed_by().items():
         producers = {name for name, (edges, _) in SERVICES.items() if event_type in edges.produces}
         assert producers == {signer}, (event_type, producers)
+
+
+STATEFUL = sorted(name for name, (_, spec) in SERVICES.items() if spec is not None and spec.state is not None)
+
+
+@pytest.mark.parametrize("name", STATEFUL)
+def test_state_migrations_lead_forward_from_every_older_version_to_the_current_one(name: str) -> None:
+    """A checkpoint of any older state version can be brought up to this code's (a step
+    per version, none missing), and no step starts at or beyond it (the runtime migrates
+    forward only; newer checkpoints are refused, chorus.errors.NewerStateError)."""
+    spec = SERVICES[name][1]
+    assert spec is not None
+    assert sorted(spec.state_migrations) == list(range(1, spec.state_version)), (
+        f"{name}: state v{spec.state_version} needs exactly the migrations from v1..v{spec.state_version - 1}"
+    )
