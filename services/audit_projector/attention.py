@@ -36,10 +36,16 @@ async def alert_parked_workflows(rt: RuntimeHandle) -> None:
     async def look() -> None:
         now = rt.clock.now()
         async with rt.pool.acquire() as conn:
-            waiting = await queries.workflows_by_status(conn, ATTENTION, schema=rt.service, limit=10_000)
+            page = await queries.list_workflows(
+                conn,
+                queries.WorkflowFilter(statuses=(ATTENTION,)),
+                order=queries.Order.QUIETEST,
+                limit=10_000,
+                schema=rt.service,
+            )
         overdue = [
             w
-            for w in waiting
+            for w in page.workflows
             if w.attention is not None
             and (now - w.attention.since).total_seconds() >= settings.parked_alert_after_s
         ]

@@ -44,12 +44,12 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from chorus.errors import PersistentError
 from chorus.registry import Registry, personal_pointers
 from chorus.strictjson import escape
-from chorus_contracts.base import CATALOG, SEALED_PATTERN, SEALED_PREFIX, Sealed, is_sealed
+from chorus_contracts.base import CATALOG, KEYED_PATTERN, SEALED_PATTERN, SEALED_PREFIX, Sealed, is_sealed
 from chorus_contracts.envelope import Envelope
 
 log = logging.getLogger("chorus.crypto")
 _TOKEN = re.compile(SEALED_PATTERN)
-_KEYED = re.compile(r"^hmac-sha256:[0-9a-f]{64}$")
+_KEYED = re.compile(KEYED_PATTERN)
 
 KEYED_PREFIX = "hmac-sha256:"
 POISON_SCOPE = "poison"

@@ -160,11 +160,12 @@ InClear = Annotated[P, BeforeValidator(_refuse_sealed)]
 nobody can hand Chorus a token of someone else's to open and repeat."""
 
 Text = Annotated[str, Field(max_length=4000)]
-KeyedRef = Annotated[
-    str,
-    Field(pattern=r"^hmac-sha256:[0-9a-f]{64}$", description="a reference keyed by chorus.crypto.keyed_ref"),
-]
 """Free text a person reads: a reason, a summary, a check's description."""
+KEYED_PATTERN = r"^hmac-sha256:[0-9a-f]{64}$"
+KeyedRef = Annotated[
+    str, Field(pattern=KEYED_PATTERN, description="a reference keyed by chorus.crypto.keyed_ref")
+]
+"""A person or subject named by HMAC under CHORUS_SUBJECT_KEY, never by name."""
 Comment = Annotated[str, Field(max_length=2000)]
 """What a reviewer or operator writes."""
 LongText = Annotated[str, Field(max_length=20000)]

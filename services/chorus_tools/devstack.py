@@ -232,6 +232,7 @@ class DevStack:
         ports = {
             name: DOCUMENTED_PORTS[name] if self.documented_ports else next(spare) for name in self.services
         }
+        ports["console"] = self.console_port  # the notifier's links lead there, whether it runs or not
         # Every service seals and opens personal data with this stack's key service.
         key_stores = (
             {"CHORUS_KEY_STORES": json.dumps({"local": f"http://127.0.0.1:{ports['key_service']}"})}
@@ -256,8 +257,6 @@ class DevStack:
                 if "approval_gate" in ports:  # its API keeps the approval policy
                     env.setdefault("CHORUS_APPROVAL_GATE_URL", f"http://127.0.0.1:{ports['approval_gate']}")
             if name == "console":  # a client of the public APIs
-                port = ports[name] = self.console_port
-                env["CHORUS_HTTP_PORT"] = str(port)
                 env.setdefault("CHORUS_GATEWAY_URL", self.api_url)
                 for variable, service in (
                     ("CHORUS_DEADLETTER_URL", "deadletter_service"),

@@ -25,8 +25,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from console.adapters.apis import ApiProblem, Apis, ApiUnavailable
 from console.adapters.cookies import COOKIE, SessionCookies
 from console.config import Settings
-from console.domain import NAV, anonymous, still_valid
-from console.handlers import CsrfRefused, SignInRequired, routes
+from console.domain import anonymous, still_valid
+from console.handlers import CsrfRefused, SignInRequired, render_page, routes
 
 HERE = Path(__file__).parent
 SECURITY_HEADERS = {
@@ -80,13 +80,7 @@ def create_app(settings: Settings, apis: Apis) -> FastAPI:
         return response
 
     def error_page(request: Request, status: int, title: str, detail: str) -> HTMLResponse:
-        session = getattr(request.state, "session", None) or anonymous()
-        return templates.TemplateResponse(
-            request,
-            "error.html",
-            {"session": session, "nav": NAV.get(session.role or "", []), "title": title, "detail": detail},
-            status_code=status,
-        )
+        return render_page(templates, request, "error.html", status, title=title, detail=detail)
 
     @app.exception_handler(SignInRequired)
     async def _sign_in(request: Request, exc: SignInRequired) -> Response:

@@ -22,6 +22,7 @@ from console.domain import (
     NAV,
     Session,
     age,
+    anonymous,
     chart,
     dead_letters_by_category,
     home,
@@ -78,22 +79,24 @@ def local_path(target: str | None) -> str | None:
     return target
 
 
+def render_page(
+    templates: Jinja2Templates, request: Request, name: str, status_code: int = 200, **context: Any
+) -> HTMLResponse:
+    """A page with what every page shows: who is signed in and their navigation."""
+    session: Session = getattr(request.state, "session", None) or anonymous()
+    return templates.TemplateResponse(
+        request,
+        name,
+        {"session": session, "nav": NAV.get(session.role or "", []), **context},
+        status_code=status_code,
+    )
+
+
 def routes(settings: Settings, apis: Apis, templates: Jinja2Templates) -> APIRouter:
     router = APIRouter()
 
     def render(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
-        session = session_of(request)
-        return templates.TemplateResponse(
-            request,
-            name,
-            {
-                "session": session,
-                "nav": NAV.get(session.role or "", []),
-                "now": datetime.now().astimezone(),
-                **context,
-            },
-            status_code=status_code,
-        )
+        return render_page(templates, request, name, status_code, **context)
 
     def redirect(url: str) -> RedirectResponse:
         return RedirectResponse(url, status_code=303)

@@ -313,7 +313,7 @@ def _watch_routes(
     ) -> WorkflowPage:
         """Workflows matching every filter, a page at a time (follow ``next_cursor``).
         Operators and auditors list every workflow; a submitter its own."""
-        if who.role in ("submitter",):
+        if who.role == "submitter":
             if submitted_by not in (None, who.principal):
                 raise Problem(403, "Forbidden", "submitters list their own workflows only")
             submitted_by = who.principal

@@ -119,19 +119,6 @@ async def status_view(
     return _status(r)
 
 
-async def workflows_by_status(
-    conn: asyncpg.Connection, status: str, *, schema: str = SCHEMA, limit: int = 100
-) -> list[WorkflowStatusView]:
-    """Workflows in ``status``, the longest-quiet first (``attention``: who waits longest)."""
-    rows = await conn.fetch(
-        f"""SELECT {_STATUS_COLUMNS} FROM {ident(schema)}.workflow_status WHERE status = $1
-            ORDER BY last_event_at, workflow_id LIMIT $2""",
-        status,
-        limit,
-    )
-    return [_status(r) for r in rows]
-
-
 class WorkflowSummary(_View):
     """One line of ``GET /v1/workflows``: no personal data (nothing to open, no access to log)."""
 

@@ -321,16 +321,17 @@ class Pipeline:
                     await self.drain(env.workflow_id)
                     continue
                 refused: PersistentError | None = None
+                version = self.spec.state_version
                 try:
                     migrated = self.call.migrated(state)
                 except PersistentError as exc:
                     # State this code cannot read (newer, or no migration path): the event is
                     # dead-lettered and the checkpoint kept exactly as stored, version and all.
                     assert state is not None
-                    migrated, refused = state.state, exc
+                    migrated, version, refused = state.state, state.state_version, exc
                 frame = Frame(
                     revision=state.revision if state else None,
-                    state_version=state.state_version if refused and state else self.spec.state_version,
+                    state_version=version,
                     parked_on=waiting_on,
                     state=migrated,
                     ended=ended,

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from chorus_tools.cli.audit import span
 from chorus_tools.cli.options import (
     GATEWAY_URL,
     ApiKeyOption,
@@ -81,10 +82,7 @@ def _left(until: str | None, now: datetime) -> str:
     if not until:
         return "-"
     seconds = (datetime.fromisoformat(until) - now).total_seconds()
-    if seconds <= 0:
-        return "due"
-    hours, rest = divmod(int(seconds), 3600)
-    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
+    return span(seconds) if seconds > 0 else "due"
 
 
 def _summary(context: Any) -> str:

@@ -227,7 +227,7 @@ def print_workflow(workflow_id: str, status: dict[str, Any] | None, entries: lis
             else ""
         )
         ended = (
-            f"  ended {_at(status['ended_at'])} (took {_span(status['duration_s'] or 0.0)})"
+            f"  ended {_at(status['ended_at'])} (took {span(status['duration_s'] or 0.0)})"
             if status.get("ended_at")
             else ""
         )
@@ -260,7 +260,7 @@ def _at(value: str | None) -> str:
     return datetime.fromisoformat(value).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _span(seconds: float) -> str:
+def span(seconds: float) -> str:
     """8h, 1d 2h, 90s: a window as a person reads it."""
     days, rest = divmod(int(seconds), 86400)
     hours, rest = divmod(rest, 3600)
@@ -275,8 +275,8 @@ def _wait_or_call(event_type: str, payload: dict[str, Any], external_call: str |
     if event_type == "approval.requested" and isinstance(payload.get("chain"), list):
         first = payload["chain"][0] if payload["chain"] else {}
         window = first.get("window_s")
-        span = _span(float(window)) if isinstance(window, int | float) else "?"
-        return f"waits: approval by {first.get('tier')} (window {span})"
+        length = span(float(window)) if isinstance(window, int | float) else "?"
+        return f"waits: approval by {first.get('tier')} (window {length})"
     if event_type == "approval.escalated":
         return f"waits: approval by {payload.get('to_tier')} until {payload.get('waiting_until')}"
     if event_type == "review.requested":
