@@ -131,6 +131,7 @@ def test_runtime_pseudo_producer_only_on_platform_topics() -> None:
         "chorus.data",
         "chorus.deadletters",
         "chorus.reviews",
+        "chorus.releases",
     }
 
 

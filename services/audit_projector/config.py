@@ -40,6 +40,7 @@ class Settings(ApiKeySettings, ServiceSettings):
         "notifier",
         "payment_agent",
         "report_agent",
+        "rollout_service",
         "source_fetcher",
         "timer_service",
     ]

@@ -80,6 +80,8 @@ class AuditEntry:
     workflow_id: str
     workflow_type: str
     producer: str
+    producer_version: str
+    """The release of the producer that wrote it (versioned rollouts: which one took the step)."""
     occurred_at: datetime
     trace_id: str
     causation_id: str | None
@@ -100,6 +102,7 @@ def audit_entry(envelope: Envelope, payload: EventModel) -> AuditEntry:
         workflow_id=envelope.workflow_id,
         workflow_type=envelope.workflow_type,
         producer=envelope.producer.service,
+        producer_version=envelope.producer.version,
         occurred_at=envelope.occurred_at,
         trace_id=envelope.traceparent[3:35],
         causation_id=envelope.causation_id,

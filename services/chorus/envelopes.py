@@ -55,6 +55,7 @@ def child_envelope(
         deadline=deadline if deadline is not None else parent.deadline,
         producer=producer,
         subject_ref=subject_ref if subject_ref is not None else parent.subject_ref,
+        pins=parent.pins,
         payload=event.model_dump(mode="json"),
     )
 
@@ -73,8 +74,10 @@ def start_envelope(
     deadline: datetime | None = None,
     subject_ref: str | None = None,
     correlation_id: str | None = None,
+    pins: dict[str, str] | None = None,
 ) -> Envelope:
-    """The first event of a workflow (from the gateway, the CLI or a test)."""
+    """The first event of a workflow (from the gateway, the CLI or a test); ``pins`` are
+    the releases it is pinned to (chorus.rollouts), carried by every event it causes."""
     return Envelope(
         event_id=event_id or uuid.uuid4(),
         event_type=event.event_type,
@@ -91,6 +94,7 @@ def start_envelope(
         deadline=deadline,
         producer=producer,
         subject_ref=subject_ref,
+        pins=pins or None,
         payload=event.model_dump(mode="json"),
     )
 

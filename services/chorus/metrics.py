@@ -77,6 +77,12 @@ class Metrics:
             ["event_type"],
             registry=r,
         )
+        self.not_mine = Counter(
+            "chorus_events_not_mine",
+            "Events of workflows pinned to another release of this service: recorded, not handled",
+            ["event_type"],
+            registry=r,
+        )
         self.completions = Counter(
             "chorus_workflows_ended",
             "Workflows this service ended, by outcome",

@@ -166,6 +166,8 @@ class RuntimeHandle:
     """chorus.signing.Signer of the decision events this service produces (or None)."""
     sealer: Any = None
     """chorus.crypto.Sealer: opens the personal data an API shows (and logs the access)."""
+    rollouts: Any = None
+    """chorus.rollouts.RolloutView: the rollout policies (the gateway pins new workflows)."""
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,9 @@ class InboxOutcome(StrEnum):
     DISCARDED = "discarded"
     DROPPED = "dropped"
     """Arrived after the workflow ended: recorded, never handled (see Pipeline)."""
+    NOT_MINE = "not_mine"
+    """The workflow is pinned to another release of this service (chorus.runtime.pinning):
+    recorded, never handled here."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,8 @@ class StateRow:
     ended: str | None = None
     """How the workflow ended, once this service saw it end (its own outcome or a
     workflow.ended); later events for it are dropped."""
+    release: str | None = None
+    """The release of this service the workflow is pinned to (chorus.runtime.pinning)."""
 
 
 @dataclass(frozen=True)
@@ -158,6 +163,8 @@ class StepWrite:
     parked_id: int | None
     ended: str | None = None
     """The workflow ends with this step (kept if it had ended before)."""
+    release: str | None = None
+    """The release that took this step: a first checkpoint is pinned to it."""
 
 
 # Raised inside the step statement to undo its inbox and outbox writes when the
@@ -302,7 +309,10 @@ class ServiceStore:
             ),
         )
         ended = Migration(3, "state_ended", (f"ALTER TABLE {s}.state ADD COLUMN IF NOT EXISTS ended text",))
-        return [*baseline(self.ddl()), archive, ended]
+        release = Migration(
+            4, "state_release", (f"ALTER TABLE {s}.state ADD COLUMN IF NOT EXISTS release text",)
+        )
+        return [*baseline(self.ddl()), archive, ended, release]
 
     # -- erasure and retention (asked for by the audit projector; see chorus.runtime.datarequests)
 
@@ -433,6 +443,7 @@ class ServiceStore:
         rows = await conn.fetch(
             f"""SELECT t.n, i.outcome, i.attempt,
                        st.state::text AS state, st.state_version, st.revision, st.parked_on, st.ended,
+                       st.release,
                        EXISTS (SELECT 1 FROM {s}.parked p WHERE p.workflow_id = t.wf) AS has_parked
                 FROM unnest($2::uuid[], $3::text[]) WITH ORDINALITY AS t(eid, wf, n)
                 LEFT JOIN {s}.inbox i ON i.consumer_group = $1 AND i.event_id = t.eid
@@ -455,6 +466,7 @@ class ServiceStore:
                 row["revision"],
                 row["parked_on"],
                 row["ended"],
+                row["release"],
             )
         return Loaded(inbox, state, row["has_parked"])
 
@@ -512,15 +524,17 @@ class ServiceStore:
         parked_on: uuid.UUID | None,
         subject_ref: str | None,
         now: datetime,
+        release: str | None = None,
     ) -> int:
-        """Write the checkpoint if nobody moved it since ``expected_revision``; returns the new revision."""
+        """Write the checkpoint if nobody moved it since ``expected_revision``; returns the new
+        revision. A first checkpoint is pinned to ``release``."""
         body = json.dumps(state) if state is not None else None
         if expected_revision is None:
             revision = await conn.fetchval(
                 f"""INSERT INTO {self.schema}.state
                       (workflow_id, workflow_type, state, state_version, revision, parked_on,
-                       subject_ref, created_at, updated_at)
-                    VALUES ($1, $2, $3::jsonb, $4, 1, $5, $6, $7, $7)
+                       subject_ref, created_at, updated_at, release)
+                    VALUES ($1, $2, $3::jsonb, $4, 1, $5, $6, $7, $7, $8)
                     ON CONFLICT (workflow_id) DO NOTHING
                     RETURNING revision""",
                 workflow_id,
@@ -530,6 +544,7 @@ class ServiceStore:
                 parked_on,
                 subject_ref,
                 now,
+                release,
             )
         else:
             revision = await conn.fetchval(
@@ -549,6 +564,42 @@ class ServiceStore:
         if revision is None:
             raise ConflictError(f"workflow {workflow_id} changed concurrently")
         return int(revision)
+
+    async def claim_release(
+        self,
+        conn: asyncpg.Connection,
+        *,
+        workflow_id: str,
+        workflow_type: str,
+        release: str,
+        state_version: int,
+        now: datetime,
+    ) -> str:
+        """Pin a workflow nobody owns here yet to ``release``; returns the release it is
+        pinned to (another's, when a release claimed or handled it first). A workflow
+        without a checkpoint gets an empty one at revision 0 (its first handling still sees
+        no state); a checkpoint from before pinning gets the release, and its next revision,
+        so a step decided on the unpinned row cannot commit."""
+        owner = await conn.fetchval(
+            f"""INSERT INTO {self.schema}.state AS st
+                  (workflow_id, workflow_type, state, state_version, revision, created_at,
+                   updated_at, release)
+                VALUES ($1, $2, NULL, $3, 0, $4, $4, $5)
+                ON CONFLICT (workflow_id) DO UPDATE
+                  SET release = EXCLUDED.release, revision = st.revision + 1, updated_at = $4
+                  WHERE st.release IS NULL
+                RETURNING release""",
+            workflow_id,
+            workflow_type,
+            state_version,
+            now,
+            release,
+        )
+        if owner is None:
+            owner = await conn.fetchval(
+                f"SELECT release FROM {self.schema}.state WHERE workflow_id = $1", workflow_id
+            )
+        return str(owner)
 
     async def add_outbox(self, conn: asyncpg.Connection, messages: Sequence[OutboxMessage]) -> None:
         if not messages:
@@ -599,10 +650,10 @@ class ServiceStore:
           SELECT * FROM unnest($1::text[], $2::uuid[], $3::int[], $4::text[], $5::text[], $6::text[],
                                $7::timestamptz[], $8::bool[], $9::text[], $10::text[], $11::int[],
                                $12::int[], $13::uuid[], $14::text[], $15::bigint[], $16::bigint[],
-                               $25::text[])
+                               $25::text[], $26::text[])
             AS t(grp, event_id, attempt, outcome, event_type, workflow_id, at, from_parked,
                  workflow_type, state, state_version, mode, parked_on, subject_ref, rev, parked_id,
-                 ended)),
+                 ended, release)),
         claim AS (
           INSERT INTO {s}.inbox AS i
             (consumer_group, event_id, attempt, outcome, event_type, workflow_id, processed_at)
@@ -617,9 +668,9 @@ class ServiceStore:
           RETURNING 1),
         first_state AS (
           INSERT INTO {s}.state (workflow_id, workflow_type, state, state_version, revision,
-                                 parked_on, subject_ref, created_at, updated_at, ended)
+                                 parked_on, subject_ref, created_at, updated_at, ended, release)
           SELECT workflow_id, workflow_type, state::jsonb, state_version, 1, parked_on, subject_ref, at, at,
-                 ended
+                 ended, release
           FROM items WHERE mode = 1
           ON CONFLICT (workflow_id) DO NOTHING
           RETURNING 1),
@@ -627,7 +678,7 @@ class ServiceStore:
           UPDATE {s}.state st SET state = it.state::jsonb, state_version = it.state_version,
                  revision = st.revision + 1, parked_on = it.parked_on,
                  subject_ref = coalesce(it.subject_ref, st.subject_ref), updated_at = it.at,
-                 ended = coalesce(st.ended, it.ended)
+                 ended = coalesce(st.ended, it.ended), release = coalesce(st.release, it.release)
           FROM items it
           WHERE it.mode = 2 AND st.workflow_id = it.workflow_id AND st.revision = it.rev
           RETURNING 1),
@@ -648,7 +699,7 @@ class ServiceStore:
 
     @staticmethod
     def _batch_args(writes: Sequence[StepWrite]) -> list[Any]:
-        # One array per column, in the order of the statement's $1..$25 (unnest zips them).
+        # One array per column, in the order of the statement's $1..$26 (unnest zips them).
         messages = [m for w in writes for m in w.messages]
         return [
             *_columns(writes, "group", "event_id", "attempt", "outcome", "event_type", "workflow_id"),
@@ -663,6 +714,7 @@ class ServiceStore:
             len(writes),
             sum(1 for w in writes if w.checkpoint is not CheckpointWrite.NONE),
             [w.ended for w in writes],
+            [w.release for w in writes],
         ]
 
     # -- parking --------------------------------------------------------------------------

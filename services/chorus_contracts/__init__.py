@@ -7,7 +7,7 @@ from these models.
 
 from __future__ import annotations
 
-from chorus_contracts import approvals, lifecycle, platform, procurement, research
+from chorus_contracts import approvals, lifecycle, platform, procurement, research, rollouts
 from chorus_contracts.base import CATALOG, UPCASTERS, EventModel, Model, event, upcaster
 from chorus_contracts.envelope import Envelope, Priority, ProducerRef
 
@@ -25,5 +25,6 @@ __all__ = [
     "platform",
     "procurement",
     "research",
+    "rollouts",
     "upcaster",
 ]

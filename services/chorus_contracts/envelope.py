@@ -6,7 +6,7 @@ stay in one partition, in order.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -16,6 +16,10 @@ ENVELOPE_VERSION: Literal[1] = 1
 Priority = Literal["high", "normal", "low"]
 EVENT_TYPE_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$"
 TRACEPARENT_PATTERN = r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
+RELEASE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+Release = Annotated[str, Field(pattern=RELEASE_PATTERN, description="a release label of a service")]
+"""A deployment's release label (``CHORUS_RELEASE``, or the service's version)."""
+MAX_PINS = 100
 MAX_ATTEMPTS = 1_000_000
 """Far above any retry policy; within what every store of an attempt count holds."""
 
@@ -48,5 +52,10 @@ class Envelope(Model):
     subject_ref: str | None = Field(
         default=None,
         description="reference to the data subject for erasure; never personal data itself",
+    )
+    pins: Annotated[dict[Name, Release], Field(max_length=MAX_PINS)] | None = Field(
+        default=None,
+        description="service -> the release that handles this workflow there (versioned "
+        "rollouts): set when the workflow starts, carried by every event it causes",
     )
     payload: dict[str, Any]

@@ -40,6 +40,7 @@ SERVICES = (
     "report_agent",
     "source_fetcher",
     "notifier",
+    "rollout_service",
     "gateway",
 )
 
@@ -61,6 +62,7 @@ DOCUMENTED_PORTS = {
     "key_service": 8117,
     "notifier": 8118,
     "console": 8120,
+    "rollout_service": 8121,
 }
 MODEL_USERS = ("invoice_agent", "report_agent")
 WITHOUT_DATABASE = ("outcome_analytics", "console")
@@ -75,6 +77,11 @@ SMTP_PORT = 9425
 CONSOLE_PORT = DOCUMENTED_PORTS["console"]
 REVIEW_TIERS = ("manager", "director", "editor")
 """The demo's reviewer tiers: each has a Slack-compatible channel in the sandbox."""
+
+
+def release_proc(service: str, release: str) -> str:
+    """The dev stack's name of the process of another release of a service."""
+    return f"{service}@{release}"
 
 
 def free_ports(n: int) -> list[int]:
@@ -178,10 +185,14 @@ class DevStack:
     console_port: int = 0
     documented_ports: bool = False
     """Every service on its DOCUMENTED_PORTS entry (``make services``) instead of a free port."""
+    releases: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """service -> more releases of it to run beside the unnamed one (versioned rollouts): a
+    process ``<service>@<release>`` each, with ``CHORUS_RELEASE`` set, on a free port;
+    ``service_env["<service>@<release>"]`` adds to its environment."""
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        spare = iter(free_ports(len(self.services) + 4))
+        spare = iter(free_ports(len(self.services) + sum(map(len, self.releases.values())) + 4))
         self.api_port = self.api_port or next(spare)
         self.sandbox_port = self.sandbox_port or next(spare)
         self.smtp_port = self.smtp_port or (SMTP_PORT if self.documented_ports else next(spare))
@@ -274,13 +285,20 @@ class DevStack:
                 env.setdefault("CHORUS_CONSOLE_URL", self.console_url)
             if name in MODEL_USERS:  # the sandbox's deterministic model, over HTTP
                 env.setdefault("CHORUS_LLM_BASE_URL", f"{sandbox_url}/v1")
-            self.procs[name] = Proc(
-                name,
-                [sys.executable, "-m", name],
-                env,
-                self.workdir / f"{name}.log",
-                f"http://127.0.0.1:{port}/health",
-            )
+            self._add(name, name, env, port)
+            for release in self.releases.get(name, ()):
+                proc = release_proc(name, release)
+                named = {"CHORUS_RELEASE": release, **self.service_env.get(proc, {})}
+                self._add(proc, name, {**env, **named}, next(spare))
+
+    def _add(self, proc: str, service: str, env: dict[str, str], port: int) -> None:
+        self.procs[proc] = Proc(
+            proc,
+            [sys.executable, "-m", service],
+            {**env, "CHORUS_HTTP_PORT": str(port)},
+            self.workdir / f"{proc}.log",
+            f"http://127.0.0.1:{port}/health",
+        )
 
     @property
     def api_url(self) -> str:
@@ -322,7 +340,8 @@ class DevStack:
                 if not proc.running:
                     raise RuntimeError(f"{name} exited during start:\n{proc.tail()}")
                 try:
-                    if proc.health_url and _answers_as(await client.get(proc.health_url), name):
+                    service = name.partition("@")[0]
+                    if proc.health_url and _answers_as(await client.get(proc.health_url), service):
                         return
                 except httpx.HTTPError:
                     pass

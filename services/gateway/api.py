@@ -181,6 +181,8 @@ def _submit_routes(app: FastAPI, rt: RuntimeHandle, settings: Settings, base_url
                 traceparent=trace.child().traceparent if trace else None,
                 deadline=deadline_at,
                 subject_ref=keyed_ref(settings.subject_key, body.subject_ref) if body.subject_ref else None,
+                # Each service with a rollout: the release this workflow stays on to its end.
+                pins=rt.rollouts.pins(workflow_type, workflow_id),
             )
             # A microsecond after workflow.started, so timelines show the start first.
             first = child_envelope(

@@ -11,6 +11,7 @@ agents' real prompts, so the two cannot drift apart unnoticed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 
@@ -100,3 +101,21 @@ def draft_report(messages: list[ChatMessage]) -> str:
 
 
 SKILLS = {EXTRACT_INVOICE: extract_invoice, DRAFT_REPORT: draft_report}
+
+FLAKY_MODEL = re.compile(r"^flaky-(\d{1,3})$")
+"""A model named ``flaky-<N>`` (a canary's new model, in the rollout tests) answers N% of
+documents with prose instead of JSON: the same documents every time, so re-prompts fail too."""
+NOT_JSON = "I am sorry, I cannot read this document."
+
+
+def flaky_answer(model: str, messages: list[ChatMessage]) -> str | None:
+    """The flaky model's failure for this conversation, if it is one it fails on."""
+    found = FLAKY_MODEL.match(model)
+    if found is None:
+        return None
+    # The document itself, whatever feedback a re-prompt adds around it.
+    text = "\n".join(m.content for m in messages if m.role == "user")
+    start, end = text.find(DOCUMENT_START), text.find(DOCUMENT_END)
+    document = text[start:end] if 0 <= start < end else text
+    point = int.from_bytes(hashlib.sha256(document.encode()).digest()[:4], "big") % 100
+    return NOT_JSON if point < int(found.group(1)) else None

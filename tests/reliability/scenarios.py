@@ -68,6 +68,7 @@ POINTS: dict[str, list[tuple[str, int]]] = {
         ("mid_external_call", 2),
     ],
     "notifier": [("after_inbox_insert", 1), ("after_db_commit", 1)],
+    "rollout_service": [("after_inbox_insert", 1), ("after_db_commit", 1)],
     "source_fetcher": [
         ("after_inbox_insert", 3),
         ("after_db_commit", 2),

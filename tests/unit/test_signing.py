@@ -24,7 +24,7 @@ CHECKS = REGISTRY.signed_by()
 @pytest.fixture(scope="module")
 def keys_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("signing")
-    make_keys(directory, ["approval_gate", "gateway", "deadletter_service"])
+    make_keys(directory, sorted(set(load_registry().signed_by().values())))
     return directory
 
 

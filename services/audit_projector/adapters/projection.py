@@ -157,9 +157,19 @@ def ledger_ddl(schema: str) -> list[str]:
 
 async def migrate_projection(conn: asyncpg.Connection, schema: str, *, ledger: bool) -> None:
     """Create the projection tables in ``schema`` (and the ledger when ``ledger``)."""
-    await migrate(conn, schema=schema, component="projection", migrations=baseline(projection_ddl(schema)))
+    await migrate(conn, schema=schema, component="projection", migrations=projection_migrations(schema))
     if ledger:
         await migrate(conn, schema=schema, component="ledger", migrations=ledger_migrations(schema))
+
+
+def projection_migrations(schema: str) -> list[Migration]:
+    s = ident(schema)
+    version = Migration(
+        2,
+        "producer version",
+        (f"ALTER TABLE {s}.audit_log ADD COLUMN IF NOT EXISTS producer_version text",),
+    )
+    return [*baseline(projection_ddl(schema)), version]
 
 
 def ledger_migrations(schema: str) -> list[Migration]:
@@ -285,8 +295,8 @@ async def insert_audit_row(
         f"""INSERT INTO {ident(schema)}.audit_log
               (event_id, origin, event_type, schema_version, workflow_id, workflow_type,
                producer, occurred_at, recorded_at, trace_id, causation_id, decision, actor,
-               external_call, subject_ref, payload)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16::jsonb)
+               external_call, subject_ref, payload, producer_version)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16::jsonb, $17)
             ON CONFLICT (event_id) DO NOTHING
             RETURNING 1""",
         entry.event_id,
@@ -305,6 +315,7 @@ async def insert_audit_row(
         entry.external_call,
         entry.subject_ref,
         json.dumps(entry.payload),
+        entry.producer_version,
     )
     return inserted is not None
 
@@ -414,7 +425,8 @@ def _json(value: Any) -> str | None:
 # Every column but recorded_at / updated_at (when the row was written, not what it says).
 _AUDIT_COLUMNS = (
     "event_id, origin, event_type, schema_version, workflow_id, workflow_type, producer, "
-    "occurred_at, trace_id, causation_id, decision, actor, external_call, subject_ref, payload"
+    "producer_version, occurred_at, trace_id, causation_id, decision, actor, external_call, "
+    "subject_ref, payload"
 )
 _STATUS_COLUMNS = (
     "workflow_id, workflow_type, status, stage, waiting_for, waiting_until, attempts, outcome, "

@@ -81,6 +81,9 @@ class TimelineEntry(_View):
     event_type: str
     schema_version: int
     producer: str
+    producer_version: str | None
+    """The producer's release (None on rows the projector wrote itself, or recorded before
+    it kept the version)."""
     occurred_at: datetime
     recorded_at: datetime
     trace_id: str | None
@@ -328,7 +331,7 @@ async def timeline_entries(
     """The workflow's audit rows in the order they happened (ties by event id)."""
     rows = await conn.fetch(
         f"""SELECT event_id::text AS event_id, origin, event_type, schema_version, producer,
-                   occurred_at, recorded_at, trace_id, causation_id, decision, actor,
+                   producer_version, occurred_at, recorded_at, trace_id, causation_id, decision, actor,
                    external_call, payload::text AS payload
             FROM {ident(schema)}.audit_log WHERE workflow_id = $1
             ORDER BY occurred_at, event_id""",

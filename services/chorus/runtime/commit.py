@@ -148,6 +148,7 @@ class StepCommitter:
                 parked_on=frame.parked_on,
                 subject_ref=env.subject_ref,
                 now=self.clock.now(),
+                release=self.messages.producer.version,
             )
         frame.state = body
         frame.checkpoints += 1
@@ -298,6 +299,7 @@ class StepCommitter:
             messages=messages,
             parked_id=handled.parked_id,
             ended=ended,
+            release=self.messages.producer.version,
         )
 
     def _ends(self, handled: Handled, result: Succeeded) -> str | None:

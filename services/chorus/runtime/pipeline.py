@@ -40,6 +40,7 @@ from chorus.logs import fields, log_context, personal_scope
 from chorus.metrics import Metrics
 from chorus.outbox import OutboxWriter
 from chorus.registry import Registry
+from chorus.rollouts import RolloutView
 from chorus.runtime import hoptrace
 from chorus.runtime.coalesce import Coalescer
 from chorus.runtime.commit import GuardTrippedError, StepCommitter
@@ -47,7 +48,9 @@ from chorus.runtime.datarequests import REQUESTS, DataRequests
 from chorus.runtime.guard import DeadLetterGuard
 from chorus.runtime.handling import HandlerCall
 from chorus.runtime.messages import Messages
+from chorus.runtime.pinning import Pinning, Verdict
 from chorus.runtime.records import Record, record_from_original
+from chorus.runtime.report import ReleaseWindow
 from chorus.runtime.steps import DeadLetter, Dropped, Frame, Handled, Result, Via
 from chorus.service import ServiceSpec
 from chorus.signing import Keys, Verifier
@@ -94,9 +97,23 @@ class Pipeline:
     sealer: Sealer | None = None
     """Seals the personal data of what the service publishes, opens it for handlers that
     declare they read it (chorus.crypto)."""
+    release: str = ""
+    """This deployment's release label (``CHORUS_RELEASE``); empty: the service's version,
+    in the service's own consumer group."""
+    rollouts: RolloutView | None = None
+    """The rollout policies; with them, only the workflows pinned to this release are
+    handled (chorus.runtime.pinning). None: every workflow (a single release)."""
 
     def __post_init__(self) -> None:
-        self.producer = ProducerRef(service=self.spec.name, version=self.spec.version)
+        label = self.release or self.spec.version
+        self.producer = ProducerRef(service=self.spec.name, version=label)
+        self.pinning = (
+            Pinning(self.spec.name, label, named=bool(self.release), view=self.rollouts)
+            if self.rollouts is not None
+            else None
+        )
+        self.window = ReleaseWindow(self.clock.now(), self.rng)
+        """This replica's steps since its last release report (chorus.runtime.report)."""
         self.accept = {**self.spec.consumes(), **CONTROL, **REQUESTS}
         parts = {"store": self.store, "pool": self.pool, "clock": self.clock, "group": self.group}
         self.committer = StepCommitter(
@@ -177,7 +194,8 @@ class Pipeline:
         elif self.spec.handler_for(event.event_type) is not None:
             if await self._unproven(envelope, rec) or await self._foreign_tokens(envelope, rec):
                 return
-            await self._process(event, rec, attempt=envelope.attempt, failures=[], via=Via.DELIVERY)
+            if await self._process(event, rec, attempt=envelope.attempt, failures=[], via=Via.DELIVERY):
+                self.window.step(time.perf_counter() - started)
         else:
             return  # another service's event on a shared topic
         self.metrics.handle_latency.labels(event.event_type).observe(time.perf_counter() - started)
@@ -280,7 +298,8 @@ class Pipeline:
         failures: list[Failure],
         via: Via,
         parked_id: int | None = None,
-    ) -> None:
+    ) -> bool:
+        """Dedupe, order, load, handle, commit: True when a step of this release committed."""
         env = event.envelope
         route = self.spec.handler_for(env.event_type)
         assert route is not None
@@ -301,8 +320,17 @@ class Pipeline:
                     if parked_id is not None:  # handled elsewhere already; drop the parked copy
                         async with self.pool.acquire() as conn, conn.transaction():
                             await self.store.unpark(conn, parked_id)
-                    return
+                    return False
                 state = loaded.state
+                if self.pinning is not None:
+                    decision = self.pinning.decide(env, state)
+                    if decision.verdict is Verdict.CLAIM:
+                        assert decision.owner is not None
+                        await self._claim(env, decision.owner)
+                        continue  # reload: the checkpoint row now names the owner
+                    if decision.verdict is Verdict.NOT_MINE:
+                        await self._not_mine(env, attempt, decision.owner)
+                        return False
                 waiting_on = state.parked_on if state is not None else None
                 ended = state.ended if state is not None else None
                 # The workflow's end overtakes whatever waits: nothing behind it will run.
@@ -315,7 +343,7 @@ class Pipeline:
                     and not closing
                 ):
                     await self._park(event, rec, attempt)
-                    return
+                    return False
                 if via is Via.DELIVERY and loaded.has_parked and waiting_on is None:
                     # A crash interrupted an earlier drain; finish it before overtaking.
                     await self.drain(env.workflow_id)
@@ -354,7 +382,7 @@ class Pipeline:
                     continue
                 if resolved and via is not Via.DRAIN:
                     await self.drain(env.workflow_id)
-                return
+                return True
             raise RuntimeError(
                 f"workflow {env.workflow_id}: {MAX_CONFLICT_RETRIES} conflicting updates in a row"
             )
@@ -370,6 +398,35 @@ class Pipeline:
         return (
             inbox.outcome in (InboxOutcome.RETRYING, InboxOutcome.DEAD_LETTERED) and attempt > inbox.attempt
         )
+
+    async def _claim(self, env: Envelope, owner: str) -> None:
+        async with self.pool.acquire() as conn:
+            pinned = await self.store.claim_release(
+                conn,
+                workflow_id=env.workflow_id,
+                workflow_type=env.workflow_type,
+                release=owner,
+                state_version=self.spec.state_version,
+                now=self.clock.now(),
+            )
+        log.info("a workflow without a pin; claimed for the stable release", extra=fields(release=pinned))
+
+    async def _not_mine(self, env: Envelope, attempt: int, owner: str | None) -> None:
+        """Another release of this service owns the workflow: recorded, not handled."""
+        async with self.pool.acquire() as conn:
+            await self.store.claim_inbox(
+                conn,
+                group=self.group,
+                event_id=env.event_id,
+                attempt=attempt,
+                outcome=InboxOutcome.NOT_MINE,
+                event_type=env.event_type,
+                workflow_id=env.workflow_id,
+                now=self.clock.now(),
+            )
+        self.metrics.not_mine.labels(env.event_type).inc()
+        self.window.skipped()
+        log.debug("pinned to another release", extra=fields(owner=owner or "unnamed"))
 
     async def _park(self, event: Event[EventModel], rec: Record, attempt: int) -> None:
         env = event.envelope

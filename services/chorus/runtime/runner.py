@@ -13,6 +13,7 @@ import contextlib
 import functools
 import logging
 import signal
+import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
@@ -23,6 +24,7 @@ from typing import Any
 import asyncpg
 import httpx
 from aiokafka.errors import KafkaConnectionError, UnknownTopicOrPartitionError
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from chorus import breaker
@@ -38,6 +40,7 @@ from chorus.logs import fields, setup_logging
 from chorus.metrics import Metrics
 from chorus.outbox import OutboxWriter, outbox_message
 from chorus.registry import RUNTIME_PRODUCER, Registry, load_registry
+from chorus.rollouts import RolloutFollower, RolloutView
 from chorus.runtime.consumer import KafkaEdge
 from chorus.runtime.datarequests import REQUESTS
 from chorus.runtime.dispatch import Dispatcher
@@ -46,13 +49,15 @@ from chorus.runtime.loops import forever, run_main
 from chorus.runtime.pipeline import Pipeline
 from chorus.runtime.records import Record
 from chorus.runtime.relay import OutboxRelay
+from chorus.runtime.report import ReleaseWindow, report_envelope
 from chorus.runtime.stuck import StuckRecords
 from chorus.service import RuntimeHandle, ServiceSpec
 from chorus.settings import EX_CONFIG, ChorusSettings
 from chorus.signing import SigningConfigError, load_keys
 from chorus.store import OutboxMessage, OutboxRow, ServiceStore
 from chorus.tracing import setup_tracing
-from chorus_contracts.envelope import Priority, ProducerRef
+from chorus_contracts.envelope import RELEASE_PATTERN, Priority, ProducerRef
+from chorus_contracts.rollouts import RolloutChanged
 
 log = logging.getLogger("chorus.runner")
 
@@ -70,7 +75,14 @@ class ServiceSettings(ChorusSettings):
     http_host: str = "127.0.0.1"
     http_port: int = 0
     group_id: str = ""
-    """Consumer group; defaults to the service name."""
+    """Consumer group; defaults to the service name (``<service>.<release>`` for a release)."""
+    release: str = Field(default="", pattern=f"^$|{RELEASE_PATTERN[1:]}")
+    """CHORUS_RELEASE: run as this release beside others of the service (versioned rollouts):
+    its own consumer group, only the workflows pinned to it, this label as the producer
+    version. Empty: the service's version, in the service's group, owning whatever no
+    rollout pins elsewhere."""
+    release_report_s: float = Field(default=30.0, gt=0)
+    """How often each replica reports its steps and their latency (release.reported)."""
     instance: str = ""
     concurrency: int = 32
     max_buffered_per_partition: int = 200
@@ -137,7 +149,10 @@ class ServiceRunner:
         self.registry = registry or load_registry(
             Path(settings.schemas_dir) if settings.schemas_dir else None
         )
-        self.group = settings.group_id or spec.name
+        self.release = settings.release or spec.version
+        named = f"{spec.name}.{settings.release}" if settings.release else spec.name
+        self.group = settings.group_id or named
+        self.rollouts = RolloutView()
         signs = {t for t in spec.produces if self.registry.signer_of(t) == spec.name}
         self.keys = load_keys(settings.signing_dir, spec.name, signs=signs, checks=self.registry.signed_by())
         self.metrics = Metrics(spec.name)
@@ -192,13 +207,14 @@ class ServiceRunner:
     async def _start(self) -> None:
         s = self.settings
         setup_logging(self.spec.name, s.log_level, s.log_json)
-        setup_tracing(self.spec.name, self.spec.version)
+        setup_tracing(self.spec.name, self.release)
         pool = await self._start_database()
         sealer = self.sealer = self.sealer or await self._start_sealer()
         if self.deps is None:
             self.deps = await self._stack.enter_async_context(self.spec.bootstrap(s))
         client_id = f"{self.spec.name}{'-' + s.instance if s.instance else ''}"
         relay = await self._start_relay(pool, client_id)
+        follower = await self._start_rollouts(client_id)
         self.pipeline = Pipeline(
             spec=self.spec,
             deps=self.deps,
@@ -214,6 +230,8 @@ class ServiceRunner:
             on_committed=relay.publish_committed,
             keys=self.keys,
             sealer=sealer,
+            release=s.release,
+            rollouts=self.rollouts,
         )
         self.stuck = StuckRecords(s.stuck_record_alert_s, self.metrics, wall_clock=self.clock.now)
         self.dispatcher = Dispatcher(
@@ -237,6 +255,7 @@ class ServiceRunner:
             outbox=OutboxWriter(self.store, self.registry, relay.wake, self.keys.signer, sealer),
             signer=self.keys.signer,
             sealer=sealer,
+            rollouts=self.rollouts,
         )
         self.http = HttpServer(
             s.http_host,
@@ -252,6 +271,8 @@ class ServiceRunner:
         self._tasks = [
             asyncio.create_task(relay.run(), name="outbox-relay"),
             asyncio.create_task(edge.run(), name="poll-loop"),
+            asyncio.create_task(follower.run(), name="rollouts"),
+            asyncio.create_task(self._report_release(), name="release-report"),
             asyncio.create_task(self._housekeeping(), name="housekeeping"),
             *(
                 asyncio.create_task(worker(self.handle), name=f"worker:{getattr(worker, '__name__', 'w')}")
@@ -293,7 +314,7 @@ class ServiceRunner:
         s = self.settings
         producer = make_producer(s.kafka_bootstrap, client_id=client_id)
         await _start_kafka(producer.start(), s.kafka_bootstrap)
-        producer_ref = ProducerRef(service=self.spec.name, version=self.spec.version)
+        producer_ref = ProducerRef(service=self.spec.name, version=self.release)
         self.relay = relay = OutboxRelay(
             store=self.store,
             database_url=s.database_url,
@@ -312,6 +333,18 @@ class ServiceRunner:
 
         self._stack.push_async_callback(stop_relay_producer)
         return relay
+
+    async def _start_rollouts(self, client_id: str) -> RolloutFollower:
+        """The rollout policies, read to the end before any record is handled (a decision
+        on an old policy would pin a new workflow where it no longer belongs)."""
+        s = self.settings
+        follower = RolloutFollower(
+            self.rollouts, self.registry, self.keys.verifier, bootstrap=s.kafka_bootstrap, client_id=client_id
+        )
+        self._stack.push_async_callback(follower.stop)
+        topic = self.registry.topic_for(RolloutChanged.event_type).topic
+        await _start_kafka(follower.start(), s.kafka_bootstrap, [topic])
+        return follower
 
     async def _start_consumer(self, dispatcher: Dispatcher, client_id: str) -> KafkaEdge:
         """The consumer in the service's group, subscribed and started."""
@@ -438,6 +471,28 @@ class ServiceRunner:
 
         await forever("housekeeping", housekeeping_round, every_s=5.0)
 
+    async def _report_release(self) -> None:
+        """Publish this replica's window of steps (chorus.runtime.report) every
+        ``release_report_s``: when it did anything, and always while its service has a
+        rollout or it runs as a named release (so the rollout service sees it running)."""
+        assert self.pipeline and self.handle and self.pool
+        pipeline, outbox, pool = self.pipeline, self.handle.outbox, self.pool
+        instance = self.settings.instance or socket.gethostname()
+
+        async def report() -> None:
+            now = self.clock.now()
+            window, pipeline.window = pipeline.window, ReleaseWindow(now)
+            watched = self.settings.release or self.rollouts.policy(self.spec.name) is not None
+            if window.idle and not watched:
+                return
+            body = window.report(pipeline.producer, self.group, instance, now)
+            async with pool.acquire() as conn, outbox.transaction(conn) as tx:
+                await tx.publish(report_envelope(body, pipeline.producer, now))
+
+        await forever(
+            "release-report", report, every_s=self.settings.release_report_s, sleep=self.clock.sleep
+        )
+
     async def purge(self, conn: asyncpg.Connection, now: datetime) -> dict[str, int]:
         """Time-based retention: archived rows past ``archive_keep_s`` and whatever the
         service's own tables outlive (docs/retention.md)."""
@@ -466,8 +521,9 @@ class ServiceRunner:
             "status": status,
             "stuck_records": stuck,
             "service": self.spec.name,
-            "version": self.spec.version,
+            "version": self.release,
             "group": self.group,
+            "rollouts": {p.service: p.revision for p in self.rollouts.policies()},
             "assigned_partitions": len(self.edge.assignment) if self.edge else 0,
             "in_flight": self.dispatcher.in_flight if self.dispatcher else 0,
             "consumer_lag": self._lag(),

@@ -13,6 +13,7 @@ from chorus_tools.cli import audit as audit_cli
 from chorus_tools.cli import dlq as dlq_cli
 from chorus_tools.cli import events as events_cli
 from chorus_tools.cli import policy as policy_cli
+from chorus_tools.cli import rollout as rollout_cli
 from chorus_tools.cli import schemas as schemas_cli
 from chorus_tools.cli import status as status_cli
 from chorus_tools.cli import topics as topics_cli
@@ -38,6 +39,7 @@ app.command("status")(status_cli.status_command)
 app.add_typer(workflows_cli.app, name="workflows")
 app.add_typer(approvals_cli.app, name="approvals")
 app.add_typer(policy_cli.app, name="policy")
+app.add_typer(rollout_cli.app, name="rollout")
 
 
 def _version(show: bool) -> None:

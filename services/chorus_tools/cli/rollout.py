@@ -1,0 +1,218 @@
+"""``chorus rollout``: run a new release of a service beside the current one, send it a
+share of new workflows, then promote it or roll it back.
+
+Every command calls the rollout service's HTTP API (``--url``, else CHORUS_ROLLOUT_URL,
+else http://127.0.0.1:8121) with your API key; changes need an operator's key and record
+its principal. A workflow stays on the release it started on whatever changes later:
+``status`` shows each release's in-flight workflows, so you know when an old one has
+drained and can be stopped.
+
+Exit codes: 0 ok; 1 refused (no canary to promote, one already running); 2 bad input;
+69 the rollout service is unreachable; 77 the key may not do this.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from chorus_tools.cli.options import (
+    ApiKeyOption,
+    Format,
+    JsonFlag,
+    OutputOption,
+    api_call,
+    api_client,
+    echo_json,
+    wants_json,
+)
+
+DEFAULT_URL = "http://127.0.0.1:8121"
+
+app = typer.Typer(
+    name="rollout",
+    help="Versioned rollouts: canary, shift, promote, roll back, and releases side by side.",
+    no_args_is_help=True,
+)
+console = Console(highlight=False)
+
+Service = Annotated[str, typer.Argument(help="The service (its name in the registry).")]
+Url = Annotated[
+    str,
+    typer.Option("--url", envvar="CHORUS_ROLLOUT_URL", show_envvar=True, help="The rollout service."),
+]
+Reason = Annotated[str | None, typer.Option("--reason", help="Why, for the rollout's history.")]
+Percent = Annotated[float, typer.Option("--percent", min=0, max=100, help="Share of new workflows (0-100).")]
+
+
+def _change(service: str, action: str, body: dict[str, Any], url: str, api_key: str, output: Format) -> None:
+    with api_client("rollout", url, api_key, "the rollout service") as client:
+        answer = api_call("rollout", client, "POST", f"/v1/rollouts/{service}/{action}", json=body)
+    if output is Format.JSON:
+        echo_json(answer)
+        return
+    typer.echo(_policy_line(answer["policy"]))
+
+
+def _policy_line(p: dict[str, Any]) -> str:
+    if p["status"] == "canary":
+        scope = f" of {', '.join(p['workflow_types'])}" if p["workflow_types"] else ""
+        where = f"canary {p['canary']} takes {p['percent']:g}% of new workflows{scope}, stable {p['stable']}"
+    elif p["status"] == "promoted":
+        where = f"promoted: new workflows go to {p['stable']}"
+    else:
+        where = f"rolled back: new workflows go to {p['stable']} ({p['canary']} finishes what it has)"
+    rule = p.get("auto_rollback")
+    guard = ""
+    if rule and p["status"] == "canary":
+        margin, least = rule["failure_margin"], rule["min_workflows"]
+        guard = f"; rolls back by itself past +{margin:.0%} failures (judged from {least} workflows)"
+    return f"{p['service']} r{p['revision']}: {where}{guard}"
+
+
+@app.command("start")
+def start_command(
+    service: Service,
+    canary: Annotated[str, typer.Option("--canary", help="The release to try (its CHORUS_RELEASE).")],
+    percent: Percent,
+    stable: Annotated[
+        str | None,
+        typer.Option("--stable", help="The release serving today (default: the last rollout's stable)."),
+    ] = None,
+    workflow_type: Annotated[
+        list[str] | None, typer.Option("--workflow-type", help="Only workflows of this type (repeatable).")
+    ] = None,
+    max_failure_increase: Annotated[
+        float | None,
+        typer.Option(
+            "--auto-rollback",
+            min=0,
+            max=1,
+            help="Roll back by itself when the canary's failure rate exceeds stable's by this (0.1: +10%).",
+        ),
+    ] = None,
+    max_dead_letter_increase: Annotated[
+        float, typer.Option("--dead-letter-margin", min=0, max=1, help="The same for dead letters.")
+    ] = 1.0,
+    min_workflows: Annotated[
+        int,
+        typer.Option("--min-workflows", min=1, help="Judge only after this many canary workflows settled."),
+    ] = 20,
+    reason: Reason = None,
+    output: OutputOption = Format.TABLE,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKeyOption = "",
+) -> None:
+    """Start a canary: a share of new workflows is pinned to the canary release."""
+    body: dict[str, Any] = {"canary": canary, "percent": percent, "reason": reason}
+    if stable:
+        body["stable"] = stable
+    if workflow_type:
+        body["workflow_types"] = workflow_type
+    if max_failure_increase is not None:
+        body["auto_rollback"] = {
+            "failure_margin": max_failure_increase,
+            "dead_letter_margin": max_dead_letter_increase,
+            "min_workflows": min_workflows,
+        }
+    _change(service, "start", body, url, api_key, output)
+
+
+@app.command("set")
+def set_command(
+    service: Service,
+    percent: Percent,
+    reason: Reason = None,
+    output: OutputOption = Format.TABLE,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKeyOption = "",
+) -> None:
+    """Shift the canary's share of new workflows (workflows started before stay where they are)."""
+    _change(service, "set", {"percent": percent, "reason": reason}, url, api_key, output)
+
+
+@app.command("promote")
+def promote_command(
+    service: Service,
+    reason: Reason = None,
+    output: OutputOption = Format.TABLE,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKeyOption = "",
+) -> None:
+    """New workflows go to the canary release; the old one finishes what is pinned to it."""
+    _change(service, "promote", {"reason": reason}, url, api_key, output)
+
+
+@app.command("rollback")
+def rollback_command(
+    service: Service,
+    reason: Reason = None,
+    output: OutputOption = Format.TABLE,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKeyOption = "",
+) -> None:
+    """New workflows go back to stable; the canary finishes what is pinned to it."""
+    _change(service, "rollback", {"reason": reason}, url, api_key, output)
+
+
+@app.command("status")
+def status_command(
+    service: Service,
+    output: OutputOption = Format.TABLE,
+    as_json: JsonFlag = False,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKeyOption = "",
+) -> None:
+    """Each release side by side: in-flight workflows, completion and failure rates, failures
+    by category, step latency; then the rollout's history."""
+    with api_client("rollout", url, api_key, "the rollout service") as client:
+        answer = api_call("rollout", client, "GET", f"/v1/rollouts/{service}")
+    if wants_json(output, as_json):
+        echo_json(answer)
+        return
+    policy = answer["policy"]
+    typer.echo(
+        _policy_line(policy) if policy else f"{service}: no rollout (one release takes every workflow)"
+    )
+    table = Table(show_lines=False)
+    for column in (
+        "release",
+        "role",
+        "running",
+        "in flight",
+        "ended",
+        "completed",
+        "failed",
+        "failures",
+        "p50",
+        "p99",
+    ):
+        table.add_column(column, no_wrap=True)
+    for r in answer["releases"]:
+        table.add_row(
+            r["release"],
+            r["role"],
+            f"{r['replicas']} replica(s)" if r["running"] else "no",
+            str(r["in_flight"]),
+            str(r["ended"]),
+            _rate(r["completion_rate"]),
+            _rate(r["failure_rate"]),
+            ", ".join(f"{k} {v}" for k, v in r["failures_by_category"].items()) or "-",
+            _ms(r["p50_ms"]),
+            _ms(r["p99_ms"]),
+        )
+    console.print(table)
+    for change in answer["history"][:10]:
+        why = f": {change['reason']}" if change["reason"] else ""
+        typer.echo(f"{change['at'][:19]}  r{change['revision']} {change['action']} by {change['actor']}{why}")
+
+
+def _rate(value: float | None) -> str:
+    return f"{value:.1%}" if value is not None else "-"
+
+
+def _ms(value: float | None) -> str:
+    return f"{value:.1f} ms" if value is not None else "-"

@@ -1,0 +1,11 @@
+"""``python -m rollout_service``: run one replica."""
+
+from __future__ import annotations
+
+from chorus.runtime.runner import main
+from chorus.settings import load_settings
+from rollout_service.config import Settings
+from rollout_service.service import SPEC
+
+if __name__ == "__main__":
+    main(SPEC, load_settings(Settings))

@@ -1,0 +1,372 @@
+"""The rollout service's tables.
+
+- ``policies``     the current policy of each service (the latest ``rollout.changed``);
+- ``changes``      every change ever made, with who and why (the audit of rollouts; the
+                   compacted topic keeps only the latest per service);
+- ``assignments``  which release each workflow was pinned to, per service (from the pins of
+                   its ``workflow.started``);
+- ``endings``      how each workflow ended (its first ``workflow.ended``);
+- ``failures``     each dead letter and review of a workflow, by the release that raised it;
+- ``reports``      what each replica of each release reported (``release.reported``).
+
+Rows per workflow leave with the workflow's retention (:class:`RolloutRetention`).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import asyncpg
+
+from chorus import migrations
+from chorus.db import rows_affected
+from chorus.service import DataRequest, ErasedAsRetired
+from chorus_contracts.rollouts import ReleaseReported, RolloutChanged
+from rollout_service.domain import FAILING_CATEGORIES, Outcomes, ReleaseStatus, role_of
+
+SCHEMA = "rollout_service"
+
+DDL = [
+    f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}",
+    f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.policies (
+        service text PRIMARY KEY,
+        revision int NOT NULL,
+        body jsonb NOT NULL,
+        changed_at timestamptz NOT NULL)""",
+    f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.changes (
+        id bigserial PRIMARY KEY,
+        service text NOT NULL,
+        revision int NOT NULL,
+        action text NOT NULL,
+        actor text NOT NULL,
+        reason text,
+        body jsonb NOT NULL,
+        at timestamptz NOT NULL,
+        UNIQUE (service, revision))""",
+    f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.assignments (
+        workflow_id text NOT NULL,
+        service text NOT NULL,
+        release text NOT NULL,
+        workflow_type text NOT NULL,
+        started_at timestamptz NOT NULL,
+        PRIMARY KEY (workflow_id, service))""",
+    f"CREATE INDEX IF NOT EXISTS assignments_by_release ON {SCHEMA}.assignments (service, release)",
+    f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.endings (
+        workflow_id text PRIMARY KEY,
+        outcome text NOT NULL,
+        ended_at timestamptz NOT NULL)""",
+    f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.failures (
+        event_id uuid PRIMARY KEY,
+        workflow_id text NOT NULL,
+        service text NOT NULL,
+        release text NOT NULL,
+        category text NOT NULL,
+        dead_letter bool NOT NULL,
+        at timestamptz NOT NULL)""",
+    f"CREATE INDEX IF NOT EXISTS failures_by_workflow ON {SCHEMA}.failures (workflow_id, service)",
+    f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.reports (
+        event_id uuid PRIMARY KEY,
+        service text NOT NULL,
+        release text NOT NULL,
+        instance text NOT NULL,
+        window_end timestamptz NOT NULL,
+        steps bigint NOT NULL,
+        p50_ms double precision,
+        p99_ms double precision)""",
+    f"CREATE INDEX IF NOT EXISTS reports_by_release ON {SCHEMA}.reports (service, release, window_end)",
+]
+
+
+async def migrate(conn: asyncpg.Connection) -> None:
+    await migrations.migrate(conn, schema=SCHEMA, component="rollouts", migrations=migrations.baseline(DDL))
+
+
+# -- policies and their changes -------------------------------------------------------------
+
+
+async def policy(conn: asyncpg.Connection, service: str, *, lock: bool = False) -> RolloutChanged | None:
+    """The service's current policy (``lock``: held until the transaction ends, so two
+    changes of one service never both build on the same revision)."""
+    body = await conn.fetchval(
+        f"SELECT body::text FROM {SCHEMA}.policies WHERE service = $1{' FOR UPDATE' if lock else ''}", service
+    )
+    return RolloutChanged.model_validate_json(body) if body is not None else None
+
+
+async def policies(conn: asyncpg.Connection) -> list[RolloutChanged]:
+    rows = await conn.fetch(f"SELECT body::text AS body FROM {SCHEMA}.policies ORDER BY service")
+    return [RolloutChanged.model_validate_json(r["body"]) for r in rows]
+
+
+async def save_policy(conn: asyncpg.Connection, changed: RolloutChanged, at: datetime) -> None:
+    """Record the change and make it the service's policy (inside the caller's transaction,
+    with the event in its outbox)."""
+    body = changed.model_dump_json()
+    await conn.execute(
+        f"""INSERT INTO {SCHEMA}.policies (service, revision, body, changed_at)
+            VALUES ($1, $2, $3::jsonb, $4)
+            ON CONFLICT (service) DO UPDATE
+              SET revision = EXCLUDED.revision, body = EXCLUDED.body, changed_at = EXCLUDED.changed_at""",
+        changed.service,
+        changed.revision,
+        body,
+        at,
+    )
+    await conn.execute(
+        f"""INSERT INTO {SCHEMA}.changes (service, revision, action, actor, reason, body, at)
+            VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7)""",
+        changed.service,
+        changed.revision,
+        changed.action,
+        changed.changed_by,
+        changed.reason,
+        body,
+        at,
+    )
+
+
+async def history(conn: asyncpg.Connection, service: str, limit: int = 100) -> list[dict[str, Any]]:
+    rows = await conn.fetch(
+        f"""SELECT revision, action, actor, reason, body::text AS body, at FROM {SCHEMA}.changes
+            WHERE service = $1 ORDER BY revision DESC LIMIT $2""",
+        service,
+        limit,
+    )
+    return [
+        {
+            "revision": r["revision"],
+            "action": r["action"],
+            "actor": r["actor"],
+            "reason": r["reason"],
+            "at": r["at"].isoformat(),
+            "policy": json.loads(r["body"]),
+        }
+        for r in rows
+    ]
+
+
+# -- what happened to the workflows (effects of the handlers) ---------------------------------
+
+
+@dataclass(frozen=True)
+class RecordPins:
+    """A workflow started, pinned to these releases."""
+
+    workflow_id: str
+    workflow_type: str
+    pins: dict[str, str]
+    started_at: datetime
+
+    async def apply(self, conn: asyncpg.Connection) -> None:
+        await conn.executemany(
+            f"""INSERT INTO {SCHEMA}.assignments (workflow_id, service, release, workflow_type, started_at)
+                VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING""",
+            [(self.workflow_id, s, r, self.workflow_type, self.started_at) for s, r in self.pins.items()],
+        )
+
+
+@dataclass(frozen=True)
+class RecordEnd:
+    workflow_id: str
+    outcome: str
+    ended_at: datetime
+
+    async def apply(self, conn: asyncpg.Connection) -> None:
+        await conn.execute(
+            f"""INSERT INTO {SCHEMA}.endings (workflow_id, outcome, ended_at) VALUES ($1, $2, $3)
+                ON CONFLICT DO NOTHING""",
+            self.workflow_id,
+            self.outcome,
+            self.ended_at,
+        )
+
+
+@dataclass(frozen=True)
+class RecordFailure:
+    """A dead letter or a review raised by one release for a workflow."""
+
+    event_id: uuid.UUID
+    workflow_id: str
+    service: str
+    release: str
+    category: str
+    dead_letter: bool
+    at: datetime
+
+    async def apply(self, conn: asyncpg.Connection) -> None:
+        await conn.execute(
+            f"""INSERT INTO {SCHEMA}.failures
+                  (event_id, workflow_id, service, release, category, dead_letter, at)
+                VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING""",
+            self.event_id,
+            self.workflow_id,
+            self.service,
+            self.release,
+            self.category,
+            self.dead_letter,
+            self.at,
+        )
+
+
+@dataclass(frozen=True)
+class RecordReport:
+    event_id: uuid.UUID
+    report: ReleaseReported
+
+    async def apply(self, conn: asyncpg.Connection) -> None:
+        r = self.report
+        await conn.execute(
+            f"""INSERT INTO {SCHEMA}.reports
+                  (event_id, service, release, instance, window_end, steps, p50_ms, p99_ms)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING""",
+            self.event_id,
+            r.service,
+            r.release,
+            r.instance,
+            r.window_end,
+            r.steps,
+            r.p50_ms,
+            r.p99_ms,
+        )
+
+
+# -- status ----------------------------------------------------------------------------------
+
+_FAILING = sorted(FAILING_CATEGORIES)
+
+
+async def outcomes(conn: asyncpg.Connection, service: str, releases: Sequence[str]) -> dict[str, Outcomes]:
+    """Workflows per release and how many of them failed so far, for the rollback rule."""
+    rows = await conn.fetch(
+        f"""SELECT a.release, count(*) AS workflows,
+                   count(*) FILTER (WHERE f.failing) AS failed,
+                   count(*) FILTER (WHERE f.dead) AS dead_lettered
+            FROM {SCHEMA}.assignments a
+            LEFT JOIN LATERAL (
+              SELECT bool_or(x.category = ANY($3::text[])) AS failing, bool_or(x.dead_letter) AS dead
+              FROM {SCHEMA}.failures x
+              WHERE x.workflow_id = a.workflow_id AND x.service = a.service AND x.release = a.release
+            ) f ON true
+            WHERE a.service = $1 AND a.release = ANY($2::text[])
+            GROUP BY a.release""",
+        service,
+        list(releases),
+        _FAILING,
+    )
+    found = {
+        r["release"]: Outcomes(r["release"], r["workflows"], r["failed"], r["dead_lettered"]) for r in rows
+    }
+    return {release: found.get(release, Outcomes(release)) for release in releases}
+
+
+async def release_status(
+    conn: asyncpg.Connection,
+    service: str,
+    current: RolloutChanged | None,
+    *,
+    now: datetime,
+    running_within: timedelta,
+    latency_window: timedelta,
+) -> list[ReleaseStatus]:
+    """Every release of ``service`` that has workflows pinned to it or reported lately."""
+    statuses: dict[str, ReleaseStatus] = {}
+
+    def of(release: str) -> ReleaseStatus:
+        return statuses.setdefault(release, ReleaseStatus(release))
+
+    for r in await conn.fetch(
+        f"""SELECT a.release, count(*) AS workflows,
+                   count(*) FILTER (WHERE e.workflow_id IS NULL) AS in_flight,
+                   count(*) FILTER (WHERE e.workflow_id IS NOT NULL) AS ended,
+                   count(*) FILTER (WHERE e.outcome = 'completed') AS completed,
+                   count(*) FILTER (WHERE EXISTS (
+                       SELECT 1 FROM {SCHEMA}.failures x WHERE x.workflow_id = a.workflow_id
+                       AND x.service = a.service AND x.category = ANY($2::text[]))) AS failed,
+                   count(*) FILTER (WHERE EXISTS (
+                       SELECT 1 FROM {SCHEMA}.failures x WHERE x.workflow_id = a.workflow_id
+                       AND x.service = a.service AND x.dead_letter)) AS dead_lettered
+            FROM {SCHEMA}.assignments a
+            LEFT JOIN {SCHEMA}.endings e ON e.workflow_id = a.workflow_id
+            WHERE a.service = $1 GROUP BY a.release""",
+        service,
+        _FAILING,
+    ):
+        s = of(r["release"])
+        s.workflows, s.in_flight, s.ended = r["workflows"], r["in_flight"], r["ended"]
+        s.completed, s.failed, s.dead_lettered = r["completed"], r["failed"], r["dead_lettered"]
+    for r in await conn.fetch(
+        f"""SELECT release, category, count(*) AS n FROM {SCHEMA}.failures
+            WHERE service = $1 GROUP BY release, category""",
+        service,
+    ):
+        of(r["release"]).failures[r["category"]] = r["n"]
+    for r in await conn.fetch(
+        f"""SELECT release,
+                   count(DISTINCT instance) FILTER (WHERE window_end >= $2) AS replicas,
+                   coalesce(sum(steps), 0) AS steps,
+                   sum(p50_ms * steps) / nullif(sum(steps) FILTER (WHERE p50_ms IS NOT NULL), 0) AS p50,
+                   sum(p99_ms * steps) / nullif(sum(steps) FILTER (WHERE p99_ms IS NOT NULL), 0) AS p99
+            FROM {SCHEMA}.reports WHERE service = $1 AND window_end >= $3 GROUP BY release""",
+        service,
+        now - running_within,
+        now - latency_window,
+    ):
+        s = of(r["release"])
+        s.replicas, s.running, s.steps = r["replicas"], r["replicas"] > 0, int(r["steps"])
+        s.p50_ms = round(r["p50"], 3) if r["p50"] is not None else None
+        s.p99_ms = round(r["p99"], 3) if r["p99"] is not None else None
+    for release in (current.stable, current.canary) if current is not None else ():
+        if release is not None:
+            of(release)
+    for s in statuses.values():
+        s.role = role_of(s.release, current, s.in_flight)
+    order = {"stable": 0, "canary": 1, "draining": 2, "idle": 3}
+    return sorted(statuses.values(), key=lambda s: (order[s.role], s.release))
+
+
+async def in_flight(conn: asyncpg.Connection, service: str, release: str) -> list[str]:
+    """Workflows pinned to ``release`` that have not ended (oldest first)."""
+    rows = await conn.fetch(
+        f"""SELECT a.workflow_id FROM {SCHEMA}.assignments a
+            WHERE a.service = $1 AND a.release = $2
+              AND NOT EXISTS (SELECT 1 FROM {SCHEMA}.endings e WHERE e.workflow_id = a.workflow_id)
+            ORDER BY a.started_at, a.workflow_id""",
+        service,
+        release,
+    )
+    return [r["workflow_id"] for r in rows]
+
+
+# -- retention -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RolloutRetention(ErasedAsRetired):
+    """A retired (or erased) workflow's assignments, ending and failures go with it; release
+    reports after ``keep_reports_s``. Policies and their changes stay: they are the audit of
+    deployments, and name no workflow."""
+
+    keep_reports_s: float = 86400.0
+
+    async def purge(self, conn: asyncpg.Connection, now: datetime) -> dict[str, int]:
+        done = await conn.execute(
+            f"DELETE FROM {SCHEMA}.reports WHERE window_end < $1",
+            now - timedelta(seconds=self.keep_reports_s),
+        )
+        return {f"{SCHEMA}.reports": rows_affected(done)}
+
+    async def retire(
+        self, conn: asyncpg.Connection, workflow_ids: Sequence[str], request: DataRequest
+    ) -> dict[str, int]:
+        removed = {}
+        for table in ("assignments", "endings", "failures"):
+            done = await conn.execute(
+                f"DELETE FROM {SCHEMA}.{table} WHERE workflow_id = ANY($1::text[])", list(workflow_ids)
+            )
+            removed[f"{SCHEMA}.{table}"] = rows_affected(done)
+        return removed

@@ -1,0 +1,162 @@
+"""The operator API of rollouts (beside /health and /metrics; OpenAPI at /openapi.json).
+
+GET  /v1/rollouts                      every service's policy
+GET  /v1/rollouts/{service}            its policy, each release side by side (in-flight
+                                       workflows, completion and failure rates, failures
+                                       by category, p50/p99 step latency), its history
+POST /v1/rollouts/{service}/start      {"canary", "percent", "stable"?, "workflow_types"?,
+                                        "auto_rollback"?, "reason"?}
+POST /v1/rollouts/{service}/set        {"percent", "reason"?}   shift the canary's share
+POST /v1/rollouts/{service}/promote    {"reason"?}   new workflows go to the canary release
+POST /v1/rollouts/{service}/rollback   {"reason"?}   new workflows go back to stable
+GET  /v1/rollouts/{service}/workflows?release=R   in-flight workflows pinned to R
+
+Reads for operators and auditors, changes for operators; the change's actor is the key's
+principal. A change that does not apply is a 409 (nothing running to promote) or a 422
+naming the field; the service name is checked against the registry (404 otherwise).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from chorus.apikeys import ApiKey, role
+from chorus.service import RuntimeHandle
+from chorus.webapi import Problem, api_router, problems
+from chorus_contracts.base import Comment, Name
+from chorus_contracts.envelope import Release
+from chorus_contracts.rollouts import MAX_TYPES, AutoRollback, RolloutAction
+from rollout_service.adapters import repository as repo
+from rollout_service.changes import make_change
+from rollout_service.domain import Change, ChangeRefused
+
+Reader = Annotated[ApiKey, Depends(role("operator", "auditor"))]
+Operator = Annotated[ApiKey, Depends(role("operator"))]
+
+
+class StartBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    canary: Release = Field(description="the release to try (its CHORUS_RELEASE)")
+    percent: float = Field(ge=0, le=100, description="share of new workflows it takes")
+    stable: Release | None = Field(
+        default=None, description="the release serving today; default: the last rollout's stable"
+    )
+    workflow_types: list[Name] = Field(default_factory=list, max_length=MAX_TYPES)
+    auto_rollback: AutoRollback | None = None
+    reason: Comment | None = None
+
+
+class SetBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    percent: float = Field(ge=0, le=100)
+    reason: Comment | None = None
+
+
+class ReasonBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: Comment | None = None
+
+
+def routes(rt: RuntimeHandle) -> APIRouter:
+    router = api_router(tags=["rollouts"], responses=problems(401, 403, 404, 409, 415, 422))
+    services = set(rt.registry.principals.services)
+
+    def known(service: str) -> str:
+        if service not in services:
+            raise Problem(404, "Unknown service", f"no service {service!r} in the registry", service=service)
+        return service
+
+    async def change(service: str, body: Change) -> dict[str, Any]:
+        try:
+            changed = await make_change(rt, known(service), body)
+        except ChangeRefused as exc:
+            if exc.pointer is not None:
+                raise Problem(
+                    exc.status,
+                    "Invalid request",
+                    f"{exc.pointer}: {exc.message}",
+                    errors=[{"pointer": exc.pointer, "message": exc.message}],
+                ) from None
+            raise Problem(exc.status, "Rollout change refused", exc.message, service=service) from None
+        return {"policy": changed.model_dump(mode="json")}
+
+    @router.get("/v1/rollouts", summary="Every service's rollout policy")
+    async def list_rollouts(who: Reader) -> dict[str, Any]:
+        async with rt.pool.acquire() as conn:
+            found = await repo.policies(conn)
+        return {"rollouts": [p.model_dump(mode="json") for p in found]}
+
+    @router.get("/v1/rollouts/{service}", summary="A service's releases side by side, and its history")
+    async def status(service: str, who: Reader) -> dict[str, Any]:
+        known(service)
+        s = rt.settings
+        async with rt.pool.acquire() as conn:
+            current = await repo.policy(conn, service)
+            releases = await repo.release_status(
+                conn,
+                service,
+                current,
+                now=rt.clock.now(),
+                running_within=timedelta(seconds=s.running_within_s),
+                latency_window=timedelta(seconds=s.latency_window_s),
+            )
+            changes = await repo.history(conn, service)
+        return {
+            "service": service,
+            "policy": current.model_dump(mode="json") if current else None,
+            "releases": [r.as_json() for r in releases],
+            "history": changes,
+        }
+
+    @router.get("/v1/rollouts/{service}/workflows", summary="In-flight workflows pinned to a release")
+    async def pinned(
+        service: str,
+        who: Reader,
+        release: Annotated[str, Query(min_length=1, max_length=64)],
+        limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    ) -> dict[str, Any]:
+        known(service)
+        async with rt.pool.acquire() as conn:
+            found = await repo.in_flight(conn, service, release)
+        return {"service": service, "release": release, "count": len(found), "workflows": found[:limit]}
+
+    @router.post("/v1/rollouts/{service}/start", summary="Start a canary")
+    async def start(service: str, body: StartBody, who: Operator) -> dict[str, Any]:
+        return await change(
+            service,
+            Change(
+                "start",
+                who.principal,
+                reason=body.reason,
+                stable=body.stable,
+                canary=body.canary,
+                percent=body.percent,
+                workflow_types=tuple(body.workflow_types),
+                auto_rollback=body.auto_rollback,
+            ),
+        )
+
+    @router.post("/v1/rollouts/{service}/set", summary="Shift the canary's share")
+    async def shift(service: str, body: SetBody, who: Operator) -> dict[str, Any]:
+        return await change(service, Change("set", who.principal, reason=body.reason, percent=body.percent))
+
+    def simple(action: RolloutAction) -> Any:
+        async def act(service: str, who: Operator, body: ReasonBody | None = None) -> dict[str, Any]:
+            return await change(service, Change(action, who.principal, reason=body.reason if body else None))
+
+        return act
+
+    router.post("/v1/rollouts/{service}/promote", summary="New workflows go to the canary release")(
+        simple("promote")
+    )
+    router.post("/v1/rollouts/{service}/rollback", summary="New workflows go back to stable")(
+        simple("rollback")
+    )
+    return router

@@ -1,0 +1,54 @@
+"""The automatic-rollback rule: every ``judge_interval_s``, each running canary with a rule
+is compared with its stable release; one that did worse by more than the rule's margin
+over enough workflows is rolled back, saying why (the change's reason in the event and
+history, a log line, ``chorus_rollout_auto_rollbacks_total``).
+
+Every replica judges; the policy row's lock and the status check make the rollback happen
+once (a second replica finds the rollout no longer running a canary).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from prometheus_client import Counter
+
+from chorus.logs import fields
+from chorus.runtime.loops import forever
+from chorus.service import RuntimeHandle
+from rollout_service.adapters import repository as repo
+from rollout_service.changes import make_change
+from rollout_service.domain import Change, ChangeRefused, judge
+
+log = logging.getLogger("rollout_service.judge")
+RULE = "rollout_service"
+"""The actor of a change the rule makes."""
+
+
+async def judge_canaries(rt: RuntimeHandle) -> None:
+    rollbacks = Counter(
+        "chorus_rollout_auto_rollbacks",
+        "Canaries the automatic-rollback rule rolled back",
+        ["service", "release"],
+        registry=rt.metrics.registry,
+    )
+
+    async def round_() -> None:
+        async with rt.pool.acquire() as conn:
+            running = [p for p in await repo.policies(conn) if p.status == "canary" and p.auto_rollback]
+            verdicts = []
+            for policy in running:
+                assert policy.canary is not None
+                found = await repo.outcomes(conn, policy.service, [policy.stable, policy.canary])
+                verdicts.append((policy, judge(policy, found[policy.stable], found[policy.canary])))
+        for policy, why in verdicts:
+            if why is None:
+                continue
+            try:
+                await make_change(rt, policy.service, Change("auto_rollback", RULE, reason=why))
+            except ChangeRefused:
+                continue  # changed meanwhile (an operator, another replica): judged again next round
+            rollbacks.labels(policy.service, policy.canary).inc()
+            log.error("canary rolled back by the rule", extra=fields(rollout_of=policy.service, why=why))
+
+    await forever("judge-canaries", round_, every_s=rt.settings.judge_interval_s, sleep=rt.clock.sleep)

@@ -1,0 +1,43 @@
+"""The rollout service's declaration: what it learns from, its tables, its rule and API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chorus.service import On, ServiceSpec
+from chorus_contracts.lifecycle import WorkflowEnded, WorkflowStarted
+from chorus_contracts.platform import EventDeadLettered, ReviewRequested
+from chorus_contracts.rollouts import ReleaseReported
+from rollout_service.adapters.repository import RolloutRetention, migrate
+from rollout_service.api import routes
+from rollout_service.bootstrap import bootstrap
+from rollout_service.handlers import (
+    on_event_dead_lettered,
+    on_release_reported,
+    on_review_requested,
+    on_workflow_ended,
+    on_workflow_started,
+)
+from rollout_service.judge import judge_canaries
+
+VERSION = "0.1.0"
+
+# No per-workflow state: what it learns are rows of its own tables, written as effects.
+SPEC: ServiceSpec[Any, None] = ServiceSpec(
+    name="rollout_service",
+    version=VERSION,
+    handlers=[
+        On(WorkflowStarted, on_workflow_started, timeout_s=30),
+        On(WorkflowEnded, on_workflow_ended, timeout_s=30),
+        On(EventDeadLettered, on_event_dead_lettered, timeout_s=30),
+        On(ReviewRequested, on_review_requested, timeout_s=30),
+        On(ReleaseReported, on_release_reported, timeout_s=30),
+    ],
+    # Handlers emit nothing; the API and the rule publish policies through the outbox.
+    produces=frozenset({"rollout.changed"}),
+    migrations=[migrate],
+    owned_data=[RolloutRetention()],
+    bootstrap=bootstrap,
+    workers=[judge_canaries],
+    http_routes=routes,
+)

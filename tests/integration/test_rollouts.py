@@ -1,0 +1,340 @@
+"""Versioned rollouts with real processes: two releases of the invoice agent side by side.
+
+Each release runs as its own process and consumer group; the gateway pins every new
+workflow to a release of the invoice agent (the rollout service's policy), and each release
+handles only the workflows pinned to it. The audit log shows which release took each step;
+the inboxes show the other release recorded it as not its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from chorus.apikeys import DEMO_KEYS
+from chorus_tools.devstack import DevStack, release_proc
+from tests.support.database import create_database, drop_database
+from tests.support.processes import chorus
+from tests.support.registry import grant_access, isolated_registry
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.integration
+
+SUBMITTER = {"Authorization": "Bearer demo-submitter-key"}
+OPERATOR = {"Authorization": "Bearer demo-operator-key"}
+OPERATOR_NAME = DEMO_KEYS["demo-operator-key"].principal
+KEYS_BY_TIER = {k.tier: {"Authorization": f"Bearer {key}"} for key, k in DEMO_KEYS.items() if k.tier}
+STABLE, CANARY, FLAKY = "0.1.0", "0.2.0", "0.3.0"
+SERVICES = (
+    "key_service",
+    "timer_service",
+    "deadletter_service",
+    "audit_projector",
+    "approval_gate",
+    "invoice_agent",
+    "budget_agent",
+    "payment_agent",
+    "rollout_service",
+    "gateway",
+)
+TERMINAL = {"completed", "rejected", "failed", "compensated", "timed_out", "cancelled"}
+PO = {
+    "po_number": "PO-ROLL",
+    "vendor_id": "vendor-acme",
+    "currency": "EUR",
+    "total_cents": 1_000_000_000,
+    "cost_center": "cc-rollout",
+}
+
+
+class Rollouts:
+    def __init__(self, stack: DevStack, http: httpx.AsyncClient, database_url: str) -> None:
+        self.stack, self.http, self.database_url = stack, http, database_url
+        self.url = (stack.procs["rollout_service"].health_url or "").removesuffix("/health")
+
+    async def change(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = await self.http.post(
+            f"{self.url}/v1/rollouts/invoice_agent/{action}", json=body, headers=OPERATOR
+        )
+        assert response.status_code == 200, response.text
+        policy: dict[str, Any] = response.json()["policy"]
+        return policy
+
+    async def status(self) -> dict[str, Any]:
+        response = await self.http.get(f"{self.url}/v1/rollouts/invoice_agent", headers=OPERATOR)
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    async def followed(self, revision: int) -> None:
+        """Until every process that decides (the gateway, each invoice agent) follows ``revision``."""
+
+        async def everyone() -> bool:
+            for name in (
+                "gateway",
+                "invoice_agent",
+                *(release_proc("invoice_agent", r) for r in (CANARY, FLAKY)),
+            ):
+                health = (await self.http.get(self.stack.procs[name].health_url or "")).json()
+                if health["rollouts"].get("invoice_agent") != revision:
+                    return False
+            return True
+
+        await wait_until(everyone, timeout_s=30, what=f"every process following revision {revision}")
+
+    async def submit(self, n: int) -> list[str]:
+        async def one(i: int) -> str:
+            run = uuid.uuid4().hex[:10]
+            response = await self.http.post(
+                f"{self.stack.api_url}/v1/workflows/procurement", json=small_invoice(run), headers=SUBMITTER
+            )
+            assert response.status_code == 202, response.text
+            workflow_id: str = response.json()["workflow_id"]
+            return workflow_id
+
+        ids: list[str] = []
+        for start in range(0, n, 20):  # 20 at a time: a steady arrival, not one burst
+            ids.extend(await asyncio.gather(*(one(i) for i in range(start, min(n, start + 20)))))
+        return ids
+
+    async def workflow(self, workflow_id: str) -> dict[str, Any]:
+        response = await self.http.get(f"{self.stack.api_url}/v1/workflows/{workflow_id}", headers=SUBMITTER)
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    async def all_end(self, ids: list[str], timeout_s: float = 300.0) -> dict[str, dict[str, Any]]:
+        """Until every workflow ended; a manager approves each payment on the way (every
+        procurement needs a person's approval)."""
+        ended: dict[str, dict[str, Any]] = {}
+        approved: set[str] = set()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            waiting = [w for w in ids if w not in ended]
+            if not waiting:
+                return ended
+            batch = waiting[:50]
+            for workflow_id, body in zip(
+                batch, await asyncio.gather(*map(self.workflow, batch)), strict=True
+            ):
+                pending = body.get("pending_approval") or {}
+                if body["status"] in TERMINAL:
+                    ended[workflow_id] = body
+                elif pending.get("tier") == "manager" and pending["approval_id"] not in approved:
+                    await self.decide(pending, "approve", "budget is fine")
+                    approved.add(pending["approval_id"])
+            await asyncio.sleep(0.5)
+        stuck = await self.workflow(next(w for w in ids if w not in ended))
+        raise AssertionError(
+            f"{len(ids) - len(ended)} of {len(ids)} workflows did not end in {timeout_s}s; "
+            f"one of them: {json.dumps(stuck)[:2000]}"
+        )
+
+    async def decide(self, pending: dict[str, Any], decision: str, comment: str) -> None:
+        response = await self.http.post(
+            f"{self.stack.api_url}/v1/approvals/{pending['approval_id']}",
+            json={"decision": decision, "comment": comment},
+            headers=KEYS_BY_TIER[pending["tier"]],
+        )
+        assert response.status_code == 202, response.text
+
+    async def pins(self, conn: asyncpg.Connection, ids: list[str]) -> dict[str, str]:
+        rows = await conn.fetch(
+            """SELECT workflow_id, release FROM rollout_service.assignments
+               WHERE service = 'invoice_agent' AND workflow_id = ANY($1::text[])""",
+            ids,
+        )
+        return {r["workflow_id"]: r["release"] for r in rows}
+
+
+def small_invoice(run: str) -> dict[str, Any]:
+    """A small invoice: a manager approves it (each procurement needs a person), no director."""
+    return {
+        "input": {
+            "invoice_id": f"INV-{run}",
+            "vendor_id": "vendor-acme",
+            "po_number": PO["po_number"],
+            "currency": "EUR",
+            "total_cents": 1240,
+            "document_text": (
+                f"INVOICE INV-{run}\nVendor: vendor-acme\nPO: PO-ROLL\n"
+                "4 x GPU hours @ 3.10 EUR\nTotal: 12.40 EUR"
+            ),
+            "requester_ref": f"subject:{run}",
+        },
+        "subject_ref": f"subject:{run}",
+    }
+
+
+@pytest.fixture(scope="module")
+async def rollouts(
+    tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str, database_url: str
+) -> AsyncIterator[Rollouts]:
+    tmp = tmp_path_factory.mktemp("rollouts")
+    suffix = uuid.uuid4().hex[:8]
+    registry = await isolated_registry(tmp, suffix, kafka_bootstrap)
+    await grant_access(registry, kafka_bootstrap)
+    database = f"chorus_rollouts_{suffix}"
+    stack = DevStack(
+        tmp / "logs",
+        env={
+            "CHORUS_SCHEMAS_DIR": str(registry.root),
+            "CHORUS_KAFKA_BOOTSTRAP": kafka_bootstrap,
+            "CHORUS_DATABASE_URL": (world_url := await create_database(database_url, database)),
+            "CHORUS_RELEASE_REPORT_S": "1",
+        },
+        services=SERVICES,
+        releases={"invoice_agent": (CANARY, FLAKY)},
+        service_env={
+            "budget_agent": {
+                "CHORUS_PURCHASE_ORDERS": json.dumps([PO]),
+                "CHORUS_BUDGETS": json.dumps({"cc-rollout": 1_000_000_000}),
+            },
+            "rollout_service": {"CHORUS_JUDGE_INTERVAL_S": "1"},
+            # Two hundred submissions, then polling each: above a submitter's usual rate.
+            "gateway": {"CHORUS_API_RATE_PER_S": "1000", "CHORUS_API_BURST": "1000"},
+            # The release under trial in the rollback test talks to a new model that cannot
+            # read three documents in ten.
+            release_proc("invoice_agent", FLAKY): {"CHORUS_LLM_MODEL": "flaky-30"},
+        },
+    )
+    try:
+        await stack.start()
+        async with httpx.AsyncClient(timeout=10.0) as http:
+            yield Rollouts(stack, http, world_url)
+    finally:
+        await stack.stop()
+        await drop_database(database_url, database)
+
+
+@pytest.fixture
+async def services_pg(rollouts: Rollouts) -> AsyncIterator[asyncpg.Connection]:
+    conn = await asyncpg.connect(rollouts.database_url)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+async def test_a_canary_takes_its_share_and_after_promotion_everything_each_workflow_on_one_release(
+    rollouts: Rollouts, services_pg: asyncpg.Connection
+) -> None:
+    policy = await rollouts.change(
+        "start", {"stable": STABLE, "canary": CANARY, "percent": 20, "reason": "a new extraction prompt"}
+    )
+    assert (policy["status"], policy["revision"]) == ("canary", 1)
+    await rollouts.followed(1)
+    before = await rollouts.submit(100)
+
+    # Promoted from the command line while the first hundred are still running.
+    env = {"CHORUS_ROLLOUT_URL": rollouts.url}
+    code, out, err = await chorus("rollout", "promote", "invoice_agent", "--reason", "looks good", env=env)
+    assert code == 0, err
+    assert f"promoted: new workflows go to {CANARY}" in out
+    await rollouts.followed(2)
+    after = await rollouts.submit(100)
+
+    ended = await rollouts.all_end(before + after)
+    assert {body["status"] for body in ended.values()} == {"completed"}  # nothing lost
+
+    pins = await rollouts.pins(services_pg, before + after)
+    assert set(pins) == set(before + after)
+    on_canary = [w for w in before if pins[w] == CANARY]
+    assert 5 <= len(on_canary) <= 40, f"{len(on_canary)} of 100 on a 20% canary"
+    assert {pins[w] for w in after} == {CANARY}  # promoted: every new one
+
+    # The audit log: each step of the invoice agent was taken by the release the workflow
+    # was pinned to, and by it alone.
+    for workflow_id, body in ended.items():
+        versions = {e["producer_version"] for e in body["timeline"] if e["producer"] == "invoice_agent"}
+        assert versions == {pins[workflow_id]}, (workflow_id, versions)
+    inbox = await services_pg.fetch(
+        """SELECT workflow_id, event_id, array_agg(consumer_group || ':' || outcome) AS rows
+           FROM invoice_agent.inbox WHERE workflow_id = ANY($1::text[]) GROUP BY workflow_id, event_id""",
+        before + after,
+    )
+    assert inbox
+    for row in inbox:
+        mine = (
+            "invoice_agent"
+            if pins[row["workflow_id"]] == STABLE
+            else f"invoice_agent.{pins[row['workflow_id']]}"
+        )
+        outcomes = dict(item.split(":") for item in row["rows"])
+        assert outcomes.pop(mine) == "done", row
+        assert set(outcomes.values()) == {"not_mine"}, row  # both other releases let it pass
+    # No duplicate effects: one reading of each invoice, one payment each.
+    stats = await rollouts.stack.sandbox_stats()
+    assert stats["llm_calls"]["extract_invoice"] == 200  # type: ignore[index]
+    paid = [p["invoice_id"] for p in stats["payments"]["by_key"].values()]  # type: ignore[index]
+    assert len(paid) == len(set(paid)) == 200
+
+    status = await rollouts.status()
+    releases = {r["release"]: r for r in status["releases"]}
+    assert releases[CANARY]["role"] == "stable"
+    assert releases[STABLE]["role"] == "idle"  # drained: safe to stop
+    assert releases[STABLE]["workflows"] == 100 - len(on_canary)
+    assert releases[CANARY]["workflows"] == 100 + len(on_canary)
+    for release in (STABLE, CANARY):
+        assert releases[release]["in_flight"] == 0
+        assert releases[release]["completion_rate"] == 1.0
+        assert releases[release]["running"] and releases[release]["p50_ms"] is not None
+    assert [(c["action"], c["actor"]) for c in status["history"]] == [
+        ("promote", OPERATOR_NAME),
+        ("start", OPERATOR_NAME),
+    ]
+
+
+async def test_a_canary_failing_a_third_of_its_workflows_is_rolled_back_by_the_rule(
+    rollouts: Rollouts, services_pg: asyncpg.Connection
+) -> None:
+    """The stable release is now 0.2.0 (promoted above); 0.3.0 reads with a model that fails
+    on 30% of documents. The policy for its in-flight workflows: they stay pinned to it and
+    finish there (a reading it failed waits for a reviewer, as any semantic failure does)."""
+    rule = {"failure_margin": 0.1, "min_workflows": 12}
+    policy = await rollouts.change("start", {"canary": FLAKY, "percent": 50, "auto_rollback": rule})
+    assert (policy["stable"], policy["canary"]) == (CANARY, FLAKY)
+    await rollouts.followed(policy["revision"])
+    ids = await rollouts.submit(80)
+
+    async def rolled_back() -> bool:
+        return bool((await rollouts.status())["policy"]["status"] == "rolled_back")
+
+    try:
+        await wait_until(rolled_back, timeout_s=180, interval_s=1.0, what="the rule rolling the canary back")
+    except AssertionError as exc:
+        releases = (await rollouts.status())["releases"]
+        raise AssertionError(f"{exc}; releases: {json.dumps(releases)}") from None
+    status = await rollouts.status()
+    last = status["history"][0]
+    assert (last["action"], last["actor"]) == ("auto_rollback", "rollout_service")
+    assert f"canary {FLAKY}" in last["reason"] and "failed" in last["reason"], last["reason"]
+    metrics = (await rollouts.http.get(f"{rollouts.url}/metrics")).text
+    assert f'chorus_rollout_auto_rollbacks_total{{release="{FLAKY}",service="invoice_agent"}} 1.0' in metrics
+
+    # Every workflow ends: a manager answers the canary's reviews and every payment approval.
+    ended = await rollouts.all_end(ids)
+    assert {b["status"] for b in ended.values()} == {"completed"}
+    pins = await rollouts.pins(services_pg, ids)
+    reviewed = {
+        w for w, b in ended.items() if any(e["event_type"] == "review.requested" for e in b["timeline"])
+    }
+    on_canary = {w for w in ids if pins[w] == FLAKY}
+    assert reviewed and reviewed < on_canary  # only the canary failed, and not always
+    for workflow_id, body in ended.items():
+        versions = {e["producer_version"] for e in body["timeline"] if e["producer"] == "invoice_agent"}
+        assert versions == {pins[workflow_id]}, (workflow_id, versions)  # after the rollback too
+
+    # New workflows go to stable again, and complete there.
+    await rollouts.followed(status["policy"]["revision"])
+    later = await rollouts.submit(10)
+    assert set((await rollouts.pins(services_pg, later)).values()) == {CANARY}
+    assert {b["status"] for b in (await rollouts.all_end(later)).values()} == {"completed"}
