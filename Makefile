@@ -63,8 +63,9 @@ demo: up
 	$(LOCAL_ENV) $(PY) -m chorus_tools.demo
 
 # Every service in the foreground (API on :8080, sandbox on :9400) until Ctrl-C.
+# RELEASES="invoice_agent@0.2.0 ..." also runs those releases beside (versioned rollouts).
 services: up
-	$(LOCAL_ENV) $(PY) -m chorus_tools.devstack
+	$(LOCAL_ENV) $(PY) -m chorus_tools.devstack $(foreach r,$(RELEASES),--release $(r))
 
 # The compatibility gate runs first: against HEAD (uncommitted changes) and, when the
 # clone has it, HEAD~1 (the last commit). A missing ref is a note, not a failure.
@@ -103,6 +104,7 @@ fmt: setup
 # JSON Schemas under schemas/ from the models in services/chorus_contracts.
 schemas: setup
 	$(VENV)/bin/chorus schemas generate
+	$(PY) contracts-tests/state_schemas.py
 
 # schemas/asyncapi.yaml and docs/architecture.md (event-flow pictures) from the registry
 # (after regenerating the schemas they document).

@@ -114,7 +114,7 @@ def approval_request(
                 "currency": state.currency,
                 "cost_center": state.cost_center,
             },
-            steps_taken=[*validated.checks, f"{amount} reserved on {state.cost_center}"],
+            steps_taken=[*(c.check for c in validated.checks), f"{amount} reserved on {state.cost_center}"],
             why="every procurement payment needs a person's approval"
             + (" (revised reading)" if state.approval_rounds > 1 else ""),
         ),

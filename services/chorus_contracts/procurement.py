@@ -102,20 +102,53 @@ class InvoiceValidatedV1(EventModel):
     cost_center: Ref
 
 
+# v2 said its checks as sentences only; consumers read it as v3.
 @event("invoice.validated", 2)
-class InvoiceValidated(EventModel):
-    """The invoice reads cleanly and says what the submitter claimed. Not yet checked
-    against the purchase order on record: the budget agent does that before it reserves."""
+class InvoiceValidatedV2(EventModel):
+    """The invoice reads cleanly and says what the submitter claimed."""
 
     invoice_id: Ref
     extracted: ExtractedInvoice
     checks: list[Text] = Field(max_length=100)
 
 
+class CheckResult(Model):
+    """One check of the reading against the submitter's claim."""
+
+    check: Text
+    passed: bool
+
+
+class Reading(Model):
+    """How the invoice was read: what tells releases and models apart in a rollout."""
+
+    model: Name = Field(description="the language model that read it")
+    attempts: int = Field(ge=1, le=100, description="readings until one passed validation")
+
+
+@event("invoice.validated", 3)
+class InvoiceValidated(EventModel):
+    """The invoice reads cleanly and says what the submitter claimed. Not yet checked
+    against the purchase order on record: the budget agent does that before it reserves."""
+
+    invoice_id: Ref
+    extracted: ExtractedInvoice
+    checks: list[CheckResult] = Field(max_length=100)
+    reading: Reading | None = Field(
+        default=None, description="how it was read; none when a reviewer vouched for the claim, or from v2"
+    )
+
+
 @upcaster("invoice.validated", 1)
 def _invoice_validated_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
     # The cost center comes from the purchase order on record now, never from the request.
     return {k: v for k, v in payload.items() if k != "cost_center"}
+
+
+@upcaster("invoice.validated", 2)
+def _invoice_validated_v2_to_v3(payload: dict[str, Any]) -> dict[str, Any]:
+    # A v2 event lists the checks that passed (it is only published when all do).
+    return {**payload, "checks": [{"check": check, "passed": True} for check in payload["checks"]]}
 
 
 @event("invoice.rejected", 1)

@@ -31,6 +31,7 @@ always under ``full``: every service writes and reads it.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -100,6 +101,8 @@ class Snapshot:
     events: dict[str, EventDecl] = field(default_factory=dict)
     schemas: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     envelope: dict[str, Any] | None = None
+    states: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    """Each service's checkpoint schema per state version, from ``state/``."""
 
     def all_consumers(self) -> tuple[str, ...]:
         return tuple(sorted({c for decl in self.events.values() for c in decl.consumers}))
@@ -108,7 +111,7 @@ class Snapshot:
 def registry_files(root: Path) -> dict[str, str]:
     """The files of the registry in the working tree, keyed by path relative to ``root``."""
     files: dict[str, str] = {}
-    for pattern in ("topics/*.yaml", "events/*.schema.json", ENVELOPE_FILE):
+    for pattern in ("topics/*.yaml", "events/*.schema.json", "state/*.schema.json", ENVELOPE_FILE):
         for path in sorted(root.glob(pattern)):
             if path.is_file():
                 files[path.relative_to(root).as_posix()] = path.read_text()
@@ -133,6 +136,8 @@ def parse_snapshot(files: Mapping[str, str], label: str) -> Snapshot:
                 raise RegistryReadError(f"{where}: {exc}") from None
         elif rel == ENVELOPE_FILE:
             snap.envelope = _parse_json(text, where)
+        elif found := STATE_FILE.fullmatch(rel):
+            snap.states[(found.group(1), int(found.group(2)))] = _parse_json(text, where)
     return snap
 
 
@@ -227,7 +232,7 @@ class GitRepo:
                 continue
             is_topic = rel.startswith("topics/") and rel.endswith(".yaml") and rel.count("/") == 1
             is_schema = rel.startswith("events/") and rel.endswith(".schema.json") and rel.count("/") == 1
-            if is_topic or is_schema or rel == ENVELOPE_FILE:
+            if is_topic or is_schema or rel == ENVELOPE_FILE or STATE_FILE.fullmatch(rel):
                 wanted.append(rel)
         blobs = self._cat(commit, [self.prefix + rel for rel in wanted])
         return dict(zip(wanted, blobs, strict=True))
@@ -1022,6 +1027,29 @@ class Outcome:
     exit_code: int
 
 
+STATE_FILE = re.compile(r"state/([a-z][a-z0-9_]*)\.v([1-9][0-9]*)\.schema\.json")
+"""A service's checkpoint schema at one state version (written by ``make schemas``)."""
+
+
+def compare_states(old: Snapshot, new: Snapshot) -> list[str]:
+    """A checkpoint schema is fixed once committed: any change within a state version, even
+    an added optional field, is one that a release still on that version would silently
+    drop when it writes the checkpoint back. So every difference is breaking (a new state
+    version is the way), and so is a removed file (checkpoints of that version exist)."""
+    lines = []
+    for service, version in sorted(old.states):
+        key = (service, version)
+        if key not in new.states:
+            lines.append(f"BREAKING  state of {service} v{version}: its schema file was removed")
+        elif old.states[key] != new.states[key]:
+            changes = diff_schemas(old.states[key], new.states[key], "/state", personal_marks=False)
+            what = "; ".join(f"{c.pointer}: {c.what}" for c in changes[:5]) or "its schema changed"
+            lines.append(f"BREAKING  state of {service} v{version} changed in place: {what}")
+    for service, version in sorted(new.states.keys() - old.states.keys()):
+        lines.append(f"new       state of {service} v{version}")
+    return lines
+
+
 def check(schemas_dir: Path, against: str) -> Outcome:
     """Compare the registry in the working tree with the one at git ref ``against``.
 
@@ -1045,7 +1073,8 @@ def check(schemas_dir: Path, against: str) -> Outcome:
     if not old.events and not old.schemas and old.envelope is None:
         return Outcome([f"note: no registry at {repo.prefix} in {label}; nothing to compare"], 0)
     report = compare(old, new)
-    lines = [f"note: {n}" for n in report.notes]
+    states = compare_states(old, new)
+    lines = [f"note: {n}" for n in report.notes] + states
     waived, used = _waived(repo, schemas_dir, commit, report.breaking) if report.breaking else ([], [])
     for finding in report.findings:
         line = finding.line()
@@ -1054,6 +1083,14 @@ def check(schemas_dir: Path, against: str) -> Outcome:
     for accepted in used:
         lines.append(f"note: tightenings accepted up to {accepted.until[:10]}: {accepted.reason.strip()}")
     breaking = [f for f in report.breaking if f not in waived]
+    changed_states = [line for line in states if line.startswith("BREAKING")]
+    if changed_states:
+        lines.append(
+            f"{len(changed_states)} checkpoint schema(s) changed in place against {label}. A release still on"
+            " that state version would drop or misread what the new one writes: raise the service's"
+            " state_version, add a migration from the old one, then `make schemas`."
+        )
+        return Outcome(lines, 1)
     if breaking:
         lines.append(
             f"{len(breaking)} breaking change(s) against {label}. Keep the existing version"

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -22,6 +23,7 @@ from pathlib import Path
 import httpx
 
 from chorus.settings import LOCAL_DATABASE_URL
+from chorus_contracts.envelope import RELEASE_PATTERN
 from chorus_tools.access import local_password
 from chorus_tools.dbroles import provision_database, role_url
 
@@ -291,6 +293,15 @@ class DevStack:
                 named = {"CHORUS_RELEASE": release, **self.service_env.get(proc, {})}
                 self._add(proc, name, {**env, **named}, next(spare))
 
+    def add_release(self, service: str, release: str) -> str:
+        """Another release of a running service's process (on a free port, not started);
+        returns its process name."""
+        name = release_proc(service, release)
+        base = {k: v for k, v in self.procs[service].env.items() if k != "CHORUS_HTTP_PORT"}
+        env = {**base, "CHORUS_RELEASE": release, **self.service_env.get(name, {})}
+        self._add(name, service, env, free_port())
+        return name
+
     def _add(self, proc: str, service: str, env: dict[str, str], port: int) -> None:
         self.procs[proc] = Proc(
             proc,
@@ -450,15 +461,27 @@ async def supervise(stack: DevStack, stop: asyncio.Event, *, max_backoff_s: floa
             await asyncio.wait_for(stop.wait(), 0.5)
 
 
-async def _run_forever(workdir: Path) -> None:
-    """Every service in the foreground on the documented ports until Ctrl-C; a service
-    that exits is restarted with backoff."""
+def parse_releases(values: list[str]) -> dict[str, tuple[str, ...]]:
+    """``SERVICE@RELEASE`` arguments as DevStack.releases (a ValueError naming a bad one)."""
+    releases: dict[str, tuple[str, ...]] = {}
+    for value in values:
+        service, _, release = value.partition("@")
+        if service not in SERVICES or not re.fullmatch(RELEASE_PATTERN, release):
+            raise ValueError(f"{value!r}: expected SERVICE@RELEASE, a service of {', '.join(SERVICES)}")
+        releases[service] = (*releases.get(service, ()), release)
+    return releases
+
+
+async def _run_forever(workdir: Path, releases: dict[str, tuple[str, ...]]) -> None:
+    """Every service in the foreground on the documented ports until Ctrl-C (and more
+    releases of some, on free ports); a service that exits is restarted with backoff."""
     stack = DevStack(
         workdir,
         services=(*SERVICES, "outcome_analytics", "console"),
         api_port=API_PORT,
         sandbox_port=SANDBOX_PORT,
         documented_ports=True,
+        releases=releases,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -471,6 +494,9 @@ async def _run_forever(workdir: Path) -> None:
             f"demo-manager-key or demo-operator-key), sandbox {stack.sandbox_url} (mail: /mail), "
             f"logs in {workdir}"
         )
+        for name in stack.procs:
+            if "@" in name:
+                print(f"{name} runs beside (health: {stack.procs[name].health_url}); see `chorus rollout`")
         print("`chorus status` shows every service; `chorus dlq list` the dead letters.")
         print("Ctrl-C stops every service (Kafka and PostgreSQL keep running; `make down` stops them).")
         await supervise(stack, stop)
@@ -479,6 +505,20 @@ async def _run_forever(workdir: Path) -> None:
 
 
 if __name__ == "__main__":
+    import argparse
     import time
 
-    asyncio.run(_run_forever(ROOT / ".local" / "services" / time.strftime("%Y%m%d-%H%M%S")))
+    parser = argparse.ArgumentParser(description="Run every Chorus service until Ctrl-C.")
+    parser.add_argument(
+        "--release",
+        action="append",
+        default=[],
+        metavar="SERVICE@RELEASE",
+        help="also run this release of a service beside it (CHORUS_RELEASE), for a rollout",
+    )
+    args = parser.parse_args()
+    try:
+        extra = parse_releases(args.release)
+    except ValueError as exc:
+        parser.error(str(exc))
+    asyncio.run(_run_forever(ROOT / ".local" / "services" / time.strftime("%Y%m%d-%H%M%S"), extra))

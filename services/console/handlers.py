@@ -422,7 +422,8 @@ def routes(settings: Settings, apis: Apis, templates: Jinja2Templates) -> APIRou
                     "dead_letters": dead_letters_by_category(buckets, workflow_type),
                 }
             )
-        return render(request, "outcomes.html", panels=panels)
+        releases = await apis.releases(key_of(session))
+        return render(request, "outcomes.html", panels=panels, releases=releases)
 
     return router
 

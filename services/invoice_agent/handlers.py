@@ -9,10 +9,13 @@ from chorus_contracts.approvals import ApprovalDecided
 from chorus_contracts.base import EventModel
 from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_contracts.procurement import (
+    CheckResult,
     ExtractedInvoice,
     InvoiceReceived,
     InvoiceRejected,
     InvoiceValidated,
+    InvoiceValidatedV2,
+    Reading,
 )
 from invoice_agent.bootstrap import Deps
 from invoice_agent.domain import (
@@ -36,7 +39,7 @@ async def on_invoice_received(
     # reading, and erasing the subject leaves only ciphertext here.
     await ctx.checkpoint(InvoiceState(invoice=invoice))
     extracted = await read_invoice(invoice, ctx)
-    return decide(InvoiceState(invoice=invoice, readings=1), extracted)
+    return decide(InvoiceState(invoice=invoice, readings=1), extracted, ctx.deps, reading_of(ctx))
 
 
 async def on_approval_decided(
@@ -49,9 +52,10 @@ async def on_approval_decided(
     own_review = decision.requested_by == SERVICE
     if decision.decision == "revise" and (own_review or decision.requested_by == "budget_agent"):
         extracted = await read_invoice(state.invoice, ctx, reviewer_comment=decision.comment)
-        return decide(state.model_copy(update={"readings": state.readings + 1}), extracted)
+        state = state.model_copy(update={"readings": state.readings + 1})
+        return decide(state, extracted, ctx.deps, reading_of(ctx))
     if own_review and decision.decision == "approve":
-        return decide(state, from_claim(state.invoice), vouched=True)
+        return decide(state, from_claim(state.invoice), ctx.deps, None, vouched=True)
     if own_review and decision.decision == "reject":
         # Who and why are personal data: the end's reason is sealed, the rejection's is not.
         why = f"rejected in review by {decision.decided_by}: {decision.comment}".strip(": ")
@@ -69,16 +73,33 @@ async def read_invoice(
     return parse_json_output(answer, ExtractedInvoice)
 
 
-def decide(state: InvoiceState, extracted: ExtractedInvoice, vouched: bool = False) -> Outcome[InvoiceState]:
+def reading_of(ctx: Context[Deps]) -> Reading:
+    """This reading: the model, and the tries it took (earlier ones failed validation)."""
+    return Reading(model=ctx.deps.llm.name, attempts=len(ctx.feedback) + 1)
+
+
+def decide(
+    state: InvoiceState,
+    extracted: ExtractedInvoice,
+    deps: Deps,
+    reading: Reading | None,
+    vouched: bool = False,
+) -> Outcome[InvoiceState]:
     checks, reasons = check_against_claim(extracted, state.invoice)
     if reasons:
         return rejected(state, reasons)
     if vouched:
         checks.append("reading confirmed by the reviewer who approved it")
-    validated = InvoiceValidated(
-        invoice_id=state.invoice.invoice_id,
-        extracted=extracted,
-        checks=checks,
+    invoice_id = state.invoice.invoice_id
+    validated: EventModel = (
+        InvoiceValidatedV2(invoice_id=invoice_id, extracted=extracted, checks=checks)
+        if deps.validated_version == 2
+        else InvoiceValidated(
+            invoice_id=invoice_id,
+            extracted=extracted,
+            checks=[CheckResult(check=c, passed=True) for c in checks],
+            reading=reading,
+        )
     )
     return Outcome(state=state.model_copy(update={"validated": True}), emit=[validated])
 

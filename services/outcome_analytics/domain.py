@@ -25,6 +25,12 @@ Counting rules (each one idempotent, so redelivered or republished events count 
   the workflow the original record belonged to, ``unknown`` until that is known.
 - ``durations``: ``workflow.ended.occurred_at - workflow.started.occurred_at`` in
   seconds, in the ended event's bucket, once both are known.
+
+By release (versioned rollouts, :meth:`OutcomeView.releases`): the same numbers per
+service, release and workflow type, over all time, for the workflows whose
+``workflow.started`` pinned them to a release (``Envelope.pins``): a canary and its stable
+release side by side. Derived on reading from what is kept per workflow, so it converges
+whatever the order too; a workflow started before pinning existed counts in no release.
 """
 
 from __future__ import annotations
@@ -93,6 +99,11 @@ class _Workflow:
     started_at: datetime | None = None
     ended_at: datetime | None = None
     ended_in: BucketKey | None = None
+    pins: dict[str, str] = field(default_factory=dict)
+    """Service -> the release the workflow was pinned to when it started."""
+    outcome: str | None = None
+    escalated: bool = False
+    dead_lettered: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass(frozen=True)
@@ -202,6 +213,7 @@ class OutcomeView:
         if workflow.started_at is not None:
             return False
         workflow.started_at = envelope.occurred_at
+        workflow.pins = dict(envelope.pins or {})
         self._bucket(envelope.workflow_type, hour_of(envelope.occurred_at)).started += 1
         self._record_duration(workflow)
         return True
@@ -213,6 +225,7 @@ class OutcomeView:
         key = BucketKey(envelope.workflow_type, hour_of(envelope.occurred_at))
         workflow.ended_at = envelope.occurred_at
         workflow.ended_in = key
+        workflow.outcome = payload.outcome
         self._bucket(*key).ended[payload.outcome] += 1
         self._record_duration(workflow)
         return True
@@ -229,6 +242,7 @@ class OutcomeView:
         if envelope.workflow_id in bucket.escalated:
             return False
         bucket.escalated.add(envelope.workflow_id)
+        self._workflows.setdefault(envelope.workflow_id, _Workflow()).escalated = True
         return True
 
     def _on_dead_lettered(self, envelope: Envelope, payload: EventDeadLettered) -> bool:
@@ -251,6 +265,8 @@ class OutcomeView:
             if original is not None
             else (None if sealed else _key_text(payload.original.key_b64))
         )
+        if workflow_id:
+            self._workflows.setdefault(workflow_id, _Workflow()).dead_lettered[category] += 1
         workflow_type = self._types.get(workflow_id) if workflow_id else None
         if workflow_type is None:
             workflow_type = UNKNOWN_TYPE
@@ -291,6 +307,16 @@ class OutcomeView:
         )
         return [bucket_row(key, self.buckets[key]) for key in keys]
 
+    def releases(self, *, service: str | None = None) -> list[dict[str, Any]]:
+        """JSON-ready numbers per (service, release, workflow type) of the pinned workflows."""
+        groups: dict[tuple[str, str, str], list[_Workflow]] = {}
+        for workflow_id, workflow in self._workflows.items():
+            workflow_type = self._types.get(workflow_id, UNKNOWN_TYPE)
+            for pinned_service, release in workflow.pins.items():
+                if service is None or pinned_service == service:
+                    groups.setdefault((pinned_service, release, workflow_type), []).append(workflow)
+        return [release_row(key, workflows) for key, workflows in sorted(groups.items())]
+
     def totals(self) -> dict[str, TypeTotals]:
         """Per workflow type, every hour summed (what the Prometheus endpoint exposes)."""
         by_type: dict[str, list[Bucket]] = {}
@@ -308,6 +334,30 @@ def bucket_row(key: BucketKey, bucket: Bucket) -> dict[str, Any]:
         "escalated": len(bucket.escalated),
         "dead_lettered": {category: bucket.dead_lettered[category] for category in ERROR_CATEGORIES},
         "duration_s": duration_summary(bucket.durations),
+    }
+
+
+def release_row(key: tuple[str, str, str], workflows: list[_Workflow]) -> dict[str, Any]:
+    service, release, workflow_type = key
+    ended = Counter(w.outcome for w in workflows if w.outcome is not None)
+    dead: Counter[str] = Counter()
+    for workflow in workflows:
+        dead.update(workflow.dead_lettered)
+    durations = sorted(
+        (w.ended_at - w.started_at).total_seconds()
+        for w in workflows
+        if w.started_at is not None and w.ended_at is not None
+    )
+    return {
+        "service": service,
+        "release": release,
+        "workflow_type": workflow_type,
+        "started": sum(1 for w in workflows if w.started_at is not None),
+        "ended": {outcome: ended[outcome] for outcome in OUTCOMES},
+        "completion_rate": round(ended["completed"] / sum(ended.values()), 4) if ended else None,
+        "escalated": sum(1 for w in workflows if w.escalated),
+        "dead_lettered": {category: dead[category] for category in ERROR_CATEGORIES},
+        "duration_s": duration_summary(durations),
     }
 
 

@@ -43,6 +43,7 @@ SERVICES = (
     "budget_agent",
     "payment_agent",
     "rollout_service",
+    "outcome_analytics",
     "gateway",
 )
 TERMINAL = {"completed", "rejected", "failed", "compensated", "timed_out", "cancelled"}
@@ -59,6 +60,7 @@ class Rollouts:
     def __init__(self, stack: DevStack, http: httpx.AsyncClient, database_url: str) -> None:
         self.stack, self.http, self.database_url = stack, http, database_url
         self.url = (stack.procs["rollout_service"].health_url or "").removesuffix("/health")
+        self.analytics_url = (stack.procs["outcome_analytics"].health_url or "").removesuffix("/health")
 
     async def change(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
         response = await self.http.post(
@@ -201,6 +203,9 @@ async def rollouts(
             "rollout_service": {"CHORUS_JUDGE_INTERVAL_S": "1"},
             # Two hundred submissions, then polling each: above a submitter's usual rate.
             "gateway": {"CHORUS_API_RATE_PER_S": "1000", "CHORUS_API_BURST": "1000"},
+            # The release in the service's own group plays the one before invoice.validated
+            # v3: it still publishes v2, which every consumer reads beside v3 (upcast).
+            "invoice_agent": {"CHORUS_VALIDATED_VERSION": "2"},
             # The release under trial in the rollback test talks to a new model that cannot
             # read three documents in ten.
             release_proc("invoice_agent", FLAKY): {"CHORUS_LLM_MODEL": "flaky-30"},
@@ -252,10 +257,15 @@ async def test_a_canary_takes_its_share_and_after_promotion_everything_each_work
     assert {pins[w] for w in after} == {CANARY}  # promoted: every new one
 
     # The audit log: each step of the invoice agent was taken by the release the workflow
-    # was pinned to, and by it alone.
+    # was pinned to, and by it alone. The new release publishes invoice.validated v3, the
+    # old one v2, side by side; the budget agent read both (every workflow completed).
     for workflow_id, body in ended.items():
         versions = {e["producer_version"] for e in body["timeline"] if e["producer"] == "invoice_agent"}
         assert versions == {pins[workflow_id]}, (workflow_id, versions)
+        [validated] = [e for e in body["timeline"] if e["event_type"] == "invoice.validated"]
+        assert validated["schema_version"] == (2 if pins[workflow_id] == STABLE else 3)
+        if validated["schema_version"] == 3:
+            assert validated["payload"]["reading"] == {"model": "gpt-4o-mini", "attempts": 1}
     inbox = await services_pg.fetch(
         """SELECT workflow_id, event_id, array_agg(consumer_group || ':' || outcome) AS rows
            FROM invoice_agent.inbox WHERE workflow_id = ANY($1::text[]) GROUP BY workflow_id, event_id""",
@@ -291,6 +301,25 @@ async def test_a_canary_takes_its_share_and_after_promotion_everything_each_work
         ("promote", OPERATOR_NAME),
         ("start", OPERATOR_NAME),
     ]
+
+    # Outcome analytics by release, from the command line: each release's workflows, ended.
+    analytics = {"CHORUS_ANALYTICS_URL": rollouts.analytics_url}
+    wanted = {STABLE: 100 - len(on_canary), CANARY: 100 + len(on_canary)}
+
+    async def by_release() -> dict[str, Any] | None:
+        code, out, err = await chorus(
+            "rollout", "outcomes", "invoice_agent", "--output", "json", env=analytics
+        )
+        assert code == 0, err
+        rows = {r["release"]: r for r in json.loads(out)["releases"] if r["workflow_type"] == "procurement"}
+        done = {release: r["ended"]["completed"] for release, r in rows.items()}
+        return rows if done == wanted else None
+
+    rows = await wait_until(by_release, timeout_s=60, interval_s=1.0, what="analytics by release")
+    assert {r: (rows[r]["started"], rows[r]["completion_rate"]) for r in rows} == {
+        STABLE: (wanted[STABLE], 1.0),
+        CANARY: (wanted[CANARY], 1.0),
+    }
 
 
 async def test_a_canary_failing_a_third_of_its_workflows_is_rolled_back_by_the_rule(

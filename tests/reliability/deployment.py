@@ -417,6 +417,13 @@ class Deployment:
         await self.start_proc(name)
         return name
 
+    async def add_release(self, service: str, release: str) -> str:
+        """Another release of ``service`` beside it (CHORUS_RELEASE: its own consumer group,
+        only the workflows pinned to it), started; returns its process name."""
+        name = self.stack.add_release(service, release)
+        await self.start_proc(name)
+        return name
+
     async def remove_replica(self, name: str) -> int:
         """Scale down gracefully; returns the exit code (0 after a clean shutdown)."""
         code = await self.terminate(name)

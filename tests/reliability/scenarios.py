@@ -18,6 +18,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import httpx
+
 from chorus_tools.devstack import SERVICES
 from tests.reliability import injectors
 from tests.reliability.deployment import Deployment, DeploymentConfig, FaultLog
@@ -182,6 +184,80 @@ def _feeder(ctx: Ctx, service: str) -> Callable[[], Awaitable[None]] | None:
         )
 
     return feed
+
+
+CANARY = "0.2.0"
+
+
+async def rollout_under_sigkills(ctx: Ctx) -> None:
+    """A second release of the invoice agent takes half of the new workflows; both releases
+    are SIGKILLed at their fault points while workflows flow, and the canary is promoted
+    in the middle. Besides the reconciler's checks: every event of the invoice agent was
+    handled by exactly one release (its inboxes), the one its workflow is pinned to."""
+    dep = ctx.dep
+    canary = await dep.add_release("invoice_agent", CANARY)
+    stable = (await dep.health("invoice_agent"))["version"]
+    await _rollout(dep, "start", {"stable": stable, "canary": CANARY, "percent": 50})
+    await sigkill(
+        [
+            ("invoice_agent", "after_inbox_insert", 2),
+            (canary, "after_db_commit", 1),
+            (canary, "mid_external_call", 2),
+            ("invoice_agent", "after_db_commit", 1),
+        ],
+        initial=6,
+    )(ctx)
+    await _rollout(dep, "promote", {"reason": "the reliability run promotes mid-flight"})
+    await sigkill([(canary, "after_inbox_insert", 3), ("invoice_agent", "mid_external_call", 1)], initial=4)(
+        ctx
+    )
+    await _one_release_each(ctx, stable)
+
+
+async def _rollout(dep: Deployment, action: str, body: dict[str, Any]) -> None:
+    url = (dep.proc("rollout_service").health_url or "").removesuffix("/health")
+    async with httpx.AsyncClient(timeout=10.0) as client:
+        answer = await client.post(
+            f"{url}/v1/rollouts/invoice_agent/{action}",
+            json=body,
+            headers={"Authorization": "Bearer demo-operator-key"},
+        )
+    answer.raise_for_status()
+    revision = answer.json()["policy"]["revision"]
+    # The gateway pins by the policy it follows: wait until it follows this one.
+    gateway = dep.proc("gateway").health_url or ""
+    async with httpx.AsyncClient(timeout=3.0) as client:
+        for _ in range(100):
+            if (await client.get(gateway)).json()["rollouts"].get("invoice_agent") == revision:
+                return
+            await asyncio.sleep(0.2)
+    raise RuntimeError(f"the gateway did not follow rollout revision {revision}")
+
+
+async def _one_release_each(ctx: Ctx, stable: str) -> None:
+    """Problems (which fail the scenario) for any event of the invoice agent that both
+    releases handled, or that the release its workflow is pinned to did not."""
+    ids = [w.workflow_id for w in ctx.workflows()]
+    async with ctx.dep.pool.acquire() as conn:
+        rows = await conn.fetch(
+            """SELECT i.event_id, i.workflow_id, s.release,
+                      array_agg(i.consumer_group) FILTER (WHERE i.outcome = 'done') AS done
+               FROM invoice_agent.inbox i JOIN invoice_agent.state s USING (workflow_id)
+               WHERE i.workflow_id = ANY($1::text[])
+               GROUP BY i.event_id, i.workflow_id, s.release""",
+            ids,
+        )
+    group = ctx.dep.group("invoice_agent")
+    for row in rows:
+        owner = group if row["release"] == stable else f"{group}.{row['release']}"
+        if (row["done"] or []) not in ([], [owner]):
+            ctx.faults.problems.append(
+                f"invoice_agent event {row['event_id']} of {row['workflow_id']} (pinned to "
+                f"{row['release']}) handled by {row['done']}"
+            )
+    releases = {r["release"] for r in rows}
+    if releases != {stable, CANARY}:
+        ctx.faults.problems.append(f"workflows ran on releases {sorted(releases)}, not on both")
 
 
 async def poison(ctx: Ctx) -> None:
@@ -489,6 +565,13 @@ def full() -> list[Scenario]:
             "PostgreSQL restarted under load (pg_ctl restart -m fast) three times, then down for 5s",
             "postgres",
             postgres_restart,
+        ),
+        Scenario(
+            "rollout-sigkill-both-releases",
+            "the invoice agent's canary (a second release, half of the new workflows) and its "
+            "stable release SIGKILLed at their fault points; the canary promoted mid-flight",
+            "main",
+            rollout_under_sigkills,
         ),
         Scenario(
             "poison-at-broker-limit",

@@ -437,3 +437,35 @@ def test_child_dead_letters_keep_the_workflow_of_their_parent() -> None:
     view = OutcomeView()
     view.apply(child, payload)
     assert only(view, "research", at(0))["dead_lettered"]["persistent"] == 1
+
+
+def test_outcomes_by_release_put_a_canary_beside_its_stable_release_in_any_order() -> None:
+    def pinned(wf: str, release: str) -> tuple[Envelope, EventModel]:
+        env, payload = start(wf, "procurement", at(0))
+        return env.model_copy(update={"pins": {"invoice_agent": release}}), payload
+
+    events = [
+        pinned("wf-a", "1.0"),
+        end("wf-a", "procurement", at(10), "completed"),
+        pinned("wf-b", "2.0"),
+        end("wf-b", "procurement", at(30), "completed"),
+        pinned("wf-c", "2.0"),
+        review("wf-c", "procurement", at(5)),
+        end("wf-c", "procurement", at(40), "rejected"),
+        start("wf-old", "procurement", at(0)),  # started before pinning: in no release
+        end("wf-old", "procurement", at(1), "completed"),
+    ]
+    orders = [events, list(reversed(events)), random.Random(3).sample(events, len(events))]
+    views = []
+    for order in orders:
+        view = OutcomeView()
+        for envelope, payload in order:
+            view.apply(envelope, payload)
+        views.append(view.releases(service="invoice_agent"))
+    assert views[0] == views[1] == views[2]
+    stable, canary = views[0]
+    assert (stable["release"], stable["started"], stable["ended"]["completed"]) == ("1.0", 1, 1)
+    assert (canary["release"], canary["started"], canary["escalated"]) == ("2.0", 2, 1)
+    assert canary["ended"]["rejected"] == 1 and canary["completion_rate"] == 0.5
+    assert canary["duration_s"]["count"] == 2 and canary["duration_s"]["p50"] == 35 * 60
+    assert OutcomeView().releases() == []

@@ -447,3 +447,43 @@ def test_each_change_breaks_the_direction_it_should(
     at_pointer = [c for c in found if c.pointer == pointer]
     assert at_pointer, found
     assert frozenset().union(*(c.breaks for c in at_pointer)) == breaks, at_pointer
+
+
+STATE_V1: dict[str, Any] = {
+    "type": "object",
+    "properties": {"invoice_id": {"type": "string"}, "readings": {"type": "integer", "default": 0}},
+    "required": ["invoice_id"],
+}
+
+
+def _state(repo: Repo, body: dict[str, Any], version: int = 1) -> None:
+    (repo.schemas / "state").mkdir(exist_ok=True)
+    (repo.schemas / "state" / f"invoice_agent.v{version}.schema.json").write_text(json.dumps(body))
+
+
+def test_a_checkpoint_schema_changed_in_place_fails_even_by_an_optional_field(repo: Repo) -> None:
+    """An older release that read this state version would drop the new field when it writes
+    the checkpoint back: a state change is a new state version, never an edit."""
+    _state(repo, STATE_V1)
+    repo.commit("state v1")
+    grown = json.loads(json.dumps(STATE_V1))
+    grown["properties"]["validated"] = {"type": "boolean", "default": False}
+    _state(repo, grown)
+
+    code, out = check(repo)
+
+    assert code == 1, out
+    line = next(line for line in out.splitlines() if "state of invoice_agent v1" in line)
+    assert line.startswith("BREAKING") and "/state/validated" in line
+    assert "raise the service's state_version, add a migration" in out
+
+
+def test_a_new_state_version_beside_the_old_passes(repo: Repo) -> None:
+    _state(repo, STATE_V1)
+    repo.commit("state v1")
+    _state(repo, {**STATE_V1, "required": ["invoice_id", "readings"]}, version=2)
+
+    code, out = check(repo)
+
+    assert code == 0, out
+    assert "new       state of invoice_agent v2" in out

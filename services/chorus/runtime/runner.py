@@ -75,7 +75,8 @@ class ServiceSettings(ChorusSettings):
     http_host: str = "127.0.0.1"
     http_port: int = 0
     group_id: str = ""
-    """Consumer group; defaults to the service name (``<service>.<release>`` for a release)."""
+    """The service's consumer group; defaults to the service name. A named release reads in
+    ``<group>.<release>``."""
     release: str = Field(default="", pattern=f"^$|{RELEASE_PATTERN[1:]}")
     """CHORUS_RELEASE: run as this release beside others of the service (versioned rollouts):
     its own consumer group, only the workflows pinned to it, this label as the producer
@@ -150,8 +151,8 @@ class ServiceRunner:
             Path(settings.schemas_dir) if settings.schemas_dir else None
         )
         self.release = settings.release or spec.version
-        named = f"{spec.name}.{settings.release}" if settings.release else spec.name
-        self.group = settings.group_id or named
+        group = settings.group_id or spec.name
+        self.group = f"{group}.{settings.release}" if settings.release else group
         self.rollouts = RolloutView()
         signs = {t for t in spec.produces if self.registry.signer_of(t) == spec.name}
         self.keys = load_keys(settings.signing_dir, spec.name, signs=signs, checks=self.registry.signed_by())

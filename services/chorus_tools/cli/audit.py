@@ -242,10 +242,12 @@ def print_workflow(workflow_id: str, status: dict[str, Any] | None, entries: lis
     for column in ("occurred at", "event", "from", "decision / actor", "wait / call", "trace"):
         table.add_column(column)
     for e in entries:
+        # The release that took the step (versioned rollouts), where the audit log has it.
+        producer = f"{e['producer']} {e['producer_version']}" if e.get("producer_version") else e["producer"]
         table.add_row(
             _at(e["occurred_at"]),
             e["event_type"] if e["origin"] == "topic" else f"{e['event_type']} [dim]({e['origin']})[/dim]",
-            escape(e["producer"]),
+            escape(producer),
             escape(" / ".join(filter(None, [e["decision"], e["actor"]]))),
             escape(_wait_or_call(e["event_type"], e["payload"], e["external_call"])),
             (e["trace_id"] or "")[:8],

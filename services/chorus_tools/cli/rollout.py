@@ -31,6 +31,7 @@ from chorus_tools.cli.options import (
 )
 
 DEFAULT_URL = "http://127.0.0.1:8121"
+ANALYTICS_URL = "http://127.0.0.1:8104"
 
 app = typer.Typer(
     name="rollout",
@@ -208,6 +209,53 @@ def status_command(
     for change in answer["history"][:10]:
         why = f": {change['reason']}" if change["reason"] else ""
         typer.echo(f"{change['at'][:19]}  r{change['revision']} {change['action']} by {change['actor']}{why}")
+
+
+@app.command("outcomes")
+def outcomes_command(
+    service: Service,
+    output: OutputOption = Format.TABLE,
+    as_json: JsonFlag = False,
+    url: Annotated[
+        str,
+        typer.Option("--url", envvar="CHORUS_ANALYTICS_URL", show_envvar=True, help="Outcome analytics."),
+    ] = ANALYTICS_URL,
+    api_key: ApiKeyOption = "",
+) -> None:
+    """How the workflows pinned to each release ended (outcome analytics): side by side."""
+    with api_client("rollout", url, api_key, "outcome analytics") as client:
+        answer = api_call("rollout", client, "GET", "/analytics/releases", params={"service": service})
+    if wants_json(output, as_json):
+        echo_json(answer)
+        return
+    table = Table(show_lines=False)
+    for column in (
+        "release",
+        "type",
+        "started",
+        "completed",
+        "other ends",
+        "escalated",
+        "dead letters",
+        "p50",
+        "p99",
+    ):
+        table.add_column(column, no_wrap=True)
+    for r in answer["releases"]:
+        others = ", ".join(f"{k} {v}" for k, v in r["ended"].items() if v and k != "completed") or "-"
+        duration = r["duration_s"]
+        table.add_row(
+            r["release"],
+            r["workflow_type"],
+            str(r["started"]),
+            f"{r['ended']['completed']} ({_rate(r['completion_rate'])})",
+            others,
+            str(r["escalated"]),
+            str(sum(r["dead_lettered"].values())),
+            f"{duration['p50']:.1f} s" if duration["p50"] is not None else "-",
+            f"{duration['p99']:.1f} s" if duration["p99"] is not None else "-",
+        )
+    console.print(table)
 
 
 def _rate(value: float | None) -> str:

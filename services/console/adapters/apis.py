@@ -127,6 +127,10 @@ class Apis:
         body = await self._call(key, "GET", f"{self.analytics}/analytics/outcomes")
         return list(body["buckets"])
 
+    async def releases(self, key: str) -> list[dict[str, Any]]:
+        body = await self._call(key, "GET", f"{self.analytics}/analytics/releases")
+        return list(body["releases"])
+
     async def notifications(self, key: str, approval_id: str) -> list[dict[str, Any]]:
         body = await self._call(
             key, "GET", f"{self.notifier}/v1/notifications", params={"approval_id": approval_id}

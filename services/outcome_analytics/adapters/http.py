@@ -1,4 +1,5 @@
-"""``GET /analytics/outcomes``: the view as JSON, beside the runtime's /health and /metrics.
+"""``GET /analytics/outcomes`` and ``GET /analytics/releases``: the view as JSON, beside
+the runtime's /health and /metrics.
 
 Any API key may read it (:mod:`chorus.apikeys`): it holds counts and durations per
 workflow type and hour, nothing about one workflow or person.
@@ -15,6 +16,7 @@ from chorus.webapi import Problem, api_router, problems
 from outcome_analytics.domain import OutcomeView, parse_hour
 
 OUTCOMES_PATH = "/analytics/outcomes"
+RELEASES_PATH = "/analytics/releases"
 
 
 def routes(view: OutcomeView) -> APIRouter:
@@ -43,5 +45,12 @@ def routes(view: OutcomeView) -> APIRouter:
                 parameter="hour",
             ) from None
         return {"buckets": view.rows(workflow_type=workflow_type or None, hour=window)}
+
+    @router.get(RELEASES_PATH, summary="Outcomes per service release: a canary beside its stable release")
+    async def releases(
+        who: Annotated[ApiKey, Depends(caller)],
+        service: Annotated[str | None, Query(max_length=200)] = None,
+    ) -> dict[str, Any]:
+        return {"releases": view.releases(service=service or None)}
 
     return router

@@ -23,7 +23,7 @@ from chorus_contracts.procurement import (
 )
 from tests.support.fakes import FixedBudgets
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "schemas/examples/invoice.validated/2/example-1.json"
+EXAMPLE = Path(__file__).resolve().parents[3] / "schemas/examples/invoice.validated/3/example-1.json"
 CHAIN = [EscalationStep(tier="manager", window_s=8 * 3600), EscalationStep(tier="director", window_s=3600)]
 PO = PurchaseOrder(
     po_number="PO-7781",

@@ -44,7 +44,8 @@ async def test_an_invoice_that_reads_as_claimed_is_validated(agent: WorkflowHarn
     validated = step.first(InvoiceValidated)
     assert validated.extracted.total_cents == 124_000
     assert [line.description for line in validated.extracted.lines] == ["GPU-Stunden"]
-    assert "total matches the claim" in validated.checks
+    assert "total matches the claim" in [c.check for c in validated.checks]
+    assert validated.reading is not None and validated.reading.attempts == 1
     assert agent.state("wf-1").validated
 
 
@@ -121,8 +122,10 @@ async def test_a_reviewer_vouching_for_an_unreadable_invoice_validates_the_claim
     validated = step.first(InvoiceValidated)
     assert (validated.extracted.total_cents, validated.extracted.po_number) == (99_500, "PO-7781")
     # Who vouched is personal data: it stays in the (sealed) approval, not in the checks.
-    assert "reading confirmed by the reviewer who approved it" in validated.checks
-    assert not any("erin.director" in check for check in validated.checks)
+    checks = [c.check for c in validated.checks]
+    assert "reading confirmed by the reviewer who approved it" in checks
+    assert not any("erin.director" in check for check in checks)
+    assert validated.reading is None  # nobody read it: a reviewer vouched for the claim
 
 
 def test_a_checkpoint_of_a_v1_start_event_is_read_as_v2() -> None:

@@ -16,7 +16,7 @@ from payment_agent.bootstrap import Deps
 from payment_agent.service import SPEC
 from tests.support.fakes import RecordingPayments
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "schemas/examples/invoice.validated/2/example-1.json"
+EXAMPLE = Path(__file__).resolve().parents[3] / "schemas/examples/invoice.validated/3/example-1.json"
 VALIDATED = InvoiceValidated.model_validate(json.loads(EXAMPLE.read_text())["payload"])
 RESERVED = BudgetReserved(
     invoice_id="INV-2026-0042",
