@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from chorus.apikeys import DEMO_KEYS
+from chorus_tools.devstack import SERVICES as DEV_SERVICES
 from chorus_tools.devstack import DevStack, release_proc
 from tests.support.database import create_database, drop_database
 from tests.support.processes import chorus
@@ -33,19 +34,9 @@ OPERATOR = {"Authorization": "Bearer demo-operator-key"}
 OPERATOR_NAME = DEMO_KEYS["demo-operator-key"].principal
 KEYS_BY_TIER = {k.tier: {"Authorization": f"Bearer {key}"} for key, k in DEMO_KEYS.items() if k.tier}
 STABLE, CANARY, FLAKY = "0.1.0", "0.2.0", "0.3.0"
-SERVICES = (
-    "key_service",
-    "timer_service",
-    "deadletter_service",
-    "audit_projector",
-    "approval_gate",
-    "invoice_agent",
-    "budget_agent",
-    "payment_agent",
-    "rollout_service",
-    "outcome_analytics",
-    "gateway",
-)
+RESEARCH = {"report_agent", "source_fetcher", "notifier"}
+SERVICES = (*(s for s in DEV_SERVICES if s not in RESEARCH), "outcome_analytics")
+"""The procurement workflow's services, the rollout service and outcome analytics."""
 TERMINAL = {"completed", "rejected", "failed", "compensated", "timed_out", "cancelled"}
 PO = {
     "po_number": "PO-ROLL",
@@ -206,9 +197,14 @@ async def rollouts(
             # The release in the service's own group plays the one before invoice.validated
             # v3: it still publishes v2, which every consumer reads beside v3 (upcast).
             "invoice_agent": {"CHORUS_VALIDATED_VERSION": "2"},
+            # (Each release inherits the service's settings; the new ones publish v3.)
+            release_proc("invoice_agent", CANARY): {"CHORUS_VALIDATED_VERSION": "3"},
             # The release under trial in the rollback test talks to a new model that cannot
             # read three documents in ten.
-            release_proc("invoice_agent", FLAKY): {"CHORUS_LLM_MODEL": "flaky-30"},
+            release_proc("invoice_agent", FLAKY): {
+                "CHORUS_LLM_MODEL": "flaky-30",
+                "CHORUS_VALIDATED_VERSION": "3",
+            },
         },
     )
     try:

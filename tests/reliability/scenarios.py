@@ -191,9 +191,10 @@ CANARY = "0.2.0"
 
 async def rollout_under_sigkills(ctx: Ctx) -> None:
     """A second release of the invoice agent takes half of the new workflows; both releases
-    are SIGKILLed at their fault points while workflows flow, and the canary is promoted
-    in the middle. Besides the reconciler's checks: every event of the invoice agent was
-    handled by exactly one release (its inboxes), the one its workflow is pinned to."""
+    are SIGKILLed at their fault points while workflows flow, the canary is promoted, and
+    killed again while it takes every new workflow and the old one drains. Besides the
+    reconciler's checks: every event of the invoice agent was handled by exactly one
+    release (its inboxes), the one its workflow is pinned to."""
     dep = ctx.dep
     canary = await dep.add_release("invoice_agent", CANARY)
     stable = (await dep.health("invoice_agent"))["version"]
@@ -208,9 +209,8 @@ async def rollout_under_sigkills(ctx: Ctx) -> None:
         initial=6,
     )(ctx)
     await _rollout(dep, "promote", {"reason": "the reliability run promotes mid-flight"})
-    await sigkill([(canary, "after_inbox_insert", 3), ("invoice_agent", "mid_external_call", 1)], initial=4)(
-        ctx
-    )
+    # Promoted, the old release takes no new workflow (it drains): the new one is killed.
+    await sigkill([(canary, "after_inbox_insert", 3), (canary, "mid_external_call", 1)], initial=4)(ctx)
     await _one_release_each(ctx, stable)
 
 
