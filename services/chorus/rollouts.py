@@ -35,6 +35,10 @@ from chorus_contracts.rollouts import RolloutChanged
 log = logging.getLogger("chorus.rollouts")
 
 ROLLOUT_WORKFLOW_TYPE = "rollout"
+MAIN_RELEASE = "main"
+"""How pins and policies name the release in the service's own consumer group (the
+deployment without CHORUS_RELEASE), whatever version it runs: a rolling upgrade of it is
+the same release, so its workflows stay its own."""
 
 
 def rollout_workflow_id(service: str) -> str:

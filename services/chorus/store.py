@@ -565,6 +565,13 @@ class ServiceStore:
             raise ConflictError(f"workflow {workflow_id} changed concurrently")
         return int(revision)
 
+    async def release_of(self, conn: asyncpg.Connection, workflow_id: str) -> str | None:
+        """The release a workflow's checkpoint row is pinned to (None: no row, or unpinned)."""
+        owner = await conn.fetchval(
+            f"SELECT release FROM {self.schema}.state WHERE workflow_id = $1", workflow_id
+        )
+        return str(owner) if owner is not None else None
+
     async def claim_release(
         self,
         conn: asyncpg.Connection,

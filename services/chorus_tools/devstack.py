@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 
+from chorus.rollouts import MAIN_RELEASE
 from chorus.settings import LOCAL_DATABASE_URL
 from chorus_contracts.envelope import RELEASE_PATTERN
 from chorus_tools.access import local_password
@@ -466,7 +467,7 @@ def parse_releases(values: list[str]) -> dict[str, tuple[str, ...]]:
     releases: dict[str, tuple[str, ...]] = {}
     for value in values:
         service, _, release = value.partition("@")
-        if service not in SERVICES or not re.fullmatch(RELEASE_PATTERN, release):
+        if service not in SERVICES or not re.fullmatch(RELEASE_PATTERN, release) or release == MAIN_RELEASE:
             raise ValueError(f"{value!r}: expected SERVICE@RELEASE, a service of {', '.join(SERVICES)}")
         releases[service] = (*releases.get(service, ()), release)
     return releases

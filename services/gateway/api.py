@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import json
 import logging
 import math
 import uuid
@@ -206,6 +207,7 @@ def _submit_routes(app: FastAPI, rt: RuntimeHandle, settings: Settings, base_url
                     now=now,
                     priority=body.priority,
                     traceparent=started.traceparent,
+                    pins=json.dumps(started.pins) if started.pins else None,
                 )
                 if inserted:
                     tx.publish_messages(messages)
@@ -730,6 +732,7 @@ def _in_workflow(
         now=now,
         idempotency_key=idempotency_key,
         correlation_id=workflow_id,
+        pins=json.loads(submission.pins) if submission is not None and submission.pins else None,
         traceparent=trace.child().traceparent if trace else None,
         priority=priority,
     )

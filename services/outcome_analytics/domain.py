@@ -103,7 +103,8 @@ class _Workflow:
     """Service -> the release the workflow was pinned to when it started."""
     outcome: str | None = None
     escalated: bool = False
-    dead_lettered: Counter[str] = field(default_factory=Counter)
+    dead_lettered: dict[str, Counter[str]] = field(default_factory=dict)
+    """Dead letters by the service that wrote them, by category."""
 
 
 @dataclass(frozen=True)
@@ -266,7 +267,8 @@ class OutcomeView:
             else (None if sealed else _key_text(payload.original.key_b64))
         )
         if workflow_id:
-            self._workflows.setdefault(workflow_id, _Workflow()).dead_lettered[category] += 1
+            letters = self._workflows.setdefault(workflow_id, _Workflow()).dead_lettered
+            letters.setdefault(payload.service, Counter())[category] += 1
         workflow_type = self._types.get(workflow_id) if workflow_id else None
         if workflow_type is None:
             workflow_type = UNKNOWN_TYPE
@@ -341,8 +343,8 @@ def release_row(key: tuple[str, str, str], workflows: list[_Workflow]) -> dict[s
     service, release, workflow_type = key
     ended = Counter(w.outcome for w in workflows if w.outcome is not None)
     dead: Counter[str] = Counter()
-    for workflow in workflows:
-        dead.update(workflow.dead_lettered)
+    for workflow in workflows:  # a release answers for its own service's dead letters only
+        dead.update(workflow.dead_lettered.get(service, Counter()))
     durations = sorted(
         (w.ended_at - w.started_at).total_seconds()
         for w in workflows

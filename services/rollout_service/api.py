@@ -44,7 +44,7 @@ class StartBody(BaseModel):
     canary: Release = Field(description="the release to try (its CHORUS_RELEASE)")
     percent: float = Field(ge=0, le=100, description="share of new workflows it takes")
     stable: Release | None = Field(
-        default=None, description="the release serving today; default: the last rollout's stable"
+        default=None, description="the release serving today; default: the last rollout's stable, or main"
     )
     workflow_types: list[Name] = Field(default_factory=list, max_length=MAX_TYPES)
     auto_rollback: AutoRollback | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from chorus.rollouts import MAIN_RELEASE
 from chorus_contracts.rollouts import AutoRollback, RolloutAction, RolloutChanged
 
 FAILING_CATEGORIES = frozenset({"persistent", "semantic", "unexpected"})
@@ -75,13 +76,13 @@ def _start(service: str, current: RolloutChanged | None, change: Change) -> Roll
             f"{service} already has canary {current.canary} at {current.percent:g}%: "
             "promote it or roll it back first",
         )
-    stable = change.stable or (current.stable if current is not None else None)
-    if stable is None:
+    if current is None and change.stable not in (None, MAIN_RELEASE):
+        # Before its first policy, every release decides that unpinned work is the main
+        # release's; a first policy naming another stable would disagree for a moment.
         raise ChangeRefused(
-            422,
-            "the release that serves the service today is needed (its version in `chorus status`)",
-            "/stable",
+            422, f"a service's first rollout starts from its main release ({MAIN_RELEASE})", "/stable"
         )
+    stable = change.stable or (current.stable if current is not None else MAIN_RELEASE)
     if change.canary is None:
         raise ChangeRefused(422, "the release to try is needed", "/canary")
     if change.canary == stable:

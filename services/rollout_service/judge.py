@@ -39,7 +39,10 @@ async def judge_canaries(rt: RuntimeHandle) -> None:
             verdicts = []
             for policy in running:
                 assert policy.canary is not None
-                found = await repo.outcomes(conn, policy.service, [policy.stable, policy.canary])
+                since = await repo.rollout_started(conn, policy.service)
+                if since is None:
+                    continue
+                found = await repo.outcomes(conn, policy, since)
                 verdicts.append((policy, judge(policy, found[policy.stable], found[policy.canary])))
         for policy, why in verdicts:
             if why is None:

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from chorus.apikeys import DEMO_KEYS
+from chorus.rollouts import MAIN_RELEASE
 from chorus_tools.devstack import SERVICES as DEV_SERVICES
 from chorus_tools.devstack import DevStack, release_proc
 from tests.support.database import create_database, drop_database
@@ -33,7 +34,11 @@ SUBMITTER = {"Authorization": "Bearer demo-submitter-key"}
 OPERATOR = {"Authorization": "Bearer demo-operator-key"}
 OPERATOR_NAME = DEMO_KEYS["demo-operator-key"].principal
 KEYS_BY_TIER = {k.tier: {"Authorization": f"Bearer {key}"} for key, k in DEMO_KEYS.items() if k.tier}
-STABLE, CANARY, FLAKY = "0.1.0", "0.2.0", "0.3.0"
+STABLE, CANARY, FLAKY = MAIN_RELEASE, "0.2.0", "0.3.0"
+"""The release in the service's own group (it runs the service's version, 0.1.0), and two
+named ones."""
+VERSION_OF = {STABLE: "0.1.0", CANARY: CANARY, FLAKY: FLAKY}
+"""What the audit log names as the producer version of each release's steps."""
 RESEARCH = {"report_agent", "source_fetcher", "notifier"}
 SERVICES = (*(s for s in DEV_SERVICES if s not in RESEARCH), "outcome_analytics")
 """The procurement workflow's services, the rollout service and outcome analytics."""
@@ -257,7 +262,7 @@ async def test_a_canary_takes_its_share_and_after_promotion_everything_each_work
     # old one v2, side by side; the budget agent read both (every workflow completed).
     for workflow_id, body in ended.items():
         versions = {e["producer_version"] for e in body["timeline"] if e["producer"] == "invoice_agent"}
-        assert versions == {pins[workflow_id]}, (workflow_id, versions)
+        assert versions == {VERSION_OF[pins[workflow_id]]}, (workflow_id, versions)
         [validated] = [e for e in body["timeline"] if e["event_type"] == "invoice.validated"]
         assert validated["schema_version"] == (2 if pins[workflow_id] == STABLE else 3)
         if validated["schema_version"] == 3:
@@ -356,7 +361,7 @@ async def test_a_canary_failing_a_third_of_its_workflows_is_rolled_back_by_the_r
     assert reviewed and reviewed < on_canary  # only the canary failed, and not always
     for workflow_id, body in ended.items():
         versions = {e["producer_version"] for e in body["timeline"] if e["producer"] == "invoice_agent"}
-        assert versions == {pins[workflow_id]}, (workflow_id, versions)  # after the rollback too
+        assert versions == {VERSION_OF[pins[workflow_id]]}, (workflow_id, versions)  # after the rollback too
 
     # New workflows go to stable again, and complete there.
     await rollouts.followed(status["policy"]["revision"])

@@ -16,7 +16,7 @@ import asyncpg
 import pytest
 
 from chorus.envelopes import start_envelope
-from chorus.rollouts import ROLLOUT_WORKFLOW_TYPE, rollout_workflow_id
+from chorus.rollouts import MAIN_RELEASE, ROLLOUT_WORKFLOW_TYPE, rollout_workflow_id
 from chorus.runtime.runner import ServiceRunner, ServiceSettings, running
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.rollouts import RolloutChanged
@@ -28,7 +28,7 @@ from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
-UNNAMED = "0.1.0"  # the test service's version: the release in the service's own group
+UNNAMED = MAIN_RELEASE  # the release in the service's own group
 NEW = "0.2.0"
 
 

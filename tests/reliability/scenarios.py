@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from chorus.rollouts import MAIN_RELEASE
 from chorus_tools.devstack import SERVICES
 from tests.reliability import injectors
 from tests.reliability.deployment import Deployment, DeploymentConfig, FaultLog
@@ -197,7 +198,7 @@ async def rollout_under_sigkills(ctx: Ctx) -> None:
     release (its inboxes), the one its workflow is pinned to."""
     dep = ctx.dep
     canary = await dep.add_release("invoice_agent", CANARY)
-    stable = (await dep.health("invoice_agent"))["version"]
+    stable = MAIN_RELEASE  # the release in the service's own group
     await _rollout(dep, "start", {"stable": stable, "canary": CANARY, "percent": 50})
     await sigkill(
         [

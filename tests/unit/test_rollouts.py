@@ -14,7 +14,6 @@ from chorus.runtime.pinning import Pinning, Verdict
 from chorus.runtime.report import ReleaseWindow, quantile
 from chorus.store import StateRow
 from chorus.testing import make_event
-from chorus_contracts.envelope import ProducerRef
 from chorus_contracts.rollouts import AutoRollback, RolloutChanged
 from rollout_service.domain import Change, ChangeRefused, Outcomes, apply_change, judge
 from sandbox.model import NOT_JSON, flaky_answer
@@ -109,10 +108,8 @@ def test_who_owns_an_event(
 
 
 def test_a_rollout_starts_shifts_and_promotes() -> None:
-    started = apply_change(
-        "invoice_agent", None, Change("start", "ops", stable="1.0", canary="2.0", percent=10)
-    )
-    assert (started.revision, started.status, started.percent) == (1, "canary", 10)
+    started = apply_change("invoice_agent", None, Change("start", "ops", canary="2.0", percent=10))
+    assert (started.revision, started.status, started.percent, started.stable) == (1, "canary", 10, "main")
     shifted = apply_change("invoice_agent", started, Change("set", "ops", percent=50, reason="fine so far"))
     assert (shifted.revision, shifted.percent, shifted.reason) == (2, 50, "fine so far")
     promoted = apply_change("invoice_agent", shifted, Change("promote", "ops"))
@@ -132,9 +129,10 @@ def test_a_rollout_starts_shifts_and_promotes() -> None:
 @pytest.mark.parametrize(
     ("current", "change", "status", "pointer"),
     [
-        (None, Change("start", "ops", canary="2.0", percent=10), 422, "/stable"),
-        (None, Change("start", "ops", stable="1.0", percent=10), 422, "/canary"),
-        (None, Change("start", "ops", stable="1.0", canary="1.0", percent=10), 422, "/canary"),
+        # A first rollout starts from the main release (the owner of unpinned work before).
+        (None, Change("start", "ops", stable="1.0", canary="2.0", percent=10), 422, "/stable"),
+        (None, Change("start", "ops", percent=10), 422, "/canary"),
+        (None, Change("start", "ops", canary="main", percent=10), 422, "/canary"),
         (None, Change("promote", "ops"), 404, None),
         (canary(), Change("start", "ops", canary="3.0", percent=10), 409, None),
         (canary(status="promoted"), Change("set", "ops", percent=10), 409, None),
@@ -171,19 +169,12 @@ def test_a_release_window_reports_its_steps_and_their_quantiles() -> None:
     for ms in range(1, 101):
         window.step(ms / 1000)
     window.skipped()
-    report = window.report(
-        ProducerRef(service="invoice_agent", version="2.0"), "invoice_agent.2.0", "pod-1", NOW
-    )
+    report = window.report("invoice_agent", "2.0", "invoice_agent.2.0", "pod-1", NOW)
     assert (report.steps, report.not_mine, report.release) == (100, 1, "2.0")
     assert report.p50_ms == pytest.approx(50.5) and report.p99_ms == pytest.approx(99.01)
     assert quantile([1.0], 0.99) == 1.0
-    assert (
-        ReleaseWindow(NOW).idle
-        and ReleaseWindow(NOW)
-        .report(ProducerRef(service="s", version="1"), "s", "i", NOW + timedelta(seconds=30))
-        .p50_ms
-        is None
-    )
+    assert ReleaseWindow(NOW).idle
+    assert ReleaseWindow(NOW).report("s", "main", "s", "i", NOW + timedelta(seconds=30)).p50_ms is None
 
 
 def test_the_flaky_sandbox_model_fails_the_same_documents_whatever_the_feedback() -> None:

@@ -100,6 +100,8 @@ class StepCommitter:
     """Outbox rows were committed (the relay reads them)."""
     on_committed: Callable[[list[OutboxRow]], None]
     """A step's outbox rows were committed: here they are, to publish from memory."""
+    release: str | None = None
+    """The release a workflow's first checkpoint is pinned to (chorus.runtime.pinning)."""
     _commits: Coalescer[StepWrite, list[OutboxRow]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -148,7 +150,7 @@ class StepCommitter:
                 parked_on=frame.parked_on,
                 subject_ref=env.subject_ref,
                 now=self.clock.now(),
-                release=self.messages.producer.version,
+                release=self.release,
             )
         frame.state = body
         frame.checkpoints += 1
@@ -299,7 +301,7 @@ class StepCommitter:
             messages=messages,
             parked_id=handled.parked_id,
             ended=ended,
-            release=self.messages.producer.version,
+            release=self.release,
         )
 
     def _ends(self, handled: Handled, result: Succeeded) -> str | None:

@@ -40,7 +40,7 @@ from chorus.logs import fields, log_context, personal_scope
 from chorus.metrics import Metrics
 from chorus.outbox import OutboxWriter
 from chorus.registry import Registry
-from chorus.rollouts import RolloutView
+from chorus.rollouts import MAIN_RELEASE, RolloutView
 from chorus.runtime import hoptrace
 from chorus.runtime.coalesce import Coalescer
 from chorus.runtime.commit import GuardTrippedError, StepCommitter
@@ -105,10 +105,11 @@ class Pipeline:
     handled (chorus.runtime.pinning). None: every workflow (a single release)."""
 
     def __post_init__(self) -> None:
-        label = self.release or self.spec.version
-        self.producer = ProducerRef(service=self.spec.name, version=label)
+        self.producer = ProducerRef(service=self.spec.name, version=self.release or self.spec.version)
+        self.identity = self.release or MAIN_RELEASE
+        """What pins and checkpoint rows call this release."""
         self.pinning = (
-            Pinning(self.spec.name, label, named=bool(self.release), view=self.rollouts)
+            Pinning(self.spec.name, self.identity, named=bool(self.release), view=self.rollouts)
             if self.rollouts is not None
             else None
         )
@@ -125,6 +126,7 @@ class Pipeline:
             ),
             on_outbox=self.on_outbox,
             on_committed=self.on_committed,
+            release=self.identity if self.pinning is not None else None,
             **parts,
         )
         self.call = HandlerCall(
@@ -460,7 +462,14 @@ class Pipeline:
         log.info("workflow is waiting on an earlier event; parked this one")
 
     async def drain(self, workflow_id: str) -> None:
-        """Process, in arrival order, records that waited while the workflow was parked."""
+        """Process, in arrival order, records that waited while the workflow was parked.
+        Only the release the workflow is pinned to drains it (the parked table is the
+        service's, shared by its releases; another's housekeeping must not touch them)."""
+        if self.pinning is not None:
+            async with self.pool.acquire() as conn:
+                owner = await self.store.release_of(conn, workflow_id)
+            if not self.pinning.owns(owner):
+                return
         while True:
             async with self.pool.acquire() as conn:
                 row = await self.store.next_parked(conn, workflow_id)

@@ -54,11 +54,11 @@ class ReleaseWindow:
     def idle(self) -> bool:
         return not self.steps and not self.not_mine
 
-    def report(self, producer: ProducerRef, group: str, instance: str, end: datetime) -> ReleaseReported:
+    def report(self, service: str, release: str, group: str, instance: str, end: datetime) -> ReleaseReported:
         ordered = sorted(self._samples)
         return ReleaseReported(
-            service=producer.service,
-            release=producer.version,
+            service=service,
+            release=release,
             consumer_group=group,
             instance=instance,
             window_start=self.start,

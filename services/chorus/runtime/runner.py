@@ -24,7 +24,7 @@ from typing import Any
 import asyncpg
 import httpx
 from aiokafka.errors import KafkaConnectionError, UnknownTopicOrPartitionError
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from chorus import breaker
@@ -40,7 +40,7 @@ from chorus.logs import fields, setup_logging
 from chorus.metrics import Metrics
 from chorus.outbox import OutboxWriter, outbox_message
 from chorus.registry import RUNTIME_PRODUCER, Registry, load_registry
-from chorus.rollouts import RolloutFollower, RolloutView
+from chorus.rollouts import MAIN_RELEASE, RolloutFollower, RolloutView
 from chorus.runtime.consumer import KafkaEdge
 from chorus.runtime.datarequests import REQUESTS
 from chorus.runtime.dispatch import Dispatcher
@@ -82,6 +82,16 @@ class ServiceSettings(ChorusSettings):
     its own consumer group, only the workflows pinned to it, this label as the producer
     version. Empty: the service's version, in the service's group, owning whatever no
     rollout pins elsewhere."""
+
+    @field_validator("release")
+    @classmethod
+    def _not_main(cls, value: str) -> str:
+        if value == MAIN_RELEASE:
+            raise ValueError(
+                f"{MAIN_RELEASE!r} names the release without CHORUS_RELEASE; choose another label"
+            )
+        return value
+
     release_report_s: float = Field(default=30.0, gt=0)
     """How often each replica reports its steps and their latency (release.reported)."""
     instance: str = ""
@@ -486,7 +496,7 @@ class ServiceRunner:
             watched = self.settings.release or self.rollouts.policy(self.spec.name) is not None
             if window.idle and not watched:
                 return
-            body = window.report(pipeline.producer, self.group, instance, now)
+            body = window.report(self.spec.name, pipeline.identity, self.group, instance, now)
             async with pool.acquire() as conn, outbox.transaction(conn) as tx:
                 await tx.publish(report_envelope(body, pipeline.producer, now))
 
@@ -523,6 +533,7 @@ class ServiceRunner:
             "stuck_records": stuck,
             "service": self.spec.name,
             "version": self.release,
+            "release": self.pipeline.identity if self.pipeline else None,
             "group": self.group,
             "rollouts": {p.service: p.revision for p in self.rollouts.policies()},
             "assigned_partitions": len(self.edge.assignment) if self.edge else 0,

@@ -81,7 +81,7 @@ def start_command(
     percent: Percent,
     stable: Annotated[
         str | None,
-        typer.Option("--stable", help="The release serving today (default: the last rollout's stable)."),
+        typer.Option("--stable", help="The release serving today (default: the last stable, or main)."),
     ] = None,
     workflow_type: Annotated[
         list[str] | None, typer.Option("--workflow-type", help="Only workflows of this type (repeatable).")

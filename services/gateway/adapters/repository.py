@@ -59,6 +59,11 @@ MIGRATIONS = [
         "decisions_by_workflow",
         ("CREATE INDEX IF NOT EXISTS decisions_by_workflow ON gateway.decisions (workflow_id)",),
     ),
+    # The releases the workflow is pinned to (versioned rollouts): a person's decision or
+    # cancel joins the workflow with them, so no service takes it to another release.
+    migrations.Migration(
+        4, "submission_pins", ("ALTER TABLE gateway.submissions ADD COLUMN IF NOT EXISTS pins jsonb",)
+    ),
 ]
 
 
@@ -94,9 +99,13 @@ class SubmissionRow:
     submitter: str
     priority: str = "normal"
     traceparent: str | None = None
+    pins: str | None = None
+    """JSON of the workflow's pins (service -> release), when it has any."""
 
 
-_COLUMNS = "workflow_id, workflow_type, request_hash, accepted_at, submitter, priority, traceparent"
+_COLUMNS = (
+    "workflow_id, workflow_type, request_hash, accepted_at, submitter, priority, traceparent, pins::text"
+)
 
 
 async def find_by_key(conn: asyncpg.Connection, submitter: str, key: str) -> SubmissionRow | None:
@@ -129,12 +138,13 @@ async def insert_submission(
     now: datetime,
     priority: str,
     traceparent: str,
+    pins: str | None = None,
 ) -> bool:
     """False when a concurrent request with the same key won."""
     inserted = await conn.fetchval(
         """INSERT INTO gateway.submissions (workflow_id, workflow_type, submitter, idempotency_key,
-               request_hash, callback_url, accepted_at, priority, traceparent)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+               request_hash, callback_url, accepted_at, priority, traceparent, pins)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb)
            ON CONFLICT DO NOTHING RETURNING 1""",
         workflow_id,
         workflow_type,
@@ -145,6 +155,7 @@ async def insert_submission(
         now,
         priority,
         traceparent,
+        pins,
     )
     return inserted is not None
 

@@ -240,8 +240,19 @@ class RecordReport:
 _FAILING = sorted(FAILING_CATEGORIES)
 
 
-async def outcomes(conn: asyncpg.Connection, service: str, releases: Sequence[str]) -> dict[str, Outcomes]:
-    """Workflows per release and how many of them failed so far, for the rollback rule."""
+async def rollout_started(conn: asyncpg.Connection, service: str) -> datetime | None:
+    """When the service's current rollout started (its latest ``start``)."""
+    at: datetime | None = await conn.fetchval(
+        f"SELECT max(at) FROM {SCHEMA}.changes WHERE service = $1 AND action = 'start'", service
+    )
+    return at
+
+
+async def outcomes(conn: asyncpg.Connection, policy: RolloutChanged, since: datetime) -> dict[str, Outcomes]:
+    """For the rollback rule: the workflows stable and canary took since the rollout started
+    (of its workflow types, when it names some), and how many of them failed so far. A
+    failure counts against the release its workflow is pinned to at that service."""
+    releases = [r for r in (policy.stable, policy.canary) if r is not None]
     rows = await conn.fetch(
         f"""SELECT a.release, count(*) AS workflows,
                    count(*) FILTER (WHERE f.failing) AS failed,
@@ -249,14 +260,16 @@ async def outcomes(conn: asyncpg.Connection, service: str, releases: Sequence[st
             FROM {SCHEMA}.assignments a
             LEFT JOIN LATERAL (
               SELECT bool_or(x.category = ANY($3::text[])) AS failing, bool_or(x.dead_letter) AS dead
-              FROM {SCHEMA}.failures x
-              WHERE x.workflow_id = a.workflow_id AND x.service = a.service AND x.release = a.release
+              FROM {SCHEMA}.failures x WHERE x.workflow_id = a.workflow_id AND x.service = a.service
             ) f ON true
-            WHERE a.service = $1 AND a.release = ANY($2::text[])
+            WHERE a.service = $1 AND a.release = ANY($2::text[]) AND a.started_at >= $4
+              AND (cardinality($5::text[]) = 0 OR a.workflow_type = ANY($5::text[]))
             GROUP BY a.release""",
-        service,
-        list(releases),
+        policy.service,
+        releases,
         _FAILING,
+        since,
+        list(policy.workflow_types),
     )
     found = {
         r["release"]: Outcomes(r["release"], r["workflows"], r["failed"], r["dead_lettered"]) for r in rows
@@ -299,9 +312,11 @@ async def release_status(
         s = of(r["release"])
         s.workflows, s.in_flight, s.ended = r["workflows"], r["in_flight"], r["ended"]
         s.completed, s.failed, s.dead_lettered = r["completed"], r["failed"], r["dead_lettered"]
+    # Failures by the release their workflow is pinned to, as the rule counts them.
     for r in await conn.fetch(
-        f"""SELECT release, category, count(*) AS n FROM {SCHEMA}.failures
-            WHERE service = $1 GROUP BY release, category""",
+        f"""SELECT a.release, x.category, count(*) AS n FROM {SCHEMA}.failures x
+            JOIN {SCHEMA}.assignments a ON a.workflow_id = x.workflow_id AND a.service = x.service
+            WHERE x.service = $1 GROUP BY a.release, x.category""",
         service,
     ):
         of(r["release"]).failures[r["category"]] = r["n"]
