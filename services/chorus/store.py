@@ -565,13 +565,6 @@ class ServiceStore:
             raise ConflictError(f"workflow {workflow_id} changed concurrently")
         return int(revision)
 
-    async def release_of(self, conn: asyncpg.Connection, workflow_id: str) -> str | None:
-        """The release a workflow's checkpoint row is pinned to (None: no row, or unpinned)."""
-        owner = await conn.fetchval(
-            f"SELECT release FROM {self.schema}.state WHERE workflow_id = $1", workflow_id
-        )
-        return str(owner) if owner is not None else None
-
     async def claim_release(
         self,
         conn: asyncpg.Connection,
@@ -811,13 +804,21 @@ class ServiceStore:
     async def unpark(self, conn: asyncpg.Connection, parked_id: int) -> None:
         await conn.execute(f"DELETE FROM {self.schema}.parked WHERE id = $1", parked_id)
 
-    async def workflows_to_drain(self, conn: asyncpg.Connection, limit: int = 100) -> list[str]:
-        """Workflows with parked records but nothing to wait on (a crash interrupted a drain)."""
+    async def workflows_to_drain(
+        self, conn: asyncpg.Connection, limit: int = 100, *, release: str | None = None, main: bool = True
+    ) -> list[str]:
+        """Workflows with parked records but nothing to wait on (a crash interrupted a drain).
+        With ``release``, only those pinned to it (``main``: and those pinned to none): the
+        parked table is the service's, shared by its releases, and only the owner drains."""
         rows = await conn.fetch(
             f"""SELECT DISTINCT p.workflow_id FROM {self.schema}.parked p
                 LEFT JOIN {self.schema}.state s ON s.workflow_id = p.workflow_id
-                WHERE s.parked_on IS NULL LIMIT $1""",
+                WHERE s.parked_on IS NULL
+                  AND ($2::text IS NULL OR s.release = $2 OR (s.release IS NULL AND $3))
+                LIMIT $1""",
             limit,
+            release,
+            main,
         )
         return [r["workflow_id"] for r in rows]
 

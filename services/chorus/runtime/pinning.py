@@ -50,11 +50,6 @@ class Pinning:
     is pinned to it. The unnamed deployment also owns what nothing pins anywhere."""
     view: RolloutView
 
-    def owns(self, row_release: str | None) -> bool:
-        """Whether a checkpoint row pinned to ``row_release`` is this release's (a row from
-        before pinning, None, is the main release's)."""
-        return row_release == self.release if row_release is not None else not self.named
-
     def decide(self, envelope: Envelope, row: StateRow | None) -> Decision:
         owner = row.release if row is not None else None
         if owner is None and envelope.pins is not None:

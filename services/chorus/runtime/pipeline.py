@@ -98,8 +98,8 @@ class Pipeline:
     """Seals the personal data of what the service publishes, opens it for handlers that
     declare they read it (chorus.crypto)."""
     release: str = ""
-    """This deployment's release label (``CHORUS_RELEASE``); empty: the service's version,
-    in the service's own consumer group."""
+    """This deployment's release label (``CHORUS_RELEASE``); empty: the main release, in the
+    service's own consumer group (producer version: the service's version)."""
     rollouts: RolloutView | None = None
     """The rollout policies; with them, only the workflows pinned to this release are
     handled (chorus.runtime.pinning). None: every workflow (a single release)."""
@@ -463,13 +463,8 @@ class Pipeline:
 
     async def drain(self, workflow_id: str) -> None:
         """Process, in arrival order, records that waited while the workflow was parked.
-        Only the release the workflow is pinned to drains it (the parked table is the
-        service's, shared by its releases; another's housekeeping must not touch them)."""
-        if self.pinning is not None:
-            async with self.pool.acquire() as conn:
-                owner = await self.store.release_of(conn, workflow_id)
-            if not self.pinning.owns(owner):
-                return
+        Called by the release the workflow is pinned to only: after its own step, on its own
+        discard, or from its housekeeping (``store.workflows_to_drain`` by release)."""
         while True:
             async with self.pool.acquire() as conn:
                 row = await self.store.next_parked(conn, workflow_id)

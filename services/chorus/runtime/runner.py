@@ -472,7 +472,9 @@ class ServiceRunner:
             async with pool.acquire() as conn:
                 self.outbox_backlog = await self.store.outbox_backlog(conn)
                 self.metrics.outbox_backlog.set(self.outbox_backlog)
-                stranded = await self.store.workflows_to_drain(conn)
+                stranded = await self.store.workflows_to_drain(
+                    conn, release=pipeline.identity, main=not self.settings.release
+                )
                 await self.store.purge_dispatched(conn, now - timedelta(seconds=self.settings.outbox_keep_s))
                 if now >= next_purge:
                     next_purge = now + timedelta(seconds=self.settings.purge_interval_s)
