@@ -41,6 +41,11 @@ deployment without CHORUS_RELEASE), whatever version it runs: a rolling upgrade 
 the same release, so its workflows stay its own."""
 
 
+def release_group(group: str, release: str) -> str:
+    """The consumer group a release of a service reads in (``group``: the service's own)."""
+    return group if release == MAIN_RELEASE else f"{group}.{release}"
+
+
 def rollout_workflow_id(service: str) -> str:
     """The workflow id (so the record key) of a service's policy records: compaction keeps
     the latest per service."""

@@ -53,6 +53,12 @@ class InboxOutcome(StrEnum):
     recorded, never handled here."""
 
 
+HANDED_OVER = ", ".join(f"'{o}'" for o in (InboxOutcome.DONE, InboxOutcome.REVIEW, InboxOutcome.DROPPED))
+"""Outcomes of the release a workflow was moved from that its new owner must not repeat:
+it took the step. (A retry or a dead letter of it there did not: the new owner takes the
+event, and that release's retry or redrive finds the workflow no longer its own.)"""
+
+
 @dataclass(frozen=True)
 class OutboxMessage:
     topic: str
@@ -103,6 +109,20 @@ class StateRow:
     workflow.ended); later events for it are dropped."""
     release: str | None = None
     """The release of this service the workflow is pinned to (chorus.runtime.pinning)."""
+    repinned_from: tuple[str, ...] = ()
+    """The consumer groups of the releases that owned the workflow before an operator moved
+    it (chorus.runtime.repin), oldest first."""
+
+
+@dataclass(frozen=True)
+class PinRow:
+    """What a move to another release looks at in the checkpoint row."""
+
+    release: str | None
+    revision: int
+    ended: str | None
+    parked_on: uuid.UUID | None
+    has_parked: bool
 
 
 @dataclass(frozen=True)
@@ -110,6 +130,8 @@ class Loaded:
     inbox: InboxRow | None
     state: StateRow | None
     has_parked: bool
+    handled_before: bool = False
+    """A release the workflow was moved from took this event before the move."""
 
 
 @dataclass(frozen=True)
@@ -312,7 +334,12 @@ class ServiceStore:
         release = Migration(
             4, "state_release", (f"ALTER TABLE {s}.state ADD COLUMN IF NOT EXISTS release text",)
         )
-        return [*baseline(self.ddl()), archive, ended, release]
+        repinned = Migration(
+            5,
+            "state_repinned_from",
+            (f"ALTER TABLE {s}.state ADD COLUMN IF NOT EXISTS repinned_from text[]",),
+        )
+        return [*baseline(self.ddl()), archive, ended, release, repinned]
 
     # -- erasure and retention (asked for by the audit projector; see chorus.runtime.datarequests)
 
@@ -443,8 +470,12 @@ class ServiceStore:
         rows = await conn.fetch(
             f"""SELECT t.n, i.outcome, i.attempt,
                        st.state::text AS state, st.state_version, st.revision, st.parked_on, st.ended,
-                       st.release,
-                       EXISTS (SELECT 1 FROM {s}.parked p WHERE p.workflow_id = t.wf) AS has_parked
+                       st.release, st.repinned_from,
+                       EXISTS (SELECT 1 FROM {s}.parked p WHERE p.workflow_id = t.wf) AS has_parked,
+                       st.repinned_from IS NOT NULL AND EXISTS (
+                         SELECT 1 FROM {s}.inbox pi
+                         WHERE pi.event_id = t.eid AND pi.consumer_group = ANY(st.repinned_from)
+                           AND pi.outcome IN ({HANDED_OVER})) AS handled_before
                 FROM unnest($2::uuid[], $3::text[]) WITH ORDINALITY AS t(eid, wf, n)
                 LEFT JOIN {s}.inbox i ON i.consumer_group = $1 AND i.event_id = t.eid
                 LEFT JOIN {s}.state st ON st.workflow_id = t.wf
@@ -467,8 +498,9 @@ class ServiceStore:
                 row["parked_on"],
                 row["ended"],
                 row["release"],
+                tuple(row["repinned_from"] or ()),
             )
-        return Loaded(inbox, state, row["has_parked"])
+        return Loaded(inbox, state, row["has_parked"], bool(row["handled_before"]))
 
     # -- the handling transaction -----------------------------------------------------
 
@@ -600,6 +632,142 @@ class ServiceStore:
                 f"SELECT release FROM {self.schema}.state WHERE workflow_id = $1", workflow_id
             )
         return str(owner)
+
+    # -- moving a workflow to another release (chorus.runtime.repin) ---------------------
+
+    async def lock_pin(self, conn: asyncpg.Connection, workflow_id: str) -> None:
+        """Serialise, for one workflow, a move to another release with every release's
+        decision that an event of it is not theirs (until the transaction ends)."""
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"{self.schema}:{workflow_id}"
+        )
+
+    async def pin_of(
+        self, conn: asyncpg.Connection, workflow_id: str, *, lock: bool = False
+    ) -> PinRow | None:
+        """The workflow's pin; ``lock``: held until the transaction ends, so that no release
+        records an event of it as not its own meanwhile (see pass_event)."""
+        row = await conn.fetchrow(
+            f"""SELECT release, revision, ended, parked_on,
+                       EXISTS (SELECT 1 FROM {self.schema}.parked p WHERE p.workflow_id = $1) AS has_parked
+                FROM {self.schema}.state WHERE workflow_id = $1 {"FOR UPDATE" if lock else ""}""",
+            workflow_id,
+        )
+        if row is None:
+            return None
+        return PinRow(row["release"], row["revision"], row["ended"], row["parked_on"], row["has_parked"])
+
+    async def pass_event(
+        self,
+        conn: asyncpg.Connection,
+        *,
+        group: str,
+        event_id: uuid.UUID,
+        attempt: int,
+        event_type: str,
+        workflow_id: str,
+        pinned_to: str | None,
+        now: datetime,
+    ) -> bool:
+        """Record an event as another release's (``not_mine``); False when it was recorded
+        already, or (``pinned_to``) the row no longer names that release: the workflow was
+        moved meanwhile. The row's key-share lock waits for a move in progress (which holds
+        the row FOR UPDATE) and sees its result, so no event is passed on a pin a move has
+        just changed; the owner's own steps (no-key updates) do not wait for it."""
+        guard = (
+            f"""WITH pin AS (SELECT 1 FROM {self.schema}.state
+                             WHERE workflow_id = $6 AND release = $7 FOR KEY SHARE)"""
+            if pinned_to is not None
+            else "WITH pin AS (SELECT 1 WHERE $7::text IS NULL)"
+        )
+        row = await conn.fetchrow(
+            f"""{guard}
+                INSERT INTO {self.schema}.inbox AS i
+                  (consumer_group, event_id, attempt, outcome, event_type, workflow_id, processed_at)
+                SELECT $1, $2, $3, '{InboxOutcome.NOT_MINE}', $4, $6, $5 WHERE EXISTS (SELECT 1 FROM pin)
+                ON CONFLICT (consumer_group, event_id) DO UPDATE
+                  SET attempt = EXCLUDED.attempt, outcome = EXCLUDED.outcome,
+                      processed_at = EXCLUDED.processed_at
+                  WHERE i.outcome IN ('{InboxOutcome.RETRYING}', '{InboxOutcome.DEAD_LETTERED}')
+                    AND i.attempt < EXCLUDED.attempt
+                RETURNING 1""",
+            group,
+            event_id,
+            attempt,
+            event_type,
+            now,
+            workflow_id,
+            pinned_to,
+        )
+        return row is not None
+
+    async def inbox_outcome(self, conn: asyncpg.Connection, group: str, event_id: uuid.UUID) -> str | None:
+        outcome: str | None = await conn.fetchval(
+            f"SELECT outcome FROM {self.schema}.inbox WHERE consumer_group = $1 AND event_id = $2",
+            group,
+            event_id,
+        )
+        return outcome
+
+    async def pending_in(self, conn: asyncpg.Connection, group: str, workflow_id: str) -> int:
+        """Events of the workflow a retry or a drain of ``group`` will still take."""
+        return int(
+            await conn.fetchval(
+                f"""SELECT count(*) FROM {self.schema}.inbox
+                    WHERE workflow_id = $1 AND consumer_group = $2
+                      AND outcome IN ('{InboxOutcome.RETRYING}', '{InboxOutcome.PARKED}')""",
+                workflow_id,
+                group,
+            )
+        )
+
+    async def passed_unhandled(
+        self, conn: asyncpg.Connection, *, workflow_id: str, passer: str, owner: str
+    ) -> int:
+        """Events of the workflow that group ``passer`` recorded as not its own and group
+        ``owner`` has not taken yet: moved now, nobody would ever handle them."""
+        return int(
+            await conn.fetchval(
+                f"""SELECT count(*) FROM {self.schema}.inbox t
+                    WHERE t.workflow_id = $1 AND t.consumer_group = $2
+                      AND t.outcome = '{InboxOutcome.NOT_MINE}'
+                      AND NOT EXISTS (SELECT 1 FROM {self.schema}.inbox o
+                                      WHERE o.consumer_group = $3 AND o.event_id = t.event_id)""",
+                workflow_id,
+                passer,
+                owner,
+            )
+        )
+
+    async def move_pin(
+        self,
+        conn: asyncpg.Connection,
+        *,
+        workflow_id: str,
+        workflow_type: str,
+        release: str,
+        from_group: str,
+        state_version: int,
+        now: datetime,
+    ) -> None:
+        """Pin the workflow to ``release``, remembering ``from_group`` (whose inbox tells the
+        new owner what was taken before); the checkpoint's next revision, so a step the old
+        owner decided before the move cannot commit. Without a checkpoint yet: an empty one."""
+        await conn.execute(
+            f"""INSERT INTO {self.schema}.state AS st
+                  (workflow_id, workflow_type, state, state_version, revision, created_at,
+                   updated_at, release, repinned_from)
+                VALUES ($1, $2, NULL, $3, 0, $4, $4, $5, ARRAY[$6::text])
+                ON CONFLICT (workflow_id) DO UPDATE
+                  SET release = EXCLUDED.release, revision = st.revision + 1, updated_at = $4,
+                      repinned_from = array_append(coalesce(st.repinned_from, '{{}}'), $6::text)""",
+            workflow_id,
+            workflow_type,
+            state_version,
+            now,
+            release,
+            from_group,
+        )
 
     async def add_outbox(self, conn: asyncpg.Connection, messages: Sequence[OutboxMessage]) -> None:
         if not messages:

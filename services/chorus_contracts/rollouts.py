@@ -76,3 +76,35 @@ class ReleaseReported(EventModel):
     not_mine: int = Field(default=0, ge=0, le=1_000_000_000)
     p50_ms: float | None = Field(default=None, ge=0, description="step latency: read to committed")
     p99_ms: float | None = Field(default=None, ge=0)
+
+
+RepinOutcome = Literal["repinned", "unchanged", "refused"]
+
+
+@event("workflow.repin_requested", 1)
+class RepinRequested(EventModel):
+    """An operator moves one in-flight workflow of a service to another release (a canary
+    being removed before its workflows end). Addressed to the service's runtime: the release
+    that owns the workflow hands it over, or refuses and says why (``workflow.repin_answered``)."""
+
+    service: Name
+    to_release: Release
+    from_release: Release | None = Field(
+        default=None,
+        description="the release the workflow was pinned to when it started, as the rollout "
+        "service recorded it: the owner while the service holds no checkpoint of it yet",
+    )
+    requested_by: Name = Field(description="the operator's principal")
+    reason: Text
+
+
+@event("workflow.repin_answered", 1)
+class RepinAnswered(EventModel):
+    """The owning release's answer to a re-pin request (the request's event id names it)."""
+
+    service: Name
+    request_id: Name = Field(description="the event id of the workflow.repin_requested")
+    from_release: Release = Field(description="the release that owned the workflow and answered")
+    to_release: Release
+    outcome: RepinOutcome
+    reason: Text | None = Field(default=None, description="why it was refused")

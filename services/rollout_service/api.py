@@ -10,6 +10,10 @@ POST /v1/rollouts/{service}/set        {"percent", "reason"?}   shift the canary
 POST /v1/rollouts/{service}/promote    {"reason"?}   new workflows go to the canary release
 POST /v1/rollouts/{service}/rollback   {"reason"?}   new workflows go back to stable
 GET  /v1/rollouts/{service}/workflows?release=R   in-flight workflows pinned to R
+POST /v1/rollouts/{service}/workflows/{workflow_id}/repin   {"to", "reason"}   202: move an
+                                       in-flight workflow to another release (the owning
+                                       release answers; chorus.runtime.repin)
+GET  /v1/rollouts/{service}/repins[/{request_id}]   moves asked for, and their answers
 
 Reads for operators and auditors, changes for operators; the change's actor is the key's
 principal. A change that does not apply is a 409 (nothing running to promote) or a 422
@@ -18,10 +22,11 @@ naming the field; the service name is checked against the registry (404 otherwis
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from chorus.apikeys import ApiKey, role
@@ -31,7 +36,7 @@ from chorus_contracts.base import Comment, Name
 from chorus_contracts.envelope import Release
 from chorus_contracts.rollouts import MAX_TYPES, AutoRollback, RolloutAction
 from rollout_service.adapters import repository as repo
-from rollout_service.changes import make_change
+from rollout_service.changes import make_change, request_repin
 from rollout_service.domain import Change, ChangeRefused
 
 Reader = Annotated[ApiKey, Depends(role("operator", "auditor"))]
@@ -58,10 +63,31 @@ class SetBody(BaseModel):
     reason: Comment | None = None
 
 
+class RepinBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    to: Release = Field(description="the release to move the workflow to: the rollout's stable or canary")
+    reason: Comment = Field(description="why, for the audit of moves")
+
+
 class ReasonBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     reason: Comment | None = None
+
+
+WorkflowId = Annotated[str, Path(min_length=1, max_length=200)]
+
+
+def _refused(service: str, exc: ChangeRefused) -> Problem:
+    if exc.pointer is not None:
+        return Problem(
+            exc.status,
+            "Invalid request",
+            f"{exc.pointer}: {exc.message}",
+            errors=[{"pointer": exc.pointer, "message": exc.message}],
+        )
+    return Problem(exc.status, "Rollout change refused", exc.message, service=service)
 
 
 def routes(rt: RuntimeHandle) -> APIRouter:
@@ -77,14 +103,7 @@ def routes(rt: RuntimeHandle) -> APIRouter:
         try:
             changed = await make_change(rt, known(service), body)
         except ChangeRefused as exc:
-            if exc.pointer is not None:
-                raise Problem(
-                    exc.status,
-                    "Invalid request",
-                    f"{exc.pointer}: {exc.message}",
-                    errors=[{"pointer": exc.pointer, "message": exc.message}],
-                ) from None
-            raise Problem(exc.status, "Rollout change refused", exc.message, service=service) from None
+            raise _refused(service, exc) from None
         return {"policy": changed.model_dump(mode="json")}
 
     @router.get("/v1/rollouts", summary="Every service's rollout policy")
@@ -108,11 +127,13 @@ def routes(rt: RuntimeHandle) -> APIRouter:
                 latency_window=timedelta(seconds=s.latency_window_s),
             )
             changes = await repo.history(conn, service)
+            moves = await repo.repins(conn, service, limit=20)
         return {
             "service": service,
             "policy": current.model_dump(mode="json") if current else None,
             "releases": [r.as_json() for r in releases],
             "history": changes,
+            "repins": moves,
         }
 
     @router.get("/v1/rollouts/{service}/workflows", summary="In-flight workflows pinned to a release")
@@ -126,6 +147,38 @@ def routes(rt: RuntimeHandle) -> APIRouter:
         async with rt.pool.acquire() as conn:
             found = await repo.in_flight(conn, service, release)
         return {"service": service, "release": release, "count": len(found), "workflows": found[:limit]}
+
+    @router.post(
+        "/v1/rollouts/{service}/workflows/{workflow_id}/repin",
+        summary="Move an in-flight workflow to another release",
+        status_code=202,
+    )
+    async def move(service: str, workflow_id: WorkflowId, body: RepinBody, who: Operator) -> dict[str, Any]:
+        known(service)
+        try:
+            request_id = await request_repin(rt, service, workflow_id, body.to, who.principal, body.reason)
+        except ChangeRefused as exc:
+            raise _refused(service, exc) from None
+        return {
+            "request_id": str(request_id),
+            "status": "pending",
+            "location": f"/v1/rollouts/{service}/repins/{request_id}",
+        }
+
+    @router.get("/v1/rollouts/{service}/repins", summary="Moves asked for, newest first, and their answers")
+    async def list_repins(service: str, who: Reader) -> dict[str, Any]:
+        known(service)
+        async with rt.pool.acquire() as conn:
+            return {"service": service, "repins": await repo.repins(conn, service)}
+
+    @router.get("/v1/rollouts/{service}/repins/{request_id}", summary="One move and its answer")
+    async def one_repin(service: str, request_id: uuid.UUID, who: Reader) -> dict[str, Any]:
+        known(service)
+        async with rt.pool.acquire() as conn:
+            found = await repo.repin(conn, service, request_id)
+        if found is None:
+            raise Problem(404, "Unknown request", f"no move {request_id} of {service}", service=service)
+        return found
 
     @router.post("/v1/rollouts/{service}/start", summary="Start a canary")
     async def start(service: str, body: StartBody, who: Operator) -> dict[str, Any]:

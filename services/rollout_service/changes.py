@@ -1,10 +1,12 @@
 """Making a change: the policy, its history row and its ``rollout.changed`` commit in one
 transaction (the outbox publishes the event; every process follows it). The operator API
-and the automatic-rollback rule both change policies through here."""
+and the automatic-rollback rule both change policies through here. Asking for a workflow
+to move to another release: its audit row and the request, likewise."""
 
 from __future__ import annotations
 
 import logging
+import uuid
 from datetime import datetime
 
 import asyncpg
@@ -15,7 +17,7 @@ from chorus.rollouts import ROLLOUT_WORKFLOW_TYPE, rollout_workflow_id
 from chorus.service import RuntimeHandle
 from chorus_contracts.rollouts import RolloutChanged
 from rollout_service.adapters import repository as repo
-from rollout_service.domain import Change, ChangeRefused, apply_change
+from rollout_service.domain import Change, ChangeRefused, apply_change, repin_request
 
 log = logging.getLogger("rollout_service.changes")
 
@@ -61,3 +63,34 @@ async def _commit(rt: RuntimeHandle, service: str, change: Change, now: datetime
             )
         )
     return changed
+
+
+async def request_repin(
+    rt: RuntimeHandle, service: str, workflow_id: str, to: str, actor: str, reason: str
+) -> uuid.UUID:
+    """Ask the release that owns the workflow to move it to ``to`` (ChangeRefused when that
+    cannot apply); the answer comes back as ``workflow.repin_answered``."""
+    now = rt.clock.now()
+    async with rt.pool.acquire() as conn, rt.outbox.transaction(conn) as tx:
+        current = await repo.policy(conn, service)
+        found = await repo.assignment(conn, service, workflow_id)
+        if found is None:
+            raise ChangeRefused(
+                404, f"no workflow {workflow_id!r} was pinned at {service} when it started; nothing to move"
+            )
+        request = repin_request(service, current, found.release, found.ended, to, actor, reason)
+        envelope = start_envelope(
+            request,
+            workflow_id=workflow_id,
+            workflow_type=found.workflow_type,
+            producer=rt.producer,
+            now=now,
+            idempotency_key=f"repin:{service}:{workflow_id}:{now.isoformat()}",
+        )
+        await repo.add_repin(conn, envelope.event_id, request, workflow_id=workflow_id, at=now)
+        await tx.publish(envelope)
+    log.warning(
+        "asked to move a workflow to another release",
+        extra=fields(rollout_of=service, workflow_id=workflow_id, to_release=to, by=actor, reason=reason),
+    )
+    return envelope.event_id

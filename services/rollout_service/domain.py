@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from chorus.rollouts import MAIN_RELEASE
-from chorus_contracts.rollouts import AutoRollback, RolloutAction, RolloutChanged
+from chorus_contracts.rollouts import AutoRollback, RepinRequested, RolloutAction, RolloutChanged
 
 FAILING_CATEGORIES = frozenset({"persistent", "semantic", "unexpected"})
 """Failures that count against a release: persistent and semantic ones, and a handler's
@@ -99,6 +99,33 @@ def _start(service: str, current: RolloutChanged | None, change: Change) -> Roll
         reason=change.reason,
         changed_by=change.actor,
         auto_rollback=change.auto_rollback,
+    )
+
+
+def repin_request(
+    service: str,
+    policy: RolloutChanged | None,
+    pinned_to: str,
+    ended: str | None,
+    to: str,
+    actor: str,
+    reason: str,
+) -> RepinRequested:
+    """An operator's move of one workflow (pinned to ``pinned_to`` at ``service``) to the
+    rollout's stable or canary release, or ChangeRefused saying why it does not apply."""
+    if policy is None:
+        raise ChangeRefused(409, f"{service} has no rollout: one release takes every workflow")
+    if ended is not None:
+        raise ChangeRefused(409, f"the workflow ended ({ended}); nothing to move")
+    releases = [r for r in (policy.stable, policy.canary) if r is not None]
+    if to not in releases:
+        raise ChangeRefused(
+            422, f"{to!r} is not a release of {service}'s rollout ({', '.join(releases)})", "/to"
+        )
+    if to == pinned_to:
+        raise ChangeRefused(409, f"the workflow is pinned to {to} already")
+    return RepinRequested(
+        service=service, to_release=to, from_release=pinned_to, requested_by=actor, reason=reason
     )
 
 

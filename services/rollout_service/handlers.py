@@ -6,14 +6,22 @@ automatic-rollback rule read what they recorded.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from chorus.codec import Event
+from chorus.errors import PersistentError
 from chorus.service import Context, Outcome
 from chorus_contracts.lifecycle import WorkflowEnded, WorkflowStarted
 from chorus_contracts.platform import EventDeadLettered, ReviewRequested
-from chorus_contracts.rollouts import ReleaseReported
-from rollout_service.adapters.repository import RecordEnd, RecordFailure, RecordPins, RecordReport
+from chorus_contracts.rollouts import ReleaseReported, RepinAnswered
+from rollout_service.adapters.repository import (
+    RecordEnd,
+    RecordFailure,
+    RecordPins,
+    RecordRepinAnswer,
+    RecordReport,
+)
 
 
 async def on_workflow_started(event: Event[WorkflowStarted], state: None, ctx: Context[Any]) -> Outcome[Any]:
@@ -64,3 +72,13 @@ async def on_review_requested(event: Event[ReviewRequested], state: None, ctx: C
 
 async def on_release_reported(event: Event[ReleaseReported], state: None, ctx: Context[Any]) -> Outcome[Any]:
     return Outcome(effects=[RecordReport(event.envelope.event_id, event.payload)])
+
+
+async def on_repin_answered(event: Event[RepinAnswered], state: None, ctx: Context[Any]) -> Outcome[Any]:
+    """The owning release moved a workflow to another release, or refused and said why."""
+    env, answer = event.envelope, event.payload
+    try:
+        request_id = uuid.UUID(answer.request_id)
+    except ValueError as exc:
+        raise PersistentError(f"/payload/request_id: not a UUID ({exc})") from None
+    return Outcome(effects=[RecordRepinAnswer(request_id, env.workflow_id, answer, env.occurred_at)])

@@ -7,13 +7,14 @@ from typing import Any
 from chorus.service import On, ServiceSpec
 from chorus_contracts.lifecycle import WorkflowEnded, WorkflowStarted
 from chorus_contracts.platform import EventDeadLettered, ReviewRequested
-from chorus_contracts.rollouts import ReleaseReported
+from chorus_contracts.rollouts import ReleaseReported, RepinAnswered
 from rollout_service.adapters.repository import RolloutRetention, migrate
 from rollout_service.api import routes
 from rollout_service.bootstrap import bootstrap
 from rollout_service.handlers import (
     on_event_dead_lettered,
     on_release_reported,
+    on_repin_answered,
     on_review_requested,
     on_workflow_ended,
     on_workflow_started,
@@ -32,9 +33,11 @@ SPEC: ServiceSpec[Any, None] = ServiceSpec(
         On(EventDeadLettered, on_event_dead_lettered, timeout_s=30),
         On(ReviewRequested, on_review_requested, timeout_s=30),
         On(ReleaseReported, on_release_reported, timeout_s=30),
+        On(RepinAnswered, on_repin_answered, timeout_s=30),
     ],
-    # Handlers emit nothing; the API and the rule publish policies through the outbox.
-    produces=frozenset({"rollout.changed"}),
+    # Handlers emit nothing; the API and the rule publish policies (and the API an
+    # operator's requests to move a workflow) through the outbox.
+    produces=frozenset({"rollout.changed", "workflow.repin_requested"}),
     migrations=[migrate],
     owned_data=[RolloutRetention()],
     bootstrap=bootstrap,

@@ -144,6 +144,15 @@ class Rollouts:
         )
         assert response.status_code == 202, response.text
 
+    async def waiting_for_review(self, ids: set[str]) -> list[str]:
+        """Those of ``ids`` waiting for a reviewer to answer a failed reading."""
+        bodies = await asyncio.gather(*map(self.workflow, sorted(ids)))
+        return [
+            b["workflow_id"]
+            for b in bodies
+            if ((b.get("pending_approval") or {}).get("approval_id") or "").startswith("review-")
+        ]
+
     async def pins(self, conn: asyncpg.Connection, ids: list[str]) -> dict[str, str]:
         rows = await conn.fetch(
             """SELECT workflow_id, release FROM rollout_service.assignments
@@ -328,7 +337,8 @@ async def test_a_canary_failing_a_third_of_its_workflows_is_rolled_back_by_the_r
 ) -> None:
     """The stable release is now 0.2.0 (promoted above); 0.3.0 reads with a model that fails
     on 30% of documents. The policy for its in-flight workflows: they stay pinned to it and
-    finish there (a reading it failed waits for a reviewer, as any semantic failure does)."""
+    finish there (a reading it failed waits for a reviewer, as any semantic failure does),
+    unless an operator removing the canary moves them: then their next step is stable's."""
     rule = {"failure_margin": 0.1, "min_workflows": 12}
     policy = await rollouts.change("start", {"canary": FLAKY, "percent": 50, "auto_rollback": rule})
     assert (policy["stable"], policy["canary"]) == (CANARY, FLAKY)
@@ -350,18 +360,58 @@ async def test_a_canary_failing_a_third_of_its_workflows_is_rolled_back_by_the_r
     metrics = (await rollouts.http.get(f"{rollouts.url}/metrics")).text
     assert f'chorus_rollout_auto_rollbacks_total{{release="{FLAKY}",service="invoice_agent"}} 1.0' in metrics
 
+    # The canary is to go before its workflows end: the operator moves some of those waiting
+    # for a reviewer to stable, from the command line; the canary hands each over.
+    pins = await rollouts.pins(services_pg, ids)
+    on_canary = {w for w in ids if pins[w] == FLAKY}
+    waiting = await wait_until(
+        lambda: rollouts.waiting_for_review(on_canary), timeout_s=60, what="canary workflows awaiting review"
+    )
+    moved = waiting[:3]
+    env = {"CHORUS_ROLLOUT_URL": rollouts.url}
+    for workflow_id in moved:
+        code, out, err = await chorus(
+            "rollout",
+            "repin",
+            "invoice_agent",
+            workflow_id,
+            "--to",
+            CANARY,
+            "--reason",
+            "removing 0.3.0",
+            env=env,
+        )
+        assert code == 0, (out, err)
+        assert f"{workflow_id} {FLAKY} -> {CANARY}: repinned" in out
+
     # Every workflow ends: a manager answers the canary's reviews and every payment approval.
     ended = await rollouts.all_end(ids)
     assert {b["status"] for b in ended.values()} == {"completed"}
-    pins = await rollouts.pins(services_pg, ids)
     reviewed = {
         w for w, b in ended.items() if any(e["event_type"] == "review.requested" for e in b["timeline"])
     }
-    on_canary = {w for w in ids if pins[w] == FLAKY}
     assert reviewed and reviewed < on_canary  # only the canary failed, and not always
     for workflow_id, body in ended.items():
-        versions = {e["producer_version"] for e in body["timeline"] if e["producer"] == "invoice_agent"}
-        assert versions == {VERSION_OF[pins[workflow_id]]}, (workflow_id, versions)  # after the rollback too
+        steps = [e["producer_version"] for e in body["timeline"] if e["producer"] == "invoice_agent"]
+        if workflow_id in moved:
+            # Read (and failed) by the canary; the reviewer's answer taken by stable, once.
+            assert steps[0] == VERSION_OF[FLAKY] and steps[-1] == VERSION_OF[CANARY], (workflow_id, steps)
+            assert len([e for e in body["timeline"] if e["event_type"] == "invoice.validated"]) == 1
+        else:
+            assert set(steps) == {VERSION_OF[pins[workflow_id]]}, (
+                workflow_id,
+                steps,
+            )  # after the rollback too
+    assert set((await rollouts.pins(services_pg, moved)).values()) == {CANARY}
+    moves = {m["workflow_id"]: m for m in (await rollouts.status())["repins"]}
+    for workflow_id in moved:  # the audit of moves: who, why, and the canary's answer
+        m = moves[workflow_id]
+        assert (m["requested_by"], m["reason"], m["outcome"], m["answered_by"]) == (
+            OPERATOR_NAME,
+            "removing 0.3.0",
+            "repinned",
+            FLAKY,
+        )
 
     # New workflows go to stable again, and complete there.
     await rollouts.followed(status["policy"]["revision"])

@@ -6,6 +6,7 @@ share says which release a workflow is pinned to.
 
 from __future__ import annotations
 
+import json
 import uuid
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime
@@ -15,13 +16,17 @@ from typing import Any
 import asyncpg
 import pytest
 
+from chorus.clock import SystemClock
 from chorus.envelopes import start_envelope
-from chorus.rollouts import MAIN_RELEASE, ROLLOUT_WORKFLOW_TYPE, rollout_workflow_id
+from chorus.outbox import OutboxWriter
+from chorus.rollouts import MAIN_RELEASE, ROLLOUT_WORKFLOW_TYPE, RolloutView, rollout_workflow_id
+from chorus.runtime.repin import Repins
 from chorus.runtime.runner import ServiceRunner, ServiceSettings, running
+from chorus.store import ServiceStore
 from chorus_contracts.envelope import Envelope, ProducerRef
-from chorus_contracts.rollouts import RolloutChanged
+from chorus_contracts.rollouts import RepinRequested, RolloutChanged
 from tests.support.events import TaskSubmitted
-from tests.support.kafka import envelope, publish
+from tests.support.kafka import envelope, publish, read_topic
 from tests.support.registry import isolated_registry
 from tests.support.testservice import make_spec
 from tests.support.wait import wait_until
@@ -41,6 +46,25 @@ def policy(service: str, revision: int, **fields: Any) -> Envelope:
         producer=ProducerRef(service="rollout_service", version="0.1.0"),
         now=datetime.now(UTC),
         idempotency_key=f"{service}:{revision}",
+    )
+
+
+def repin_request(workflow_id: str, to: str, from_release: str | None, service: str) -> Envelope:
+    """What the rollout service publishes when an operator moves a workflow."""
+    asked = RepinRequested(
+        service=service,
+        to_release=to,
+        from_release=from_release,
+        requested_by="ops.test",
+        reason="the canary is being removed",
+    )
+    return start_envelope(
+        asked,
+        workflow_id=workflow_id,
+        workflow_type="test",
+        producer=ProducerRef(service="rollout_service", version="0.1.0"),
+        now=datetime.now(UTC),
+        idempotency_key=str(uuid.uuid4()),
     )
 
 
@@ -156,3 +180,201 @@ async def _handled(pg: asyncpg.Connection, name: str, workflow_ids: list[str], t
 
 async def _equal(value: Any, expected: Any) -> bool:
     return bool(await value == expected)
+
+
+async def test_an_operator_moves_an_in_flight_workflow_to_another_release_and_no_step_is_taken_twice(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, pg: asyncpg.Connection, unique: str
+) -> None:
+    """The canary is being removed while a workflow pinned to it is in flight: the operator
+    moves it to main. The canary hands it over and answers; main, started only now, reads
+    the topic from its beginning: the step the canary took is not taken again, the next
+    one is main's, although every event of the workflow still carries its old pin."""
+    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
+    name = f"svc_{unique}"
+    task_topic = registry.physical_topic("test.task_submitted")
+    common: dict[str, Any] = {
+        "kafka_bootstrap": kafka_bootstrap,
+        "database_url": database_url,
+        "log_json": False,
+    }
+    canary_group = f"{name}.{NEW}"
+    async with AsyncExitStack() as stack:
+        named = await stack.enter_async_context(
+            running(make_spec(name), ServiceSettings(**common, release=NEW), registry=registry)
+        )
+        started = policy(name, 1, stable=UNNAMED, canary=NEW, percent=0, status="canary", action="start")
+        await publish(kafka_bootstrap, registry.topic_for("rollout.changed").topic, [started])
+        await follows([named], name, 1)
+        first = envelope(TaskSubmitted(task="one")).model_copy(update={"pins": {name: NEW}})
+        await publish(kafka_bootstrap, task_topic, [first])
+        await _handled(pg, name, [first.workflow_id])
+
+        request = repin_request(first.workflow_id, UNNAMED, NEW, name)
+        await publish(kafka_bootstrap, registry.topic_for("workflow.repin_requested").topic, [request])
+        [answer] = await _answers(
+            kafka_bootstrap, registry.topic_for("workflow.repin_answered").topic, request
+        )
+        assert (answer["from_release"], answer["to_release"], answer["outcome"]) == (NEW, UNNAMED, "repinned")
+        row = await pg.fetchrow(
+            f"SELECT release, repinned_from FROM {name}.state WHERE workflow_id = $1", first.workflow_id
+        )
+        assert (row["release"], row["repinned_from"]) == (UNNAMED, [canary_group])
+
+        unnamed = await stack.enter_async_context(
+            running(make_spec(name), ServiceSettings(**common), registry=registry)
+        )
+        await follows([unnamed], name, 1)
+        second = envelope(TaskSubmitted(task="two"), workflow_id=first.workflow_id).model_copy(
+            update={"pins": {name: NEW}}
+        )
+        await publish(kafka_bootstrap, task_topic, [second])
+        await _handled(pg, name, [first.workflow_id], tasks=2)
+
+        expected = {
+            first.event_id: {canary_group: "done", name: "not_mine"},  # taken before the move, once
+            second.event_id: {canary_group: "not_mine", name: "done"},  # after it: main's
+        }
+
+        async def inboxes() -> dict[uuid.UUID, dict[str, str]]:
+            found: dict[uuid.UUID, dict[str, str]] = {e: {} for e in expected}
+            for r in await pg.fetch(
+                f"SELECT consumer_group, event_id, outcome FROM {name}.inbox WHERE event_id = ANY($1)",
+                list(expected),
+            ):
+                found[r["event_id"]][r["consumer_group"]] = r["outcome"]
+            return found
+
+        await wait_until(lambda: _equal(inboxes(), expected), timeout_s=30, what="both inboxes")
+    tasks = await pg.fetchval(
+        f"SELECT state->'tasks' FROM {name}.state WHERE workflow_id = $1", first.workflow_id
+    )
+    assert tasks == '["one", "two"]'
+
+
+async def test_a_move_waits_until_nothing_of_the_workflow_is_in_flight_at_either_release(
+    tmp_path: Path, database_url: str, pg: asyncpg.Connection, unique: str, kafka_bootstrap: str
+) -> None:
+    """The owner refuses to move a workflow while the other release has passed an event of it
+    that the owner has not taken yet (nobody would ever take it), or while a retry of it
+    waits; once both settle, it moves, and a release that decided on the old pin cannot
+    record an event as not its own any more."""
+    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
+    name = f"svc_{unique}"
+    store = ServiceStore(name)
+    await store.migrate(pg)
+    canary_group = f"{name}.{NEW}"
+    workflow_id = f"wf-{unique}"
+    now = datetime.now(UTC)
+    await pg.execute(
+        f"""INSERT INTO {name}.state (workflow_id, workflow_type, state, state_version, revision,
+                                      created_at, updated_at, release)
+            VALUES ($1, 'test', '{{"tasks": ["one"]}}', 1, 3, $2, $2, $3)""",
+        workflow_id,
+        now,
+        NEW,
+    )
+    in_flight = uuid.uuid4()
+    # Main passed an event of the canary's workflow that the canary has not read yet.
+    await pg.execute(
+        f"""INSERT INTO {name}.inbox (consumer_group, event_id, attempt, outcome, event_type,
+                                      workflow_id, processed_at)
+            VALUES ($1, $2, 1, 'not_mine', 'test.task_submitted', $3, $4)""",
+        name,
+        in_flight,
+        workflow_id,
+        now,
+    )
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
+    try:
+        repins = Repins(
+            store=store,
+            pool=pool,
+            outbox=OutboxWriter(store, registry, lambda: None, None, None),
+            clock=SystemClock(),
+            producer=ProducerRef(service=name, version=NEW),
+            group=canary_group,
+            base_group=name,
+            identity=NEW,
+            view=RolloutView(),
+            state_version=1,
+        )
+
+        async def ask() -> dict[str, Any]:
+            request = repin_request(workflow_id, UNNAMED, NEW, name)
+            await repins.answer(request, RepinRequested.model_validate(request.payload))
+            value = await pg.fetchval(
+                f"SELECT value FROM {name}.outbox WHERE workflow_id = $1 ORDER BY id DESC LIMIT 1",
+                workflow_id,
+            )
+            answered: dict[str, Any] = json.loads(value)["payload"]
+            assert answered["request_id"] == str(request.event_id)
+            return answered
+
+        async def pinned() -> tuple[str, int]:
+            row = await pg.fetchrow(
+                f"SELECT release, revision FROM {name}.state WHERE workflow_id = $1", workflow_id
+            )
+            return row["release"], row["revision"]
+
+        refused = await ask()
+        assert refused["outcome"] == "refused"
+        assert f"release {UNNAMED} passed 1 event(s)" in refused["reason"]
+        assert await pinned() == (NEW, 3)
+
+        # The canary reads it and its step fails for now: a retry of it waits there.
+        await pg.execute(
+            f"""INSERT INTO {name}.inbox (consumer_group, event_id, attempt, outcome, event_type,
+                                          workflow_id, processed_at)
+                VALUES ($1, $2, 1, 'retrying', 'test.task_submitted', $3, $4)""",
+            canary_group,
+            in_flight,
+            workflow_id,
+            now,
+        )
+        refused = await ask()
+        assert refused["outcome"] == "refused" and "a retry or a parked event" in refused["reason"]
+
+        await pg.execute(f"UPDATE {name}.inbox SET outcome = 'done' WHERE consumer_group = $1", canary_group)
+        moved = await ask()
+        assert (moved["outcome"], moved["from_release"], moved["to_release"]) == ("repinned", NEW, UNNAMED)
+        assert await pinned() == (UNNAMED, 4)  # the next revision: a step decided before cannot commit
+
+        async def passed(group: str, pinned_to: str) -> bool:
+            async with pool.acquire() as conn:
+                return await store.pass_event(
+                    conn,
+                    group=group,
+                    event_id=uuid.uuid4(),
+                    attempt=1,
+                    event_type="test.task_submitted",
+                    workflow_id=workflow_id,
+                    pinned_to=pinned_to,
+                    now=now,
+                )
+
+        assert not await passed(name, NEW)  # main decided on the old pin: decide again
+        assert await passed(canary_group, UNNAMED)
+        # Asked again, the canary does not answer: main owns the workflow now.
+        again = repin_request(workflow_id, UNNAMED, NEW, name)
+        await repins.answer(again, RepinRequested.model_validate(again.payload))
+        assert await store.inbox_outcome(pg, canary_group, again.event_id) == "not_mine"
+    finally:
+        await pool.close()
+
+
+async def _answers(bootstrap: str, topic: str, request: Envelope) -> list[dict[str, Any]]:
+    def answered(records: list[Any]) -> bool:
+        return bool(_matching(records, request))
+
+    return _matching(await read_topic(bootstrap, [topic], until=answered, timeout_s=60), request)
+
+
+def _matching(records: list[Any], request: Envelope) -> list[dict[str, Any]]:
+    found = []
+    for record in records:
+        body = json.loads(record.value)
+        if body["event_type"] == "workflow.repin_answered" and body["payload"]["request_id"] == str(
+            request.event_id
+        ):
+            found.append(body["payload"])
+    return found

@@ -15,7 +15,7 @@ from chorus.runtime.report import ReleaseWindow, quantile
 from chorus.store import StateRow
 from chorus.testing import make_event
 from chorus_contracts.rollouts import AutoRollback, RolloutChanged
-from rollout_service.domain import Change, ChangeRefused, Outcomes, apply_change, judge
+from rollout_service.domain import Change, ChangeRefused, Outcomes, apply_change, judge, repin_request
 from sandbox.model import NOT_JSON, flaky_answer
 from tests.support.events import TaskSubmitted
 
@@ -146,6 +146,40 @@ def test_a_change_that_does_not_apply_says_why(
 ) -> None:
     with pytest.raises(ChangeRefused) as refused:
         apply_change("invoice_agent", current, change)
+    assert (refused.value.status, refused.value.pointer) == (status, pointer)
+
+
+def test_an_operator_moves_a_workflow_between_the_releases_of_the_rollout() -> None:
+    asked = repin_request(
+        "invoice_agent", canary(status="rolled_back"), "2.0", None, "1.0", "ops", "removing 2.0"
+    )
+    assert (asked.from_release, asked.to_release, asked.requested_by, asked.reason) == (
+        "2.0",
+        "1.0",
+        "ops",
+        "removing 2.0",
+    )
+
+
+@pytest.mark.parametrize(
+    ("policy", "pinned_to", "ended", "to", "status", "pointer"),
+    [
+        (None, "2.0", None, "1.0", 409, None),  # no rollout: one release, nothing to move to
+        (canary(), "2.0", "completed", "1.0", 409, None),  # ended: nothing in flight
+        (canary(), "2.0", None, "9.9", 422, "/to"),  # not a release of this rollout
+        (canary(), "2.0", None, "2.0", 409, None),  # there already
+    ],
+)
+def test_a_move_that_cannot_apply_says_why(
+    policy: RolloutChanged | None,
+    pinned_to: str,
+    ended: str | None,
+    to: str,
+    status: int,
+    pointer: str | None,
+) -> None:
+    with pytest.raises(ChangeRefused) as refused:
+        repin_request("invoice_agent", policy, pinned_to, ended, to, "ops", "why")
     assert (refused.value.status, refused.value.pointer) == (status, pointer)
 
 

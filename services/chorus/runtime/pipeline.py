@@ -50,11 +50,12 @@ from chorus.runtime.handling import HandlerCall
 from chorus.runtime.messages import Messages
 from chorus.runtime.pinning import Pinning, Verdict
 from chorus.runtime.records import Record, record_from_original
+from chorus.runtime.repin import Repins
 from chorus.runtime.report import ReleaseWindow
 from chorus.runtime.steps import DeadLetter, Dropped, Frame, Handled, Result, Via
 from chorus.service import ServiceSpec
 from chorus.signing import Keys, Verifier
-from chorus.store import ConflictError, InboxOutcome, Loaded, OutboxRow, ServiceStore
+from chorus.store import ConflictError, InboxOutcome, Loaded, OutboxRow, ServiceStore, StateRow
 from chorus_contracts.base import EventModel, is_sealed
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.lifecycle import WorkflowEnded
@@ -65,13 +66,18 @@ from chorus_contracts.platform import (
     SubjectErasureRequested,
     WorkflowsRetired,
 )
+from chorus_contracts.rollouts import RepinRequested
 
 __all__ = ["GuardTrippedError", "Pipeline"]
 
 log = logging.getLogger("chorus.pipeline")
 
 MAX_CONFLICT_RETRIES = 8
-CONTROL = {RetryDue.event_type: RetryDue.version, EventDiscarded.event_type: EventDiscarded.version}
+CONTROL = {
+    RetryDue.event_type: RetryDue.version,
+    EventDiscarded.event_type: EventDiscarded.version,
+    RepinRequested.event_type: RepinRequested.version,
+}
 """Messages addressed to one service's runtime on chorus.control."""
 
 
@@ -103,6 +109,8 @@ class Pipeline:
     rollouts: RolloutView | None = None
     """The rollout policies; with them, only the workflows pinned to this release are
     handled (chorus.runtime.pinning). None: every workflow (a single release)."""
+    base_group: str = ""
+    """The service's consumer group (``group`` without the release); default: ``group``."""
 
     def __post_init__(self) -> None:
         self.producer = ProducerRef(service=self.spec.name, version=self.release or self.spec.version)
@@ -138,6 +146,19 @@ class Pipeline:
             owned=self.spec.owned_data,
             compensates=self.spec.handler_for(WorkflowEnded.event_type) is not None,
             **parts,
+        )
+        self.repins = (
+            Repins(
+                outbox=self.data_requests.outbox,
+                producer=self.producer,
+                base_group=self.base_group or self.group,
+                identity=self.identity,
+                view=self.rollouts,
+                state_version=self.spec.state_version,
+                **parts,
+            )
+            if self.rollouts is not None
+            else None
         )
         # Concurrent lanes share round trips: loads go in batches.
         self._loads: Coalescer[tuple[uuid.UUID, str], Loaded] = Coalescer(self._load_batch)
@@ -193,6 +214,11 @@ class Pipeline:
                 self.sealer.forget(payload.subject_hash, payload.workflow_ids)
         elif isinstance(payload, WorkflowsRetired):
             await self._on_retired(rec, envelope, payload)
+        elif isinstance(payload, RepinRequested):
+            # Only an operator's request (through the rollout service) counts.
+            addressed = payload.service == self.spec.name
+            if addressed and self.repins is not None and not await self._unproven(envelope, rec):
+                await self.repins.answer(envelope, payload)
         elif self.spec.handler_for(event.event_type) is not None:
             if await self._unproven(envelope, rec) or await self._foreign_tokens(envelope, rec):
                 return
@@ -331,7 +357,13 @@ class Pipeline:
                         await self._claim(env, decision.owner)
                         continue  # reload: the checkpoint row now names the owner
                     if decision.verdict is Verdict.NOT_MINE:
-                        await self._not_mine(env, attempt, decision.owner)
+                        if not await self._not_mine(env, attempt, decision.owner, state):
+                            continue  # moved to another release meanwhile: decide again
+                        return False
+                    if loaded.handled_before:
+                        # Moved here from another release, which took this event before the move.
+                        if not await self._not_mine(env, attempt, decision.owner, state):
+                            continue
                         return False
                 waiting_on = state.parked_on if state is not None else None
                 ended = state.ended if state is not None else None
@@ -413,22 +445,41 @@ class Pipeline:
             )
         log.info("a workflow without a pin; claimed for the stable release", extra=fields(release=pinned))
 
-    async def _not_mine(self, env: Envelope, attempt: int, owner: str | None) -> None:
-        """Another release of this service owns the workflow: recorded, not handled."""
-        async with self.pool.acquire() as conn:
-            await self.store.claim_inbox(
+    async def _not_mine(
+        self, env: Envelope, attempt: int, owner: str | None, decided_on: StateRow | None
+    ) -> bool:
+        """Another release of this service owns the workflow: recorded, not handled. False
+        (nothing recorded) when the workflow was moved to another release since the
+        decision, or the event was recorded meanwhile: decide again (chorus.runtime.repin)."""
+
+        async def passed(conn: asyncpg.Connection, pinned_to: str | None) -> bool:
+            return await self.store.pass_event(
                 conn,
                 group=self.group,
                 event_id=env.event_id,
                 attempt=attempt,
-                outcome=InboxOutcome.NOT_MINE,
                 event_type=env.event_type,
                 workflow_id=env.workflow_id,
+                pinned_to=pinned_to,
                 now=self.clock.now(),
             )
+
+        async with self.pool.acquire() as conn:
+            if decided_on is not None and decided_on.release is not None:
+                recorded = await passed(conn, decided_on.release)
+            else:
+                # No pin in the row yet: a move would create one; wait for it under its lock.
+                async with conn.transaction():
+                    await self.store.lock_pin(conn, env.workflow_id)
+                    now_on = await self.store.pin_of(conn, env.workflow_id)
+                    moved = now_on is not None and now_on.release not in (None, owner)
+                    recorded = not moved and await passed(conn, None)
+        if not recorded:
+            return False
         self.metrics.not_mine.labels(env.event_type).inc()
         self.window.skipped()
         log.debug("pinned to another release", extra=fields(owner=owner or "unnamed"))
+        return True
 
     async def _park(self, event: Event[EventModel], rec: Record, attempt: int) -> None:
         env = event.envelope

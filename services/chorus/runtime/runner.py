@@ -40,7 +40,7 @@ from chorus.logs import fields, setup_logging
 from chorus.metrics import Metrics
 from chorus.outbox import OutboxWriter, outbox_message
 from chorus.registry import RUNTIME_PRODUCER, Registry, load_registry
-from chorus.rollouts import MAIN_RELEASE, RolloutFollower, RolloutView
+from chorus.rollouts import MAIN_RELEASE, RolloutFollower, RolloutView, release_group
 from chorus.runtime.consumer import KafkaEdge
 from chorus.runtime.datarequests import REQUESTS
 from chorus.runtime.dispatch import Dispatcher
@@ -161,8 +161,8 @@ class ServiceRunner:
             Path(settings.schemas_dir) if settings.schemas_dir else None
         )
         self.release = settings.release or spec.version
-        group = settings.group_id or spec.name
-        self.group = f"{group}.{settings.release}" if settings.release else group
+        self.base_group = settings.group_id or spec.name
+        self.group = release_group(self.base_group, settings.release or MAIN_RELEASE)
         self.rollouts = RolloutView()
         signs = {t for t in spec.produces if self.registry.signer_of(t) == spec.name}
         self.keys = load_keys(settings.signing_dir, spec.name, signs=signs, checks=self.registry.signed_by())
@@ -235,6 +235,7 @@ class ServiceRunner:
             clock=self.clock,
             metrics=self.metrics,
             group=self.group,
+            base_group=self.base_group,
             guard=self.guard,
             max_bytes=s.max_event_bytes,
             on_outbox=relay.wake,

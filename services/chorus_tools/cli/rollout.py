@@ -1,7 +1,8 @@
 """``chorus rollout``: run a new release of a service beside the current one, send it a
 share of new workflows, then promote it or roll it back.
 
-Every command calls the rollout service's HTTP API (``--url``, else CHORUS_ROLLOUT_URL,
+``repin`` moves one in-flight workflow to another release when a canary must go before
+its workflows end. Every command calls the rollout service's HTTP API (``--url``, else CHORUS_ROLLOUT_URL,
 else http://127.0.0.1:8121) with your API key; changes need an operator's key and record
 its principal. A workflow stays on the release it started on whatever changes later:
 ``status`` shows each release's in-flight workflows, so you know when an old one has
@@ -13,6 +14,7 @@ Exit codes: 0 ok; 1 refused (no canary to promote, one already running); 2 bad i
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 import typer
@@ -159,6 +161,76 @@ def rollback_command(
     _change(service, "rollback", {"reason": reason}, url, api_key, output)
 
 
+@app.command("workflows")
+def workflows_command(
+    service: Service,
+    release: Annotated[str, typer.Option("--release", help="The release whose in-flight workflows to list.")],
+    output: OutputOption = Format.TABLE,
+    as_json: JsonFlag = False,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKeyOption = "",
+) -> None:
+    """The in-flight workflows pinned to a release (oldest first): what `repin` may move."""
+    with api_client("rollout", url, api_key, "the rollout service") as client:
+        answer = api_call(
+            "rollout", client, "GET", f"/v1/rollouts/{service}/workflows", params={"release": release}
+        )
+    if wants_json(output, as_json):
+        echo_json(answer)
+        return
+    for workflow_id in answer["workflows"]:
+        typer.echo(workflow_id)
+    typer.echo(f"{answer['count']} in flight on {release}", err=True)
+
+
+@app.command("repin")
+def repin_command(
+    service: Service,
+    workflow_id: Annotated[str, typer.Argument(help="The in-flight workflow to move.")],
+    to: Annotated[
+        str, typer.Option("--to", help="The release to move it to: the rollout's stable or canary.")
+    ],
+    reason: Annotated[str, typer.Option("--reason", help="Why, for the audit of moves (required).")],
+    wait: Annotated[
+        float, typer.Option("--wait", min=0, help="Seconds to wait for the owning release's answer.")
+    ] = 30.0,
+    output: OutputOption = Format.TABLE,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKeyOption = "",
+) -> None:
+    """Move one in-flight workflow to another release (a canary removed before its workflows
+    end). The release that owns it hands it over once nothing of it is in flight there, or
+    refuses and says why (exit 1): ask again a moment later."""
+    with api_client("rollout", url, api_key, "the rollout service") as client:
+        asked = api_call(
+            "rollout",
+            client,
+            "POST",
+            f"/v1/rollouts/{service}/workflows/{workflow_id}/repin",
+            json={"to": to, "reason": reason},
+        )
+        found = {**asked, "outcome": "pending"}
+        deadline = time.monotonic() + wait
+        while found["outcome"] == "pending" and time.monotonic() < deadline:
+            time.sleep(0.5)
+            found = api_call("rollout", client, "GET", asked["location"])
+    if output is Format.JSON:
+        echo_json(found)
+    elif found["outcome"] == "pending":
+        typer.echo(f"asked ({found['request_id']}); no answer yet: see `chorus rollout status {service}`")
+    else:
+        typer.echo(_repin_line(found))
+    if found["outcome"] == "refused":
+        raise typer.Exit(1)
+
+
+def _repin_line(r: dict[str, Any]) -> str:
+    moved = f"{r['workflow_id']} {r['from_release'] or '?'} -> {r['to_release']}"
+    if r["outcome"] == "refused":
+        return f"{moved}: refused by {r['answered_by']}: {r['refusal']}"
+    return f"{moved}: {r['outcome']}"
+
+
 @app.command("status")
 def status_command(
     service: Service,
@@ -209,6 +281,8 @@ def status_command(
     for change in answer["history"][:10]:
         why = f": {change['reason']}" if change["reason"] else ""
         typer.echo(f"{change['at'][:19]}  r{change['revision']} {change['action']} by {change['actor']}{why}")
+    for move in answer["repins"][:10]:
+        typer.echo(f"{move['requested_at'][:19]}  repin by {move['requested_by']}: {_repin_line(move)}")
 
 
 @app.command("outcomes")

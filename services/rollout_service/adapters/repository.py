@@ -7,7 +7,9 @@
                    its ``workflow.started``);
 - ``endings``      how each workflow ended (its first ``workflow.ended``);
 - ``failures``     each dead letter and review of a workflow, by the release that raised it;
-- ``reports``      what each replica of each release reported (``release.reported``).
+- ``reports``      what each replica of each release reported (``release.reported``);
+- ``repins``       every request to move a workflow to another release: who, why, and the
+                   owning release's answer (the audit of moves).
 
 Rows per workflow leave with the workflow's retention (:class:`RolloutRetention`).
 """
@@ -26,7 +28,7 @@ import asyncpg
 from chorus import migrations
 from chorus.db import rows_affected
 from chorus.service import DataRequest, ErasedAsRetired
-from chorus_contracts.rollouts import ReleaseReported, RolloutChanged
+from chorus_contracts.rollouts import ReleaseReported, RepinAnswered, RepinRequested, RolloutChanged
 from rollout_service.domain import FAILING_CATEGORIES, Outcomes, ReleaseStatus, role_of
 
 SCHEMA = "rollout_service"
@@ -82,8 +84,33 @@ DDL = [
 ]
 
 
+REPINS = migrations.Migration(
+    2,
+    "repins",
+    (
+        f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.repins (
+            request_id uuid PRIMARY KEY,
+            service text NOT NULL,
+            workflow_id text NOT NULL,
+            from_release text,
+            to_release text NOT NULL,
+            requested_by text NOT NULL,
+            reason text NOT NULL,
+            requested_at timestamptz NOT NULL,
+            outcome text,
+            answered_by text,
+            refusal text,
+            answered_at timestamptz)""",
+        f"CREATE INDEX IF NOT EXISTS repins_by_service ON {SCHEMA}.repins (service, requested_at)",
+        f"CREATE INDEX IF NOT EXISTS repins_by_workflow ON {SCHEMA}.repins (workflow_id)",
+    ),
+)
+
+
 async def migrate(conn: asyncpg.Connection) -> None:
-    await migrations.migrate(conn, schema=SCHEMA, component="rollouts", migrations=migrations.baseline(DDL))
+    await migrations.migrate(
+        conn, schema=SCHEMA, component="rollouts", migrations=[*migrations.baseline(DDL), REPINS]
+    )
 
 
 # -- policies and their changes -------------------------------------------------------------
@@ -151,6 +178,13 @@ async def history(conn: asyncpg.Connection, service: str, limit: int = 100) -> l
 
 
 # -- what happened to the workflows (effects of the handlers) ---------------------------------
+
+
+@dataclass(frozen=True)
+class Assignment:
+    release: str
+    workflow_type: str
+    ended: str | None
 
 
 @dataclass(frozen=True)
@@ -233,6 +267,112 @@ class RecordReport:
             r.p50_ms,
             r.p99_ms,
         )
+
+
+@dataclass(frozen=True)
+class RecordRepinAnswer:
+    """The owning release answered a move: the first answer stands (a release that reads
+    the request after the move answers ``unchanged``); a move re-pins the workflow here too."""
+
+    request_id: uuid.UUID
+    workflow_id: str
+    answer: RepinAnswered
+    at: datetime
+
+    async def apply(self, conn: asyncpg.Connection) -> None:
+        a = self.answer
+        updated = await conn.execute(
+            f"""UPDATE {SCHEMA}.repins SET outcome = $2, answered_by = $3, refusal = $4, answered_at = $5
+                WHERE request_id = $1 AND outcome IS NULL""",
+            self.request_id,
+            a.outcome,
+            a.from_release,
+            a.reason,
+            self.at,
+        )
+        if rows_affected(updated) and a.outcome == "repinned":
+            await conn.execute(
+                f"UPDATE {SCHEMA}.assignments SET release = $3 WHERE workflow_id = $1 AND service = $2",
+                self.workflow_id,
+                a.service,
+                a.to_release,
+            )
+
+
+# -- moves to another release -------------------------------------------------------------------
+
+
+async def assignment(conn: asyncpg.Connection, service: str, workflow_id: str) -> Assignment | None:
+    row = await conn.fetchrow(
+        f"""SELECT a.release, a.workflow_type, e.outcome AS ended FROM {SCHEMA}.assignments a
+            LEFT JOIN {SCHEMA}.endings e ON e.workflow_id = a.workflow_id
+            WHERE a.service = $1 AND a.workflow_id = $2""",
+        service,
+        workflow_id,
+    )
+    return Assignment(row["release"], row["workflow_type"], row["ended"]) if row is not None else None
+
+
+async def add_repin(
+    conn: asyncpg.Connection,
+    request_id: uuid.UUID,
+    request: RepinRequested,
+    *,
+    workflow_id: str,
+    at: datetime,
+) -> None:
+    await conn.execute(
+        f"""INSERT INTO {SCHEMA}.repins (request_id, service, workflow_id, from_release, to_release,
+                                         requested_by, reason, requested_at)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8)""",
+        request_id,
+        request.service,
+        workflow_id,
+        request.from_release,
+        request.to_release,
+        request.requested_by,
+        request.reason,
+        at,
+    )
+
+
+_REPIN_COLUMNS = """request_id, workflow_id, from_release, to_release, requested_by, reason,
+                    requested_at, outcome, answered_by, refusal, answered_at"""
+
+
+def _repin_json(r: Any) -> dict[str, Any]:
+    return {
+        "request_id": str(r["request_id"]),
+        "workflow_id": r["workflow_id"],
+        "from_release": r["from_release"],
+        "to_release": r["to_release"],
+        "requested_by": r["requested_by"],
+        "reason": r["reason"],
+        "requested_at": r["requested_at"].isoformat(),
+        "outcome": r["outcome"] or "pending",
+        "answered_by": r["answered_by"],
+        "refusal": r["refusal"],
+        "answered_at": r["answered_at"].isoformat() if r["answered_at"] else None,
+    }
+
+
+async def repin(conn: asyncpg.Connection, service: str, request_id: uuid.UUID) -> dict[str, Any] | None:
+    row = await conn.fetchrow(
+        f"SELECT {_REPIN_COLUMNS} FROM {SCHEMA}.repins WHERE service = $1 AND request_id = $2",
+        service,
+        request_id,
+    )
+    return _repin_json(row) if row is not None else None
+
+
+async def repins(conn: asyncpg.Connection, service: str, limit: int = 100) -> list[dict[str, Any]]:
+    rows = await conn.fetch(
+        f"""SELECT {_REPIN_COLUMNS} FROM {SCHEMA}.repins WHERE service = $1
+            ORDER BY requested_at DESC, request_id LIMIT $2""",
+        service,
+        limit,
+    )
+    return [_repin_json(r) for r in rows]
 
 
 # -- status ----------------------------------------------------------------------------------
@@ -362,7 +502,7 @@ async def in_flight(conn: asyncpg.Connection, service: str, release: str) -> lis
 
 @dataclass(frozen=True)
 class RolloutRetention(ErasedAsRetired):
-    """A retired (or erased) workflow's assignments, ending and failures go with it; release
+    """A retired (or erased) workflow's assignments, ending, failures and moves go with it; release
     reports after ``keep_reports_s``. Policies and their changes stay: they are the audit of
     deployments, and name no workflow."""
 
@@ -379,7 +519,7 @@ class RolloutRetention(ErasedAsRetired):
         self, conn: asyncpg.Connection, workflow_ids: Sequence[str], request: DataRequest
     ) -> dict[str, int]:
         removed = {}
-        for table in ("assignments", "endings", "failures"):
+        for table in ("assignments", "endings", "failures", "repins"):
             done = await conn.execute(
                 f"DELETE FROM {SCHEMA}.{table} WHERE workflow_id = ANY($1::text[])", list(workflow_ids)
             )
