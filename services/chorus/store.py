@@ -52,11 +52,20 @@ class InboxOutcome(StrEnum):
     """The workflow is pinned to another release of this service (chorus.runtime.pinning):
     recorded, never handled here."""
 
+    @classmethod
+    def finished(cls) -> tuple[InboxOutcome, ...]:
+        """The final outcomes: nothing takes the event again in that group."""
+        return (cls.DONE, cls.REVIEW, cls.DISCARDED, cls.DROPPED, cls.NOT_MINE)
 
-HANDED_OVER = ", ".join(f"'{o}'" for o in (InboxOutcome.DONE, InboxOutcome.REVIEW, InboxOutcome.DROPPED))
+
+HANDED_OVER = ", ".join(
+    f"'{o}'" for o in (InboxOutcome.DONE, InboxOutcome.REVIEW, InboxOutcome.DROPPED, InboxOutcome.DISCARDED)
+)
 """Outcomes of the release a workflow was moved from that its new owner must not repeat:
-it took the step. (A retry or a dead letter of it there did not: the new owner takes the
-event, and that release's retry or redrive finds the workflow no longer its own.)"""
+it took the step, or an operator discarded it. (A move waits until no retry or dead letter
+of it is pending there.)"""
+FINISHED = ", ".join(f"'{o}'" for o in InboxOutcome.finished())
+"""Outcomes after which an event of a workflow will not be taken again in that group."""
 
 
 @dataclass(frozen=True)
@@ -710,62 +719,58 @@ class ServiceStore:
         return outcome
 
     async def pending_in(self, conn: asyncpg.Connection, group: str, workflow_id: str) -> int:
-        """Events of the workflow a retry or a drain of ``group`` will still take."""
+        """Events of the workflow a retry, a redrive or a drain of ``group`` will still take."""
         return int(
             await conn.fetchval(
                 f"""SELECT count(*) FROM {self.schema}.inbox
                     WHERE workflow_id = $1 AND consumer_group = $2
-                      AND outcome IN ('{InboxOutcome.RETRYING}', '{InboxOutcome.PARKED}')""",
+                      AND outcome IN ('{InboxOutcome.RETRYING}', '{InboxOutcome.PARKED}',
+                                      '{InboxOutcome.DEAD_LETTERED}')""",
                 workflow_id,
                 group,
             )
         )
 
     async def passed_unhandled(
-        self, conn: asyncpg.Connection, *, workflow_id: str, passer: str, owner: str
-    ) -> int:
-        """Events of the workflow that group ``passer`` recorded as not its own and group
-        ``owner`` has not taken yet: moved now, nobody would ever handle them."""
-        return int(
-            await conn.fetchval(
-                f"""SELECT count(*) FROM {self.schema}.inbox t
-                    WHERE t.workflow_id = $1 AND t.consumer_group = $2
-                      AND t.outcome = '{InboxOutcome.NOT_MINE}'
-                      AND NOT EXISTS (SELECT 1 FROM {self.schema}.inbox o
-                                      WHERE o.consumer_group = $3 AND o.event_id = t.event_id)""",
-                workflow_id,
-                passer,
-                owner,
-            )
-        )
-
-    async def move_pin(
         self,
         conn: asyncpg.Connection,
         *,
         workflow_id: str,
-        workflow_type: str,
-        release: str,
-        from_group: str,
-        state_version: int,
-        now: datetime,
+        passer: str,
+        owner: str,
+        event_types: Sequence[str],
+    ) -> int:
+        """Events of the workflow (of ``event_types``) that group ``passer`` recorded as not
+        its own and group ``owner`` has not finished: moved now, nobody would take them."""
+        return int(
+            await conn.fetchval(
+                f"""SELECT count(*) FROM {self.schema}.inbox t
+                    WHERE t.workflow_id = $1 AND t.consumer_group = $2
+                      AND t.outcome = '{InboxOutcome.NOT_MINE}' AND t.event_type = ANY($4::text[])
+                      AND NOT EXISTS (SELECT 1 FROM {self.schema}.inbox o
+                                      WHERE o.consumer_group = $3 AND o.event_id = t.event_id
+                                        AND o.outcome IN ({FINISHED}))""",
+                workflow_id,
+                passer,
+                owner,
+                list(event_types),
+            )
+        )
+
+    async def move_pin(
+        self, conn: asyncpg.Connection, *, workflow_id: str, release: str, from_group: str, now: datetime
     ) -> None:
-        """Pin the workflow to ``release``, remembering ``from_group`` (whose inbox tells the
-        new owner what was taken before); the checkpoint's next revision, so a step the old
-        owner decided before the move cannot commit. Without a checkpoint yet: an empty one."""
+        """Pin the workflow's checkpoint to ``release``, remembering ``from_group`` (whose
+        inbox tells the new owner what was taken before); its next revision, so a step the
+        old owner decided before the move cannot commit."""
         await conn.execute(
-            f"""INSERT INTO {self.schema}.state AS st
-                  (workflow_id, workflow_type, state, state_version, revision, created_at,
-                   updated_at, release, repinned_from)
-                VALUES ($1, $2, NULL, $3, 0, $4, $4, $5, ARRAY[$6::text])
-                ON CONFLICT (workflow_id) DO UPDATE
-                  SET release = EXCLUDED.release, revision = st.revision + 1, updated_at = $4,
-                      repinned_from = array_append(coalesce(st.repinned_from, '{{}}'), $6::text)""",
+            f"""UPDATE {self.schema}.state
+                SET release = $2, revision = revision + 1, updated_at = $3,
+                    repinned_from = array_append(coalesce(repinned_from, '{{}}'), $4::text)
+                WHERE workflow_id = $1""",
             workflow_id,
-            workflow_type,
-            state_version,
-            now,
             release,
+            now,
             from_group,
         )
 
@@ -859,8 +864,17 @@ class ServiceStore:
           RETURNING id),
         unparked AS (
           DELETE FROM {s}.parked WHERE id IN (SELECT parked_id FROM items WHERE parked_id IS NOT NULL)
-          RETURNING 1)
+          RETURNING 1),
+        moved AS (
+          -- A step decided with no checkpoint has no revision to check; should a checkpoint
+          -- exist by now, it must still name this release (an operator may have moved the
+          -- workflow meanwhile: chorus.runtime.repin). Its lock holds a move off until commit.
+          SELECT st.release AS pinned, it.release AS mine
+          FROM {s}.state st JOIN items it ON st.workflow_id = it.workflow_id
+          WHERE it.mode = 0 AND it.release IS NOT NULL
+          FOR KEY SHARE OF st)
         SELECT CASE WHEN (SELECT count(*) FROM claim) <> $23
+                      OR EXISTS (SELECT 1 FROM moved WHERE pinned IS NOT NULL AND pinned <> mine)
                       OR (SELECT count(*) FROM first_state) + (SELECT count(*) FROM next_state) <> $24
                     THEN ARRAY[chorus.step_conflict('batch')]::bigint[]
                     ELSE (SELECT array_agg(id) FROM outbox) END"""

@@ -67,7 +67,7 @@ class RepinBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     to: Release = Field(description="the release to move the workflow to: the rollout's stable or canary")
-    reason: Comment = Field(description="why, for the audit of moves")
+    reason: Comment = Field(min_length=1, description="why, for the audit of moves")
 
 
 class ReasonBody(BaseModel):

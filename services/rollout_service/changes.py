@@ -85,7 +85,7 @@ async def request_repin(
             workflow_type=found.workflow_type,
             producer=rt.producer,
             now=now,
-            idempotency_key=f"repin:{service}:{workflow_id}:{now.isoformat()}",
+            idempotency_key=f"repin:{uuid.uuid4()}",  # every request is its own
         )
         await repo.add_repin(conn, envelope.event_id, request, workflow_id=workflow_id, at=now)
         await tx.publish(envelope)

@@ -117,7 +117,7 @@ def repin_request(
         raise ChangeRefused(409, f"{service} has no rollout: one release takes every workflow")
     if ended is not None:
         raise ChangeRefused(409, f"the workflow ended ({ended}); nothing to move")
-    releases = [r for r in (policy.stable, policy.canary) if r is not None]
+    releases = [r for r in (policy.stable, policy.canary) if r is not None and _takes_work(policy, r)]
     if to not in releases:
         raise ChangeRefused(
             422, f"{to!r} is not a release of {service}'s rollout ({', '.join(releases)})", "/to"
@@ -127,6 +127,12 @@ def repin_request(
     return RepinRequested(
         service=service, to_release=to, from_release=pinned_to, requested_by=actor, reason=reason
     )
+
+
+def _takes_work(policy: RolloutChanged, release: str) -> bool:
+    """A release a workflow may be moved to: stable, or a canary still on trial (not one
+    rolled back: that is the release being removed)."""
+    return release == policy.stable or policy.status == "canary"
 
 
 def _percent(value: float | None) -> float:

@@ -255,9 +255,9 @@ async def test_a_move_waits_until_nothing_of_the_workflow_is_in_flight_at_either
     tmp_path: Path, database_url: str, pg: asyncpg.Connection, unique: str, kafka_bootstrap: str
 ) -> None:
     """The owner refuses to move a workflow while the other release has passed an event of it
-    that the owner has not taken yet (nobody would ever take it), or while a retry of it
-    waits; once both settle, it moves, and a release that decided on the old pin cannot
-    record an event as not its own any more."""
+    that the owner has not finished yet (nobody would ever take it), while a retry or a dead
+    letter of it waits, or before it has a checkpoint here; once all settle, it moves, and a
+    release that decided on the old pin cannot record an event as not its own any more."""
     registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
     name = f"svc_{unique}"
     store = ServiceStore(name)
@@ -297,6 +297,7 @@ async def test_a_move_waits_until_nothing_of_the_workflow_is_in_flight_at_either
             identity=NEW,
             view=RolloutView(),
             state_version=1,
+            handled_types=("test.task_submitted",),
         )
 
         async def ask() -> dict[str, Any]:
@@ -320,6 +321,16 @@ async def test_a_move_waits_until_nothing_of_the_workflow_is_in_flight_at_either
         assert refused["outcome"] == "refused"
         assert f"release {UNNAMED} passed 1 event(s)" in refused["reason"]
         assert await pinned() == (NEW, 3)
+        # (An event of a type the canary does not handle, passed by main, holds nothing up.)
+        await pg.execute(
+            f"""INSERT INTO {name}.inbox (consumer_group, event_id, attempt, outcome, event_type,
+                                          workflow_id, processed_at)
+                VALUES ($1, $2, 1, 'not_mine', 'test.other', $3, $4)""",
+            name,
+            uuid.uuid4(),
+            workflow_id,
+            now,
+        )
 
         # The canary reads it and its step fails for now: a retry of it waits there.
         await pg.execute(
@@ -332,7 +343,14 @@ async def test_a_move_waits_until_nothing_of_the_workflow_is_in_flight_at_either
             now,
         )
         refused = await ask()
-        assert refused["outcome"] == "refused" and "a retry or a parked event" in refused["reason"]
+        assert refused["outcome"] == "refused" and "a retry, a dead letter" in refused["reason"]
+        # Its retries spent, it is dead-lettered: it waits for an operator there, still.
+        await pg.execute(
+            f"UPDATE {name}.inbox SET outcome = 'dead_lettered' WHERE consumer_group = $1", canary_group
+        )
+        refused = await ask()
+        assert refused["outcome"] == "refused" and "a retry, a dead letter" in refused["reason"]
+        assert await pinned() == (NEW, 3)
 
         await pg.execute(f"UPDATE {name}.inbox SET outcome = 'done' WHERE consumer_group = $1", canary_group)
         moved = await ask()
@@ -354,6 +372,18 @@ async def test_a_move_waits_until_nothing_of_the_workflow_is_in_flight_at_either
 
         assert not await passed(name, NEW)  # main decided on the old pin: decide again
         assert await passed(canary_group, UNNAMED)
+        # A workflow this service holds no checkpoint of (pinned, not reached here yet) stays.
+        unreached = repin_request(f"wf-new-{unique}", UNNAMED, NEW, name)
+        await repins.answer(unreached, RepinRequested.model_validate(unreached.payload))
+        answer = json.loads(
+            await pg.fetchval(f"SELECT value FROM {name}.outbox WHERE workflow_id = $1", f"wf-new-{unique}")
+        )["payload"]
+        assert answer["outcome"] == "refused" and "no checkpoint" in answer["reason"]
+        assert (
+            await pg.fetchval(f"SELECT count(*) FROM {name}.state WHERE workflow_id = $1", f"wf-new-{unique}")
+            == 0
+        )
+
         # Asked again, the canary does not answer: main owns the workflow now.
         again = repin_request(workflow_id, UNNAMED, NEW, name)
         await repins.answer(again, RepinRequested.model_validate(again.payload))

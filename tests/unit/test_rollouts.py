@@ -168,6 +168,7 @@ def test_an_operator_moves_a_workflow_between_the_releases_of_the_rollout() -> N
         (canary(), "2.0", "completed", "1.0", 409, None),  # ended: nothing in flight
         (canary(), "2.0", None, "9.9", 422, "/to"),  # not a release of this rollout
         (canary(), "2.0", None, "2.0", 409, None),  # there already
+        (canary(status="rolled_back"), "1.0", None, "2.0", 422, "/to"),  # the release being removed
     ],
 )
 def test_a_move_that_cannot_apply_says_why(

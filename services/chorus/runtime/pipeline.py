@@ -155,6 +155,7 @@ class Pipeline:
                 identity=self.identity,
                 view=self.rollouts,
                 state_version=self.spec.state_version,
+                handled_types=tuple(self.spec.consumes()),
                 **parts,
             )
             if self.rollouts is not None

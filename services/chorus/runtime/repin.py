@@ -10,11 +10,18 @@ moves it (the checkpoint row names the new release) or refuses, and answers with
 A move must lose no event and take none twice, although both releases read every event,
 each at its own pace. The owner moves a workflow only when it is quiet:
 
-- it has no retry or parked event of it pending (those are addressed to its own group);
+- it has a checkpoint here (every step of a workflow with one checks its revision, and
+  the move is the next revision; a step decided without one could land after the move);
+- it has no retry, dead letter or parked event of it pending (those are addressed to
+  its own group);
 - the new release has not passed an event of it (``not_mine``) that the owner has not
-  taken yet: after the move, nobody would. Every ``not_mine`` decision is recorded under
-  the same per-workflow lock as the move, after checking that the row still names the
-  release it decided on, so none can slip between the check and the move.
+  finished (done, reviewed, discarded, dropped) yet: after the move, nobody would. Every
+  ``not_mine`` decision is recorded under the row's lock, after checking that the row
+  still names the release it decided on, so none can slip between the check and the move.
+
+Not checked: that the new release reads the checkpoint's state version. One that cannot
+refuses the next event (``NewerStateError``, dead-lettered, nothing written); move the
+workflow back, or run a release that reads it.
 
 After the move, the new owner skips an event the old one already took (it looks in the old
 owner's inbox, ``StateRow.repinned_from``), and a step the old one decided before the move
@@ -54,6 +61,8 @@ class Repins:
     """What pins call this release."""
     view: RolloutView
     state_version: int
+    handled_types: tuple[str, ...]
+    """The event types this service handles (the only ones its inbox records)."""
 
     async def answer(self, envelope: Envelope, request: RepinRequested) -> None:
         workflow_id = envelope.workflow_id
@@ -82,10 +91,8 @@ class Repins:
                 await self.store.move_pin(
                     conn,
                     workflow_id=workflow_id,
-                    workflow_type=envelope.workflow_type,
                     release=request.to_release,
                     from_group=self.group,
-                    state_version=self.state_version,
                     now=self.clock.now(),
                 )
             answer = RepinAnswered(
@@ -127,16 +134,28 @@ class Repins:
     ) -> tuple[RepinOutcome, str | None]:
         if to == self.identity:
             return "unchanged", None
-        if row is not None and row.ended is not None:
+        if row is None:
+            # Only a checkpoint can move: a step of this release decided without one (its
+            # first here, or any of a service that keeps none) commits with no revision to
+            # check, so it could still land after a move.
+            return "refused", (
+                f"this service holds no checkpoint of it yet (not reached here, or its handlers "
+                f"keep none): its events go to release {self.identity}, as pinned"
+            )
+        if row.ended is not None:
             return "refused", f"the workflow ended here ({row.ended})"
         pending = await self.store.pending_in(conn, self.group, workflow_id)
-        if pending or (row is not None and (row.parked_on is not None or row.has_parked)):
+        if pending or row.parked_on is not None or row.has_parked:
             return "refused", (
-                f"a retry or a parked event of it waits in release {self.identity}; "
-                "ask again once it has run (or its dead letter is resolved)"
+                f"a retry, a dead letter or a parked event of it waits in release {self.identity}; "
+                "ask again once it has run (or the dead letter is resolved)"
             )
         passed = await self.store.passed_unhandled(
-            conn, workflow_id=workflow_id, passer=release_group(self.base_group, to), owner=self.group
+            conn,
+            workflow_id=workflow_id,
+            passer=release_group(self.base_group, to),
+            owner=self.group,
+            event_types=self.handled_types,
         )
         if passed:
             return "refused", (

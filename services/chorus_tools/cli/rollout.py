@@ -8,8 +8,9 @@ its principal. A workflow stays on the release it started on whatever changes la
 ``status`` shows each release's in-flight workflows, so you know when an old one has
 drained and can be stopped.
 
-Exit codes: 0 ok; 1 refused (no canary to promote, one already running); 2 bad input;
-69 the rollout service is unreachable; 77 the key may not do this.
+Exit codes: 0 ok; 1 refused (no canary to promote, one already running, a move the owning
+release refused); 2 bad input; 69 the rollout service is unreachable; 75 a move asked for
+and not answered within --wait; 77 the key may not do this.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from chorus_tools.cli.options import (
 )
 
 DEFAULT_URL = "http://127.0.0.1:8121"
+NO_ANSWER_YET = 75
+"""EX_TEMPFAIL: asked, and the owning release has not answered yet (look again with status)."""
 ANALYTICS_URL = "http://127.0.0.1:8104"
 
 app = typer.Typer(
@@ -222,6 +225,8 @@ def repin_command(
         typer.echo(_repin_line(found))
     if found["outcome"] == "refused":
         raise typer.Exit(1)
+    if found["outcome"] == "pending":
+        raise typer.Exit(NO_ANSWER_YET)
 
 
 def _repin_line(r: dict[str, Any]) -> str:
