@@ -23,12 +23,13 @@ LOCAL_ENV = set -a && . $(CURDIR)/.local/kafka/admin.env && set +a && \
 	CHORUS_KAFKA_USERS_DIR=$(KAFKA_USERS_DIR) CHORUS_SIGNING_DIR=$(SIGNING_DIR) CHORUS_ENV=demo
 
 .PHONY: help setup up down status demo services test test-unit test-integration lint fmt bench lock clean \
-	schemas docs topics bench-quick test-reliability
+	schemas docs topics bench-quick test-reliability observe
 
 help:
 	@echo "make demo   start Kafka, PostgreSQL and every service, run the main job"
 	@echo "make test   start what is needed and run every test against real Kafka and PostgreSQL"
 	@echo "make up | down | status | lint | fmt | bench | setup | lock | clean"
+	@echo "make services | observe   every service on its documented port | Prometheus on them (:9090)"
 	@echo "make schemas | docs | topics   regenerate JSON Schemas | AsyncAPI doc; create Kafka topics"
 
 $(STAMP): requirements.lock pyproject.toml
@@ -67,6 +68,17 @@ demo: up
 services: up
 	$(LOCAL_ENV) $(PY) -m chorus_tools.devstack $(foreach r,$(RELEASES),--release $(r))
 
+# Prometheus (Debian's package) on http://127.0.0.1:$(PROMETHEUS_PORT), scraping what
+# `make services` runs (it writes .local/observe/targets.json) with the alert rules of
+# deploy/observability/prometheus. Foreground until Ctrl-C; data in .local/observe/data.
+PROMETHEUS_PORT ?= 9090
+observe: setup
+	$(LOCAL)/prometheus.sh ensure
+	@mkdir -p .local/observe/data
+	@test -f .local/observe/targets.json || echo '[]' > .local/observe/targets.json
+	prometheus --config.file=deploy/observability/prometheus/prometheus.local.yml \
+	  --storage.tsdb.path=.local/observe/data --web.listen-address=127.0.0.1:$(PROMETHEUS_PORT)
+
 # The compatibility gate runs first: against HEAD (uncommitted changes) and, when the
 # clone has it, HEAD~1 (the last commit). A missing ref is a note, not a failure.
 test: up
@@ -76,9 +88,11 @@ test: up
 	  $(VENV)/bin/chorus schemas check --against HEAD~1; \
 	fi
 	$(LOCAL)/browser.sh ensure
+	$(LOCAL)/prometheus.sh ensure
 	$(LOCAL_ENV) $(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: setup
+	$(LOCAL)/prometheus.sh ensure
 	$(PY) -m pytest tests/unit contracts-tests $(PYTEST_ARGS)
 
 # The reliability suite (tests/reliability): every scenario, faults injected into real
@@ -107,10 +121,12 @@ schemas: setup
 	$(PY) contracts-tests/state_schemas.py
 
 # schemas/asyncapi.yaml and docs/architecture.md (event-flow pictures) from the registry
-# (after regenerating the schemas they document).
+# (after regenerating the schemas they document); the Grafana dashboards from
+# services/chorus_tools/dashboards.py.
 docs: schemas
 	$(VENV)/bin/chorus schemas asyncapi
 	$(VENV)/bin/chorus schemas diagrams
+	$(PY) -m chorus_tools.dashboards
 
 # Every topic of schemas/topics on CHORUS_KAFKA_BOOTSTRAP (created, or partitions and
 # configs brought in line; never shrunk). `make up` runs it after starting Kafka.
@@ -135,14 +151,14 @@ bench-quick: up
 
 # Re-pin after editing pyproject.toml (pip-tools, with hashes; pins already in the
 # files are kept unless UPGRADE=--upgrade). requirements-runtime.lock is what the image
-# installs (runtime and the analytics extra); requirements.lock adds the dev tools.
+# installs (runtime, the analytics and otlp extras); requirements.lock adds the dev tools.
 UPGRADE ?=
 PIP_COMPILE = .lockenv/bin/pip-compile -q --generate-hashes --strip-extras --no-emit-find-links $(UPGRADE)
 lock:
 	rm -rf .lockenv && $(PYTHON) -m venv .lockenv
 	.lockenv/bin/pip install -q pip-tools
-	$(PIP_COMPILE) --extra analytics -o requirements-runtime.lock pyproject.toml
-	$(PIP_COMPILE) --extra analytics --extra dev -c requirements-runtime.lock -o requirements.lock pyproject.toml
+	$(PIP_COMPILE) --extra analytics --extra otlp -o requirements-runtime.lock pyproject.toml
+	$(PIP_COMPILE) --extra analytics --extra otlp --extra dev -c requirements-runtime.lock -o requirements.lock pyproject.toml
 	rm -rf .lockenv
 
 clean:

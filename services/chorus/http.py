@@ -69,6 +69,8 @@ class HttpServer:
         self.app = create_api(title=title, version="1.0.0", responses=problems(401, 403, 413, 415, 422))
         self.app.state.api_keys = dict(api_keys or {})
         self.app.add_api_route("/health", self._health, methods=["GET"], include_in_schema=False)
+        self.app.add_api_route("/health/ready", self._health, methods=["GET"], include_in_schema=False)
+        self.app.add_api_route("/health/live", self._live, methods=["GET"], include_in_schema=False)
         self.app.add_api_route("/metrics", self._metrics, methods=["GET"], include_in_schema=False)
         self._server: EmbeddedServer | None = None
         self._task: asyncio.Task[None] | None = None
@@ -78,10 +80,21 @@ class HttpServer:
         self.app.include_router(router)
 
     async def _health(self) -> JSONResponse:
+        # Also readiness: the server starts only once the service is (database migrated,
+        # consumer joined, rollout policies read to their end). Consumer lag is not part of
+        # it: readiness gates HTTP traffic, and lag is the autoscaler's signal.
         body = await self.health()
         # Degraded (records stuck behind an outage) still serves; starting or failing does not.
         status = 200 if body.get("status") in ("ok", "degraded") else 503
         return JSONResponse(body, status_code=status)
+
+    async def _live(self) -> JSONResponse:
+        """Liveness (a restart helps): 503 only when the service stopped or its consumer gave
+        up. Records stuck behind an outage are not a reason to restart: Kafka or PostgreSQL
+        is down, and a new process would wait the same."""
+        body = await self.health()
+        alive = body.get("status") != "failing"
+        return JSONResponse({"status": "alive" if alive else "failing"}, status_code=200 if alive else 503)
 
     async def _metrics(self) -> Response:
         return Response(self.metrics.render(), media_type="text/plain; charset=utf-8")

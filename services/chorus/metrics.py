@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -41,6 +50,11 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self.service = service
         r = self.registry
+        # The process's CPU, memory, file descriptors and garbage collections (a registry of
+        # our own does not get prometheus_client's defaults).
+        ProcessCollector(registry=r)
+        GCCollector(registry=r)
+        PlatformCollector(registry=r)
         self.events_in = Counter(
             "chorus_events_in",
             "Records read, by topic and event type",

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -80,6 +81,10 @@ SMTP_PORT = 9425
 CONSOLE_PORT = DOCUMENTED_PORTS["console"]
 REVIEW_TIERS = ("manager", "director", "editor")
 """The demo's reviewer tiers: each has a Slack-compatible channel in the sandbox."""
+
+
+SCRAPE_TARGETS = ROOT / ".local" / "observe" / "targets.json"
+"""Where `make services` lists its processes for `make observe`'s Prometheus."""
 
 
 def release_proc(service: str, release: str) -> str:
@@ -312,6 +317,28 @@ class DevStack:
             f"http://127.0.0.1:{port}/health",
         )
 
+    def scrape_targets(self) -> list[dict[str, Any]]:
+        """Every Chorus process as Prometheus file service discovery lists it: its address,
+        with ``service`` and ``release`` labels (the alert rules and dashboards use them)."""
+        targets = []
+        for name, proc in self.procs.items():
+            if name == "sandbox" or proc.health_url is None:
+                continue  # the stand-in for the outside world is not ours to watch
+            service, _, release = name.partition("@")
+            address = proc.health_url.removeprefix("http://").removesuffix("/health")
+            targets.append(
+                {"targets": [address], "labels": {"service": service, "release": release or MAIN_RELEASE}}
+            )
+        return targets
+
+    def write_scrape_targets(self, path: Path) -> None:
+        """Write :meth:`scrape_targets` where ``make observe``'s Prometheus reads them
+        (atomically: it re-reads the file whenever it changes)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".tmp")
+        partial.write_text(json.dumps(self.scrape_targets(), indent=2) + "\n")
+        partial.replace(path)
+
     @property
     def api_url(self) -> str:
         return f"http://127.0.0.1:{self.api_port}"
@@ -490,6 +517,7 @@ async def _run_forever(workdir: Path, releases: dict[str, tuple[str, ...]]) -> N
         loop.add_signal_handler(sig, stop.set)
     try:
         await stack.start()
+        stack.write_scrape_targets(SCRAPE_TARGETS)
         print(
             f"Chorus is running: API {stack.api_url}, console {stack.console_url} (sign in with "
             f"demo-manager-key or demo-operator-key), sandbox {stack.sandbox_url} (mail: /mail), "
@@ -499,6 +527,7 @@ async def _run_forever(workdir: Path, releases: dict[str, tuple[str, ...]]) -> N
             if "@" in name:
                 print(f"{name} runs beside (health: {stack.procs[name].health_url}); see `chorus rollout`")
         print("`chorus status` shows every service; `chorus dlq list` the dead letters.")
+        print("`make observe` (another terminal) runs Prometheus on them, with the alert rules.")
         print("Ctrl-C stops every service (Kafka and PostgreSQL keep running; `make down` stops them).")
         await supervise(stack, stop)
     finally:

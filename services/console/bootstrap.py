@@ -120,7 +120,11 @@ def create_app(settings: Settings, apis: Apis) -> FastAPI:
             request, exc.status_code, "Not found" if exc.status_code == 404 else "Refused", str(exc.detail)
         )
 
+    # Liveness and readiness are the same here: the console keeps nothing and calls the
+    # APIs on each request, so answering at all is both.
     @app.get("/health", include_in_schema=False)
+    @app.get("/health/live", include_in_schema=False)
+    @app.get("/health/ready", include_in_schema=False)
     async def health() -> JSONResponse:
         return JSONResponse({"status": "ok", "service": "console"})
 

@@ -1,7 +1,10 @@
 """The automatic-rollback rule: every ``judge_interval_s``, each running canary with a rule
 is compared with its stable release; one that did worse by more than the rule's margin
 over enough workflows is rolled back, saying why (the change's reason in the event and
-history, a log line, ``chorus_rollout_auto_rollbacks_total``).
+history, a log line, ``chorus_rollout_auto_rollbacks_total``). Every running canary, with
+a rule or not, is measured each round: ``chorus_rollout_failure_share{service, release,
+role}`` (the share of each release's workflows with a failure) feeds the dashboards and the
+alert that a canary does worse than stable.
 
 Every replica judges; the policy row's lock and the status check make the rollback happen
 once (a second replica finds the rollout no longer running a canary).
@@ -11,7 +14,7 @@ from __future__ import annotations
 
 import logging
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 from chorus.logs import fields
 from chorus.runtime.loops import forever
@@ -32,18 +35,30 @@ async def judge_canaries(rt: RuntimeHandle) -> None:
         ["service", "release"],
         registry=rt.metrics.registry,
     )
+    shares = Gauge(
+        "chorus_rollout_failure_share",
+        "Share of the workflows pinned to each release of a running canary, since it started, "
+        "with a persistent, semantic or unexpected failure",
+        ["service", "release", "role"],
+        registry=rt.metrics.registry,
+    )
 
     async def round_() -> None:
         async with rt.pool.acquire() as conn:
-            running = [p for p in await repo.policies(conn) if p.status == "canary" and p.auto_rollback]
+            running = [p for p in await repo.policies(conn) if p.status == "canary" and p.canary]
             verdicts = []
+            shares.clear()  # only canaries that run now
             for policy in running:
                 assert policy.canary is not None
                 since = await repo.rollout_started(conn, policy.service)
                 if since is None:
                     continue
                 found = await repo.outcomes(conn, policy, since)
-                verdicts.append((policy, judge(policy, found[policy.stable], found[policy.canary])))
+                stable, canary = found[policy.stable], found[policy.canary]
+                shares.labels(policy.service, policy.stable, "stable").set(stable.failure_rate())
+                shares.labels(policy.service, policy.canary, "canary").set(canary.failure_rate())
+                if policy.auto_rollback:
+                    verdicts.append((policy, judge(policy, stable, canary)))
         for policy, why in verdicts:
             if why is None:
                 continue

@@ -1,0 +1,155 @@
+"""Prometheus, for real: the committed configuration of `make observe`, pointed at every
+process of a running deployment through the targets the dev stack writes, scrapes them all
+and loads the alert rules; every metric an alert or a dashboard names is one a service
+exports."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from chorus_tools import dashboards
+from chorus_tools.devstack import SERVICES, DevStack, free_port
+from tests.support.database import create_database, drop_database
+from tests.support.registry import grant_access, isolated_registry
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMETHEUS_DIR = ROOT / "deploy" / "observability" / "prometheus"
+PROCESSES = (*SERVICES, "outcome_analytics", "console")
+SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created")
+
+
+@pytest.fixture(scope="module")
+async def stack(
+    tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str, database_url: str
+) -> AsyncIterator[DevStack]:
+    tmp = tmp_path_factory.mktemp("observe")
+    suffix = uuid.uuid4().hex[:8]
+    registry = await isolated_registry(tmp, suffix, kafka_bootstrap)
+    await grant_access(registry, kafka_bootstrap)
+    database = f"chorus_observe_{suffix}"
+    deployment = DevStack(
+        tmp / "logs",
+        services=PROCESSES,
+        env={
+            "CHORUS_SCHEMAS_DIR": str(registry.root),
+            "CHORUS_KAFKA_BOOTSTRAP": kafka_bootstrap,
+            "CHORUS_DATABASE_URL": await create_database(database_url, database),
+        },
+    )
+    try:
+        await deployment.start()
+        yield deployment
+    finally:
+        await deployment.stop()
+        await drop_database(database_url, database)
+
+
+@pytest.fixture(scope="module")
+def prometheus(stack: DevStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`make observe`'s configuration, its targets file and rules where this test puts them."""
+    binary = shutil.which("prometheus")
+    assert binary, "no prometheus: `make test` installs it (deploy/local/prometheus.sh)"
+    tmp = tmp_path_factory.mktemp("prometheus")
+    stack.write_scrape_targets(tmp / "targets.json")
+    config = yaml.safe_load((PROMETHEUS_DIR / "prometheus.local.yml").read_text())
+    config["global"]["scrape_interval"] = "1s"
+    config["rule_files"] = [str(PROMETHEUS_DIR / f) for f in config["rule_files"]]
+    [job] = config["scrape_configs"]
+    job["file_sd_configs"][0]["files"] = [str(tmp / "targets.json")]
+    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={tmp / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=(tmp / "prometheus.log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+async def test_prometheus_scrapes_every_service_and_loads_the_alert_rules(
+    stack: DevStack, prometheus: str
+) -> None:
+    async with httpx.AsyncClient(timeout=10.0) as http:
+
+        async def targets() -> list[dict[str, Any]] | None:
+            try:
+                body = (await http.get(f"{prometheus}/api/v1/targets")).json()
+            except httpx.TransportError:
+                return None  # still starting
+            active: list[dict[str, Any]] = body["data"]["activeTargets"]
+            up = [t for t in active if t["health"] == "up"]
+            return active if len(up) == len(PROCESSES) == len(active) else None
+
+        try:
+            active = await wait_until(targets, timeout_s=90, interval_s=1.0, what="every target up")
+        except AssertionError:
+            body = (await http.get(f"{prometheus}/api/v1/targets")).json()
+            raise AssertionError(
+                [(t["labels"], t["health"], t["lastError"]) for t in body["data"]["activeTargets"]]
+            ) from None
+        assert {t["labels"]["service"] for t in active} == set(PROCESSES)
+        assert {t["labels"]["release"] for t in active} == {"main"}
+
+        rules = (await http.get(f"{prometheus}/api/v1/rules")).json()["data"]["groups"]
+        [group] = [g for g in rules if g["name"] == "chorus"]
+        loaded = {r["name"] for r in group["rules"]}
+        alerts = yaml.safe_load((PROMETHEUS_DIR / "alerts.yml").read_text())["groups"][0]["rules"]
+        assert loaded == {r["alert"] for r in alerts}
+        assert all(r["health"] == "ok" for r in group["rules"]), group["rules"]
+
+        # Process metrics from every service, through Prometheus.
+        async def cpu() -> set[str] | None:
+            query = {"query": 'count by (service) (process_cpu_seconds_total{job="chorus"})'}
+            found = (await http.get(f"{prometheus}/api/v1/query", params=query)).json()["data"]["result"]
+            services = {r["metric"]["service"] for r in found}
+            return services if services == set(PROCESSES) else None
+
+        await wait_until(cpu, timeout_s=30, interval_s=1.0, what="process metrics of every service")
+
+
+async def test_every_metric_an_alert_or_a_dashboard_names_is_exported(stack: DevStack) -> None:
+    """A panel or an alert on a metric nobody exports would stay empty or silent forever."""
+    declared: set[str] = set()
+    async with httpx.AsyncClient(timeout=10.0) as http:
+        for name in PROCESSES:
+            url = (stack.procs[name].health_url or "").replace("/health", "/metrics")
+            text = (await http.get(url)).text
+            declared |= {_family(m) for m in re.findall(r"^# TYPE (\S+) ", text, flags=re.MULTILINE)}
+    alerts = (PROMETHEUS_DIR / "alerts.yml").read_text()
+    queries = " ".join(expr for _, expr in dashboards.expressions())
+    named = {
+        _family(m)
+        for m in re.findall(r"\b((?:chorus|process|python)_[a-z_]+)\b", alerts + " " + queries)
+        if not m.startswith("chorus_dashboard")
+    }
+    assert named, "found no metric names"
+    assert named <= declared, f"named but exported by no service: {sorted(named - declared)}"
+
+
+def _family(name: str) -> str:
+    for suffix in SUFFIXES:
+        if name.endswith(suffix):
+            return name.removesuffix(suffix)
+    return name
