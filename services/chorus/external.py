@@ -17,6 +17,7 @@ from chorus.egress import pin
 from chorus.errors import PersistentError, TransientError
 from chorus.faults import fault_point
 from chorus.logs import redact
+from chorus.tracing import outbound_span
 
 
 class ExternalRejection(PersistentError):
@@ -74,9 +75,39 @@ async def call_json(
     ``mid_external_call`` (fault injection) fires after the other side answered and
     before the caller records the answer: the hardest moment to crash.
     """
+    with outbound_span(what, method, url) as traceparent:
+        return await _call(
+            client,
+            method,
+            url,
+            what=what,
+            json=json,
+            content=content,
+            headers={**(headers or {}), **({"traceparent": traceparent} if traceparent else {})},
+            params=params,
+            timeout_s=timeout_s,
+            submitter_url=submitter_url,
+            max_response_bytes=max_response_bytes,
+        )
+
+
+async def _call(
+    client: httpx.AsyncClient,
+    method: str,
+    url: str,
+    *,
+    what: str,
+    json: Any,
+    content: bytes | None,
+    headers: dict[str, str],
+    params: dict[str, str] | None,
+    timeout_s: float,
+    submitter_url: bool,
+    max_response_bytes: int,
+) -> httpx.Response:
     blame = submitter_url
     shown = redact(url)  # messages reach logs and timelines: never a URL's credentials
-    safe_headers = {k: header_value(v) for k, v in (headers or {}).items()}
+    safe_headers = {k: header_value(v) for k, v in headers.items()}
     target, extensions = url, {}
     if submitter_url:
         # Never into the deployment's own network (SSRF): connect to the address checked.

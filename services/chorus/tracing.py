@@ -3,7 +3,10 @@
 The ``traceparent`` travels in the envelope and in the Kafka header of the same
 name, so tools that only read headers see it too. The trace id set by whoever
 produced a workflow's first event stays on every later event of the workflow;
-each hop gets a new span id whose parent is the span that handled the cause.
+each hop gets a new span id whose parent is the span that handled the cause. A call to a
+system outside Chorus (an LLM, the payment provider, a source, a webhook) is a client span
+of the handling span, and its request carries that span's ``traceparent`` header, so the
+other side's trace joins the workflow's.
 """
 
 from __future__ import annotations
@@ -13,14 +16,17 @@ import re
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cache
+from urllib.parse import urlsplit
 
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
-from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, TraceFlags
+from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, TraceFlags
 
 _TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 
@@ -57,6 +63,8 @@ def child_traceparent(parent: str | None) -> str:
 
 
 _provider: TracerProvider | None = None
+_handling: ContextVar[str | None] = ContextVar("chorus_handling_traceparent", default=None)
+"""The traceparent of the event being handled in this task (its outbound calls' parent)."""
 
 EXPORTERS = ("none", "console", "otlp")
 
@@ -88,7 +96,7 @@ def setup_tracing(service: str, version: str, exporter: str | None = None) -> No
         span_exporter = ConsoleSpanExporter()
     else:
         try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found]
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
                 OTLPSpanExporter,
             )
         except ImportError:
@@ -120,22 +128,90 @@ def handling_span(
     With one, a trace viewer shows the chain hop by hop.
     """
     if _provider is None:
-        yield child_traceparent(traceparent)
+        with _handling_as(child_traceparent(traceparent)) as current:
+            yield current
         return
-    parent = TraceContext.parse(traceparent)
-    context = None
-    if parent is not None:
-        remote = SpanContext(
-            trace_id=int(parent.trace_id, 16),
-            span_id=int(parent.span_id, 16),
-            is_remote=True,
-            trace_flags=TraceFlags(int(parent.flags, 16)),
-        )
-        context = trace.set_span_in_context(NonRecordingSpan(remote))
+    with (
+        _tracer().start_as_current_span(
+            f"{service} handle {event_type}", context=_remote(traceparent), attributes=attributes
+        ) as span,
+        _handling_as(_span_traceparent(span, traceparent)) as current,
+    ):
+        yield current
+
+
+@contextmanager
+def request_span(service: str, name: str, traceparent: str | None) -> Iterator[str]:
+    """A request a service answers that starts work (the gateway accepting a workflow, a
+    person's decision) as a span: a child of the caller's ``traceparent``, or the root of a
+    new trace. Yields the traceparent of what it publishes."""
+    if _provider is None:
+        with _handling_as(child_traceparent(traceparent)) as current:
+            yield current
+        return
+    with (
+        _tracer().start_as_current_span(
+            f"{service} {name}", context=_remote(traceparent), kind=SpanKind.SERVER
+        ) as span,
+        _handling_as(_span_traceparent(span, traceparent or "")) as current,
+    ):
+        yield current
+
+
+@contextmanager
+def outbound_span(what: str, method: str, url: str) -> Iterator[str | None]:
+    """A call outside Chorus, as a client span in the trace of the event being handled;
+    yields the ``traceparent`` header to send (None outside a handling: no trace to join)."""
+    parent = _handling.get()
+    if parent is None:
+        yield None
+        return
+    if _provider is None:
+        yield child_traceparent(parent)
+        return
+    host = urlsplit(url).hostname or ""
     with _tracer().start_as_current_span(
-        f"{service} handle {event_type}", context=context, attributes=attributes
+        f"{what} {method}",
+        context=_remote(parent),
+        kind=SpanKind.CLIENT,
+        attributes={"http.request.method": method, "server.address": host, "chorus.call": what},
     ) as span:
-        yield _span_traceparent(span, traceparent)
+        yield _span_traceparent(span, parent)
+
+
+@contextmanager
+def in_trace_of(traceparent: str | None) -> Iterator[None]:
+    """Calls made inside join the trace of ``traceparent`` (work done later on behalf of an
+    event, e.g. a message the delivery loop sends): their client spans are its children."""
+    if TraceContext.parse(traceparent) is None:
+        yield
+        return
+    assert traceparent is not None
+    with _handling_as(traceparent):
+        yield
+
+
+@contextmanager
+def _handling_as(traceparent: str) -> Iterator[str]:
+    token = _handling.set(traceparent)
+    try:
+        yield traceparent
+    finally:
+        _handling.reset(token)
+
+
+def _remote(traceparent: str | None) -> Context | None:
+    """The OpenTelemetry context whose parent is the span ``traceparent`` names."""
+    parent = TraceContext.parse(traceparent)
+    if parent is None:
+        return None
+    remote = SpanContext(
+        trace_id=int(parent.trace_id, 16),
+        span_id=int(parent.span_id, 16),
+        is_remote=True,
+        trace_flags=TraceFlags(int(parent.flags, 16)),
+    )
+    return trace.set_span_in_context(NonRecordingSpan(remote))
 
 
 def _span_traceparent(span: Span, fallback: str) -> str:

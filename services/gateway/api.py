@@ -31,7 +31,7 @@ from chorus.outbox import outbox_message
 from chorus.ratelimit import KeyedRateLimits
 from chorus.service import RuntimeHandle
 from chorus.store import OutboxMessage
-from chorus.tracing import TraceContext
+from chorus.tracing import request_span
 from chorus.webapi import Problem, QueryDateTime, create_api, problem_response, problems
 from chorus_contracts.approvals import ApprovalDecisionSubmitted, ApprovalPolicyChange
 from chorus_contracts.base import EventModel, plain_input
@@ -163,7 +163,6 @@ def _submit_routes(app: FastAPI, rt: RuntimeHandle, settings: Settings, base_url
             now = rt.clock.now()
             longest = settings.deadlines_s.get(workflow_type, DEFAULT_DEADLINE_S)
             deadline_at = now + timedelta(seconds=body.deadline_s or longest)
-            trace = TraceContext.parse(traceparent)
             started = start_envelope(
                 WorkflowStarted(
                     submitted_by=who.principal,
@@ -179,7 +178,7 @@ def _submit_routes(app: FastAPI, rt: RuntimeHandle, settings: Settings, base_url
                 now=now,
                 idempotency_key=envelope_idempotency_key(who.principal, idempotency_key or workflow_id),
                 priority=body.priority,
-                traceparent=trace.child().traceparent if trace else None,
+                traceparent=traceparent,  # the accepting request's span (_submit_route)
                 deadline=deadline_at,
                 subject_ref=keyed_ref(settings.subject_key, body.subject_ref) if body.subject_ref else None,
                 # Each service with a rollout: the release this workflow stays on to its end.
@@ -192,6 +191,7 @@ def _submit_routes(app: FastAPI, rt: RuntimeHandle, settings: Settings, base_url
                 producer=rt.producer,
                 now=now + timedelta(microseconds=1),
                 position="start",
+                traceparent=started.traceparent,  # both made by the accepting request's span
             )
             deadline_timer = _deadline_timer(rt, started, deadline_at, now)
             messages = await _messages(rt, [(started, ""), (first, "/input"), (deadline_timer, "")])
@@ -590,7 +590,9 @@ def _submit_route(app: FastAPI, name: str, kind: WorkflowKind, submit: Any, long
         idempotency_key: IdempotencyKey = None,
         traceparent: Traceparent = None,
     ) -> JSONResponse:
-        return cast(JSONResponse, await submit(name, kind, body, who, idempotency_key, traceparent))
+        # Accepting is the workflow's first span: a child of the caller's trace, if any.
+        with request_span("gateway", f"accept {name}", traceparent) as accepted:
+            return cast(JSONResponse, await submit(name, kind, body, who, idempotency_key, accepted))
 
     # The body's model is this type's (FastAPI reads it from the annotation), with its
     # longest deadline as the bound of a shorter one asked for (422 naming /deadline_s).
@@ -668,6 +670,7 @@ def _deadline_timer(rt: RuntimeHandle, started: Envelope, deadline_at: Any, now:
         producer=rt.producer,
         now=now,
         position="deadline",
+        traceparent=started.traceparent,  # made by the accepting request's span, as the rest
     )
     command = TimerSchedule(
         timer_id=f"gateway:{started.workflow_id}:deadline",
@@ -679,7 +682,14 @@ def _deadline_timer(rt: RuntimeHandle, started: Envelope, deadline_at: Any, now:
         ),
         purpose="deadline",
     )
-    return child_envelope(started, command, producer=rt.producer, now=now, position="deadline-timer")
+    return child_envelope(
+        started,
+        command,
+        producer=rt.producer,
+        now=now,
+        position="deadline-timer",
+        traceparent=started.traceparent,
+    )
 
 
 def _decision_envelope(
@@ -719,20 +729,21 @@ def _in_workflow(
     idempotency_key: str,
     now: Any,
 ) -> Envelope:
-    """An event a person's request adds to a running workflow: in its trace and priority lane."""
-    trace = TraceContext.parse(submission.traceparent if submission else None)
+    """An event a person's request adds to a running workflow: in its trace (a span of the
+    gateway's, the request's) and its priority lane."""
     priority: Priority = "normal"
     if submission is not None and submission.priority in ("high", "normal", "low"):
         priority = submission.priority  # type: ignore[assignment]
-    return start_envelope(
-        event,
-        workflow_id=workflow_id,
-        workflow_type=workflow_type,
-        producer=rt.producer,
-        now=now,
-        idempotency_key=idempotency_key,
-        correlation_id=workflow_id,
-        pins=json.loads(submission.pins) if submission is not None and submission.pins else None,
-        traceparent=trace.child().traceparent if trace else None,
-        priority=priority,
-    )
+    with request_span("gateway", event.event_type, submission.traceparent if submission else None) as current:
+        return start_envelope(
+            event,
+            workflow_id=workflow_id,
+            workflow_type=workflow_type,
+            producer=rt.producer,
+            now=now,
+            idempotency_key=idempotency_key,
+            correlation_id=workflow_id,
+            pins=json.loads(submission.pins) if submission is not None and submission.pins else None,
+            traceparent=current,
+            priority=priority,
+        )

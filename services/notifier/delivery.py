@@ -21,6 +21,7 @@ from chorus.logs import fields
 from chorus.runtime.backoff import full_jitter
 from chorus.runtime.loops import forever
 from chorus.service import RuntimeHandle
+from chorus.tracing import in_trace_of
 from notifier.adapters import deliveries
 from notifier.adapters.channels import DeliveryError
 from notifier.adapters.deliveries import Claimed
@@ -85,7 +86,8 @@ async def deliver_due(rt: RuntimeHandle) -> None:
         started = time.monotonic()
         error: str | None = None
         try:
-            await send(settings, rt.deps, claimed, rt.clock.now())
+            with in_trace_of(claimed.notice.traceparent):
+                await send(settings, rt.deps, claimed, rt.clock.now())
         except DeliveryError as exc:
             error = str(exc)[:1000]
         except Exception as exc:  # a message that cannot be sent fails alone, recorded, never the loop

@@ -48,6 +48,8 @@ class Notice(BaseModel):
     waiting_until: datetime | None = None
     outcome: str | None = None
     """How the workflow ended (WITHDRAWN)."""
+    traceparent: str | None = None
+    """The event that asked for the message: its sending joins that workflow's trace."""
 
     @property
     def link_path(self) -> str | None:

@@ -20,7 +20,8 @@ from notifier.domain import Notice, NoticeKind, NotifierState, OpenApproval, rec
 def _plan(envelope: Envelope, notice: Notice, ctx: Context[Deps]) -> PlanDeliveries:
     return PlanDeliveries(
         event_id=str(envelope.event_id),
-        notice=notice,
+        # Sent later by the delivery loop, in the workflow's trace all the same.
+        notice=notice.model_copy(update={"traceparent": envelope.traceparent}),
         recipients=recipients(notice.tier, ctx.deps.reviewers, ctx.deps.tier_webhooks),
         now=ctx.clock.now(),
     )

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from aiosmtpd.controller import Controller
 
 from chorus.llm import ChatMessage
@@ -63,6 +64,8 @@ class Sandbox:
     slack: list[dict[str, Any]] = field(default_factory=list)
     mail: list[dict[str, Any]] = field(default_factory=list)
     """Messages the SMTP stand-in accepted (appended from its thread; list.append is atomic)."""
+    traces: list[dict[str, Any]] = field(default_factory=list)
+    """The ``traceparent`` header of every call from Chorus (path, header or None)."""
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -77,6 +80,7 @@ class Sandbox:
             "llm_calls": dict(self.llm_calls),
             "slack": self.slack,
             "mail": self.mail,
+            "traces": self.traces,
         }
 
     # -- the outside world's endpoints ------------------------------------------------
@@ -243,7 +247,15 @@ class MailSink:
 
 def create_app(config: SandboxConfig) -> web.Application:
     sandbox = Sandbox(config)
-    app = web.Application()
+
+    @web.middleware
+    async def traced(request: web.Request, handler: Handler) -> web.StreamResponse:
+        # What a traced system on the other side would join (tests check every call has it).
+        if request.path not in ("/stats", "/mail"):
+            sandbox.traces.append({"path": request.path, "traceparent": request.headers.get("traceparent")})
+        return await handler(request)
+
+    app = web.Application(middlewares=[traced])
     app[SANDBOX] = sandbox
     app.router.add_post("/payments", sandbox.pay)
     app.router.add_get("/sources/{name}", sandbox.source)

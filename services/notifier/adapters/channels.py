@@ -12,6 +12,7 @@ from email.utils import make_msgid
 import aiosmtplib
 import httpx
 
+from chorus.tracing import outbound_span
 from notifier.config import Settings
 
 
@@ -51,7 +52,13 @@ class Channels:
 
     async def webhook(self, url: str, body: dict[str, object]) -> None:
         try:
-            response = await self.http.post(url, json=body, timeout=self.settings.webhook_timeout_s)
+            with outbound_span("notify webhook", "POST", url) as traceparent:
+                response = await self.http.post(
+                    url,
+                    json=body,
+                    timeout=self.settings.webhook_timeout_s,
+                    headers={"traceparent": traceparent} if traceparent else None,
+                )
         except httpx.HTTPError as exc:
             raise DeliveryError(f"webhook: {type(exc).__name__}: {exc}") from exc
         if not response.is_success:
