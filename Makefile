@@ -89,10 +89,12 @@ test: up
 	fi
 	$(LOCAL)/browser.sh ensure
 	$(LOCAL)/prometheus.sh ensure
+	$(LOCAL)/helm.sh ensure
 	$(LOCAL_ENV) $(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: setup
 	$(LOCAL)/prometheus.sh ensure
+	$(LOCAL)/helm.sh ensure
 	$(PY) -m pytest tests/unit contracts-tests $(PYTEST_ARGS)
 
 # The reliability suite (tests/reliability): every scenario, faults injected into real
@@ -122,11 +124,13 @@ schemas: setup
 
 # schemas/asyncapi.yaml and docs/architecture.md (event-flow pictures) from the registry
 # (after regenerating the schemas they document); the Grafana dashboards from
-# services/chorus_tools/dashboards.py.
+# services/chorus_tools/dashboards.py; the Helm chart's registry file (services, ports,
+# topics, ACLs) from the registry.
 docs: schemas
 	$(VENV)/bin/chorus schemas asyncapi
 	$(VENV)/bin/chorus schemas diagrams
 	$(PY) -m chorus_tools.dashboards
+	$(PY) -m chorus_tools.chart
 
 # Every topic of schemas/topics on CHORUS_KAFKA_BOOTSTRAP (created, or partitions and
 # configs brought in line; never shrunk). `make up` runs it after starting Kafka.

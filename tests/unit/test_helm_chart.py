@@ -1,0 +1,595 @@
+"""The Helm chart (deploy/helm/chorus): it lints, renders, and every object it renders is
+valid for its API (Kubernetes, KEDA, Strimzi, CloudNativePG: deploy/helm/validate), for the
+default values and for every values file of ci/ and examples/; and what it renders keeps
+the promises of the chart's README, checked here from the rendered objects and the
+registry, not from the chart's own files:
+
+- every service runs with probes, requests and limits, and as the image's non-root user with
+  a read-only root, no privilege escalation, no capabilities and the runtime's seccomp profile;
+- every Deployment has a PodDisruptionBudget;
+- no secret value is rendered: secrets only by reference to existing Secrets;
+- KEDA never scales a service beyond the partitions its consumer group reads, and never
+  scales a platform service to zero.
+
+helm and the validator come from `deploy/local/helm.sh ensure` (helm built from its Go
+module, the validator's npm packages): without them these tests fail, never skip.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from chorus.apikeys import DEMO_KEYS, DEMO_SERVICE_KEY
+from chorus.links import DEMO_LINK_KEY
+from chorus.registry import RUNTIME_PRODUCER, Registry, load_registry
+from chorus.runtime.runner import DEMO_SUBJECT_KEY
+from chorus.settings import DEMO_DATABASE_PASSWORD, LOCAL_DATABASE_URL
+from chorus_tools import chart, dashboards
+from chorus_tools.cli import migrate
+from chorus_tools.cli.main import app
+from console.config import DEMO_SESSION_KEY
+from gateway.config import DEMO_WEBHOOK_SECRET
+from key_service.config import DEMO_MASTER_KEYS
+from payment_agent.config import DEMO_PAYMENT_API_KEY
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "deploy" / "helm" / "chorus"
+VALIDATOR = ROOT / "deploy" / "helm" / "validate" / "validate.mjs"
+HELM_SH = ROOT / "deploy" / "local" / "helm.sh"
+RELEASE = "chorus"
+
+VALUES: dict[str, list[Path]] = {
+    "default": [],
+    "all-on": [CHART / "ci" / "all-on-values.yaml"],
+    "external": [CHART / "ci" / "external-values.yaml"],
+    "strimzi-example": [CHART / "examples" / "strimzi-values.yaml"],
+    "cloudnativepg-example": [CHART / "examples" / "cloudnativepg-values.yaml"],
+}
+PLATFORM = {
+    "timer_service",
+    "deadletter_service",
+    "audit_projector",
+    "key_service",
+    "rollout_service",
+    "gateway",
+}
+"""Never scaled to zero (the issue's list, not the chart's)."""
+AGENTS = {"invoice_agent", "budget_agent", "payment_agent", "report_agent", "source_fetcher"}
+# Environment variables that carry a secret: they must come from a Secret (secretKeyRef).
+SECRET_ENV = re.compile(
+    r"^CHORUS_(API_KEYS|.*API_KEY|.*SECRETS?|.*PASSWORD.*|MASTER_KEYS|SUBJECT_KEY|LINK_KEY|SESSION_KEY"
+    r"|DATABASE_URL.*|DATABASE_ADMIN_URL|TIER_WEBHOOKS|KAFKA_SASL_PASSWORD)$"
+)
+# A DSN composed in the pod from a secret-backed variable: postgresql://role:$(VAR)@host/db.
+COMPOSED_DSN = re.compile(r"^postgresql://[^:@/]+:\$\(([A-Z0-9_]+)\)@")
+Docs = list[dict[str, Any]]
+
+
+# -- tools ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    """helm's path, after `deploy/local/helm.sh ensure` built it (and npm-installed the validator)."""
+    assert shutil.which("node"), "no node: the chart validator runs on Node.js (Debian's nodejs)"
+    ensured = subprocess.run(
+        [str(HELM_SH), "ensure"], capture_output=True, text=True, timeout=1800, check=False
+    )
+    assert ensured.returncode == 0, f"deploy/local/helm.sh ensure failed:\n{ensured.stderr}"
+    path = subprocess.run([str(HELM_SH), "path"], capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(path).is_file(), f"no helm at {path}"
+    return path
+
+
+def values_args(files: list[Path], sets: tuple[str, ...] = ()) -> list[str]:
+    return [*(a for f in files for a in ("-f", str(f))), *(a for s in sets for a in ("--set", s))]
+
+
+def run_helm(helm: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([helm, *args], capture_output=True, text=True, timeout=300, check=False)
+
+
+def template(helm: str, files: list[Path], *sets: str) -> str:
+    done = run_helm(helm, "template", RELEASE, str(CHART), "--namespace", "chorus", *values_args(files, sets))
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def parse(text: str) -> Docs:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def validate(text: str, tmp_path: Path) -> dict[str, Any]:
+    rendered = tmp_path / "rendered.yaml"
+    rendered.write_text(text)
+    done = subprocess.run(
+        ["node", str(VALIDATOR), "--json", str(rendered)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+@pytest.fixture(scope="module")
+def rendered(helm: str) -> dict[str, str]:
+    return {name: template(helm, files) for name, files in VALUES.items()}
+
+
+@pytest.fixture(scope="module")
+def registry() -> Registry:
+    return load_registry(ROOT / "schemas")
+
+
+# -- checks of rendered objects (each returns what is wrong) ----------------------------------
+
+
+def of_kind(docs: Docs, kind: str) -> Docs:
+    return [d for d in docs if d.get("kind") == kind]
+
+
+def service_of(deployment: dict[str, Any]) -> str:
+    """The registry name of the service a Deployment runs (`python -m <service>`)."""
+    command: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[:2] == ["python", "-m"], command
+    return command[2]
+
+
+def security_problems(where: str, pod: dict[str, Any]) -> list[str]:
+    problems = []
+    pod_ctx = pod.get("securityContext") or {}
+    for container in pod["containers"]:
+        ctx = {**pod_ctx, **(container.get("securityContext") or {})}
+        name = f"{where}/{container['name']}"
+        if ctx.get("runAsNonRoot") is not True:
+            problems.append(f"{name}: runAsNonRoot is not true")
+        if ctx.get("runAsUser") != 10001:
+            problems.append(f"{name}: runAsUser is not the image's user 10001")
+        if ctx.get("allowPrivilegeEscalation") is not False:
+            problems.append(f"{name}: allowPrivilegeEscalation is not false")
+        if ctx.get("readOnlyRootFilesystem") is not True:
+            problems.append(f"{name}: readOnlyRootFilesystem is not true")
+        if "ALL" not in ((ctx.get("capabilities") or {}).get("drop") or []):
+            problems.append(f"{name}: capabilities are not all dropped")
+        if (ctx.get("seccompProfile") or {}).get("type") != "RuntimeDefault":
+            problems.append(f"{name}: seccompProfile is not RuntimeDefault")
+        if ctx.get("privileged"):
+            problems.append(f"{name}: privileged")
+    return problems
+
+
+def workload_problems(docs: Docs) -> list[str]:
+    """Probes, resources and the security context of every Deployment (and the Job's pod)."""
+    problems = []
+    for dep in of_kind(docs, "Deployment"):
+        where = dep["metadata"]["name"]
+        pod = dep["spec"]["template"]["spec"]
+        for container in pod["containers"]:
+            name = f"{where}/{container['name']}"
+            for probe, path in (("readinessProbe", "/health/ready"), ("livenessProbe", "/health/live")):
+                get = (container.get(probe) or {}).get("httpGet") or {}
+                if get.get("path") != path or not get.get("port"):
+                    problems.append(f"{name}: no {probe} on GET {path}")
+            resources = container.get("resources") or {}
+            for part in ("requests", "limits"):
+                for what in ("cpu", "memory"):
+                    if what not in (resources.get(part) or {}):
+                        problems.append(f"{name}: no {part}.{what}")
+        problems += security_problems(where, pod)
+    for job in of_kind(docs, "Job"):
+        problems += security_problems(job["metadata"]["name"], job["spec"]["template"]["spec"])
+    return problems
+
+
+def pdb_problems(docs: Docs) -> list[str]:
+    selectors = [p["spec"]["selector"].get("matchLabels") for p in of_kind(docs, "PodDisruptionBudget")]
+    return [
+        f"{dep['metadata']['name']}: no PodDisruptionBudget selects its pods"
+        for dep in of_kind(docs, "Deployment")
+        if dep["spec"]["selector"]["matchLabels"] not in selectors
+    ]
+
+
+def demo_secret_values() -> list[str]:
+    """Every published demo secret of the code: none may ever appear in a rendered object."""
+    return sorted(
+        {
+            *DEMO_KEYS,
+            DEMO_SERVICE_KEY,
+            DEMO_WEBHOOK_SECRET,
+            DEMO_PAYMENT_API_KEY,
+            *DEMO_MASTER_KEYS.values(),
+            DEMO_SUBJECT_KEY,
+            DEMO_LINK_KEY,
+            DEMO_SESSION_KEY,
+            LOCAL_DATABASE_URL,
+            f":{DEMO_DATABASE_PASSWORD}@",
+        }
+    )
+
+
+def containers(docs: Docs) -> Iterator[tuple[str, dict[str, Any]]]:
+    for doc in docs:
+        if doc.get("kind") in ("Deployment", "Job"):
+            for container in doc["spec"]["template"]["spec"]["containers"]:
+                yield f"{doc['kind']} {doc['metadata']['name']}/{container['name']}", container
+
+
+def secret_problems(docs: Docs, text: str) -> list[str]:
+    problems = [f"{s['metadata']['name']}: a Secret is rendered" for s in of_kind(docs, "Secret")]
+    problems += [f"a demo secret is rendered: {v!r}" for v in demo_secret_values() if v in text]
+    for where, container in containers(docs):
+        env = {e["name"]: e for e in container.get("env") or []}
+        from_secret = {n for n, e in env.items() if "secretKeyRef" in (e.get("valueFrom") or {})}
+        for name, entry in env.items():
+            if not SECRET_ENV.match(name) or name in from_secret:
+                continue
+            composed = COMPOSED_DSN.match(str(entry.get("value", "")))
+            if composed and composed.group(1) in from_secret:
+                continue  # a DSN whose password is another variable's, from a Secret
+            problems.append(f"{where}: {name} is not taken from a Secret")
+    return problems
+
+
+def group_topics(registry: Registry, service: str) -> set[str]:
+    """The physical topics whose files list ``service`` (or, for a runtime service, the
+    runtime every service runs) as a consumer."""
+    kind = registry.principals.services[service].kind
+    readers = {service, RUNTIME_PRODUCER} if kind == "runtime" else {service}
+    return {p for t in registry.topics.values() if readers & set(t.consumers) for p in t.physical_topics()}
+
+
+def keda_problems(docs: Docs, registry: Registry) -> list[str]:
+    deployments = {d["metadata"]["name"]: d for d in of_kind(docs, "Deployment")}
+    problems = []
+    for scaled in of_kind(docs, "ScaledObject"):
+        name = scaled["metadata"]["name"]
+        spec = scaled["spec"]
+        target = deployments.get(spec["scaleTargetRef"]["name"])
+        if target is None:
+            problems.append(f"{name}: scales no Deployment of the chart")
+            continue
+        service = service_of(target)
+        if service in PLATFORM and spec.get("minReplicaCount", 0) < 1:
+            problems.append(f"{name}: platform service {service} may be scaled to zero")
+        if service not in registry.principals.services:
+            problems.append(f"{name}: {service} has no consumer group")
+            continue
+        readable = group_topics(registry, service)
+        topics = set()
+        for trigger in spec["triggers"]:
+            meta = trigger["metadata"]
+            topics.add(meta["topic"])
+            if trigger["type"] != "kafka" or meta["consumerGroup"] != service:
+                problems.append(f"{name}: a trigger not on {service}'s consumer group: {trigger}")
+            if meta["topic"] not in readable:
+                problems.append(f"{name}: {service} does not read {meta['topic']}")
+        consumed = {p for n in _own(registry, service) for p in registry.topics[n].physical_topics()}
+        if consumed - topics:
+            problems.append(f"{name}: no trigger on {sorted(consumed - topics)}, which {service} consumes")
+        partitions = max(
+            (spec_.partitions for t in topics if (spec_ := registry.topic_of_physical(t)) is not None),
+            default=0,
+        )
+        if spec["maxReplicaCount"] > partitions:
+            problems.append(
+                f"{name}: maxReplicaCount {spec['maxReplicaCount']} > {partitions} partitions of its topics"
+            )
+    for dep in deployments.values():
+        if service_of(dep) in PLATFORM and "replicas" in dep["spec"] and dep["spec"]["replicas"] < 1:
+            problems.append(f"{dep['metadata']['name']}: a platform service without a replica")
+    return problems
+
+
+def _own(registry: Registry, service: str) -> list[str]:
+    """The topics whose files name ``service`` itself as a consumer."""
+    return [name for name, t in registry.topics.items() if service in t.consumers]
+
+
+INVARIANTS: dict[str, Callable[[Docs, str, Registry], list[str]]] = {
+    "workloads": lambda docs, text, reg: workload_problems(docs),
+    "pdbs": lambda docs, text, reg: pdb_problems(docs),
+    "secrets": lambda docs, text, reg: secret_problems(docs, text),
+    "keda": lambda docs, text, reg: keda_problems(docs, reg),
+}
+
+
+# -- the generated registry file ----------------------------------------------------------------
+
+
+def test_the_committed_registry_file_is_what_the_generator_writes(registry: Registry) -> None:
+    assert chart.CHART_FILE.read_text() == chart.render(registry), "run: python -m chorus_tools.chart"
+
+
+def test_the_registry_file_has_every_service_and_its_partition_ceiling(registry: Registry) -> None:
+    facts = yaml.safe_load(chart.CHART_FILE.read_text())
+    assert set(facts["services"]) == {*registry.principals.services, "console"}
+    for name, svc in facts["services"].items():
+        if svc["consumerGroup"]:
+            topics = set(svc["consumes"])
+            assert topics <= group_topics(registry, name)
+            assert svc["partitions"] == max(registry.topic_of_physical(t).partitions for t in topics)  # type: ignore[union-attr]
+
+
+# -- lint, render, validate -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", sorted(VALUES))
+def test_helm_lint_strict_passes(helm: str, values: str) -> None:
+    done = run_helm(helm, "lint", "--strict", str(CHART), *values_args(VALUES[values]))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[WARNING]" not in done.stdout and "[ERROR]" not in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("values", sorted(VALUES))
+def test_every_rendered_object_validates_against_its_api_schema(
+    rendered: dict[str, str], values: str, tmp_path: Path
+) -> None:
+    report = validate(rendered[values], tmp_path)
+    assert report["errors"] == [], json.dumps(report["errors"], indent=1)
+    assert report["objects"] == len(parse(rendered[values])) > 0
+    kinds = report["kinds"]
+    assert kinds["apps/v1/Deployment"] == kinds["policy/v1/PodDisruptionBudget"] == 15
+    if values == "all-on":
+        for kind in (
+            "keda.sh/v1alpha1/ScaledObject",
+            "keda.sh/v1alpha1/TriggerAuthentication",
+            "networking.k8s.io/v1/Ingress",
+            "kafka.strimzi.io/v1beta2/Kafka",
+            "kafka.strimzi.io/v1beta2/KafkaTopic",
+            "kafka.strimzi.io/v1beta2/KafkaUser",
+            "postgresql.cnpg.io/v1/Cluster",
+            "batch/v1/Job",
+        ):
+            assert kinds.get(kind), f"all-on renders no {kind}"
+
+
+def test_the_validator_reports_unknown_fields_wrong_types_and_unknown_kinds(
+    rendered: dict[str, str], tmp_path: Path
+) -> None:
+    """The validation above can fail."""
+    broken = (
+        rendered["all-on"]
+        .replace("readinessProbe:", "readinesProbe:", 1)
+        .replace("minReplicaCount: 0", "minReplicaCount: none", 1)
+    )
+    broken += "\n---\napiVersion: example.com/v1\nkind: Unknown\nmetadata: {name: x}\n"
+    report = validate(broken, tmp_path)
+    messages = [f"{e['check']}: {e['message']}" for e in report["errors"]]
+    assert any("readinesProbe" in m for m in messages), messages
+    assert any("minReplicaCount" in m for m in messages), messages
+    assert any("no schema for example.com/v1/Unknown" in m for m in messages), messages
+
+
+# -- invariants -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", sorted(VALUES))
+def test_rendered_objects_keep_the_invariants(
+    rendered: dict[str, str], registry: Registry, values: str
+) -> None:
+    text = rendered[values]
+    docs = parse(text)
+    for name, check in INVARIANTS.items():
+        assert check(docs, text, registry) == [], name
+
+
+def test_keda_scales_the_agents_and_never_a_platform_service_to_zero(
+    rendered: dict[str, str], registry: Registry
+) -> None:
+    docs = parse(rendered["all-on"])
+    deployments = {d["metadata"]["name"]: service_of(d) for d in of_kind(docs, "Deployment")}
+    scaled = {
+        deployments[s["spec"]["scaleTargetRef"]["name"]]: s["spec"] for s in of_kind(docs, "ScaledObject")
+    }
+    assert set(scaled) >= AGENTS
+    assert all(scaled[a]["minReplicaCount"] == 0 for a in AGENTS)
+    assert not PLATFORM & set(scaled)
+    # The ceiling by default: the largest partition count among the topics the group reads.
+    for service in AGENTS - {"invoice_agent"}:
+        topics = {t["metadata"]["topic"] for t in scaled[service]["triggers"]}
+        ceiling = max(registry.topic_of_physical(t).partitions for t in topics)  # type: ignore[union-attr]
+        assert scaled[service]["maxReplicaCount"] == ceiling
+    assert scaled["invoice_agent"]["maxReplicaCount"] == 4  # ci/all-on-values.yaml
+    # A Deployment KEDA scales has no replicas of its own; the others keep theirs.
+    for dep in of_kind(docs, "Deployment"):
+        assert ("replicas" in dep["spec"]) == (service_of(dep) not in scaled)
+
+
+def test_no_secret_value_is_rendered_even_with_every_secret_configured(helm: str, tmp_path: Path) -> None:
+    """Every secret setting named (by Secret and key), the demo values nowhere in the output."""
+    secret_values = tmp_path / "secrets.yaml"
+    secret_values.write_text(
+        yaml.safe_dump(
+            {
+                "secrets": {
+                    "CHORUS_API_KEYS": {"name": "prod-api-keys", "key": "keys.json"},
+                    "CHORUS_WEBHOOK_SECRET": {"name": "prod-gateway", "key": "webhook"},
+                    "CHORUS_PAYMENT_API_KEY": {"name": "prod-payments", "key": "key"},
+                    "CHORUS_MASTER_KEYS": {"name": "prod-master-keys", "key": "keys.json"},
+                    "CHORUS_SUBJECT_KEY": {"name": "prod-subject", "key": "key"},
+                    "CHORUS_LLM_API_KEY": {"name": "prod-llm", "key": "key"},
+                },
+                "kafka": {"caSecret": {"name": "prod-kafka-ca", "key": "ca.crt"}},
+            }
+        )
+    )
+    for files in ([secret_values], [CHART / "ci" / "all-on-values.yaml", secret_values]):
+        text = template(helm, files)
+        docs = parse(text)
+        assert secret_problems(docs, text) == []
+        assert "kind: Secret" not in text
+        assert "name: prod-master-keys" in text and "name: prod-api-keys" in text
+    assert "secretName: prod-kafka-ca" in template(helm, [secret_values])
+
+
+# -- the checks can fail ------------------------------------------------------------------------
+
+
+def test_each_invariant_check_reports_a_violation(rendered: dict[str, str], registry: Registry) -> None:
+    docs = parse(rendered["all-on"])
+    text = rendered["all-on"]
+
+    def deployment(service: str, in_docs: Docs) -> dict[str, Any]:
+        return next(d for d in of_kind(in_docs, "Deployment") if service_of(d) == service)
+
+    broken = copy.deepcopy(docs)
+    container = deployment("budget_agent", broken)["spec"]["template"]["spec"]["containers"][0]
+    del container["readinessProbe"]
+    del container["resources"]["limits"]
+    container["securityContext"]["runAsUser"] = 0
+    container["securityContext"]["readOnlyRootFilesystem"] = False
+    problems = workload_problems(broken)
+    for expected in ("no readinessProbe", "no limits.cpu", "runAsUser", "readOnlyRootFilesystem"):
+        assert any(expected in p for p in problems), (expected, problems)
+
+    broken = [
+        d for d in docs if not (d["kind"] == "PodDisruptionBudget" and "gateway" in d["metadata"]["name"])
+    ]
+    assert any("gateway" in p for p in pdb_problems(broken))
+
+    broken = copy.deepcopy(docs)
+    env = deployment("payment_agent", broken)["spec"]["template"]["spec"]["containers"][0]["env"]
+    env.append({"name": "CHORUS_PAYMENT_API_KEY", "value": "from-values"})
+    broken.append({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "data": {"a": "b"}})
+    problems = secret_problems(broken, text + f"\n# {DEMO_SUBJECT_KEY}\n")
+    assert any("CHORUS_PAYMENT_API_KEY is not taken from a Secret" in p for p in problems), problems
+    assert any("a Secret is rendered" in p for p in problems), problems
+    assert any(DEMO_SUBJECT_KEY in p for p in problems), problems
+
+    broken = copy.deepcopy(docs)
+    scaled = next(s for s in of_kind(broken, "ScaledObject") if "budget-agent" in s["metadata"]["name"])
+    scaled["spec"]["maxReplicaCount"] = 99
+    timer = copy.deepcopy(scaled)
+    timer["spec"]["scaleTargetRef"]["name"] = deployment("timer_service", broken)["metadata"]["name"]
+    timer["spec"]["minReplicaCount"] = 0
+    broken.append(timer)
+    problems = keda_problems(broken, registry)
+    assert any("maxReplicaCount 99 > 6 partitions" in p for p in problems), problems
+    assert any("platform service timer_service may be scaled to zero" in p for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    ("sets", "refusal"),
+    [
+        (
+            ("keda.enabled=true", "services.budget_agent.autoscaling.maxReplicaCount=7"),
+            "maxReplicaCount 7: above 6",
+        ),
+        (
+            (
+                "keda.enabled=true",
+                "services.gateway.autoscaling.enabled=true",
+                "services.gateway.autoscaling.minReplicaCount=0",
+            ),
+            "a platform service is never scaled to zero",
+        ),
+        (("services.timer_service.replicas=0",), "a platform service runs at least one replica"),
+        (("keda.enabled=true", "services.console.autoscaling.enabled=true"), "has no consumer group"),
+        (("services.invoce_agent.enabled=false",), "no such service in the registry"),
+        (("services.gateway.env.CHORUS_NO_SUCH_SETTING=1",), "is not a setting of gateway"),
+        (("services.payment_agent.env.CHORUS_PAYMENT_API_KEY=plain",), "is a secret"),
+    ],
+)
+def test_the_chart_refuses_values_that_break_an_invariant(
+    helm: str, sets: tuple[str, ...], refusal: str
+) -> None:
+    done = run_helm(helm, "template", RELEASE, str(CHART), *values_args([], sets))
+    assert done.returncode != 0 and refusal in done.stderr, done.stderr
+
+
+# -- network policies -----------------------------------------------------------------------------
+
+
+def test_network_policies_deny_by_default_and_open_only_the_implied_paths(rendered: dict[str, str]) -> None:
+    docs = parse(rendered["default"])
+    policies = {p["metadata"]["name"]: p["spec"] for p in of_kind(docs, "NetworkPolicy")}
+    deny = policies[f"{RELEASE}-default-deny"]
+    assert deny["policyTypes"] == ["Ingress", "Egress"] and "ingress" not in deny and "egress" not in deny
+
+    def sources(service: str) -> list[dict[str, Any]]:
+        return [peer for rule in policies[f"{RELEASE}-{service}"]["ingress"] for peer in rule["from"]]
+
+    def component(peer: dict[str, Any]) -> str | None:
+        labels: dict[str, str] = (peer.get("podSelector") or {}).get("matchLabels") or {}
+        return None if "namespaceSelector" in peer else labels.get("app.kubernetes.io/component")
+
+    # The console calls the gateway's API; every service that seals data calls the key service.
+    assert "console" in {component(p) for p in sources("gateway")}
+    key_callers = {component(p) for p in sources("key-service")} - {None}
+    assert {"gateway", "invoice-agent", "timer-service"} <= key_callers
+    assert "console" not in key_callers
+    # An agent's API is called by nobody in the release: only Prometheus reaches it.
+    assert [component(p) for p in sources("budget-agent")] == [None]
+    # Outside calls only where the values allow them (an LLM, a payment provider, sources, mail).
+    for service in ("invoice-agent", "payment-agent", "report-agent", "source-fetcher", "notifier"):
+        assert any("ipBlock" in str(r) for r in policies[f"{RELEASE}-{service}"]["egress"]), service
+    assert not any("ipBlock" in str(r) for r in policies[f"{RELEASE}-budget-agent"]["egress"])
+
+
+# -- chorus migrate (the migration job's command) -------------------------------------------------
+
+
+def test_the_job_migrates_exactly_the_services_chorus_migrate_knows(
+    rendered: dict[str, str], registry: Registry
+) -> None:
+    job = of_kind(parse(rendered["default"]), "Job")[0]
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    script = container["command"][-1]
+    assert script.startswith("chorus topics apply && chorus migrate ")
+    named = re.findall(r"--service (\S+)", script)
+    assert named == migrate.migrating_services(registry)
+    env = {e["name"] for e in container["env"]}
+    assert {f"CHORUS_DATABASE_URL_{s.upper()}" for s in named} <= env
+    for service in named:  # each one's declaration loads by name, as the job will load it
+        assert migrate.service_spec(service).name == service
+
+
+def test_chorus_migrate_takes_each_services_own_dsn_and_refuses_unknown_services() -> None:
+    env = {"CHORUS_DATABASE_URL_GATEWAY": "postgresql://gateway@db/chorus"}
+    assert (
+        migrate.database_url("gateway", env, "postgresql://all@db/chorus") == "postgresql://gateway@db/chorus"
+    )
+    assert migrate.database_url("notifier", env, "postgresql://all@db/chorus") == "postgresql://all@db/chorus"
+    result = CliRunner().invoke(app, ["migrate", "--service", "sandbox"])
+    assert result.exit_code == 2
+    assert "not a service that keeps data: sandbox" in result.output
+
+
+def test_with_monitoring_on_prometheus_gets_the_alert_rules_and_grafana_the_dashboards(
+    rendered: dict[str, str],
+) -> None:
+    """The same rules promtool tests and the same dashboards `make docs` writes, labelled as
+    `make observe` labels its targets (service, job), for the operator's CRDs and Grafana's
+    dashboard sidecar."""
+    docs = parse(rendered["all-on"])
+    [monitor] = of_kind(docs, "ServiceMonitor")
+    relabels = {r["targetLabel"]: r for r in monitor["spec"]["endpoints"][0]["relabelings"]}
+    assert relabels["service"]["sourceLabels"] == ["__meta_kubernetes_service_label_chorus_dev_service"]
+    assert relabels["job"]["replacement"] == "chorus"
+    services = {s["metadata"]["labels"]["chorus.dev/service"] for s in of_kind(docs, "Service")}
+    assert services >= AGENTS | PLATFORM
+    [rule] = of_kind(docs, "PrometheusRule")
+    alerts = yaml.safe_load((ROOT / "deploy" / "observability" / "prometheus" / "alerts.yml").read_text())
+    assert rule["spec"]["groups"] == alerts["groups"]
+    [board] = [
+        c for c in of_kind(docs, "ConfigMap") if c["metadata"]["labels"].get("grafana_dashboard") == "1"
+    ]
+    assert {name: json.loads(text) for name, text in board["data"].items()} == {
+        name: json.loads(text) for name, text in dashboards.rendered().items()
+    }
+    assert not [d for d in parse(rendered["default"]) if d["kind"] in ("ServiceMonitor", "PrometheusRule")]
