@@ -127,16 +127,9 @@ def handling_span(
     CPU (bench profile), and the chain only needs a new span id in the same trace.
     With one, a trace viewer shows the chain hop by hop.
     """
-    if _provider is None:
-        with _handling_as(child_traceparent(traceparent)) as current:
-            yield current
-        return
-    with (
-        _tracer().start_as_current_span(
-            f"{service} handle {event_type}", context=_remote(traceparent), attributes=attributes
-        ) as span,
-        _handling_as(_span_traceparent(span, traceparent)) as current,
-    ):
+    with _working_span(
+        f"{service} handle {event_type}", traceparent, SpanKind.INTERNAL, attributes
+    ) as current:
         yield current
 
 
@@ -145,13 +138,23 @@ def request_span(service: str, name: str, traceparent: str | None) -> Iterator[s
     """A request a service answers that starts work (the gateway accepting a workflow, a
     person's decision) as a span: a child of the caller's ``traceparent``, or the root of a
     new trace. Yields the traceparent of what it publishes."""
+    with _working_span(f"{service} {name}", traceparent, SpanKind.SERVER, {}) as current:
+        yield current
+
+
+@contextmanager
+def _working_span(
+    name: str, traceparent: str | None, kind: SpanKind, attributes: dict[str, str]
+) -> Iterator[str]:
+    """A span of work in the trace of ``traceparent`` (a new trace without one), current for
+    the calls made inside (outbound_span); yields its traceparent."""
     if _provider is None:
         with _handling_as(child_traceparent(traceparent)) as current:
             yield current
         return
     with (
         _tracer().start_as_current_span(
-            f"{service} {name}", context=_remote(traceparent), kind=SpanKind.SERVER
+            name, context=_remote(traceparent), kind=kind, attributes=attributes
         ) as span,
         _handling_as(_span_traceparent(span, traceparent or "")) as current,
     ):

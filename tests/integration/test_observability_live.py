@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,8 +18,7 @@ import yaml
 
 from chorus_tools import dashboards
 from chorus_tools.devstack import SERVICES, DevStack, free_port
-from tests.support.database import create_database, drop_database
-from tests.support.registry import grant_access, isolated_registry
+from tests.support.stacks import own_stack
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -36,25 +34,8 @@ async def stack(
     tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str, database_url: str
 ) -> AsyncIterator[DevStack]:
     tmp = tmp_path_factory.mktemp("observe")
-    suffix = uuid.uuid4().hex[:8]
-    registry = await isolated_registry(tmp, suffix, kafka_bootstrap)
-    await grant_access(registry, kafka_bootstrap)
-    database = f"chorus_observe_{suffix}"
-    deployment = DevStack(
-        tmp / "logs",
-        services=PROCESSES,
-        env={
-            "CHORUS_SCHEMAS_DIR": str(registry.root),
-            "CHORUS_KAFKA_BOOTSTRAP": kafka_bootstrap,
-            "CHORUS_DATABASE_URL": await create_database(database_url, database),
-        },
-    )
-    try:
-        await deployment.start()
-        yield deployment
-    finally:
-        await deployment.stop()
-        await drop_database(database_url, database)
+    async with own_stack(tmp, kafka_bootstrap, database_url, name="observe", services=PROCESSES) as own:
+        yield own.stack
 
 
 @pytest.fixture(scope="module")

@@ -23,9 +23,8 @@ from chorus.apikeys import DEMO_KEYS
 from chorus.rollouts import MAIN_RELEASE
 from chorus_tools.devstack import SERVICES as DEV_SERVICES
 from chorus_tools.devstack import DevStack, release_proc
-from tests.support.database import create_database, drop_database
 from tests.support.processes import chorus
-from tests.support.registry import grant_access, isolated_registry
+from tests.support.stacks import own_stack
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -186,48 +185,40 @@ async def rollouts(
     tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str, database_url: str
 ) -> AsyncIterator[Rollouts]:
     tmp = tmp_path_factory.mktemp("rollouts")
-    suffix = uuid.uuid4().hex[:8]
-    registry = await isolated_registry(tmp, suffix, kafka_bootstrap)
-    await grant_access(registry, kafka_bootstrap)
-    database = f"chorus_rollouts_{suffix}"
-    stack = DevStack(
-        tmp / "logs",
-        env={
-            "CHORUS_SCHEMAS_DIR": str(registry.root),
-            "CHORUS_KAFKA_BOOTSTRAP": kafka_bootstrap,
-            "CHORUS_DATABASE_URL": (world_url := await create_database(database_url, database)),
-            "CHORUS_RELEASE_REPORT_S": "1",
+    service_env = {
+        "budget_agent": {
+            "CHORUS_PURCHASE_ORDERS": json.dumps([PO]),
+            "CHORUS_BUDGETS": json.dumps({"cc-rollout": 1_000_000_000}),
         },
-        services=SERVICES,
-        releases={"invoice_agent": (CANARY, FLAKY)},
-        service_env={
-            "budget_agent": {
-                "CHORUS_PURCHASE_ORDERS": json.dumps([PO]),
-                "CHORUS_BUDGETS": json.dumps({"cc-rollout": 1_000_000_000}),
-            },
-            "rollout_service": {"CHORUS_JUDGE_INTERVAL_S": "1"},
-            # Two hundred submissions, then polling each: above a submitter's usual rate.
-            "gateway": {"CHORUS_API_RATE_PER_S": "1000", "CHORUS_API_BURST": "1000"},
-            # The release in the service's own group plays the one before invoice.validated
-            # v3: it still publishes v2, which every consumer reads beside v3 (upcast).
-            "invoice_agent": {"CHORUS_VALIDATED_VERSION": "2"},
-            # (Each release inherits the service's settings; the new ones publish v3.)
-            release_proc("invoice_agent", CANARY): {"CHORUS_VALIDATED_VERSION": "3"},
-            # The release under trial in the rollback test talks to a new model that cannot
-            # read three documents in ten.
-            release_proc("invoice_agent", FLAKY): {
-                "CHORUS_LLM_MODEL": "flaky-30",
-                "CHORUS_VALIDATED_VERSION": "3",
-            },
+        "rollout_service": {"CHORUS_JUDGE_INTERVAL_S": "1"},
+        # Two hundred submissions, then polling each: above a submitter's usual rate.
+        "gateway": {"CHORUS_API_RATE_PER_S": "1000", "CHORUS_API_BURST": "1000"},
+        # The release in the service's own group plays the one before invoice.validated
+        # v3: it still publishes v2, which every consumer reads beside v3 (upcast).
+        "invoice_agent": {"CHORUS_VALIDATED_VERSION": "2"},
+        # (Each release inherits the service's settings; the new ones publish v3.)
+        release_proc("invoice_agent", CANARY): {"CHORUS_VALIDATED_VERSION": "3"},
+        # The release under trial in the rollback test talks to a new model that cannot
+        # read three documents in ten.
+        release_proc("invoice_agent", FLAKY): {
+            "CHORUS_LLM_MODEL": "flaky-30",
+            "CHORUS_VALIDATED_VERSION": "3",
         },
-    )
-    try:
-        await stack.start()
-        async with httpx.AsyncClient(timeout=10.0) as http:
-            yield Rollouts(stack, http, world_url)
-    finally:
-        await stack.stop()
-        await drop_database(database_url, database)
+    }
+    async with (
+        own_stack(
+            tmp,
+            kafka_bootstrap,
+            database_url,
+            name="rollouts",
+            services=SERVICES,
+            env={"CHORUS_RELEASE_REPORT_S": "1"},
+            service_env=service_env,
+            releases={"invoice_agent": (CANARY, FLAKY)},
+        ) as own,
+        httpx.AsyncClient(timeout=10.0) as http,
+    ):
+        yield Rollouts(own.stack, http, own.database_url)
 
 
 @pytest.fixture

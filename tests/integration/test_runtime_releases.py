@@ -138,17 +138,8 @@ async def test_each_workflow_is_handled_by_the_release_it_is_pinned_to_and_the_o
             fresh.event_id: {name: "not_mine", f"{name}.{NEW}": "done"},
         }
 
-        async def inboxes() -> dict[uuid.UUID, dict[str, str]]:
-            found: dict[uuid.UUID, dict[str, str]] = {e: {} for e in expected}
-            for r in await pg.fetch(
-                f"SELECT consumer_group, event_id, outcome FROM {name}.inbox WHERE event_id = ANY($1)",
-                list(expected),
-            ):
-                found[r["event_id"]][r["consumer_group"]] = r["outcome"]
-            return found
-
         # Each event handled by the release its workflow is pinned to, passed by the other.
-        await wait_until(lambda: _equal(inboxes(), expected), timeout_s=30, what="both inboxes")
+        await _inboxes_become(pg, name, expected)
 
     rows = {
         r["workflow_id"]: (r["release"], r["tasks"])
@@ -176,6 +167,23 @@ async def _handled(pg: asyncpg.Connection, name: str, workflow_ids: list[str], t
         return bool(n == len(workflow_ids))
 
     await wait_until(done, timeout_s=60, what=f"{workflow_ids} handled")
+
+
+async def _inboxes_become(
+    pg: asyncpg.Connection, name: str, expected: dict[uuid.UUID, dict[str, str]]
+) -> None:
+    """Until the inbox rows of these events are, per consumer group, the outcomes expected."""
+
+    async def inboxes() -> dict[uuid.UUID, dict[str, str]]:
+        found: dict[uuid.UUID, dict[str, str]] = {e: {} for e in expected}
+        for r in await pg.fetch(
+            f"SELECT consumer_group, event_id, outcome FROM {name}.inbox WHERE event_id = ANY($1)",
+            list(expected),
+        ):
+            found[r["event_id"]][r["consumer_group"]] = r["outcome"]
+        return found
+
+    await wait_until(lambda: _equal(inboxes(), expected), timeout_s=30, what="both inboxes")
 
 
 async def _equal(value: Any, expected: Any) -> bool:
@@ -235,16 +243,7 @@ async def test_an_operator_moves_an_in_flight_workflow_to_another_release_and_no
             second.event_id: {canary_group: "not_mine", name: "done"},  # after it: main's
         }
 
-        async def inboxes() -> dict[uuid.UUID, dict[str, str]]:
-            found: dict[uuid.UUID, dict[str, str]] = {e: {} for e in expected}
-            for r in await pg.fetch(
-                f"SELECT consumer_group, event_id, outcome FROM {name}.inbox WHERE event_id = ANY($1)",
-                list(expected),
-            ):
-                found[r["event_id"]][r["consumer_group"]] = r["outcome"]
-            return found
-
-        await wait_until(lambda: _equal(inboxes(), expected), timeout_s=30, what="both inboxes")
+        await _inboxes_become(pg, name, expected)
     tasks = await pg.fetchval(
         f"SELECT state->'tasks' FROM {name}.state WHERE workflow_id = $1", first.workflow_id
     )

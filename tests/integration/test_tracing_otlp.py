@@ -23,8 +23,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from chorus_tools.devstack import SERVICES, DevStack, free_port
-from tests.support.database import create_database, drop_database
-from tests.support.registry import grant_access, isolated_registry
+from tests.support.stacks import own_stack
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -90,35 +89,26 @@ async def stack(
     tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str, database_url: str, receiver: Receiver
 ) -> AsyncIterator[DevStack]:
     tmp = tmp_path_factory.mktemp("otlp")
-    suffix = uuid.uuid4().hex[:8]
-    registry = await isolated_registry(tmp, suffix, kafka_bootstrap)
-    await grant_access(registry, kafka_bootstrap)
-    database = f"chorus_otlp_{suffix}"
-    deployment = DevStack(
-        tmp / "logs",
+    # The standard OpenTelemetry settings, nothing of Chorus's own.
+    tracing = {
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.url,
+        "OTEL_BSP_SCHEDULE_DELAY": "200",
+    }
+    orders = {
+        "CHORUS_PURCHASE_ORDERS": json.dumps([{**PO, "cost_center": "cc-trace"}]),
+        "CHORUS_BUDGETS": json.dumps({"cc-trace": 10**9}),
+    }
+    async with own_stack(
+        tmp,
+        kafka_bootstrap,
+        database_url,
+        name="otlp",
         services=PROCUREMENT,
-        env={
-            "CHORUS_SCHEMAS_DIR": str(registry.root),
-            "CHORUS_KAFKA_BOOTSTRAP": kafka_bootstrap,
-            "CHORUS_DATABASE_URL": await create_database(database_url, database),
-            # The standard OpenTelemetry settings, nothing of Chorus's own.
-            "OTEL_TRACES_EXPORTER": "otlp",
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.url,
-            "OTEL_BSP_SCHEDULE_DELAY": "200",
-        },
-        service_env={
-            "budget_agent": {
-                "CHORUS_PURCHASE_ORDERS": json.dumps([{**PO, "cost_center": "cc-trace"}]),
-                "CHORUS_BUDGETS": json.dumps({"cc-trace": 10**9}),
-            }
-        },
-    )
-    try:
-        await deployment.start()
-        yield deployment
-    finally:
-        await deployment.stop()
-        await drop_database(database_url, database)
+        env=tracing,
+        service_env={"budget_agent": orders},
+    ) as own:
+        yield own.stack
 
 
 async def test_one_workflow_is_one_trace_across_every_service_and_external_call(

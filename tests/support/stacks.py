@@ -1,0 +1,62 @@
+"""A deployment of its own for one test module: real processes of the dev stack, on topics
+(an isolated registry) and a database nobody else uses, torn down after."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from chorus.registry import Registry
+from chorus_tools.devstack import DevStack
+from tests.support.database import create_database, drop_database
+from tests.support.registry import grant_access, isolated_registry
+
+
+@dataclass(frozen=True)
+class OwnStack:
+    stack: DevStack
+    registry: Registry
+    database_url: str
+    """The URL of its own database."""
+
+
+@asynccontextmanager
+async def own_stack(
+    tmp: Path,
+    kafka_bootstrap: str,
+    server_url: str,
+    *,
+    name: str,
+    services: tuple[str, ...],
+    env: Mapping[str, str] | None = None,
+    service_env: Mapping[str, dict[str, str]] | None = None,
+    releases: Mapping[str, tuple[str, ...]] | None = None,
+) -> AsyncIterator[OwnStack]:
+    """``services`` started (and stopped after) with their own registry, ACLs and database
+    ``chorus_<name>_<random>`` on the server of ``server_url``."""
+    suffix = uuid.uuid4().hex[:8]
+    registry = await isolated_registry(tmp, suffix, kafka_bootstrap)
+    await grant_access(registry, kafka_bootstrap)
+    database = f"chorus_{name}_{suffix}"
+    url = await create_database(server_url, database)
+    stack = DevStack(
+        tmp / "logs",
+        services=services,
+        env={
+            "CHORUS_SCHEMAS_DIR": str(registry.root),
+            "CHORUS_KAFKA_BOOTSTRAP": kafka_bootstrap,
+            "CHORUS_DATABASE_URL": url,
+            **(env or {}),
+        },
+        service_env=dict(service_env or {}),
+        releases=dict(releases or {}),
+    )
+    try:
+        await stack.start()
+        yield OwnStack(stack, registry, url)
+    finally:
+        await stack.stop()
+        await drop_database(server_url, database)
