@@ -14,6 +14,7 @@ import socket
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
+import httpx
 import uvicorn
 from fastapi import APIRouter, FastAPI, Response
 from fastapi.responses import JSONResponse
@@ -23,6 +24,18 @@ from chorus.metrics import Metrics
 from chorus.webapi import create_api, problems
 
 HealthCheck = Callable[[], Awaitable[dict[str, Any]]]
+
+
+# uvicorn closes a connection that stayed idle for its keep-alive (5 s by default). A client
+# keeping idle connections as long may send a request on one the server is just closing: the
+# request fails with a ReadError although both sides are healthy. Clients of Chorus APIs let
+# an idle connection go well before the server would.
+CLIENT_KEEPALIVE_S = 2.0
+
+
+def api_client(**kwargs: Any) -> httpx.AsyncClient:
+    """An HTTP client for another Chorus service's API (see ``CLIENT_KEEPALIVE_S``)."""
+    return httpx.AsyncClient(limits=httpx.Limits(keepalive_expiry=CLIENT_KEEPALIVE_S), **kwargs)
 
 
 class EmbeddedServer(uvicorn.Server):

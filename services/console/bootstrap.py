@@ -10,7 +10,6 @@ from datetime import datetime
 from pathlib import Path
 from urllib.parse import quote
 
-import httpx
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
@@ -22,6 +21,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from chorus.http import api_client
 from console.adapters.apis import ApiProblem, Apis, ApiUnavailable
 from console.adapters.cookies import COOKIE, SessionCookies
 from console.config import Settings
@@ -139,7 +139,7 @@ def create_app(settings: Settings, apis: Apis) -> FastAPI:
 
 @asynccontextmanager
 async def bootstrap(settings: Settings) -> AsyncIterator[FastAPI]:
-    async with httpx.AsyncClient(timeout=settings.api_timeout_s) as client:
+    async with api_client(timeout=settings.api_timeout_s) as client:
         apis = Apis(
             client,
             gateway=settings.gateway_url,

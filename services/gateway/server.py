@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import httpx
-
 from chorus.apikeys import bearer
-from chorus.http import EmbeddedServer, server_config
+from chorus.http import EmbeddedServer, api_client, server_config
 from chorus.service import RuntimeHandle
 from gateway.adapters.policy import ApprovalPolicyApi
 from gateway.adapters.readmodel import ReadModel
@@ -17,7 +15,7 @@ async def serve_api(rt: RuntimeHandle) -> None:
     # The gateway reads the audit projection as itself (a ``service`` key), whoever asks;
     # policy requests go to the approval gate with the caller's own key.
     headers = bearer(settings.audit_api_key.get_secret_value())
-    async with httpx.AsyncClient(headers=headers) as client, httpx.AsyncClient() as forwarding:
+    async with api_client(headers=headers) as client, api_client() as forwarding:
         await _serve(
             rt,
             ReadModel(client, settings.audit_url),

@@ -58,3 +58,20 @@ async def test_the_gateway_reads_unknown_only_when_the_projector_says_so() -> No
         await read_model(404, "text/plain").workflow("wf-1", for_whom="alice")
     with pytest.raises(ReadModelUnavailableError):
         await read_model(500, "application/problem+json").approval("a-1", for_whom="alice")
+
+
+async def test_the_gateway_sends_a_read_again_once_when_the_projector_closed_a_pooled_connection() -> None:
+    """The projector closing an idle keep-alive connection as the gateway reuses it is not
+    an outage: a GET is safe to send again. Twice in a row is."""
+    failures = iter([httpx.ReadError(""), httpx.ReadError("")])
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if failure := next(failures, None):
+            raise failure
+        return httpx.Response(200, json={"workflow_id": request.url.path.rsplit("/", 1)[-1]})
+
+    reads = ReadModel(httpx.AsyncClient(transport=httpx.MockTransport(answer)), "http://projector")
+    with pytest.raises(ReadModelUnavailableError, match="ReadError"):
+        await reads.workflow("wf-2", for_whom="alice")
+    failures = iter([httpx.ReadError("")])
+    assert await reads.workflow("wf-2", for_whom="alice") == {"workflow_id": "wf-2"}

@@ -34,7 +34,7 @@ from chorus.crypto import HttpKeyStore, Sealer
 from chorus.db import create_pool
 from chorus.deadletters import refused_row_dead_letter
 from chorus.errors import EventTooLargeError
-from chorus.http import HttpServer
+from chorus.http import HttpServer, api_client
 from chorus.kafka import make_consumer, make_producer
 from chorus.logs import fields, setup_logging
 from chorus.metrics import Metrics
@@ -311,7 +311,7 @@ class ServiceRunner:
     async def _start_sealer(self) -> Sealer:
         """The sealer of personal data, with a client of each configured region's key service."""
         s = self.settings
-        client = httpx.AsyncClient(timeout=httpx.Timeout(10.0, connect=3.0))
+        client = api_client(timeout=httpx.Timeout(10.0, connect=3.0))
         self._stack.push_async_callback(client.aclose)
         stores = {
             region: HttpKeyStore(region, url, s.key_service_api_key, client)

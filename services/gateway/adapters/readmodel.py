@@ -26,10 +26,14 @@ class ReadModel:
     async def _get(self, path: str, params: dict[str, str] | None = None, *, for_whom: str) -> Any | None:
         # The projector logs each read of personal data, naming whom the gateway read it for.
         headers = {ON_BEHALF_OF: for_whom}
+        url = f"{self.base_url}{path}"
         try:
-            response = await self.client.get(
-                f"{self.base_url}{path}", params=params, headers=headers, timeout=self.timeout_s
-            )
+            try:
+                response = await self.client.get(url, params=params, headers=headers, timeout=self.timeout_s)
+            except (httpx.ReadError, httpx.RemoteProtocolError):
+                # A pooled connection the projector closed as we reused it; a GET is safe
+                # to send again, once, on a fresh one.
+                response = await self.client.get(url, params=params, headers=headers, timeout=self.timeout_s)
         except httpx.HTTPError as exc:
             raise ReadModelUnavailableError(f"audit projector at {self.base_url}: {exc!r}") from exc
         problem = response.headers.get("content-type", "").startswith(PROBLEM)
