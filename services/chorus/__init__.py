@@ -2,4 +2,7 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from importlib.metadata import version
+
+__version__ = version("chorus")
+"""Semantic versioning of the public surface (chorus.public)."""

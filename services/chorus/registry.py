@@ -7,13 +7,22 @@ Layout (modelled on getsentry/sentry-kafka-schemas)::
     schemas/events/<event_type>.v<N>.schema.json     (generated from chorus_contracts)
     schemas/examples/<event_type>/<N>/*.json         (whole envelopes, synthetic data)
 
+A project's own registry (its ``schemas/`` beside its services, outside this repository)
+holds only its topics, events and examples, and a ``project.yaml`` naming the modules of its
+event models; it extends the platform's registry (shipped inside the ``chorus`` package),
+and every tool reads the union. The platform's events never move into a project, and a
+project's never into ``chorus_contracts``.
+
 The registry is loaded once per process; it is read-only afterwards.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -113,6 +122,25 @@ class Principals(BaseModel):
     people: dict[str, Literal["operator", "auditor"]] = Field(default_factory=dict)
 
 
+PROJECT_FILE = "project.yaml"
+PLATFORM_CONTRACTS = "chorus_contracts"
+
+
+class ProjectFile(BaseModel):
+    """``schemas/project.yaml``: this registry is a project's own."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="the project (its topics' first part)")
+    contracts: list[str] = Field(
+        default_factory=list, description="modules whose import defines the project's event models"
+    )
+    extends: Literal["platform", "none"] = Field(
+        default="platform",
+        description="platform: the union with the platform's registry; none: complete on its "
+        "own (a test's isolated copy of the union)",
+    )
+
+
 @dataclass(frozen=True)
 class Example:
     path: Path
@@ -127,6 +155,8 @@ class Registry:
     envelope_schema: dict[str, Any]
     examples: dict[tuple[str, int], list[Example]] = field(default_factory=dict)
     principals: Principals = field(default_factory=Principals)
+    project: ProjectFile | None = None
+    """Set when ``root`` is a project's registry (``project.yaml``)."""
     _topic_of: dict[str, TopicSpec] = field(default_factory=dict)
     _physical: dict[str, TopicSpec] = field(default_factory=dict)
     _signed_by: dict[str, str] = field(default_factory=dict)
@@ -200,10 +230,16 @@ class Registry:
         return self._topic_of[event_type].physical_topic(priority)
 
 
+def platform_schemas_dir() -> Path:
+    """The platform's own registry: inside the installed package (the wheel ships it), which
+    in a checkout of this repository links to its ``schemas/``."""
+    return Path(chorus_contracts.__file__).resolve().parent / "registry"
+
+
 def default_schemas_dir() -> Path:
     """The registry of the project Chorus runs in: ``CHORUS_SCHEMAS_DIR``, else the first
-    ``schemas/`` with ``topics/`` in the working directory or a parent of it, else the one
-    of the checkout this code comes from (an editable install)."""
+    ``schemas/`` with ``topics/`` in the working directory or a parent of it, else the
+    platform's own."""
     configured = os.environ.get("CHORUS_SCHEMAS_DIR")
     if configured:
         return Path(configured)
@@ -211,12 +247,51 @@ def default_schemas_dir() -> Path:
     for folder in (here, *here.parents):
         if (folder / "schemas" / "topics").is_dir():
             return folder / "schemas"
-    # services/chorus/registry.py -> repository root / schemas
-    return Path(__file__).resolve().parents[2] / "schemas"
+    return platform_schemas_dir()
 
 
-def load_registry(root: Path | None = None) -> Registry:
-    root = root or default_schemas_dir()
+def read_project(root: Path) -> ProjectFile | None:
+    """``root/project.yaml`` (None when ``root`` is the platform's registry or a complete copy)."""
+    path = root / PROJECT_FILE
+    if not path.is_file():
+        return None
+    try:
+        return ProjectFile.model_validate(yaml.safe_load(path.read_text()))
+    except Exception as exc:
+        raise ValueError(f"{path}: {exc}") from exc
+
+
+def import_contracts(project: ProjectFile, root: Path) -> None:
+    """Import the project's event models, so they join the catalog. A project's tools run
+    from its folder without installing it: its ``services/`` (beside ``schemas/``) is where
+    the scaffold puts them, so it is searched when the module is not importable already."""
+    for module in project.contracts:
+        try:
+            importlib.import_module(module)
+            continue
+        except ModuleNotFoundError as exc:
+            services = root.resolve().parent / "services"
+            if exc.name != module.split(".")[0] or not services.is_dir():
+                raise ValueError(f"{root / PROJECT_FILE}: contracts module {module}: {exc}") from exc
+        sys.path.append(str(services))
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            raise ValueError(f"{root / PROJECT_FILE}: contracts module {module}: {exc}") from exc
+
+
+@dataclass
+class _Files:
+    """What one registry folder holds."""
+
+    topics: dict[str, TopicSpec]
+    schemas: dict[tuple[str, int], dict[str, Any]]
+    examples: dict[tuple[str, int], list[Example]]
+    principals: Principals
+    envelope: dict[str, Any] | None
+
+
+def _read_files(root: Path) -> _Files:
     if not (root / "topics").is_dir():
         raise FileNotFoundError(f"no event registry at {root} (set CHORUS_SCHEMAS_DIR)")
     topics: dict[str, TopicSpec] = {}
@@ -237,17 +312,59 @@ def load_registry(root: Path | None = None) -> Registry:
     for path in sorted((root / "examples").glob("*/*/*.json")):
         key = (path.parent.parent.name, int(path.parent.name))
         examples.setdefault(key, []).append(Example(path, json.loads(path.read_text())))
-    envelope_schema = json.loads((root / "envelope.v1.schema.json").read_text())
+    envelope_path = root / "envelope.v1.schema.json"
+    envelope = json.loads(envelope_path.read_text()) if envelope_path.is_file() else None
     principals = Principals()
     if (root / "principals.yaml").is_file():  # a test's own registry may have none
         try:
             principals = Principals.model_validate(yaml.safe_load((root / "principals.yaml").read_text()))
         except Exception as exc:
             raise ValueError(f"{root / 'principals.yaml'}: {exc}") from exc
-        unknown = {t for s in principals.services.values() for t in s.writes} - topics.keys()
-        if unknown:
-            raise ValueError(f"{root / 'principals.yaml'}: writes names unknown topics {sorted(unknown)}")
-    return Registry(root, topics, schemas, envelope_schema, examples, principals)
+    return _Files(topics, schemas, examples, principals, envelope)
+
+
+def _extend(base: _Files, own: _Files, root: Path) -> _Files:
+    """The platform's registry with a project's on top; the project may add, never redefine."""
+    for kind, theirs, ours in (
+        ("topic", base.topics, own.topics),
+        ("event schema", base.schemas, own.schemas),
+        ("principal", base.principals.services, own.principals.services),
+        ("person", base.principals.people, own.principals.people),
+    ):
+        clash = sorted(map(str, theirs.keys() & ours.keys()))
+        if clash:
+            raise ValueError(f"{root}: the platform's registry has the {kind}(s) {clash} already")
+    principals = Principals(
+        services={**base.principals.services, **own.principals.services},
+        people={**base.principals.people, **own.principals.people},
+    )
+    return _Files(
+        {**base.topics, **own.topics},
+        {**base.schemas, **own.schemas},
+        {**base.examples, **own.examples},
+        principals,
+        base.envelope,
+    )
+
+
+def load_registry(root: Path | None = None) -> Registry:
+    root = root or default_schemas_dir()
+    project = read_project(root)
+    if project is not None:
+        import_contracts(project, root)
+    files = _read_files(root)
+    if project is not None and project.extends == "platform":
+        files = _extend(_read_files(platform_schemas_dir()), files, root)
+    if files.envelope is None:
+        raise FileNotFoundError(
+            f"{root}: no envelope.v1.schema.json (nor a project.yaml extending the platform)"
+        )
+    unknown = {t for s in files.principals.services.values() for t in s.writes} - files.topics.keys()
+    if unknown:
+        raise ValueError(f"{root / 'principals.yaml'}: writes names unknown topics {sorted(unknown)}")
+    return Registry(
+        root, files.topics, files.schemas, files.envelope, files.examples, files.principals, project
+    )
 
 
 @cache
@@ -312,17 +429,37 @@ def personal_pointers(schema: dict[str, Any], prefix: str = "") -> list[str]:
     return found
 
 
-def contract_catalog() -> dict[tuple[str, int], type[EventModel]]:
-    """The registry's models: those of chorus_contracts, not test- or bench-only ones
-    that tests register on their own topics in the same process."""
+def contract_modules(root: Path | None = None) -> list[str]:
+    """Whose models the registry at ``root`` publishes: a project's contracts modules, else
+    the platform's."""
+    project = read_project(root or default_schemas_dir())
+    if project is None:
+        return [PLATFORM_CONTRACTS]
+    import_contracts(project, root or default_schemas_dir())
+    return project.contracts
+
+
+def contract_catalog(
+    modules: Sequence[str] = (PLATFORM_CONTRACTS,),
+) -> dict[tuple[str, int], type[EventModel]]:
+    """The registry's models: those of ``modules`` (chorus_contracts: the platform's), not
+    test- or bench-only ones that tests register on their own topics in the same process."""
     assert chorus_contracts.CATALOG is CATALOG
-    return {k: m for k, m in CATALOG.items() if m.__module__.startswith("chorus_contracts")}
+    return {
+        k: m
+        for k, m in CATALOG.items()
+        if any(m.__module__ == name or m.__module__.startswith(name + ".") for name in modules)
+    }
 
 
-def generated_files() -> dict[str, str]:
-    """Relative path under schemas/ -> JSON text, for every model in the catalog."""
-    files = {"envelope.v1.schema.json": dump_json(model_schema(Envelope, "envelope.v1.schema.json"))}
-    for event_type, version in sorted(contract_catalog()):
+def generated_files(root: Path | None = None) -> dict[str, str]:
+    """Relative path under the registry at ``root`` -> JSON text, for every model it
+    publishes (the envelope's schema is the platform's alone)."""
+    modules = contract_modules(root)
+    files = {}
+    if modules == [PLATFORM_CONTRACTS]:
+        files["envelope.v1.schema.json"] = dump_json(model_schema(Envelope, "envelope.v1.schema.json"))
+    for event_type, version in sorted(contract_catalog(modules)):
         files[f"events/{event_type}.v{version}.schema.json"] = dump_json(event_schema(event_type, version))
     return files
 
@@ -334,7 +471,7 @@ def dump_json(body: Any) -> str:
 def write_generated(root: Path) -> list[str]:
     """Write generated schemas; delete stale generated files. Returns changed paths."""
     changed: list[str] = []
-    files = generated_files()
+    files = generated_files(root)
     for rel, text in files.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -349,11 +486,11 @@ def write_generated(root: Path) -> list[str]:
     return changed
 
 
-def upcaster_gaps() -> list[str]:
+def upcaster_gaps(modules: Sequence[str] = (PLATFORM_CONTRACTS,)) -> list[str]:
     """Every missing step in the version chains of the catalog."""
     gaps: list[str] = []
     versions: dict[str, list[int]] = {}
-    for event_type, version in contract_catalog():
+    for event_type, version in contract_catalog(modules):
         versions.setdefault(event_type, []).append(version)
     for event_type, vs in sorted(versions.items()):
         for v in range(1, max(vs)):

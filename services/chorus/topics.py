@@ -28,7 +28,7 @@ from aiokafka.errors import (
 from pydantic import ValidationError
 
 from chorus.kafka import make_admin
-from chorus.registry import TopicSpec
+from chorus.registry import TopicSpec, platform_schemas_dir, read_project
 
 EX_UNAVAILABLE = 69  # sysexits.h: a service the command needs is unavailable
 MAX_DEFAULT_REPLICATION_FACTOR = 3
@@ -96,12 +96,20 @@ class Change:
 
 
 def load_topic_specs(root: Path) -> list[TopicSpec]:
-    """The topic yamls of a registry directory; only ``root/topics`` is read.
+    """The topic yamls of a registry directory (with the platform's, for a project's registry).
 
     Validated as the registry validates them (a yaml's name must be its topic).
     Raises FileNotFoundError when there is no ``topics/`` folder, ValueError
     naming the file for an invalid one.
     """
+    project = read_project(root)
+    if project is not None and project.extends == "platform":
+        # A project's registry extends the platform's: its topics are provisioned with them.
+        return [*load_topic_specs(platform_schemas_dir()), *_topic_files(root)]
+    return _topic_files(root)
+
+
+def _topic_files(root: Path) -> list[TopicSpec]:
     folder = root / "topics"
     if not folder.is_dir():
         raise FileNotFoundError(f"no topics/ in {root} (set CHORUS_SCHEMAS_DIR or --schemas-dir)")

@@ -1094,9 +1094,9 @@ def check(schemas_dir: Path, against: str) -> Outcome:
     if breaking:
         lines.append(
             f"{len(breaking)} breaking change(s) against {label}. Keep the existing version"
-            " compatible, or add a new version: define the model as v<N+1> in"
-            " chorus_contracts with an upcaster from v<N>, list it in the topic yaml,"
-            " then `make schemas`."
+            " compatible, or add a new version: define the model as v<N+1> (beside v<N>)"
+            " with an upcaster from v<N>, list it in the topic yaml, then"
+            " `chorus schemas generate`."
         )
         return Outcome(lines, 1)
     if not report.findings and not report.rollouts and not report.notes:

@@ -11,8 +11,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from chorus.codec import upcast
 from chorus.llm import ChatMessage, reprompt
-from chorus_contracts.base import UPCASTERS, invisible_characters
+from chorus_contracts.base import invisible_characters
 from chorus_contracts.procurement import ExtractedInvoice, InvoiceLine, InvoiceReceived
 
 SERVICE = "invoice_agent"
@@ -37,7 +38,7 @@ STATE_VERSION = 2
 
 def state_v1_to_v2(state: dict[str, Any]) -> dict[str, Any]:
     """A checkpoint of v1 holds an ``invoice.received`` v1 payload; read it as v2."""
-    return {**state, "invoice": UPCASTERS[("invoice.received", 1)](state["invoice"])}
+    return {**state, "invoice": upcast("invoice.received", state["invoice"], 1, 2)}
 
 
 def extraction_prompt(document: str, feedback: list[str], reviewer_comment: str = "") -> list[ChatMessage]:

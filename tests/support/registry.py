@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 from pathlib import Path
 
-import yaml
-
-from chorus.kafka import ensure_topics, kafka_auth, make_admin
+from chorus import teststack
+from chorus.kafka import kafka_auth, make_admin
 from chorus.registry import Registry, load_registry
 from chorus_tools.access import Access, Plan, grants, local_passwords, principals
 from tests.support.events import TEST_TOPIC_YAML
@@ -32,33 +30,14 @@ def isolated_schemas(
 ) -> Path:
     """A copy of the registry with unique topic names; ``partitions`` overrides every topic's
     partition count (1 keeps the broker light; None keeps the registry's counts)."""
-    root = tmp / f"schemas-{suffix}"
-    shutil.copytree(SCHEMAS, root)
-    topics = root / "topics"
-    if with_test_topic:
-        (topics / "test.tasks.yaml").write_text(TEST_TOPIC_YAML)
-    for path in list(topics.glob("*.yaml")):
-        data = yaml.safe_load(path.read_text())
-        data["topic"] = f"{data['topic']}.t{suffix}"
-        if partitions is not None:
-            data["partitions"] = partitions
-        path.unlink()
-        (topics / f"{data['topic']}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    principals = yaml.safe_load((root / "principals.yaml").read_text())
-    for service in principals["services"].values():
-        service["writes"] = [f"{topic}.t{suffix}" for topic in service.get("writes", [])]
-    (root / "principals.yaml").write_text(yaml.safe_dump(principals, sort_keys=False))
-    return root
+    extra = [TEST_TOPIC_YAML] if with_test_topic else []
+    return teststack.isolated_schemas(tmp, suffix, root=SCHEMAS, partitions=partitions, add_topics=extra)
 
 
 async def provision(registry: Registry, bootstrap: str) -> None:
     """The registry's topics. In-process tests use them as the admin; a test that runs
     services as their own principals (DevStack) grants them access too (grant_access)."""
-    for spec in registry.topics.values():
-        wanted = [(physical, spec.partitions) for physical in spec.physical_topics()]
-        CREATED_TOPICS.extend(name for name, _ in wanted)
-        configs = {"max.message.bytes": str(spec.max_message_bytes)} if spec.max_message_bytes else None
-        await ensure_topics(bootstrap, wanted, configs=configs)
+    CREATED_TOPICS.extend(await teststack.provision(registry, bootstrap))
 
 
 async def grant_access(registry: Registry, bootstrap: str) -> None:

@@ -13,6 +13,7 @@ from chorus_tools.cli import audit as audit_cli
 from chorus_tools.cli import dlq as dlq_cli
 from chorus_tools.cli import events as events_cli
 from chorus_tools.cli import migrate as migrate_cli
+from chorus_tools.cli import new as new_cli
 from chorus_tools.cli import policy as policy_cli
 from chorus_tools.cli import rollout as rollout_cli
 from chorus_tools.cli import schemas as schemas_cli
@@ -42,6 +43,7 @@ app.add_typer(approvals_cli.app, name="approvals")
 app.add_typer(policy_cli.app, name="policy")
 app.add_typer(rollout_cli.app, name="rollout")
 app.command("migrate")(migrate_cli.migrate_command)
+app.add_typer(new_cli.app, name="new")
 
 
 def _version(show: bool) -> None:

@@ -1,0 +1,30 @@
+"""Which imports of Chorus a folder of code makes that are not its public surface."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from chorus.public import PUBLIC, is_public
+
+
+def private_imports(folder: Path, allowed_modules: frozenset[str] = frozenset()) -> list[str]:
+    """``file: module.name`` for every import of Chorus from ``folder`` that is not public."""
+    found: list[str] = []
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                pairs = [(node.module, alias.name) for alias in node.names]
+            elif isinstance(node, ast.Import):
+                pairs = [(alias.name, "*") for alias in node.names]
+            else:
+                continue
+            for module, name in pairs:
+                if module.split(".")[0] not in {"chorus", "chorus_contracts", "chorus_tools"}:
+                    continue
+                if module in allowed_modules or is_public(module, name):
+                    continue
+                if f"{module}.{name}" in PUBLIC:  # ``from chorus import migrations``
+                    continue
+                found.append(f"{path.relative_to(folder.parent)}: {module}.{name}")
+    return found

@@ -1,0 +1,135 @@
+"""``chorus new``: what it generates works, reads as our own code does, and what it refuses
+it refuses without touching anything. (The generated integration test runs on Kafka in
+tests/integration/test_runtime_wheel.py, from the built wheel.)"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from chorus.registry import load_registry
+from tests.support.imports import private_imports
+
+BIN = Path(sys.executable).parent
+
+
+def chorus(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in {"CHORUS_SCHEMAS_DIR", "PYTHONPATH"}}
+    return subprocess.run(
+        [str(BIN / "chorus"), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def tool(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / args[0]), *args[1:]], cwd=cwd, capture_output=True, text=True, timeout=600, check=False
+    )
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("scaffold") / "helpdesk"
+    root.mkdir()
+    made = chorus(root, "new", "service", "triage")
+    assert made.returncode == 0, made.stderr
+    added = chorus(
+        root, "new", "event", "ticket.classified", "--field", "category:name", "--field", "urgency:count",
+        "--field", "vip:flag", "--producer", "triage",
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    return root
+
+
+def test_a_new_service_has_the_skeleton_of_every_chorus_service(project: Path) -> None:
+    service = project / "services" / "triage"
+    assert sorted(p.name for p in service.iterdir() if p.name != "__pycache__") == [
+        "README.md", "__init__.py", "__main__.py", "adapters", "bootstrap.py", "config.py", "domain.py",
+        "handlers.py", "service.py",
+    ]  # fmt: skip
+    registry = load_registry(project / "schemas")
+    # The project's registry extends the platform's: both kinds of event are known.
+    assert registry.knows("triage.requested") and registry.knows("workflow.started")
+    assert registry.topic_for("triage.requested").consumers == ["triage"]
+    assert registry.principals.services["triage"].kind == "runtime"
+    assert registry.examples[("ticket.classified", 1)][0].body["payload"] == {
+        "category": "example",
+        "urgency": 1,
+        "vip": True,
+    }
+
+
+def test_the_generated_handler_test_passes(project: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in {"CHORUS_SCHEMAS_DIR", "PYTHONPATH"}}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_triage_handlers.py"],
+        cwd=project, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 passed" in run.stdout
+
+
+def test_generated_code_passes_ruff_and_strict_mypy_with_the_projects_own_settings(project: Path) -> None:
+    for args in (("ruff", "check", "."), ("ruff", "format", "--check", "."), ("mypy", "services", "tests")):
+        run = tool(project, *args)
+        assert run.returncode == 0, f"{' '.join(args)}:\n{run.stdout}{run.stderr}"
+
+
+def test_generated_code_uses_only_the_public_surface(project: Path) -> None:
+    assert private_imports(project / "services") == []
+    assert private_imports(project / "tests") == []
+
+
+def test_a_second_service_gets_a_port_of_its_own(project: Path) -> None:
+    made = chorus(project, "new", "service", "reply_drafter")
+    assert made.returncode == 0, made.stderr
+    ports = [
+        line.split("=")[1].strip()
+        for name in ("triage", "reply_drafter")
+        for line in (project / "services" / name / "config.py").read_text().splitlines()
+        if "http_port" in line
+    ]
+    assert ports == ["8300", "8301"]
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("new", "service", "triage"), "exists already"),
+        (("new", "service", "gateway"), "installed already"),  # the platform's own service
+        (("new", "service", "Triage-2"), "lowercase"),
+        (("new", "event", "workflow.started"), "exists already"),  # the platform's event
+        (("new", "event", "ticket.classified"), "exists already"),
+        (("new", "event", "ticket.closed", "--field", "at:datetime"), "not one of"),
+        (("new", "event", "Ticket"), "lowercase and dotted"),
+    ],
+)
+def test_what_cannot_be_made_is_refused_and_nothing_changes(
+    project: Path, args: tuple[str, ...], says: str
+) -> None:
+    before = {p: p.read_bytes() for p in project.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    refused = chorus(project, *args)
+    assert refused.returncode == 2
+    assert says in refused.stderr
+    after = {p: p.read_bytes() for p in project.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    assert after == before
+
+
+def test_a_project_may_not_redefine_a_platform_topic(tmp_path: Path) -> None:
+    made = chorus(tmp_path, "new", "event", "ticket.opened", "--project", "desk")
+    assert made.returncode == 0, made.stderr
+    topic = yaml.safe_load((tmp_path / "schemas" / "topics" / "desk.ticket.yaml").read_text())
+    topic["topic"] = "chorus.timers"
+    (tmp_path / "schemas" / "topics" / "chorus.timers.yaml").write_text(yaml.safe_dump(topic))
+    with pytest.raises(ValueError, match=r"platform's registry has the topic\(s\) \['chorus.timers'\]"):
+        load_registry(tmp_path / "schemas")
