@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -141,6 +142,17 @@ class ProjectFile(BaseModel):
     )
 
 
+class WorkflowDeclaration(BaseModel):
+    """One type of ``workflows.yaml``: what starts it, how long it may run."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    start: str = Field(description="the start event type: its payload is the submission's input")
+    deadline_s: float = Field(default=86400.0, gt=0, description="the longest a workflow of the type runs")
+
+
+WORKFLOW_TYPE_PATTERN = r"^[a-z][a-z0-9_]{0,62}$"
+
+
 @dataclass(frozen=True)
 class Example:
     path: Path
@@ -157,6 +169,8 @@ class Registry:
     principals: Principals = field(default_factory=Principals)
     project: ProjectFile | None = None
     """Set when ``root`` is a project's registry (``project.yaml``)."""
+    workflows: dict[str, WorkflowDeclaration] = field(default_factory=dict)
+    """The workflow types the gateway starts (``workflows.yaml``)."""
     _topic_of: dict[str, TopicSpec] = field(default_factory=dict)
     _physical: dict[str, TopicSpec] = field(default_factory=dict)
     _signed_by: dict[str, str] = field(default_factory=dict)
@@ -174,6 +188,15 @@ class Registry:
                 self._topic_of[ev.type] = spec
                 if ev.signed_by is not None:
                     self._signed_by[ev.type] = ev.signed_by
+        for name, workflow in self.workflows.items():
+            if not re.match(WORKFLOW_TYPE_PATTERN, name):
+                raise ValueError(
+                    f"workflows.yaml: {name!r} is not a workflow type name ({WORKFLOW_TYPE_PATTERN})"
+                )
+            if workflow.start not in self._topic_of:
+                raise ValueError(
+                    f"workflows.yaml: {name} starts with {workflow.start}, no event of the registry"
+                )
 
     # -- lookups ---------------------------------------------------------------
 
@@ -289,6 +312,7 @@ class _Files:
     examples: dict[tuple[str, int], list[Example]]
     principals: Principals
     envelope: dict[str, Any] | None
+    workflows: dict[str, WorkflowDeclaration]
 
 
 def _read_files(root: Path) -> _Files:
@@ -320,7 +344,14 @@ def _read_files(root: Path) -> _Files:
             principals = Principals.model_validate(yaml.safe_load((root / "principals.yaml").read_text()))
         except Exception as exc:
             raise ValueError(f"{root / 'principals.yaml'}: {exc}") from exc
-    return _Files(topics, schemas, examples, principals, envelope)
+    workflows: dict[str, WorkflowDeclaration] = {}
+    if (root / "workflows.yaml").is_file():
+        try:
+            raw = yaml.safe_load((root / "workflows.yaml").read_text()) or {}
+            workflows = {name: WorkflowDeclaration.model_validate(body) for name, body in raw.items()}
+        except Exception as exc:
+            raise ValueError(f"{root / 'workflows.yaml'}: {exc}") from exc
+    return _Files(topics, schemas, examples, principals, envelope, workflows)
 
 
 def _extend(base: _Files, own: _Files, root: Path) -> _Files:
@@ -330,6 +361,7 @@ def _extend(base: _Files, own: _Files, root: Path) -> _Files:
         ("event schema", base.schemas, own.schemas),
         ("principal", base.principals.services, own.principals.services),
         ("person", base.principals.people, own.principals.people),
+        ("workflow type", base.workflows, own.workflows),
     ):
         clash = sorted(map(str, theirs.keys() & ours.keys()))
         if clash:
@@ -344,6 +376,7 @@ def _extend(base: _Files, own: _Files, root: Path) -> _Files:
         {**base.examples, **own.examples},
         principals,
         base.envelope,
+        {**base.workflows, **own.workflows},
     )
 
 
@@ -363,7 +396,14 @@ def load_registry(root: Path | None = None) -> Registry:
     if unknown:
         raise ValueError(f"{root / 'principals.yaml'}: writes names unknown topics {sorted(unknown)}")
     return Registry(
-        root, files.topics, files.schemas, files.envelope, files.examples, files.principals, project
+        root,
+        files.topics,
+        files.schemas,
+        files.envelope,
+        files.examples,
+        files.principals,
+        project,
+        files.workflows,
     )
 
 

@@ -104,6 +104,11 @@ def _overlay(project: Path, copy: Path) -> None:
     for folder in ("topics", "events", "examples"):
         if (project / folder).is_dir():
             shutil.copytree(project / folder, copy / folder, dirs_exist_ok=True)
+    for name in ("workflows.yaml",):
+        if (project / name).is_file():
+            merged_types = yaml.safe_load((copy / name).read_text()) or {}
+            merged_types.update(yaml.safe_load((project / name).read_text()) or {})
+            (copy / name).write_text(yaml.safe_dump(merged_types, sort_keys=False))
     own = project / "principals.yaml"
     if own.is_file():
         merged = yaml.safe_load((copy / "principals.yaml").read_text()) or {}

@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import uuid
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Annotated, Any, Literal, cast
 
@@ -51,7 +52,6 @@ from gateway.domain import (
     CURSOR_PATTERN,
     IDEMPOTENCY_KEY_MAX,
     IDEMPOTENCY_KEY_PATTERN,
-    WORKFLOW_TYPES,
     CancelBody,
     DecisionBody,
     Submission,
@@ -60,13 +60,12 @@ from gateway.domain import (
     request_hash,
     same_person,
     submitter_urls,
+    workflow_types,
 )
 from gateway.domain import WorkflowType as WorkflowKind
 
 log = logging.getLogger("gateway.api")
 
-DEFAULT_DEADLINE_S = 86400.0
-"""The deadline of a workflow type the settings do not name."""
 
 # -- authentication (module level: FastAPI resolves these annotations from module globals) --
 
@@ -133,15 +132,18 @@ def create_app(rt: RuntimeHandle, settings: Settings, reads: ReadModel, policy: 
     )
     base_url = settings.public_url or f"http://{settings.api_host}:{settings.api_port}"
 
-    _submit_routes(app, rt, settings, base_url)
-    _unknown_type_answer(app)
+    kinds = workflow_types(rt.registry, settings.deadlines_s)
+    _submit_routes(app, rt, settings, kinds, base_url)
+    _unknown_type_answer(app, sorted(kinds))
     _watch_routes(app, rt, settings, reads, base_url)
     _approval_routes(app, rt, reads)
     _policy_routes(app, policy)
     return app
 
 
-def _submit_routes(app: FastAPI, rt: RuntimeHandle, settings: Settings, base_url: str) -> None:
+def _submit_routes(
+    app: FastAPI, rt: RuntimeHandle, settings: Settings, kinds: Mapping[str, WorkflowKind], base_url: str
+) -> None:
     """POST /v1/workflows/{type}: one route per workflow type; 202 with the workflow's id."""
 
     async def submit(
@@ -161,8 +163,7 @@ def _submit_routes(app: FastAPI, rt: RuntimeHandle, settings: Settings, base_url
                     return _replayed(existing, digest, base_url)
             workflow_id = f"wf-{uuid.uuid4().hex[:20]}"
             now = rt.clock.now()
-            longest = settings.deadlines_s.get(workflow_type, DEFAULT_DEADLINE_S)
-            deadline_at = now + timedelta(seconds=body.deadline_s or longest)
+            deadline_at = now + timedelta(seconds=body.deadline_s or kind.deadline_s)
             started = start_envelope(
                 WorkflowStarted(
                     submitted_by=who.principal,
@@ -224,8 +225,8 @@ def _submit_routes(app: FastAPI, rt: RuntimeHandle, settings: Settings, base_url
         )
 
     # One route per workflow type, so the OpenAPI document states each type's input.
-    for name, kind in WORKFLOW_TYPES.items():
-        _submit_route(app, name, kind, submit, settings.deadlines_s.get(name, DEFAULT_DEADLINE_S))
+    for name, kind in kinds.items():
+        _submit_route(app, name, kind, submit)
 
 
 async def refuse_inner_urls(body: Any) -> None:
@@ -241,7 +242,7 @@ async def refuse_inner_urls(body: Any) -> None:
             raise Problem(403, "Forbidden target", f"{where}: {exc}", errors=errors) from None
 
 
-def _unknown_type_answer(app: FastAPI) -> None:
+def _unknown_type_answer(app: FastAPI, known: list[str]) -> None:
     """POST to a type that does not exist is a 405 (the path is a workflow's, for GET),
     with the types that do exist in the answer."""
     answer_http_error = app.exception_handlers[StarletteHTTPException]
@@ -251,7 +252,7 @@ def _unknown_type_answer(app: FastAPI) -> None:
         path = request.url.path
         if exc.status_code == 405 and request.method == "POST" and path.startswith("/v1/workflows/"):
             asked = path.removeprefix("/v1/workflows/")[:100]
-            detail = f"no workflow type {asked!r} to start; known: {sorted(WORKFLOW_TYPES)}"
+            detail = f"no workflow type {asked!r} to start; known: {known}"
             return problem_response(405, "Method Not Allowed", detail, path, headers=exc.headers)
         response = answer_http_error(request, exc)
         return await response if inspect.isawaitable(response) else response
@@ -583,7 +584,9 @@ def _authorization(request: Request) -> str:
     return f"Bearer {key}" if key else request.headers.get("authorization", "")
 
 
-def _submit_route(app: FastAPI, name: str, kind: WorkflowKind, submit: Any, longest_s: float) -> None:
+def _submit_route(app: FastAPI, name: str, kind: WorkflowKind, submit: Any) -> None:
+    longest_s = kind.deadline_s
+
     async def submit_workflow(
         body: Any,
         who: SubmitterOrOperator,

@@ -44,8 +44,9 @@ class Settings(ApiKeySettings, ServiceSettings):
     webhook_timeout_s: float = 10.0
     webhook_breaker: BreakerPolicy = BreakerPolicy()
     """Each receiver host's circuit breaker (``webhooks:<host>``)."""
-    deadlines_s: dict[str, float] = {"procurement": 7 * 86400, "research_report": 2 * 86400}
-    """Workflow-level deadline per workflow type; a workflow still running then times out."""
+    deadlines_s: dict[str, float] = {}
+    """Workflow-level deadline per workflow type, over the registry's (workflows.yaml); a
+    workflow still running then times out."""
 
     def demo_secrets(self) -> list[str]:
         found = super().demo_secrets()

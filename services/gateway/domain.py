@@ -6,6 +6,7 @@ import base64
 import hashlib
 import hmac
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
@@ -13,10 +14,9 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from chorus.registry import Registry
 from chorus_contracts.base import Comment, EventModel, InClear, Ref, Url
 from chorus_contracts.envelope import Priority
-from chorus_contracts.procurement import InvoiceReceived
-from chorus_contracts.research import ReportRequested
 
 SERVICE = "gateway"
 
@@ -26,11 +26,21 @@ class WorkflowType:
     name: str
     start: type[EventModel]
 
+    deadline_s: float
 
-WORKFLOW_TYPES: dict[str, WorkflowType] = {
-    "procurement": WorkflowType("procurement", InvoiceReceived),
-    "research_report": WorkflowType("research_report", ReportRequested),
-}
+
+def workflow_types(registry: Registry, deadlines_s: Mapping[str, float]) -> dict[str, WorkflowType]:
+    """The types the registry declares (``workflows.yaml``, the platform's and a project's):
+    each started by the latest version of its start event; ``deadlines_s`` overrides the
+    registry's deadline of a type."""
+    return {
+        name: WorkflowType(
+            name,
+            registry.model(declared.start, registry.latest_version(declared.start)),
+            deadlines_s.get(name, declared.deadline_s),
+        )
+        for name, declared in sorted(registry.workflows.items())
+    }
 
 
 IDEMPOTENCY_KEY_MAX = 255
