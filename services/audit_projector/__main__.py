@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from audit_projector.config import Settings
 from audit_projector.service import make_spec
+from chorus.registry import load_registry
 from chorus.runtime.runner import main
 from chorus.settings import load_settings
 
 if __name__ == "__main__":
     settings = load_settings(Settings)
-    main(make_spec(settings.service_name), settings)
+    # A project's registry (CHORUS_SCHEMAS_DIR): its events are recorded too.
+    registry = load_registry(Path(settings.schemas_dir) if settings.schemas_dir else None)
+    main(make_spec(settings.service_name, registry), settings)

@@ -113,6 +113,18 @@ class ServicePrincipal(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     kind: Literal["runtime", "stream"]
     writes: list[str] = Field(default_factory=list)
+    reads: list[str] = Field(
+        default_factory=list,
+        description="topics it reads beyond the topic files' consumers: a project's service "
+        "reading a platform topic (approvals.events), which the project may not edit",
+    )
+
+
+class PlatformWrites(BaseModel):
+    """What a platform service writes for a project (its ``principals.yaml``'s ``platform``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    writes: list[str] = Field(min_length=1)
 
 
 class Principals(BaseModel):
@@ -121,10 +133,31 @@ class Principals(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     services: dict[str, ServicePrincipal] = Field(default_factory=dict)
     people: dict[str, Literal["operator", "auditor"]] = Field(default_factory=dict)
+    platform: dict[str, PlatformWrites] = Field(
+        default_factory=dict,
+        description="a project's: topics of its own the platform's services write for it (the "
+        "dead-letter service redrives onto them, the timer service fires timers there)",
+    )
 
 
 PROJECT_FILE = "project.yaml"
 PLATFORM_CONTRACTS = "chorus_contracts"
+
+
+class DevStackSettings(BaseModel):
+    """``dev:`` of ``project.yaml``: what the dev stack (``make services``, the demo, tests that
+    run every service) adds for a project's services."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    sandbox: list[str] = Field(
+        default_factory=list,
+        description="modules extending the sandbox: SKILLS (the stand-in model's answers to the "
+        "project's prompts) and setup(app) (stand-ins of the project's outside world)",
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="environment of the project's services; {sandbox} is the sandbox's URL",
+    )
 
 
 class ProjectFile(BaseModel):
@@ -134,6 +167,9 @@ class ProjectFile(BaseModel):
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="the project (its topics' first part)")
     contracts: list[str] = Field(
         default_factory=list, description="modules whose import defines the project's event models"
+    )
+    dev: DevStackSettings = Field(
+        default_factory=DevStackSettings, description="how the dev stack runs the project"
     )
     extends: Literal["platform", "none"] = Field(
         default="platform",
@@ -366,10 +402,13 @@ def _extend(base: _Files, own: _Files, root: Path) -> _Files:
         clash = sorted(map(str, theirs.keys() & ours.keys()))
         if clash:
             raise ValueError(f"{root}: the platform's registry has the {kind}(s) {clash} already")
-    principals = Principals(
-        services={**base.principals.services, **own.principals.services},
-        people={**base.principals.people, **own.principals.people},
-    )
+    services = {**base.principals.services, **own.principals.services}
+    for name, extra in own.principals.platform.items():
+        if name not in base.principals.services:
+            raise ValueError(f"{root / 'principals.yaml'}: platform names {name}, no service of the platform")
+        granted = base.principals.services[name]
+        services[name] = granted.model_copy(update={"writes": [*granted.writes, *extra.writes]})
+    principals = Principals(services=services, people={**base.principals.people, **own.principals.people})
     return _Files(
         {**base.topics, **own.topics},
         {**base.schemas, **own.schemas},
@@ -392,9 +431,12 @@ def load_registry(root: Path | None = None) -> Registry:
         raise FileNotFoundError(
             f"{root}: no envelope.v1.schema.json (nor a project.yaml extending the platform)"
         )
-    unknown = {t for s in files.principals.services.values() for t in s.writes} - files.topics.keys()
+    unknown = {t for s in files.principals.services.values() for t in (*s.writes, *s.reads)} | {
+        t for p in files.principals.platform.values() for t in p.writes
+    }
+    unknown -= files.topics.keys()
     if unknown:
-        raise ValueError(f"{root / 'principals.yaml'}: writes names unknown topics {sorted(unknown)}")
+        raise ValueError(f"{root / 'principals.yaml'}: names unknown topics {sorted(unknown)}")
     return Registry(
         root,
         files.topics,

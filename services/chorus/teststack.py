@@ -115,6 +115,9 @@ def _overlay(project: Path, copy: Path) -> None:
         theirs = yaml.safe_load(own.read_text()) or {}
         for section in ("services", "people"):
             merged.setdefault(section, {}).update(theirs.get(section) or {})
+        for name, extra in (theirs.get("platform") or {}).items():  # the copy stands alone
+            service = merged["services"][name]
+            service["writes"] = [*service.get("writes", []), *extra["writes"]]
         (copy / "principals.yaml").write_text(yaml.safe_dump(merged, sort_keys=False))
 
 

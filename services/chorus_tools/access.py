@@ -92,7 +92,7 @@ def grants(registry: Registry) -> list[Grant]:
             ops: list[Op] = []
             if as_names & set(spec.producers) or spec.topic in service.writes:
                 ops.append(Op.WRITE)
-            if as_names & set(spec.consumers):
+            if as_names & set(spec.consumers) or spec.topic in service.reads:
                 ops.append(Op.READ)
             for topic in spec.physical_topics() if ops else []:
                 out.update(Grant(name, "topic", topic, op) for op in (*ops, Op.DESCRIBE))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import json
 import os
 import re
@@ -23,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from chorus.registry import read_project
 from chorus.rollouts import MAIN_RELEASE
 from chorus.settings import LOCAL_DATABASE_URL
 from chorus_contracts.envelope import RELEASE_PATTERN
@@ -83,8 +85,27 @@ REVIEW_TIERS = ("manager", "director", "editor")
 """The demo's reviewer tiers: each has a Slack-compatible channel in the sandbox."""
 
 
+REFERENCE_PROJECT = ROOT / "examples" / "support"
+"""The third reference workflow, written as a project of its own (docs/tutorial.md): the
+dev stack of `make services` and `make demo` runs its services beside the platform's."""
+
 SCRAPE_TARGETS = ROOT / ".local" / "observe" / "targets.json"
 """Where `make services` lists its processes for `make observe`'s Prometheus."""
+
+
+def project_services(project: Path) -> list[str]:
+    """A project's services: the packages under its ``services/`` that declare one
+    (``service.py``, as ``chorus new service`` makes them)."""
+    return sorted(path.parent.name for path in (project / "services").glob("*/service.py"))
+
+
+def project_port(project: Path, service: str) -> int:
+    """The HTTP port a project's service documents (its config's default)."""
+    if str(project / "services") not in sys.path:
+        sys.path.append(str(project / "services"))
+    settings = importlib.import_module(f"{service}.config").Settings
+    port: int = settings.model_fields["http_port"].default
+    return port
 
 
 def release_proc(service: str, release: str) -> str:
@@ -197,15 +218,37 @@ class DevStack:
     """service -> more releases of it to run beside the unnamed one (versioned rollouts): a
     process ``<service>@<release>`` each, with ``CHORUS_RELEASE`` set, on a free port;
     ``service_env["<service>@<release>"]`` adds to its environment."""
+    project: Path | None = None
+    """A project of one's own (``schemas/project.yaml``) whose services run beside the
+    platform's: found, not listed (:func:`project_services`); every process reads the
+    project's registry (the union with the platform's) unless ``env`` names another."""
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        own: list[str] = []
+        if self.project is not None:
+            own = [name for name in project_services(self.project) if name not in self.services]
+            # Before the gateway, so that a workflow it accepts finds its consumers running.
+            platform = [name for name in self.services if name != "gateway"]
+            self.services = (*platform, *own, *(("gateway",) if "gateway" in self.services else ()))
         spare = iter(free_ports(len(self.services) + sum(map(len, self.releases.values())) + 4))
         self.api_port = self.api_port or next(spare)
         self.sandbox_port = self.sandbox_port or next(spare)
         self.smtp_port = self.smtp_port or (SMTP_PORT if self.documented_ports else next(spare))
         self.console_port = self.console_port or (CONSOLE_PORT if self.documented_ports else next(spare))
         base = {**os.environ, "PYTHONUNBUFFERED": "1", "CHORUS_LOG_JSON": "true", **self.env}
+        project_env: dict[str, str] = {}
+        if self.project is not None:
+            declared = read_project(self.project / "schemas")
+            if declared is None:
+                raise ValueError(f"{self.project}: no schemas/project.yaml (not a project)")
+            base["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(self.project / "services"), base.get("PYTHONPATH", "")) if p
+            )
+            base.setdefault("CHORUS_SCHEMAS_DIR", str(self.project / "schemas"))
+            self.sandbox_args = [*self.sandbox_args, *(f"--plugin={m}" for m in declared.dev.sandbox)]
+            sandbox = f"http://127.0.0.1:{self.sandbox_port}"
+            project_env = {k: v.replace("{sandbox}", sandbox) for k, v in declared.dev.env.items()}
         # No process inherits this one's Kafka login (an admin's, in tests and `make demo`):
         # each service logs in as its own principal, which the broker's ACLs hold to the
         # registry; the sandbox (the outside world) has no Kafka login at all.
@@ -249,7 +292,8 @@ class DevStack:
             f"{sandbox_url}/stats",
         )
         ports = {
-            name: DOCUMENTED_PORTS[name] if self.documented_ports else next(spare) for name in self.services
+            name: self._documented_port(name) if self.documented_ports else next(spare)
+            for name in self.services
         }
         ports["console"] = self.console_port  # the notifier's links lead there, whether it runs or not
         # Every service seals and opens personal data with this stack's key service.
@@ -291,13 +335,20 @@ class DevStack:
                     "CHORUS_TIER_WEBHOOKS", json.dumps({t: f"{sandbox_url}/slack/{t}" for t in REVIEW_TIERS})
                 )
                 env.setdefault("CHORUS_CONSOLE_URL", self.console_url)
-            if name in MODEL_USERS:  # the sandbox's deterministic model, over HTTP
+            if name in MODEL_USERS or name in own:  # the sandbox's deterministic model, over HTTP
                 env.setdefault("CHORUS_LLM_BASE_URL", f"{sandbox_url}/v1")
+            if name in own:
+                env = {**env, **project_env, **self.service_env.get(name, {})}
             self._add(name, name, env, port)
             for release in self.releases.get(name, ()):
                 proc = release_proc(name, release)
                 named = {"CHORUS_RELEASE": release, **self.service_env.get(proc, {})}
                 self._add(proc, name, {**env, **named}, next(spare))
+
+    def _documented_port(self, name: str) -> int:
+        if name in DOCUMENTED_PORTS or self.project is None:
+            return DOCUMENTED_PORTS[name]
+        return project_port(self.project, name)
 
     def add_release(self, service: str, release: str) -> str:
         """Another release of a running service's process (on a free port, not started);
@@ -500,7 +551,7 @@ def parse_releases(values: list[str]) -> dict[str, tuple[str, ...]]:
     return releases
 
 
-async def _run_forever(workdir: Path, releases: dict[str, tuple[str, ...]]) -> None:
+async def _run_forever(workdir: Path, releases: dict[str, tuple[str, ...]], project: Path | None) -> None:
     """Every service in the foreground on the documented ports until Ctrl-C (and more
     releases of some, on free ports); a service that exits is restarted with backoff."""
     stack = DevStack(
@@ -510,6 +561,7 @@ async def _run_forever(workdir: Path, releases: dict[str, tuple[str, ...]]) -> N
         sandbox_port=SANDBOX_PORT,
         documented_ports=True,
         releases=releases,
+        project=project,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -546,9 +598,17 @@ if __name__ == "__main__":
         metavar="SERVICE@RELEASE",
         help="also run this release of a service beside it (CHORUS_RELEASE), for a rollout",
     )
+    parser.add_argument(
+        "--project",
+        type=Path,
+        # The reference project, once this checkout has it.
+        default=REFERENCE_PROJECT if (REFERENCE_PROJECT / "schemas").is_dir() else None,
+        help="a project of your own whose services run beside the platform's (default: %(default)s)",
+    )
     args = parser.parse_args()
     try:
         extra = parse_releases(args.release)
     except ValueError as exc:
         parser.error(str(exc))
-    asyncio.run(_run_forever(ROOT / ".local" / "services" / time.strftime("%Y%m%d-%H%M%S"), extra))
+    workdir = ROOT / ".local" / "services" / time.strftime("%Y%m%d-%H%M%S")
+    asyncio.run(_run_forever(workdir, extra, args.project.resolve() if args.project else None))

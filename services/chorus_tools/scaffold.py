@@ -209,19 +209,51 @@ def add_event(
     _import_bases(project.events_module, {f.annotation for f in fields or [Field("text", "text")]})
     written.append(project.events_module)
     path = project.schemas / "topics" / f"{topic}.yaml"
-    if path.exists():
-        spec = yaml.safe_load(path.read_text())
-    else:
-        spec = yaml.safe_load(
+    if not path.exists():
+        path.write_text(
             _templates.get_template("event/topic.yaml.j2").render(topic=topic, project=project.name)
         )
+    spec = yaml.safe_load(path.read_text())
     spec["events"].append({"type": event_type, "versions": [1]})
     for role, service in (("producers", producer), ("consumers", consumer)):
         if service and service not in spec[role]:
             spec[role].append(service)
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    _rewrite_yaml(path, spec)
     written.append(path)
+    written += _platform_writes(project, topic)
     return written
+
+
+PLATFORM_WRITERS = ("deadletter_service", "timer_service")
+"""Platform services that publish onto a project's topics: a redrive, a due timer."""
+
+
+def _rewrite_yaml(path: Path, data: Any) -> None:
+    """``data`` into ``path``, keeping the comment block the file starts with."""
+    header = []
+    if path.exists():
+        for line in path.read_text().splitlines(keepends=True):
+            if not line.startswith("#"):
+                break
+            header.append(line)
+    path.write_text("".join(header) + yaml.safe_dump(data, sort_keys=False))
+
+
+def _platform_writes(project: Project, topic: str) -> list[Path]:
+    path = project.schemas / "principals.yaml"
+    principals = yaml.safe_load(path.read_text()) or {}
+    platform = principals.get("platform") or {}
+    changed = False
+    for writer in PLATFORM_WRITERS:
+        writes = platform.setdefault(writer, {"writes": []})["writes"]
+        if topic not in writes:
+            writes.append(topic)
+            changed = True
+    if not changed:
+        return []
+    principals["platform"] = platform
+    _rewrite_yaml(path, principals)
+    return [path]
 
 
 BASE_IMPORT = re.compile(r"^from chorus_contracts\.base import (.+)$", re.MULTILINE)
@@ -257,20 +289,30 @@ def next_port(project: Project) -> int:
     return max(taken, default=FIRST_PORT - 1) + 1
 
 
-def add_service(project: Project, name: str) -> list[Path]:
-    """Service ``name``: its skeleton and tests, its two events (``<name>.requested`` in,
-    ``<name>.completed`` out) on topic ``<project>.<name>``, its principal."""
+def add_service(
+    project: Project,
+    name: str,
+    *,
+    input_type: str | None = None,
+    output_type: str | None = None,
+    topic: str | None = None,
+) -> list[Path]:
+    """Service ``name``: its skeleton and tests, its two events (``input_type`` in, default
+    ``<name>.requested``; ``output_type`` out, default ``<name>.completed``), new ones, on
+    ``topic`` (default ``<project>.<name>``), its principal."""
     if not NAME.match(name):
         raise ScaffoldError(f"service name {name!r}: lowercase letters, digits and _, e.g. triage_agent")
     if (project.services / name).exists():
         raise ScaffoldError(f"{project.services / name} exists already; nothing was changed")
     _free_module(name, "service")
-    topic = f"{project.name}.{name}"
-    requested, completed = f"{name}.requested", f"{name}.completed"
+    topic = topic or f"{project.name}.{name}"
+    requested, completed = input_type or f"{name}.requested", output_type or f"{name}.completed"
+    if requested == completed:
+        raise ScaffoldError(f"the service's input and output are both {requested}: name two events")
     written: list[Path] = []
     for event_type, doc in (
-        (requested, f"Someone asked {name} for an answer."),
-        (completed, f"{name} answered a request."),
+        (requested, f"What {name} is asked (describe the fact here)."),
+        (completed, f"What {name} answered (describe the fact here)."),
     ):
         written += add_event(
             project, event_type, [Field("text", "text")], topic=topic, doc=doc, producer=None, consumer=None
@@ -279,19 +321,23 @@ def add_service(project: Project, name: str) -> list[Path]:
     spec = yaml.safe_load(spec_path.read_text())
     spec["producers"] = sorted({*spec["producers"], name})
     spec["consumers"] = sorted({*spec["consumers"], name})
-    spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    _rewrite_yaml(spec_path, spec)
     principals_path = project.schemas / "principals.yaml"
     principals = yaml.safe_load(principals_path.read_text()) or {}
     principals.setdefault("services", {})[name] = {"kind": "runtime"}
-    principals_path.write_text(yaml.safe_dump(principals, sort_keys=False))
+    _rewrite_yaml(principals_path, principals)
     written.append(principals_path)
     values = {
         "name": name,
         "cls": class_name(name),
         "contracts": project.contracts,
         "topic": topic,
-        "requested": requested,
-        "completed": completed,
+        "input": requested,
+        "output": completed,
+        "input_cls": class_name(requested),
+        "output_cls": class_name(completed),
+        "input_fn": requested.replace(".", "_"),
+        "event_imports": ", ".join(sorted([class_name(requested), class_name(completed)])),
         "port": next_port(project),
     }
     service_dir = project.services / name

@@ -18,6 +18,7 @@ def main() -> None:
     parser.add_argument("--payment-delay", type=float, default=0.0)
     parser.add_argument("--webhook-secret", default="demo-webhook-secret")
     parser.add_argument("--smtp-port", type=int, default=None, help="run a mail server stand-in here")
+    parser.add_argument("--plugin", action="append", default=[], help="a project's module extending it")
     args = parser.parse_args()
     config = SandboxConfig(
         webhook_secret=args.webhook_secret,
@@ -25,6 +26,7 @@ def main() -> None:
         payment_failures_per_key=args.payment_failures,
         payment_delay_s=args.payment_delay,
         smtp_port=args.smtp_port,
+        plugins=tuple(args.plugin),
     )
     web.run_app(create_app(config), host=args.host, port=args.port, print=None)
 

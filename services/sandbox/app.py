@@ -13,6 +13,7 @@ import email
 import email.policy
 import hashlib
 import hmac
+import importlib
 import json
 import time
 import uuid
@@ -25,7 +26,7 @@ from aiohttp.typedefs import Handler
 from aiosmtpd.controller import Controller
 
 from chorus.llm import ChatMessage
-from chorus.llm.client import OFFLINE_MODEL_NAME, task_of
+from chorus.llm.client import OFFLINE_MODEL_NAME, Skill, task_of
 from sandbox.model import SKILLS, flaky_answer
 
 CLOSED_VENDORS = {"vendor-closed"}
@@ -46,11 +47,16 @@ class SandboxConfig:
     payment_delay_s: float = 0.0
     smtp_port: int | None = None
     """Where the mail server stand-in listens (None: no mail server)."""
+    plugins: tuple[str, ...] = ()
+    """Modules of projects extending the sandbox (their ``project.yaml``'s ``dev.sandbox``):
+    each may define ``SKILLS`` (task -> skill: the stand-in model's answers to the project's
+    prompts) and ``setup(app)`` (routes standing in for the project's outside world)."""
 
 
 @dataclass
 class Sandbox:
     config: SandboxConfig
+    skills: dict[str, Skill] = field(default_factory=lambda: dict(SKILLS))
     requests: Counter[str] = field(default_factory=Counter)
     payments: dict[str, dict[str, Any]] = field(default_factory=dict)
     payment_requests: Counter[str] = field(default_factory=Counter)
@@ -181,7 +187,7 @@ class Sandbox:
         except Exception:
             return web.json_response({"error": {"message": "no task line"}}, status=400)
         self.llm_calls[task] += 1
-        skill = SKILLS.get(task)
+        skill = self.skills.get(task)
         if skill is None:
             return web.json_response({"error": {"message": f"unknown task {task}"}}, status=400)
         content = flaky_answer(str(body.get("model", "")), messages) or skill(messages)
@@ -257,6 +263,15 @@ def create_app(config: SandboxConfig) -> web.Application:
 
     app = web.Application(middlewares=[traced])
     app[SANDBOX] = sandbox
+    for name in config.plugins:
+        plugin = importlib.import_module(name)
+        skills: dict[str, Skill] = dict(getattr(plugin, "SKILLS", {}))
+        taken = sorted(skills.keys() & sandbox.skills.keys())
+        if taken:
+            raise ValueError(f"sandbox plugin {name}: the model has skills {taken} already")
+        sandbox.skills.update(skills)
+        if hasattr(plugin, "setup"):
+            plugin.setup(app)
     app.router.add_post("/payments", sandbox.pay)
     app.router.add_get("/sources/{name}", sandbox.source)
     app.router.add_post("/deliveries", sandbox.deliver)

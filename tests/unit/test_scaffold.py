@@ -60,7 +60,11 @@ def test_a_new_service_has_the_skeleton_of_every_chorus_service(project: Path) -
     registry = load_registry(project / "schemas")
     # The project's registry extends the platform's: both kinds of event are known.
     assert registry.knows("triage.requested") and registry.knows("workflow.started")
-    assert registry.topic_for("triage.requested").consumers == ["triage"]
+    # Its own events reach it, and the audit log (a workflow's status, its timeline).
+    assert registry.topic_for("triage.requested").consumers == ["audit_projector", "triage"]
+    # A redrive of its dead letters, a due timer of its workflows: the platform may write there.
+    for writer in ("deadletter_service", "timer_service"):
+        assert "helpdesk.triage" in registry.principals.services[writer].writes
     assert registry.principals.services["triage"].kind == "runtime"
     assert registry.examples[("ticket.classified", 1)][0].body["payload"] == {
         "category": "example",

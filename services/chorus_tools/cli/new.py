@@ -33,15 +33,24 @@ Here = Annotated[
 @app.command("service")
 def service_command(
     name: Annotated[str, typer.Argument(help="The service's name: lowercase, digits and _.")],
+    input_type: Annotated[
+        str | None, typer.Option("--input", help="The event it handles (new; default NAME.requested).")
+    ] = None,
+    output_type: Annotated[
+        str | None, typer.Option("--output", help="The event it emits (new; default NAME.completed).")
+    ] = None,
+    topic: Annotated[
+        str | None, typer.Option("--topic", help="Their topic (default <project>.NAME).")
+    ] = None,
     project: ProjectOption = None,
     here: Here = Path(),
 ) -> None:
-    """A service answering NAME.requested with NAME.completed: its skeleton (config, domain,
+    """A service answering one new event with another: its skeleton (config, domain,
     handlers, adapters, bootstrap, spec, README), a handler test and a test on real Kafka
     and PostgreSQL, its events, topic and principal in the project's registry."""
     with _refusals():
         made, written = init_project(here.resolve(), project)
-        written += add_service(made, name)
+        written += add_service(made, name, input_type=input_type, output_type=output_type, topic=topic)
         _report(made, written)
     typer.echo(f"next: pytest tests/test_{name}_handlers.py, then edit services/{name}/handlers.py")
 
