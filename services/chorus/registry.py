@@ -229,9 +229,15 @@ class Registry:
                 raise ValueError(
                     f"workflows.yaml: {name!r} is not a workflow type name ({WORKFLOW_TYPE_PATTERN})"
                 )
-            if workflow.start not in self._topic_of:
+            start_topic = self._topic_of.get(workflow.start)
+            if start_topic is None:
                 raise ValueError(
                     f"workflows.yaml: {name} starts with {workflow.start}, no event of the registry"
+                )
+            if "gateway" not in start_topic.producers:
+                raise ValueError(
+                    f"workflows.yaml: {name} starts with {workflow.start}, but {start_topic.topic} does "
+                    "not list the gateway among its producers (it publishes the start event)"
                 )
 
     # -- lookups ---------------------------------------------------------------
@@ -514,10 +520,11 @@ def personal_pointers(schema: dict[str, Any], prefix: str = "") -> list[str]:
 def contract_modules(root: Path | None = None) -> list[str]:
     """Whose models the registry at ``root`` publishes: a project's contracts modules, else
     the platform's."""
-    project = read_project(root or default_schemas_dir())
+    root = root or default_schemas_dir()
+    project = read_project(root)
     if project is None:
         return [PLATFORM_CONTRACTS]
-    import_contracts(project, root or default_schemas_dir())
+    import_contracts(project, root)
     return project.contracts
 
 

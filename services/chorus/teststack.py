@@ -84,7 +84,8 @@ def isolated_schemas(
     if principals_file.is_file():
         principals = yaml.safe_load(principals_file.read_text())
         for service in (principals.get("services") or {}).values():
-            service["writes"] = [f"{topic}.t{suffix}" for topic in service.get("writes", [])]
+            for access in ("writes", "reads"):
+                service[access] = [f"{topic}.t{suffix}" for topic in service.get(access, [])]
         principals_file.write_text(yaml.safe_dump(principals, sort_keys=False))
     return copy
 
@@ -100,25 +101,16 @@ async def isolated_registry(
 
 
 def _overlay(project: Path, copy: Path) -> None:
-    """A project's files over the copy of the platform's (principals merged)."""
+    """A project's files over the copy of the platform's, its principals and workflow types
+    merged as the registry merges them (the copy stands alone)."""
+    union = load_registry(project)
     for folder in ("topics", "events", "examples"):
         if (project / folder).is_dir():
             shutil.copytree(project / folder, copy / folder, dirs_exist_ok=True)
-    for name in ("workflows.yaml",):
-        if (project / name).is_file():
-            merged_types = yaml.safe_load((copy / name).read_text()) or {}
-            merged_types.update(yaml.safe_load((project / name).read_text()) or {})
-            (copy / name).write_text(yaml.safe_dump(merged_types, sort_keys=False))
-    own = project / "principals.yaml"
-    if own.is_file():
-        merged = yaml.safe_load((copy / "principals.yaml").read_text()) or {}
-        theirs = yaml.safe_load(own.read_text()) or {}
-        for section in ("services", "people"):
-            merged.setdefault(section, {}).update(theirs.get(section) or {})
-        for name, extra in (theirs.get("platform") or {}).items():  # the copy stands alone
-            service = merged["services"][name]
-            service["writes"] = [*service.get("writes", []), *extra["writes"]]
-        (copy / "principals.yaml").write_text(yaml.safe_dump(merged, sort_keys=False))
+    principals = union.principals.model_dump(mode="json", exclude={"platform"})
+    (copy / "principals.yaml").write_text(yaml.safe_dump(principals, sort_keys=False))
+    workflows = {name: declared.model_dump(mode="json") for name, declared in union.workflows.items()}
+    (copy / "workflows.yaml").write_text(yaml.safe_dump(workflows, sort_keys=False))
 
 
 async def provision(registry: Registry, bootstrap: str) -> list[str]:

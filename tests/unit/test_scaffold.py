@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from chorus.registry import load_registry
+from chorus.teststack import isolated_schemas
 from tests.support.imports import private_imports
 
 BIN = Path(sys.executable).parent
@@ -137,3 +138,30 @@ def test_a_project_may_not_redefine_a_platform_topic(tmp_path: Path) -> None:
     (tmp_path / "schemas" / "topics" / "chorus.timers.yaml").write_text(yaml.safe_dump(topic))
     with pytest.raises(ValueError, match=r"platform's registry has the topic\(s\) \['chorus.timers'\]"):
         load_registry(tmp_path / "schemas")
+
+
+def test_a_tests_own_copy_of_a_project_registry_keeps_what_the_union_grants(
+    project: Path, tmp_path: Path
+) -> None:
+    principals = yaml.safe_load((project / "schemas" / "principals.yaml").read_text())
+    principals["services"]["triage"]["reads"] = ["approvals.events"]  # a platform topic it reads
+    (project / "schemas" / "principals.yaml").write_text(yaml.safe_dump(principals))
+    copy = load_registry(isolated_schemas(tmp_path, "u1", root=project / "schemas"))
+    assert copy.principals.services["triage"].reads == ["approvals.events.tu1"]
+    assert "helpdesk.triage.tu1" in copy.principals.services["deadletter_service"].writes
+    assert copy.knows("triage.requested") and "procurement" in copy.workflows
+
+
+def test_a_workflow_type_starts_only_with_an_event_the_gateway_publishes(project: Path) -> None:
+    workflows = project / "schemas" / "workflows.yaml"
+    workflows.write_text(yaml.safe_dump({"triage_ticket": {"start": "triage.requested"}}))
+    try:
+        with pytest.raises(ValueError, match="does not list the gateway among its producers"):
+            load_registry(project / "schemas")
+        topic_file = project / "schemas" / "topics" / "helpdesk.triage.yaml"
+        topic = yaml.safe_load(topic_file.read_text())
+        topic["producers"].append("gateway")
+        topic_file.write_text(yaml.safe_dump(topic))
+        assert load_registry(project / "schemas").workflows["triage_ticket"].start == "triage.requested"
+    finally:
+        workflows.unlink()
