@@ -63,7 +63,7 @@ PUBLIC: Mapping[str, frozenset[str]] = {
     # Testing it
     "chorus.testing": frozenset({"WorkflowHarness", "Step", "make_event", "Unguarded"}),
     "chorus.teststack": frozenset(
-        {"isolated_registry", "isolated_schemas", "provision", "publish", "read_events"}
+        {"isolated_registry", "isolated_schemas", "key_store", "provision", "publish", "read_events"}
     ),
     # Events
     "chorus_contracts.base": frozenset(

@@ -103,9 +103,12 @@ class WorkflowHarness:
         workflow_id: str | None = None,
         *,
         attempt: int = 1,
+        feedback: list[str] | None = None,
         **envelope: Any,
     ) -> Step:
-        """Run the handler for ``payload`` on the workflow's current state, keep its new state."""
+        """Run the handler for ``payload`` on the workflow's current state, keep its new state.
+        ``feedback``: what a semantic retry passes on (``ctx.feedback``), the errors of the
+        ``SemanticError`` the previous try raised."""
         event = (
             payload
             if isinstance(payload, Event)
@@ -126,7 +129,7 @@ class WorkflowHarness:
             clock=self.clock,
             envelope=event.envelope,
             attempt=attempt,
-            feedback=[],
+            feedback=list(feedback or []),
             log=logging.LoggerAdapter(logging.getLogger(self.spec.name)),
             _checkpoint=checkpoint,
         )

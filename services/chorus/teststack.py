@@ -13,19 +13,27 @@ service emitted::
         done = await read_events(registry, bootstrap, "ticket.answered", workflow_id="wf-1")
 
 The test process talks to Kafka as whoever ``CHORUS_KAFKA_*`` names (an admin on a local
-broker): it creates topics.
+broker): it creates topics. A service that emits personal data (every workflow's end names
+who decided) seals it with a key service: ``key_store()`` runs the platform's in the test.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import shutil
+import socket
+import sys
+import tempfile
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 
 from chorus.codec import decode, encode
@@ -39,12 +47,13 @@ from chorus.registry import (
     platform_schemas_dir,
     read_project,
 )
+from chorus.runtime.runner import LOCAL_REGION
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, ProducerRef
 
 TEST_PRODUCER = ProducerRef(service="test", version="0")
 
-__all__ = ["isolated_registry", "isolated_schemas", "provision", "publish", "read_events"]
+__all__ = ["isolated_registry", "isolated_schemas", "key_store", "provision", "publish", "read_events"]
 
 
 def isolated_schemas(
@@ -199,3 +208,58 @@ async def read_events(
     finally:
         await consumer.stop()
     return found
+
+
+@asynccontextmanager
+async def key_store(timeout_s: float = 60.0) -> AsyncIterator[str]:
+    """The platform's key service in a process of its own on a free port, and
+    ``CHORUS_KEY_STORES`` naming it while it runs (settings made meanwhile find it): services
+    under test seal personal data as in production. It keeps its keys in the database of
+    ``CHORUS_DATABASE_URL``. Yields its URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    log = tempfile.NamedTemporaryFile(prefix="chorus-key-service-", suffix=".log", delete=False)  # noqa: SIM115
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "key_service",  # a platform service: the runtime starts it, never imports it
+        env={**os.environ, "CHORUS_HTTP_PORT": str(port), "PYTHONUNBUFFERED": "1"},
+        stdout=log,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    previous = os.environ.get("CHORUS_KEY_STORES")
+    try:
+        await _healthy(url, process, Path(log.name), timeout_s)
+        os.environ["CHORUS_KEY_STORES"] = json.dumps({LOCAL_REGION: url})
+        yield url
+    finally:
+        if previous is None:
+            os.environ.pop("CHORUS_KEY_STORES", None)
+        else:
+            os.environ["CHORUS_KEY_STORES"] = previous
+        if process.returncode is None:
+            process.terminate()
+            await process.wait()
+        log.close()
+
+
+def _tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-3000:]
+
+
+async def _healthy(url: str, process: asyncio.subprocess.Process, log: Path, timeout_s: float) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    async with httpx.AsyncClient(timeout=2.0) as client:
+        while loop.time() < deadline:
+            if process.returncode is not None:
+                raise RuntimeError(f"the key service exited with {process.returncode}:\n{_tail(log)}")
+            try:
+                if (await client.get(f"{url}/health")).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.2)
+    raise RuntimeError(f"the key service was not healthy within {timeout_s}s:\n{_tail(log)}")

@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import version as installed_version
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args, get_origin
 
 import yaml
 from jinja2 import Environment, PackageLoader, StrictUndefined
+from pydantic import BaseModel, ValidationError
 
 from chorus.envelopes import start_envelope
 from chorus.registry import (
@@ -369,31 +370,67 @@ def finish(project: Project) -> list[str]:
 
 def _generate(schemas: Path) -> list[str]:
     changed = write_generated(schemas)
+    changed += write_examples(schemas)
+    load_registry(schemas)  # what was written reads back as a registry
+    return changed
+
+
+EXAMPLE_KEY = "example-{event_type}-1"
+"""The idempotency key of the examples ``chorus new`` writes: the ones it may rewrite."""
+
+
+def write_examples(schemas: Path) -> list[str]:
+    """An example envelope of each event version of the project's that has none, and a new
+    one for each example written here before that its model no longer accepts (its fields
+    changed since ``chorus new event``). Examples written by hand are left alone."""
     project = read_project(schemas)
-    assert project is not None
+    if project is None:
+        return []
+    changed: list[str] = []
     for (event_type, version), model in sorted(contract_catalog(project.contracts).items()):
-        folder = schemas / "examples" / event_type / str(version)
-        if folder.is_dir():
+        path = schemas / "examples" / event_type / str(version) / "example-1.json"
+        if path.parent.is_dir() and not _stale_example(path, event_type, model):
             continue
-        sample = {
-            name: EXAMPLE_VALUES.get(info.annotation, "example") for name, info in model.model_fields.items()
-        }
         example_id = uuid.uuid5(uuid.NAMESPACE_URL, f"chorus-example:{event_type}:{version}")
         envelope = start_envelope(
-            model.model_validate(sample),
+            model.model_validate(_sample(model)),
             workflow_id=f"wf-{project.name}-0001",
             workflow_type=project.name,
             producer=ProducerRef(service=project.name, version="0.1.0"),
             now=datetime(2026, 1, 15, 9, 30, tzinfo=UTC),
-            idempotency_key=f"example-{event_type}-1",
+            idempotency_key=EXAMPLE_KEY.format(event_type=event_type),
             event_id=example_id,
             traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
         )
-        folder.mkdir(parents=True)
-        (folder / "example-1.json").write_text(json.dumps(envelope.model_dump(mode="json"), indent=2) + "\n")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(envelope.model_dump(mode="json"), indent=2) + "\n")
         changed.append(f"examples/{event_type}/{version}/example-1.json")
-    load_registry(schemas)  # what was written reads back as a registry
     return changed
+
+
+def _stale_example(path: Path, event_type: str, model: type[BaseModel]) -> bool:
+    if not path.is_file():
+        return False  # a folder of examples with other names: written by hand
+    example = json.loads(path.read_text())
+    if example.get("idempotency_key") != EXAMPLE_KEY.format(event_type=event_type):
+        return False
+    try:
+        model.model_validate(example.get("payload"))
+    except ValidationError:
+        return True
+    return False
+
+
+def _sample(model: type[BaseModel]) -> dict[str, Any]:
+    """A payload ``model`` accepts: each field's default, else a value of its type (the first
+    of a Literal's)."""
+    sample: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        if not info.is_required():
+            continue
+        options = get_args(info.annotation) if get_origin(info.annotation) is Literal else ()
+        sample[name] = options[0] if options else EXAMPLE_VALUES.get(info.annotation, "example")
+    return sample
 
 
 if __name__ == "__main__":

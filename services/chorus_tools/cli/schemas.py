@@ -16,6 +16,7 @@ from chorus.registry import Registry, default_schemas_dir, load_registry, write_
 from chorus_tools import asyncapi, diagrams
 from chorus_tools.cli.options import SchemasDir
 from chorus_tools.compat import GitError, RegistryReadError, check
+from chorus_tools.scaffold import write_examples
 
 app = typer.Typer(
     name="schemas",
@@ -57,12 +58,13 @@ def check_command(
 
 @app.command("generate")
 def generate_command(schemas_dir: SchemasDir = None) -> None:
-    """Write schemas/events/*.schema.json and the envelope schema from chorus_contracts.
+    """Write schemas/events/*.schema.json and the envelope schema from the event models
+    (in a project: also an example of each new event version, and of one whose fields changed).
 
     Deletes generated files whose model no longer exists. Idempotent.
     """
     root = schemas_dir or default_schemas_dir()
-    changed = write_generated(root)
+    changed = write_generated(root) + write_examples(root)
     for rel in changed:
         typer.echo(f"wrote {rel}")
     typer.echo(f"{len(changed)} schema file(s) changed" if changed else "schemas up to date")

@@ -1,0 +1,1 @@
+"""triage_agent: answers ticket.received with ticket.answered."""
