@@ -19,6 +19,10 @@ PYTEST_ARGS ?=
 # Decision events are signed (chorus.signing); `chorus access signing-keys` makes local keys.
 KAFKA_USERS_DIR := $(CURDIR)/.local/kafka/secrets/users
 SIGNING_DIR := $(CURDIR)/.local/kafka/secrets/signing
+# The third reference workflow is a project of its own (examples/support, written by following
+# docs/tutorial.md): the local stack's topics, ACLs and database roles are those of the union of
+# its registry with the platform's, and `make services` and the demo run its services beside.
+PROJECT_SCHEMAS := --schemas-dir $(CURDIR)/examples/support/schemas
 LOCAL_ENV = set -a && . $(CURDIR)/.local/kafka/admin.env && set +a && \
 	CHORUS_KAFKA_USERS_DIR=$(KAFKA_USERS_DIR) CHORUS_SIGNING_DIR=$(SIGNING_DIR) CHORUS_ENV=demo
 
@@ -46,11 +50,11 @@ setup: $(STAMP)
 
 up: setup
 	$(LOCAL)/kafka.sh start
-	$(LOCAL_ENV) $(VENV)/bin/chorus topics apply
-	$(LOCAL_ENV) $(VENV)/bin/chorus access apply
-	$(LOCAL_ENV) $(VENV)/bin/chorus access signing-keys
+	$(LOCAL_ENV) $(VENV)/bin/chorus topics apply $(PROJECT_SCHEMAS)
+	$(LOCAL_ENV) $(VENV)/bin/chorus access apply $(PROJECT_SCHEMAS)
+	$(LOCAL_ENV) $(VENV)/bin/chorus access signing-keys $(PROJECT_SCHEMAS)
 	$(LOCAL)/postgres.sh start
-	$(LOCAL_ENV) $(VENV)/bin/chorus access database
+	$(LOCAL_ENV) $(VENV)/bin/chorus access database $(PROJECT_SCHEMAS)
 
 down:
 	$(LOCAL)/kafka.sh stop

@@ -171,6 +171,11 @@ class ProjectFile(BaseModel):
     dev: DevStackSettings = Field(
         default_factory=DevStackSettings, description="how the dev stack runs the project"
     )
+    contracts_path: str | None = Field(
+        default=None,
+        description="where the contracts modules are when not in services/ beside schemas/ "
+        "(a test's isolated copy names the project's)",
+    )
     extends: Literal["platform", "none"] = Field(
         default="platform",
         description="platform: the union with the platform's registry; none: complete on its "
@@ -335,7 +340,7 @@ def import_contracts(project: ProjectFile, root: Path) -> None:
             importlib.import_module(module)
             continue
         except ModuleNotFoundError as exc:
-            services = root.resolve().parent / "services"
+            services = Path(project.contracts_path or root.resolve().parent / "services")
             if exc.name != module.split(".")[0] or not services.is_dir():
                 raise ValueError(f"{root / PROJECT_FILE}: contracts module {module}: {exc}") from exc
         sys.path.append(str(services))

@@ -75,7 +75,10 @@ def isolated_schemas(
     if project is not None and project.extends == "platform":
         shutil.copytree(platform_schemas_dir(), copy, ignore=shutil.ignore_patterns("*.md"))
         _overlay(source, copy)
-        project = project.model_copy(update={"extends": "none"})
+        # The copy stands alone (extends none) and imports the project's event models from
+        # where the project keeps them.
+        contracts_path = project.contracts_path or str(source.resolve().parent / "services")
+        project = project.model_copy(update={"extends": "none", "contracts_path": contracts_path})
         (copy / PROJECT_FILE).write_text(yaml.safe_dump(project.model_dump(), sort_keys=False))
     else:
         shutil.copytree(source, copy)

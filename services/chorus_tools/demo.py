@@ -1,10 +1,14 @@
 """`make demo`: the main job, end to end, on this machine.
 
 Starts every service as its own process (Kafka and PostgreSQL are already up),
-submits a procurement and a research report over HTTP, waits at the approval
-gates (the procurement's manager window is shortened so that it visibly
-escalates to the director), approves as the reviewers would, and prints each
-workflow's timeline, the payment provider's request count and one summary line.
+submits a procurement, a research report and two support tickets over HTTP, waits at
+the approval gates (the procurement's manager window is shortened so that it visibly
+escalates to the director), approves as the reviewers would, redrives the ticket of a
+customer the CRM did not know once the customer is added, and prints each workflow's
+timeline, the payment provider's request count and one summary line.
+
+The support tickets are the third reference workflow, a project of its own
+(examples/support, written by following docs/tutorial.md) that runs beside the platform.
 """
 
 from __future__ import annotations
@@ -21,13 +25,16 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from chorus_tools.devstack import API_PORT, ROOT, SANDBOX_PORT, SERVICES, DevStack
+from chorus_tools.devstack import API_PORT, REFERENCE_PROJECT, ROOT, SANDBOX_PORT, SERVICES, DevStack
 
 SUBMITTER = "demo-submitter-key"
 MANAGER = "demo-manager-key"
 DIRECTOR = "demo-director-key"
 EDITOR = "demo-editor-key"
+OPERATOR = "demo-operator-key"
 MANAGER_WINDOW_S = 4
+REPLY_WITHIN_S = 3
+"""The support ticket's reply-due timer: it fires while the refund waits for the manager."""
 TERMINAL = {"completed", "rejected", "failed", "compensated", "timed_out", "cancelled", "erased"}
 
 console = Console(highlight=False, width=110)
@@ -80,6 +87,15 @@ def report_input(sandbox: str) -> dict[str, Any]:
         "min_words": 80,
         "delivery_url": f"{sandbox}/deliveries",
         "sources_within_s": SOURCES_WITHIN_S,
+    }
+
+
+def ticket_input(run: str, customer_id: str, refund_cents: int) -> dict[str, Any]:
+    return {
+        "customer_id": customer_id,
+        "subject": f"Refund for order {run}",
+        "body": "I was charged twice for my subscription; please refund the second charge.",
+        "refund_cents": refund_cents,
     }
 
 
@@ -137,6 +153,9 @@ def _detail(item: dict[str, Any]) -> str:
         return f"{payload.get('task')} (fetch began {str(payload.get('started_at', ''))[11:23]})"
     if str(item.get("event_type", "")).startswith("source."):
         return str(payload.get("task", ""))
+    if item.get("event_type") == "ticket.answered":
+        late = ", late" if payload.get("overdue") else ""
+        return f"{payload.get('category')}, refund {payload.get('refund_cents', 0) / 100:.2f}{late}"
     if payload.get("sources_missing"):
         return f"sources missing: {', '.join(payload['sources_missing'])}"
     return ""
@@ -153,7 +172,9 @@ async def run_demo(workdir: Path) -> int:
         sandbox_port=SANDBOX_PORT,
         documented_ports=True,
         sandbox_args=["--flaky-source", "beta"],
+        project=REFERENCE_PROJECT,  # the support workflow's services beside the platform's
         service_env={
+            "triage_agent": {"CHORUS_REPLY_WITHIN_S": str(REPLY_WITHIN_S)},
             # The manager gets a few seconds instead of 8 hours, so the demo escalates.
             "budget_agent": {
                 "CHORUS_BUDGETS": json.dumps({demo_cost_center(run): 1_000_000}),
@@ -164,7 +185,7 @@ async def run_demo(workdir: Path) -> int:
                         {"tier": "director", "window_s": 3600},
                     ]
                 ),
-            }
+            },
         },
     )
     console.print(f"[bold]Starting {len(stack.procs)} processes[/] (logs in {workdir})")
@@ -205,7 +226,20 @@ async def run_demo(workdir: Path) -> int:
             },
         )
         report = report_resp.json()["workflow_id"]
-        console.print(f"POST /v1/workflows/research_report -> {report_resp.status_code} {report}\n")
+        console.print(f"POST /v1/workflows/research_report -> {report_resp.status_code} {report}")
+        ticket_resp = await client.post(
+            "/v1/workflows/support_ticket", SUBMITTER, {"input": ticket_input(run, "cust-1001", 25000)}
+        )
+        ticket = ticket_resp.json()["workflow_id"]
+        console.print(f"POST /v1/workflows/support_ticket -> {ticket_resp.status_code} {ticket}")
+        stranger_resp = await client.post(
+            "/v1/workflows/support_ticket", SUBMITTER, {"input": ticket_input(run, f"cust-{run}", 1500)}
+        )
+        stranger = stranger_resp.json()["workflow_id"]
+        console.print(
+            f"POST /v1/workflows/support_ticket -> {stranger_resp.status_code} {stranger} "
+            "(a customer the CRM does not know yet)\n"
+        )
 
         # 2. Procurement: the manager does not answer; it escalates to the director.
         status = await client.wait_for(procurement, waiting_on("manager"), "the manager's approval")
@@ -239,17 +273,31 @@ async def run_demo(workdir: Path) -> int:
         decided = await client.post(f"/v1/approvals/{approval}", EDITOR, {"decision": "approve"})
         console.print(f"the editor approves -> {decided.status_code}\n")
 
+        # 4. Support: the refund is above the threshold, so the manager decides; meanwhile
+        # the reply-due timer fires. The unknown customer's ticket is a dead letter until the
+        # customer is in the CRM and an operator redrives it.
+        await support(client, stack, ticket, stranger, run)
+
         final_p = await client.wait_for(
             procurement, lambda s: s.get("status") in TERMINAL, "procurement to end"
         )
         final_r = await client.wait_for(report, lambda s: s.get("status") in TERMINAL, "report to end")
+        final_t = await client.wait_for(ticket, lambda s: s.get("status") in TERMINAL, "the ticket to end")
+        final_s = await client.wait_for(
+            stranger, lambda s: s.get("status") in TERMINAL, "the redriven ticket to end"
+        )
         stats = await stack.sandbox_stats()
         payments = stats["payments"]["unique"]  # type: ignore[index]
         console.print(timeline_table(f"procurement {procurement}", final_p))
         console.print(timeline_table(f"research report {report}", final_r))
+        console.print(timeline_table(f"support ticket {ticket}", final_t))
         console.print(
             f"payment provider: {stats['requests'].get('payments', 0)} request(s), {payments} payment(s); "  # type: ignore[attr-defined]
             f"sources called: {stats['source_calls']}; webhooks received: {len(stats['webhooks'])}"  # type: ignore[arg-type]
+        )
+        replies = (await client.http.get(f"{stack.sandbox_url}/helpdesk/replies")).json()
+        console.print(
+            f"helpdesk: {len(replies)} reply(ies) sent; the redriven ticket ended {final_s['status']}"
         )
         mails = stats["mail"]
         console.print(
@@ -262,17 +310,68 @@ async def run_demo(workdir: Path) -> int:
             f"reviewer with the key [bold]{MANAGER}[/] (manager), "
             "or demo-operator-key (operator)"
         )
-        print(f"demo: procurement={final_p['status']} report={final_r['status']} payments={payments}")
-        return 0 if final_p["status"] == "completed" and final_r["status"] == "completed" else 1
+        print(
+            f"demo: procurement={final_p['status']} report={final_r['status']} "
+            f"support={final_t['status']} payments={payments}"
+        )
+        finals = (final_p, final_r, final_t, final_s)
+        return 0 if all(f["status"] == "completed" for f in finals) else 1
     except Exception as exc:
         console.print(f"[red]demo failed:[/] {exc}")
         for name, proc in stack.procs.items():
             if not proc.running:
                 console.print(f"[yellow]{name} is not running; last log lines:[/]\n{proc.tail(15)}")
-        print("demo: procurement=error report=error payments=0")
+        print("demo: procurement=error report=error support=error payments=0")
         return 1
     finally:
         await stack.stop()
+
+
+async def support(client: Client, stack: DevStack, ticket: str, stranger: str, run: str) -> None:
+    status = await client.wait_for(ticket, waiting_on("manager"), "the manager's approval of the refund")
+    pending = status["pending_approval"]
+    console.print(f"support ticket waits for: {status.get('waiting_for')} ({pending['context']['summary']})")
+    await client.wait_for(
+        ticket,
+        lambda s: any(i.get("event_type") == "ticket.reply_due" for i in s.get("timeline", [])),
+        "the reply-due timer",
+        timeout_s=60,
+    )
+    console.print(
+        f"no reply within {REPLY_WITHIN_S}s: ticket.reply_due fired (the reply will say it is late)"
+    )
+    decided = await client.post(f"/v1/approvals/{pending['approval_id']}", MANAGER, {"decision": "approve"})
+    console.print(f"the manager approves the refund -> {decided.status_code}")
+
+    dlq = stack.procs["deadletter_service"].health_url.removesuffix("/health")  # type: ignore[union-attr]
+    letter = await dead_letter_of(client, dlq, stranger)
+    console.print(f"ticket {stranger}: dead letter {letter['id']} ({letter['error']['error_class']})")
+    customer = {"customer_id": f"cust-{run}", "name": "Alan Turing", "plan": "pro"}
+    await client.http.post(f"{stack.sandbox_url}/crm/customers", json=customer)
+    redriven = await client.http.post(
+        f"{dlq}/v1/dead-letters/{letter['id']}/redrive",
+        json={"reason": "customer added to the CRM"},
+        headers={"Authorization": f"Bearer {OPERATOR}"},
+    )
+    console.print(f"customer added to the CRM; the operator redrives it -> {redriven.status_code}\n")
+
+
+async def dead_letter_of(
+    client: Client, dlq: str, workflow_id: str, timeout_s: float = 60.0
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        response = await client.http.get(
+            f"{dlq}/v1/dead-letters",
+            params={"service": "triage_agent", "status": "open"},
+            headers={"Authorization": f"Bearer {OPERATOR}"},
+        )
+        response.raise_for_status()
+        for item in response.json()["items"]:
+            if item.get("original_workflow_id") == workflow_id:
+                return dict(item)
+        await asyncio.sleep(0.5)
+    raise RuntimeError(f"{workflow_id}: no dead letter within {timeout_s}s")
 
 
 def print_manual_steps(api: str) -> None:
