@@ -605,10 +605,13 @@ if __name__ == "__main__":
         default=REFERENCE_PROJECT if (REFERENCE_PROJECT / "schemas").is_dir() else None,
         help="a project of your own whose services run beside the platform's (default: %(default)s)",
     )
+    parser.add_argument(
+        "--workdir", type=Path, help="where the logs go (default: .local/services/<time> of this checkout)"
+    )
     args = parser.parse_args()
     try:
         extra = parse_releases(args.release)
     except ValueError as exc:
         parser.error(str(exc))
-    workdir = ROOT / ".local" / "services" / time.strftime("%Y%m%d-%H%M%S")
+    workdir = args.workdir or ROOT / ".local" / "services" / time.strftime("%Y%m%d-%H%M%S")
     asyncio.run(_run_forever(workdir, extra, args.project.resolve() if args.project else None))

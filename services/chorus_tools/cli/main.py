@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from chorus_tools.cli import access as access_cli
+from chorus_tools.cli import dev as dev_cli
 from chorus_tools.cli import approvals as approvals_cli
 from chorus_tools.cli import audit as audit_cli
 from chorus_tools.cli import dlq as dlq_cli
@@ -44,6 +45,7 @@ app.add_typer(policy_cli.app, name="policy")
 app.add_typer(rollout_cli.app, name="rollout")
 app.command("migrate")(migrate_cli.migrate_command)
 app.add_typer(new_cli.app, name="new")
+app.add_typer(dev_cli.app, name="dev")
 
 
 def _version(show: bool) -> None:
