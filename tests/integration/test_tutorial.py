@@ -96,7 +96,8 @@ async def test_the_tutorial_runs_as_written_and_builds_examples_support(
         await asyncio.to_thread(run_markdown, TUTORIAL, folder, env)
     finally:
         if (folder / ".chorus" / "dev.pid").exists():  # the page failed before `chorus dev down`
-            subprocess.run(["chorus", "dev", "down"], cwd=folder, env=env, check=False, timeout=120)
+            down = ["chorus", "dev", "down"]
+            await asyncio.to_thread(subprocess.run, down, cwd=folder, env=env, check=False, timeout=120)
     built, example = built_files(folder), built_files(EXAMPLE)
     assert sorted(built) == sorted(example)
     assert [name for name in built if built[name] != example[name]] == []

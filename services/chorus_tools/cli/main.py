@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 
 from chorus_tools.cli import access as access_cli
-from chorus_tools.cli import dev as dev_cli
 from chorus_tools.cli import approvals as approvals_cli
 from chorus_tools.cli import audit as audit_cli
+from chorus_tools.cli import dev as dev_cli
 from chorus_tools.cli import dlq as dlq_cli
 from chorus_tools.cli import events as events_cli
 from chorus_tools.cli import migrate as migrate_cli
