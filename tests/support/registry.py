@@ -47,12 +47,12 @@ async def grant_access(registry: Registry, bootstrap: str) -> None:
     await asyncio.to_thread(access.apply, Plan(add=grants(registry), revoke=[], foreign=0))
 
 
-async def ensure_service_users(bootstrap: str) -> None:
+async def ensure_service_users(bootstrap: str, schemas: Path = SCHEMAS) -> None:
     """Every principal of the registry exists with the password its file holds (what
     `make up` does with `chorus access apply --users-dir`), for DevStack's services."""
     users_dir = Path(os.environ["CHORUS_KAFKA_USERS_DIR"])
     access = Access(bootstrap, kafka_auth())
-    passwords = local_passwords(users_dir, principals(load_registry(SCHEMAS)))
+    passwords = local_passwords(users_dir, principals(load_registry(schemas)))
     await asyncio.to_thread(access.upsert_users, passwords)
 
 

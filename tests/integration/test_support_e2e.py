@@ -1,0 +1,210 @@
+"""The third reference workflow end to end: examples/support, a project of its own, runs
+beside the platform as its users run it (DevStack(project=...): the project's registry in
+union with the platform's, its services found in its folder, the sandbox with its module),
+every service its own process on the real Kafka and PostgreSQL, tickets submitted through
+the gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from chorus import teststack
+from chorus.registry import load_registry
+from chorus_tools.devstack import REFERENCE_PROJECT, DevStack
+from tests.support.database import create_database, drop_database
+from tests.support.registry import ensure_service_users, grant_access, provision
+
+pytestmark = pytest.mark.integration
+
+SUBMITTER = {"Authorization": "Bearer demo-submitter-key"}
+MANAGER = {"Authorization": "Bearer demo-manager-key"}
+OPERATOR = {"Authorization": "Bearer demo-operator-key"}
+TERMINAL = {"completed", "rejected", "failed", "timed_out", "cancelled"}
+SERVICES = (
+    "key_service",
+    "audit_projector",
+    "approval_gate",
+    "timer_service",
+    "deadletter_service",
+    "gateway",
+)
+"""The platform services a ticket meets (the project's own are found, not listed)."""
+
+
+@dataclass
+class Support:
+    stack: DevStack
+    http: httpx.AsyncClient
+
+    @property
+    def sandbox(self) -> str:
+        return self.stack.sandbox_url
+
+    @property
+    def dead_letters(self) -> str:
+        health = self.stack.procs["deadletter_service"].health_url or ""
+        return health.removesuffix("/health")
+
+    async def submit(self, customer_id: str, subject: str, refund_cents: int = 0) -> str:
+        ticket = {
+            "customer_id": customer_id,
+            "subject": subject,
+            "body": "Order 77.",
+            "refund_cents": refund_cents,
+        }
+        response = await self.http.post(
+            "/v1/workflows/support_ticket", json={"input": ticket}, headers=SUBMITTER
+        )
+        assert response.status_code == 202, response.text
+        return str(response.json()["workflow_id"])
+
+    async def wait(
+        self, workflow_id: str, predicate: Any, what: str, timeout_s: float = 60.0
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        last: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            response = await self.http.get(f"/v1/workflows/{workflow_id}", headers=SUBMITTER)
+            last = response.json()
+            if predicate(last):
+                return last
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"{workflow_id}: no {what} within {timeout_s}s; last: {json.dumps(last)[:800]}")
+
+    async def status_of(self, workflow_id: str) -> dict[str, Any]:
+        body: dict[str, Any] = (await self.http.get(f"/v1/workflows/{workflow_id}", headers=SUBMITTER)).json()
+        return body
+
+    async def ended(self, workflow_id: str) -> dict[str, Any]:
+        return await self.wait(workflow_id, lambda s: s.get("status") in TERMINAL, "end")
+
+    async def replies_to(self, customer_id: str) -> list[dict[str, Any]]:
+        replies = (await self.http.get(f"{self.sandbox}/helpdesk/replies")).json()
+        return [r for r in replies if r["customer_id"] == customer_id]
+
+
+def answered(status: dict[str, Any]) -> dict[str, Any]:
+    (event,) = [e for e in status["timeline"] if e["event_type"] == "ticket.answered"]
+    return dict(event["payload"])
+
+
+@pytest.fixture(scope="module")
+async def support(
+    tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str, database_url: str
+) -> AsyncIterator[Support]:
+    tmp = tmp_path_factory.mktemp("support")
+    suffix = uuid.uuid4().hex[:8]
+    schemas = REFERENCE_PROJECT / "schemas"
+    registry = load_registry(teststack.isolated_schemas(tmp, suffix, root=schemas))  # the union's copy
+    await provision(registry, kafka_bootstrap)
+    await ensure_service_users(kafka_bootstrap, schemas)
+    await grant_access(registry, kafka_bootstrap)
+    database = f"chorus_support_{suffix}"
+    stack = DevStack(
+        tmp / "logs",
+        env={
+            "CHORUS_SCHEMAS_DIR": str(registry.root),
+            "CHORUS_KAFKA_BOOTSTRAP": kafka_bootstrap,
+            "CHORUS_DATABASE_URL": await create_database(database_url, database),
+        },
+        services=SERVICES,
+        project=REFERENCE_PROJECT,
+        service_env={"triage_agent": {"CHORUS_REPLY_WITHIN_S": "2"}},
+    )
+    try:
+        await stack.start()
+        async with httpx.AsyncClient(base_url=stack.api_url, timeout=10.0) as http:
+            yield Support(stack, http)
+    finally:
+        await stack.stop()
+        await drop_database(database_url, database)
+
+
+async def test_a_small_refund_is_answered_and_replied_to_once(support: Support) -> None:
+    workflow = await support.submit("cust-1001", "Refund for a double charge", refund_cents=1200)
+    status = await support.ended(workflow)
+    assert status["status"] == "completed"
+    reply = answered(status)
+    assert (reply["category"], reply["refund_cents"], reply["overdue"]) == ("billing", 1200, False)
+    assert len(await support.replies_to("cust-1001")) >= 1
+    assert [e for e in status["timeline"] if e["event_type"] == "approval.requested"] == []
+
+
+async def test_a_large_refund_waits_for_the_manager_and_is_late_after_its_reply_due_timer(
+    support: Support,
+) -> None:
+    workflow = await support.submit("cust-1002", "Refund my annual plan", refund_cents=24000)
+    status = await support.wait(
+        workflow,
+        lambda s: (
+            any(e["event_type"] == "ticket.reply_due" for e in s.get("timeline", []))
+            and (s.get("pending_approval") or {}).get("tier") == "manager"
+        ),
+        "the reply-due timer while waiting for the manager",
+    )
+    assert await support.replies_to("cust-1002") == []  # nothing went out before a person decided
+    approval = status["pending_approval"]["approval_id"]
+    decided = await support.http.post(
+        f"/v1/approvals/{approval}", json={"decision": "approve"}, headers=MANAGER
+    )
+    assert decided.status_code == 202, decided.text
+    status = await support.ended(workflow)
+    assert status["status"] == "completed" and answered(status)["overdue"] is True
+    assert len(await support.replies_to("cust-1002")) == 1
+
+
+async def test_a_rejected_refund_ends_rejected_and_nothing_is_sent(support: Support) -> None:
+    customer = {"customer_id": "cust-reject", "name": "Edsger Dijkstra", "plan": "team"}
+    await support.http.post(f"{support.sandbox}/crm/customers", json=customer)
+    workflow = await support.submit("cust-reject", "Refund everything", refund_cents=90000)
+    status = await support.wait(workflow, lambda s: s.get("pending_approval"), "an approval request")
+    approval = status["pending_approval"]["approval_id"]
+    decided = await support.http.post(
+        f"/v1/approvals/{approval}", json={"decision": "reject", "comment": "not covered"}, headers=MANAGER
+    )
+    assert decided.status_code == 202, decided.text
+    assert (await support.ended(workflow))["status"] == "rejected"
+    assert await support.replies_to("cust-reject") == []
+
+
+async def test_a_misfiled_answer_is_corrected_by_the_runtimes_semantic_retry(support: Support) -> None:
+    workflow = await support.submit("cust-1001", "MISFILED refund", refund_cents=300)
+    status = await support.ended(workflow)
+    assert status["status"] == "completed" and answered(status)["category"] == "billing"
+
+
+async def test_an_unknown_customer_is_a_dead_letter_until_redriven_then_answered_once(
+    support: Support,
+) -> None:
+    workflow = await support.submit("cust-unknown", "Refund please", refund_cents=500)
+    letters: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 60
+    while not letters and time.monotonic() < deadline:
+        response = await support.http.get(
+            f"{support.dead_letters}/v1/dead-letters", params={"service": "triage_agent"}, headers=OPERATOR
+        )
+        letters = [i for i in response.json()["items"] if i["original_workflow_id"] == workflow]
+        await asyncio.sleep(0.3)
+    assert len(letters) == 1 and letters[0]["error"]["category"] == "persistent"
+    assert (await support.status_of(workflow))["status"] not in TERMINAL
+
+    customer = {"customer_id": "cust-unknown", "name": "Barbara Liskov", "plan": "pro"}
+    await support.http.post(f"{support.sandbox}/crm/customers", json=customer)
+    redriven = await support.http.post(
+        f"{support.dead_letters}/v1/dead-letters/{letters[0]['id']}/redrive",
+        json={"reason": "customer added to the CRM"},
+        headers=OPERATOR,
+    )
+    assert redriven.status_code == 200, redriven.text
+    status = await support.ended(workflow)
+    assert status["status"] == "completed"
+    assert [r["customer_id"] for r in await support.replies_to("cust-unknown")] == ["cust-unknown"]
