@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from audit_projector.adapters.maintenance import RecordConfirmation
-from audit_projector.adapters.projection import ProjectEvent
+from audit_projector.adapters.projection import SCHEMA, ProjectEvent
 from audit_projector.domain import audit_entry
 from chorus.codec import Event
+from chorus.registry import Registry
 from chorus.service import Context, Outcome
 from chorus_contracts.approvals import (
     ApprovalDecided,
@@ -89,6 +90,27 @@ PROJECTED: tuple[type[EventModel], ...] = (
     ReviewRequested,
     EventDeadLettered,
 )
+
+
+def project_events(registry: Registry) -> list[type[EventModel]]:
+    """The models of a project's events the projector records: those on topics that list it
+    as a consumer, beyond the platform's it knows by name (PROJECTED). Empty for the
+    platform's own registry."""
+    known = {model.event_type for model in PROJECTED} | {DataRemoved.event_type}
+    data = set(registry.topic_for(DataRemoved.event_type).physical_topics())
+    return [
+        registry.model(ev.type, registry.latest_version(ev.type))
+        for spec in registry.topics.values()
+        if SCHEMA in spec.consumers and not data & set(spec.physical_topics())
+        for ev in spec.events
+        if ev.type not in known
+    ]
+
+
+def projected(registry: Registry) -> tuple[type[EventModel], ...]:
+    """Every event model the projection shows for ``registry``: the platform's and its
+    project's (what the live projector handles, and what a replay rebuilds)."""
+    return (*PROJECTED, *project_events(registry))
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from audit_projector.adapters.projection import (
     migrate_projection,
     workflow_digests,
 )
-from audit_projector.handlers import PROJECTED, ProjectorDeps, on_workflow_event
+from audit_projector.handlers import ProjectorDeps, on_workflow_event, projected
 from chorus.clock import SystemClock
 from chorus.codec import DEFAULT_MAX_BYTES, decode
 from chorus.errors import DecodeError
@@ -44,8 +44,6 @@ from chorus.service import Context, Effect
 from chorus_contracts.base import EventModel
 
 log = logging.getLogger("audit_projector.replay")
-
-_ACCEPT = {model.event_type: model.version for model in PROJECTED}
 
 Progress = Callable[[int, int], None]
 """(records read so far, records to read in total)."""
@@ -80,7 +78,7 @@ def replay_topics(registry: Registry) -> list[str]:
     """Every physical topic (lanes included) carrying an event type the projection shows
     (not the confirmations of erasures and retirements: those are ledger, not projection)."""
     names: set[str] = set()
-    for model in PROJECTED:
+    for model in projected(registry):
         names.update(registry.topic_for(model.event_type).physical_topics())
     return sorted(names)
 
@@ -220,15 +218,19 @@ class _Projector:
     """The live projector's CHORUS_MAX_EVENT_BYTES: what it dead-letters, replay skips."""
     clock: SystemClock = field(default_factory=SystemClock)
 
+    @property
+    def accept(self) -> dict[str, int]:
+        return {model.event_type: model.version for model in projected(self.registry)}
+
     async def effect_for(self, raw: bytes | None, topic: str) -> tuple[str, Effect] | None:
         """The workflow id and the handler's effect for one record; None when it does
         not decode. Size limits are the live projector's, so both sides drop the same."""
         try:
             limit = self.registry.size_limit(topic, self.max_bytes)
-            event = decode(raw, self.registry, accept=_ACCEPT, max_bytes=limit)
+            event = decode(raw, self.registry, accept=self.accept, max_bytes=limit)
         except DecodeError:
             return None
-        if event.event_type not in _ACCEPT:
+        if event.event_type not in self.accept:
             return None
         ctx: Context[ProjectorDeps] = Context(
             service=self.deps.schema,

@@ -11,30 +11,20 @@ from audit_projector.adapters.projection import SCHEMA, migrate_projection
 from audit_projector.api import routes
 from audit_projector.attention import alert_parked_workflows
 from audit_projector.bootstrap import bootstrap_for
-from audit_projector.handlers import PROJECTED, ProjectorDeps, on_data_removed, on_workflow_event
+from audit_projector.handlers import (
+    PROJECTED,
+    ProjectorDeps,
+    on_data_removed,
+    on_workflow_event,
+    projected,
+)
 from audit_projector.janitor import expire_workflows
 from chorus.registry import Registry
 from chorus.service import On, ServiceSpec
-from chorus_contracts.base import EventModel
 from chorus_contracts.lifecycle import WorkflowAttentionNeeded, WorkflowEnded
 from chorus_contracts.platform import DataRemoved, SubjectErasureRequested, WorkflowsRetired
 
 VERSION = "0.1.0"
-
-
-def project_events(registry: Registry) -> list[type[EventModel]]:
-    """The models of a project's events the projector records: those on topics that list it
-    as a consumer, beyond the platform's it knows by name (PROJECTED). Empty for the
-    platform's own registry."""
-    known = {model.event_type for model in PROJECTED} | {DataRemoved.event_type}
-    data = set(registry.topic_for(DataRemoved.event_type).physical_topics())
-    return [
-        registry.model(ev.type, registry.latest_version(ev.type))
-        for spec in registry.topics.values()
-        if SCHEMA in spec.consumers and not data & set(spec.physical_topics())
-        for ev in spec.events
-        if ev.type not in known
-    ]
 
 
 def make_spec(name: str = SCHEMA, registry: Registry | None = None) -> ServiceSpec[Any, ProjectorDeps]:
@@ -53,7 +43,7 @@ def make_spec(name: str = SCHEMA, registry: Registry | None = None) -> ServiceSp
         handlers=[
             *(
                 On(model, on_workflow_event, timeout_s=30)
-                for model in (*PROJECTED, *(project_events(registry) if registry else ()))
+                for model in (projected(registry) if registry else PROJECTED)
             ),
             On(DataRemoved, on_data_removed, timeout_s=30),
         ],

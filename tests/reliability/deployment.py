@@ -16,6 +16,7 @@ import importlib
 import json
 import logging
 import signal
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -30,7 +31,8 @@ from chorus.kafka import make_admin
 from chorus.registry import Registry, load_registry
 from chorus.service import ServiceSpec
 from chorus.topics import apply_topics, read_topics
-from chorus_tools.devstack import SERVICES, DevStack, Proc, free_port
+from chorus_tools import devstack
+from chorus_tools.devstack import REFERENCE_PROJECT, DevStack, Proc, free_port, project_services
 from tests.reliability.driver import Driver
 from tests.reliability.infra import KafkaCluster, PostgresServer
 from tests.support.registry import ensure_service_users, grant_access, isolated_schemas
@@ -124,6 +126,15 @@ class Poison:
     value: bytes
 
 
+PROJECT_SCHEMAS = REFERENCE_PROJECT / "schemas"
+"""The deployment runs the support project (the third reference workflow) beside the
+platform, as `make services` does: its registry is the union of the two."""
+if str(REFERENCE_PROJECT / "services") not in sys.path:  # its services' specs, as the platform's
+    sys.path.append(str(REFERENCE_PROJECT / "services"))
+SERVICES: tuple[str, ...] = (*devstack.SERVICES, *project_services(REFERENCE_PROJECT))
+"""Every service a deployment runs: the platform's and the project's."""
+
+
 def service_spec(name: str) -> ServiceSpec[Any, Any]:
     spec: ServiceSpec[Any, Any] = importlib.import_module(f"{name}.service").SPEC
     return spec
@@ -202,7 +213,9 @@ class Deployment:
     async def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         # The registry's own partition counts: rebalances and zombies need several.
-        root = isolated_schemas(self.workdir, self.suffix, with_test_topic=False, partitions=None)
+        root = isolated_schemas(
+            self.workdir, self.suffix, with_test_topic=False, partitions=None, root=PROJECT_SCHEMAS
+        )
         self._registry = load_registry(root)
         kafka = self.config.kafka
         # As `chorus topics apply` does (retention, cleanup, max.message.bytes per topic).
@@ -210,7 +223,7 @@ class Deployment:
             kafka.bootstrap, list(self.registry.topics.values()), replication_factor=kafka.replication_factor
         )
         # Its services log in as their own principals, which this registry's ACLs bind.
-        await ensure_service_users(kafka.bootstrap)
+        await ensure_service_users(kafka.bootstrap, PROJECT_SCHEMAS)
         await grant_access(self.registry, kafka.bootstrap)
         self.topology = await self._check_topics()
         self.database_url = await self.config.postgres.create_database(self.database)
@@ -233,6 +246,8 @@ class Deployment:
         # The driver stands for many clients behind one key: polling every open workflow at
         # once is its load, not abuse (the per-key limit has its own test).
         service_env["gateway"].update({"CHORUS_API_RATE_PER_S": "2000", "CHORUS_API_BURST": "4000"})
+        # A ticket's reply falls due while its refund waits for the manager, now and then.
+        service_env["triage_agent"]["CHORUS_REPLY_WITHIN_S"] = "1"
         if self.config.max_event_bytes is not None:
             env["CHORUS_MAX_EVENT_BYTES"] = str(self.config.max_event_bytes)
             for name in DEAD_LETTER_CONSUMERS:
@@ -243,6 +258,7 @@ class Deployment:
             service_env=service_env,
             # Payments take a moment, as real ones do: a crash or a pause can land mid-call.
             sandbox_args=["--flaky-source", "beta", "--payment-delay", "0.3"],
+            project=REFERENCE_PROJECT,
         )
         # The LLM is the sandbox's OpenAI-compatible endpoint (as everywhere): the agents'
         # model calls are external calls too (mid_external_call applies to them).

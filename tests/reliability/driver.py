@@ -1,6 +1,6 @@
 """The outside world of a deployment: submitters and reviewers, over the gateway's HTTP API.
 
-The driver submits both reference workflows (an Idempotency-Key on every submission,
+The driver submits the three reference workflows (an Idempotency-Key on every submission,
 so a retry after a killed gateway never starts a second workflow), approves pending
 approvals the way reviewers would (one operator listing of every tier, then a decision
 with the tier's own key), and watches each workflow until it settles: terminal, or
@@ -36,8 +36,8 @@ REVIEWER_KEYS = {
 APPROVE_ALL = frozenset(REVIEWER_KEYS)
 SUBMIT_TIMEOUT_S = 180.0
 
-Kind = Literal["procurement", "research_report"]
-KINDS: tuple[Kind, Kind] = ("procurement", "research_report")
+Kind = Literal["procurement", "research_report", "support_ticket"]
+KINDS: tuple[Kind, ...] = ("procurement", "research_report", "support_ticket")
 
 
 @dataclass
@@ -47,7 +47,8 @@ class Tracked:
     workflow_id: str
     kind: Kind
     token: str
-    """Unique per workflow: the invoice id (procurement) or the report topic."""
+    """Unique per workflow: the invoice id (procurement), the report topic, the customer
+    (support ticket)."""
     scenario: str
     expect_outcome: str | None
     """The terminal status it must end with; None when it must wait at ``expect_gate``."""
@@ -116,6 +117,29 @@ def report_body(token: str, sandbox: str) -> dict[str, Any]:
     }
 
 
+def customer_id(token: str) -> str:
+    return f"cust-{token}"
+
+
+SUPPORT_REFUND_CENTS = 24_000
+"""Above the triage agent's threshold: every ticket waits for a manager's approval."""
+
+
+def support_body(token: str, sandbox: str) -> dict[str, Any]:
+    return {
+        "input": {
+            "customer_id": customer_id(token),
+            "subject": f"Refund for order {token}",
+            "body": "I was charged twice; please refund the second charge.",
+            "refund_cents": SUPPORT_REFUND_CENTS,
+        },
+        "callback_url": f"{sandbox}/hooks/support",
+    }
+
+
+BODIES = {"procurement": procurement_body, "research_report": report_body, "support_ticket": support_body}
+
+
 class Driver:
     def __init__(self, api_url: str, sandbox_url: str, *, poll_s: float = 0.7) -> None:
         self.api_url = api_url
@@ -153,11 +177,9 @@ class Driver:
     ) -> Tracked:
         """POST a workflow, retrying through gateway outages with the same Idempotency-Key."""
         token = uuid.uuid4().hex[:12]
-        body = (
-            procurement_body(token, self.sandbox_url)
-            if kind == "procurement"
-            else report_body(token, self.sandbox_url)
-        )
+        body = BODIES[kind](token, self.sandbox_url)
+        if kind == "support_ticket":  # a customer of its own, so its replies are its alone
+            await self._add_customer(token)
         headers = {"Authorization": f"Bearer {SUBMITTER}", "Idempotency-Key": f"reliability-{token}"}
         loop = asyncio.get_running_loop()
         deadline = loop.time() + SUBMIT_TIMEOUT_S
@@ -190,15 +212,21 @@ class Driver:
             await asyncio.sleep(0.5)
         raise AssertionError(f"no gateway accepted a {kind} submission for {SUBMIT_TIMEOUT_S}s: {last_error}")
 
+    async def _add_customer(self, token: str) -> None:
+        customer = {"customer_id": customer_id(token), "name": f"Customer {token}", "plan": "pro"}
+        async with httpx.AsyncClient(timeout=10.0) as client:
+            response = await client.post(f"{self.sandbox_url}/crm/customers", json=customer)
+            response.raise_for_status()
+
     async def submit_many(self, count: int, scenario: str, **expect: Any) -> list[Tracked]:
-        """``count`` workflows, alternating the two types (procurement first)."""
+        """``count`` workflows, taking the types in turn (procurement first)."""
         kinds = itertools.islice(itertools.cycle(KINDS), count)
         return list(await asyncio.gather(*(self.submit(kind, scenario, **expect) for kind in kinds)))
 
     @contextlib.asynccontextmanager
     async def trickle(self, scenario: str, every_s: float, limit: int) -> AsyncIterator[list[Tracked]]:
-        """Background load for a fault phase: one workflow every ``every_s`` (alternating
-        types) until the block ends or ``limit`` were submitted, so that a fault armed at
+        """Background load for a fault phase: one workflow every ``every_s`` (the types in
+        turn) until the block ends or ``limit`` were submitted, so that a fault armed at
         some step always finds traffic reaching that step."""
         submitted: list[Tracked] = []
 
@@ -311,4 +339,8 @@ class Driver:
             response = await client.get(f"{self.sandbox_url}/stats")
             response.raise_for_status()
             stats: dict[str, Any] = response.json()
+            # The support project's helpdesk (its sandbox module): the replies sent, by key.
+            replies = await client.get(f"{self.sandbox_url}/helpdesk/replies")
+            replies.raise_for_status()
+            stats["helpdesk"] = replies.json()
             return stats

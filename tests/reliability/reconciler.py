@@ -36,10 +36,9 @@ from audit_projector.replay import compare, rebuild, replay_topics, wait_for_liv
 from chorus.codec import DEFAULT_MAX_BYTES, decode
 from chorus.errors import DecodeError
 from chorus.kafka import make_admin
-from chorus_tools.devstack import SERVICES
 from payment_agent.domain import payment_key
-from tests.reliability.deployment import Deployment, FaultLog, subscriptions
-from tests.reliability.driver import TERMINAL, Tracked, invoice_id, report_topic
+from tests.reliability.deployment import SERVICES, Deployment, FaultLog, subscriptions
+from tests.reliability.driver import TERMINAL, Tracked, customer_id, invoice_id, report_topic
 from tests.reliability.observe import group_lag, read_all
 
 log = logging.getLogger("reliability.reconciler")
@@ -224,12 +223,13 @@ def judge_effects(
     stats: dict[str, Any], workflows: list[Tracked], statuses: dict[str, str]
 ) -> Reconciliation:
     """Exactly once per idempotency key: one payment per completed invoice (under the key
-    the payment agent derives), one report delivery key per completed report, one
-    completion webhook (delivery id) per ended workflow; none for the others."""
+    the payment agent derives), one report delivery key per completed report, one helpdesk
+    reply key per completed ticket, one completion webhook (delivery id) per ended workflow;
+    none for the others."""
     out = Reconciliation()
     by_key: dict[str, dict[str, Any]] = stats["payments"]["by_key"]
     requests: dict[str, int] = stats["payment_requests"]
-    retried = payments = delivered = hooked = 0
+    retried = payments = delivered = replied = hooked = 0
     for w in workflows:
         status = statuses.get(w.workflow_id, "")
         ended = status in TERMINAL
@@ -247,6 +247,18 @@ def judge_effects(
                 out.effect_problems.append(f"{w.workflow_id}: paid under {keys}, expected [{wanted}]")
             retried += sum(max(0, requests.get(k, 0) - 1) for k in keys)
             payments += len(keys)
+        elif w.kind == "support_ticket":
+            replies = [r for r in stats.get("helpdesk", []) if r["customer_id"] == customer_id(w.token)]
+            expected = 1 if status == "completed" else 0
+            if len(replies) > expected:
+                out.duplicate_effects += len(replies) - expected
+                out.effect_problems.append(
+                    f"{w.workflow_id}: {len(replies)} reply keys for one ticket ({status})"
+                )
+            elif len(replies) < expected:
+                out.effect_problems.append(f"{w.workflow_id}: completed without a reply to the customer")
+            retried += sum(max(0, r.get("requests", 1) - 1) for r in replies)
+            replied += len(replies)
         else:
             title = f"Report: {report_topic(w.token)}"[:200]
             deliveries = [d for d in stats["deliveries"] if d["body"].get("title") == title]
@@ -276,8 +288,8 @@ def judge_effects(
         retried += len(hooks) - len(deliveries_ids)
         hooked += len(deliveries_ids)
     out.notes.append(
-        f"effects: {payments} payment(s), {delivered} report delivery key(s), "
-        f"{hooked} webhook delivery id(s) for {len(workflows)} workflows"
+        f"effects: {payments} payment(s), {delivered} report delivery key(s), {replied} ticket "
+        f"reply key(s), {hooked} webhook delivery id(s) for {len(workflows)} workflows"
     )
     if retried:
         out.notes.append(

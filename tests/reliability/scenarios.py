@@ -21,9 +21,8 @@ from typing import Any
 import httpx
 
 from chorus.rollouts import MAIN_RELEASE
-from chorus_tools.devstack import SERVICES
 from tests.reliability import injectors
-from tests.reliability.deployment import Deployment, DeploymentConfig, FaultLog
+from tests.reliability.deployment import SERVICES, Deployment, DeploymentConfig, FaultLog
 from tests.reliability.driver import Tracked
 from tests.reliability.infra import KafkaCluster, PostgresServer
 from tests.reliability.reconciler import reconcile
@@ -39,7 +38,8 @@ HOUR = 3600.0
 #   projector emits nothing; the dead-letter service only on an operator's discard);
 # - mid_external_call: services that call out: the gateway (completion webhooks), the
 #   invoice agent (its LLM, the sandbox's), the payment agent (the provider), the
-#   report agent (its LLM, the delivery), the source fetcher (the sources).
+#   report agent (its LLM, the delivery), the source fetcher (the sources), the support
+#   project's triage agent (the CRM, its LLM, the helpdesk).
 POINTS: dict[str, list[tuple[str, int]]] = {
     "gateway": [
         ("after_inbox_insert", 3),
@@ -69,6 +69,12 @@ POINTS: dict[str, list[tuple[str, int]]] = {
         ("after_db_commit", 2),
         ("after_publish", 1),
         ("mid_external_call", 2),
+    ],
+    "triage_agent": [
+        ("after_inbox_insert", 2),
+        ("after_db_commit", 1),
+        ("after_publish", 1),
+        ("mid_external_call", 3),
     ],
     "notifier": [("after_inbox_insert", 1), ("after_db_commit", 1)],
     "rollout_service": [("after_inbox_insert", 1), ("after_db_commit", 1)],
@@ -457,9 +463,10 @@ async def poison_at_broker_limit(ctx: Ctx) -> None:
 SHORT: list[Scenario] = [
     Scenario(
         "sigkill-critical",
-        "one SIGKILL injection point in each critical service, the four armed at once: "
+        "one SIGKILL injection point in each critical service, the five armed at once: "
         "payment agent mid payment, approval gate after its commit, report agent after its "
-        "inbox insert, gateway after its relay published",
+        "inbox insert, gateway after its relay published, the support project's triage agent "
+        "mid external call (CRM, model or helpdesk)",
         "main",
         sigkill(
             [
@@ -467,6 +474,7 @@ SHORT: list[Scenario] = [
                 ("approval_gate", "after_db_commit", 2),
                 ("report_agent", "after_inbox_insert", 2),
                 ("gateway", "after_publish", 2),
+                ("triage_agent", "mid_external_call", 3),
             ]
         ),
     ),

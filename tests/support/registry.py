@@ -26,12 +26,18 @@ CREATED_TOPICS: list[str] = []
 
 
 def isolated_schemas(
-    tmp: Path, suffix: str, *, with_test_topic: bool = True, partitions: int | None = 1
+    tmp: Path,
+    suffix: str,
+    *,
+    with_test_topic: bool = True,
+    partitions: int | None = 1,
+    root: Path = SCHEMAS,
 ) -> Path:
     """A copy of the registry with unique topic names; ``partitions`` overrides every topic's
-    partition count (1 keeps the broker light; None keeps the registry's counts)."""
+    partition count (1 keeps the broker light; None keeps the registry's counts); ``root``
+    another registry (a project's: the copy is its union with the platform's)."""
     extra = [TEST_TOPIC_YAML] if with_test_topic else []
-    return teststack.isolated_schemas(tmp, suffix, root=SCHEMAS, partitions=partitions, add_topics=extra)
+    return teststack.isolated_schemas(tmp, suffix, root=root, partitions=partitions, add_topics=extra)
 
 
 async def provision(registry: Registry, bootstrap: str) -> None:

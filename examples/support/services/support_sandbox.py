@@ -57,7 +57,9 @@ async def send_reply(request: web.Request) -> web.Response:
     replies = request.app[REPLIES]
     key = request.headers.get("Idempotency-Key", "")
     if key not in replies:  # a repeated key is the same reply: sent once
-        replies[key] = {"reply_id": f"reply-{len(replies) + 1}", **await request.json()}
+        sent = await request.json()
+        replies[key] = {"reply_id": f"reply-{len(replies) + 1}", "key": key, "requests": 0, **sent}
+    replies[key]["requests"] += 1  # how often it was asked (a retried step asks again)
     return web.json_response(replies[key], status=201)
 
 
