@@ -104,8 +104,8 @@ def write_report(
         "Lost: not settled at the recovery deadline and nothing pending anywhere in the system. "
         "Stuck: not settled, but the system still holds work for it. Duplicate side effects: "
         "payments, report deliveries, ticket replies or completion webhooks beyond one per "
-        "idempotency key, as counted by the sandbox. Max recovery time: from the end of the last fault to the last "
-        "workflow settling.\n"
+        "idempotency key, as counted by the sandbox. Max recovery time: from the end of the last "
+        "fault to the last workflow settling.\n"
     )
     for r in results:
         lines.append(f"## {r.name}{'' if r.ok else ' — FAILED'}\n")
