@@ -4,6 +4,7 @@ tests/integration/test_runtime_wheel.py, from the built wheel.)"""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -165,3 +166,32 @@ def test_a_workflow_type_starts_only_with_an_event_the_gateway_publishes(project
         assert load_registry(project / "schemas").workflows["triage_ticket"].start == "triage.requested"
     finally:
         workflows.unlink()
+
+
+def test_schemas_generate_follows_a_changed_model_and_leaves_hand_written_examples_alone(
+    tmp_path: Path,
+) -> None:
+    made = chorus(tmp_path, "new", "event", "ticket.opened", "--project", "desk", "--field", "subject")
+    assert made.returncode == 0, made.stderr
+    events = tmp_path / "services" / "desk_contracts" / "events.py"
+    events.write_text(
+        events.read_text().replace(
+            "    subject: Text\n", '    subject: Text\n    channel: Literal["mail", "chat"]\n'
+        )
+    )
+    events.write_text(
+        events.read_text().replace(
+            "from __future__ import annotations\n",
+            "from __future__ import annotations\n\nfrom typing import Literal\n",
+        )
+    )
+    hand_written = tmp_path / "schemas" / "examples" / "ticket.opened" / "1" / "by-hand.json"
+    generated = hand_written.with_name("example-1.json")
+    hand_written.write_text(generated.read_text().replace('"example-ticket.opened-1"', '"mine"'))
+
+    regenerated = chorus(tmp_path, "schemas", "generate")
+    assert regenerated.returncode == 0, regenerated.stderr
+    assert "wrote examples/ticket.opened/1/example-1.json" in regenerated.stdout
+    assert json.loads(generated.read_text())["payload"] == {"subject": "example", "channel": "mail"}
+    mine = json.loads(hand_written.read_text())  # not ours to rewrite, stale or not
+    assert mine["idempotency_key"] == "mine" and mine["payload"] == {"subject": "example"}
