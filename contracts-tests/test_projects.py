@@ -20,8 +20,9 @@ from chorus_tools.devstack import REFERENCE_PROJECT, project_services
 
 SCHEMAS = REFERENCE_PROJECT / "schemas"
 REGISTRY = load_registry(SCHEMAS)  # imports the project's event models (its services/ on the path)
-PROJECT = read_project(SCHEMAS)
-assert PROJECT is not None
+FOUND = read_project(SCHEMAS)
+assert FOUND is not None
+PROJECT = FOUND
 SPECS: dict[str, ServiceSpec[Any, Any]] = {
     name: importlib.import_module(f"{name}.service").SPEC for name in project_services(REFERENCE_PROJECT)
 }

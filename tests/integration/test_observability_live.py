@@ -93,12 +93,24 @@ async def test_prometheus_scrapes_every_service_and_loads_the_alert_rules(
         assert {t["labels"]["service"] for t in active} == set(PROCESSES)
         assert {t["labels"]["release"] for t in active} == {"main"}
 
-        rules = (await http.get(f"{prometheus}/api/v1/rules")).json()["data"]["groups"]
-        [group] = [g for g in rules if g["name"] == "chorus"]
-        loaded = {r["name"] for r in group["rules"]}
+        async def chorus_rules() -> list[dict[str, Any]]:
+            groups = (await http.get(f"{prometheus}/api/v1/rules")).json()["data"]["groups"]
+            [group] = [g for g in groups if g["name"] == "chorus"]
+            found: list[dict[str, Any]] = group["rules"]
+            return found
+
+        rules = await chorus_rules()
         alerts = yaml.safe_load((PROMETHEUS_DIR / "alerts.yml").read_text())["groups"][0]["rules"]
-        assert loaded == {r["alert"] for r in alerts}
-        assert all(r["health"] == "ok" for r in group["rules"]), group["rules"]
+        assert {r["name"] for r in rules} == {r["alert"] for r in alerts}
+
+        # A rule's health is "unknown" until its group's first evaluation: wait for that, then
+        # every rule must evaluate cleanly (an expression Prometheus rejects stays "err").
+        async def evaluated() -> list[dict[str, Any]] | None:
+            rules = await chorus_rules()
+            return rules if all(r["health"] != "unknown" for r in rules) else None
+
+        rules = await wait_until(evaluated, timeout_s=60, interval_s=1.0, what="the rules' first evaluation")
+        assert all(r["health"] == "ok" for r in rules), [(r["name"], r.get("lastError")) for r in rules]
 
         # Process metrics from every service, through Prometheus.
         async def cpu() -> set[str] | None:
