@@ -551,7 +551,9 @@ def parse_releases(values: list[str]) -> dict[str, tuple[str, ...]]:
     return releases
 
 
-async def _run_forever(workdir: Path, releases: dict[str, tuple[str, ...]], project: Path | None) -> None:
+async def _run_forever(
+    workdir: Path, releases: dict[str, tuple[str, ...]], project: Path | None, targets: Path
+) -> None:
     """Every service in the foreground on the documented ports until Ctrl-C (and more
     releases of some, on free ports); a service that exits is restarted with backoff."""
     stack = DevStack(
@@ -569,7 +571,7 @@ async def _run_forever(workdir: Path, releases: dict[str, tuple[str, ...]], proj
         loop.add_signal_handler(sig, stop.set)
     try:
         await stack.start()
-        stack.write_scrape_targets(SCRAPE_TARGETS)
+        stack.write_scrape_targets(targets)
         print(
             f"Chorus is running: API {stack.api_url}, console {stack.console_url} (sign in with "
             f"demo-manager-key or demo-operator-key), sandbox {stack.sandbox_url} (mail: /mail), "
@@ -614,4 +616,7 @@ if __name__ == "__main__":
     except ValueError as exc:
         parser.error(str(exc))
     workdir = args.workdir or ROOT / ".local" / "services" / time.strftime("%Y%m%d-%H%M%S")
-    asyncio.run(_run_forever(workdir, extra, args.project.resolve() if args.project else None))
+    # `make services` lists its processes where `make observe` looks; a stack given a
+    # workdir of its own (`chorus dev up`, perhaps from an installed wheel) keeps them there.
+    targets = SCRAPE_TARGETS if args.workdir is None else args.workdir / "targets.json"
+    asyncio.run(_run_forever(workdir, extra, args.project.resolve() if args.project else None, targets))

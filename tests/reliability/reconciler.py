@@ -249,30 +249,16 @@ def judge_effects(
             payments += len(keys)
         elif w.kind == "support_ticket":
             replies = [r for r in stats.get("helpdesk", []) if r["customer_id"] == customer_id(w.token)]
-            expected = 1 if status == "completed" else 0
-            if len(replies) > expected:
-                out.duplicate_effects += len(replies) - expected
-                out.effect_problems.append(
-                    f"{w.workflow_id}: {len(replies)} reply keys for one ticket ({status})"
-                )
-            elif len(replies) < expected:
-                out.effect_problems.append(f"{w.workflow_id}: completed without a reply to the customer")
+            _once(out, w, status, len(replies), "reply keys for one ticket", "a reply to the customer")
             retried += sum(max(0, r.get("requests", 1) - 1) for r in replies)
             replied += len(replies)
         else:
             title = f"Report: {report_topic(w.token)}"[:200]
             deliveries = [d for d in stats["deliveries"] if d["body"].get("title") == title]
             keys_seen = {d.get("idempotency_key") for d in deliveries}
-            expected = 1 if status == "completed" else 0
             if None in keys_seen:
                 out.effect_problems.append(f"{w.workflow_id}: a report delivery without an Idempotency-Key")
-            if len(keys_seen) > expected:
-                out.duplicate_effects += len(keys_seen) - expected
-                out.effect_problems.append(
-                    f"{w.workflow_id}: {len(keys_seen)} delivery keys for one report ({status})"
-                )
-            elif len(keys_seen) < expected:
-                out.effect_problems.append(f"{w.workflow_id}: completed without a delivery")
+            _once(out, w, status, len(keys_seen), "delivery keys for one report", "a delivery")
             retried += len(deliveries) - len(keys_seen)
             delivered += len(keys_seen)
         hooks = [h for h in stats["webhooks"] if h["body"].get("workflow_id") == w.workflow_id]
@@ -297,6 +283,16 @@ def judge_effects(
             "delivery; the key makes the receiver apply it once)"
         )
     return out
+
+
+def _once(out: Reconciliation, w: Tracked, status: str, seen: int, what: str, missing: str) -> None:
+    """One effect (distinct key) for a completed workflow, none for another."""
+    expected = 1 if status == "completed" else 0
+    if seen > expected:
+        out.duplicate_effects += seen - expected
+        out.effect_problems.append(f"{w.workflow_id}: {seen} {what} ({status})")
+    elif seen < expected:
+        out.effect_problems.append(f"{w.workflow_id}: completed without {missing}")
 
 
 # -- deployment-wide checks ----------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import pytest
 
 from payment_agent.domain import payment_key
 from tests.reliability.deployment import Deployment, DeploymentConfig, FaultLog
-from tests.reliability.driver import Tracked, invoice_id, report_topic
+from tests.reliability.driver import Tracked, customer_id, invoice_id, report_topic
 from tests.reliability.infra import KafkaCluster, PostgresServer
 from tests.reliability.reconciler import (
     audit_log_complete,
@@ -111,6 +111,8 @@ def test_effects_beyond_one_per_idempotency_key_are_counted() -> None:
     paid = Tracked("wf-a", "procurement", "a", "x", "completed", None, frozenset(), 0.0, status="completed")
     report = Tracked("wf-b", "research_report", "b", "x", "completed", None, frozenset(), 0.0)
     unpaid = Tracked("wf-c", "procurement", "c", "x", "rejected", None, frozenset(), 0.0)
+    ticket = Tracked("wf-d", "support_ticket", "d", "x", "completed", None, frozenset(), 0.0)
+    unanswered = Tracked("wf-e", "support_ticket", "e", "x", "completed", None, frozenset(), 0.0)
     title = f"Report: {report_topic('b')}"
     stats = {
         "payments": {
@@ -126,6 +128,10 @@ def test_effects_beyond_one_per_idempotency_key_are_counted() -> None:
             {"idempotency_key": "k1", "body": {"title": title}},  # a retry: same key, fine
             {"idempotency_key": "k2", "body": {"title": title}},  # a second delivery
         ],
+        "helpdesk": [
+            {"key": "r1", "requests": 2, "customer_id": customer_id("d")},  # retried: same key, fine
+            {"key": "r2", "requests": 1, "customer_id": customer_id("d")},  # a second reply
+        ],
         "webhooks": [
             {"delivery": "d1", "signature_valid": True, "body": {"workflow_id": "wf-a"}},
             {"delivery": "d2", "signature_valid": True, "body": {"workflow_id": "wf-a"}},
@@ -133,8 +139,12 @@ def test_effects_beyond_one_per_idempotency_key_are_counted() -> None:
             {"delivery": "d4", "signature_valid": True, "body": {"workflow_id": "wf-c"}},
         ],
     }
-    statuses = {"wf-a": "completed", "wf-b": "completed", "wf-c": "rejected"}
-    judged = judge_effects(stats, [paid, report, unpaid], statuses)
-    # wf-a: 1 extra payment + 1 extra webhook; wf-b: 1 extra delivery key; wf-c: 1 payment too many
-    assert judged.duplicate_effects == 4, judged.effect_problems
+    statuses = {"wf-a": "completed", "wf-b": "completed", "wf-c": "rejected", "wf-d": "completed"}
+    statuses["wf-e"] = "completed"
+    judged = judge_effects(stats, [paid, report, unpaid, ticket, unanswered], statuses)
+    # wf-a: 1 extra payment + 1 extra webhook; wf-b: 1 extra delivery key; wf-c: 1 payment too
+    # many; wf-d: 1 extra reply key
+    assert judged.duplicate_effects == 5, judged.effect_problems
+    assert "wf-d: 2 reply keys for one ticket (completed)" in judged.effect_problems
+    assert "wf-e: completed without a reply to the customer" in judged.effect_problems
     assert any("paid under" in p for p in judged.effect_problems)
