@@ -246,6 +246,7 @@ async def key_store(timeout_s: float = 60.0) -> AsyncIterator[str]:
             process.terminate()
             await process.wait()
         log.close()
+        os.unlink(log.name)  # what it said matters only when it failed, and is raised then
 
 
 def _tail(log: Path) -> str:
