@@ -15,6 +15,7 @@ rows once the live projector has consumed the same offsets.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
@@ -218,8 +219,9 @@ class _Projector:
     """The live projector's CHORUS_MAX_EVENT_BYTES: what it dead-letters, replay skips."""
     clock: SystemClock = field(default_factory=SystemClock)
 
-    @property
+    @functools.cached_property
     def accept(self) -> dict[str, int]:
+        """What the projection shows (asked once: a replay decodes every record with it)."""
         return {model.event_type: model.version for model in projected(self.registry)}
 
     async def effect_for(self, raw: bytes | None, topic: str) -> tuple[str, Effect] | None:

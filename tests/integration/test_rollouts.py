@@ -280,7 +280,9 @@ async def test_a_canary_takes_its_share_and_after_promotion_everything_each_work
             else f"invoice_agent.{pins[row['workflow_id']]}"
         )
         outcomes = dict(item.split(":") for item in row["rows"])
-        assert outcomes.pop(mine) == "done", row
+        # Taken by the owner: handled, or (an event on another topic trailing the workflow's
+        # end: an approval.decided read after workflow.ended) recorded as arrived after the end.
+        assert outcomes.pop(mine) in {"done", "dropped"}, row
         assert set(outcomes.values()) == {"not_mine"}, row  # both other releases let it pass
     # No duplicate effects: one reading of each invoice, one payment each.
     stats = await rollouts.stack.sandbox_stats()
