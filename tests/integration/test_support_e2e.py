@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -17,11 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from chorus import teststack
-from chorus.registry import load_registry
 from chorus_tools.devstack import REFERENCE_PROJECT, DevStack
-from tests.support.database import create_database, drop_database
-from tests.support.registry import ensure_service_users, grant_access, provision
+from tests.support.stacks import own_stack
 
 pytestmark = pytest.mark.integration
 
@@ -102,31 +98,19 @@ async def support(
     tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str, database_url: str
 ) -> AsyncIterator[Support]:
     tmp = tmp_path_factory.mktemp("support")
-    suffix = uuid.uuid4().hex[:8]
-    schemas = REFERENCE_PROJECT / "schemas"
-    registry = load_registry(teststack.isolated_schemas(tmp, suffix, root=schemas))  # the union's copy
-    await provision(registry, kafka_bootstrap)
-    await ensure_service_users(kafka_bootstrap, schemas)
-    await grant_access(registry, kafka_bootstrap)
-    database = f"chorus_support_{suffix}"
-    stack = DevStack(
-        tmp / "logs",
-        env={
-            "CHORUS_SCHEMAS_DIR": str(registry.root),
-            "CHORUS_KAFKA_BOOTSTRAP": kafka_bootstrap,
-            "CHORUS_DATABASE_URL": await create_database(database_url, database),
-        },
-        services=SERVICES,
-        project=REFERENCE_PROJECT,
-        service_env={"triage_agent": {"CHORUS_REPLY_WITHIN_S": "2"}},
-    )
-    try:
-        await stack.start()
-        async with httpx.AsyncClient(base_url=stack.api_url, timeout=10.0) as http:
-            yield Support(stack, http)
-    finally:
-        await stack.stop()
-        await drop_database(database_url, database)
+    async with (
+        own_stack(
+            tmp,
+            kafka_bootstrap,
+            database_url,
+            name="support",
+            services=SERVICES,
+            project=REFERENCE_PROJECT,
+            service_env={"triage_agent": {"CHORUS_REPLY_WITHIN_S": "2"}},
+        ) as own,
+        httpx.AsyncClient(base_url=own.stack.api_url, timeout=10.0) as http,
+    ):
+        yield Support(own.stack, http)
 
 
 async def test_a_small_refund_is_answered_and_replied_to_once(support: Support) -> None:

@@ -144,3 +144,18 @@ async def chorus(*args: str, env: dict[str, str] | None = None) -> tuple[int, st
     out, err = await asyncio.wait_for(proc.communicate(), timeout=300)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
+
+
+def run_chorus(cwd: Path, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    """The ``chorus`` command of this venv in ``cwd``, as a user in a project of their own
+    runs it: nothing of this checkout's registry or path in its environment."""
+    env = {k: v for k, v in os.environ.items() if k not in {"CHORUS_SCHEMAS_DIR", "PYTHONPATH"}}
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "chorus"), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )

@@ -77,8 +77,8 @@ async def delete_created_topics(bootstrap: str) -> None:
 
 
 async def isolated_registry(
-    tmp: Path, suffix: str, bootstrap: str, *, partitions: int | None = 1
+    tmp: Path, suffix: str, bootstrap: str, *, partitions: int | None = 1, root: Path = SCHEMAS
 ) -> Registry:
-    registry = load_registry(isolated_schemas(tmp, suffix, partitions=partitions))
+    registry = load_registry(isolated_schemas(tmp, suffix, partitions=partitions, root=root))
     await provision(registry, bootstrap)
     return registry

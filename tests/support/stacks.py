@@ -12,7 +12,7 @@ from pathlib import Path
 from chorus.registry import Registry
 from chorus_tools.devstack import DevStack
 from tests.support.database import create_database, drop_database
-from tests.support.registry import grant_access, isolated_registry
+from tests.support.registry import SCHEMAS, ensure_service_users, grant_access, isolated_registry
 
 
 @dataclass(frozen=True)
@@ -34,11 +34,16 @@ async def own_stack(
     env: Mapping[str, str] | None = None,
     service_env: Mapping[str, dict[str, str]] | None = None,
     releases: Mapping[str, tuple[str, ...]] | None = None,
+    project: Path | None = None,
 ) -> AsyncIterator[OwnStack]:
     """``services`` started (and stopped after) with their own registry, ACLs and database
-    ``chorus_<name>_<random>`` on the server of ``server_url``."""
+    ``chorus_<name>_<random>`` on the server of ``server_url``; with ``project``, that
+    project's services too, on a copy of its registry's union with the platform's."""
     suffix = uuid.uuid4().hex[:8]
-    registry = await isolated_registry(tmp, suffix, kafka_bootstrap)
+    root = project / "schemas" if project is not None else SCHEMAS
+    registry = await isolated_registry(tmp, suffix, kafka_bootstrap, root=root)
+    if project is not None:  # its principals log in too
+        await ensure_service_users(kafka_bootstrap, root)
     await grant_access(registry, kafka_bootstrap)
     database = f"chorus_{name}_{suffix}"
     url = await create_database(server_url, database)
@@ -53,6 +58,7 @@ async def own_stack(
         },
         service_env=dict(service_env or {}),
         releases=dict(releases or {}),
+        project=project,
     )
     try:
         await stack.start()

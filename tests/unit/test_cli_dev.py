@@ -3,25 +3,14 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
-BIN = Path(sys.executable).parent
+from tests.support.processes import run_chorus
 
 
 def chorus(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in {"CHORUS_SCHEMAS_DIR", "PYTHONPATH"}}
-    return subprocess.run(
-        [str(BIN / "chorus"), "dev", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_chorus(cwd, "dev", *args, timeout_s=60)
 
 
 def test_outside_a_project_nothing_starts_and_it_says_why(tmp_path: Path) -> None:

@@ -16,21 +16,9 @@ import yaml
 from chorus.registry import load_registry
 from chorus.teststack import isolated_schemas
 from tests.support.imports import private_imports
+from tests.support.processes import run_chorus as chorus
 
 BIN = Path(sys.executable).parent
-
-
-def chorus(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in {"CHORUS_SCHEMAS_DIR", "PYTHONPATH"}}
-    return subprocess.run(
-        [str(BIN / "chorus"), *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def tool(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
