@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 # the dev stack log in as their own principals, whose passwords live in KAFKA_USERS_DIR
 # (`chorus access apply`). CHORUS_ENV=demo lets services start with the demo secrets (the
 # local database password, demo API keys), which they refuse anywhere else.
-# Decision events are signed (chorus.signing); `chorus access signing-keys` makes local keys.
+# Decision events are signed (chorus.privacy.signing); `chorus access signing-keys` makes local keys.
 KAFKA_USERS_DIR := $(CURDIR)/.local/kafka/secrets/users
 SIGNING_DIR := $(CURDIR)/.local/kafka/secrets/signing
 # The third reference workflow is a project of its own (examples/support, written by following

@@ -13,8 +13,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 
-from chorus.envelopes import start_envelope
-from chorus.kafka import make_consumer
+from chorus.kernel.envelopes import start_envelope
+from chorus.kernel.kafka import make_consumer
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import ProducerRef
 

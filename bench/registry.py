@@ -12,9 +12,9 @@ from pathlib import Path
 import yaml
 
 from bench.events import BENCH_TOPICS
-from chorus.kafka import ensure_topics, make_admin
-from chorus.registry import Registry, event_schema, load_registry
+from chorus.kernel.kafka import ensure_topics, make_admin
 from chorus_contracts.base import CATALOG
+from chorus_contracts.registry import Registry, event_schema, load_registry
 from tests.support.registry import isolated_schemas, provision
 
 PARTITIONS = 6
@@ -27,7 +27,7 @@ async def bench_registry(tmp: Path, suffix: str, bootstrap: str) -> Registry:
         data["topic"] = f"{data['topic']}.t{suffix}"
         (root / "topics" / f"{data['topic']}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     # The bench event types' schemas, as `chorus schemas generate` writes the contracts': the
-    # runtime finds which fields to seal there (chorus.crypto), not in the models.
+    # runtime finds which fields to seal there (chorus.privacy.crypto), not in the models.
     for event_type, version in [k for k, m in CATALOG.items() if m.__module__ == "bench.events"]:
         path = root / "events" / f"{event_type}.v{version}.schema.json"
         path.write_text(json.dumps(event_schema(event_type, version), indent=2) + "\n")

@@ -44,13 +44,13 @@ from bench.profile import top_frames
 from bench.registry import bench_registry, delete_topics, raw_topics
 from bench.report import write_reports
 from bench.stats import percentile, summary
-from chorus.crypto import DataKey, HttpKeyStore, Scope, keyed_ref, seal_value, subject_hash
-from chorus.kafka import make_producer
-from chorus.registry import Registry
+from chorus.kernel.kafka import make_producer
+from chorus.kernel.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
+from chorus.privacy.crypto import DataKey, HttpKeyStore, Scope, keyed_ref, seal_value, subject_hash
 from chorus.runtime.runner import LOCAL_REGION, ServiceSettings
-from chorus.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
 from chorus_contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
 from chorus_contracts.platform import FireTarget, TimerSchedule
+from chorus_contracts.registry import Registry
 from tests.support.processes import ROOT
 
 T = TypeVar("T")

@@ -25,8 +25,8 @@ from bench.events import (
     SealedDone,
     SealedStep,
 )
-from chorus.codec import Event
-from chorus.service import Context, On, Outcome, ServiceSpec
+from chorus.kernel.codec import Event
+from chorus.kernel.service import Context, On, Outcome, ServiceSpec
 
 FLOW_STEPS = 5
 

@@ -8,7 +8,7 @@ each gets one JSON line back on stdout. Logs go to stderr.
   {"op": "ready"}    wait until every partition is assigned, then pause consumption
   {"op": "pause"}    stop fetching (a backlog can be preloaded)
   {"op": "resume"}   fetch again
-  {"op": "trace"}    (Chorus) start recording the hop trace (chorus.runtime.hoptrace)
+  {"op": "trace"}    (Chorus) start recording the hop trace (chorus.observability.hoptrace)
   {"op": "hops"}     (Chorus) stop recording; the trace recorded since "trace"
   {"op": "stop"}     stop gracefully and exit
 
@@ -29,9 +29,9 @@ from typing import Any, Protocol
 import asyncpg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from chorus.kafka import make_consumer, make_producer
-from chorus.runtime import hoptrace
-from chorus.runtime.loops import run_main
+from chorus.kernel.kafka import make_consumer, make_producer
+from chorus.kernel.loops import run_main
+from chorus.observability import hoptrace
 from chorus.runtime.runner import ServiceRunner, ServiceSettings
 
 
@@ -45,7 +45,7 @@ class Steerable(Protocol):
 class RawLoop:
     """The transport ceiling: consume -> (optional INSERT+COMMIT) -> produce -> commit offsets.
 
-    Same client settings as every Chorus service (chorus.kafka): acks=all,
+    Same client settings as every Chorus service (chorus.kernel.kafka): acks=all,
     idempotent producer, manual commit, read_committed. With a database, records
     of one poll run concurrently up to ``concurrency`` over a pool of ``pool_size``,
     the same limits a Chorus service has, so the baseline is not handicapped by

@@ -17,7 +17,7 @@ import pkgutil
 from pathlib import Path
 from typing import Any
 
-from chorus.service import ServiceSpec
+from chorus.kernel.service import ServiceSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 STATE_DIR = ROOT / "schemas" / "state"

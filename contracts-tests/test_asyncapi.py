@@ -25,7 +25,7 @@ from referencing import Resource
 from referencing.jsonschema import DRAFT7
 from typer.testing import CliRunner
 
-from chorus.registry import RUNTIME_PRODUCER, Registry, load_registry
+from chorus_contracts.registry import RUNTIME_PRODUCER, Registry, load_registry
 from chorus_tools.asyncapi import DOCUMENT_FILE, message_id, operation_id, render
 from chorus_tools.cli.main import app
 

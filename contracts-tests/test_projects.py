@@ -13,9 +13,15 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator, FormatChecker
 
-from chorus.codec import decode
-from chorus.registry import RUNTIME_PRODUCER, contract_catalog, generated_files, load_registry, read_project
-from chorus.service import ServiceSpec
+from chorus.kernel.codec import decode
+from chorus.kernel.service import ServiceSpec
+from chorus_contracts.registry import (
+    RUNTIME_PRODUCER,
+    contract_catalog,
+    generated_files,
+    load_registry,
+    read_project,
+)
 from chorus_tools.devstack import REFERENCE_PROJECT, project_services
 
 SCHEMAS = REFERENCE_PROJECT / "schemas"

@@ -10,8 +10,9 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator, FormatChecker
 
-from chorus.codec import decode
-from chorus.registry import (
+from chorus.kernel.codec import decode
+from chorus_contracts.base import EventModel
+from chorus_contracts.registry import (
     RUNTIME_PRODUCER,
     contract_catalog,
     generated_files,
@@ -19,7 +20,6 @@ from chorus.registry import (
     personal_pointers,
     upcaster_gaps,
 )
-from chorus_contracts.base import EventModel
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMAS = ROOT / "schemas"
@@ -179,7 +179,7 @@ def test_personal_data_is_marked_in_the_registry_and_nowhere_else() -> None:
 
 
 def test_every_personal_mark_is_a_field_of_the_payload_itself() -> None:
-    """The runtime seals the payload's own fields (chorus.crypto.Sealer): a mark inside an
+    """The runtime seals the payload's own fields (chorus.privacy.crypto.Sealer): a mark inside an
     object would be left in clear, so mark the object instead."""
     registry = load_registry(ROOT / "schemas")
     nested = {

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from chorus.clock import ManualClock
-from chorus.codec import decode, encode
-from chorus.envelopes import child_envelope
-from chorus.errors import ChorusError
-from chorus.registry import RUNTIME_PRODUCER, load_registry
-from chorus.service import Context, ServiceEdges, ServiceSpec
+from chorus.kernel.clock import ManualClock
+from chorus.kernel.codec import decode, encode
+from chorus.kernel.envelopes import child_envelope
+from chorus.kernel.errors import ChorusError
+from chorus.kernel.service import Context, ServiceEdges, ServiceSpec
 from chorus_contracts.envelope import ProducerRef
+from chorus_contracts.registry import RUNTIME_PRODUCER, load_registry
 from tests.support.fakes import handler_deps
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -271,7 +271,7 @@ def test_a_redrive_may_write_every_topic_a_runtime_service_reads() -> None:
 
 
 def test_a_signed_event_type_is_produced_by_its_signer_and_nobody_else() -> None:
-    # A signed type from another service would be refused by every consumer (chorus.signing).
+    # A signed type from another service would be refused by every consumer (chorus.privacy.signing).
     assert REGISTRY.signed_by(), "the decision events are signed"
     for event_type, signer in REGISTRY.signed_by().items():
         producers = {name for name, (edges, _) in SERVICES.items() if event_type in edges.produces}
@@ -285,7 +285,7 @@ STATEFUL = sorted(name for name, (_, spec) in SERVICES.items() if spec is not No
 def test_state_migrations_lead_forward_from_every_older_version_to_the_current_one(name: str) -> None:
     """A checkpoint of any older state version can be brought up to this code's (a step
     per version, none missing), and no step starts at or beyond it (the runtime migrates
-    forward only; newer checkpoints are refused, chorus.errors.NewerStateError)."""
+    forward only; newer checkpoints are refused, chorus.kernel.errors.NewerStateError)."""
     spec = SERVICES[name][1]
     assert spec is not None
     assert sorted(spec.state_migrations) == list(range(1, spec.state_version)), (

@@ -18,9 +18,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query
 
 from approval_gate.adapters.policies import PolicyStore
-from chorus.apikeys import ApiKey, role
-from chorus.service import RuntimeHandle
-from chorus.webapi import api_router, problems
+from chorus.kernel.service import RuntimeHandle
+from chorus.web.apikeys import ApiKey, role
+from chorus.web.webapi import api_router, problems
 from chorus_contracts.approvals import ApprovalPolicy, ApprovalPolicyChange
 
 Reader = Annotated[ApiKey, Depends(role("operator", "auditor"))]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from chorus.apikeys import ApiKeySettings
 from chorus.runtime.runner import ServiceSettings
+from chorus.web.apikeys import ApiKeySettings
 from chorus_contracts.approvals import EscalationStep, Fallback
 
 

@@ -18,8 +18,8 @@ from approval_gate.domain import (
     window_end,
     window_timer_id,
 )
-from chorus.codec import Event
-from chorus.service import CancelTimer, Context, Outcome, ScheduleTimer
+from chorus.kernel.codec import Event
+from chorus.kernel.service import CancelTimer, Context, Outcome, ScheduleTimer
 from chorus_contracts.approvals import (
     ApprovalContext,
     ApprovalDecided,

@@ -13,7 +13,7 @@ from approval_gate.handlers import (
     on_review_requested,
     on_workflow_ended,
 )
-from chorus.service import On, ServiceSpec
+from chorus.kernel.service import On, ServiceSpec
 from chorus_contracts.approvals import (
     ApprovalDecisionSubmitted,
     ApprovalRequested,

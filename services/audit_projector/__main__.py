@@ -6,9 +6,9 @@ from pathlib import Path
 
 from audit_projector.config import Settings
 from audit_projector.service import make_spec
-from chorus.registry import load_registry
+from chorus.kernel.settings import load_settings
 from chorus.runtime.runner import main
-from chorus.settings import load_settings
+from chorus_contracts.registry import load_registry
 
 if __name__ == "__main__":
     settings = load_settings(Settings)

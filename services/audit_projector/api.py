@@ -16,7 +16,7 @@ GET /v1/erasures/{erasure_id}              the erasure, which services confirmed
                                            (``confirmations``) and which not yet (``pending``)
 GET /v1/access?subject_ref=<ref>           reads of the subject's personal data (access log)
 
-Personal data is kept sealed (chorus.crypto) and opened for each reader; every such read
+Personal data is kept sealed (chorus.privacy.crypto) and opened for each reader; every such read
 is logged (principal, the person a service read for, workflow, fields, time). Values of an
 erased subject show as "(erased)".
 POST /v1/replays                           rebuild the projection from the topics into a fresh
@@ -24,7 +24,7 @@ POST /v1/replays                           rebuild the projection from the topic
                                            202 with the job
 GET /v1/replays/{replay_id}                the job: state, progress, result, comparison
 
-Every route takes an API key (:mod:`chorus.apikeys`): reads are for operators, auditors
+Every route takes an API key (:mod:`chorus.web.apikeys`): reads are for operators, auditors
 and services (the gateway); erasures and replays for operators, and the erasure's actor
 is the key's principal.
 
@@ -47,10 +47,10 @@ from audit_projector.adapters.maintenance import Announcer, erase_subject, erasu
 from audit_projector.adapters.queries import CURSOR_PATTERN, Order, WorkflowFilter
 from audit_projector.config import Settings
 from audit_projector.replays import ReplayJobs
-from chorus.apikeys import ApiKey, role
-from chorus.crypto import as_keyed, subject_hash
-from chorus.service import RuntimeHandle
-from chorus.webapi import Problem, QueryDateTime, api_router, problems
+from chorus.kernel.service import RuntimeHandle
+from chorus.privacy.crypto import as_keyed, subject_hash
+from chorus.web.apikeys import ApiKey, role
+from chorus.web.webapi import Problem, QueryDateTime, api_router, problems
 
 MAX_ID = 200
 

@@ -15,10 +15,10 @@ from prometheus_client import Gauge
 from audit_projector.adapters import queries
 from audit_projector.config import Settings
 from audit_projector.domain import ATTENTION
-from chorus.envelopes import start_envelope
-from chorus.logs import fields
-from chorus.runtime.loops import forever
-from chorus.service import RuntimeHandle
+from chorus.kernel.envelopes import start_envelope
+from chorus.kernel.logs import fields
+from chorus.kernel.loops import forever
+from chorus.kernel.service import RuntimeHandle
 from chorus_contracts.lifecycle import WorkflowAttentionNeeded
 
 log = logging.getLogger("audit_projector.attention")

@@ -10,9 +10,8 @@ from typing import Any
 from audit_projector.adapters.maintenance import RecordConfirmation
 from audit_projector.adapters.projection import SCHEMA, ProjectEvent
 from audit_projector.domain import audit_entry
-from chorus.codec import Event
-from chorus.registry import Registry
-from chorus.service import Context, Outcome
+from chorus.kernel.codec import Event
+from chorus.kernel.service import Context, Outcome
 from chorus_contracts.approvals import (
     ApprovalDecided,
     ApprovalDecisionSubmitted,
@@ -46,6 +45,7 @@ from chorus_contracts.procurement import (
     PaymentIssued,
     RequesterNotified,
 )
+from chorus_contracts.registry import Registry
 from chorus_contracts.research import (
     ReportDelivered,
     ReportDrafted,

@@ -14,9 +14,9 @@ from prometheus_client import Counter
 
 from audit_projector.adapters.maintenance import Announcer, RetentionPolicy, janitor_pass
 from audit_projector.config import Settings
-from chorus.logs import fields
-from chorus.runtime.loops import forever
-from chorus.service import RuntimeHandle
+from chorus.kernel.logs import fields
+from chorus.kernel.loops import forever
+from chorus.kernel.service import RuntimeHandle
 
 log = logging.getLogger("audit_projector.janitor")
 

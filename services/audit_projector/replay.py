@@ -36,13 +36,13 @@ from audit_projector.adapters.projection import (
     workflow_digests,
 )
 from audit_projector.handlers import ProjectorDeps, on_workflow_event, projected
-from chorus.clock import SystemClock
-from chorus.codec import DEFAULT_MAX_BYTES, decode
-from chorus.errors import DecodeError
-from chorus.kafka import make_admin, make_consumer
-from chorus.registry import Registry
-from chorus.service import Context, Effect
+from chorus.kernel.clock import SystemClock
+from chorus.kernel.codec import DEFAULT_MAX_BYTES, decode
+from chorus.kernel.errors import DecodeError
+from chorus.kernel.kafka import make_admin, make_consumer
+from chorus.kernel.service import Context, Effect
 from chorus_contracts.base import EventModel
+from chorus_contracts.registry import Registry
 
 log = logging.getLogger("audit_projector.replay")
 

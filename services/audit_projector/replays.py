@@ -25,7 +25,7 @@ from audit_projector.replay import (
     rebuild,
     wait_for_live,
 )
-from chorus.service import RuntimeHandle
+from chorus.kernel.service import RuntimeHandle
 
 log = logging.getLogger("audit_projector.replays")
 

@@ -19,10 +19,10 @@ from audit_projector.handlers import (
     projected,
 )
 from audit_projector.janitor import expire_workflows
-from chorus.registry import Registry
-from chorus.service import On, ServiceSpec
+from chorus.kernel.service import On, ServiceSpec
 from chorus_contracts.lifecycle import WorkflowAttentionNeeded, WorkflowEnded
 from chorus_contracts.platform import DataRemoved, SubjectErasureRequested, WorkflowsRetired
+from chorus_contracts.registry import Registry
 
 VERSION = "0.1.0"
 

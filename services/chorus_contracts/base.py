@@ -64,7 +64,7 @@ Ref = Annotated[
 PERSONAL_MARK = "x-personal"
 """The JSON Schema keyword that marks a field as personal data."""
 SEALED_PREFIX = "chorus:sealed:v1:"
-"""How a sealed (encrypted) personal value starts on the wire (see chorus.crypto)."""
+"""How a sealed (encrypted) personal value starts on the wire (see chorus.privacy.crypto)."""
 SEALED_PATTERN = r"^chorus:sealed:v1:[a-z0-9-]{1,40}\.[0-9a-f]{32}:[0-9a-f-]{36}:[A-Za-z0-9_-]+$"
 SEALED_MAX = 2_000_000
 """Far above the largest personal field once sealed (base64 of JSON of 20,000 characters
@@ -75,7 +75,7 @@ class Sealed(str):
     """A personal value as it travels: AES-GCM ciphertext under its subject's data key,
     ``chorus:sealed:v1:<key id>:<event id>:<base64url nonce + ciphertext>``. A handler that
     did not declare it needs personal data finds this in the field instead of the value;
-    the runtime opens it for those that did (chorus.crypto)."""
+    the runtime opens it for those that did (chorus.privacy.crypto)."""
 
     __slots__ = ()
 
@@ -163,7 +163,7 @@ Text = Annotated[str, Field(max_length=4000)]
 """Free text a person reads: a reason, a summary, a check's description."""
 KEYED_PATTERN = r"^hmac-sha256:[0-9a-f]{64}$"
 KeyedRef = Annotated[
-    str, Field(pattern=KEYED_PATTERN, description="a reference keyed by chorus.crypto.keyed_ref")
+    str, Field(pattern=KEYED_PATTERN, description="a reference keyed by chorus.privacy.crypto.keyed_ref")
 ]
 """A person or subject named by HMAC under CHORUS_SUBJECT_KEY, never by name."""
 Comment = Annotated[str, Field(max_length=2000)]

@@ -103,7 +103,7 @@ class WorkflowCancelRequested(EventModel):
 @event("stage.deadline_reached", 1)
 class StageDeadlineReached(EventModel):
     """A stage's deadline passed (fired by the timer its fan-in service scheduled when it
-    opened the stage; see chorus.stages). Only ``service`` acts on it."""
+    opened the stage; see chorus.outside.stages). Only ``service`` acts on it."""
 
     stage_id: Name
     service: Name

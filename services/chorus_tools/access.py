@@ -33,8 +33,8 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from chorus.kafka import KafkaAuth
-from chorus.registry import RUNTIME_PRODUCER, Registry
+from chorus.kernel.kafka import KafkaAuth
+from chorus_contracts.registry import RUNTIME_PRODUCER, Registry
 
 AUDITOR_GROUP_PREFIX = "chorus-auditor"
 SCRAM_ITERATIONS = 8192

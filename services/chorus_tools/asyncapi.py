@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from chorus.registry import RUNTIME_PRODUCER, Registry, TopicSpec
+from chorus_contracts.registry import RUNTIME_PRODUCER, Registry, TopicSpec
 
 ASYNCAPI_VERSION = "3.0.0"
 DOCUMENT_FILE = "asyncapi.yaml"

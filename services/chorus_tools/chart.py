@@ -39,19 +39,19 @@ from typing import Any
 import yaml
 from pydantic_settings import BaseSettings
 
-from chorus.kafka import KafkaAuth
-from chorus.registry import RUNTIME_PRODUCER, Registry, load_registry
-from chorus.runtime.datarequests import REQUESTS
+from chorus.kernel.kafka import KafkaAuth
+from chorus.privacy.datarequests import REQUESTS
 from chorus.runtime.runner import CONTROL_TOPIC_EVENT
-from chorus.topics import wanted_topics
+from chorus_contracts.registry import RUNTIME_PRODUCER, Registry, load_registry
 from chorus_tools.access import Grant, grants
 from chorus_tools.devstack import DOCUMENTED_PORTS, WITHOUT_DATABASE, WITHOUT_KAFKA
+from chorus_tools.topics import wanted_topics
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART_FILE = ROOT / "deploy" / "helm" / "chorus" / "files" / "registry.yaml"
 ENV_PREFIX = "CHORUS_"
 PROCESS_ENV = ("CHORUS_EGRESS_ALLOW",)
-"""Read from the environment outside any settings class (chorus.egress)."""
+"""Read from the environment outside any settings class (chorus.outside.egress)."""
 
 HTTP_CALLS: dict[str, dict[str, tuple[str, str]]] = {
     "gateway": {

@@ -40,8 +40,8 @@ from typing import Any, Literal, cast, get_args
 
 import yaml
 
-from chorus.registry import Compatibility, TopicEvent, parse_schema_filename
 from chorus_contracts.base import PERSONAL_MARK, SEALED_PATTERN
+from chorus_contracts.registry import Compatibility, TopicEvent, parse_schema_filename
 
 Direction = Literal["backward", "forward"]
 BACKWARD: frozenset[Direction] = frozenset({"backward"})

@@ -28,10 +28,10 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import asyncpg
 
-from chorus.breaker import migrate_breakers
-from chorus.db import ident
-from chorus.ratelimit import migrate_rate_limits
-from chorus.store import migrate_shared
+from chorus.kernel.db import ident
+from chorus.kernel.store import migrate_shared
+from chorus.outside.breaker import migrate_breakers
+from chorus.outside.ratelimit import migrate_rate_limits
 
 _RELATIONS = {"r": "TABLE", "p": "TABLE", "v": "VIEW", "m": "MATERIALIZED VIEW", "S": "SEQUENCE"}
 

@@ -24,10 +24,10 @@ from typing import Any
 
 import httpx
 
-from chorus.registry import read_project
-from chorus.rollouts import MAIN_RELEASE
-from chorus.settings import LOCAL_DATABASE_URL
+from chorus.kernel.settings import LOCAL_DATABASE_URL
+from chorus.releases.rollouts import MAIN_RELEASE
 from chorus_contracts.envelope import RELEASE_PATTERN
+from chorus_contracts.registry import read_project
 from chorus_tools.access import local_password
 from chorus_tools.dbroles import provision_database, role_url
 

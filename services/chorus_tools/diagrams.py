@@ -7,7 +7,7 @@ repository is read (GitHub, IDEs) with nothing to install.
 
 from __future__ import annotations
 
-from chorus.registry import RUNTIME_PRODUCER, Registry, TopicSpec
+from chorus_contracts.registry import RUNTIME_PRODUCER, Registry, TopicSpec
 
 DOCUMENT = "docs/architecture.md"
 

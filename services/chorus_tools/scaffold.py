@@ -30,8 +30,9 @@ import yaml
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from pydantic import BaseModel, ValidationError
 
-from chorus.envelopes import start_envelope
-from chorus.registry import (
+from chorus.kernel.envelopes import start_envelope
+from chorus_contracts.envelope import ProducerRef
+from chorus_contracts.registry import (
     PROJECT_FILE,
     contract_catalog,
     load_registry,
@@ -39,7 +40,6 @@ from chorus.registry import (
     read_project,
     write_generated,
 )
-from chorus_contracts.envelope import ProducerRef
 
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 EVENT_TYPE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")

@@ -6,8 +6,8 @@ import asyncio
 
 import uvicorn
 
-from chorus.logs import setup_logging
-from chorus.settings import load_settings
+from chorus.kernel.logs import setup_logging
+from chorus.kernel.settings import load_settings
 from console.bootstrap import bootstrap
 from console.config import Settings
 

@@ -21,7 +21,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from chorus.http import api_client
+from chorus.web.http import api_client
 from console.adapters.apis import ApiProblem, Apis, ApiUnavailable
 from console.adapters.cookies import COOKIE, SessionCookies
 from console.config import Settings

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pydantic import Field, SecretStr
 
-from chorus.links import DEMO_LINK_KEY
-from chorus.settings import ChorusSettings
+from chorus.kernel.settings import ChorusSettings
+from chorus.web.links import DEMO_LINK_KEY
 
 DEMO_SESSION_KEY = "ZGVtby1jb25zb2xlLXNlc3Npb24ta2V5LW5vLXByb2Q="
 """The published session key of the local demo (base64 of 32 bytes): refused outside demo mode."""

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from chorus.links import LinkCheck, check_link
+from chorus.web.links import LinkCheck, check_link
 from chorus_contracts.lifecycle import WORKFLOW_STATUSES
 from console.adapters.apis import ApiProblem, Apis
 from console.config import Settings

@@ -11,7 +11,7 @@ POST /v1/dead-letters/{id}/discard    {"reason"}   give up; release the workflow
 POST /v1/dead-letters/redrive         {"reason"?, "filter": {...}}  bulk redrive
 GET  /v1/operations                   audit trail; filters: letter_id, op, actor, limit
 
-Every route takes an API key (:mod:`chorus.apikeys`). Reads are for operators and
+Every route takes an API key (:mod:`chorus.web.apikeys`). Reads are for operators and
 auditors (a letter holds the original payload and a traceback); redrive and discard
 for operators only, and the operation's actor is the key's principal. Bodies are
 JSON only (a form or text/plain POST is a 415).
@@ -31,9 +31,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from chorus.apikeys import ApiKey, role
-from chorus.service import RuntimeHandle
-from chorus.webapi import Problem, api_router, problems
+from chorus.kernel.service import RuntimeHandle
+from chorus.web.apikeys import ApiKey, role
+from chorus.web.webapi import Problem, api_router, problems
 from chorus_contracts.base import Comment
 from deadletter_service import operations
 from deadletter_service.adapters import repository as repo

@@ -8,9 +8,9 @@ import binascii
 from datetime import datetime
 from typing import Any
 
-from chorus.codec import Event
-from chorus.errors import PersistentError
-from chorus.service import Context, Outcome
+from chorus.kernel.codec import Event
+from chorus.kernel.errors import PersistentError
+from chorus.kernel.service import Context, Outcome
 from chorus_contracts.envelope import Envelope
 from chorus_contracts.platform import EventDeadLettered
 from deadletter_service.adapters.repository import StoreLetter

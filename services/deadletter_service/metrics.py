@@ -15,8 +15,8 @@ import logging
 
 from prometheus_client import Gauge
 
-from chorus.runtime.loops import forever
-from chorus.service import RuntimeHandle
+from chorus.kernel.loops import forever
+from chorus.kernel.service import RuntimeHandle
 from deadletter_service.adapters import repository as repo
 from deadletter_service.domain import age_s
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from chorus.envelopes import child_envelope
-from chorus.outbox import outbox_message
-from chorus.service import RuntimeHandle
-from chorus.store import OutboxMessage
+from chorus.kernel.envelopes import child_envelope
+from chorus.kernel.outbox import outbox_message
+from chorus.kernel.service import RuntimeHandle
+from chorus.kernel.store import OutboxMessage
 from chorus_contracts.envelope import Envelope
 from chorus_contracts.platform import EventDiscarded
 from deadletter_service.adapters import repository as repo

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chorus.service import On, ServiceSpec
+from chorus.kernel.service import On, ServiceSpec
 from chorus_contracts.platform import EventDeadLettered
 from deadletter_service.adapters.repository import LetterRetention, migrate
 from deadletter_service.api import routes

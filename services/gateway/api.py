@@ -22,18 +22,18 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import Field, create_model
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from chorus.apikeys import ApiKey, caller, role
-from chorus.crypto import keyed_ref
-from chorus.egress import EgressRefusedError, check_egress
-from chorus.envelopes import child_envelope, start_envelope
-from chorus.errors import EventTooLargeError
-from chorus.logs import fields
-from chorus.outbox import outbox_message
-from chorus.ratelimit import KeyedRateLimits
-from chorus.service import RuntimeHandle
-from chorus.store import OutboxMessage
-from chorus.tracing import request_span
-from chorus.webapi import Problem, QueryDateTime, create_api, problem_response, problems
+from chorus.kernel.envelopes import child_envelope, start_envelope
+from chorus.kernel.errors import EventTooLargeError
+from chorus.kernel.logs import fields
+from chorus.kernel.outbox import outbox_message
+from chorus.kernel.service import RuntimeHandle
+from chorus.kernel.store import OutboxMessage
+from chorus.kernel.tracing import request_span
+from chorus.outside.egress import EgressRefusedError, check_egress
+from chorus.outside.ratelimit import KeyedRateLimits
+from chorus.privacy.crypto import keyed_ref
+from chorus.web.apikeys import ApiKey, caller, role
+from chorus.web.webapi import Problem, QueryDateTime, create_api, problem_response, problems
 from chorus_contracts.approvals import ApprovalDecisionSubmitted, ApprovalPolicyChange
 from chorus_contracts.base import EventModel, plain_input
 from chorus_contracts.envelope import Envelope, Priority
@@ -71,7 +71,7 @@ log = logging.getLogger("gateway.api")
 
 
 async def principal(request: Request, who: Annotated[ApiKey, Depends(caller)]) -> ApiKey:
-    """The caller (:func:`chorus.apikeys.caller`); 429 with Retry-After when its key used
+    """The caller (:func:`chorus.web.apikeys.caller`); 429 with Retry-After when its key used
     up its rate (shared by every gateway replica)."""
     limits: KeyedRateLimits = request.app.state.limits
     granted = await limits.try_acquire(who.principal)

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from chorus.dependencies import Dependency, dependencies
+from chorus.outside.dependencies import Dependency, dependencies
 from gateway.adapters.webhooks import WebhookSender
 
 

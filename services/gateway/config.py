@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import SecretStr
 
-from chorus.apikeys import DEMO_GATEWAY_KEY, ApiKeySettings
-from chorus.breaker import BreakerPolicy
+from chorus.outside.breaker import BreakerPolicy
 from chorus.runtime.runner import ServiceSettings
+from chorus.web.apikeys import DEMO_GATEWAY_KEY, ApiKeySettings
 
 DEMO_WEBHOOK_SECRET = "demo-webhook-secret"
 

@@ -14,9 +14,9 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from chorus.registry import Registry
 from chorus_contracts.base import Comment, EventModel, InClear, Ref, Url
 from chorus_contracts.envelope import Priority
+from chorus_contracts.registry import Registry
 
 SERVICE = "gateway"
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from chorus.codec import Event
-from chorus.service import Context, Outcome
+from chorus.kernel.codec import Event
+from chorus.kernel.service import Context, Outcome
 from chorus_contracts.lifecycle import (
     WorkflowCancelRequested,
     WorkflowDeadlineReached,

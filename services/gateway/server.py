@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from chorus.apikeys import bearer
-from chorus.http import EmbeddedServer, api_client, server_config
-from chorus.service import RuntimeHandle
+from chorus.kernel.service import RuntimeHandle
+from chorus.web.apikeys import bearer
+from chorus.web.http import EmbeddedServer, api_client, server_config
 from gateway.adapters.policy import ApprovalPolicyApi
 from gateway.adapters.readmodel import ReadModel
 from gateway.api import create_app

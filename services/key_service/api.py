@@ -9,7 +9,7 @@ GET  /v1/data-keys/{kid}  a key by id; 410 Gone once destroyed (its subject was 
                           404 unknown here
 
 Keys travel to the services that seal and open personal data, over this authenticated
-API, and are cached by them for minutes (chorus.crypto). They are stored wrapped under the
+API, and are cached by them for minutes (chorus.privacy.crypto). They are stored wrapped under the
 region's master key; a destroyed key keeps its row, without its material, as a tombstone.
 """
 
@@ -20,9 +20,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path
 
-from chorus.apikeys import ApiKey, role
-from chorus.service import RuntimeHandle
-from chorus.webapi import Problem, api_router, problems
+from chorus.kernel.service import RuntimeHandle
+from chorus.web.apikeys import ApiKey, role
+from chorus.web.webapi import Problem, api_router, problems
 from key_service.adapters import keys
 from key_service.domain import KID_PATTERN, DataKeyAnswer, DataKeyRequest, new_data_key, new_kid, region_of
 

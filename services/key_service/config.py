@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from chorus.apikeys import ApiKeySettings
 from chorus.runtime.runner import ServiceSettings
+from chorus.web.apikeys import ApiKeySettings
 
 DEMO_MASTER_KEYS = {"local": "ZGVtby1tYXN0ZXIta2V5LW5vdC1mb3ItcHJvZC11c2U="}
 """The published master key of the local demo (32 bytes, base64): refused outside demo mode."""

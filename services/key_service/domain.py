@@ -18,7 +18,7 @@ from typing import Protocol
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic import BaseModel, ConfigDict, Field
 
-from chorus.crypto import KEY_BYTES, NONCE_BYTES
+from chorus.privacy.crypto import KEY_BYTES, NONCE_BYTES
 
 REGION_PATTERN = r"^[a-z0-9-]{1,40}$"
 KID_PATTERN = r"^[a-z0-9-]{1,40}\.[0-9a-f]{32}$"

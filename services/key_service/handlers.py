@@ -5,6 +5,6 @@ rows, and the runtime confirms with data.removed."""
 
 from __future__ import annotations
 
-from chorus.service import On
+from chorus.kernel.service import On
 
 HANDLERS: list[On] = []

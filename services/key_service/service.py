@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chorus.service import ServiceSpec
+from chorus.kernel.service import ServiceSpec
 from key_service.adapters.keys import KeyShredding, migrate
 from key_service.api import routes
 from key_service.bootstrap import Deps, bootstrap

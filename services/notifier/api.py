@@ -3,7 +3,7 @@
 GET /v1/notifications?workflow_id=&approval_id=   deliveries, newest first, each with its
                                                   attempts (time, ok, error, duration)
 
-Operators and auditors (an API key, :mod:`chorus.apikeys`). No message text: the
+Operators and auditors (an API key, :mod:`chorus.web.apikeys`). No message text: the
 recipients are principals and tiers; addresses stay in configuration.
 """
 
@@ -13,9 +13,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 
-from chorus.apikeys import ApiKey, role
-from chorus.service import RuntimeHandle
-from chorus.webapi import api_router, problems
+from chorus.kernel.service import RuntimeHandle
+from chorus.web.apikeys import ApiKey, role
+from chorus.web.webapi import api_router, problems
 from notifier.adapters import deliveries
 
 Reader = Annotated[ApiKey, Depends(role("operator", "auditor"))]

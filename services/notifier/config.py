@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from chorus.apikeys import DEMO_KEYS, ApiKeySettings
-from chorus.links import DEMO_LINK_KEY
 from chorus.runtime.runner import ServiceSettings
+from chorus.web.apikeys import DEMO_KEYS, ApiKeySettings
+from chorus.web.links import DEMO_LINK_KEY
 
 
 class Reviewer(BaseModel):

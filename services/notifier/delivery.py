@@ -1,7 +1,7 @@
 """The delivery loop: claims due messages, sends each by its channel, records the attempt.
 
 Durable retries: a failed send is a row tried again after a full-jitter backoff
-(chorus.runtime.backoff), on the service's clock, until ``delivery_attempts`` are spent;
+(chorus.kernel.backoff), on the service's clock, until ``delivery_attempts`` are spent;
 then it is given up (status ``given_up``, every attempt and its error kept). One
 channel failing never holds another: every message is its own row.
 """
@@ -16,12 +16,12 @@ from datetime import datetime, timedelta
 
 from prometheus_client import Counter, Gauge
 
-from chorus.links import SignedLink
-from chorus.logs import fields
-from chorus.runtime.backoff import full_jitter
-from chorus.runtime.loops import forever
-from chorus.service import RuntimeHandle
-from chorus.tracing import in_trace_of
+from chorus.kernel.backoff import full_jitter
+from chorus.kernel.logs import fields
+from chorus.kernel.loops import forever
+from chorus.kernel.service import RuntimeHandle
+from chorus.kernel.tracing import in_trace_of
+from chorus.web.links import SignedLink
 from notifier.adapters import deliveries
 from notifier.adapters.channels import DeliveryError
 from notifier.adapters.deliveries import Claimed

@@ -1,5 +1,5 @@
 """The notifier's handlers: each decides who is told what, and returns it as deliveries
-written in the event's own transaction (chorus.service Effects). Sending happens in the
+written in the event's own transaction (chorus.kernel.service Effects). Sending happens in the
 delivery loop (delivery.py), so a mail server that is down delays messages, never the
 workflow and never this service's other events."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from chorus.codec import Event
-from chorus.service import Context, Outcome
+from chorus.kernel.codec import Event
+from chorus.kernel.service import Context, Outcome
 from chorus_contracts.approvals import ApprovalDecided, ApprovalEscalated, ApprovalRouted
 from chorus_contracts.envelope import Envelope
 from chorus_contracts.lifecycle import WorkflowEnded

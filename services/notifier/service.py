@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chorus.service import On, ServiceSpec
+from chorus.kernel.service import On, ServiceSpec
 from chorus_contracts.approvals import ApprovalDecided, ApprovalEscalated, ApprovalRouted
 from chorus_contracts.lifecycle import WorkflowEnded
 from notifier.adapters.deliveries import DeliveryRetention, migrate

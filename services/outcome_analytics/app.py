@@ -9,7 +9,7 @@ against:
 - Raw key and value serializers: faust's own deserialization runs before the
   agent and drops a record that fails it with only a log line (never reaching
   code that could dead-letter it). Bytes always "deserialize"; the records are
-  then decoded by :func:`chorus.codec.decode` (the registry's pydantic models)
+  then decoded by :func:`chorus.kernel.codec.decode` (the registry's pydantic models)
   inside :func:`outcome_analytics.handlers.on_record`, which catches everything
   (an exception inside an agent skips its offset, #527, and stops the agent).
 - ``store="memory://"`` and no faust Table: the view is an
@@ -43,11 +43,11 @@ import mode
 from faust.exceptions import ConsumerNotStarted
 from faust.types import Message
 
-from chorus.http import HttpServer
-from chorus.kafka import KafkaAuth, kafka_auth
-from chorus.logs import fields, setup_logging
-from chorus.registry import Registry, load_registry
-from chorus.runtime.records import Record
+from chorus.kernel.kafka import KafkaAuth, kafka_auth
+from chorus.kernel.logs import fields, setup_logging
+from chorus.kernel.records import Record
+from chorus.web.http import HttpServer
+from chorus_contracts.registry import Registry, load_registry
 from outcome_analytics.adapters.deadletters import KafkaDeadLetters
 from outcome_analytics.adapters.http import routes
 from outcome_analytics.bootstrap import bootstrap
@@ -213,7 +213,7 @@ def run(settings: Settings) -> None:
             Sidecar(dead_letters, http),
             loglevel=settings.log_level,
             quiet=True,
-            # chorus.logs owns logging (JSON lines with trace fields); mode would replace it.
+            # chorus.kernel.logs owns logging (JSON lines with trace fields); mode would replace it.
             override_logging=False,
             redirect_stdouts=False,
         )

@@ -7,11 +7,11 @@ from __future__ import annotations
 import uuid
 
 from chorus import __version__
-from chorus.clock import clock_from_setting
-from chorus.metrics import Metrics
-from chorus.registry import Registry
+from chorus.kernel.clock import clock_from_setting
+from chorus.kernel.metrics import Metrics
 from chorus_contracts.envelope import ProducerRef
 from chorus_contracts.platform import EventDeadLettered
+from chorus_contracts.registry import Registry
 from outcome_analytics.adapters.deadletters import KafkaDeadLetters
 from outcome_analytics.adapters.metrics import ViewCollector
 from outcome_analytics.config import SERVICE, Settings

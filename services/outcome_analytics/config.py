@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic_settings import SettingsConfigDict
 
-from chorus.apikeys import ApiKeySettings
+from chorus.web.apikeys import ApiKeySettings
 
 SERVICE = "outcome_analytics"
 

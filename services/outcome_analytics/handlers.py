@@ -10,17 +10,17 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from chorus.clock import Clock
-from chorus.codec import Event, decode
-from chorus.deadletters import dead_letter_envelope, failure
-from chorus.errors import DecodeError
-from chorus.logs import fields, log_context
-from chorus.metrics import Metrics
-from chorus.registry import Registry
-from chorus.runtime.records import Record
+from chorus.kernel.clock import Clock
+from chorus.kernel.codec import Event, decode
+from chorus.kernel.deadletters import dead_letter_envelope, failure
+from chorus.kernel.errors import DecodeError
+from chorus.kernel.logs import fields, log_context
+from chorus.kernel.metrics import Metrics
+from chorus.kernel.records import Record
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.platform import ErrorCategory, EventDeadLettered
+from chorus_contracts.registry import Registry
 from outcome_analytics.adapters.deadletters import DeadLetterSink
 from outcome_analytics.domain import ACCEPT, OutcomeView
 

@@ -12,7 +12,7 @@ POST /v1/rollouts/{service}/rollback   {"reason"?}   new workflows go back to st
 GET  /v1/rollouts/{service}/workflows?release=R   in-flight workflows pinned to R
 POST /v1/rollouts/{service}/workflows/{workflow_id}/repin   {"to", "reason"}   202: move an
                                        in-flight workflow to another release (the owning
-                                       release answers; chorus.runtime.repin)
+                                       release answers; chorus.releases.repin)
 GET  /v1/rollouts/{service}/repins[/{request_id}]   moves asked for, and their answers
 
 Reads for operators and auditors, changes for operators; the change's actor is the key's
@@ -29,9 +29,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from chorus.apikeys import ApiKey, role
-from chorus.service import RuntimeHandle
-from chorus.webapi import Problem, api_router, problems
+from chorus.kernel.service import RuntimeHandle
+from chorus.web.apikeys import ApiKey, role
+from chorus.web.webapi import Problem, api_router, problems
 from chorus_contracts.base import Comment, Name
 from chorus_contracts.envelope import Release
 from chorus_contracts.rollouts import MAX_TYPES, AutoRollback, RolloutAction

@@ -11,10 +11,10 @@ from datetime import datetime
 
 import asyncpg
 
-from chorus.envelopes import start_envelope
-from chorus.logs import fields
-from chorus.rollouts import ROLLOUT_WORKFLOW_TYPE, rollout_workflow_id
-from chorus.service import RuntimeHandle
+from chorus.kernel.envelopes import start_envelope
+from chorus.kernel.logs import fields
+from chorus.kernel.service import RuntimeHandle
+from chorus.releases.rollouts import ROLLOUT_WORKFLOW_TYPE, rollout_workflow_id
 from chorus_contracts.rollouts import RolloutChanged
 from rollout_service.adapters import repository as repo
 from rollout_service.domain import Change, ChangeRefused, apply_change, repin_request

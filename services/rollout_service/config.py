@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from chorus.apikeys import ApiKeySettings
 from chorus.runtime.runner import ServiceSettings
+from chorus.web.apikeys import ApiKeySettings
 
 
 class Settings(ApiKeySettings, ServiceSettings):

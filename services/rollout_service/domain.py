@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from chorus.rollouts import MAIN_RELEASE
+from chorus.releases.rollouts import MAIN_RELEASE
 from chorus_contracts.rollouts import AutoRollback, RepinRequested, RolloutAction, RolloutChanged
 
 FAILING_CATEGORIES = frozenset({"persistent", "semantic", "unexpected"})

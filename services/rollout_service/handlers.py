@@ -9,9 +9,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from chorus.codec import Event
-from chorus.errors import PersistentError
-from chorus.service import Context, Outcome
+from chorus.kernel.codec import Event
+from chorus.kernel.errors import PersistentError
+from chorus.kernel.service import Context, Outcome
 from chorus_contracts.lifecycle import WorkflowEnded, WorkflowStarted
 from chorus_contracts.platform import EventDeadLettered, ReviewRequested
 from chorus_contracts.rollouts import ReleaseReported, RepinAnswered

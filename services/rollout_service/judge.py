@@ -16,9 +16,9 @@ import logging
 
 from prometheus_client import Counter, Gauge
 
-from chorus.logs import fields
-from chorus.runtime.loops import forever
-from chorus.service import RuntimeHandle
+from chorus.kernel.logs import fields
+from chorus.kernel.loops import forever
+from chorus.kernel.service import RuntimeHandle
 from rollout_service.adapters import repository as repo
 from rollout_service.changes import make_change
 from rollout_service.domain import Change, ChangeRefused, judge

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chorus.service import On, ServiceSpec
+from chorus.kernel.service import On, ServiceSpec
 from chorus_contracts.lifecycle import WorkflowEnded, WorkflowStarted
 from chorus_contracts.platform import EventDeadLettered, ReviewRequested
 from chorus_contracts.rollouts import ReleaseReported, RepinAnswered

@@ -25,8 +25,8 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from aiosmtpd.controller import Controller
 
-from chorus.llm import ChatMessage
-from chorus.llm.client import OFFLINE_MODEL_NAME, Skill, task_of
+from chorus.outside.llm import ChatMessage
+from chorus.outside.llm.client import OFFLINE_MODEL_NAME, Skill, task_of
 from sandbox.model import SKILLS, flaky_answer
 
 CLOSED_VENDORS = {"vendor-closed"}

@@ -15,7 +15,7 @@ import hashlib
 import json
 import re
 
-from chorus.llm import ChatMessage
+from chorus.outside.llm import ChatMessage
 
 EXTRACT_INVOICE = "extract_invoice"
 DRAFT_REPORT = "draft_report"

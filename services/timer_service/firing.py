@@ -12,9 +12,9 @@ import logging
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from chorus.outbox import stored_envelope_message
-from chorus.runtime.loops import forever
-from chorus.service import RuntimeHandle
+from chorus.kernel.loops import forever
+from chorus.kernel.outbox import stored_envelope_message
+from chorus.kernel.service import RuntimeHandle
 from timer_service.adapters import repository
 from timer_service.domain import lateness_s, next_wake_in_s, stamp_fired
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from chorus.codec import Event
-from chorus.service import Context, Outcome
+from chorus.kernel.codec import Event
+from chorus.kernel.service import Context, Outcome
 from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_contracts.platform import TimerCancel, TimerReschedule, TimerSchedule
 from timer_service.adapters.repository import (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chorus.service import On, ServiceSpec
+from chorus.kernel.service import On, ServiceSpec
 from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_contracts.platform import TimerCancel, TimerReschedule, TimerSchedule
 from timer_service.adapters.repository import TimerRetention, migrate

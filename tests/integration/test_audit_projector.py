@@ -28,14 +28,14 @@ from audit_projector.config import Settings
 from audit_projector.domain import ERASURE_RECORDED, WORKFLOW_PURGED
 from audit_projector.replay import compare, rebuild
 from audit_projector.service import make_spec
-from chorus.apikeys import DEMO_KEYS, DEMO_SERVICE_KEY, ApiKey, bearer
-from chorus.clock import ManualClock, OffsetFileClock
-from chorus.crypto import HttpKeyStore, Sealer, keyed_ref, subject_hash
-from chorus.db import create_pool
-from chorus.registry import Registry
+from chorus.kernel.clock import ManualClock, OffsetFileClock
+from chorus.kernel.db import create_pool
+from chorus.privacy.crypto import HttpKeyStore, Sealer, keyed_ref, subject_hash
 from chorus.runtime.runner import DEMO_SUBJECT_KEY, ServiceSettings, running
+from chorus.web.apikeys import DEMO_KEYS, DEMO_SERVICE_KEY, ApiKey, bearer
 from chorus_contracts.base import CATALOG
 from chorus_contracts.envelope import Envelope, ProducerRef
+from chorus_contracts.registry import Registry
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, publish, read_topic
 from tests.support.processes import ServiceProcess, chorus, infra_env

@@ -10,13 +10,13 @@ import httpx
 import pytest
 from aiohttp import web
 
-from chorus import breaker
-from chorus.breaker import BreakerOpenError, BreakerPolicy, BreakerState, CircuitBreaker
-from chorus.clock import ManualClock
-from chorus.dependencies import Dependencies, Dependency
-from chorus.errors import TransientError
-from chorus.external import ExternalRejection
-from chorus.metrics import Metrics
+from chorus.kernel.clock import ManualClock
+from chorus.kernel.errors import TransientError
+from chorus.kernel.metrics import Metrics
+from chorus.outside import breaker
+from chorus.outside.breaker import BreakerOpenError, BreakerPolicy, BreakerState, CircuitBreaker
+from chorus.outside.dependencies import Dependencies, Dependency
+from chorus.outside.external import ExternalRejection
 from payment_agent.adapters.payments import PaymentClient
 
 pytestmark = pytest.mark.integration

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from aiokafka import TopicPartition
 
-from chorus.codec import decode
-from chorus.kafka import make_consumer
-from chorus.registry import Registry, load_registry
+from chorus.kernel.codec import decode
+from chorus.kernel.kafka import make_consumer
+from chorus_contracts.registry import Registry, load_registry
 from tests.support.kafka import publish, read_topic
 from tests.support.registry import isolated_registry, isolated_schemas
 

@@ -31,8 +31,8 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from chorus.apikeys import DEMO_KEYS
-from chorus.registry import Registry
+from chorus.web.apikeys import DEMO_KEYS
+from chorus_contracts.registry import Registry
 from chorus_tools.devstack import SERVICES, DevStack
 from tests.support.database import create_database, drop_database
 from tests.support.kafka import publish

@@ -14,19 +14,19 @@ from pathlib import Path
 import httpx
 import pytest
 
-from chorus.apikeys import DEMO_SERVICE_KEY
-from chorus.crypto import (
+from chorus.kernel.envelopes import start_envelope
+from chorus.privacy.crypto import (
     ELSEWHERE,
     HttpKeyStore,
     KeyUnreachableError,
     Sealer,
     subject_hash,
 )
-from chorus.envelopes import start_envelope
-from chorus.registry import load_registry
+from chorus.web.apikeys import DEMO_SERVICE_KEY
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.platform import SubjectErasureRequested
 from chorus_contracts.procurement import InvoiceReceived
+from chorus_contracts.registry import load_registry
 from tests.support.kafka import publish
 from tests.support.processes import ServiceProcess
 from tests.support.wait import wait_until

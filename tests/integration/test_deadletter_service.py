@@ -27,9 +27,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
-from chorus.apikeys import bearer
-from chorus.codec import encode
-from chorus.registry import Registry
+from chorus.kernel.codec import encode
+from chorus.web.apikeys import bearer
 from chorus_contracts.envelope import Envelope
 from chorus_contracts.platform import (
     ErrorCategory,
@@ -39,6 +38,7 @@ from chorus_contracts.platform import (
     KafkaHeader,
     OriginalRecord,
 )
+from chorus_contracts.registry import Registry
 from chorus_tools.cli.main import app as cli
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, publish, read_topic

@@ -21,9 +21,9 @@ import yaml
 
 from audit_projector.config import Settings as AuditSettings
 from audit_projector.service import SPEC as AUDIT_SPEC
-from chorus.registry import Registry, load_registry
 from chorus.runtime.runner import running
 from chorus_contracts.base import SEALED_PREFIX
+from chorus_contracts.registry import Registry, load_registry
 from chorus_tools.devstack import free_port
 from gateway.config import Settings as GatewaySettings
 from gateway.service import SPEC as GATEWAY_SPEC

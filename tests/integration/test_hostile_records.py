@@ -16,11 +16,11 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from chorus.codec import encode
-from chorus.registry import Registry
+from chorus.kernel.codec import encode
 from chorus.runtime.runner import ServiceRunner, ServiceSettings, running
 from chorus_contracts.envelope import ProducerRef
 from chorus_contracts.platform import EventDiscarded, OriginalRecord, RetryDue
+from chorus_contracts.registry import Registry
 from chorus_tools.cli.main import app as cli
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, publish, read_topic

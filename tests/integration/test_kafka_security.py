@@ -31,12 +31,12 @@ from confluent_kafka.admin import (
 from pydantic import SecretStr
 from typer.testing import CliRunner
 
-from chorus.codec import encode
-from chorus.kafka import KafkaAuth, kafka_auth, make_consumer, make_producer
-from chorus.registry import Registry, load_registry
+from chorus.kernel.codec import encode
+from chorus.kernel.kafka import KafkaAuth, kafka_auth, make_consumer, make_producer
+from chorus.privacy.signing import load_keys
 from chorus.runtime.runner import running
-from chorus.signing import load_keys
 from chorus_contracts.approvals import ApprovalDecided
+from chorus_contracts.registry import Registry, load_registry
 from chorus_tools.access import Access, local_passwords
 from chorus_tools.cli.main import app
 from payment_agent.config import Settings as PaymentSettings

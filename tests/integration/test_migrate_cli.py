@@ -8,7 +8,7 @@ import uuid
 import asyncpg
 import pytest
 
-from chorus.registry import default_registry
+from chorus_contracts.registry import default_registry
 from chorus_tools.cli.migrate import migrating_services
 from tests.support.database import create_database, drop_database
 from tests.support.processes import chorus

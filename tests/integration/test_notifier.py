@@ -16,9 +16,9 @@ import httpx
 import pytest
 from aiohttp import web
 
-from chorus.apikeys import bearer
-from chorus.links import LinkCheck, check_link
 from chorus.runtime.runner import ServiceRunner, running
+from chorus.web.apikeys import bearer
+from chorus.web.links import LinkCheck, check_link
 from chorus_contracts.approvals import ApprovalDecided, ApprovalEscalated, ApprovalRouted, EscalationStep
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.lifecycle import WorkflowEnded

@@ -25,11 +25,10 @@ import pytest
 from aiokafka import TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
-from chorus.apikeys import bearer
-from chorus.codec import encode
-from chorus.envelopes import child_envelope, start_envelope, system_envelope
-from chorus.kafka import make_consumer
-from chorus.registry import Registry
+from chorus.kernel.codec import encode
+from chorus.kernel.envelopes import child_envelope, start_envelope, system_envelope
+from chorus.kernel.kafka import make_consumer
+from chorus.web.apikeys import bearer
 from chorus_contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, ProducerRef
@@ -38,6 +37,7 @@ from chorus_contracts.platform import (
     ErrorCategory,
     ReviewRequested,
 )
+from chorus_contracts.registry import Registry
 from tests.support.events import dead_lettered
 from tests.support.kafka import events_of, publish, read_topic
 from tests.support.processes import ServiceProcess

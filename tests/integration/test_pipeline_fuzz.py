@@ -16,11 +16,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from chorus.codec import decode
-from chorus.errors import DecodeError
-from chorus.registry import Registry
-from chorus.runtime.records import Record
+from chorus.kernel.codec import decode
+from chorus.kernel.errors import DecodeError
+from chorus.kernel.records import Record
 from chorus.runtime.runner import ServiceRunner, ServiceSettings, running
+from chorus_contracts.registry import Registry
 from tests.support.events import TaskSubmitted
 from tests.support.hostile import _paths, hostile_numbers, hostile_strings, json_trees, replace_at
 from tests.support.kafka import envelope

@@ -7,8 +7,8 @@ import random
 import asyncpg
 import pytest
 
-from chorus.clock import ManualClock
-from chorus.ratelimit import RateLimiter
+from chorus.kernel.clock import ManualClock
+from chorus.outside.ratelimit import RateLimiter
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ import asyncpg
 import httpx
 import pytest
 
-from chorus.apikeys import DEMO_KEYS
-from chorus.rollouts import MAIN_RELEASE
+from chorus.releases.rollouts import MAIN_RELEASE
+from chorus.web.apikeys import DEMO_KEYS
 from chorus_tools.devstack import SERVICES as DEV_SERVICES
 from chorus_tools.devstack import DevStack, release_proc
 from tests.support.processes import chorus

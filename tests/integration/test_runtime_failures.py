@@ -14,12 +14,12 @@ from typing import Any
 import asyncpg
 import pytest
 
-from chorus.clock import OffsetFileClock
-from chorus.registry import Registry
-from chorus.runtime.backoff import backoff_cap
+from chorus.kernel.backoff import backoff_cap
+from chorus.kernel.clock import OffsetFileClock
 from chorus.runtime.runner import ServiceRunner, ServiceSettings, running
 from chorus_contracts.envelope import Envelope
 from chorus_contracts.lifecycle import WorkflowEnded
+from chorus_contracts.registry import Registry
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, publish, read_topic
 from tests.support.registry import isolated_registry

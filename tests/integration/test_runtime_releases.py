@@ -1,4 +1,4 @@
-"""Two releases of one service in one runtime test: who owns a workflow (chorus.runtime.pinning).
+"""Two releases of one service in one runtime test: who owns a workflow (chorus.releases.pinning).
 
 Both releases read every event, each in its own consumer group; the checkpoint row they
 share says which release a workflow is pinned to.
@@ -16,13 +16,13 @@ from typing import Any
 import asyncpg
 import pytest
 
-from chorus.clock import SystemClock
-from chorus.envelopes import start_envelope
-from chorus.outbox import OutboxWriter
-from chorus.rollouts import MAIN_RELEASE, ROLLOUT_WORKFLOW_TYPE, RolloutView, rollout_workflow_id
-from chorus.runtime.repin import Repins
+from chorus.kernel.clock import SystemClock
+from chorus.kernel.envelopes import start_envelope
+from chorus.kernel.outbox import OutboxWriter
+from chorus.kernel.store import ServiceStore
+from chorus.releases.repin import Repins
+from chorus.releases.rollouts import MAIN_RELEASE, ROLLOUT_WORKFLOW_TYPE, RolloutView, rollout_workflow_id
 from chorus.runtime.runner import ServiceRunner, ServiceSettings, running
-from chorus.store import ServiceStore
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.rollouts import RepinRequested, RolloutChanged
 from tests.support.events import TaskSubmitted

@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
-from chorus.kafka import ensure_topics, make_consumer, make_producer
+from chorus.kernel.kafka import ensure_topics, make_consumer, make_producer
 
 pytestmark = pytest.mark.integration
 

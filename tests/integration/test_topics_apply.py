@@ -16,9 +16,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from chorus.kafka import make_admin
-from chorus.topics import EX_UNAVAILABLE, ActualTopic, read_topics
+from chorus.kernel.kafka import make_admin
 from chorus_tools.cli.main import app
+from chorus_tools.topics import EX_UNAVAILABLE, ActualTopic, read_topics
 
 pytestmark = pytest.mark.integration
 

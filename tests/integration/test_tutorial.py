@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from chorus.kafka import make_admin
+from chorus.kernel.kafka import make_admin
 from tests.support.database import create_database, drop_database
 from tests.support.tutorial import run_markdown
 

@@ -20,12 +20,12 @@ import asyncpg
 import httpx
 import pytest
 
-from chorus.apikeys import DEMO_KEYS
-from chorus.clock import OffsetFileClock
-from chorus.codec import decode
-from chorus.errors import DecodeError
-from chorus.registry import Registry
+from chorus.kernel.clock import OffsetFileClock
+from chorus.kernel.codec import decode
+from chorus.kernel.errors import DecodeError
+from chorus.web.apikeys import DEMO_KEYS
 from chorus_contracts.platform import WorkflowsRetired
+from chorus_contracts.registry import Registry
 from chorus_tools.devstack import SERVICES, DevStack
 from tests.support.database import create_database, drop_database
 from tests.support.hostile import SCRIPTS, corpus

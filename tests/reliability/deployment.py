@@ -26,13 +26,13 @@ from typing import Any
 import asyncpg
 import httpx
 
-from chorus.clock import OffsetFileClock
-from chorus.kafka import make_admin
-from chorus.registry import Registry, load_registry
-from chorus.service import ServiceSpec
-from chorus.topics import apply_topics, read_topics
+from chorus.kernel.clock import OffsetFileClock
+from chorus.kernel.kafka import make_admin
+from chorus.kernel.service import ServiceSpec
+from chorus_contracts.registry import Registry, load_registry
 from chorus_tools import devstack
 from chorus_tools.devstack import REFERENCE_PROJECT, DevStack, Proc, free_port, project_services
+from chorus_tools.topics import apply_topics, read_topics
 from tests.reliability.driver import Driver
 from tests.reliability.infra import KafkaCluster, PostgresServer
 from tests.support.registry import ensure_service_users, grant_access, isolated_schemas

@@ -22,7 +22,7 @@ from typing import Any
 from aiokafka.errors import KafkaError
 
 from audit_projector.replay import partitions
-from chorus.kafka import make_consumer, make_producer
+from chorus.kernel.kafka import make_consumer, make_producer
 from tests.reliability.deployment import Deployment, FaultLog, Poison, subscriptions
 from tests.reliability.observe import group_lag, read_all
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from aiokafka import ConsumerRecord, TopicPartition
 
 from audit_projector.replay import partitions
-from chorus.kafka import make_admin, make_consumer
+from chorus.kernel.kafka import make_admin, make_consumer
 from tests.reliability.deployment import Deployment, subscriptions
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from chorus.rollouts import MAIN_RELEASE
+from chorus.releases.rollouts import MAIN_RELEASE
 from tests.reliability import injectors
 from tests.reliability.deployment import SERVICES, Deployment, DeploymentConfig, FaultLog
 from tests.reliability.driver import Tracked

@@ -17,10 +17,10 @@ import httpx
 from approval_gate.adapters.policies import DEFAULTS_ACTOR, PolicyStore, PolicyVersion
 from approval_gate.domain import DEFAULT_POLICY
 from budget_agent.domain import PurchaseOrder
-from chorus.dependencies import Dependency
-from chorus.errors import TransientError
-from chorus.external import ExternalRejection
-from chorus.llm import OfflineModel
+from chorus.kernel.errors import TransientError
+from chorus.outside.dependencies import Dependency
+from chorus.outside.external import ExternalRejection
+from chorus.outside.llm import OfflineModel
 from chorus.testing import Unguarded
 from chorus_contracts.approvals import ApprovalPolicy
 from chorus_contracts.research import GatheredSource, SourceRef

@@ -12,14 +12,14 @@ from typing import Any
 
 from aiokafka import ConsumerRecord, TopicPartition
 
-from chorus.codec import encode
-from chorus.kafka import make_admin, make_consumer, make_producer
-from chorus.registry import default_registry
-from chorus.signing import load_keys
+from chorus.kernel.codec import encode
+from chorus.kernel.kafka import make_admin, make_consumer, make_producer
+from chorus.privacy.signing import load_keys
 from chorus.testing import make_event
 from chorus_contracts.approvals import ApprovalDecided
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, Priority, ProducerRef
+from chorus_contracts.registry import default_registry
 
 
 def envelope(

@@ -10,9 +10,9 @@ import asyncio
 import os
 from pathlib import Path
 
-from chorus import teststack
-from chorus.kafka import kafka_auth, make_admin
-from chorus.registry import Registry, load_registry
+from chorus.kernel.kafka import kafka_auth, make_admin
+from chorus.testing import stack as teststack
+from chorus_contracts.registry import Registry, load_registry
 from chorus_tools.access import Access, Plan, grants, local_passwords, principals
 from tests.support.events import TEST_TOPIC_YAML
 

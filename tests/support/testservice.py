@@ -15,11 +15,11 @@ import asyncpg
 import httpx
 from pydantic import BaseModel
 
-from chorus.codec import Event
-from chorus.errors import PersistentError, SemanticError, TransientError
-from chorus.external import call_json
+from chorus.kernel.codec import Event
+from chorus.kernel.errors import PersistentError, SemanticError, TransientError
+from chorus.kernel.service import WORKFLOW_END, Context, On, Outcome, ScheduleTimer, ServiceSpec
+from chorus.outside.external import call_json
 from chorus.runtime.runner import ServiceSettings, main
-from chorus.service import WORKFLOW_END, Context, On, Outcome, ScheduleTimer, ServiceSpec
 from tests.support.events import TaskDone, TaskSubmitted
 
 

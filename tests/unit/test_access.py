@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chorus.registry import load_registry
+from chorus_contracts.registry import load_registry
 from chorus_tools.access import Grant, Op, grants
 
 REGISTRY = load_registry(Path(__file__).resolve().parents[2] / "schemas")

@@ -14,13 +14,12 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from chorus.clock import ManualClock
-from chorus.codec import decode, encode
-from chorus.deadletters import dead_letter_envelope
-from chorus.envelopes import child_envelope, start_envelope
-from chorus.metrics import Metrics
-from chorus.registry import Registry, default_registry
-from chorus.runtime.records import Record
+from chorus.kernel.clock import ManualClock
+from chorus.kernel.codec import decode, encode
+from chorus.kernel.deadletters import dead_letter_envelope
+from chorus.kernel.envelopes import child_envelope, start_envelope
+from chorus.kernel.metrics import Metrics
+from chorus.kernel.records import Record
 from chorus_contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, ProducerRef
@@ -30,6 +29,7 @@ from chorus_contracts.platform import (
     EventDeadLettered,
     ReviewRequested,
 )
+from chorus_contracts.registry import Registry, default_registry
 from outcome_analytics.domain import (
     OutcomeView,
     format_hour,

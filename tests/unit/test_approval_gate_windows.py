@@ -9,11 +9,11 @@ from typing import Any
 
 from approval_gate.bootstrap import Deps
 from approval_gate.handlers import on_approval_requested, on_approval_window_elapsed
-from chorus.clock import ManualClock
-from chorus.codec import decode
-from chorus.registry import default_registry
-from chorus.service import Context, ScheduleTimer
+from chorus.kernel.clock import ManualClock
+from chorus.kernel.codec import decode
+from chorus.kernel.service import Context, ScheduleTimer
 from chorus_contracts.approvals import ApprovalEscalated, ApprovalPolicy
+from chorus_contracts.registry import default_registry
 from tests.support.fakes import InMemoryPolicies
 
 

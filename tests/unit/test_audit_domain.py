@@ -26,11 +26,11 @@ from audit_projector.domain import (
     redact_facts,
 )
 from audit_projector.service import SPEC
-from chorus.crypto import subject_hash
-from chorus.registry import default_registry
-from chorus.runtime.datarequests import REQUESTS
+from chorus.privacy.crypto import subject_hash
+from chorus.privacy.datarequests import REQUESTS
 from chorus_contracts.base import CATALOG, EventModel
 from chorus_contracts.envelope import Envelope
+from chorus_contracts.registry import default_registry
 
 REGISTRY = default_registry()
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)

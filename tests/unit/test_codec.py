@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from chorus.codec import decode
-from chorus.errors import (
+from chorus.kernel.codec import decode
+from chorus.kernel.errors import (
     NotJSONError,
     OversizeError,
     SchemaValidationError,
     UnknownEventTypeError,
     UnknownVersionError,
 )
-from chorus.registry import Registry, default_registry, default_schemas_dir
+from chorus_contracts.registry import Registry, default_registry, default_schemas_dir
 
 
 @pytest.fixture(scope="module")

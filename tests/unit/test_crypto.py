@@ -1,4 +1,4 @@
-"""Sealing personal data (chorus.crypto): what leaves a service, what opens, what erasure
+"""Sealing personal data (chorus.privacy.crypto): what leaves a service, what opens, what erasure
 leaves behind, and what log lines may say."""
 
 from __future__ import annotations
@@ -12,7 +12,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from chorus.crypto import (
+from chorus.kernel.envelopes import start_envelope
+from chorus.kernel.errors import PersistentError
+from chorus.kernel.logs import JsonFormatter, RedactSecrets, hide_in_logs, personal_scope
+from chorus.privacy.crypto import (
     ELSEWHERE,
     ERASED,
     UNREADABLE,
@@ -24,14 +27,11 @@ from chorus.crypto import (
     keyed_ref,
     subject_hash,
 )
-from chorus.envelopes import start_envelope
-from chorus.errors import PersistentError
-from chorus.logs import JsonFormatter, RedactSecrets, hide_in_logs, personal_scope
-from chorus.registry import load_registry
 from chorus_contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
 from chorus_contracts.base import SEALED_PREFIX, Sealed, is_sealed
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.procurement import InvoiceReceived
+from chorus_contracts.registry import load_registry
 
 REGISTRY = load_registry()
 PRODUCER = ProducerRef(service="gateway", version="1")

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from chorus.codec import decode, encode
-from chorus.registry import default_registry
+from chorus.kernel.codec import decode, encode
 from chorus_contracts.platform import TimerCancel
+from chorus_contracts.registry import default_registry
 from deadletter_service.domain import (
     DISCARDED,
     MAX_LIMIT,

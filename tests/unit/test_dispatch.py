@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from chorus.runtime.dispatch import Dispatcher, Work
-from chorus.runtime.records import Record
+from chorus.kernel.lanes import Dispatcher, Work
+from chorus.kernel.records import Record
 
 
 def rec(key: str, offset: int) -> Record:

@@ -7,8 +7,8 @@ import gzip
 import httpx
 import pytest
 
-from chorus.errors import PersistentError
-from chorus.external import call_json
+from chorus.kernel.errors import PersistentError
+from chorus.outside.external import call_json
 
 
 def answering(response: httpx.Response) -> httpx.AsyncClient:

@@ -30,11 +30,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from chorus.apikeys import DEMO_KEYS, DEMO_SERVICE_KEY
-from chorus.links import DEMO_LINK_KEY
-from chorus.registry import RUNTIME_PRODUCER, Registry, load_registry
+from chorus.kernel.settings import DEMO_DATABASE_PASSWORD, LOCAL_DATABASE_URL
 from chorus.runtime.runner import DEMO_SUBJECT_KEY
-from chorus.settings import DEMO_DATABASE_PASSWORD, LOCAL_DATABASE_URL
+from chorus.web.apikeys import DEMO_KEYS, DEMO_SERVICE_KEY
+from chorus.web.links import DEMO_LINK_KEY
+from chorus_contracts.registry import RUNTIME_PRODUCER, Registry, load_registry
 from chorus_tools import chart, dashboards
 from chorus_tools.cli import migrate
 from chorus_tools.cli.main import app

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 
-from chorus.runtime.backoff import backoff_cap, full_jitter
-from chorus.runtime.guard import DeadLetterGuard
-from chorus.runtime.offsets import PartitionOffsets
+from chorus.kernel.backoff import backoff_cap, full_jitter
+from chorus.kernel.guard import DeadLetterGuard
+from chorus.kernel.offsets import PartitionOffsets
 
 
 def test_commit_offset_stops_at_the_first_unfinished_record() -> None:

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from chorus.rollouts import RolloutView, canary_point, pin_for
-from chorus.runtime.pinning import Pinning, Verdict
-from chorus.runtime.report import ReleaseWindow, quantile
-from chorus.store import StateRow
+from chorus.kernel.store import StateRow
+from chorus.releases.pinning import Pinning, Verdict
+from chorus.releases.report import ReleaseWindow, quantile
+from chorus.releases.rollouts import RolloutView, canary_point, pin_for
 from chorus.testing import make_event
 from chorus_contracts.rollouts import AutoRollback, RolloutChanged
 from rollout_service.domain import Change, ChangeRefused, Outcomes, apply_change, judge, repin_request
@@ -213,8 +213,8 @@ def test_a_release_window_reports_its_steps_and_their_quantiles() -> None:
 
 
 def test_the_flaky_sandbox_model_fails_the_same_documents_whatever_the_feedback() -> None:
-    from chorus.llm import ChatMessage
-    from chorus.llm.client import reprompt
+    from chorus.outside.llm import ChatMessage
+    from chorus.outside.llm.client import reprompt
 
     def prompt(doc: str, feedback: list[str]) -> list[ChatMessage]:
         return reprompt("task: extract_invoice", f"<<<INVOICE\n{doc}\nINVOICE>>>", feedback)

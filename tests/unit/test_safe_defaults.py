@@ -12,8 +12,8 @@ import pytest
 from pydantic import ValidationError
 
 from audit_projector.config import Settings as AuditSettings
+from chorus.kernel.settings import EX_CONFIG
 from chorus.runtime.runner import ServiceSettings
-from chorus.settings import EX_CONFIG
 from deadletter_service.config import Settings as DeadLetterSettings
 from gateway.config import Settings as GatewaySettings
 from outcome_analytics.config import Settings as AnalyticsSettings

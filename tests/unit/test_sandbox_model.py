@@ -3,7 +3,7 @@ handlers accept: the prompt format and the model cannot drift apart unnoticed.""
 
 from __future__ import annotations
 
-from chorus.llm import ChatMessage, parse_json_output
+from chorus.outside.llm import ChatMessage, parse_json_output
 from chorus_contracts.procurement import ExtractedInvoice
 from chorus_contracts.research import GatheredSource, ReportRequested, SourceRef
 from invoice_agent.domain import extraction_prompt

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from chorus.registry import load_registry
-from chorus.teststack import isolated_schemas
+from chorus.testing.stack import isolated_schemas
+from chorus_contracts.registry import load_registry
 from tests.support.imports import private_imports
 from tests.support.processes import run_chorus as chorus
 

@@ -1,4 +1,4 @@
-"""Signed decision events (chorus.signing): what a signature proves, and what it survives."""
+"""Signed decision events (chorus.privacy.signing): what a signature proves, and what it survives."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from chorus.codec import encode
-from chorus.errors import UnauthorizedError
-from chorus.outbox import outbox_message
-from chorus.registry import load_registry
-from chorus.signing import HEADER, SigningConfigError, load_keys, make_keys
+from chorus.kernel.codec import encode
+from chorus.kernel.errors import UnauthorizedError
+from chorus.kernel.outbox import outbox_message
+from chorus.privacy.signing import HEADER, SigningConfigError, load_keys, make_keys
 from chorus_contracts.envelope import Envelope
+from chorus_contracts.registry import load_registry
 from tests.support.kafka import approval
 
 ROOT = Path(__file__).resolve().parents[2]

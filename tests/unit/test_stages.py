@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from chorus.stages import Stage, StagePolicy, StageStatus, open_stage
+from chorus.outside.stages import Stage, StagePolicy, StageStatus, open_stage
 from chorus_contracts.lifecycle import StageDeadlineReached
 from chorus_contracts.research import GatheredSource, SourceFetchRequested, SourceRef
 

@@ -6,9 +6,9 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
-from chorus.codec import Event
-from chorus.errors import PersistentError
-from chorus.service import Context, On, Outcome, ServiceSpec
+from chorus.kernel.codec import Event
+from chorus.kernel.errors import PersistentError
+from chorus.kernel.service import Context, On, Outcome, ServiceSpec
 from chorus.testing import WorkflowHarness
 from chorus_contracts.lifecycle import WorkflowEnded, WorkflowStarted
 from gateway.adapters.readmodel import ReadModel, ReadModelUnavailableError

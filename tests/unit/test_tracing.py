@@ -7,8 +7,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from chorus import tracing
-from chorus.tracing import TraceContext, TracingConfigError, handling_span, setup_tracing
+from chorus.kernel import tracing
+from chorus.kernel.tracing import TraceContext, TracingConfigError, handling_span, setup_tracing
 
 PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 

@@ -9,7 +9,7 @@ from datetime import datetime
 
 import asyncpg
 
-from chorus.db import ident
+from chorus.kernel.db import ident
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ still exist, its archive) and publishes the request on chorus.data, in the same
 transaction: ``workflows.retired`` for each batch the janitor removed,
 ``subject.erasure_requested`` for an erasure. Every other service removes what it holds
 when it reads the request and confirms with ``data.removed`` (see
-``chorus.runtime.datarequests``), which :class:`RecordConfirmation` keeps in the ledger.
+``chorus.privacy.datarequests``), which :class:`RecordConfirmation` keeps in the ledger.
 
 Both hold the projection's maintenance lock exclusively (see ``projection``): the
 projector cannot write a row between the moment they read the ledger and the moment
@@ -44,11 +44,11 @@ from audit_projector.domain import (
     lifetime,
     redact_facts,
 )
-from chorus.clock import Clock
-from chorus.crypto import subject_hash
-from chorus.db import ident, rows_affected
-from chorus.envelopes import start_envelope
-from chorus.outbox import OutboxTransaction, OutboxWriter
+from chorus.kernel.clock import Clock
+from chorus.kernel.db import ident, rows_affected
+from chorus.kernel.envelopes import start_envelope
+from chorus.kernel.outbox import OutboxTransaction, OutboxWriter
+from chorus.privacy.crypto import subject_hash
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_contracts.platform import (

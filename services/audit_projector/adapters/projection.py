@@ -44,10 +44,10 @@ from audit_projector.domain import (
     redact_entry,
     redact_facts,
 )
-from chorus.crypto import subject_hash
-from chorus.db import ident
-from chorus.migrations import Migration, baseline, migrate
-from chorus.store import archive_ddl
+from chorus.kernel.db import ident
+from chorus.kernel.migrations import Migration, baseline, migrate
+from chorus.kernel.store import archive_ddl
+from chorus.privacy.crypto import subject_hash
 from chorus_contracts.base import EventModel
 
 SCHEMA = "audit_projector"

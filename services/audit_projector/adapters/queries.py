@@ -33,7 +33,7 @@ from audit_projector.domain import (
     approval_state,
     attention,
 )
-from chorus.db import ident
+from chorus.kernel.db import ident
 
 
 class _View(BaseModel):

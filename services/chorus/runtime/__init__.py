@@ -1,1 +1,1 @@
-"""The service runtime: the Kafka edge, the handling pipeline and the outbox relay."""
+"""A service as it runs: the kernel with the feature packages plugged in."""

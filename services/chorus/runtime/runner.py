@@ -27,36 +27,36 @@ from aiokafka.errors import KafkaConnectionError, UnknownTopicOrPartitionError
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from chorus import breaker
-from chorus.apikeys import DEMO_SERVICE_KEY
-from chorus.clock import Clock, clock_from_setting
-from chorus.crypto import HttpKeyStore, Sealer
-from chorus.db import create_pool
-from chorus.deadletters import refused_row_dead_letter
-from chorus.errors import EventTooLargeError
-from chorus.http import HttpServer, api_client
-from chorus.kafka import make_consumer, make_producer
-from chorus.logs import fields, setup_logging
-from chorus.metrics import Metrics
-from chorus.outbox import OutboxWriter, outbox_message
-from chorus.registry import RUNTIME_PRODUCER, Registry, load_registry
-from chorus.rollouts import MAIN_RELEASE, RolloutFollower, RolloutView, release_group
-from chorus.runtime.consumer import KafkaEdge
-from chorus.runtime.datarequests import REQUESTS
-from chorus.runtime.dispatch import Dispatcher
-from chorus.runtime.guard import DeadLetterGuard
-from chorus.runtime.loops import forever, run_main
-from chorus.runtime.pipeline import Pipeline
-from chorus.runtime.records import Record
-from chorus.runtime.relay import OutboxRelay
-from chorus.runtime.report import ReleaseWindow, report_envelope
-from chorus.runtime.stuck import StuckRecords
-from chorus.service import RuntimeHandle, ServiceSpec
-from chorus.settings import EX_CONFIG, ChorusSettings
-from chorus.signing import SigningConfigError, load_keys
-from chorus.store import OutboxMessage, OutboxRow, ServiceStore
-from chorus.tracing import setup_tracing
+from chorus.kernel.clock import Clock, clock_from_setting
+from chorus.kernel.db import create_pool
+from chorus.kernel.deadletters import refused_row_dead_letter
+from chorus.kernel.edge import KafkaEdge
+from chorus.kernel.errors import EventTooLargeError
+from chorus.kernel.guard import DeadLetterGuard
+from chorus.kernel.kafka import make_consumer, make_producer
+from chorus.kernel.lanes import Dispatcher
+from chorus.kernel.logs import fields, setup_logging
+from chorus.kernel.loops import forever, run_main
+from chorus.kernel.metrics import Metrics
+from chorus.kernel.outbox import OutboxWriter, outbox_message
+from chorus.kernel.pipeline import Pipeline
+from chorus.kernel.records import Record
+from chorus.kernel.relay import OutboxRelay
+from chorus.kernel.service import RuntimeHandle, ServiceSpec
+from chorus.kernel.settings import EX_CONFIG, ChorusSettings
+from chorus.kernel.store import OutboxMessage, OutboxRow, ServiceStore
+from chorus.kernel.stuck import StuckRecords
+from chorus.kernel.tracing import setup_tracing
+from chorus.outside import breaker
+from chorus.privacy.crypto import HttpKeyStore, Sealer
+from chorus.privacy.datarequests import REQUESTS
+from chorus.privacy.signing import SigningConfigError, load_keys
+from chorus.releases.report import ReleaseWindow, report_envelope
+from chorus.releases.rollouts import MAIN_RELEASE, RolloutFollower, RolloutView, release_group
+from chorus.web.apikeys import DEMO_SERVICE_KEY
+from chorus.web.http import HttpServer, api_client
 from chorus_contracts.envelope import RELEASE_PATTERN, Priority, ProducerRef
+from chorus_contracts.registry import RUNTIME_PRODUCER, Registry, load_registry
 from chorus_contracts.rollouts import RolloutChanged
 
 log = logging.getLogger("chorus.runner")
@@ -112,14 +112,14 @@ class ServiceSettings(ChorusSettings):
     purge_interval_s: float = 3600.0
     """How often time-based retention runs (the archive, ServiceSpec.owned_data's purge)."""
     signing_dir: str = ""
-    """Directory of Ed25519 keys (chorus.signing): every signer's ``<service>.pub``, and
+    """Directory of Ed25519 keys (chorus.privacy.signing): every signer's ``<service>.pub``, and
     this service's ``<service>.key`` when it produces a signed (decision) event type."""
     stuck_record_alert_s: float = 180.0
     """A record failing for an infrastructure reason this long is reported stuck (/health,
     chorus status, chorus_records_stuck) while it goes on being retried."""
     key_stores: dict[str, str] = {LOCAL_REGION: LOCAL_KEY_SERVICE}
     """CHORUS_KEY_STORES: region -> URL of that region's key service. This service seals
-    and opens personal data of these regions only (residency, chorus.crypto)."""
+    and opens personal data of these regions only (residency, chorus.privacy.crypto)."""
     data_region: str = LOCAL_REGION
     """Where keys of new subjects are made, unless ``data_regions`` names their workflow type."""
     data_regions: dict[str, str] = {}
@@ -486,7 +486,7 @@ class ServiceRunner:
         await forever("housekeeping", housekeeping_round, every_s=5.0)
 
     async def _report_release(self) -> None:
-        """Publish this replica's window of steps (chorus.runtime.report) every
+        """Publish this replica's window of steps (chorus.releases.report) every
         ``release_report_s``: when it did anything, and always while its service has a
         rollout or it runs as a named release (so the rollout service sees it running)."""
         assert self.pipeline and self.handle and self.pool

@@ -37,15 +37,14 @@ from rich.console import Console
 from rich.markup import escape
 
 from chorus import __version__
-from chorus.codec import decode, encode, pointer
-from chorus.envelopes import start_envelope
-from chorus.errors import DecodeError
-from chorus.kafka import make_admin, make_consumer, make_producer
-from chorus.outbox import envelope_headers
-from chorus.registry import Registry, load_registry
-from chorus.settings import LOCAL_KAFKA
-from chorus.topics import EX_UNAVAILABLE, BrokerUnavailableError, read_topics
+from chorus.kernel.codec import decode, encode, pointer
+from chorus.kernel.envelopes import start_envelope
+from chorus.kernel.errors import DecodeError
+from chorus.kernel.kafka import make_admin, make_consumer, make_producer
+from chorus.kernel.outbox import envelope_headers
+from chorus.kernel.settings import LOCAL_KAFKA
 from chorus_contracts.envelope import Envelope, Priority, ProducerRef
+from chorus_contracts.registry import Registry, load_registry
 from chorus_tools.cli.options import (
     Bootstrap,
     SchemasDir,
@@ -53,6 +52,7 @@ from chorus_tools.cli.options import (
     complete_topics,
     quiet_client_logs,
 )
+from chorus_tools.topics import EX_UNAVAILABLE, BrokerUnavailableError, read_topics
 
 EX_USAGE = 2  # click's own code for bad usage; kept so every usage error exits alike
 EX_DATAERR = 65
@@ -194,7 +194,7 @@ def build_envelope(
         raise CliError(unknown_name_message("event type", event_type, registry.event_types()), EX_DATAERR)
     signer = registry.signer_of(event_type)
     if signer is not None:
-        # Its consumers dead-letter it from anyone but its signer (chorus.signing).
+        # Its consumers dead-letter it from anyone but its signer (chorus.privacy.signing).
         raise CliError(
             f"{event_type} carries authority and is signed by {signer}: consumers refuse it from "
             "anyone else. Decide through the gateway's API (approvals) or the dead-letter service "

@@ -28,12 +28,12 @@ import asyncpg
 import typer
 from pydantic import ValidationError
 
-from chorus.db import create_pool
-from chorus.logs import redact
-from chorus.registry import Registry, default_schemas_dir, load_registry
-from chorus.service import ServiceSpec
-from chorus.settings import LOCAL_DATABASE_URL
-from chorus.store import ServiceStore
+from chorus.kernel.db import create_pool
+from chorus.kernel.logs import redact
+from chorus.kernel.service import ServiceSpec
+from chorus.kernel.settings import LOCAL_DATABASE_URL
+from chorus.kernel.store import ServiceStore
+from chorus_contracts.registry import Registry, default_schemas_dir, load_registry
 from chorus_tools.cli.options import SchemasDir
 
 URL_VARIABLE = "CHORUS_DATABASE_URL"

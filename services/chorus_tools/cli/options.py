@@ -14,7 +14,7 @@ from typing import Annotated, Any, NoReturn
 import httpx
 import typer
 
-from chorus.registry import load_registry
+from chorus_contracts.registry import load_registry
 
 Bootstrap = Annotated[
     str,

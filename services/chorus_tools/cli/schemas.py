@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from chorus.registry import Registry, default_schemas_dir, load_registry, write_generated
+from chorus_contracts.registry import Registry, default_schemas_dir, load_registry, write_generated
 from chorus_tools import asyncapi, diagrams
 from chorus_tools.cli.options import SchemasDir
 from chorus_tools.compat import GitError, RegistryReadError, check

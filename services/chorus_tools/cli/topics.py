@@ -15,9 +15,10 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from chorus.registry import TopicSpec, default_schemas_dir
-from chorus.settings import LOCAL_KAFKA
-from chorus.topics import (
+from chorus.kernel.settings import LOCAL_KAFKA
+from chorus_contracts.registry import TopicSpec, default_schemas_dir
+from chorus_tools.cli.options import Bootstrap, SchemasDir, quiet_client_logs
+from chorus_tools.topics import (
     EX_UNAVAILABLE,
     BrokerUnavailableError,
     ProvisioningError,
@@ -26,7 +27,6 @@ from chorus.topics import (
     describe_topics,
     load_topic_specs,
 )
-from chorus_tools.cli.options import Bootstrap, SchemasDir, quiet_client_logs
 
 app = typer.Typer(
     name="topics",

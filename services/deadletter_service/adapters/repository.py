@@ -21,9 +21,9 @@ from typing import Any
 
 import asyncpg
 
-from chorus import migrations
-from chorus.db import rows_affected
-from chorus.service import DataRequest, ErasedAsRetired
+from chorus.kernel import migrations
+from chorus.kernel.db import rows_affected
+from chorus.kernel.service import DataRequest, ErasedAsRetired
 from deadletter_service.domain import OPEN, LetterFilter
 
 SCHEMA = "deadletter_service"

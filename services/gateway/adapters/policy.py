@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from chorus.webapi import PROBLEM
+from chorus.web.webapi import PROBLEM
 
 
 class PolicyApiUnavailableError(Exception):

@@ -8,7 +8,7 @@ from urllib.parse import quote
 
 import httpx
 
-from chorus.webapi import PROBLEM
+from chorus.web.webapi import PROBLEM
 
 ON_BEHALF_OF = "X-Chorus-On-Behalf-Of"
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 
-from chorus.dependencies import Dependency, Guards
-from chorus.external import call_json
+from chorus.outside.dependencies import Dependency, Guards
+from chorus.outside.external import call_json
 from gateway.domain import receiver_secrets, webhook_signature
 
 

@@ -8,9 +8,9 @@ from datetime import datetime
 
 import asyncpg
 
-from chorus import migrations
-from chorus.db import rows_affected
-from chorus.service import DataRequest
+from chorus.kernel import migrations
+from chorus.kernel.db import rows_affected
+from chorus.kernel.service import DataRequest
 
 SCHEMA = "key_service"
 TABLE = f"{SCHEMA}.data_keys"

@@ -12,7 +12,7 @@ from email.utils import make_msgid
 import aiosmtplib
 import httpx
 
-from chorus.tracing import outbound_span
+from chorus.kernel.tracing import outbound_span
 from notifier.config import Settings
 
 

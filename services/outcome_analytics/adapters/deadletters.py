@@ -14,10 +14,10 @@ from typing import Protocol
 
 from aiokafka import AIOKafkaProducer
 
-from chorus.codec import encode
-from chorus.kafka import make_producer
-from chorus.logs import fields
-from chorus.outbox import envelope_headers
+from chorus.kernel.codec import encode
+from chorus.kernel.kafka import make_producer
+from chorus.kernel.logs import fields
+from chorus.kernel.outbox import envelope_headers
 from chorus_contracts.envelope import Envelope
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ class DeadLetterSink(Protocol):
 class KafkaDeadLetters:
     """Publishes dead letters to the registry's dead-letter topic.
 
-    Idempotent, acks=all producer (:func:`chorus.kafka.make_producer`); ``publish``
+    Idempotent, acks=all producer (:func:`chorus.kernel.kafka.make_producer`); ``publish``
     returns only after the broker acknowledged, and retries with capped, jittered
     backoff for as long as it takes: the record's offset must not move past it
     while its dead letter is not durable, and a broker that cannot take the dead

@@ -1,7 +1,7 @@
 """``GET /analytics/outcomes`` and ``GET /analytics/releases``: the view as JSON, beside
 the runtime's /health and /metrics.
 
-Any API key may read it (:mod:`chorus.apikeys`): it holds counts and durations per
+Any API key may read it (:mod:`chorus.web.apikeys`): it holds counts and durations per
 workflow type and hour, nothing about one workflow or person.
 """
 
@@ -11,8 +11,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 
-from chorus.apikeys import ApiKey, caller
-from chorus.webapi import Problem, api_router, problems
+from chorus.web.apikeys import ApiKey, caller
+from chorus.web.webapi import Problem, api_router, problems
 from outcome_analytics.domain import OutcomeView, parse_hour
 
 OUTCOMES_PATH = "/analytics/outcomes"

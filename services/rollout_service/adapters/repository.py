@@ -25,9 +25,9 @@ from typing import Any
 
 import asyncpg
 
-from chorus import migrations
-from chorus.db import rows_affected
-from chorus.service import DataRequest, ErasedAsRetired
+from chorus.kernel import migrations
+from chorus.kernel.db import rows_affected
+from chorus.kernel.service import DataRequest, ErasedAsRetired
 from chorus_contracts.rollouts import ReleaseReported, RepinAnswered, RepinRequested, RolloutChanged
 from rollout_service.domain import FAILING_CATEGORIES, Outcomes, ReleaseStatus, role_of
 

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from approval_gate.bootstrap import Deps
 from approval_gate.domain import DEFAULT_POLICY
 from approval_gate.service import SPEC
-from chorus.service import CancelTimer, ScheduleTimer
+from chorus.kernel.service import CancelTimer, ScheduleTimer
 from chorus.testing import WorkflowHarness
 from chorus_contracts.approvals import (
     ApprovalContext,

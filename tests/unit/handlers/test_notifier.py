@@ -8,8 +8,8 @@ from datetime import timedelta
 import httpx
 import pytest
 
-from chorus.links import LinkCheck, check_link
 from chorus.testing import WorkflowHarness
+from chorus.web.links import LinkCheck, check_link
 from chorus_contracts.approvals import ApprovalDecided, ApprovalEscalated, ApprovalRouted, EscalationStep
 from chorus_contracts.lifecycle import WorkflowEnded
 from notifier.adapters.channels import Channels

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from chorus.errors import TransientError
-from chorus.service import CancelTimer, ScheduleTimer
+from chorus.kernel.errors import TransientError
+from chorus.kernel.service import CancelTimer, ScheduleTimer
 from chorus.testing import WorkflowHarness
 from chorus_contracts.approvals import ApprovalDecided, ApprovalRequested, Decision, EscalationStep
 from chorus_contracts.lifecycle import StageDeadlineReached, WorkflowEnded

@@ -1,0 +1,366 @@
+"""The commit step: one transaction per handled record (inbox + checkpoint + outbox
+[+ effects]); the caller commits the Kafka offset only after it returns.
+
+Steps without effects go through a group commit (one statement for many lanes, see
+``coalesce``); a step with effects gets its own transaction. What cannot be committed
+because of what it holds (a value PostgreSQL refuses, an event too large for its topic,
+an envelope the handler's overrides made invalid) becomes the record's dead letter, so
+only the database being unavailable ever raises out of here.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+from pydantic import BaseModel, ValidationError
+
+from chorus.kernel.clock import Clock
+from chorus.kernel.coalesce import Coalescer
+from chorus.kernel.db import data_error_blames_input, is_data_error
+from chorus.kernel.deadletters import failure
+from chorus.kernel.errors import EventTooLargeError, PersistentError, RefusedByStoreError, caused_by_input
+from chorus.kernel.faults import fault_point
+from chorus.kernel.guard import DeadLetterGuard
+from chorus.kernel.logs import fields
+from chorus.kernel.messages import Messages
+from chorus.kernel.metrics import Metrics
+from chorus.kernel.records import Record
+from chorus.kernel.service import ServiceSpec
+from chorus.kernel.steps import (
+    MAX_FAILURES,
+    DeadLetter,
+    Dropped,
+    Frame,
+    Handled,
+    Result,
+    Retry,
+    Review,
+    Succeeded,
+)
+from chorus.kernel.store import (
+    CheckpointWrite,
+    ConflictError,
+    InboxOutcome,
+    OutboxMessage,
+    OutboxRow,
+    ServiceStore,
+    StepWrite,
+)
+from chorus.observability import hoptrace
+from chorus_contracts.envelope import Envelope
+from chorus_contracts.lifecycle import WorkflowEnded
+
+log = logging.getLogger("chorus.pipeline")
+
+# A PersistentError here came from sealing what the outcome emits (a key destroyed by an
+# erasure under way, a token of another subject): the record's, not the database's.
+_UNCOMMITTABLE = (RefusedByStoreError, EventTooLargeError, ValidationError, PersistentError)
+
+
+def _persistent(exc: BaseException) -> PersistentError:
+    if isinstance(exc, PersistentError):
+        return exc
+    invalid = PersistentError(f"an event or timer this handler's outcome emits is invalid: {exc}")
+    invalid.__cause__ = exc
+    return invalid
+
+
+def _refused(exc: BaseException) -> RefusedByStoreError:
+    refused = RefusedByStoreError(f"PostgreSQL refused a value this record's outcome would store: {exc}")
+    refused.__cause__ = exc
+    # A value out of range or text it cannot hold comes from the input; a NOT NULL or
+    # CHECK violation, or a value of the wrong type, is the code's (and counts for the guard).
+    refused.caused_by_input = data_error_blames_input(exc)
+    return refused
+
+
+class GuardTrippedError(RuntimeError):
+    """Too many dead letters in a row: a bad deploy. The consumer must stop."""
+
+    fatal = True
+
+
+@dataclass
+class StepCommitter:
+    spec: ServiceSpec[Any, Any]
+    store: ServiceStore
+    pool: asyncpg.Pool
+    clock: Clock
+    metrics: Metrics
+    guard: DeadLetterGuard
+    messages: Messages
+    group: str
+    on_outbox: Callable[[], None]
+    """Outbox rows were committed (the relay reads them)."""
+    on_committed: Callable[[list[OutboxRow]], None]
+    """A step's outbox rows were committed: here they are, to publish from memory."""
+    release: str | None = None
+    """The release a workflow's first checkpoint is pinned to (chorus.releases.pinning)."""
+    _commits: Coalescer[StepWrite, list[OutboxRow]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Concurrent lanes share round trips: commits go in batches.
+        self._commits = Coalescer(self._batch)
+
+    async def close(self) -> None:
+        await self._commits.close()
+
+    async def _batch(self, writes: list[StepWrite]) -> list[list[OutboxRow] | BaseException]:
+        async with self.pool.acquire() as conn:
+            try:
+                return list(await self.store.commit_steps(conn, writes))
+            except ConflictError:
+                if len(writes) == 1:
+                    raise
+            except Exception as exc:
+                if not is_data_error(exc):
+                    raise  # the database itself failed: every caller retries
+                if len(writes) == 1:
+                    return [_refused(exc)]
+            # One member of the batch conflicted or carries a value PostgreSQL refuses
+            # (rare): commit one by one, so only that one is affected.
+            results: list[list[OutboxRow] | BaseException] = []
+            for write in writes:
+                try:
+                    results.append(await self.store.commit_step(conn, write))
+                except ConflictError as exc:
+                    results.append(exc)
+                except Exception as exc:
+                    if not is_data_error(exc):
+                        raise
+                    results.append(_refused(exc))
+            return results
+
+    async def checkpoint(self, env: Envelope, frame: Frame, state: BaseModel) -> None:
+        body = state.model_dump(mode="json")
+        async with self.pool.acquire() as conn, conn.transaction():
+            frame.revision = await self.store.write_state(
+                conn,
+                workflow_id=env.workflow_id,
+                workflow_type=env.workflow_type,
+                state=body,
+                state_version=self.spec.state_version,
+                expected_revision=frame.revision,
+                parked_on=frame.parked_on,
+                subject_ref=env.subject_ref,
+                now=self.clock.now(),
+                release=self.release,
+            )
+        frame.state = body
+        frame.checkpoints += 1
+
+    async def commit(self, handled: Handled, result: Result) -> bool:
+        """Commit the outcome; True when a park on this event was resolved (drain next).
+
+        An outcome that cannot be committed because of what it holds (a value PostgreSQL
+        refuses, an event too large for its topic, an envelope the handler's overrides made
+        invalid) is the record's persistent failure: it is dead-lettered instead, and the
+        partition goes on. Only the database being unavailable raises out of here.
+        """
+        try:
+            return await self._commit_result(handled, result)
+        except _UNCOMMITTABLE as exc:
+            error = _persistent(exc)
+        if not isinstance(result, DeadLetter):
+            log.error(
+                "the outcome cannot be committed; dead-lettering the record", extra=fields(error=repr(error))
+            )
+            self.metrics.failures.labels(error.category, handled.event.event_type).inc()
+            try:
+                return await self._commit_result(handled, DeadLetter(error, error.category))
+            except _UNCOMMITTABLE as exc:
+                error = _persistent(exc)
+        # Not even the dead letter can be written under this event's identity (its attempt,
+        # say, is out of range): dead-letter the raw record by its position, as undecodable
+        # input is, and let go of it if it was parked.
+        await self.dead_letter_record(handled.rec, error, parked_id=handled.parked_id)
+        return False
+
+    async def _commit_result(self, handled: Handled, result: Result) -> bool:
+        env = handled.event.envelope
+        write = await self._step_write(handled, result, self.clock.now())
+        effects = result.outcome.effects if isinstance(result, Succeeded) else ()
+        if effects:
+            try:
+                async with self.pool.acquire() as conn, conn.transaction():
+                    rows = await self.store.commit_step(conn, write)
+                    fault_point("after_inbox_insert")
+                    for effect in effects:
+                        await effect.apply(conn)
+            except Exception as exc:
+                if is_data_error(exc):
+                    raise _refused(exc) from exc
+                raise
+        else:
+            # One atomic statement (batched with other lanes'): a crash "after the inbox
+            # insert" is a crash before that statement commits, which is where it fires.
+            fault_point("after_inbox_insert")
+            rows = await self._commits.submit(write)
+        fault_point("after_db_commit")
+        if hoptrace.enabled():
+            hoptrace.link(env.event_id, [m.event_id for m in write.messages])
+        if isinstance(result, Succeeded | Review):
+            self.guard.record_success()
+        if rows:
+            self.on_committed(rows)
+        if isinstance(result, Succeeded) and result.outcome.ended:
+            self.metrics.completions.labels(env.workflow_type, result.outcome.ended).inc()
+        if isinstance(result, DeadLetter):
+            self.metrics.dead_letters.labels(result.category).inc()
+            log.error("dead-lettered", extra=fields(error=repr(result.error), attempt=handled.attempt))
+        if isinstance(result, Dropped):
+            self.metrics.dropped.labels(env.event_type).inc()
+            log.info("workflow ended; recorded this event, not handled", extra=fields(why=result.reason))
+        # A park is resolved (this event's, or the workflow ended): the caller drains what waited.
+        return handled.frame.parked_on is not None and write.parked_on is None
+
+    async def _step_write(self, handled: Handled, result: Result, now: datetime) -> StepWrite:
+        """What the step commits: its inbox outcome, the checkpoint (state, and the event
+        the workflow now waits on, if any) and the events it publishes."""
+        rec, frame, attempt, traceparent = handled.rec, handled.frame, handled.attempt, handled.traceparent
+        env = handled.event.envelope
+        messages: list[OutboxMessage] = []
+        new_state = frame.state
+        parked_on: uuid.UUID | None = None if frame.parked_on == env.event_id else frame.parked_on
+        ended: str | None = None
+        if isinstance(result, Succeeded):
+            outcome_name = InboxOutcome.DONE
+            if result.outcome.state is not None:
+                new_state = result.outcome.state.model_dump(mode="json")
+            messages = await self.messages.outcome(env, result.outcome, now, traceparent)
+            ended = self._ends(handled, result)
+            if ended is not None:
+                parked_on = None  # what waited behind an earlier event will be dropped
+        elif isinstance(result, Dropped):
+            outcome_name = InboxOutcome.DROPPED
+        elif isinstance(result, Retry):
+            outcome_name, parked_on = InboxOutcome.RETRYING, env.event_id
+            history = [*handled.failures, failure(result.error, attempt, now, retry_in_s=result.wait_s)]
+            messages = [
+                await self.messages.retry(
+                    env, rec, attempt, history[-MAX_FAILURES:], now, result.wait_s, traceparent
+                )
+            ]
+            self.metrics.retries.labels(env.event_type).inc()
+        elif isinstance(result, DeadLetter):
+            outcome_name, parked_on = InboxOutcome.DEAD_LETTERED, env.event_id
+            self._guard_dead_letter(result.error, env)
+            history = [*handled.failures, failure(result.error, attempt, now)]
+            messages = [
+                await self.messages.dead_letter(
+                    rec,
+                    result.error,
+                    result.category,
+                    attempt,
+                    history[-MAX_FAILURES:],
+                    now,
+                    parent=env,
+                    traceparent=traceparent,
+                )
+            ]
+        else:
+            outcome_name = InboxOutcome.REVIEW
+            messages = [
+                await self.messages.review(
+                    env, result.errors, handled.route.semantic_attempts, now, traceparent
+                )
+            ]
+        if not self.spec.per_workflow_order:
+            parked_on = None  # nothing waits behind a retry or a dead letter here
+        # Every step of a workflow that has a checkpoint bumps its revision, so a
+        # decision taken on a state another replica has since moved is refused.
+        if frame.revision is not None:
+            checkpoint = CheckpointWrite.UPDATE
+        elif new_state is not None or parked_on is not None or ended is not None:
+            checkpoint = CheckpointWrite.INSERT
+        else:
+            checkpoint = CheckpointWrite.NONE
+        return StepWrite(
+            group=self.group,
+            event_id=env.event_id,
+            attempt=attempt,
+            outcome=outcome_name,
+            event_type=env.event_type,
+            workflow_id=env.workflow_id,
+            workflow_type=env.workflow_type,
+            now=now,
+            from_parked=handled.parked_id is not None,
+            checkpoint=checkpoint,
+            state=new_state,
+            # The frame's: a checkpoint this code could not read is written back as it was.
+            state_version=frame.state_version,
+            expected_revision=frame.revision,
+            parked_on=parked_on,
+            subject_ref=env.subject_ref,
+            messages=messages,
+            parked_id=handled.parked_id,
+            ended=ended,
+            release=self.release,
+        )
+
+    def _ends(self, handled: Handled, result: Succeeded) -> str | None:
+        """How the workflow ends with this step, for a service that keeps workflow state:
+        the handler said so (``Outcome.ended``), or this is the workflow's end event."""
+        if self.spec.state is None:
+            return None  # platform services record every event, whatever the workflow did
+        payload = handled.event.payload
+        if isinstance(payload, WorkflowEnded):
+            return handled.frame.ended or payload.outcome
+        return result.outcome.ended
+
+    async def dead_letter_record(
+        self, rec: Record, exc: PersistentError, parked_id: int | None = None
+    ) -> None:
+        """A record that is not a valid event (or whose outcome cannot be stored under its
+        event's identity): dead-letter it, once, with its bytes, keyed by its position.
+
+        Poison input does not count towards the dead-letter guard: it says nothing
+        about this deploy, and a flood of it from outside (or a replay over records
+        dead-lettered before) must not stop the consumer. The guard watches handlers.
+        """
+        now = self.clock.now()
+        self.metrics.failures.labels(exc.category, "undecodable").inc()
+        poison_id = uuid.uuid5(
+            uuid.NAMESPACE_URL, f"chorus:{self.group}:{rec.topic}:{rec.partition}:{rec.offset}"
+        )
+        this_failure = failure(exc, 1, now)
+        message = await self.messages.dead_letter(rec, exc, exc.category, 1, [this_failure], now)
+        async with self.pool.acquire() as conn, conn.transaction():
+            claimed = await self.store.claim_inbox(
+                conn,
+                group=self.group,
+                event_id=poison_id,
+                attempt=1,
+                outcome=InboxOutcome.DEAD_LETTERED,
+                event_type=None,
+                workflow_id=None,
+                now=now,
+            )
+            if parked_id is not None:
+                await self.store.unpark(conn, parked_id)
+            if not claimed:
+                self.metrics.duplicates.inc()  # dead-lettered before (offsets rewound)
+                return
+            await self.store.add_outbox(conn, [message])
+        self.on_outbox()
+        self.metrics.dead_letters.labels(exc.category).inc()
+        log.error(
+            "dead-lettered a record by its position",
+            extra=fields(topic=rec.topic, partition=rec.partition, offset=rec.offset, error=str(exc)),
+        )
+
+    def _guard_dead_letter(self, error: BaseException, env: Envelope) -> None:
+        tripped = self.guard.record_dead_letter(
+            error_class=type(error).__name__,
+            event_type=env.event_type,
+            workflow_id=env.workflow_id,
+            caused_by_input=caused_by_input(error),
+        )
+        if tripped:
+            raise GuardTrippedError(self.guard.describe())

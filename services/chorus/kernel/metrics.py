@@ -1,0 +1,158 @@
+"""The four numbers an operator watches, per service, in Prometheus form.
+
+Queue depth (consumer lag per partition, outbox backlog), latency (handle
+histogram), failures by category, and completion (workflows ended by outcome).
+Each service process owns one registry so that several services can run in one
+test process without clashing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from chorus.outside import breaker
+
+LATENCY_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+    300,
+)
+
+
+class Metrics:
+    def __init__(self, service: str) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.service = service
+        r = self.registry
+        # The process's CPU, memory, file descriptors and garbage collections (a registry of
+        # our own does not get prometheus_client's defaults).
+        ProcessCollector(registry=r)
+        GCCollector(registry=r)
+        PlatformCollector(registry=r)
+        self.events_in = Counter(
+            "chorus_events_in",
+            "Records read, by topic and event type",
+            ["topic", "event_type"],
+            registry=r,
+        )
+        self.events_out = Counter(
+            "chorus_events_out", "Events published by the outbox relay", ["topic"], registry=r
+        )
+        self.handle_latency = Histogram(
+            "chorus_handle_seconds",
+            "Time from reading a record to committing its outcome",
+            ["event_type"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.failures = Counter(
+            "chorus_failures",
+            "Handler and decode failures by category",
+            ["category", "event_type"],
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "chorus_dead_letters", "Records sent to the dead-letter topic", ["category"], registry=r
+        )
+        self.retries = Counter("chorus_retries", "Durable retries scheduled", ["event_type"], registry=r)
+        self.duplicates = Counter(
+            "chorus_duplicates_skipped", "Deliveries skipped because the inbox had them", registry=r
+        )
+        r.register(BreakerCollector())
+        self.dropped = Counter(
+            "chorus_events_dropped",
+            "Events that arrived after their workflow ended: recorded in the inbox, not handled",
+            ["event_type"],
+            registry=r,
+        )
+        self.not_mine = Counter(
+            "chorus_events_not_mine",
+            "Events of workflows pinned to another release of this service: recorded, not handled",
+            ["event_type"],
+            registry=r,
+        )
+        self.completions = Counter(
+            "chorus_workflows_ended",
+            "Workflows this service ended, by outcome",
+            ["workflow_type", "outcome"],
+            registry=r,
+        )
+        self.consumer_lag = Gauge(
+            "chorus_consumer_lag",
+            "Records not yet consumed (queue depth)",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.in_flight = Gauge("chorus_in_flight", "Records being handled now", registry=r)
+        self.outbox_backlog = Gauge(
+            "chorus_outbox_backlog", "Outbox rows committed but not yet published", registry=r
+        )
+        self.outbox_refused = Counter(
+            "chorus_outbox_refused",
+            "Outbox rows the broker cannot take (too large, invalid): set aside and dead-lettered "
+            "(alert on any increase)",
+            ["topic"],
+            registry=r,
+        )
+        self.records_stuck = Gauge(
+            "chorus_records_stuck",
+            "Records retried for an infrastructure reason longer than the stuck-record budget "
+            "(alert when above 0)",
+            registry=r,
+        )
+        self.stuck_alerts = Counter(
+            "chorus_stuck_record_alerts",
+            "Times a record passed the stuck-record budget, by topic",
+            ["topic"],
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class BreakerCollector(Collector):
+    """The circuit breakers this process uses, read when Prometheus scrapes."""
+
+    def collect(self) -> Iterator[Metric]:
+        state = GaugeMetricFamily(
+            "chorus_breaker_state",
+            "Circuit breaker of each dependency as this process last saw it: 0 closed, 1 half-open, 2 open",
+            labels=["dependency"],
+        )
+        rejected = CounterMetricFamily(
+            "chorus_breaker_rejections",
+            "Calls not made because the dependency's circuit breaker was open",
+            labels=["dependency"],
+        )
+        for known in breaker.known():
+            state.add_metric([known.name], breaker.STATE_VALUE[known.state])
+            rejected.add_metric([known.name], known.rejections)
+        yield state
+        yield rejected

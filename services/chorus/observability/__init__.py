@@ -1,0 +1,1 @@
+"""What the kernel's record path does not need to run: span exporters and the hop trace."""

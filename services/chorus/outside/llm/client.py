@@ -1,0 +1,201 @@
+"""One LLM interface, two implementations.
+
+- :class:`OpenAICompatibleLLM`: chat completions over HTTP (httpx) against any
+  OpenAI-compatible server (base URL, model and key from settings), behind the
+  shared rate limiter and circuit breaker (``llm``), with the task timeout and errors
+  mapped onto the taxonomy: 429/5xx/timeouts transient, 401 persistent, output that
+  fails its schema semantic.
+- :class:`OfflineModel`: a deterministic model built from skills, named
+  ``chorus-offline-deterministic``: what the sandbox serves over HTTP, and what unit
+  tests give handlers. Services never build one themselves.
+
+Prompts name their task on the system message's first line (``task: <name>``),
+which is how the offline model (and the sandbox's HTTP model) pick a skill.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from chorus.kernel.errors import PersistentError, SemanticError
+from chorus.outside.breaker import BreakerPolicy
+from chorus.outside.dependencies import Dependency, Guarding, dependencies
+from chorus.outside.external import ExternalRejection, call_json
+
+OFFLINE_MODEL_NAME = "chorus-offline-deterministic"
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: str
+    content: str
+
+    def as_json(self) -> dict[str, str]:
+        return {"role": self.role, "content": self.content}
+
+
+Skill = Callable[[list[ChatMessage]], str]
+
+
+class LLM(Protocol):
+    name: str
+
+    async def complete(self, messages: list[ChatMessage], *, timeout_s: float = 120.0) -> str:
+        """The assistant's reply text. Raises TransientError / PersistentError."""
+        ...
+
+
+def task_of(messages: list[ChatMessage]) -> str:
+    first = messages[0].content.splitlines()[0] if messages and messages[0].content else ""
+    if not first.startswith("task:"):
+        raise PersistentError("prompt does not name its task on the first system line")
+    return first.removeprefix("task:").strip()
+
+
+class OfflineModel:
+    """Deterministic answers from the owning service's skills; no network, no randomness."""
+
+    name = OFFLINE_MODEL_NAME
+
+    def __init__(self, skills: Mapping[str, Skill]) -> None:
+        self.skills = dict(skills)
+        self.calls = 0
+
+    async def complete(self, messages: list[ChatMessage], *, timeout_s: float = 120.0) -> str:
+        self.calls += 1
+        task = task_of(messages)
+        skill = self.skills.get(task)
+        if skill is None:
+            raise PersistentError(f"the offline model has no skill for task {task!r}")
+        return skill(messages)
+
+
+class OpenAICompatibleLLM:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str = "",
+        guard: Guarding | None = None,
+    ) -> None:
+        self.client = client
+        self.base_url = base_url.rstrip("/")
+        self.name = model
+        self.api_key = api_key
+        self.guard = guard
+
+    async def complete(self, messages: list[ChatMessage], *, timeout_s: float = 120.0) -> str:
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        try:
+            async with self.guard.call() if self.guard is not None else contextlib.nullcontext():
+                response = await call_json(
+                    self.client,
+                    "POST",
+                    f"{self.base_url}/chat/completions",
+                    what="LLM",
+                    json={
+                        "model": self.name,
+                        "messages": [m.as_json() for m in messages],
+                        "temperature": 0,
+                        "response_format": {"type": "json_object"},
+                    },
+                    headers=headers,
+                    timeout_s=timeout_s,
+                )
+        except ExternalRejection as exc:
+            raise PersistentError(f"LLM request refused ({exc.status}): {exc.body}") from exc
+        try:
+            body = response.json()
+            content: str = body["choices"][0]["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise SemanticError("LLM answered without choices[0].message.content", [str(exc)]) from exc
+        return content
+
+
+def reprompt(
+    system: str,
+    user: str,
+    feedback: list[str],
+    reviewer_comment: str = "",
+    *,
+    answer: str = "answer",
+    reviewer: str = "A reviewer commented",
+) -> list[ChatMessage]:
+    """The system and user messages of an LLM step, with what was wrong last time appended.
+
+    ``feedback`` is the handler context's validation errors of earlier tries (the runtime's
+    semantic-retry loop), ``reviewer_comment`` a person's "revise" comment; the model sees
+    both so the next try can correct itself rather than repeat the same mistake."""
+    if feedback:
+        user += f"\nYour previous {answer} was invalid:\n" + "\n".join(f"- {e}" for e in feedback)
+    if reviewer_comment:
+        user += f"\n{reviewer}: {reviewer_comment}"
+    return [ChatMessage("system", system), ChatMessage("user", user)]
+
+
+def parse_json_output(text: str, model: type[M]) -> M:
+    """The model's answer as ``model``, or a SemanticError listing what is wrong, by pointer."""
+    try:
+        data: Any = json.loads(text)
+    except ValueError as exc:
+        raise SemanticError("output is not JSON", [f"/: not JSON ({exc})"]) from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        errors = [
+            "/" + "/".join(str(p) for p in err["loc"]) + f": {err['msg']}"
+            for err in exc.errors(include_url=False)
+        ]
+        raise SemanticError(f"output does not match {model.__name__}", errors) from None
+
+
+class LLMSettings(BaseModel):
+    """Fields a service that talks to an LLM adds to its Settings (CHORUS_LLM_*)."""
+
+    llm_base_url: str = ""
+    """An OpenAI-compatible base URL (…/v1). `make services`, the demo and the tests point it
+    at the sandbox's deterministic model; there is no built-in default."""
+    llm_model: str = "gpt-4o-mini"
+    llm_api_key: str = ""
+    llm_rate_per_s: float = 10.0
+    """Shared by every replica of every service through PostgreSQL (limiter ``llm``)."""
+    llm_breaker: BreakerPolicy = BreakerPolicy()
+    """The ``llm`` circuit breaker, shared the same way (chorus.outside.breaker)."""
+    llm_timeout_s: float = 120.0
+
+
+@asynccontextmanager
+async def llm_dependency(settings: Any) -> AsyncIterator[LLM]:
+    """The LLM a service's handlers use, built from its settings (bootstrap helper): an
+    HTTP client, the shared ``llm`` rate limiter and circuit breaker (chorus.outside.dependencies)."""
+    if not str(settings.llm_base_url).startswith(("http://", "https://")):
+        raise ValueError(
+            f"no language model configured (CHORUS_LLM_BASE_URL={settings.llm_base_url!r}): set it to "
+            "an OpenAI-compatible endpoint; make services and the demo use the sandbox's, "
+            "http://127.0.0.1:9400/v1 (the built-in 'offline' model is gone)"
+        )
+    llm = Dependency(
+        name="llm",
+        rate_per_s=settings.llm_rate_per_s,
+        max_wait_s=settings.llm_timeout_s,
+        breaker=settings.llm_breaker,
+    )
+    async with dependencies(settings) as deps, httpx.AsyncClient() as client:
+        yield OpenAICompatibleLLM(
+            client,
+            base_url=settings.llm_base_url,
+            model=settings.llm_model,
+            api_key=settings.llm_api_key,
+            guard=await deps.guard(llm),
+        )

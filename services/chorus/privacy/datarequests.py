@@ -1,0 +1,129 @@
+"""Erasure and retention in one service: what it does when the audit projector asks.
+
+The projector decides (an operator asked to erase a subject; its janitor found workflows
+past their lifetime) and publishes ``subject.erasure_requested`` / ``workflows.retired``
+on chorus.data. Every service's runtime reads them and removes what it holds in its own
+schema, in one transaction with its inbox row (a redelivered request changes nothing)
+and its confirmation, ``data.removed``, which the projector records for the operator.
+So no service ever writes another's tables, and a service that is down catches up
+from the topic when it starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import asyncpg
+
+from chorus.kernel.clock import Clock
+from chorus.kernel.envelopes import child_envelope
+from chorus.kernel.logs import fields
+from chorus.kernel.outbox import OutboxWriter
+from chorus.kernel.service import DataRequest, OwnedData
+from chorus.kernel.store import InboxOutcome, ServiceStore
+from chorus_contracts.envelope import Envelope, ProducerRef
+from chorus_contracts.platform import DataRemoved, SubjectErasureRequested, WorkflowsRetired
+
+log = logging.getLogger("chorus.datarequests")
+
+REQUESTS: dict[str, int] = {
+    SubjectErasureRequested.event_type: SubjectErasureRequested.version,
+    WorkflowsRetired.event_type: WorkflowsRetired.version,
+}
+"""The requests every runtime handles (event type -> version its code reads)."""
+
+
+@dataclass
+class DataRequests:
+    store: ServiceStore
+    pool: asyncpg.Pool
+    outbox: OutboxWriter
+    clock: Clock
+    producer: ProducerRef
+    group: str
+    owned: Sequence[OwnedData] = ()
+    """The service's own per-workflow tables (ServiceSpec.owned_data)."""
+    compensates: bool = False
+    """The service handles ``workflow.ended``: an erased subject's running workflows keep
+    their state until their end (``erased``) comes, so that it can compensate."""
+
+    async def erase(self, envelope: Envelope, request: SubjectErasureRequested) -> None:
+        async with self.pool.acquire() as conn, self.outbox.transaction(conn) as tx:
+            if not await self._claim(conn, envelope):
+                return
+            rows, workflows = await self.store.erase_subject(
+                conn, request.subject_hash, request.workflow_ids, keep_running=self.compensates
+            )
+            request_id = request.erasure_id if request.parts == 1 else f"{request.erasure_id}/{request.part}"
+            asked = DataRequest(request_id, self.clock.now())
+            for owned in self.owned:  # the service's own tables, in the same transaction
+                rows = _merged(
+                    rows, await owned.erase(conn, request.subject_hash, request.workflow_ids, asked)
+                )
+            await tx.publish(self._confirmation(envelope, "erasure", request_id, rows, workflows))
+
+    async def retire(self, envelope: Envelope, request: WorkflowsRetired, run_id: uuid.UUID) -> None:
+        async with self.pool.acquire() as conn, self.outbox.transaction(conn) as tx:
+            if not await self._claim(conn, envelope):
+                return
+            rows, workflows = await self.store.retire(
+                conn,
+                request.workflow_ids,
+                run_id=run_id,
+                archive=request.mode == "archive",
+                now=self.clock.now(),
+            )
+            request_id = f"{request.run_id}/{request.batch}"
+            asked = DataRequest(request_id, self.clock.now())
+            for owned in self.owned:  # the service's own tables, in the same transaction
+                rows = _merged(rows, await owned.retire(conn, request.workflow_ids, asked))
+            await tx.publish(self._confirmation(envelope, "retirement", request_id, rows, workflows))
+
+    async def _claim(self, conn: asyncpg.Connection, envelope: Envelope) -> bool:
+        """Claim the request in the inbox; False when this group handled it already."""
+        return await self.store.claim_inbox(
+            conn,
+            group=self.group,
+            event_id=envelope.event_id,
+            attempt=envelope.attempt,
+            outcome=InboxOutcome.DONE,
+            event_type=envelope.event_type,
+            workflow_id=envelope.workflow_id,
+            now=self.clock.now(),
+        )
+
+    def _confirmation(
+        self,
+        envelope: Envelope,
+        request: Literal["erasure", "retirement"],
+        request_id: str,
+        rows: dict[str, int],
+        workflows: int,
+    ) -> Envelope:
+        log.info(
+            "%s %s: removed %d row(s) of %d workflow(s)",
+            request,
+            request_id,
+            sum(rows.values()),
+            workflows,
+            extra=fields(rows=rows),
+        )
+        confirmation = DataRemoved(
+            request=request,
+            request_id=request_id,
+            service=self.producer.service,
+            workflows=workflows,
+            rows=rows,
+        )
+        return child_envelope(
+            envelope, confirmation, producer=self.producer, now=self.clock.now(), position="data.removed"
+        )
+
+
+def _merged(rows: dict[str, int], removed: dict[str, int]) -> dict[str, int]:
+    """``rows`` and the tables where ``removed`` counts something."""
+    return {**rows, **{table: n for table, n in removed.items() if n}}

@@ -1,0 +1,173 @@
+"""Signed decision events: who produced an event, proven per event type.
+
+Kafka's ACLs say which principal may write a *topic*; several services share a topic
+(the approval gate, the gateway and two agents all write ``approvals.events``), and the
+timer and dead-letter services relay records onto topics they do not own. Nothing in a
+Kafka record says which principal wrote it, so a consumer cannot ask the broker.
+
+So the events that carry authority — the registry marks them with ``signed_by: <service>``
+(an approval's decision, a reviewer's submitted decision, an operator's discard) — are
+signed by their producer with its own Ed25519 key, and every runtime consumer checks, before
+any handler runs, that
+
+- the envelope names the registry's producer (``producer.service``), and
+- the ``chorus-signature`` header is that producer's signature of the envelope.
+
+Anything else is a dead letter of category ``unauthorized``. The signature covers the whole
+envelope (ids, type, workflow, producer, payload, times) except ``attempt``, which a
+redrive raises; the header travels with the record through dead letters, retries and
+redrives, so a relay can republish a decision but never make one. Only the producer holds
+its private key; consumers hold public keys, so a consumer cannot sign either.
+
+Keys live in one directory (``CHORUS_SIGNING_DIR``): ``<service>.pub`` for every signing
+producer, and ``<service>.key`` (PKCS#8 PEM) for the process's own service. Locally
+``chorus access signing-keys`` makes them; in a cluster, mount each service's private key
+beside the public ones.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from chorus.kernel.errors import UnauthorizedError
+
+HEADER = "chorus-signature"
+_DOMAIN = b"chorus-signature-v1\x00"
+"""Prefix of every signed message, so a signature made here means nothing elsewhere."""
+
+
+class SigningConfigError(Exception):
+    """The keys this service needs are missing or unreadable (the service does not start)."""
+
+
+def signed_content(value: Mapping[str, Any]) -> bytes:
+    """What a signature covers: the envelope without ``attempt``, as canonical JSON."""
+    body = {k: v for k, v in value.items() if k != "attempt"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _DOMAIN + canonical.encode("utf-8", "surrogatepass")
+
+
+@dataclass(frozen=True)
+class Signer:
+    """Signs the events its service produces."""
+
+    service: str
+    key: Ed25519PrivateKey
+
+    def header(self, value: bytes) -> tuple[str, bytes]:
+        """The ``chorus-signature`` header for a record whose value is ``value``."""
+        signature = self.key.sign(signed_content(json.loads(value)))
+        return HEADER, base64.b64encode(signature)
+
+
+@dataclass(frozen=True)
+class Verifier:
+    """Checks signed event types against their registered producer's public key."""
+
+    signed_by: Mapping[str, str]
+    """event type -> the only service that may produce it (the registry's ``signed_by``)."""
+    public_keys: Mapping[str, Ed25519PublicKey]
+
+    def check(
+        self, event_type: str, claimed_producer: str, value: bytes | None, headers: Iterable[tuple[str, Any]]
+    ) -> None:
+        """Raise :class:`UnauthorizedError` unless a signed ``event_type`` is proven to come
+        from its registered producer; other types pass."""
+        producer = self.signed_by.get(event_type)
+        if producer is None:
+            return
+        if claimed_producer != producer:
+            raise UnauthorizedError(
+                f"{event_type} claims producer {claimed_producer!r}; only {producer} produces it",
+                pointer="/producer/service",
+            )
+        found = [v for k, v in headers if k == HEADER]
+        if value is None or len(found) != 1 or not isinstance(found[0], bytes):
+            raise UnauthorizedError(f"{event_type} without exactly one {HEADER} header from {producer}")
+        try:
+            signature = base64.b64decode(found[0], validate=True)
+            self.public_keys[producer].verify(signature, signed_content(json.loads(value)))
+        except (InvalidSignature, binascii.Error, ValueError) as exc:
+            raise UnauthorizedError(
+                f"{event_type}: the {HEADER} header is not {producer}'s signature of this envelope"
+            ) from exc
+
+
+@dataclass(frozen=True)
+class Keys:
+    signer: Signer | None
+    verifier: Verifier
+
+
+def load_keys(directory: str, service: str, *, signs: set[str], checks: Mapping[str, str]) -> Keys:
+    """The service's signer (when it produces any of ``signs``) and a verifier for
+    ``checks`` (event type -> producer), from ``directory``; :class:`SigningConfigError`
+    naming what is missing."""
+    if not signs and not checks:
+        return Keys(None, Verifier({}, {}))
+    if not directory:
+        raise SigningConfigError(
+            f"{service} signs or checks decision events ({', '.join(sorted(signs | set(checks)))}): "
+            "set CHORUS_SIGNING_DIR to the directory of signing keys"
+        )
+    root = Path(directory)
+    signer = Signer(service, _private_key(root / f"{service}.key")) if signs else None
+    public = {producer: _public_key(root / f"{producer}.pub") for producer in sorted(set(checks.values()))}
+    return Keys(signer, Verifier(dict(checks), public))
+
+
+def _private_key(path: Path) -> Ed25519PrivateKey:
+    try:
+        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    except (OSError, ValueError) as exc:
+        raise SigningConfigError(f"cannot read the signing key {path}: {exc}") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise SigningConfigError(f"{path} is not an Ed25519 private key")
+    return key
+
+
+def _public_key(path: Path) -> Ed25519PublicKey:
+    try:
+        key = serialization.load_pem_public_key(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise SigningConfigError(f"cannot read the public key {path}: {exc}") from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise SigningConfigError(f"{path} is not an Ed25519 public key")
+    return key
+
+
+def make_keys(directory: Path, services: Iterable[str]) -> list[str]:
+    """Create ``<service>.key`` (mode 600) and ``<service>.pub`` for each service that has
+    none yet; the names of those created. Existing keys are kept (rotating one is deleting
+    both files, running this, and restarting every service)."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    created = []
+    for service in services:
+        private_path, public_path = directory / f"{service}.key", directory / f"{service}.pub"
+        if private_path.exists() and public_path.exists():
+            continue
+        key = Ed25519PrivateKey.generate()
+        pem = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(pem)
+        public_path.write_bytes(
+            key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )
+        created.append(service)
+    return created

@@ -1,0 +1,269 @@
+"""The testing kit's other half: a service against real Kafka and PostgreSQL in a test.
+
+:mod:`chorus.testing` runs handlers in memory; this module is for the integration test
+beside it, which runs the service as it runs in production (``chorus.runtime.runner.running``)
+on a real broker and database. A test takes an *isolated* copy of the registry (every topic
+renamed with the test's own suffix, so tests that share a broker never read each other's
+events), provisions its topics, publishes a workflow's first event and reads what the
+service emitted::
+
+    registry = await isolated_registry(tmp_path, suffix, bootstrap)
+    async with running(SPEC, Settings(schemas_dir=str(registry.root), ...), registry=registry):
+        await publish(registry, bootstrap, TicketReceived(...), workflow_id="wf-1")
+        done = await read_events(registry, bootstrap, "ticket.answered", workflow_id="wf-1")
+
+The test process talks to Kafka as whoever ``CHORUS_KAFKA_*`` names (an admin on a local
+broker): it creates topics. A service that emits personal data (every workflow's end names
+who decided) seals it with a key service: ``key_store()`` runs the platform's in the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from chorus.kernel.codec import decode, encode
+from chorus.kernel.envelopes import start_envelope
+from chorus.kernel.kafka import ensure_topics, make_consumer, make_producer
+from chorus.runtime.runner import LOCAL_REGION
+from chorus_contracts.base import EventModel
+from chorus_contracts.envelope import Envelope, ProducerRef
+from chorus_contracts.registry import (
+    PROJECT_FILE,
+    Registry,
+    default_schemas_dir,
+    load_registry,
+    platform_schemas_dir,
+    read_project,
+)
+
+TEST_PRODUCER = ProducerRef(service="test", version="0")
+
+__all__ = ["isolated_registry", "isolated_schemas", "key_store", "provision", "publish", "read_events"]
+
+
+def isolated_schemas(
+    tmp: Path,
+    suffix: str,
+    *,
+    root: Path | None = None,
+    partitions: int | None = 1,
+    add_topics: Sequence[str] = (),
+) -> Path:
+    """A complete copy of the registry at ``root`` (default: the project's, found from the
+    working directory) under ``tmp``, every topic renamed ``<topic>.t<suffix>``. A project's
+    registry is copied with the platform's it extends. ``partitions`` overrides every topic's
+    partition count (1 keeps a shared broker light; None keeps the registry's);
+    ``add_topics`` are more topic files (YAML text) to include."""
+    source = root or default_schemas_dir()
+    project = read_project(source)
+    copy = tmp / f"schemas-{suffix}"
+    if project is not None and project.extends == "platform":
+        shutil.copytree(platform_schemas_dir(), copy, ignore=shutil.ignore_patterns("*.md"))
+        _overlay(source, copy)
+        # The copy stands alone (extends none) and imports the project's event models from
+        # where the project keeps them.
+        contracts_path = project.contracts_path or str(source.resolve().parent / "services")
+        project = project.model_copy(update={"extends": "none", "contracts_path": contracts_path})
+        (copy / PROJECT_FILE).write_text(yaml.safe_dump(project.model_dump(), sort_keys=False))
+    else:
+        shutil.copytree(source, copy)
+    topics = copy / "topics"
+    for i, text in enumerate(add_topics):
+        (topics / f"added-{i}.yaml").write_text(text)
+    for path in list(topics.glob("*.yaml")):
+        data = yaml.safe_load(path.read_text())
+        data["topic"] = f"{data['topic']}.t{suffix}"
+        if partitions is not None:
+            data["partitions"] = partitions
+        path.unlink()
+        (topics / f"{data['topic']}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    principals_file = copy / "principals.yaml"
+    if principals_file.is_file():
+        principals = yaml.safe_load(principals_file.read_text())
+        for service in (principals.get("services") or {}).values():
+            for access in ("writes", "reads"):
+                service[access] = [f"{topic}.t{suffix}" for topic in service.get(access, [])]
+        principals_file.write_text(yaml.safe_dump(principals, sort_keys=False))
+    return copy
+
+
+async def isolated_registry(
+    tmp: Path, suffix: str, bootstrap: str, *, root: Path | None = None, partitions: int | None = 1
+) -> Registry:
+    """:func:`isolated_schemas` loaded, its topics created: a test's own registry (its
+    ``root`` is what the service's ``schemas_dir`` setting names)."""
+    registry = load_registry(isolated_schemas(tmp, suffix, root=root, partitions=partitions))
+    await provision(registry, bootstrap)
+    return registry
+
+
+def _overlay(project: Path, copy: Path) -> None:
+    """A project's files over the copy of the platform's, its principals and workflow types
+    merged as the registry merges them (the copy stands alone)."""
+    union = load_registry(project)
+    for folder in ("topics", "events", "examples"):
+        if (project / folder).is_dir():
+            shutil.copytree(project / folder, copy / folder, dirs_exist_ok=True)
+    principals = union.principals.model_dump(mode="json", exclude={"platform"})
+    (copy / "principals.yaml").write_text(yaml.safe_dump(principals, sort_keys=False))
+    workflows = {name: declared.model_dump(mode="json") for name, declared in union.workflows.items()}
+    (copy / "workflows.yaml").write_text(yaml.safe_dump(workflows, sort_keys=False))
+
+
+async def provision(registry: Registry, bootstrap: str) -> list[str]:
+    """Create the registry's topics (those missing); returns every physical topic name."""
+    names: list[str] = []
+    for spec in registry.topics.values():
+        wanted = [(physical, spec.partitions) for physical in spec.physical_topics()]
+        names.extend(name for name, _ in wanted)
+        configs = {"max.message.bytes": str(spec.max_message_bytes)} if spec.max_message_bytes else None
+        await ensure_topics(bootstrap, wanted, configs=configs)
+    return names
+
+
+async def publish(
+    registry: Registry,
+    bootstrap: str,
+    event: EventModel | Envelope,
+    *,
+    workflow_id: str | None = None,
+    workflow_type: str = "test",
+) -> Envelope:
+    """``event`` as the first event of a workflow, on its topic (keyed by the workflow id);
+    an ``Envelope`` (one published before) goes out again as it is: a redelivery."""
+    envelope = (
+        event
+        if isinstance(event, Envelope)
+        else start_envelope(
+            event,
+            workflow_id=workflow_id or f"wf-{uuid.uuid4().hex[:12]}",
+            workflow_type=workflow_type,
+            producer=TEST_PRODUCER,
+            now=datetime.now(UTC),
+            idempotency_key=f"test-{uuid.uuid4()}",
+        )
+    )
+    producer = make_producer(bootstrap)
+    await producer.start()
+    try:
+        await producer.send_and_wait(
+            registry.physical_topic(envelope.event_type), encode(envelope), key=envelope.workflow_id.encode()
+        )
+    finally:
+        await producer.stop()
+    return envelope
+
+
+async def read_events(
+    registry: Registry,
+    bootstrap: str,
+    event_type: str,
+    *,
+    workflow_id: str | None = None,
+    count: int = 1,
+    timeout_s: float = 60.0,
+    settle_s: float = 0.0,
+) -> list[Any]:
+    """The events of ``event_type`` (of ``workflow_id``, if given) on its topic, read from the
+    beginning once ``count`` of them arrived, then ``settle_s`` longer (to see a duplicate
+    that should not come); AssertionError after ``timeout_s`` with what was seen."""
+    topics = registry.topic_for(event_type).physical_topics()
+    consumer = make_consumer(bootstrap, *topics, group_id=None)
+    await consumer.start()
+    found: list[Any] = []
+    seen: list[str] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    settled: float | None = None
+    try:
+        while settled is None or loop.time() < settled:
+            if settled is None and loop.time() > deadline:
+                raise AssertionError(
+                    f"{len(found)} of {count} {event_type} event(s) after {timeout_s}s on {topics}; "
+                    f"seen: {seen[-10:]}"
+                )
+            for batch in (await consumer.getmany(timeout_ms=200)).values():
+                for record in batch:
+                    event = decode(record.value, registry, accept=None, max_bytes=10 * 1024 * 1024)
+                    seen.append(f"{event.envelope.event_type} of {event.envelope.workflow_id}")
+                    if event.envelope.event_type == event_type and workflow_id in (
+                        None,
+                        event.envelope.workflow_id,
+                    ):
+                        found.append(event)
+            if settled is None and len(found) >= count:
+                settled = loop.time() + settle_s
+    finally:
+        await consumer.stop()
+    return found
+
+
+@asynccontextmanager
+async def key_store(timeout_s: float = 60.0) -> AsyncIterator[str]:
+    """The platform's key service in a process of its own on a free port, and
+    ``CHORUS_KEY_STORES`` naming it while it runs (settings made meanwhile find it): services
+    under test seal personal data as in production. It keeps its keys in the database of
+    ``CHORUS_DATABASE_URL``. Yields its URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    log = tempfile.NamedTemporaryFile(prefix="chorus-key-service-", suffix=".log", delete=False)  # noqa: SIM115
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "key_service",  # a platform service: the runtime starts it, never imports it
+        env={**os.environ, "CHORUS_HTTP_PORT": str(port), "PYTHONUNBUFFERED": "1"},
+        stdout=log,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    previous = os.environ.get("CHORUS_KEY_STORES")
+    try:
+        await _healthy(url, process, Path(log.name), timeout_s)
+        os.environ["CHORUS_KEY_STORES"] = json.dumps({LOCAL_REGION: url})
+        yield url
+    finally:
+        if previous is None:
+            os.environ.pop("CHORUS_KEY_STORES", None)
+        else:
+            os.environ["CHORUS_KEY_STORES"] = previous
+        if process.returncode is None:
+            process.terminate()
+            await process.wait()
+        log.close()
+        os.unlink(log.name)  # what it said matters only when it failed, and is raised then
+
+
+def _tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-3000:]
+
+
+async def _healthy(url: str, process: asyncio.subprocess.Process, log: Path, timeout_s: float) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    async with httpx.AsyncClient(timeout=2.0) as client:
+        while loop.time() < deadline:
+            if process.returncode is not None:
+                raise RuntimeError(f"the key service exited with {process.returncode}:\n{_tail(log)}")
+            try:
+                if (await client.get(f"{url}/health")).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.2)
+    raise RuntimeError(f"the key service was not healthy within {timeout_s}s:\n{_tail(log)}")
