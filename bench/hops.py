@@ -1,7 +1,7 @@
 """One hop of the 5-step workflow, stage by stage, from the runtime's hop trace.
 
 The flow service records (monotonic ns, stage, event id) at each stage of a hop
-(chorus.observability.hoptrace) and links each handled event to the events its step
+(chorus.base.hoptrace) and links each handled event to the events its step
 emitted. A hop runs from the fetch of a step's event to the fetch of the next
 step's event in the same process; its parts are the step's own stages, then its
 child's way out (relay, producer, broker) and back in. ``mark dispatched`` runs

@@ -44,8 +44,8 @@ from bench.profile import top_frames
 from bench.registry import bench_registry, delete_topics, raw_topics
 from bench.report import write_reports
 from bench.stats import percentile, summary
+from chorus.base.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
 from chorus.kernel.kafka import make_producer
-from chorus.kernel.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
 from chorus.privacy.crypto import DataKey, HttpKeyStore, Scope, keyed_ref, seal_value, subject_hash
 from chorus.runtime.runner import LOCAL_REGION, ServiceSettings
 from chorus_contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep

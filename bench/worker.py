@@ -8,7 +8,7 @@ each gets one JSON line back on stdout. Logs go to stderr.
   {"op": "ready"}    wait until every partition is assigned, then pause consumption
   {"op": "pause"}    stop fetching (a backlog can be preloaded)
   {"op": "resume"}   fetch again
-  {"op": "trace"}    (Chorus) start recording the hop trace (chorus.observability.hoptrace)
+  {"op": "trace"}    (Chorus) start recording the hop trace (chorus.base.hoptrace)
   {"op": "hops"}     (Chorus) stop recording; the trace recorded since "trace"
   {"op": "stop"}     stop gracefully and exit
 
@@ -29,9 +29,9 @@ from typing import Any, Protocol
 import asyncpg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from chorus.base import hoptrace
+from chorus.base.loops import run_main
 from chorus.kernel.kafka import make_consumer, make_producer
-from chorus.kernel.loops import run_main
-from chorus.observability import hoptrace
 from chorus.runtime.runner import ServiceRunner, ServiceSettings
 
 

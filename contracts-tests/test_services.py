@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from chorus.kernel.clock import ManualClock
+from chorus.base.clock import ManualClock
+from chorus.base.errors import ChorusError
 from chorus.kernel.codec import decode, encode
 from chorus.kernel.envelopes import child_envelope
-from chorus.kernel.errors import ChorusError
-from chorus.kernel.service import Context, ServiceEdges, ServiceSpec
+from chorus.kernel.service import Context, ServiceSpec
+from chorus_contracts.edges import ServiceEdges
 from chorus_contracts.envelope import ProducerRef
 from chorus_contracts.registry import RUNTIME_PRODUCER, load_registry
 from tests.support.fakes import handler_deps
@@ -285,7 +286,7 @@ STATEFUL = sorted(name for name, (_, spec) in SERVICES.items() if spec is not No
 def test_state_migrations_lead_forward_from_every_older_version_to_the_current_one(name: str) -> None:
     """A checkpoint of any older state version can be brought up to this code's (a step
     per version, none missing), and no step starts at or beyond it (the runtime migrates
-    forward only; newer checkpoints are refused, chorus.kernel.errors.NewerStateError)."""
+    forward only; newer checkpoints are refused, chorus.base.errors.NewerStateError)."""
     spec = SERVICES[name][1]
     assert spec is not None
     assert sorted(spec.state_migrations) == list(range(1, spec.state_version)), (

@@ -18,7 +18,7 @@ import asyncpg
 import pytest
 from hypothesis import HealthCheck, settings
 
-from chorus.kernel.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
+from chorus.base.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
 from tests.support.registry import delete_created_topics, ensure_service_users
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from approval_gate.adapters.policies import PolicyStore
-from chorus.kernel.db import create_pool
+from chorus.base.db import create_pool
 from chorus_contracts.approvals import EscalationStep, Fallback
 
 

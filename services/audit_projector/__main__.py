@@ -6,8 +6,8 @@ from pathlib import Path
 
 from audit_projector.config import Settings
 from audit_projector.service import make_spec
-from chorus.kernel.settings import load_settings
 from chorus.runtime.runner import main
+from chorus.runtime.settings import load_settings
 from chorus_contracts.registry import load_registry
 
 if __name__ == "__main__":

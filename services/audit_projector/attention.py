@@ -15,9 +15,9 @@ from prometheus_client import Gauge
 from audit_projector.adapters import queries
 from audit_projector.config import Settings
 from audit_projector.domain import ATTENTION
+from chorus.base.logs import fields
+from chorus.base.loops import forever
 from chorus.kernel.envelopes import start_envelope
-from chorus.kernel.logs import fields
-from chorus.kernel.loops import forever
 from chorus.kernel.service import RuntimeHandle
 from chorus_contracts.lifecycle import WorkflowAttentionNeeded
 

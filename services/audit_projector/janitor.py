@@ -14,8 +14,8 @@ from prometheus_client import Counter
 
 from audit_projector.adapters.maintenance import Announcer, RetentionPolicy, janitor_pass
 from audit_projector.config import Settings
-from chorus.kernel.logs import fields
-from chorus.kernel.loops import forever
+from chorus.base.logs import fields
+from chorus.base.loops import forever
 from chorus.kernel.service import RuntimeHandle
 
 log = logging.getLogger("audit_projector.janitor")

@@ -36,9 +36,9 @@ from audit_projector.adapters.projection import (
     workflow_digests,
 )
 from audit_projector.handlers import ProjectorDeps, on_workflow_event, projected
-from chorus.kernel.clock import SystemClock
+from chorus.base.clock import SystemClock
+from chorus.base.errors import DecodeError
 from chorus.kernel.codec import DEFAULT_MAX_BYTES, decode
-from chorus.kernel.errors import DecodeError
 from chorus.kernel.kafka import make_admin, make_consumer
 from chorus.kernel.service import Context, Effect
 from chorus_contracts.base import EventModel

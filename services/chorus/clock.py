@@ -1,6 +1,6 @@
-"""Public surface (docs/runtime-api.md), kept at this path; it lives in ``chorus.kernel.clock``."""
+"""Public surface (docs/runtime-api.md), kept at this path; it lives in ``chorus.base.clock``."""
 
-from chorus.kernel.clock import (
+from chorus.base.clock import (
     Clock,
     ManualClock,
     SystemClock,

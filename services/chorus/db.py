@@ -1,6 +1,6 @@
-"""Public surface (docs/runtime-api.md), kept at this path; it lives in ``chorus.kernel.db``."""
+"""Public surface (docs/runtime-api.md), kept at this path; it lives in ``chorus.base.db``."""
 
-from chorus.kernel.db import (
+from chorus.base.db import (
     create_pool,
 )
 

@@ -1,6 +1,6 @@
-"""Public surface (docs/runtime-api.md), kept at this path; it lives in ``chorus.kernel.errors``."""
+"""Public surface (docs/runtime-api.md), kept at this path; it lives in ``chorus.base.errors``."""
 
-from chorus.kernel.errors import (
+from chorus.base.errors import (
     PersistentError,
     SemanticError,
     TransientError,

@@ -1,6 +1,6 @@
-"""Public surface (docs/runtime-api.md), kept at this path; it lives in ``chorus.kernel.migrations``."""
+"""Public surface (docs/runtime-api.md), kept at this path; it lives in ``chorus.base.migrations``."""
 
-from chorus.kernel.migrations import (
+from chorus.base.migrations import (
     Migration,
     baseline,
     migrate,

@@ -1,10 +1,10 @@
-"""Public surface (docs/runtime-api.md), kept at this path; it lives in ``chorus.kernel.settings``."""
+"""Public surface (docs/runtime-api.md), kept at this path; it lives in ``chorus.base.settings``."""
 
-from chorus.kernel.settings import (
+from chorus.base.settings import (
     LOCAL_DATABASE_URL,
     LOCAL_KAFKA,
     ChorusSettings,
-    load_settings,
 )
+from chorus.runtime.settings import load_settings
 
 __all__ = ["LOCAL_DATABASE_URL", "LOCAL_KAFKA", "ChorusSettings", "load_settings"]

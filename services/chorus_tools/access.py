@@ -165,7 +165,7 @@ class Access:
     def __init__(self, bootstrap: str, auth: KafkaAuth, *, timeout_s: float = 15.0) -> None:
         self.timeout_s = timeout_s
         self.admin = AdminClient(
-            {"bootstrap.servers": bootstrap, **auth.librdkafka(), "socket.timeout.ms": int(timeout_s * 1000)}
+            {"bootstrap.servers": bootstrap, **librdkafka(auth), "socket.timeout.ms": int(timeout_s * 1000)}
         )
 
     def current(self) -> list[AclBinding]:
@@ -272,7 +272,7 @@ def local_password(users_dir: Path, name: str) -> str | None:
 
 def client_properties(bootstrap: str, auth: KafkaAuth) -> str:
     """A librdkafka properties file (``kcat -F``) that logs in as ``auth``'s principal."""
-    lines = [f"bootstrap.servers={bootstrap}", *(f"{k}={v}" for k, v in auth.librdkafka().items())]
+    lines = [f"bootstrap.servers={bootstrap}", *(f"{k}={v}" for k, v in librdkafka(auth).items())]
     return "\n".join(lines) + "\n"
 
 
@@ -288,3 +288,17 @@ def client_env(bootstrap: str, auth: KafkaAuth) -> str:
         "CHORUS_KAFKA_SSL_CAFILE": auth.ssl_cafile,
     }
     return "".join(f"{name}={value}\n" for name, value in values.items())
+
+
+def librdkafka(auth: KafkaAuth) -> dict[str, str]:
+    """The same login as librdkafka properties (confluent-kafka, kcat's ``-F`` file)."""
+    options = {"security.protocol": auth.security_protocol.lower()}
+    if auth.uses_tls and auth.ssl_cafile:
+        options["ssl.ca.location"] = auth.ssl_cafile
+    if auth.uses_sasl:
+        options |= {
+            "sasl.mechanism": auth.sasl_mechanism,
+            "sasl.username": auth.sasl_username,
+            "sasl.password": auth.sasl_password.get_secret_value(),
+        }
+    return options

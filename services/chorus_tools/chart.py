@@ -40,8 +40,7 @@ import yaml
 from pydantic_settings import BaseSettings
 
 from chorus.kernel.kafka import KafkaAuth
-from chorus.privacy.datarequests import REQUESTS
-from chorus.runtime.runner import CONTROL_TOPIC_EVENT
+from chorus.runtime.runner import RUNTIME_CONTROLS
 from chorus_contracts.registry import RUNTIME_PRODUCER, Registry, load_registry
 from chorus_tools.access import Grant, grants
 from chorus_tools.devstack import DOCUMENTED_PORTS, WITHOUT_DATABASE, WITHOUT_KAFKA
@@ -99,7 +98,7 @@ def group_topics(registry: Registry, service: str) -> list[str]:
         return []
     names = {t.topic for t in registry.topics.values() if service in t.consumers}
     if spec.kind == "runtime":
-        for event_type in (CONTROL_TOPIC_EVENT, *REQUESTS):
+        for event_type in (m.event_type for m in RUNTIME_CONTROLS):
             names.add(registry.topic_for(event_type).topic)
     return sorted(p for name in names for p in registry.topics[name].physical_topics())
 

@@ -28,8 +28,8 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import asyncpg
 
-from chorus.kernel.db import ident
-from chorus.kernel.store import migrate_shared
+from chorus.base.db import ident
+from chorus.kernel.store.postgres import migrate_shared
 from chorus.outside.breaker import migrate_breakers
 from chorus.outside.ratelimit import migrate_rate_limits
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from chorus.kernel.settings import LOCAL_DATABASE_URL
+from chorus.base.settings import LOCAL_DATABASE_URL
 from chorus.releases.rollouts import MAIN_RELEASE
 from chorus_contracts.envelope import RELEASE_PATTERN
 from chorus_contracts.registry import read_project

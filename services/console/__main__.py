@@ -6,8 +6,8 @@ import asyncio
 
 import uvicorn
 
-from chorus.kernel.logs import setup_logging
-from chorus.kernel.settings import load_settings
+from chorus.observability.logs import setup_logging
+from chorus.runtime.settings import load_settings
 from console.bootstrap import bootstrap
 from console.config import Settings
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import Field, SecretStr
 
-from chorus.kernel.settings import ChorusSettings
+from chorus.base.settings import ChorusSettings
 from chorus.web.links import DEMO_LINK_KEY
 
 DEMO_SESSION_KEY = "ZGVtby1jb25zb2xlLXNlc3Npb24ta2V5LW5vLXByb2Q="

@@ -3,7 +3,7 @@ public HTTP APIs only (gateway, dead-letter service, outcome analytics, notifier
 
 from __future__ import annotations
 
-from chorus.kernel.service import ServiceEdges
+from chorus_contracts.edges import ServiceEdges
 from console.domain import SERVICE
 
 EDGES = ServiceEdges(name=SERVICE, consumes=frozenset(), produces=frozenset(), kafka=False)

@@ -8,8 +8,8 @@ import binascii
 from datetime import datetime
 from typing import Any
 
+from chorus.base.errors import PersistentError
 from chorus.kernel.codec import Event
-from chorus.kernel.errors import PersistentError
 from chorus.kernel.service import Context, Outcome
 from chorus_contracts.envelope import Envelope
 from chorus_contracts.platform import EventDeadLettered

@@ -15,7 +15,7 @@ import logging
 
 from prometheus_client import Gauge
 
-from chorus.kernel.loops import forever
+from chorus.base.loops import forever
 from chorus.kernel.service import RuntimeHandle
 from deadletter_service.adapters import repository as repo
 from deadletter_service.domain import age_s

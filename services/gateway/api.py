@@ -22,13 +22,13 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import Field, create_model
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from chorus.base.errors import EventTooLargeError
+from chorus.base.logs import fields
+from chorus.base.tracing import request_span
 from chorus.kernel.envelopes import child_envelope, start_envelope
-from chorus.kernel.errors import EventTooLargeError
-from chorus.kernel.logs import fields
 from chorus.kernel.outbox import outbox_message
 from chorus.kernel.service import RuntimeHandle
 from chorus.kernel.store import OutboxMessage
-from chorus.kernel.tracing import request_span
 from chorus.outside.egress import EgressRefusedError, check_egress
 from chorus.outside.ratelimit import KeyedRateLimits
 from chorus.privacy.crypto import keyed_ref

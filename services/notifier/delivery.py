@@ -16,11 +16,11 @@ from datetime import datetime, timedelta
 
 from prometheus_client import Counter, Gauge
 
+from chorus.base.logs import fields
+from chorus.base.loops import forever
+from chorus.base.tracing import in_trace_of
 from chorus.kernel.backoff import full_jitter
-from chorus.kernel.logs import fields
-from chorus.kernel.loops import forever
 from chorus.kernel.service import RuntimeHandle
-from chorus.kernel.tracing import in_trace_of
 from chorus.web.links import SignedLink
 from notifier.adapters import deliveries
 from notifier.adapters.channels import DeliveryError

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chorus.kernel.settings import load_settings
+from chorus.runtime.settings import load_settings
 from outcome_analytics.app import run
 from outcome_analytics.config import Settings
 

@@ -43,9 +43,10 @@ import mode
 from faust.exceptions import ConsumerNotStarted
 from faust.types import Message
 
+from chorus.base.logs import fields
 from chorus.kernel.kafka import KafkaAuth, kafka_auth
-from chorus.kernel.logs import fields, setup_logging
 from chorus.kernel.records import Record
+from chorus.observability.logs import setup_logging
 from chorus.web.http import HttpServer
 from chorus_contracts.registry import Registry, load_registry
 from outcome_analytics.adapters.deadletters import KafkaDeadLetters
@@ -213,7 +214,7 @@ def run(settings: Settings) -> None:
             Sidecar(dead_letters, http),
             loglevel=settings.log_level,
             quiet=True,
-            # chorus.kernel.logs owns logging (JSON lines with trace fields); mode would replace it.
+            # chorus.base.logs owns logging (JSON lines with trace fields); mode would replace it.
             override_logging=False,
             redirect_stdouts=False,
         )

@@ -7,8 +7,8 @@ from __future__ import annotations
 import uuid
 
 from chorus import __version__
-from chorus.kernel.clock import clock_from_setting
-from chorus.kernel.metrics import Metrics
+from chorus.base.clock import clock_from_setting
+from chorus.base.metrics import Metrics
 from chorus_contracts.envelope import ProducerRef
 from chorus_contracts.platform import EventDeadLettered
 from chorus_contracts.registry import Registry

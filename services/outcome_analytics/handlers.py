@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from chorus.kernel.clock import Clock
+from chorus.base.clock import Clock
+from chorus.base.errors import DecodeError
+from chorus.base.logs import fields, log_context
+from chorus.base.metrics import Metrics
 from chorus.kernel.codec import Event, decode
 from chorus.kernel.deadletters import dead_letter_envelope, failure
-from chorus.kernel.errors import DecodeError
-from chorus.kernel.logs import fields, log_context
-from chorus.kernel.metrics import Metrics
 from chorus.kernel.records import Record
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, ProducerRef

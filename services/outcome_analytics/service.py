@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chorus.kernel.service import ServiceEdges
+from chorus_contracts.edges import ServiceEdges
 from outcome_analytics.config import SERVICE
 from outcome_analytics.domain import ACCEPT
 

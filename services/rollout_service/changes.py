@@ -11,8 +11,8 @@ from datetime import datetime
 
 import asyncpg
 
+from chorus.base.logs import fields
 from chorus.kernel.envelopes import start_envelope
-from chorus.kernel.logs import fields
 from chorus.kernel.service import RuntimeHandle
 from chorus.releases.rollouts import ROLLOUT_WORKFLOW_TYPE, rollout_workflow_id
 from chorus_contracts.rollouts import RolloutChanged

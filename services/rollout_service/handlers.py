@@ -9,8 +9,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from chorus.base.errors import PersistentError
 from chorus.kernel.codec import Event
-from chorus.kernel.errors import PersistentError
 from chorus.kernel.service import Context, Outcome
 from chorus_contracts.lifecycle import WorkflowEnded, WorkflowStarted
 from chorus_contracts.platform import EventDeadLettered, ReviewRequested

@@ -16,8 +16,8 @@ import logging
 
 from prometheus_client import Counter, Gauge
 
-from chorus.kernel.logs import fields
-from chorus.kernel.loops import forever
+from chorus.base.logs import fields
+from chorus.base.loops import forever
 from chorus.kernel.service import RuntimeHandle
 from rollout_service.adapters import repository as repo
 from rollout_service.changes import make_change

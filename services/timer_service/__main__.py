@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from chorus.kernel.settings import load_settings
 from chorus.runtime.runner import main
+from chorus.runtime.settings import load_settings
 from timer_service.config import Settings
 from timer_service.service import SPEC
 

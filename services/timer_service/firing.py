@@ -12,7 +12,7 @@ import logging
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from chorus.kernel.loops import forever
+from chorus.base.loops import forever
 from chorus.kernel.outbox import stored_envelope_message
 from chorus.kernel.service import RuntimeHandle
 from timer_service.adapters import repository

@@ -28,11 +28,13 @@ from audit_projector.config import Settings
 from audit_projector.domain import ERASURE_RECORDED, WORKFLOW_PURGED
 from audit_projector.replay import compare, rebuild
 from audit_projector.service import make_spec
-from chorus.kernel.clock import ManualClock, OffsetFileClock
-from chorus.kernel.db import create_pool
+from chorus.base.clock import ManualClock, OffsetFileClock
+from chorus.base.db import create_pool
+from chorus.base.settings import DEMO_SERVICE_KEY
 from chorus.privacy.crypto import HttpKeyStore, Sealer, keyed_ref, subject_hash
-from chorus.runtime.runner import DEMO_SUBJECT_KEY, ServiceSettings, running
-from chorus.web.apikeys import DEMO_KEYS, DEMO_SERVICE_KEY, ApiKey, bearer
+from chorus.privacy.feature import DEMO_SUBJECT_KEY
+from chorus.runtime.runner import ServiceSettings, running
+from chorus.web.apikeys import DEMO_KEYS, ApiKey, bearer
 from chorus_contracts.base import CATALOG
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.registry import Registry

@@ -10,9 +10,9 @@ import httpx
 import pytest
 from aiohttp import web
 
-from chorus.kernel.clock import ManualClock
-from chorus.kernel.errors import TransientError
-from chorus.kernel.metrics import Metrics
+from chorus.base.clock import ManualClock
+from chorus.base.errors import TransientError
+from chorus.base.metrics import Metrics
 from chorus.outside import breaker
 from chorus.outside.breaker import BreakerOpenError, BreakerPolicy, BreakerState, CircuitBreaker
 from chorus.outside.dependencies import Dependencies, Dependency

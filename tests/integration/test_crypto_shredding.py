@@ -14,15 +14,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from chorus.base.errors import KeyUnreachableError
+from chorus.base.settings import DEMO_SERVICE_KEY
 from chorus.kernel.envelopes import start_envelope
 from chorus.privacy.crypto import (
     ELSEWHERE,
     HttpKeyStore,
-    KeyUnreachableError,
     Sealer,
     subject_hash,
 )
-from chorus.web.apikeys import DEMO_SERVICE_KEY
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.platform import SubjectErasureRequested
 from chorus_contracts.procurement import InvoiceReceived

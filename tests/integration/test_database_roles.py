@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from budget_agent.adapters.ledger import migrate as migrate_budget_tables
-from chorus.kernel.store import ServiceStore
+from chorus.kernel.store.postgres import ServiceStore
 from chorus_tools.access import local_passwords
 from chorus_tools.dbroles import provision_database, role_url
 from tests.support.database import create_database, drop_database

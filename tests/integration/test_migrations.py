@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from chorus.kernel.migrations import Migration, MigrationEditedError, migrate
+from chorus.base.migrations import Migration, MigrationEditedError, migrate
 
 pytestmark = pytest.mark.integration
 

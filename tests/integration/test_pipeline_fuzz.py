@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from chorus.base.errors import DecodeError
 from chorus.kernel.codec import decode
-from chorus.kernel.errors import DecodeError
 from chorus.kernel.records import Record
 from chorus.runtime.runner import ServiceRunner, ServiceSettings, running
 from chorus_contracts.registry import Registry
@@ -78,11 +78,11 @@ async def test_every_record_ends_committed_whatever_it_holds(
     service: tuple[Registry, ServiceRunner], pg: asyncpg.Connection, raw: bytes
 ) -> None:
     registry, runner = service
-    assert runner.pipeline is not None
+    assert runner.chain is not None
     topic = registry.physical_topic("test.task_submitted")
     offset = next(OFFSETS)
     record = Record(topic, 0, offset, b"fuzz", raw, (("h", b"\x00\xff"),))
-    await asyncio.wait_for(runner.pipeline.handle(record), timeout=60)  # raises = the property fails
+    await asyncio.wait_for(runner.chain.run(record), timeout=60)  # raises = the property fails
 
     schema = runner.store.schema
     try:

@@ -7,7 +7,7 @@ import random
 import asyncpg
 import pytest
 
-from chorus.kernel.clock import ManualClock
+from chorus.base.clock import ManualClock
 from chorus.outside.ratelimit import RateLimiter
 
 pytestmark = pytest.mark.integration

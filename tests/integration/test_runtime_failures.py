@@ -14,8 +14,8 @@ from typing import Any
 import asyncpg
 import pytest
 
+from chorus.base.clock import OffsetFileClock
 from chorus.kernel.backoff import backoff_cap
-from chorus.kernel.clock import OffsetFileClock
 from chorus.runtime.runner import ServiceRunner, ServiceSettings, running
 from chorus_contracts.envelope import Envelope
 from chorus_contracts.lifecycle import WorkflowEnded

@@ -16,12 +16,13 @@ from typing import Any
 import asyncpg
 import pytest
 
-from chorus.kernel.clock import SystemClock
+from chorus.base.clock import SystemClock
 from chorus.kernel.envelopes import start_envelope
 from chorus.kernel.outbox import OutboxWriter
-from chorus.kernel.store import ServiceStore
+from chorus.kernel.store.postgres import ServiceStore
 from chorus.releases.repin import Repins
 from chorus.releases.rollouts import MAIN_RELEASE, ROLLOUT_WORKFLOW_TYPE, RolloutView, rollout_workflow_id
+from chorus.releases.store import PinStore
 from chorus.runtime.runner import ServiceRunner, ServiceSettings, running
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.rollouts import RepinRequested, RolloutChanged
@@ -260,6 +261,7 @@ async def test_a_move_waits_until_nothing_of_the_workflow_is_in_flight_at_either
     registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
     name = f"svc_{unique}"
     store = ServiceStore(name)
+    pins = PinStore(name)
     await store.migrate(pg)
     canary_group = f"{name}.{NEW}"
     workflow_id = f"wf-{unique}"
@@ -286,7 +288,8 @@ async def test_a_move_waits_until_nothing_of_the_workflow_is_in_flight_at_either
     pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
     try:
         repins = Repins(
-            store=store,
+            sql=store,
+            pins=pins,
             pool=pool,
             outbox=OutboxWriter(store, registry, lambda: None, None, None),
             clock=SystemClock(),
@@ -358,7 +361,7 @@ async def test_a_move_waits_until_nothing_of_the_workflow_is_in_flight_at_either
 
         async def passed(group: str, pinned_to: str) -> bool:
             async with pool.acquire() as conn:
-                return await store.pass_event(
+                return await pins.pass_event(
                     conn,
                     group=group,
                     event_id=uuid.uuid4(),
@@ -386,7 +389,7 @@ async def test_a_move_waits_until_nothing_of_the_workflow_is_in_flight_at_either
         # Asked again, the canary does not answer: main owns the workflow now.
         again = repin_request(workflow_id, UNNAMED, NEW, name)
         await repins.answer(again, RepinRequested.model_validate(again.payload))
-        assert await store.inbox_outcome(pg, canary_group, again.event_id) == "not_mine"
+        assert await pins.inbox_outcome(pg, canary_group, again.event_id) == "not_mine"
     finally:
         await pool.close()
 

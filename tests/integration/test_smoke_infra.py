@@ -12,7 +12,8 @@ import asyncpg
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
-from chorus.kernel.kafka import ensure_topics, make_consumer, make_producer
+from chorus.kernel.kafka import make_consumer, make_producer
+from chorus.testing.stack import ensure_topics
 
 pytestmark = pytest.mark.integration
 

@@ -20,9 +20,9 @@ import asyncpg
 import httpx
 import pytest
 
-from chorus.kernel.clock import OffsetFileClock
+from chorus.base.clock import OffsetFileClock
+from chorus.base.errors import DecodeError
 from chorus.kernel.codec import decode
-from chorus.kernel.errors import DecodeError
 from chorus.web.apikeys import DEMO_KEYS
 from chorus_contracts.platform import WorkflowsRetired
 from chorus_contracts.registry import Registry

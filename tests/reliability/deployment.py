@@ -26,7 +26,7 @@ from typing import Any
 import asyncpg
 import httpx
 
-from chorus.kernel.clock import OffsetFileClock
+from chorus.base.clock import OffsetFileClock
 from chorus.kernel.kafka import make_admin
 from chorus.kernel.service import ServiceSpec
 from chorus_contracts.registry import Registry, load_registry

@@ -15,8 +15,8 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+from chorus.base.settings import LOCAL_DATABASE_URL
 from chorus.kernel.kafka import make_admin
-from chorus.kernel.settings import LOCAL_DATABASE_URL
 from tests.support.database import create_database, database_url, drop_database
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -33,8 +33,8 @@ from aiokafka import TopicPartition
 
 from audit_projector.adapters.projection import SCHEMA as AUDIT_SCHEMA
 from audit_projector.replay import compare, rebuild, replay_topics, wait_for_live
+from chorus.base.errors import DecodeError
 from chorus.kernel.codec import DEFAULT_MAX_BYTES, decode
-from chorus.kernel.errors import DecodeError
 from chorus.kernel.kafka import make_admin
 from payment_agent.domain import payment_key
 from tests.reliability.deployment import SERVICES, Deployment, FaultLog, subscriptions

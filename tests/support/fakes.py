@@ -17,7 +17,7 @@ import httpx
 from approval_gate.adapters.policies import DEFAULTS_ACTOR, PolicyStore, PolicyVersion
 from approval_gate.domain import DEFAULT_POLICY
 from budget_agent.domain import PurchaseOrder
-from chorus.kernel.errors import TransientError
+from chorus.base.errors import TransientError
 from chorus.outside.dependencies import Dependency
 from chorus.outside.external import ExternalRejection
 from chorus.outside.llm import OfflineModel

@@ -10,8 +10,8 @@ from typing import Any
 
 import httpx
 
+from chorus.base.settings import DEMO_SERVICE_KEY
 from chorus.privacy.crypto import Token
-from chorus.web.apikeys import DEMO_SERVICE_KEY
 from chorus_contracts.base import is_sealed
 
 

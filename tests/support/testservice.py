@@ -15,8 +15,8 @@ import asyncpg
 import httpx
 from pydantic import BaseModel
 
+from chorus.base.errors import PersistentError, SemanticError, TransientError
 from chorus.kernel.codec import Event
-from chorus.kernel.errors import PersistentError, SemanticError, TransientError
 from chorus.kernel.service import WORKFLOW_END, Context, On, Outcome, ScheduleTimer, ServiceSpec
 from chorus.outside.external import call_json
 from chorus.runtime.runner import ServiceSettings, main

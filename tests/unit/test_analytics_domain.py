@@ -14,11 +14,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from chorus.kernel.clock import ManualClock
+from chorus.base.clock import ManualClock
+from chorus.base.metrics import Metrics
 from chorus.kernel.codec import decode, encode
 from chorus.kernel.deadletters import dead_letter_envelope
 from chorus.kernel.envelopes import child_envelope, start_envelope
-from chorus.kernel.metrics import Metrics
 from chorus.kernel.records import Record
 from chorus_contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
 from chorus_contracts.base import EventModel

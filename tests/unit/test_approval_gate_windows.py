@@ -9,7 +9,7 @@ from typing import Any
 
 from approval_gate.bootstrap import Deps
 from approval_gate.handlers import on_approval_requested, on_approval_window_elapsed
-from chorus.kernel.clock import ManualClock
+from chorus.base.clock import ManualClock
 from chorus.kernel.codec import decode
 from chorus.kernel.service import Context, ScheduleTimer
 from chorus_contracts.approvals import ApprovalEscalated, ApprovalPolicy

@@ -6,7 +6,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from chorus.kernel.clock import ManualClock, OffsetFileClock, clock_from_setting
+from chorus.base.clock import ManualClock, OffsetFileClock, clock_from_setting
 
 
 def test_offset_file_moves_every_reader(tmp_path: Path) -> None:

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from chorus.kernel.codec import decode
-from chorus.kernel.errors import (
+from chorus.base.errors import (
     NotJSONError,
     OversizeError,
     SchemaValidationError,
     UnknownEventTypeError,
     UnknownVersionError,
 )
+from chorus.kernel.codec import decode
 from chorus_contracts.registry import Registry, default_registry, default_schemas_dir
 
 

@@ -12,15 +12,14 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from chorus.base.errors import KeyDestroyedError, KeyUnreachableError, PersistentError
+from chorus.base.logs import hide_in_logs, personal_scope
 from chorus.kernel.envelopes import start_envelope
-from chorus.kernel.errors import PersistentError
-from chorus.kernel.logs import JsonFormatter, RedactSecrets, hide_in_logs, personal_scope
+from chorus.observability.logs import JsonFormatter, RedactSecrets
 from chorus.privacy.crypto import (
     ELSEWHERE,
     ERASED,
     UNREADABLE,
-    KeyDestroyedError,
-    KeyUnreachableError,
     MemoryKeyStore,
     Sealer,
     as_keyed,

@@ -9,11 +9,11 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from chorus.base.errors import DecodeError
 from chorus.kernel.codec import Event, decode, encode
-from chorus.kernel.errors import DecodeError
-from chorus.kernel.strictjson import unstorable
 from chorus_contracts.base import EventModel
 from chorus_contracts.registry import default_registry
+from chorus_contracts.strictjson import unstorable
 from tests.support.hostile import _paths, hostile_numbers, hostile_strings, json_trees, nested, replace_at
 
 REGISTRY = default_registry()

@@ -7,7 +7,7 @@ import ipaddress
 import httpx
 import pytest
 
-from chorus.kernel.errors import TransientError, caused_by_input
+from chorus.base.errors import TransientError, caused_by_input
 from chorus.outside.egress import EgressPolicy, EgressRefusedError, check_egress, pin
 from chorus.outside.external import call_json
 from gateway.domain import submitter_urls

@@ -7,7 +7,7 @@ import gzip
 import httpx
 import pytest
 
-from chorus.kernel.errors import PersistentError
+from chorus.base.errors import PersistentError
 from chorus.outside.external import call_json
 
 

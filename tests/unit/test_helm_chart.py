@@ -30,9 +30,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from chorus.kernel.settings import DEMO_DATABASE_PASSWORD, LOCAL_DATABASE_URL
-from chorus.runtime.runner import DEMO_SUBJECT_KEY
-from chorus.web.apikeys import DEMO_KEYS, DEMO_SERVICE_KEY
+from chorus.base.settings import DEMO_DATABASE_PASSWORD, DEMO_SERVICE_KEY, LOCAL_DATABASE_URL
+from chorus.privacy.feature import DEMO_SUBJECT_KEY
+from chorus.web.apikeys import DEMO_KEYS
 from chorus.web.links import DEMO_LINK_KEY
 from chorus_contracts.registry import RUNTIME_PRODUCER, Registry, load_registry
 from chorus_tools import chart, dashboards

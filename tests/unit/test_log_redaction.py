@@ -9,7 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from chorus.kernel.logs import fields, setup_logging
+from chorus.base.logs import fields
+from chorus.observability.logs import setup_logging
 
 CALLBACK = "https://alice:hunter2@hooks.example.com/done?run=7&token=tok-9f2e"
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from chorus.kernel.loops import forever
+from chorus.base.loops import forever
 
 
 async def test_a_failing_round_is_followed_by_the_next_and_waits_are_the_rounds_own() -> None:

@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from audit_projector.config import Settings as AuditSettings
-from chorus.kernel.settings import EX_CONFIG
+from chorus.base.settings import EX_CONFIG
 from chorus.runtime.runner import ServiceSettings
 from deadletter_service.config import Settings as DeadLetterSettings
 from gateway.config import Settings as GatewaySettings

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from chorus.base.errors import SigningConfigError, UnauthorizedError
 from chorus.kernel.codec import encode
-from chorus.kernel.errors import UnauthorizedError
 from chorus.kernel.outbox import outbox_message
-from chorus.privacy.signing import HEADER, SigningConfigError, load_keys, make_keys
+from chorus.privacy.signing import HEADER, load_keys, make_keys
 from chorus_contracts.envelope import Envelope
 from chorus_contracts.registry import load_registry
 from tests.support.kafka import approval

@@ -11,8 +11,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chorus.kernel import strictjson
-from chorus.kernel.strictjson import MAX_DEPTH, MAX_SAFE_INTEGER, StrictJSONError, loads, storable, unstorable
+from chorus_contracts import strictjson
+from chorus_contracts.strictjson import (
+    MAX_DEPTH,
+    MAX_SAFE_INTEGER,
+    StrictJSONError,
+    loads,
+    storable,
+    unstorable,
+)
 from tests.support.hostile import hostile_strings, json_trees
 
 

@@ -6,8 +6,8 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
+from chorus.base.errors import PersistentError
 from chorus.kernel.codec import Event
-from chorus.kernel.errors import PersistentError
 from chorus.kernel.service import Context, On, Outcome, ServiceSpec
 from chorus.testing import WorkflowHarness
 from chorus_contracts.lifecycle import WorkflowEnded, WorkflowStarted

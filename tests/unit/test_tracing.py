@@ -7,14 +7,16 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from chorus.kernel import tracing
-from chorus.kernel.tracing import TraceContext, TracingConfigError, handling_span, setup_tracing
+from chorus.base import tracing
+from chorus.base.tracing import TraceContext, handling_span
+from chorus.observability import tracing as exporters
+from chorus.observability.tracing import OtelSpans, TracingConfigError, setup_tracing
 
 PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
 def test_without_an_exporter_a_hop_keeps_the_trace_and_gets_a_new_span_id() -> None:
-    assert tracing._provider is None  # nothing in the unit tests configures an exporter
+    assert tracing._spans is None  # nothing in the unit tests configures an exporter
     with handling_span("svc", "thing.happened", PARENT, {}) as traceparent:
         child = TraceContext.parse(traceparent)
     assert child is not None
@@ -33,8 +35,7 @@ def test_with_an_exporter_the_emitted_traceparent_names_the_exported_span(
     exported = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exported))
-    monkeypatch.setattr(tracing, "_provider", provider)
-    monkeypatch.setattr(tracing, "_tracer", lambda: provider.get_tracer("test"))
+    monkeypatch.setattr(tracing, "_spans", OtelSpans(provider.get_tracer("test")))
     with handling_span("svc", "thing.happened", PARENT, {"workflow.id": "wf-1"}) as traceparent:
         pass
     (span,) = exported.get_finished_spans()
@@ -47,4 +48,4 @@ def test_with_an_exporter_the_emitted_traceparent_names_the_exported_span(
 def test_an_unknown_exporter_is_refused_by_name() -> None:
     with pytest.raises(TracingConfigError, match="'jaeger' is not supported; use one of none, console"):
         setup_tracing("svc", "1", exporter="jaeger")
-    assert tracing._provider is None
+    assert exporters._provider is None and tracing._spans is None

@@ -13,7 +13,7 @@ from datetime import datetime
 import asyncpg
 
 from approval_gate.domain import DEFAULT_POLICY
-from chorus.kernel import migrations
+from chorus.base import migrations
 from chorus_contracts.approvals import ApprovalPolicy
 
 SCHEMA = "approval_gate"

@@ -9,7 +9,7 @@ from datetime import datetime
 
 import asyncpg
 
-from chorus.kernel.db import ident
+from chorus.base.db import ident
 
 
 @dataclass(frozen=True)

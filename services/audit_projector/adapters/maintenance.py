@@ -44,8 +44,8 @@ from audit_projector.domain import (
     lifetime,
     redact_facts,
 )
-from chorus.kernel.clock import Clock
-from chorus.kernel.db import ident, rows_affected
+from chorus.base.clock import Clock
+from chorus.base.db import ident, rows_affected
 from chorus.kernel.envelopes import start_envelope
 from chorus.kernel.outbox import OutboxTransaction, OutboxWriter
 from chorus.privacy.crypto import subject_hash

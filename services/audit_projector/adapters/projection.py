@@ -44,9 +44,9 @@ from audit_projector.domain import (
     redact_entry,
     redact_facts,
 )
-from chorus.kernel.db import ident
-from chorus.kernel.migrations import Migration, baseline, migrate
-from chorus.kernel.store import archive_ddl
+from chorus.base.db import ident
+from chorus.base.migrations import Migration, baseline, migrate
+from chorus.kernel.store.postgres import archive_ddl
 from chorus.privacy.crypto import subject_hash
 from chorus_contracts.base import EventModel
 

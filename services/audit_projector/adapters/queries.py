@@ -33,7 +33,7 @@ from audit_projector.domain import (
     approval_state,
     attention,
 )
-from chorus.kernel.db import ident
+from chorus.base.db import ident
 
 
 class _View(BaseModel):

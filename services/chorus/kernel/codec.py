@@ -1,7 +1,7 @@
 """Kafka bytes <-> validated events. The only way in or out of a topic.
 
 :func:`decode` turns raw record bytes into an :class:`Event` (envelope plus typed
-payload) or raises a precise :class:`~chorus.kernel.errors.DecodeError` subclass naming
+payload) or raises a precise :class:`~chorus.base.errors.DecodeError` subclass naming
 the failing field with a JSON pointer, what was expected and what arrived.
 """
 
@@ -15,8 +15,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
-from chorus.kernel import strictjson
-from chorus.kernel.errors import (
+from chorus.base.errors import (
     DecodeError,
     NotJSONError,
     OversizeError,
@@ -25,6 +24,7 @@ from chorus.kernel.errors import (
     UnknownEventTypeError,
     UnknownVersionError,
 )
+from chorus_contracts import strictjson
 from chorus_contracts.base import CATALOG, UPCASTERS, EventModel
 from chorus_contracts.envelope import Envelope
 from chorus_contracts.registry import Registry
@@ -77,7 +77,7 @@ def validation_error(exc: ValidationError, prefix: str, what: str) -> SchemaVali
 
 
 def parse_json(raw: bytes, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, Any]:
-    """The record's bytes as a JSON object, under the rules of :mod:`chorus.kernel.strictjson`."""
+    """The record's bytes as a JSON object, under the rules of :mod:`chorus_contracts.strictjson`."""
     if len(raw) > max_bytes:
         raise OversizeError(
             "record too large", expected=f"at most {max_bytes} bytes", got=f"{len(raw)} bytes"

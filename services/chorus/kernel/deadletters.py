@@ -17,13 +17,13 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime
 
-from chorus.kernel import strictjson
+from chorus.base.logs import scrub
 from chorus.kernel.envelopes import child_envelope, derived_event_id, system_envelope
-from chorus.kernel.logs import scrub
 from chorus.kernel.records import Record, to_original
-from chorus.kernel.strictjson import storable
+from chorus_contracts import strictjson
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.platform import ErrorCategory, ErrorDetail, EventDeadLettered, Failure
+from chorus_contracts.strictjson import storable
 
 MAX_TRACEBACK_CHARS = 8000
 MAX_MESSAGE_CHARS = 2000
@@ -37,7 +37,7 @@ def error_message(error: BaseException) -> str:
     """The error's message, bounded and storable: it may quote hostile input (a NUL in a
     field name, say), and every consumer of the dead letter stores it in PostgreSQL. It may
     quote personal data too (a handler's error naming a value it read): the values opened
-    for this event are blanked, as in log lines (chorus.kernel.logs.scrub)."""
+    for this event are blanked, as in log lines (chorus.base.logs.scrub)."""
     return storable(scrub(str(error) or type(error).__name__))[:MAX_MESSAGE_CHARS]
 
 

@@ -17,11 +17,11 @@ from collections.abc import Callable
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 
+from chorus.base import hoptrace
+from chorus.base.metrics import Metrics
 from chorus.kernel.lanes import Dispatcher, Work
-from chorus.kernel.metrics import Metrics
 from chorus.kernel.offsets import PartitionOffsets
 from chorus.kernel.records import Record
-from chorus.observability import hoptrace
 
 log = logging.getLogger("chorus.consumer")
 

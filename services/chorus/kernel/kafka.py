@@ -14,13 +14,11 @@ each principal may read and write.
 from __future__ import annotations
 
 import ssl
-from collections.abc import Iterable
 from functools import cached_property
 from typing import Any, Literal
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.helpers import create_ssl_context
 from pydantic import SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -91,19 +89,6 @@ class KafkaAuth(BaseSettings):
             }
         return options
 
-    def librdkafka(self) -> dict[str, str]:
-        """The same login as librdkafka properties (confluent-kafka, kcat's ``-F`` file)."""
-        options = {"security.protocol": self.security_protocol.lower()}
-        if self.uses_tls and self.ssl_cafile:
-            options["ssl.ca.location"] = self.ssl_cafile
-        if self.uses_sasl:
-            options |= {
-                "sasl.mechanism": self.sasl_mechanism,
-                "sasl.username": self.sasl_username,
-                "sasl.password": self.sasl_password.get_secret_value(),
-            }
-        return options
-
 
 def kafka_auth() -> KafkaAuth:
     """This process's login, from its environment (read anew: tests switch principals)."""
@@ -164,44 +149,6 @@ def make_consumer(
     }
     options.update(overrides)
     return AIOKafkaConsumer(*topics, **options)
-
-
-async def ensure_topics(
-    bootstrap: str,
-    topics: Iterable[tuple[str, int]],
-    *,
-    replication_factor: int = 1,
-    configs: dict[str, str] | None = None,
-) -> list[str]:
-    """Create the (name, partitions) topics that do not exist yet; returns the created names."""
-    admin = make_admin(bootstrap)
-    await admin.start()
-    created: list[str] = []
-    try:
-        existing = set(await admin.list_topics())
-        wanted = [
-            NewTopic(
-                name=name,
-                num_partitions=partitions,
-                replication_factor=replication_factor,
-                topic_configs=dict(configs or {}),
-            )
-            for name, partitions in topics
-            if name not in existing
-        ]
-        if wanted:
-            response = await admin.create_topics(wanted)
-            for topic_error in response.topic_errors:
-                name, code = topic_error[0], topic_error[1]
-                message = topic_error[2] if len(topic_error) > 2 else ""
-                if code == TopicAlreadyExistsError.errno:
-                    continue  # a concurrent creator won the race; the topic exists
-                if code != 0:
-                    raise RuntimeError(f"could not create topic {name!r}: error {code} {message}")
-                created.append(name)
-    finally:
-        await admin.close()
-    return created
 
 
 def make_admin(

@@ -11,16 +11,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from chorus.base.errors import Category
 from chorus.kernel.deadletters import dead_letter_envelope
 from chorus.kernel.envelopes import child_envelope
-from chorus.kernel.errors import Category
 from chorus.kernel.outbox import outbox_message
+from chorus.kernel.ports import Sealing, Signer
 from chorus.kernel.records import Record, to_original
 from chorus.kernel.service import CancelTimer, Emit, Outcome, RescheduleTimer, ScheduleTimer, ServiceSpec
 from chorus.kernel.store import OutboxMessage
-from chorus.kernel.strictjson import storable
-from chorus.privacy.crypto import Sealer
-from chorus.privacy.signing import Signer
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.platform import (
@@ -33,6 +31,7 @@ from chorus_contracts.platform import (
     TimerSchedule,
 )
 from chorus_contracts.registry import Registry
+from chorus_contracts.strictjson import storable
 
 MAX_TEXT = 4000  # chorus_contracts.base.Text
 _PURPOSES = {"retry", "deadline", "escalation", "reminder", "other"}
@@ -45,7 +44,7 @@ class Messages:
     producer: ProducerRef
     group: str
     signer: Signer | None = None
-    sealer: Sealer | None = None
+    sealer: Sealing | None = None
 
     async def message(self, envelope: Envelope) -> OutboxMessage:
         return outbox_message(self.registry, await self._sealed(envelope), self.signer)

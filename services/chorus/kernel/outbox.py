@@ -17,14 +17,14 @@ from typing import Any
 
 import asyncpg
 
+from chorus.base.errors import EventTooLargeError, SigningConfigError
 from chorus.kernel.codec import encode
-from chorus.kernel.errors import EventTooLargeError
-from chorus.kernel.store import OutboxMessage, ServiceStore
-from chorus.kernel.strictjson import escape
-from chorus.privacy.crypto import Sealer
-from chorus.privacy.signing import Signer, SigningConfigError
+from chorus.kernel.ports import Sealing, Signer
+from chorus.kernel.store import OutboxMessage
+from chorus.kernel.store.postgres import ServiceStore
 from chorus_contracts.envelope import Envelope
 from chorus_contracts.registry import Registry
+from chorus_contracts.strictjson import escape
 
 
 def outbox_message(registry: Registry, envelope: Envelope, signer: Signer | None = None) -> OutboxMessage:
@@ -112,7 +112,7 @@ class OutboxTransaction:
     conn: asyncpg.Connection
     registry: Registry
     signer: Signer | None = None
-    sealer: Sealer | None = None
+    sealer: Sealing | None = None
     messages: list[OutboxMessage] = field(default_factory=list)
 
     async def publish(self, *envelopes: Envelope) -> None:
@@ -134,7 +134,7 @@ class OutboxWriter:
     wake_relay: Callable[[], None]
     signer: Signer | None = None
     """Signs the decision events this service produces (chorus.privacy.signing)."""
-    sealer: Sealer | None = None
+    sealer: Sealing | None = None
     """Seals personal data (chorus.privacy.crypto); None only where no event carries any."""
 
     @asynccontextmanager

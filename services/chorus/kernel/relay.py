@@ -46,13 +46,14 @@ from aiokafka.errors import (
     UnknownTopicOrPartitionError,
 )
 
-from chorus.kernel.clock import Clock
-from chorus.kernel.errors import PersistentError
-from chorus.kernel.faults import fault_point
-from chorus.kernel.logs import fields
-from chorus.kernel.metrics import Metrics
-from chorus.kernel.store import OutboxMessage, OutboxRow, ServiceStore
-from chorus.observability import hoptrace
+from chorus.base import hoptrace
+from chorus.base.clock import Clock
+from chorus.base.errors import PersistentError
+from chorus.base.faults import fault_point
+from chorus.base.logs import fields
+from chorus.base.metrics import Metrics
+from chorus.kernel.store import OutboxMessage, OutboxRow
+from chorus.kernel.store.postgres import ServiceStore
 
 log = logging.getLogger("chorus.relay")
 

@@ -24,10 +24,11 @@ import asyncpg
 from fastapi import APIRouter
 from pydantic import BaseModel
 
-from chorus.kernel.clock import Clock
+from chorus.base.clock import Clock
+from chorus.base.errors import PersistentError
 from chorus.kernel.codec import Event
-from chorus.kernel.errors import PersistentError
 from chorus_contracts.base import EventModel, is_sealed
+from chorus_contracts.edges import ServiceEdges
 from chorus_contracts.envelope import Envelope, Priority
 from chorus_contracts.lifecycle import WorkflowEnded
 
@@ -250,25 +251,6 @@ async def nothing_to_undo(event: Event[WorkflowEnded], state: Any, ctx: Context[
 
 WORKFLOW_END = On(WorkflowEnded, nothing_to_undo, timeout_s=30)
 """``handlers=[..., WORKFLOW_END]``: a service that keeps workflow state stops with it."""
-
-
-@dataclass(frozen=True)
-class ServiceEdges:
-    """What a service reads and writes, checked against the registry by contracts-tests.
-
-    Runtime services derive theirs from the ServiceSpec; a service not built on
-    the runtime (the faust analytics app) declares one in its service.py as EDGES.
-    ``runtime`` services also read chorus.control and may emit the runtime's own
-    events (timers, retries, dead letters, reviews).
-    """
-
-    name: str
-    consumes: frozenset[str]
-    produces: frozenset[str]
-    runtime: bool = False
-    kafka: bool = True
-    """False for a process that never connects to Kafka (the console: HTTP APIs only); it
-    is no Kafka principal."""
 
 
 @asynccontextmanager

@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from chorus.kernel.logs import fields
-from chorus.kernel.metrics import Metrics
+from chorus.base.logs import fields
+from chorus.base.metrics import Metrics
 from chorus.kernel.records import Record
 
 log = logging.getLogger("chorus.stuck")

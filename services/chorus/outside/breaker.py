@@ -22,16 +22,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from enum import StrEnum
 
 import asyncpg
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 from pydantic import BaseModel, ConfigDict, Field
 
-from chorus.kernel.clock import Clock
-from chorus.kernel.errors import TransientError
-from chorus.kernel.migrations import baseline, migrate
+from chorus.base.clock import Clock
+from chorus.base.errors import TransientError
+from chorus.base.migrations import baseline, migrate
 
 log = logging.getLogger("chorus.outside.breaker")
 
@@ -245,3 +247,24 @@ _KNOWN: dict[str, CircuitBreaker] = {}
 def known() -> list[CircuitBreaker]:
     """The breakers this process uses (for /health, /metrics and ``chorus status``)."""
     return [_KNOWN[name] for name in sorted(_KNOWN)]
+
+
+class BreakerCollector(Collector):
+    """The circuit breakers this process uses, read when Prometheus scrapes."""
+
+    def collect(self) -> Iterator[Metric]:
+        state = GaugeMetricFamily(
+            "chorus_breaker_state",
+            "Circuit breaker of each dependency as this process last saw it: 0 closed, 1 half-open, 2 open",
+            labels=["dependency"],
+        )
+        rejected = CounterMetricFamily(
+            "chorus_breaker_rejections",
+            "Calls not made because the dependency's circuit breaker was open",
+            labels=["dependency"],
+        )
+        for one in known():
+            state.add_metric([one.name], STATE_VALUE[one.state])
+            rejected.add_metric([one.name], one.rejections)
+        yield state
+        yield rejected

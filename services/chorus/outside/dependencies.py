@@ -19,9 +19,9 @@ from typing import Any, Protocol
 import asyncpg
 from pydantic import BaseModel, ConfigDict, Field
 
-from chorus.kernel.clock import Clock, clock_from_setting
-from chorus.kernel.db import create_pool
-from chorus.kernel.errors import TransientError
+from chorus.base.clock import Clock, clock_from_setting
+from chorus.base.db import create_pool
+from chorus.base.errors import TransientError
 from chorus.outside.breaker import BreakerPolicy, CircuitBreaker
 from chorus.outside.ratelimit import RateLimiter, RateLimitTimeout
 

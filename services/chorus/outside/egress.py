@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from chorus.kernel.errors import PersistentError, TransientError
+from chorus.base.errors import PersistentError, TransientError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network

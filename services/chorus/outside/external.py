@@ -9,14 +9,14 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 
-from chorus.kernel.errors import PersistentError, TransientError
-from chorus.kernel.faults import fault_point
-from chorus.kernel.logs import redact
-from chorus.kernel.tracing import outbound_span
+from chorus.base.errors import PersistentError, TransientError
+from chorus.base.faults import fault_point
+from chorus.base.logs import redact
+from chorus.base.tracing import outbound_span
 from chorus.outside.egress import pin
 
 
@@ -75,7 +75,7 @@ async def call_json(
     ``mid_external_call`` (fault injection) fires after the other side answered and
     before the caller records the answer: the hardest moment to crash.
     """
-    with outbound_span(what, method, url) as traceparent:
+    with outbound_span(what, method, urlsplit(url).hostname or "") as traceparent:
         return await _call(
             client,
             method,

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from chorus.kernel.clock import Clock
-from chorus.kernel.migrations import baseline, migrate
+from chorus.base.clock import Clock
+from chorus.base.migrations import baseline, migrate
 
 DDL = [
     "CREATE SCHEMA IF NOT EXISTS chorus",

@@ -41,11 +41,17 @@ import httpx
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from chorus.kernel.errors import PersistentError
-from chorus.kernel.strictjson import escape
+from chorus.base.errors import (
+    KeyDestroyedError,
+    KeyStoreUnavailableError,
+    KeyUnknownError,
+    KeyUnreachableError,
+    PersistentError,
+)
 from chorus_contracts.base import CATALOG, KEYED_PATTERN, SEALED_PATTERN, SEALED_PREFIX, Sealed, is_sealed
 from chorus_contracts.envelope import Envelope
 from chorus_contracts.registry import Registry, personal_pointers
+from chorus_contracts.strictjson import escape
 
 log = logging.getLogger("chorus.privacy.crypto")
 _TOKEN = re.compile(SEALED_PATTERN)
@@ -64,23 +70,6 @@ ELSEWHERE = "(sealed in region {region})"
 UNREADABLE = "(unreadable)"
 """What a reader is shown for a token that does not open (altered, or not a real one)."""
 """What a reader is shown for a value whose region's key store it cannot reach."""
-
-
-class KeyDestroyedError(PersistentError):
-    """The key was destroyed: its subject was erased. What it sealed is gone."""
-
-
-class KeyUnreachableError(PersistentError):
-    """The key lives in a region whose key store this service is not configured for."""
-
-
-class KeyUnknownError(PersistentError):
-    """No key of that id in its region's store: a forged or garbled token, not an outage."""
-
-
-class KeyStoreUnavailableError(ConnectionError):
-    """The key store did not answer. It is infrastructure, like PostgreSQL: the record is
-    tried again (and reported stuck if it lasts), never dead-lettered for it."""
 
 
 def keyed_ref(secret: str, subject_ref: str) -> str:

@@ -19,12 +19,18 @@ from typing import Literal
 
 import asyncpg
 
-from chorus.kernel.clock import Clock
+from chorus.base.clock import Clock
+from chorus.base.logs import fields
+from chorus.kernel.chain import Done, Finish, Item
 from chorus.kernel.envelopes import child_envelope
-from chorus.kernel.logs import fields
 from chorus.kernel.outbox import OutboxWriter
 from chorus.kernel.service import DataRequest, OwnedData
-from chorus.kernel.store import InboxOutcome, ServiceStore
+from chorus.kernel.steps.letters import Letters
+from chorus.kernel.steps.route import uuid_or_dead_letter
+from chorus.kernel.store import Claim, InboxOutcome
+from chorus.kernel.store.postgres import ServiceStore
+from chorus.privacy.crypto import Sealer
+from chorus.privacy.store import DataStore
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.platform import DataRemoved, SubjectErasureRequested, WorkflowsRetired
 
@@ -34,12 +40,13 @@ REQUESTS: dict[str, int] = {
     SubjectErasureRequested.event_type: SubjectErasureRequested.version,
     WorkflowsRetired.event_type: WorkflowsRetired.version,
 }
-"""The requests every runtime handles (event type -> version its code reads)."""
+"""The requests every runtime answers (event type -> version its code reads)."""
 
 
 @dataclass
 class DataRequests:
-    store: ServiceStore
+    sql: ServiceStore
+    store: DataStore
     pool: asyncpg.Pool
     outbox: OutboxWriter
     clock: Clock
@@ -85,16 +92,16 @@ class DataRequests:
 
     async def _claim(self, conn: asyncpg.Connection, envelope: Envelope) -> bool:
         """Claim the request in the inbox; False when this group handled it already."""
-        return await self.store.claim_inbox(
-            conn,
-            group=self.group,
-            event_id=envelope.event_id,
-            attempt=envelope.attempt,
-            outcome=InboxOutcome.DONE,
-            event_type=envelope.event_type,
-            workflow_id=envelope.workflow_id,
-            now=self.clock.now(),
+        claim = Claim(
+            self.group,
+            envelope.event_id,
+            envelope.attempt,
+            InboxOutcome.DONE,
+            envelope.event_type,
+            envelope.workflow_id,
+            self.clock.now(),
         )
+        return await self.sql.claim_inbox(conn, claim)
 
     def _confirmation(
         self,
@@ -127,3 +134,43 @@ class DataRequests:
 def _merged(rows: dict[str, int], removed: dict[str, int]) -> dict[str, int]:
     """``rows`` and the tables where ``removed`` counts something."""
     return {**rows, **{table: n for table, n in removed.items() if n}}
+
+
+@dataclass
+class Erasure:
+    """``subject.erasure_requested``: every service removes what it holds of the subject,
+    and forgets the subject's keys it cached."""
+
+    requests: DataRequests
+    sealer: Sealer | None
+
+    def addressed(self, item: Item) -> bool:
+        return True
+
+    async def __call__(self, item: Item) -> Done:
+        request = item.decoded.payload
+        assert isinstance(request, SubjectErasureRequested)
+        await self.requests.erase(item.decoded.envelope, request)
+        if self.sealer is not None:
+            self.sealer.forget(request.subject_hash, request.workflow_ids)
+        return Done(Finish.CONTROL)
+
+
+@dataclass
+class Retirement:
+    """``workflows.retired``: every service removes the rows of workflows past their lifetime."""
+
+    requests: DataRequests
+    letters: Letters
+
+    def addressed(self, item: Item) -> bool:
+        return True
+
+    async def __call__(self, item: Item) -> Done:
+        request = item.decoded.payload
+        assert isinstance(request, WorkflowsRetired)
+        run_id = await uuid_or_dead_letter(self.letters, item, request.run_id, "/payload/run_id")
+        if run_id is None:
+            return Done(Finish.DEAD_LETTERED)
+        await self.requests.retire(item.decoded.envelope, request, run_id)
+        return Done(Finish.CONTROL)

@@ -40,15 +40,11 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from chorus.kernel.errors import UnauthorizedError
+from chorus.base.errors import SigningConfigError, UnauthorizedError
 
 HEADER = "chorus-signature"
 _DOMAIN = b"chorus-signature-v1\x00"
 """Prefix of every signed message, so a signature made here means nothing elsewhere."""
-
-
-class SigningConfigError(Exception):
-    """The keys this service needs are missing or unreadable (the service does not start)."""
 
 
 def signed_content(value: Mapping[str, Any]) -> bytes:

@@ -36,12 +36,15 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from chorus.kernel.clock import Clock
+from chorus.base.clock import Clock
+from chorus.base.logs import fields
+from chorus.kernel.chain import Done, Finish, Item
 from chorus.kernel.envelopes import child_envelope
-from chorus.kernel.logs import fields
 from chorus.kernel.outbox import OutboxWriter
-from chorus.kernel.store import InboxOutcome, PinRow, ServiceStore
+from chorus.kernel.store import Claim, InboxOutcome
+from chorus.kernel.store.postgres import ServiceStore
 from chorus.releases.rollouts import MAIN_RELEASE, RolloutView, release_group
+from chorus.releases.store import PinRow, PinStore
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.rollouts import RepinAnswered, RepinOutcome, RepinRequested
 
@@ -50,7 +53,8 @@ log = logging.getLogger("chorus.repin")
 
 @dataclass
 class Repins:
-    store: ServiceStore
+    sql: ServiceStore
+    pins: PinStore
     pool: asyncpg.Pool
     outbox: OutboxWriter
     clock: Clock
@@ -64,31 +68,45 @@ class Repins:
     handled_types: tuple[str, ...]
     """The event types this service handles (the only ones its inbox records)."""
 
+    def addressed(self, item: Item) -> bool:
+        """Only an operator's request (through the rollout service) about this service counts;
+        its signature is checked before it is acted on."""
+        request = item.decoded.payload
+        assert isinstance(request, RepinRequested)
+        return request.service == self.producer.service
+
+    async def __call__(self, item: Item) -> Done:
+        request = item.decoded.payload
+        assert isinstance(request, RepinRequested)
+        await self.answer(item.decoded.envelope, request)
+        return Done(Finish.CONTROL)
+
     async def answer(self, envelope: Envelope, request: RepinRequested) -> None:
         workflow_id = envelope.workflow_id
         async with self.pool.acquire() as conn, self.outbox.transaction(conn) as tx:
-            if await self.store.inbox_outcome(conn, self.group, envelope.event_id) is not None:
+            if await self.pins.inbox_outcome(conn, self.group, envelope.event_id) is not None:
                 return  # answered (or passed) already
             # Under the workflow's lock and its row's: no release passes an event of it meanwhile.
-            await self.store.lock_pin(conn, workflow_id)
-            row = await self.store.pin_of(conn, workflow_id, lock=True)
+            await self.pins.lock_pin(conn, workflow_id)
+            row = await self.pins.pin_of(conn, workflow_id, lock=True)
             owner = self._owner(row, request)
             mine = owner == self.identity
-            claimed = await self.store.claim_inbox(
-                conn,
-                group=self.group,
-                event_id=envelope.event_id,
-                attempt=envelope.attempt,
-                outcome=InboxOutcome.DONE if mine else InboxOutcome.NOT_MINE,
-                event_type=envelope.event_type,
-                workflow_id=workflow_id,
-                now=self.clock.now(),
+            recorded = InboxOutcome.DONE if mine else InboxOutcome.NOT_MINE
+            claim = Claim(
+                self.group,
+                envelope.event_id,
+                envelope.attempt,
+                recorded,
+                envelope.event_type,
+                workflow_id,
+                self.clock.now(),
             )
+            claimed = await self.sql.claim_inbox(conn, claim)
             if not claimed or not mine:
                 return
             outcome, reason = await self._decide(conn, workflow_id, row, request.to_release)
             if outcome == "repinned":
-                await self.store.move_pin(
+                await self.pins.move_pin(
                     conn,
                     workflow_id=workflow_id,
                     release=request.to_release,
@@ -144,13 +162,13 @@ class Repins:
             )
         if row.ended is not None:
             return "refused", f"the workflow ended here ({row.ended})"
-        pending = await self.store.pending_in(conn, self.group, workflow_id)
+        pending = await self.pins.pending_in(conn, self.group, workflow_id)
         if pending or row.parked_on is not None or row.has_parked:
             return "refused", (
                 f"a retry, a dead letter or a parked event of it waits in release {self.identity}; "
                 "ask again once it has run (or the dead letter is resolved)"
             )
-        passed = await self.store.passed_unhandled(
+        passed = await self.pins.passed_unhandled(
             conn,
             workflow_id=workflow_id,
             passer=release_group(self.base_group, to),

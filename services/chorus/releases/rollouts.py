@@ -24,11 +24,11 @@ from collections.abc import Mapping
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
+from chorus.base.errors import DecodeError, UnauthorizedError
+from chorus.base.logs import fields
 from chorus.kernel.codec import decode
-from chorus.kernel.errors import DecodeError, UnauthorizedError
 from chorus.kernel.kafka import make_consumer
-from chorus.kernel.logs import fields
-from chorus.privacy.signing import Verifier
+from chorus.kernel.ports import Verifying
 from chorus_contracts.registry import Registry
 from chorus_contracts.rollouts import RolloutChanged
 
@@ -106,7 +106,7 @@ class RolloutFollower:
         self,
         view: RolloutView,
         registry: Registry,
-        verifier: Verifier,
+        verifier: Verifying,
         *,
         bootstrap: str,
         client_id: str,

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from chorus.kernel.clock import ManualClock
+from chorus.base.clock import ManualClock
 from chorus.kernel.codec import Event
 from chorus.kernel.envelopes import start_envelope
 from chorus.kernel.service import Context, Emit, Outcome, ServiceSpec, check_outcome

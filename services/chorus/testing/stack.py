@@ -27,7 +27,7 @@ import socket
 import sys
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,10 +35,12 @@ from typing import Any
 
 import httpx
 import yaml
+from aiokafka.admin import NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
 
 from chorus.kernel.codec import decode, encode
 from chorus.kernel.envelopes import start_envelope
-from chorus.kernel.kafka import ensure_topics, make_consumer, make_producer
+from chorus.kernel.kafka import make_admin, make_consumer, make_producer
 from chorus.runtime.runner import LOCAL_REGION
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, ProducerRef
@@ -267,3 +269,41 @@ async def _healthy(url: str, process: asyncio.subprocess.Process, log: Path, tim
                 pass
             await asyncio.sleep(0.2)
     raise RuntimeError(f"the key service was not healthy within {timeout_s}s:\n{_tail(log)}")
+
+
+async def ensure_topics(
+    bootstrap: str,
+    topics: Iterable[tuple[str, int]],
+    *,
+    replication_factor: int = 1,
+    configs: dict[str, str] | None = None,
+) -> list[str]:
+    """Create the (name, partitions) topics that do not exist yet; returns the created names."""
+    admin = make_admin(bootstrap)
+    await admin.start()
+    created: list[str] = []
+    try:
+        existing = set(await admin.list_topics())
+        wanted = [
+            NewTopic(
+                name=name,
+                num_partitions=partitions,
+                replication_factor=replication_factor,
+                topic_configs=dict(configs or {}),
+            )
+            for name, partitions in topics
+            if name not in existing
+        ]
+        if wanted:
+            response = await admin.create_topics(wanted)
+            for topic_error in response.topic_errors:
+                name, code = topic_error[0], topic_error[1]
+                message = topic_error[2] if len(topic_error) > 2 else ""
+                if code == TopicAlreadyExistsError.errno:
+                    continue  # a concurrent creator won the race; the topic exists
+                if code != 0:
+                    raise RuntimeError(f"could not create topic {name!r}: error {code} {message}")
+                created.append(name)
+    finally:
+        await admin.close()
+    return created

@@ -29,7 +29,7 @@ from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
-from chorus.kernel.settings import ChorusSettings
+from chorus.base.settings import DEMO_SERVICE_KEY, ChorusSettings
 from chorus.web.webapi import Problem
 
 Role = Literal["submitter", "reviewer", "operator", "auditor", "service"]
@@ -45,7 +45,6 @@ class ApiKey(BaseModel):
 
 
 DEMO_GATEWAY_KEY = "demo-gateway-key"
-DEMO_SERVICE_KEY = "demo-service-key"
 """What every service presents to the key service in the demo (chorus.privacy.crypto)."""
 DEMO_KEYS = {
     "demo-submitter-key": ApiKey(principal="demo-submitter", role="submitter"),

@@ -19,7 +19,8 @@ import uvicorn
 from fastapi import APIRouter, FastAPI, Response
 from fastapi.responses import JSONResponse
 
-from chorus.kernel.metrics import Metrics
+from chorus.base.metrics import Metrics
+from chorus.base.settings import ChorusSettings
 from chorus.web.apikeys import ApiKey
 from chorus.web.webapi import create_api, problems
 
@@ -31,6 +32,12 @@ HealthCheck = Callable[[], Awaitable[dict[str, Any]]]
 # request fails with a ReadError although both sides are healthy. Clients of Chorus APIs let
 # an idle connection go well before the server would.
 CLIENT_KEEPALIVE_S = 2.0
+
+
+class WebSettings(ChorusSettings):
+    http_host: str = "127.0.0.1"
+    http_port: int = 0
+    """Where /health, /metrics and the service's own API listen (0: a free port)."""
 
 
 def api_client(**kwargs: Any) -> httpx.AsyncClient:

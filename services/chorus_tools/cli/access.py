@@ -15,9 +15,9 @@ import asyncpg
 import typer
 from pydantic import SecretStr, ValidationError
 
+from chorus.base.logs import redact
+from chorus.base.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
 from chorus.kernel.kafka import KafkaAuth, kafka_auth
-from chorus.kernel.logs import redact
-from chorus.kernel.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
 from chorus.privacy.signing import make_keys
 from chorus_contracts.registry import Registry, default_schemas_dir, load_registry
 from chorus_tools.access import (

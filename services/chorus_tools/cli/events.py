@@ -37,12 +37,12 @@ from rich.console import Console
 from rich.markup import escape
 
 from chorus import __version__
+from chorus.base.errors import DecodeError
+from chorus.base.settings import LOCAL_KAFKA
 from chorus.kernel.codec import decode, encode, pointer
 from chorus.kernel.envelopes import start_envelope
-from chorus.kernel.errors import DecodeError
 from chorus.kernel.kafka import make_admin, make_consumer, make_producer
 from chorus.kernel.outbox import envelope_headers
-from chorus.kernel.settings import LOCAL_KAFKA
 from chorus_contracts.envelope import Envelope, Priority, ProducerRef
 from chorus_contracts.registry import Registry, load_registry
 from chorus_tools.cli.options import (

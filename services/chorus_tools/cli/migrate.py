@@ -28,11 +28,11 @@ import asyncpg
 import typer
 from pydantic import ValidationError
 
-from chorus.kernel.db import create_pool
-from chorus.kernel.logs import redact
+from chorus.base.db import create_pool
+from chorus.base.logs import redact
+from chorus.base.settings import LOCAL_DATABASE_URL
 from chorus.kernel.service import ServiceSpec
-from chorus.kernel.settings import LOCAL_DATABASE_URL
-from chorus.kernel.store import ServiceStore
+from chorus.kernel.store.postgres import ServiceStore
 from chorus_contracts.registry import Registry, default_schemas_dir, load_registry
 from chorus_tools.cli.options import SchemasDir
 

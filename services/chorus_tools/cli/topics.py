@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from chorus.kernel.settings import LOCAL_KAFKA
+from chorus.base.settings import LOCAL_KAFKA
 from chorus_contracts.registry import TopicSpec, default_schemas_dir
 from chorus_tools.cli.options import Bootstrap, SchemasDir, quiet_client_logs
 from chorus_tools.topics import (

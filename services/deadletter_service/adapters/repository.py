@@ -21,8 +21,8 @@ from typing import Any
 
 import asyncpg
 
-from chorus.kernel import migrations
-from chorus.kernel.db import rows_affected
+from chorus.base import migrations
+from chorus.base.db import rows_affected
 from chorus.kernel.service import DataRequest, ErasedAsRetired
 from deadletter_service.domain import OPEN, LetterFilter
 

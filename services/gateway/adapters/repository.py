@@ -8,8 +8,8 @@ from datetime import datetime
 
 import asyncpg
 
-from chorus.kernel import migrations
-from chorus.kernel.db import rows_affected
+from chorus.base import migrations
+from chorus.base.db import rows_affected
 from chorus.kernel.service import DataRequest, ErasedAsRetired
 
 DDL = [

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from email.message import EmailMessage
 from email.utils import make_msgid
+from urllib.parse import urlsplit
 
 import aiosmtplib
 import httpx
 
-from chorus.kernel.tracing import outbound_span
+from chorus.base.tracing import outbound_span
 from notifier.config import Settings
 
 
@@ -52,7 +53,7 @@ class Channels:
 
     async def webhook(self, url: str, body: dict[str, object]) -> None:
         try:
-            with outbound_span("notify webhook", "POST", url) as traceparent:
+            with outbound_span("notify webhook", "POST", urlsplit(url).hostname or "") as traceparent:
                 response = await self.http.post(
                     url,
                     json=body,

@@ -14,9 +14,9 @@ from typing import Protocol
 
 from aiokafka import AIOKafkaProducer
 
+from chorus.base.logs import fields
 from chorus.kernel.codec import encode
 from chorus.kernel.kafka import make_producer
-from chorus.kernel.logs import fields
 from chorus.kernel.outbox import envelope_headers
 from chorus_contracts.envelope import Envelope
 

@@ -25,8 +25,8 @@ from typing import Any
 
 import asyncpg
 
-from chorus.kernel import migrations
-from chorus.kernel.db import rows_affected
+from chorus.base import migrations
+from chorus.base.db import rows_affected
 from chorus.kernel.service import DataRequest, ErasedAsRetired
 from chorus_contracts.rollouts import ReleaseReported, RepinAnswered, RepinRequested, RolloutChanged
 from rollout_service.domain import FAILING_CATEGORIES, Outcomes, ReleaseStatus, role_of

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chorus.kernel.errors import SemanticError
+from chorus.base.errors import SemanticError
 from chorus.testing import WorkflowHarness
 from chorus_contracts.approvals import ApprovalDecided
 from chorus_contracts.lifecycle import WorkflowEnded

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from chorus.kernel.errors import TransientError
+from chorus.base.errors import TransientError
 from chorus.testing import WorkflowHarness
 from chorus_contracts.approvals import ApprovalDecided
 from chorus_contracts.lifecycle import WorkflowEnded

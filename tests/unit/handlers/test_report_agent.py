@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from chorus.kernel.errors import TransientError
+from chorus.base.errors import TransientError
 from chorus.kernel.service import CancelTimer, ScheduleTimer
 from chorus.testing import WorkflowHarness
 from chorus_contracts.approvals import ApprovalDecided, ApprovalRequested, Decision, EscalationStep

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from chorus.kernel.errors import TransientError
+from chorus.base.errors import TransientError
 from chorus.testing import WorkflowHarness
 from chorus_contracts.research import SourceFetched, SourceFetchFailed, SourceFetchRequested, SourceRef
 from source_fetcher.bootstrap import Deps

@@ -25,7 +25,7 @@ from typing import Any, Protocol, TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from chorus.kernel.errors import PersistentError, SemanticError
+from chorus.base.errors import PersistentError, SemanticError
 from chorus.outside.breaker import BreakerPolicy
 from chorus.outside.dependencies import Dependency, Guarding, dependencies
 from chorus.outside.external import ExternalRejection, call_json

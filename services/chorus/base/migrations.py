@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from chorus.kernel.db import ident
+from chorus.base.db import ident
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,14 @@
-"""The handle and classify steps: call the handler, and say how it ended.
+"""handle: call the handler on the workflow's checkpoint, and say how it ended (a Result).
+
+The checkpoint is brought up to the service's state version first (forward only); an
+event of a workflow this service saw end is dropped (recorded, never handled), and one
+whose checkpoint this code cannot read is dead-lettered with the checkpoint untouched.
 
 Semantic failures re-run the handler with the validation feedback (up to the route's
 ``semantic_attempts``, then a person reviews). Transient and unexpected failures become
 a durable :class:`Retry` with full-jitter backoff until the route's attempts are spent;
 persistent ones, an invalid model the handler built, and spent retries become a
-:class:`DeadLetter`. Nothing here touches the database except through ``checkpoint``.
+:class:`DeadLetter`. Nothing here touches the database except ``ctx.checkpoint``.
 """
 
 from __future__ import annotations
@@ -12,51 +16,114 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from chorus.kernel.backoff import full_jitter
-from chorus.kernel.clock import Clock
-from chorus.kernel.codec import Event, upcast
-from chorus.kernel.errors import (
+from chorus.base.clock import Clock
+from chorus.base.errors import (
     Category,
     HandlerTimeoutError,
+    KeyStoreUnavailableError,
     NewerStateError,
     PersistentError,
     SemanticError,
     TransientError,
 )
-from chorus.kernel.logs import fields, hide_in_logs
-from chorus.kernel.metrics import Metrics
+from chorus.base.logs import fields, hide_in_logs
+from chorus.base.metrics import Metrics
+from chorus.base.tracing import handling_span
+from chorus.kernel.backoff import full_jitter
+from chorus.kernel.chain import Again, Item
+from chorus.kernel.codec import Event, upcast
+from chorus.kernel.ports import Sealing
+from chorus.kernel.results import DeadLetter, Dropped, Frame, Result, Retry, Review, Succeeded
 from chorus.kernel.service import Context, On, ServiceSpec, check_outcome
-from chorus.kernel.steps import DeadLetter, Frame, Result, Retry, Review, Succeeded
-from chorus.kernel.store import ConflictError, StateRow
-from chorus.kernel.tracing import handling_span
-from chorus.privacy.crypto import KeyStoreUnavailableError, Sealer
+from chorus.kernel.store import Checkpoint, ConflictError, StateRow, Store
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope
+from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_contracts.platform import Failure
 
 T = TypeVar("T")
 
 log = logging.getLogger("chorus.pipeline")
 
-Checkpoint = Callable[[Envelope, Frame, BaseModel], Awaitable[None]]
-"""Persist a handler's mid-step checkpoint (``ctx.checkpoint``) on the frame."""
-
 
 @dataclass
-class HandlerCall:
+class Handle:
     spec: ServiceSpec[Any, Any]
     deps: Any
+    store: Store
     clock: Clock
     metrics: Metrics
-    checkpoint: Checkpoint
     rng: random.Random
-    sealer: Sealer | None = None
+    sealer: Sealing | None = None
+    release: str | None = None
+    """A workflow's first checkpoint is pinned to this release (chorus.releases)."""
+    name: str = "handle"
+
+    async def __call__(self, item: Item) -> Item | Again:
+        event, route = item.decoded, item.route
+        assert item.loaded is not None and route is not None
+        state = item.loaded.state
+        ended = state.ended if state is not None else None
+        frame, refused = self._frame(state)
+        env = event.envelope
+        result: Result
+        try:
+            if ended is not None and (
+                env.event_type != WorkflowEnded.event_type or _another_end(event, ended)
+            ):
+                result, traceparent = Dropped(f"workflow ended ({ended})"), env.traceparent
+            elif refused is not None:
+                self.metrics.failures.labels(refused.category, env.event_type).inc()
+                result, traceparent = DeadLetter(refused, refused.category), env.traceparent
+            else:
+                result, traceparent = await self.run(route, event, frame, item.tries, item.failures)
+        except ConflictError:  # a mid-step checkpoint found the workflow moved on
+            log.info("checkpoint moved under us; reloading", extra=fields(via=item.via.value))
+            return Again("load")
+        item.frame, item.result, item.traceparent = frame, result, traceparent
+        return item
+
+    def _frame(self, state: StateRow | None) -> tuple[Frame, PersistentError | None]:
+        """The frame this handling builds on, or the reason it cannot read the checkpoint:
+        then the event is dead-lettered and the checkpoint written back exactly as stored."""
+        try:
+            migrated, version, refused = self.migrated(state), self.spec.state_version, None
+        except PersistentError as exc:
+            assert state is not None
+            migrated, version, refused = state.state, state.state_version, exc
+        frame = Frame(
+            revision=state.revision if state else None,
+            state_version=version,
+            parked_on=state.parked_on if state else None,
+            state=migrated,
+            ended=state.ended if state else None,
+        )
+        return frame, refused
+
+    async def checkpoint(self, env: Envelope, frame: Frame, state: BaseModel) -> None:
+        """``ctx.checkpoint``: the handler's state committed now, mid-step."""
+        body = state.model_dump(mode="json")
+        frame.revision = await self.store.checkpoint(
+            Checkpoint(
+                workflow_id=env.workflow_id,
+                workflow_type=env.workflow_type,
+                state=body,
+                state_version=self.spec.state_version,
+                expected_revision=frame.revision,
+                parked_on=frame.parked_on,
+                subject_ref=env.subject_ref,
+                now=self.clock.now(),
+                release=self.release,
+            )
+        )
+        frame.state = body
+        frame.checkpoints += 1
 
     def migrated(self, row: StateRow | None) -> dict[str, Any] | None:
         """The checkpoint's state brought up to the service's state version (forward only:
@@ -205,3 +272,11 @@ class HandlerCall:
             extra=fields(error=repr(exc), attempt=attempt, retry_in_s=round(wait, 3)),
         )
         return Retry(exc, category, wait)
+
+
+def _another_end(event: Event[EventModel], ended: str) -> bool:
+    """A second, different end of a workflow this service saw end (a cancel that crossed a
+    completion): the first one stands, and its compensation must not run again. The same
+    end again (the service's own, coming back) is handled as usual."""
+    payload = event.payload
+    return isinstance(payload, WorkflowEnded) and payload.outcome != ended

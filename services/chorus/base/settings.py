@@ -10,19 +10,17 @@ to start with them anywhere else.
 
 from __future__ import annotations
 
-import sys
-from typing import Literal, Self, TypeVar
+from typing import Literal, Self
 from urllib.parse import urlsplit
 
-from pydantic import ValidationError, model_validator
+from pydantic import model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
-
-from chorus.kernel.kafka import kafka_auth
-from chorus.outside.egress import egress_policy
 
 LOCAL_KAFKA = "127.0.0.1:9092"
 LOCAL_DATABASE_URL = "postgresql://chorus:chorus@127.0.0.1:54329/chorus"
 DEMO_DATABASE_PASSWORD = "chorus"
+DEMO_SERVICE_KEY = "demo-service-key"
+"""The API key services present to each other in the demo (the key service's, say)."""
 EX_CONFIG = 78
 """sysexits' EX_CONFIG: the process refused its configuration."""
 
@@ -63,30 +61,25 @@ class ChorusSettings(BaseSettings):
         return self
 
 
-S = TypeVar("S", bound=ChorusSettings)
+class KernelSettings(ChorusSettings):
+    """What the kernel of every service reads (``CHORUS_*``); the feature packages add theirs
+    and ``chorus.runtime.runner.ServiceSettings`` is all of them."""
 
-
-def load_settings(cls: type[S], *, kafka: bool = True) -> S:
-    """A process's settings from its environment, with its Kafka login checked too (unless
-    it has none: ``kafka=False``): a one-line refusal on stderr and exit 78 when they are
-    incomplete or unsafe, before anything connects."""
-    try:
-        settings = cls()
-        if kafka:
-            kafka_auth()
-        egress_policy()  # a malformed CHORUS_EGRESS_ALLOW stops the start, not the first call
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{_where(e['loc'])}{e['msg'].removeprefix('Value error, ')}" for e in exc.errors()
-        )
-        print(f"refusing to start: {problems}", file=sys.stderr)
-        raise SystemExit(EX_CONFIG) from None
-    except ValueError as exc:
-        print(f"refusing to start: {exc}", file=sys.stderr)
-        raise SystemExit(EX_CONFIG) from None
-    return settings
-
-
-def _where(loc: tuple[int | str, ...]) -> str:
-    """The setting an error is about (a field of the settings; none for a whole-model check)."""
-    return f"{'.'.join(str(p) for p in loc)}: " if loc else ""
+    group_id: str = ""
+    """The service's consumer group; defaults to the service name."""
+    instance: str = ""
+    concurrency: int = 32
+    max_buffered_per_partition: int = 200
+    max_poll_interval_ms: int = 300_000
+    session_timeout_ms: int = 10_000
+    heartbeat_interval_ms: int = 2_000
+    commit_interval_s: float = 0.5
+    shutdown_grace_s: float = 20.0
+    max_event_bytes: int = 1_048_576
+    dead_letter_guard_consecutive: int = 25
+    db_pool_size: int = 10
+    outbox_keep_s: float = 3600.0
+    """Published outbox rows are kept this long (for inspection), then deleted."""
+    stuck_record_alert_s: float = 180.0
+    """A record failing for an infrastructure reason this long is reported stuck (/health,
+    chorus status, chorus_records_stuck) while it goes on being retried."""

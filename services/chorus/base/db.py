@@ -1,6 +1,6 @@
 """PostgreSQL access: one asyncpg pool per process, identifiers, and what a data error is.
 
-Schemas are created and changed by chorus.kernel.migrations (versioned, with a ledger).
+Schemas are created and changed by chorus.base.migrations (versioned, with a ledger).
 """
 
 from __future__ import annotations

@@ -1,22 +1,17 @@
-"""The durable state of one service: inbox, checkpoints, outbox and parked events.
+"""The service's own tables on PostgreSQL: the schema, its SQL, and :class:`PgStore`, the
+record path's :class:`~chorus.kernel.store.Store` on a connection pool.
 
-Every service owns a PostgreSQL schema named after it; nothing outside the
-service reads these tables (the gateway reads the audit projection instead). Deployed,
-each service connects as a role of its name that owns the schema and can reach no other
-(chorus_tools.dbroles), so the rule is the database's, not only the code's.
+Every service owns a PostgreSQL schema named after it; nothing outside the service reads
+these tables (the gateway reads the audit projection instead). Deployed, each service
+connects as a role of its name that owns the schema and can reach no other
+(chorus_tools.dbroles), so the rule is the database's, not only the code's. Besides the
+record path's tables (``chorus.kernel.store``) the schema has ``archive``: rows removed
+at a workflow's retirement in archive mode.
 
-- ``inbox``   one row per (consumer group, event id): the outcome of that event.
-              A delivery whose row says it is done is a duplicate and is skipped.
-- ``state``   one checkpoint per workflow, with the state model's schema version
-              and a revision for optimistic concurrency; ``parked_on`` names the
-              event the workflow waits on (a retry or a dead letter) so later
-              events of that workflow queue behind it instead of overtaking it.
-- ``outbox``  events to publish, written in the same transaction as the state.
-- ``parked``  records that arrived while their workflow was parked, in order.
-- ``archive`` rows the service removed at a workflow's retirement in archive mode.
-
-Erasure and retention reach these tables only through this service's runtime (see
-``chorus.privacy.datarequests``): the audit projector asks, every service removes.
+:class:`ServiceStore` methods take a connection, so callers own transactions: the
+feature packages (erasure and retention, moving a workflow between releases) and code
+that publishes outside handlers (``chorus.kernel.outbox.OutboxWriter``) write here in
+transactions of their own.
 """
 
 from __future__ import annotations
@@ -24,39 +19,31 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from enum import IntEnum, StrEnum
 from typing import Any
 
 import asyncpg
 
-from chorus.kernel.db import ident, rows_affected
-from chorus.kernel.migrations import Migration, baseline, migrate
-
-
-class InboxOutcome(StrEnum):
-    """What the inbox holds for an event (``inbox.outcome``). DONE, REVIEW and DISCARDED
-    are final; RETRYING and DEAD_LETTERED let a later attempt through (a durable retry, a
-    redrive); PARKED lets the drain through once."""
-
-    DONE = "done"
-    RETRYING = "retrying"
-    DEAD_LETTERED = "dead_lettered"
-    PARKED = "parked"
-    REVIEW = "review_requested"
-    DISCARDED = "discarded"
-    DROPPED = "dropped"
-    """Arrived after the workflow ended: recorded, never handled (see Pipeline)."""
-    NOT_MINE = "not_mine"
-    """The workflow is pinned to another release of this service (chorus.releases.pinning):
-    recorded, never handled here."""
-
-    @classmethod
-    def finished(cls) -> tuple[InboxOutcome, ...]:
-        """The final outcomes: nothing takes the event again in that group."""
-        return (cls.DONE, cls.REVIEW, cls.DISCARDED, cls.DROPPED, cls.NOT_MINE)
-
+from chorus.base.db import data_error_blames_input, ident, is_data_error, rows_affected
+from chorus.base.errors import RefusedByStoreError
+from chorus.base.faults import fault_point
+from chorus.base.migrations import Migration, baseline, migrate
+from chorus.kernel.records import Record
+from chorus.kernel.service import Effect
+from chorus.kernel.store import (
+    Checkpoint,
+    CheckpointWrite,
+    Claim,
+    ConflictError,
+    InboxOutcome,
+    InboxRow,
+    Loaded,
+    OutboxMessage,
+    OutboxRow,
+    ParkedRow,
+    StateRow,
+    StepWrite,
+)
 
 HANDED_OVER = ", ".join(
     f"'{o}'" for o in (InboxOutcome.DONE, InboxOutcome.REVIEW, InboxOutcome.DROPPED, InboxOutcome.DISCARDED)
@@ -64,142 +51,8 @@ HANDED_OVER = ", ".join(
 """Outcomes of the release a workflow was moved from that its new owner must not repeat:
 it took the step, or an operator discarded it. (A move waits until no retry or dead letter
 of it is pending there.)"""
-FINISHED = ", ".join(f"'{o}'" for o in InboxOutcome.finished())
-"""Outcomes after which an event of a workflow will not be taken again in that group."""
 
 
-@dataclass(frozen=True)
-class OutboxMessage:
-    topic: str
-    key: bytes | None
-    value: bytes
-    headers: Sequence[tuple[str, bytes]]
-    event_id: uuid.UUID | None = None
-    workflow_id: str | None = None
-
-    @property
-    def size(self) -> int:
-        """Bytes of value, key and headers: what counts against a topic's record limit."""
-        return record_size(self.value, self.key, self.headers)
-
-
-def record_size(value: bytes, key: bytes | None, headers: Sequence[tuple[str, bytes]]) -> int:
-    return len(value) + len(key or b"") + sum(len(k.encode()) + len(v) for k, v in headers)
-
-
-@dataclass(frozen=True)
-class OutboxRow:
-    id: int
-    topic: str
-    key: bytes | None
-    value: bytes
-    headers: list[tuple[str, bytes]]
-    event_id: uuid.UUID | None = None
-
-    @property
-    def size(self) -> int:
-        return record_size(self.value, self.key, self.headers)
-
-
-@dataclass(frozen=True)
-class InboxRow:
-    outcome: InboxOutcome
-    attempt: int
-
-
-@dataclass(frozen=True)
-class StateRow:
-    state: dict[str, Any] | None
-    state_version: int
-    revision: int
-    parked_on: uuid.UUID | None
-    ended: str | None = None
-    """How the workflow ended, once this service saw it end (its own outcome or a
-    workflow.ended); later events for it are dropped."""
-    release: str | None = None
-    """The release of this service the workflow is pinned to (chorus.releases.pinning)."""
-    repinned_from: tuple[str, ...] = ()
-    """The consumer groups of the releases that owned the workflow before an operator moved
-    it (chorus.releases.repin), oldest first."""
-
-
-@dataclass(frozen=True)
-class PinRow:
-    """What a move to another release looks at in the checkpoint row."""
-
-    release: str | None
-    revision: int
-    ended: str | None
-    parked_on: uuid.UUID | None
-    has_parked: bool
-
-
-@dataclass(frozen=True)
-class Loaded:
-    inbox: InboxRow | None
-    state: StateRow | None
-    has_parked: bool
-    handled_before: bool = False
-    """A release the workflow was moved from took this event before the move."""
-
-
-@dataclass(frozen=True)
-class ParkedRow:
-    id: int
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes
-    headers: list[tuple[str, bytes]]
-    attempt: int
-    timestamp_ms: int | None
-
-
-class CheckpointWrite(IntEnum):
-    """What a step does to the workflow's checkpoint (the value travels into the step SQL)."""
-
-    NONE = 0
-    """The workflow has no checkpoint and the step leaves none (nothing to order behind)."""
-    INSERT = 1
-    """The workflow's first checkpoint."""
-    UPDATE = 2
-    """The next revision of the checkpoint, if it is still at ``expected_revision``."""
-
-
-class ConflictError(Exception):
-    """Another replica (or an earlier delivery) changed the workflow first; reload and retry."""
-
-
-@dataclass(frozen=True)
-class StepWrite:
-    """Everything one handled event commits: inbox outcome, checkpoint, outbox rows, unpark."""
-
-    group: str
-    event_id: uuid.UUID
-    attempt: int
-    outcome: InboxOutcome
-    event_type: str | None
-    workflow_id: str | None
-    workflow_type: str
-    now: datetime
-    from_parked: bool
-    checkpoint: CheckpointWrite
-    state: dict[str, Any] | None
-    state_version: int
-    expected_revision: int | None
-    parked_on: uuid.UUID | None
-    subject_ref: str | None
-    messages: Sequence[OutboxMessage]
-    parked_id: int | None
-    ended: str | None = None
-    """The workflow ends with this step (kept if it had ended before)."""
-    release: str | None = None
-    """The release that took this step: a first checkpoint is pinned to it."""
-
-
-# Raised inside the step statement to undo its inbox and outbox writes when the
-# checkpoint moved (SQLSTATE 40001, so it reads as the serialization conflict it is).
 SUBJECT_HASH_FUNCTION = """
 CREATE OR REPLACE FUNCTION chorus.subject_hash(ref text) RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
@@ -210,6 +63,8 @@ $$
 hash, never the reference). IMMUTABLE so that it can be indexed: convert_to to UTF-8 gives
 the same bytes for the life of a database."""
 
+# Raised inside the step statement to undo its inbox and outbox writes when the
+# checkpoint moved (SQLSTATE 40001, so it reads as the serialization conflict it is).
 CONFLICT_FUNCTION = """
 CREATE OR REPLACE FUNCTION chorus.step_conflict(what text) RETURNS int LANGUAGE plpgsql AS $$
 BEGIN
@@ -350,124 +205,6 @@ class ServiceStore:
         )
         return [*baseline(self.ddl()), archive, ended, release, repinned]
 
-    # -- erasure and retention (asked for by the audit projector; see chorus.privacy.datarequests)
-
-    async def erase_subject(
-        self,
-        conn: asyncpg.Connection,
-        subject_hash: str,
-        workflow_ids: Sequence[str] = (),
-        *,
-        keep_running: bool = False,
-    ) -> tuple[dict[str, int], int]:
-        """Delete the checkpoints of the ended workflows of the subject whose reference
-        hashes to ``subject_hash`` (see SUBJECT_HASH_FUNCTION), their parked records and
-        published outbox rows (they hold event bytes), and archived rows of the subject or
-        of those workflows: (rows per ``<schema>.<table>``, workflows touched). Undispatched
-        outbox rows stay: the relay still owes them to Kafka.
-
-        With ``keep_running`` (a service that handles ``workflow.ended``), a workflow still
-        running here keeps its checkpoint and parked records: the projector ends it
-        (``workflow.ended`` ``erased``, on another topic, so it may come later than this
-        request) and the end handler needs the state to compensate (release a budget). What
-        it holds of the subject is sealed under the keys the key service destroys; retention
-        removes the rows with the workflow's lifetime."""
-        s = self.schema
-        deleted = await conn.fetch(
-            f"""DELETE FROM {s}.state WHERE chorus.subject_hash(subject_ref) = $1
-                AND subject_ref IS NOT NULL AND (ended IS NOT NULL OR NOT $2) RETURNING workflow_id""",
-            subject_hash,
-            keep_running,
-        )
-        running: set[str] = (
-            {
-                r["workflow_id"]
-                for r in await conn.fetch(
-                    f"""SELECT workflow_id FROM {s}.state WHERE chorus.subject_hash(subject_ref) = $1
-                        AND subject_ref IS NOT NULL AND ended IS NULL""",
-                    subject_hash,
-                )
-            }
-            if keep_running
-            else set()
-        )
-        archived = await conn.fetch(
-            f"""SELECT DISTINCT workflow_id FROM {s}.archive
-                WHERE chorus.subject_hash(subject_ref) = $1 AND subject_ref IS NOT NULL""",
-            subject_hash,
-        )
-        # Rows of the subject's workflows may be here without a checkpoint naming it (a
-        # fired timer, a redriven record): the projection's ids cover those.
-        ids = sorted({r["workflow_id"] for r in [*deleted, *archived]} | set(workflow_ids))
-        touched = {r["workflow_id"] for r in deleted}
-        rows = {"state": len(deleted)}
-        statements = {
-            "parked": (
-                f"""DELETE FROM {s}.parked
-                    WHERE workflow_id = ANY($1::text[]) AND workflow_id <> ALL($2::text[])""",
-                (sorted(running),),
-            ),
-            "outbox": (
-                f"""DELETE FROM {s}.outbox
-                    WHERE workflow_id = ANY($1::text[]) AND dispatched_at IS NOT NULL""",
-                (),
-            ),
-            "archive": (
-                f"""DELETE FROM {s}.archive
-                    WHERE workflow_id = ANY($1::text[]) OR chorus.subject_hash(subject_ref) = $2""",
-                (subject_hash,),
-            ),
-        }
-        for table, (sql, extra) in statements.items():
-            gone = await conn.fetch(f"{sql} RETURNING workflow_id", ids, *extra)
-            rows[table] = len(gone)
-            touched.update(r["workflow_id"] for r in gone if r["workflow_id"] is not None)
-        return self._qualified(rows), len(touched)
-
-    async def retire(
-        self,
-        conn: asyncpg.Connection,
-        workflow_ids: Sequence[str],
-        *,
-        run_id: uuid.UUID,
-        archive: bool,
-        now: datetime,
-    ) -> tuple[dict[str, int], int]:
-        """Remove the rows of workflows past their lifetime: checkpoints, parked records,
-        inbox rows and published outbox rows (archive mode copies checkpoints and parked
-        records to ``archive`` first): (rows per ``<schema>.<table>``, workflows touched)."""
-        s, ids = self.schema, list(workflow_ids)
-        if archive:
-            for table, subject in (("state", "t.subject_ref"), ("parked", "NULL")):
-                await conn.execute(
-                    f"""INSERT INTO {s}.archive (run_id, source, workflow_id, subject_ref, row, archived_at)
-                        SELECT $1, $2, t.workflow_id, {subject}, to_jsonb(t), $3
-                        FROM {s}.{table} t WHERE t.workflow_id = ANY($4::text[])""",
-                    run_id,
-                    f"{self.service}.{table}",
-                    now,
-                    ids,
-                )
-        touched: set[str] = set()
-        rows: dict[str, int] = {}
-        for table, where in (
-            ("state", ""),
-            ("parked", ""),
-            ("inbox", ""),
-            # Undispatched rows still have to reach Kafka; the relay owns them.
-            ("outbox", "AND dispatched_at IS NOT NULL"),
-        ):
-            deleted = await conn.fetch(
-                f"DELETE FROM {s}.{table} WHERE workflow_id = ANY($1::text[]) {where} RETURNING workflow_id",
-                ids,
-            )
-            rows[table] = len(deleted)
-            touched.update(r["workflow_id"] for r in deleted)
-        return self._qualified(rows), len(touched)
-
-    def _qualified(self, rows: dict[str, int]) -> dict[str, int]:
-        return {f"{self.service}.{table}": n for table, n in sorted(rows.items()) if n}
-
     # -- reads ---------------------------------------------------------------------
 
     async def load_many(
@@ -513,19 +250,7 @@ class ServiceStore:
 
     # -- the handling transaction -----------------------------------------------------
 
-    async def claim_inbox(
-        self,
-        conn: asyncpg.Connection,
-        *,
-        group: str,
-        event_id: uuid.UUID,
-        attempt: int,
-        outcome: InboxOutcome,
-        event_type: str | None,
-        workflow_id: str | None,
-        now: datetime,
-        from_parked: bool = False,
-    ) -> bool:
+    async def claim_inbox(self, conn: asyncpg.Connection, claim: Claim, *, from_parked: bool = False) -> bool:
         """Record the event's outcome; False when it was already finished (a duplicate).
 
         A row that says retrying / dead-lettered lets a later attempt through (a
@@ -542,35 +267,22 @@ class ServiceStore:
                          AND i.attempt < EXCLUDED.attempt)
                      OR (i.outcome = '{InboxOutcome.PARKED}' AND $8)
                 RETURNING 1""",
-            group,
-            event_id,
-            attempt,
-            outcome,
-            event_type,
-            workflow_id,
-            now,
+            claim.group,
+            claim.event_id,
+            claim.attempt,
+            claim.outcome,
+            claim.event_type,
+            claim.workflow_id,
+            claim.now,
             from_parked,
         )
         return row is not None
 
-    async def write_state(
-        self,
-        conn: asyncpg.Connection,
-        *,
-        workflow_id: str,
-        workflow_type: str,
-        state: dict[str, Any] | None,
-        state_version: int,
-        expected_revision: int | None,
-        parked_on: uuid.UUID | None,
-        subject_ref: str | None,
-        now: datetime,
-        release: str | None = None,
-    ) -> int:
+    async def write_state(self, conn: asyncpg.Connection, c: Checkpoint) -> int:
         """Write the checkpoint if nobody moved it since ``expected_revision``; returns the new
         revision. A first checkpoint is pinned to ``release``."""
-        body = json.dumps(state) if state is not None else None
-        if expected_revision is None:
+        body = json.dumps(c.state) if c.state is not None else None
+        if c.expected_revision is None:
             revision = await conn.fetchval(
                 f"""INSERT INTO {self.schema}.state
                       (workflow_id, workflow_type, state, state_version, revision, parked_on,
@@ -578,14 +290,14 @@ class ServiceStore:
                     VALUES ($1, $2, $3::jsonb, $4, 1, $5, $6, $7, $7, $8)
                     ON CONFLICT (workflow_id) DO NOTHING
                     RETURNING revision""",
-                workflow_id,
-                workflow_type,
+                c.workflow_id,
+                c.workflow_type,
                 body,
-                state_version,
-                parked_on,
-                subject_ref,
-                now,
-                release,
+                c.state_version,
+                c.parked_on,
+                c.subject_ref,
+                c.now,
+                c.release,
             )
         else:
             revision = await conn.fetchval(
@@ -594,185 +306,17 @@ class ServiceStore:
                         parked_on = $4, subject_ref = coalesce($5, subject_ref), updated_at = $6
                     WHERE workflow_id = $1 AND revision = $7
                     RETURNING revision""",
-                workflow_id,
+                c.workflow_id,
                 body,
-                state_version,
-                parked_on,
-                subject_ref,
-                now,
-                expected_revision,
+                c.state_version,
+                c.parked_on,
+                c.subject_ref,
+                c.now,
+                c.expected_revision,
             )
         if revision is None:
-            raise ConflictError(f"workflow {workflow_id} changed concurrently")
+            raise ConflictError(f"workflow {c.workflow_id} changed concurrently")
         return int(revision)
-
-    async def claim_release(
-        self,
-        conn: asyncpg.Connection,
-        *,
-        workflow_id: str,
-        workflow_type: str,
-        release: str,
-        state_version: int,
-        now: datetime,
-    ) -> str:
-        """Pin a workflow nobody owns here yet to ``release``; returns the release it is
-        pinned to (another's, when a release claimed or handled it first). A workflow
-        without a checkpoint gets an empty one at revision 0 (its first handling still sees
-        no state); a checkpoint from before pinning gets the release, and its next revision,
-        so a step decided on the unpinned row cannot commit."""
-        owner = await conn.fetchval(
-            f"""INSERT INTO {self.schema}.state AS st
-                  (workflow_id, workflow_type, state, state_version, revision, created_at,
-                   updated_at, release)
-                VALUES ($1, $2, NULL, $3, 0, $4, $4, $5)
-                ON CONFLICT (workflow_id) DO UPDATE
-                  SET release = EXCLUDED.release, revision = st.revision + 1, updated_at = $4
-                  WHERE st.release IS NULL
-                RETURNING release""",
-            workflow_id,
-            workflow_type,
-            state_version,
-            now,
-            release,
-        )
-        if owner is None:
-            owner = await conn.fetchval(
-                f"SELECT release FROM {self.schema}.state WHERE workflow_id = $1", workflow_id
-            )
-        return str(owner)
-
-    # -- moving a workflow to another release (chorus.releases.repin) ---------------------
-
-    async def lock_pin(self, conn: asyncpg.Connection, workflow_id: str) -> None:
-        """Serialise, for one workflow, a move to another release with every release's
-        decision that an event of it is not theirs (until the transaction ends)."""
-        await conn.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"{self.schema}:{workflow_id}"
-        )
-
-    async def pin_of(
-        self, conn: asyncpg.Connection, workflow_id: str, *, lock: bool = False
-    ) -> PinRow | None:
-        """The workflow's pin; ``lock``: held until the transaction ends, so that no release
-        records an event of it as not its own meanwhile (see pass_event)."""
-        row = await conn.fetchrow(
-            f"""SELECT release, revision, ended, parked_on,
-                       EXISTS (SELECT 1 FROM {self.schema}.parked p WHERE p.workflow_id = $1) AS has_parked
-                FROM {self.schema}.state WHERE workflow_id = $1 {"FOR UPDATE" if lock else ""}""",
-            workflow_id,
-        )
-        if row is None:
-            return None
-        return PinRow(row["release"], row["revision"], row["ended"], row["parked_on"], row["has_parked"])
-
-    async def pass_event(
-        self,
-        conn: asyncpg.Connection,
-        *,
-        group: str,
-        event_id: uuid.UUID,
-        attempt: int,
-        event_type: str,
-        workflow_id: str,
-        pinned_to: str | None,
-        now: datetime,
-    ) -> bool:
-        """Record an event as another release's (``not_mine``); False when it was recorded
-        already, or (``pinned_to``) the row no longer names that release: the workflow was
-        moved meanwhile. The row's key-share lock waits for a move in progress (which holds
-        the row FOR UPDATE) and sees its result, so no event is passed on a pin a move has
-        just changed; the owner's own steps (no-key updates) do not wait for it."""
-        guard = (
-            f"""WITH pin AS (SELECT 1 FROM {self.schema}.state
-                             WHERE workflow_id = $6 AND release = $7 FOR KEY SHARE)"""
-            if pinned_to is not None
-            else "WITH pin AS (SELECT 1 WHERE $7::text IS NULL)"
-        )
-        row = await conn.fetchrow(
-            f"""{guard}
-                INSERT INTO {self.schema}.inbox AS i
-                  (consumer_group, event_id, attempt, outcome, event_type, workflow_id, processed_at)
-                SELECT $1, $2, $3, '{InboxOutcome.NOT_MINE}', $4, $6, $5 WHERE EXISTS (SELECT 1 FROM pin)
-                ON CONFLICT (consumer_group, event_id) DO UPDATE
-                  SET attempt = EXCLUDED.attempt, outcome = EXCLUDED.outcome,
-                      processed_at = EXCLUDED.processed_at
-                  WHERE i.outcome IN ('{InboxOutcome.RETRYING}', '{InboxOutcome.DEAD_LETTERED}')
-                    AND i.attempt < EXCLUDED.attempt
-                RETURNING 1""",
-            group,
-            event_id,
-            attempt,
-            event_type,
-            now,
-            workflow_id,
-            pinned_to,
-        )
-        return row is not None
-
-    async def inbox_outcome(self, conn: asyncpg.Connection, group: str, event_id: uuid.UUID) -> str | None:
-        outcome: str | None = await conn.fetchval(
-            f"SELECT outcome FROM {self.schema}.inbox WHERE consumer_group = $1 AND event_id = $2",
-            group,
-            event_id,
-        )
-        return outcome
-
-    async def pending_in(self, conn: asyncpg.Connection, group: str, workflow_id: str) -> int:
-        """Events of the workflow a retry, a redrive or a drain of ``group`` will still take."""
-        return int(
-            await conn.fetchval(
-                f"""SELECT count(*) FROM {self.schema}.inbox
-                    WHERE workflow_id = $1 AND consumer_group = $2
-                      AND outcome IN ('{InboxOutcome.RETRYING}', '{InboxOutcome.PARKED}',
-                                      '{InboxOutcome.DEAD_LETTERED}')""",
-                workflow_id,
-                group,
-            )
-        )
-
-    async def passed_unhandled(
-        self,
-        conn: asyncpg.Connection,
-        *,
-        workflow_id: str,
-        passer: str,
-        owner: str,
-        event_types: Sequence[str],
-    ) -> int:
-        """Events of the workflow (of ``event_types``) that group ``passer`` recorded as not
-        its own and group ``owner`` has not finished: moved now, nobody would take them."""
-        return int(
-            await conn.fetchval(
-                f"""SELECT count(*) FROM {self.schema}.inbox t
-                    WHERE t.workflow_id = $1 AND t.consumer_group = $2
-                      AND t.outcome = '{InboxOutcome.NOT_MINE}' AND t.event_type = ANY($4::text[])
-                      AND NOT EXISTS (SELECT 1 FROM {self.schema}.inbox o
-                                      WHERE o.consumer_group = $3 AND o.event_id = t.event_id
-                                        AND o.outcome IN ({FINISHED}))""",
-                workflow_id,
-                passer,
-                owner,
-                list(event_types),
-            )
-        )
-
-    async def move_pin(
-        self, conn: asyncpg.Connection, *, workflow_id: str, release: str, from_group: str, now: datetime
-    ) -> None:
-        """Pin the workflow's checkpoint to ``release``, remembering ``from_group`` (whose
-        inbox tells the new owner what was taken before); its next revision, so a step the
-        old owner decided before the move cannot commit."""
-        await conn.execute(
-            f"""UPDATE {self.schema}.state
-                SET release = $2, revision = revision + 1, updated_at = $3,
-                    repinned_from = array_append(coalesce(repinned_from, '{{}}'), $4::text)
-                WHERE workflow_id = $1""",
-            workflow_id,
-            release,
-            now,
-            from_group,
-        )
 
     async def add_outbox(self, conn: asyncpg.Connection, messages: Sequence[OutboxMessage]) -> None:
         if not messages:
@@ -902,19 +446,7 @@ class ServiceStore:
     # -- parking --------------------------------------------------------------------------
 
     async def park(
-        self,
-        conn: asyncpg.Connection,
-        *,
-        workflow_id: str,
-        topic: str,
-        partition: int,
-        offset: int,
-        key: bytes | None,
-        value: bytes,
-        headers: Sequence[tuple[str, bytes]],
-        attempt: int,
-        timestamp_ms: int | None,
-        now: datetime,
+        self, conn: asyncpg.Connection, workflow_id: str, rec: Record, attempt: int, now: datetime
     ) -> None:
         await conn.execute(
             f"""INSERT INTO {self.schema}.parked
@@ -922,14 +454,14 @@ class ServiceStore:
                    timestamp_ms, parked_at)
                 VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10)""",
             workflow_id,
-            topic,
-            partition,
-            offset,
-            key,
-            value,
-            _encode_headers(headers),
+            rec.topic,
+            rec.partition,
+            rec.offset,
+            rec.key,
+            rec.value or b"",
+            _encode_headers(rec.headers),
             attempt,
-            timestamp_ms,
+            rec.timestamp_ms,
             now,
         )
 
@@ -1053,3 +585,105 @@ class ServiceStore:
             before,
         )
         return rows_affected(result)
+
+
+def refused(exc: BaseException) -> RefusedByStoreError:
+    """PostgreSQL refused a value of the write (a data exception): the record's failure."""
+    error = RefusedByStoreError(f"PostgreSQL refused a value this record's outcome would store: {exc}")
+    error.__cause__ = exc
+    # A value out of range or text it cannot hold comes from the input; a NOT NULL or
+    # CHECK violation, or a value of the wrong type, is the code's (and counts for the guard).
+    error.caused_by_input = data_error_blames_input(exc)
+    return error
+
+
+class PgStore:
+    """The record path's :class:`~chorus.kernel.store.Store` on PostgreSQL: each method one
+    transaction on a connection of the pool."""
+
+    def __init__(self, sql: ServiceStore, pool: asyncpg.Pool) -> None:
+        self.sql = sql
+        self.pool = pool
+
+    async def load_many(self, group: str, keys: Sequence[tuple[uuid.UUID, str]]) -> list[Loaded]:
+        async with self.pool.acquire() as conn:
+            return await self.sql.load_many(conn, group, keys)
+
+    async def commit_steps(self, writes: Sequence[StepWrite]) -> list[list[OutboxRow] | BaseException]:
+        async with self.pool.acquire() as conn:
+            try:
+                return list(await self.sql.commit_steps(conn, writes))
+            except ConflictError as exc:
+                if len(writes) == 1:
+                    return [exc]
+            except Exception as exc:
+                if not is_data_error(exc):
+                    raise  # the database itself failed: every caller retries
+                if len(writes) == 1:
+                    return [refused(exc)]
+            # One member of the batch conflicted or carries a value PostgreSQL refuses
+            # (rare): commit one by one, so only that one is affected.
+            return [await self._alone(conn, write) for write in writes]
+
+    async def _alone(self, conn: asyncpg.Connection, write: StepWrite) -> list[OutboxRow] | BaseException:
+        try:
+            return await self.sql.commit_step(conn, write)
+        except ConflictError as exc:
+            return exc
+        except Exception as exc:
+            if not is_data_error(exc):
+                raise
+            return refused(exc)
+
+    async def commit_with_effects(self, write: StepWrite, effects: Sequence[Effect]) -> list[OutboxRow]:
+        try:
+            async with self.pool.acquire() as conn, conn.transaction():
+                rows = await self.sql.commit_step(conn, write)
+                fault_point("after_inbox_insert")
+                for effect in effects:
+                    await effect.apply(conn)
+        except Exception as exc:
+            if is_data_error(exc):
+                raise refused(exc) from exc
+            raise
+        return rows
+
+    async def checkpoint(self, checkpoint: Checkpoint) -> int:
+        async with self.pool.acquire() as conn, conn.transaction():
+            return await self.sql.write_state(conn, checkpoint)
+
+    async def park(self, claim: Claim, record: Record) -> bool:
+        assert claim.workflow_id is not None
+        async with self.pool.acquire() as conn, conn.transaction():
+            if not await self.sql.claim_inbox(conn, claim):
+                return False
+            await self.sql.park(conn, claim.workflow_id, record, claim.attempt, claim.now)
+        return True
+
+    async def next_parked(self, workflow_id: str) -> ParkedRow | None:
+        async with self.pool.acquire() as conn:
+            row = await self.sql.next_parked(conn, workflow_id)
+            if row is None or await self.sql.parked_on(conn, workflow_id) is not None:
+                return None
+        return row
+
+    async def unpark(self, parked_id: int) -> None:
+        async with self.pool.acquire() as conn:
+            await self.sql.unpark(conn, parked_id)
+
+    async def discard(self, *, group: str, event_id: uuid.UUID, workflow_id: str, now: datetime) -> None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            await self.sql.discard(conn, group=group, event_id=event_id, workflow_id=workflow_id, now=now)
+
+    async def dead_letter(self, claim: Claim, message: OutboxMessage, parked_id: int | None) -> bool:
+        async with self.pool.acquire() as conn, conn.transaction():
+            claimed = await self.sql.claim_inbox(conn, claim)
+            if parked_id is not None:
+                await self.sql.unpark(conn, parked_id)
+            if claimed:
+                await self.sql.add_outbox(conn, [message])
+        return claimed
+
+    async def workflows_to_drain(self, release: str | None, main: bool) -> list[str]:
+        async with self.pool.acquire() as conn:
+            return await self.sql.workflows_to_drain(conn, release=release, main=main)

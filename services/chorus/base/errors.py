@@ -101,7 +101,7 @@ class DecodeError(PersistentError):
 
 
 class NotJSONError(DecodeError):
-    """The bytes are not a UTF-8 JSON object (see chorus.kernel.strictjson for the rules)."""
+    """The bytes are not a UTF-8 JSON object (see chorus_contracts.strictjson for the rules)."""
 
 
 class UnauthorizedError(PersistentError):
@@ -159,3 +159,27 @@ class EventTooLargeError(PersistentError):
 
 class HandlerTimeoutError(TransientError):
     """A handler ran past its task-level timeout."""
+
+
+# The sealing port's failures (chorus.kernel.ports.Sealing; chorus.privacy.crypto seals).
+
+
+class KeyDestroyedError(PersistentError):
+    """The key was destroyed: its subject was erased. What it sealed is gone."""
+
+
+class KeyUnreachableError(PersistentError):
+    """The key lives in a region whose key store this service is not configured for."""
+
+
+class KeyUnknownError(PersistentError):
+    """No key of that id in its region's store: a forged or garbled token, not an outage."""
+
+
+class KeyStoreUnavailableError(ConnectionError):
+    """The key store did not answer. It is infrastructure, like PostgreSQL: the record is
+    tried again (and reported stuck if it lasts), never dead-lettered for it."""
+
+
+class SigningConfigError(Exception):
+    """The keys this service needs are missing or unreadable (the service does not start)."""

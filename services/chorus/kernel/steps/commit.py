@@ -1,5 +1,5 @@
-"""The commit step: one transaction per handled record (inbox + checkpoint + outbox
-[+ effects]); the caller commits the Kafka offset only after it returns.
+"""commit: one transaction per handled record (inbox + checkpoint + outbox [+ effects]);
+the Kafka offset is committed only after the chain returns.
 
 Steps without effects go through a group commit (one statement for many lanes, see
 ``coalesce``); a step with effects gets its own transaction. What cannot be committed
@@ -17,42 +17,30 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import asyncpg
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
-from chorus.kernel.clock import Clock
+from chorus.base.clock import Clock
+from chorus.base.errors import EventTooLargeError, PersistentError, RefusedByStoreError, caused_by_input
+from chorus.base.faults import fault_point
+from chorus.base.logs import fields
+from chorus.base.metrics import Metrics
+from chorus.kernel.chain import Again, Done, Drain, Finish, Item, Via
 from chorus.kernel.coalesce import Coalescer
-from chorus.kernel.db import data_error_blames_input, is_data_error
 from chorus.kernel.deadletters import failure
-from chorus.kernel.errors import EventTooLargeError, PersistentError, RefusedByStoreError, caused_by_input
-from chorus.kernel.faults import fault_point
 from chorus.kernel.guard import DeadLetterGuard
-from chorus.kernel.logs import fields
 from chorus.kernel.messages import Messages
-from chorus.kernel.metrics import Metrics
-from chorus.kernel.records import Record
+from chorus.kernel.results import MAX_FAILURES, DeadLetter, Dropped, Result, Retry, Review, Succeeded
 from chorus.kernel.service import ServiceSpec
-from chorus.kernel.steps import (
-    MAX_FAILURES,
-    DeadLetter,
-    Dropped,
-    Frame,
-    Handled,
-    Result,
-    Retry,
-    Review,
-    Succeeded,
-)
+from chorus.kernel.steps.letters import Letters
 from chorus.kernel.store import (
     CheckpointWrite,
     ConflictError,
     InboxOutcome,
     OutboxMessage,
     OutboxRow,
-    ServiceStore,
     StepWrite,
+    Store,
 )
-from chorus.observability import hoptrace
 from chorus_contracts.envelope import Envelope
 from chorus_contracts.lifecycle import WorkflowEnded
 
@@ -71,15 +59,6 @@ def _persistent(exc: BaseException) -> PersistentError:
     return invalid
 
 
-def _refused(exc: BaseException) -> RefusedByStoreError:
-    refused = RefusedByStoreError(f"PostgreSQL refused a value this record's outcome would store: {exc}")
-    refused.__cause__ = exc
-    # A value out of range or text it cannot hold comes from the input; a NOT NULL or
-    # CHECK violation, or a value of the wrong type, is the code's (and counts for the guard).
-    refused.caused_by_input = data_error_blames_input(exc)
-    return refused
-
-
 class GuardTrippedError(RuntimeError):
     """Too many dead letters in a row: a bad deploy. The consumer must stop."""
 
@@ -87,75 +66,44 @@ class GuardTrippedError(RuntimeError):
 
 
 @dataclass
-class StepCommitter:
+class Commit:
     spec: ServiceSpec[Any, Any]
-    store: ServiceStore
-    pool: asyncpg.Pool
+    store: Store
     clock: Clock
     metrics: Metrics
     guard: DeadLetterGuard
     messages: Messages
+    letters: Letters
     group: str
-    on_outbox: Callable[[], None]
-    """Outbox rows were committed (the relay reads them)."""
     on_committed: Callable[[list[OutboxRow]], None]
     """A step's outbox rows were committed: here they are, to publish from memory."""
     release: str | None = None
     """The release a workflow's first checkpoint is pinned to (chorus.releases.pinning)."""
+    name: str = "commit"
     _commits: Coalescer[StepWrite, list[OutboxRow]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         # Concurrent lanes share round trips: commits go in batches.
         self._commits = Coalescer(self._batch)
 
+    async def _batch(self, writes: list[StepWrite]) -> list[list[OutboxRow] | BaseException]:
+        return await self.store.commit_steps(writes)
+
     async def close(self) -> None:
         await self._commits.close()
 
-    async def _batch(self, writes: list[StepWrite]) -> list[list[OutboxRow] | BaseException]:
-        async with self.pool.acquire() as conn:
-            try:
-                return list(await self.store.commit_steps(conn, writes))
-            except ConflictError:
-                if len(writes) == 1:
-                    raise
-            except Exception as exc:
-                if not is_data_error(exc):
-                    raise  # the database itself failed: every caller retries
-                if len(writes) == 1:
-                    return [_refused(exc)]
-            # One member of the batch conflicted or carries a value PostgreSQL refuses
-            # (rare): commit one by one, so only that one is affected.
-            results: list[list[OutboxRow] | BaseException] = []
-            for write in writes:
-                try:
-                    results.append(await self.store.commit_step(conn, write))
-                except ConflictError as exc:
-                    results.append(exc)
-                except Exception as exc:
-                    if not is_data_error(exc):
-                        raise
-                    results.append(_refused(exc))
-            return results
+    async def __call__(self, item: Item) -> Done | Again:
+        assert item.result is not None
+        try:
+            resolved = await self.commit(item, item.result)
+        except ConflictError:
+            log.info("checkpoint moved under us; reloading", extra=fields(via=item.via.value))
+            return Again("load")
+        if resolved and item.via is not Via.DRAIN:
+            return Done(Finish.COMMITTED, then=(Drain(item.decoded.workflow_id),))
+        return Done(Finish.COMMITTED)
 
-    async def checkpoint(self, env: Envelope, frame: Frame, state: BaseModel) -> None:
-        body = state.model_dump(mode="json")
-        async with self.pool.acquire() as conn, conn.transaction():
-            frame.revision = await self.store.write_state(
-                conn,
-                workflow_id=env.workflow_id,
-                workflow_type=env.workflow_type,
-                state=body,
-                state_version=self.spec.state_version,
-                expected_revision=frame.revision,
-                parked_on=frame.parked_on,
-                subject_ref=env.subject_ref,
-                now=self.clock.now(),
-                release=self.release,
-            )
-        frame.state = body
-        frame.checkpoints += 1
-
-    async def commit(self, handled: Handled, result: Result) -> bool:
+    async def commit(self, handled: Item, result: Result) -> bool:
         """Commit the outcome; True when a park on this event was resolved (drain next).
 
         An outcome that cannot be committed because of what it holds (a value PostgreSQL
@@ -171,7 +119,7 @@ class StepCommitter:
             log.error(
                 "the outcome cannot be committed; dead-lettering the record", extra=fields(error=repr(error))
             )
-            self.metrics.failures.labels(error.category, handled.event.event_type).inc()
+            self.metrics.failures.labels(error.category, handled.decoded.event_type).inc()
             try:
                 return await self._commit_result(handled, DeadLetter(error, error.category))
             except _UNCOMMITTABLE as exc:
@@ -179,32 +127,22 @@ class StepCommitter:
         # Not even the dead letter can be written under this event's identity (its attempt,
         # say, is out of range): dead-letter the raw record by its position, as undecodable
         # input is, and let go of it if it was parked.
-        await self.dead_letter_record(handled.rec, error, parked_id=handled.parked_id)
+        await self.letters.record(handled.record, error, parked_id=handled.parked_id)
         return False
 
-    async def _commit_result(self, handled: Handled, result: Result) -> bool:
-        env = handled.event.envelope
+    async def _commit_result(self, handled: Item, result: Result) -> bool:
+        env = handled.decoded.envelope
         write = await self._step_write(handled, result, self.clock.now())
         effects = result.outcome.effects if isinstance(result, Succeeded) else ()
         if effects:
-            try:
-                async with self.pool.acquire() as conn, conn.transaction():
-                    rows = await self.store.commit_step(conn, write)
-                    fault_point("after_inbox_insert")
-                    for effect in effects:
-                        await effect.apply(conn)
-            except Exception as exc:
-                if is_data_error(exc):
-                    raise _refused(exc) from exc
-                raise
+            rows = await self.store.commit_with_effects(write, effects)
         else:
             # One atomic statement (batched with other lanes'): a crash "after the inbox
             # insert" is a crash before that statement commits, which is where it fires.
             fault_point("after_inbox_insert")
             rows = await self._commits.submit(write)
         fault_point("after_db_commit")
-        if hoptrace.enabled():
-            hoptrace.link(env.event_id, [m.event_id for m in write.messages])
+        handled.published = tuple(m.event_id for m in write.messages)
         if isinstance(result, Succeeded | Review):
             self.guard.record_success()
         if rows:
@@ -213,18 +151,20 @@ class StepCommitter:
             self.metrics.completions.labels(env.workflow_type, result.outcome.ended).inc()
         if isinstance(result, DeadLetter):
             self.metrics.dead_letters.labels(result.category).inc()
-            log.error("dead-lettered", extra=fields(error=repr(result.error), attempt=handled.attempt))
+            log.error("dead-lettered", extra=fields(error=repr(result.error), attempt=handled.tries))
         if isinstance(result, Dropped):
             self.metrics.dropped.labels(env.event_type).inc()
             log.info("workflow ended; recorded this event, not handled", extra=fields(why=result.reason))
         # A park is resolved (this event's, or the workflow ended): the caller drains what waited.
+        assert handled.frame is not None
         return handled.frame.parked_on is not None and write.parked_on is None
 
-    async def _step_write(self, handled: Handled, result: Result, now: datetime) -> StepWrite:
+    async def _step_write(self, handled: Item, result: Result, now: datetime) -> StepWrite:
         """What the step commits: its inbox outcome, the checkpoint (state, and the event
         the workflow now waits on, if any) and the events it publishes."""
-        rec, frame, attempt, traceparent = handled.rec, handled.frame, handled.attempt, handled.traceparent
-        env = handled.event.envelope
+        rec, frame, attempt, traceparent = handled.record, handled.frame, handled.tries, handled.traceparent
+        assert frame is not None and handled.route is not None
+        env = handled.decoded.envelope
         messages: list[OutboxMessage] = []
         new_state = frame.state
         parked_on: uuid.UUID | None = None if frame.parked_on == env.event_id else frame.parked_on
@@ -304,56 +244,16 @@ class StepCommitter:
             release=self.release,
         )
 
-    def _ends(self, handled: Handled, result: Succeeded) -> str | None:
+    def _ends(self, handled: Item, result: Succeeded) -> str | None:
         """How the workflow ends with this step, for a service that keeps workflow state:
         the handler said so (``Outcome.ended``), or this is the workflow's end event."""
         if self.spec.state is None:
             return None  # platform services record every event, whatever the workflow did
-        payload = handled.event.payload
+        payload = handled.decoded.payload
         if isinstance(payload, WorkflowEnded):
+            assert handled.frame is not None
             return handled.frame.ended or payload.outcome
         return result.outcome.ended
-
-    async def dead_letter_record(
-        self, rec: Record, exc: PersistentError, parked_id: int | None = None
-    ) -> None:
-        """A record that is not a valid event (or whose outcome cannot be stored under its
-        event's identity): dead-letter it, once, with its bytes, keyed by its position.
-
-        Poison input does not count towards the dead-letter guard: it says nothing
-        about this deploy, and a flood of it from outside (or a replay over records
-        dead-lettered before) must not stop the consumer. The guard watches handlers.
-        """
-        now = self.clock.now()
-        self.metrics.failures.labels(exc.category, "undecodable").inc()
-        poison_id = uuid.uuid5(
-            uuid.NAMESPACE_URL, f"chorus:{self.group}:{rec.topic}:{rec.partition}:{rec.offset}"
-        )
-        this_failure = failure(exc, 1, now)
-        message = await self.messages.dead_letter(rec, exc, exc.category, 1, [this_failure], now)
-        async with self.pool.acquire() as conn, conn.transaction():
-            claimed = await self.store.claim_inbox(
-                conn,
-                group=self.group,
-                event_id=poison_id,
-                attempt=1,
-                outcome=InboxOutcome.DEAD_LETTERED,
-                event_type=None,
-                workflow_id=None,
-                now=now,
-            )
-            if parked_id is not None:
-                await self.store.unpark(conn, parked_id)
-            if not claimed:
-                self.metrics.duplicates.inc()  # dead-lettered before (offsets rewound)
-                return
-            await self.store.add_outbox(conn, [message])
-        self.on_outbox()
-        self.metrics.dead_letters.labels(exc.category).inc()
-        log.error(
-            "dead-lettered a record by its position",
-            extra=fields(topic=rec.topic, partition=rec.partition, offset=rec.offset, error=str(exc)),
-        )
 
     def _guard_dead_letter(self, error: BaseException, env: Envelope) -> None:
         tripped = self.guard.record_dead_letter(

@@ -8,8 +8,6 @@ test process without clashing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -20,10 +18,6 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
-
-from chorus.outside import breaker
 
 LATENCY_BUCKETS = (
     0.001,
@@ -84,7 +78,6 @@ class Metrics:
         self.duplicates = Counter(
             "chorus_duplicates_skipped", "Deliveries skipped because the inbox had them", registry=r
         )
-        r.register(BreakerCollector())
         self.dropped = Counter(
             "chorus_events_dropped",
             "Events that arrived after their workflow ended: recorded in the inbox, not handled",
@@ -135,24 +128,3 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
-
-
-class BreakerCollector(Collector):
-    """The circuit breakers this process uses, read when Prometheus scrapes."""
-
-    def collect(self) -> Iterator[Metric]:
-        state = GaugeMetricFamily(
-            "chorus_breaker_state",
-            "Circuit breaker of each dependency as this process last saw it: 0 closed, 1 half-open, 2 open",
-            labels=["dependency"],
-        )
-        rejected = CounterMetricFamily(
-            "chorus_breaker_rejections",
-            "Calls not made because the dependency's circuit breaker was open",
-            labels=["dependency"],
-        )
-        for known in breaker.known():
-            state.add_metric([known.name], breaker.STATE_VALUE[known.state])
-            rejected.add_metric([known.name], known.rejections)
-        yield state
-        yield rejected

@@ -1,0 +1,160 @@
+"""Privacy plugged into a service: its signing keys and sealer (the kernel's ports), the
+verify step, the erasure and retirement requests it answers, and time-based retention."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, ClassVar
+
+import asyncpg
+import httpx
+
+from chorus.base.logs import fields
+from chorus.base.loops import forever
+from chorus.base.settings import DEMO_SERVICE_KEY, ChorusSettings
+from chorus.kernel.recordpath import Plugs
+from chorus.kernel.runner import Parts
+from chorus.kernel.service import ServiceSpec
+from chorus.kernel.store.postgres import ServiceStore
+from chorus.privacy.crypto import HttpKeyStore, Sealer
+from chorus.privacy.datarequests import DataRequests, Erasure, Retirement
+from chorus.privacy.signing import Keys, load_keys
+from chorus.privacy.store import DataStore
+from chorus.privacy.verify import Verify
+from chorus_contracts.base import EventModel
+from chorus_contracts.lifecycle import WorkflowEnded
+from chorus_contracts.platform import SubjectErasureRequested, WorkflowsRetired
+from chorus_contracts.registry import Registry
+
+log = logging.getLogger("chorus.privacy")
+
+LOCAL_REGION = "local"
+LOCAL_KEY_SERVICE = "http://127.0.0.1:8117"
+DEMO_SUBJECT_KEY = "demo-subject-key-not-for-production"
+
+
+class PrivacySettings(ChorusSettings):
+    signing_dir: str = ""
+    """Directory of Ed25519 keys (chorus.privacy.signing): every signer's ``<service>.pub``, and
+    this service's ``<service>.key`` when it produces a signed (decision) event type."""
+    key_stores: dict[str, str] = {LOCAL_REGION: LOCAL_KEY_SERVICE}
+    """CHORUS_KEY_STORES: region -> URL of that region's key service. This service seals
+    and opens personal data of these regions only (residency, chorus.privacy.crypto)."""
+    data_region: str = LOCAL_REGION
+    """Where keys of new subjects are made, unless ``data_regions`` names their workflow type."""
+    data_regions: dict[str, str] = {}
+    """CHORUS_DATA_REGIONS: workflow type -> region (the same map on every service)."""
+    key_service_api_key: str = DEMO_SERVICE_KEY
+    """What this service presents to the key services (their CHORUS_API_KEYS, role service)."""
+    key_cache_s: float = 60.0
+    """How long a data key stays cached. The replica that reads an erasure request forgets
+    its keys at once; the service's other replicas within this time."""
+    subject_key: str = DEMO_SUBJECT_KEY
+    """CHORUS_SUBJECT_KEY: the secret under which subject references are keyed (HMAC), where
+    they enter (a submission) and where an operator names one (erasure, access log)."""
+    archive_keep_s: float = 365 * 86400.0
+    """Rows a retirement archived (``<service>.archive``) are kept this long, then deleted."""
+    purge_interval_s: float = 3600.0
+    """How often time-based retention runs (the archive, ServiceSpec.owned_data's purge)."""
+
+    def demo_secrets(self) -> list[str]:
+        found = super().demo_secrets()
+        if self.key_service_api_key == DEMO_SERVICE_KEY:
+            found.append("CHORUS_KEY_SERVICE_API_KEY (the demo's)")
+        if self.subject_key == DEMO_SUBJECT_KEY:
+            found.append("CHORUS_SUBJECT_KEY (the demo's)")
+        return found
+
+
+def service_keys(spec: ServiceSpec[Any, Any], registry: Registry, signing_dir: str) -> Keys:
+    """The service's signer (of the types the registry says it signs) and the verifier of
+    every signed type; SigningConfigError when a key is missing (the service does not start)."""
+    signs = {t for t in spec.produces if registry.signer_of(t) == spec.name}
+    return load_keys(signing_dir, spec.name, signs=signs, checks=registry.signed_by())
+
+
+async def start_sealer(settings: PrivacySettings, registry: Registry, stack: AsyncExitStack) -> Sealer:
+    """The sealer of personal data, with a client of each configured region's key service."""
+    client = httpx.AsyncClient(timeout=httpx.Timeout(10.0, connect=3.0))
+    stack.push_async_callback(client.aclose)
+    stores = {
+        region: HttpKeyStore(region, url, settings.key_service_api_key, client)
+        for region, url in settings.key_stores.items()
+    }
+    return Sealer(
+        registry,
+        stores,
+        region=settings.data_region,
+        regions=settings.data_regions,
+        ttl_s=settings.key_cache_s,
+    )
+
+
+@dataclass
+class Privacy:
+    CONTROLS: ClassVar[tuple[type[EventModel], ...]] = (SubjectErasureRequested, WorkflowsRetired)
+
+    settings: PrivacySettings
+    keys: Keys
+    sealer: Sealer | None
+    retention: Retention | None = None
+
+    async def plug(self, parts: Parts) -> Plugs:
+        spec, identity = parts.spec, parts.identity
+        requests = DataRequests(
+            sql=parts.sql,
+            store=DataStore(spec.name),
+            pool=parts.pool,
+            outbox=parts.outbox,
+            clock=parts.clock,
+            producer=identity.producer,
+            group=identity.group,
+            owned=spec.owned_data,
+            compensates=spec.handler_for(WorkflowEnded.event_type) is not None,
+        )
+        self.retention = retention = Retention(self.settings, parts.sql, spec, parts.pool, parts.clock)
+        return Plugs(
+            verify=[Verify(self.keys.verifier, self.sealer, parts.letters)],
+            controls={
+                SubjectErasureRequested: Erasure(requests, self.sealer),
+                WorkflowsRetired: Retirement(requests, parts.letters),
+            },
+            workers={"retention": retention.run},
+        )
+
+
+@dataclass
+class Retention:
+    """Time-based retention: archived rows past ``archive_keep_s`` and whatever the
+    service's own tables outlive (docs/retention.md), every ``purge_interval_s``."""
+
+    settings: PrivacySettings
+    sql: ServiceStore
+    spec: ServiceSpec[Any, Any]
+    pool: asyncpg.Pool
+    clock: Any
+
+    async def run(self) -> None:
+        async def purge_round() -> None:
+            async with self.pool.acquire() as conn:
+                await self.purge(conn, self.clock.now())
+
+        await forever(
+            "retention", purge_round, every_s=self.settings.purge_interval_s, sleep=self.clock.sleep
+        )
+
+    async def purge(self, conn: asyncpg.Connection, now: datetime) -> dict[str, int]:
+        removed = {
+            f"{self.sql.schema}.archive": await self.sql.purge_archive(
+                conn, now - timedelta(seconds=self.settings.archive_keep_s)
+            )
+        }
+        for owned in self.spec.owned_data:
+            removed.update(await owned.purge(conn, now))
+        removed = {table: n for table, n in removed.items() if n}
+        if removed:
+            log.info("retention: removed rows past their keep time", extra=fields(rows=removed))
+        return removed
