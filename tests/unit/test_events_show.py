@@ -1,6 +1,6 @@
 """``chorus events show``: one command answers where an event lives, who produces it (a
 timer's target: who schedules it, who publishes it), who signs and consumes it, and which
-tests name it."""
+tests name it; ``docs/events.md`` says the same for every type and is never stale."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner, Result
 
+from chorus.registry import load_registry
+from chorus_tools import eventsdoc
 from chorus_tools.cli.main import app
 from chorus_tools.codescan import scan_package
 
@@ -112,6 +114,14 @@ def test_list_names_every_type_of_the_union_registry() -> None:
     types = [row["event_type"] for row in listed]
     assert "ticket.received" in types and "invoice.validated" in types
     assert types == sorted(types)
+
+
+def test_docs_events_md_is_what_the_registry_and_code_say() -> None:
+    committed = ROOT / eventsdoc.DOCUMENT
+    assert committed.exists(), "docs/events.md is missing: run make docs"
+    assert committed.read_text() == eventsdoc.render(load_registry(ROOT / "schemas")), (
+        "docs/events.md is stale: run make docs"
+    )
 
 
 def test_the_scan_finds_timers_through_variables_and_helpers(tmp_path: Path) -> None:
