@@ -126,13 +126,14 @@ schemas: setup
 	$(VENV)/bin/chorus schemas generate
 	$(PY) contracts-tests/state_schemas.py
 
-# schemas/asyncapi.yaml and docs/architecture.md (event-flow pictures) from the registry
-# (after regenerating the schemas they document); the Grafana dashboards from
-# services/chorus_tools/dashboards.py; the Helm chart's registry file (services, ports,
-# topics, ACLs) from the registry.
+# schemas/asyncapi.yaml, docs/architecture.md (event-flow pictures) and docs/events.md (each
+# event's producers, consumers and tests) from the registry (after regenerating the schemas
+# they document); the Grafana dashboards from services/chorus_tools/dashboards.py; the Helm
+# chart's registry file (services, ports, topics, ACLs) from the registry.
 docs: schemas
 	$(VENV)/bin/chorus schemas asyncapi
 	$(VENV)/bin/chorus schemas diagrams
+	$(VENV)/bin/chorus events docs
 	$(PY) -m chorus_tools.dashboards
 	$(PY) -m chorus_tools.chart
 

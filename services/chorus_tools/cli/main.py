@@ -13,6 +13,7 @@ from chorus_tools.cli import audit as audit_cli
 from chorus_tools.cli import dev as dev_cli
 from chorus_tools.cli import dlq as dlq_cli
 from chorus_tools.cli import events as events_cli
+from chorus_tools.cli import events_show as events_show_cli
 from chorus_tools.cli import migrate as migrate_cli
 from chorus_tools.cli import new as new_cli
 from chorus_tools.cli import policy as policy_cli
@@ -33,6 +34,7 @@ app.add_typer(topics_cli.app, name="topics")
 app.add_typer(access_cli.app, name="access")
 app.command("produce")(events_cli.produce)
 app.command("subscribe")(events_cli.subscribe)
+app.add_typer(events_show_cli.app, name="events")
 app.add_typer(dlq_cli.app, name="dlq")
 app.command("replay")(audit_cli.replay_command)
 app.command("timeline")(audit_cli.timeline_command)

@@ -74,24 +74,25 @@ def generate_command(schemas_dir: SchemasDir = None) -> None:
 def asyncapi_command(schemas_dir: SchemasDir = None, check_only: CheckOnly = False) -> None:
     """Write schemas/asyncapi.yaml (AsyncAPI 3.0) from the registry."""
     root = schemas_dir or default_schemas_dir()
-    _generate("asyncapi", root, root / asyncapi.DOCUMENT_FILE, asyncapi.render, check_only)
+    write_document("schemas asyncapi", root, root / asyncapi.DOCUMENT_FILE, asyncapi.render, check_only)
 
 
 @app.command("diagrams")
 def diagrams_command(schemas_dir: SchemasDir = None, check_only: CheckOnly = False) -> None:
     """Write docs/architecture.md (Mermaid event-flow pictures) from the registry."""
     root = schemas_dir or default_schemas_dir()
-    _generate("diagrams", root, root.parent / diagrams.DOCUMENT, diagrams.render, check_only)
+    write_document("schemas diagrams", root, root.parent / diagrams.DOCUMENT, diagrams.render, check_only)
 
 
-def _generate(
+def write_document(
     command: str, root: Path, target: Path, render: Callable[[Registry], str], check_only: bool
 ) -> None:
-    """Write ``target`` from the registry at ``root`` (exit 1 with --check when it is stale)."""
+    """Write ``target`` from the registry at ``root`` (exit 1 with --check when it is stale);
+    ``command`` (``schemas asyncapi``) names the command in its messages."""
     try:
         text = render(load_registry(root))
     except (FileNotFoundError, ValueError) as exc:
-        typer.echo(f"chorus schemas {command}: {exc}", err=True)
+        typer.echo(f"chorus {command}: {exc}", err=True)
         raise typer.Exit(2) from None
     current = target.read_text() if target.exists() else None
     if current == text:
