@@ -1,7 +1,7 @@
 """Which event models a body of code schedules as timer targets, found by reading its
 source (``ast``), never by running it.
 
-A handler asks for a timer with ``ScheduleTimer(..., event=Model(...))`` (chorus.service);
+A handler asks for a timer with ``ScheduleTimer(..., event=Model(...))`` (chorus.kernel.service);
 the runtime turns it into a ``timer.schedule`` command whose fire target the timer service
 publishes when it falls due. Code outside handlers (the gateway's API, the runtime's own
 retries) builds that command itself: ``TimerSchedule(fire=FireTarget(value=<an envelope of
@@ -10,7 +10,7 @@ target, following local variables back to their assignments in the same function
 
 What it cannot see: a model built in another function and passed in (``ScheduleTimer(id,
 at, event)`` with ``event`` a parameter). A public module-level function that schedules
-(``chorus.stages.open_stage``) is kept as a helper: code that calls it schedules what it does.
+(``chorus.outside.stages.open_stage``) is kept as a helper: code that calls it schedules what it does.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-from chorus.service import ScheduleTimer
+from chorus.kernel.service import ScheduleTimer
 from chorus_contracts.platform import TimerSchedule
 
 TARGET_ARGUMENT: dict[str, tuple[str, int | None]] = {

@@ -18,8 +18,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from chorus.registry import RUNTIME_PRODUCER, Registry
-from chorus.service import ServiceEdges, ServiceSpec
+from chorus.kernel.service import ServiceSpec
+from chorus_contracts.edges import ServiceEdges
+from chorus_contracts.registry import RUNTIME_PRODUCER, Registry
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,10 @@ from enum import StrEnum
 from pathlib import Path
 
 import chorus
-from chorus.registry import RUNTIME_PRODUCER, Registry
+from chorus.runtime.runner import RUNTIME_CONTROLS
 from chorus_contracts.base import CATALOG
 from chorus_contracts.platform import EventDeadLettered, TimerSchedule
+from chorus_contracts.registry import RUNTIME_PRODUCER, Registry
 from chorus_tools.codescan import scan_package
 from chorus_tools.declarations import Declarations
 
@@ -107,7 +108,7 @@ class Routes:
         return sorted(found.values(), key=lambda p: (order.index(p.route), p.service))
 
     def consumers(self, event_type: str) -> list[Consumer]:
-        found = []
+        found = self._runtime_answers(event_type)
         for name, declared in sorted(self.declarations.services.items()):
             route = declared.spec.handler_for(event_type) if declared.spec else None
             if route is not None:
@@ -118,6 +119,15 @@ class Routes:
             elif event_type in declared.edges.consumes:
                 found.append(Consumer(name, None, None, None))
         return found
+
+    def _runtime_answers(self, event_type: str) -> list[Consumer]:
+        """The runtime of every service answers the control messages (chorus.runtime.runner)."""
+        for model, handler in RUNTIME_CONTROLS.items():
+            if model.event_type == event_type:
+                where = self.show(Path(inspect.getfile(handler)))
+                qualified = f"{handler.__module__}.{handler.__qualname__}"
+                return [Consumer(RUNTIME_PRODUCER, model.version, qualified, where)]
+        return []
 
     def _producer(self, service: str, scheduled: bool) -> Producer:
         if scheduled and self.timer_publisher:
@@ -153,7 +163,8 @@ def producer_phrase(producer: Producer) -> str:
 def consumer_phrase(consumer: Consumer) -> str:
     if consumer.handler is None:
         return f"{consumer.service} (not on the runtime: its EDGES declare it)"
-    return f"{consumer.service} reads v{consumer.reads_version}: {consumer.handler} ({consumer.handler_file})"
+    reads = f"reads v{consumer.reads_version}: {consumer.handler}"
+    return f"{_who(consumer.service)} {reads} ({consumer.handler_file})"
 
 
 def _who(service: str) -> str:

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from chorus.registry import Registry, platform_schemas_dir
 from chorus_contracts.base import CATALOG
+from chorus_contracts.registry import Registry, platform_schemas_dir
 from chorus_tools.declarations import Declarations, read_declarations
 from chorus_tools.eventroutes import Consumer, Producer, Routes
 from chorus_tools.eventtests import folders_of_tests, project_root, repository_root, tests_naming

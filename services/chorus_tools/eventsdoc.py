@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from chorus.registry import Registry
+from chorus_contracts.registry import Registry
 from chorus_tools.eventroutes import Route, consumer_phrase, producer_phrase, readers_phrase
 from chorus_tools.events_catalog import Catalog, EventInfo, topic_lines
 

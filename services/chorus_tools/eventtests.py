@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from chorus.registry import Registry, platform_schemas_dir
+from chorus_contracts.registry import Registry, platform_schemas_dir
 
 
 def repository_root() -> Path | None:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner, Result
 
-from chorus.registry import load_registry
+from chorus_contracts.registry import load_registry
 from chorus_tools import eventsdoc
 from chorus_tools.cli.main import app
 from chorus_tools.codescan import scan_package

@@ -83,7 +83,10 @@ class Identity:
     release: str | None = None
 
 
-KERNEL_CONTROLS: tuple[type[EventModel], ...] = (RetryDue, EventDiscarded)
+KERNEL_CONTROLS: Mapping[type[EventModel], type[ControlHandler]] = {
+    RetryDue: RetryDueControl,
+    EventDiscarded: DiscardControl,
+}
 """The control messages the kernel itself answers (a durable retry, an operator's discard)."""
 
 

@@ -4,6 +4,7 @@ verify step, the erasure and retirement requests it answers, and time-based rete
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -18,6 +19,7 @@ from chorus.base.settings import DEMO_SERVICE_KEY, ChorusSettings
 from chorus.kernel.recordpath import Plugs
 from chorus.kernel.runner import Parts
 from chorus.kernel.service import ServiceSpec
+from chorus.kernel.steps.route import ControlHandler
 from chorus.kernel.store.postgres import ServiceStore
 from chorus.privacy.crypto import HttpKeyStore, Sealer
 from chorus.privacy.datarequests import DataRequests, Erasure, Retirement
@@ -95,7 +97,10 @@ async def start_sealer(settings: PrivacySettings, registry: Registry, stack: Asy
 
 @dataclass
 class Privacy:
-    CONTROLS: ClassVar[tuple[type[EventModel], ...]] = (SubjectErasureRequested, WorkflowsRetired)
+    CONTROLS: ClassVar[Mapping[type[EventModel], type[ControlHandler]]] = {
+        SubjectErasureRequested: Erasure,
+        WorkflowsRetired: Retirement,
+    }
 
     settings: PrivacySettings
     keys: Keys

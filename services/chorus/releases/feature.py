@@ -18,6 +18,7 @@ from chorus.kernel.ports import Verifying
 from chorus.kernel.recordpath import Identity, Plugs
 from chorus.kernel.runner import Parts, start_kafka
 from chorus.kernel.service import ServiceSpec
+from chorus.kernel.steps.route import ControlHandler
 from chorus.releases.pinning import Pin, Pinning
 from chorus.releases.repin import Repins
 from chorus.releases.report import ReleaseWindow, report_envelope
@@ -62,7 +63,7 @@ def release_identity(spec: ServiceSpec[Any, Any], release: str, group_id: str) -
 class Releases:
     """Every release reads every event and handles its own workflows' (chorus.releases)."""
 
-    CONTROLS: ClassVar[tuple[type[EventModel], ...]] = (RepinRequested,)
+    CONTROLS: ClassVar[Mapping[type[EventModel], type[ControlHandler]]] = {RepinRequested: Repins}
 
     settings: ReleaseSettings
     base_group: str

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from chorus.base.settings import EX_CONFIG, KernelSettings
 from chorus.kernel.recordpath import KERNEL_CONTROLS
 from chorus.kernel.runner import KernelRunner, Ports
 from chorus.kernel.service import RuntimeHandle, ServiceSpec
+from chorus.kernel.steps.route import ControlHandler
 from chorus.observability.logs import setup_logging
 from chorus.observability.tracing import setup_tracing
 from chorus.outside.feature import Breakers
@@ -43,8 +44,13 @@ from chorus_contracts.registry import RUNTIME_PRODUCER, Registry, load_registry
 log = logging.getLogger("chorus.runner")
 
 
-RUNTIME_CONTROLS: tuple[type[EventModel], ...] = (*KERNEL_CONTROLS, *Privacy.CONTROLS, *Releases.CONTROLS)
-"""The control messages every service's runtime reads (chorus.control, chorus.data)."""
+RUNTIME_CONTROLS: Mapping[type[EventModel], type[ControlHandler]] = {
+    **KERNEL_CONTROLS,
+    **Privacy.CONTROLS,
+    **Releases.CONTROLS,
+}
+"""The control messages every service's runtime answers (chorus.control, chorus.data), and
+the code that answers each."""
 
 
 class ServiceSettings(KernelSettings, ReleaseSettings, PrivacySettings, WebSettings):

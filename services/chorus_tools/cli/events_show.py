@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from chorus.registry import Registry, default_schemas_dir, load_registry
+from chorus_contracts.registry import Registry, default_schemas_dir, load_registry
 from chorus_tools import eventsdoc
 from chorus_tools.cli.events import EX_DATAERR, EX_USAGE, unknown_name_message
 from chorus_tools.cli.options import (
