@@ -100,7 +100,9 @@ async def test_a_failing_provider_gets_calls_bounded_by_the_breaker_not_by_the_w
                 await replicas[0].pay(key="k", invoice_id="i", vendor_id="v", amount_cents=1, currency="EUR")
             assert 0 < (refused.value.retry_after_s or 0) <= POLICY.open_s * 1.2  # with jitter
             assert {b.name: b.state for b in breaker.known()}[dependency.name] is BreakerState.OPEN
-            scraped = Metrics("test").render().decode()
+            metrics = Metrics("test")
+            metrics.registry.register(breaker.BreakerCollector())  # as chorus.outside.feature plugs it
+            scraped = metrics.render().decode()
             assert f'chorus_breaker_state{{dependency="{dependency.name}"}} 2.0' in scraped
 
             # The provider recovers: after open_s one probe goes through, succeeds, and closes
