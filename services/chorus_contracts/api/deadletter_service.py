@@ -9,6 +9,7 @@ from pydantic import ConfigDict, Field
 
 from chorus_contracts.api.base import ApiModel, IsoDateTime
 from chorus_contracts.base import Comment
+from chorus_contracts.platform import Failure
 
 # -- requests ---------------------------------------------------------------------------------
 
@@ -116,7 +117,7 @@ class LetterDetail(LetterSummary):
 
     error: LetterErrorDetail
     original: OriginalRecord
-    failures: list[dict[str, Any]]
+    failures: list[Failure]
     envelope: dict[str, Any] | None
     operations: list[Operation]
 

@@ -6,9 +6,9 @@ sends and gets back. Its reads are the audit projector's answers
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Discriminator, Field, Tag
 
 from chorus_contracts.api.audit_projector import (
     ApprovalTask,
@@ -83,8 +83,16 @@ class AcceptedWorkflow(ApiModel):
     timeline: list[TimelineEntry] = []
 
 
-WorkflowState = AcceptedWorkflow | WorkflowDetail
-"""What ``GET /v1/workflows/{id}`` answers (the accepted form first: its status says so)."""
+def _accepted_or_projected(value: Any) -> str:
+    status = value.get("status") if isinstance(value, dict) else getattr(value, "status", None)
+    return "accepted" if status == "accepted" else "projected"
+
+
+WorkflowState = Annotated[
+    Annotated[AcceptedWorkflow, Tag("accepted")] | Annotated[WorkflowDetail, Tag("projected")],
+    Discriminator(_accepted_or_projected),
+]
+"""What ``GET /v1/workflows/{id}`` answers: its status says which form."""
 
 
 class WorkflowResult(ApiModel):
