@@ -41,7 +41,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, Strict, StrictBool
+from pydantic import BaseModel, Field
 
 from audit_projector.adapters import access, queries
 from audit_projector.adapters.maintenance import Announcer, erase_subject, erasure
@@ -53,26 +53,19 @@ from chorus.crypto import as_keyed, subject_hash
 from chorus.service import RuntimeHandle
 from chorus.typedclient import bound, provided
 from chorus.webapi import Problem, QueryDateTime, api_router, problems
-from chorus_contracts.api.audit_projector import CURSOR_PATTERN, ApprovalTasks, Timeline
+from chorus_contracts.api.audit_projector import (
+    CURSOR_PATTERN,
+    AccessLog,
+    AccessRead,
+    ApprovalTasks,
+    Erasure,
+    ErasureRequest,
+    ErasureStarted,
+    ReplayRequest,
+    Timeline,
+)
 
 MAX_ID = 200
-
-
-class ErasureRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    subject_ref: str = Field(min_length=1, max_length=1024)
-
-
-class ReplayRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    since: AwareDatetime | None = Field(
-        default=None, description="from the first record at or after this time; else from the start"
-    )
-    verify: StrictBool = False
-    drop: StrictBool = False
-    live_timeout_s: Annotated[float, Strict()] = Field(default=30.0, ge=0, le=3600)
 
 
 @dataclass(frozen=True)
@@ -250,10 +243,9 @@ async def access_log(
     hashed = subject_hash(as_keyed(api.settings.subject_key, subject_ref))
     async with api.rt.pool.acquire() as conn:
         found = await access.of_subject(conn, ledger=api.schema, subject_hash=hashed, limit=limit)
-    return {
-        "subject_hash": hashed,
-        "accesses": [{**vars(a), "at": a.at.isoformat()} for a in found],
-    }
+    return AccessLog(subject_hash=hashed, accesses=[AccessRead(**vars(a)) for a in found]).model_dump(
+        mode="json"
+    )
 
 
 @router.post("/v1/erasures", status_code=202, tags=["erasure"])
@@ -272,8 +264,9 @@ async def erase(body: ErasureRequest, api: Api, who: Operator) -> JSONResponse:
             )
         found = await erasure(conn, report.erasure_id, ledger=api.schema)
     assert found is not None  # committed just now
+    started = ErasureStarted(**found, workflows=report.workflows, **pending(api, found))
     return JSONResponse(
-        {**found, "workflows": report.workflows, **pending(api, found)},
+        started.model_dump(mode="json"),
         status_code=202,
         headers={"Location": f"/v1/erasures/{report.erasure_id}"},
     )
@@ -289,7 +282,7 @@ async def erasure_status(erasure_id: Id, api: Api, who: Operator) -> dict[str, A
         found = await erasure(conn, key, ledger=api.schema)
     if found is None:
         raise Problem(404, "Not found", f"no erasure {erasure_id!r}")
-    return {**found, **pending(api, found)}
+    return Erasure(**found, **pending(api, found)).model_dump(mode="json")
 
 
 @router.post("/v1/replays", status_code=202, tags=["replay"], responses=problems(409))

@@ -27,15 +27,25 @@ from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query
-from pydantic import BaseModel, ConfigDict, Field
 
 from chorus.apikeys import ApiKey, role
 from chorus.service import RuntimeHandle
 from chorus.typedclient import bound, provided
 from chorus.webapi import Problem, api_router, problems
-from chorus_contracts.base import Comment, Name
-from chorus_contracts.envelope import Release
-from chorus_contracts.rollouts import MAX_TYPES, AutoRollback, RolloutAction
+from chorus_contracts.api.rollout_service import (
+    InFlight,
+    PolicyChanged,
+    ReasonBody,
+    Repin,
+    RepinAsked,
+    RepinBody,
+    Repins,
+    Rollouts,
+    RolloutState,
+    SetBody,
+    StartBody,
+)
+from chorus_contracts.rollouts import RolloutAction
 from rollout_service.adapters import repository as repo
 from rollout_service.changes import make_change, request_repin
 from rollout_service.domain import Change, ChangeRefused
@@ -43,39 +53,6 @@ from rollout_service.domain import Change, ChangeRefused
 Reader = Annotated[ApiKey, Depends(role("operator", "auditor"))]
 Operator = Annotated[ApiKey, Depends(role("operator"))]
 Runtime = Annotated[RuntimeHandle, Depends(provided("rt", RuntimeHandle))]
-
-
-class StartBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    canary: Release = Field(description="the release to try (its CHORUS_RELEASE)")
-    percent: float = Field(ge=0, le=100, description="share of new workflows it takes")
-    stable: Release | None = Field(
-        default=None, description="the release serving today; default: the last rollout's stable, or main"
-    )
-    workflow_types: list[Name] = Field(default_factory=list, max_length=MAX_TYPES)
-    auto_rollback: AutoRollback | None = None
-    reason: Comment | None = None
-
-
-class SetBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    percent: float = Field(ge=0, le=100)
-    reason: Comment | None = None
-
-
-class RepinBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    to: Release = Field(description="the release to move the workflow to: the rollout's stable or canary")
-    reason: Comment = Field(min_length=1, description="why, for the audit of moves")
-
-
-class ReasonBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    reason: Comment | None = None
 
 
 WorkflowId = Annotated[str, Path(min_length=1, max_length=200)]
@@ -112,14 +89,14 @@ async def change(rt: RuntimeHandle, service: str, body: Change) -> dict[str, Any
         changed = await make_change(rt, known(rt, service), body)
     except ChangeRefused as exc:
         raise _refused(service, exc) from None
-    return {"policy": changed.model_dump(mode="json")}
+    return PolicyChanged(policy=changed).model_dump(mode="json")
 
 
 @router.get("/v1/rollouts", summary="Every service's rollout policy")
 async def list_rollouts(who: Reader, rt: Runtime) -> dict[str, Any]:
     async with rt.pool.acquire() as conn:
         found = await repo.policies(conn)
-    return {"rollouts": [p.model_dump(mode="json") for p in found]}
+    return Rollouts(rollouts=found).model_dump(mode="json")
 
 
 @router.get("/v1/rollouts/{service}", summary="A service's releases side by side, and its history")
@@ -138,13 +115,15 @@ async def status(service: str, who: Reader, rt: Runtime) -> dict[str, Any]:
         )
         changes = await repo.history(conn, service)
         moves = await repo.repins(conn, service, limit=20)
-    return {
-        "service": service,
-        "policy": current.model_dump(mode="json") if current else None,
-        "releases": [r.as_json() for r in releases],
-        "history": changes,
-        "repins": moves,
-    }
+    return RolloutState.model_validate(
+        {
+            "service": service,
+            "policy": current,
+            "releases": [r.as_json() for r in releases],
+            "history": changes,
+            "repins": moves,
+        }
+    ).model_dump(mode="json")
 
 
 @router.get("/v1/rollouts/{service}/workflows", summary="In-flight workflows pinned to a release")
@@ -159,7 +138,9 @@ async def pinned(
     known(rt, service)
     async with rt.pool.acquire() as conn:
         found = await repo.in_flight(conn, service, release)
-    return {"service": service, "release": release, "count": len(found), "workflows": found[:limit]}
+    return InFlight(service=service, release=release, count=len(found), workflows=found[:limit]).model_dump(
+        mode="json"
+    )
 
 
 @router.post(
@@ -175,18 +156,18 @@ async def move(
         request_id = await request_repin(rt, service, workflow_id, body.to, who.principal, body.reason)
     except ChangeRefused as exc:
         raise _refused(service, exc) from None
-    return {
-        "request_id": str(request_id),
-        "status": "pending",
-        "location": f"/v1/rollouts/{service}/repins/{request_id}",
-    }
+    asked = RepinAsked(
+        request_id=str(request_id), status="pending", location=f"/v1/rollouts/{service}/repins/{request_id}"
+    )
+    return asked.model_dump(mode="json")
 
 
 @router.get("/v1/rollouts/{service}/repins", summary="Moves asked for, newest first, and their answers")
 async def list_repins(service: str, who: Reader, rt: Runtime) -> dict[str, Any]:
     known(rt, service)
     async with rt.pool.acquire() as conn:
-        return {"service": service, "repins": await repo.repins(conn, service)}
+        found = await repo.repins(conn, service)
+    return Repins.model_validate({"service": service, "repins": found}).model_dump(mode="json")
 
 
 @router.get("/v1/rollouts/{service}/repins/{request_id}", summary="One move and its answer")
@@ -196,7 +177,7 @@ async def one_repin(service: str, request_id: uuid.UUID, who: Reader, rt: Runtim
         found = await repo.repin(conn, service, request_id)
     if found is None:
         raise Problem(404, "Unknown request", f"no move {request_id} of {service}", service=service)
-    return found
+    return Repin.model_validate(found).model_dump(mode="json")
 
 
 @router.post("/v1/rollouts/{service}/start", summary="Start a canary")

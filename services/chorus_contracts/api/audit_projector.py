@@ -9,11 +9,11 @@ loosely on purpose.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import AwareDatetime, ConfigDict, Field, Strict, StrictBool
 
-from chorus_contracts.api.base import ApiModel
+from chorus_contracts.api.base import ApiModel, IsoDateTime
 
 CURSOR_PATTERN = r"^(newest|quietest)~[0-9]{1,16}~[!-~]{1,200}$"
 """A page's position as ``next_cursor`` hands it out, not an opaque token: the order, the
@@ -177,3 +177,124 @@ class ApprovalView(ApprovalState):
 
     workflow_id: str
     workflow_type: str
+
+
+# -- erasure, the access log, replays ----------------------------------------------------------
+
+
+# POST /v1/erasures: erase a data subject everywhere Chorus keeps it. (Request models carry
+# no docstring: the OpenAPI documents show them as they always have.)
+class ErasureRequest(ApiModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    subject_ref: str = Field(min_length=1, max_length=1024)
+
+
+class Confirmation(ApiModel):
+    """What one service removed for an erasure (every part of it, when asked in parts)."""
+
+    workflows: int
+    rows: dict[str, int]
+    confirmed_at: IsoDateTime
+    parts: int
+
+
+class ErasureRecord(ApiModel):
+    erasure_id: str
+    subject_hash: str
+    actor: str
+    erased_at: IsoDateTime
+    rows: dict[str, int]
+    """``schema.table`` -> projection rows redacted or deleted."""
+    parts: int
+    confirmations: dict[str, Confirmation]
+
+
+class Erasure(ErasureRecord):
+    """``GET /v1/erasures/{id}``: the erasure and which services have not confirmed yet."""
+
+    pending: list[str]
+    complete: bool
+
+
+class ErasureStarted(ErasureRecord):
+    """202 to ``POST /v1/erasures``: the erasure recorded, and its workflows in the projection."""
+
+    workflows: int
+    pending: list[str]
+    complete: bool
+
+
+class AccessRead(ApiModel):
+    """One read of a subject's personal data: who, for whom, which workflow and fields."""
+
+    at: IsoDateTime
+    principal: str
+    on_behalf_of: str | None
+    workflow_id: str
+    fields: list[str]
+    route: str
+
+
+class AccessLog(ApiModel):
+    """``GET /v1/access``: the reads of a subject's personal data, newest first."""
+
+    subject_hash: str
+    accesses: list[AccessRead]
+
+
+# POST /v1/replays: rebuild the projection from the topics into a fresh schema.
+class ReplayRequest(ApiModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    since: AwareDatetime | None = Field(
+        default=None, description="from the first record at or after this time; else from the start"
+    )
+    verify: StrictBool = False
+    drop: StrictBool = False
+    live_timeout_s: Annotated[float, Strict()] = Field(default=30.0, ge=0, le=3600)
+
+
+class ReplayProgress(ApiModel):
+    done: int
+    total: int | None
+
+
+class ReplayResult(ApiModel):
+    records: int
+    applied: int
+    undecodable: int
+    seconds: float
+    topics: list[str]
+    group: str
+
+
+class ReplayComparison(ApiModel):
+    """The replayed projection against the live one, row for row."""
+
+    equal: bool
+    workflows: int
+    live_checksum: str
+    replay_checksum: str
+    differing: list[str]
+    """The first hundred workflows that differ."""
+    differing_count: int
+    live_lag: int
+
+
+class ReplayJob(ApiModel):
+    """``/v1/replays/{id}``: a replay's state (running, succeeded, failed) and what it did.
+    (Its ``schema`` is ``schema_name`` here: dump it ``by_alias``.)"""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    replay_id: str
+    schema_name: str = Field(alias="schema")
+    since: IsoDateTime | None
+    verify: bool
+    drop: bool
+    state: Literal["running", "succeeded", "failed"]
+    progress: ReplayProgress
+    result: ReplayResult | None
+    comparison: ReplayComparison | None
+    error: str | None
