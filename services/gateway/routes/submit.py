@@ -7,6 +7,7 @@ import hashlib
 import json
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -56,7 +57,7 @@ def _submit_route(router: APIRouter, name: str, kind: WorkflowKind) -> None:
     ) -> JSONResponse:
         # Accepting is the workflow's first span: a child of the caller's trace, if any.
         with request_span("gateway", f"accept {name}", traceparent) as accepted:
-            return await accept(api, name, kind, body, who, idempotency_key, accepted)
+            return await accept(api, Asked(name, kind, body, who, idempotency_key, accepted))
 
     # The body's model is this type's (FastAPI reads it from the annotation), with its
     # longest deadline as the bound of a shorter one asked for (422 naming /deadline_s).
@@ -88,19 +89,25 @@ def _submit_route(router: APIRouter, name: str, kind: WorkflowKind) -> None:
     )(submit_workflow)
 
 
-async def accept(
-    api: GatewayApi,
-    workflow_type: str,
-    kind: WorkflowKind,
-    body: Submission[Any],
-    who: ApiKey,
-    idempotency_key: str | None,
-    traceparent: str | None,
-) -> JSONResponse:
+@dataclass(frozen=True)
+class Asked:
+    """A submission as it arrived: its workflow type, body, caller, Idempotency-Key and the
+    span accepting it."""
+
+    workflow_type: str
+    kind: WorkflowKind
+    body: Submission[Any]
+    who: ApiKey
+    idempotency_key: str | None
+    traceparent: str | None
+
+
+async def accept(api: GatewayApi, asked: Asked) -> JSONResponse:
     """The submission accepted once (a retry with its key answers with the same workflow):
     its row and the outbox rows of its first events in one transaction."""
+    body, who, idempotency_key = asked.body, asked.who, asked.idempotency_key
     await refuse_inner_urls(body.model_dump(mode="json"))
-    digest = request_hash(workflow_type, body)
+    digest = request_hash(asked.workflow_type, body)
     rt = api.rt
     async with rt.pool.acquire() as conn:
         if idempotency_key:
@@ -109,14 +116,12 @@ async def accept(
                 return _replayed(api, existing, digest)
         workflow_id = f"wf-{uuid.uuid4().hex[:20]}"
         now = rt.clock.now()
-        started, messages = await _first_events(
-            api, workflow_type, kind, body, who, idempotency_key, traceparent, workflow_id, now
-        )
+        started, messages = await _first_events(api, asked, workflow_id, now)
         async with rt.outbox.transaction(conn) as tx:
             inserted = await repository.insert_submission(
                 conn,
                 workflow_id=workflow_id,
-                workflow_type=workflow_type,
+                workflow_type=asked.workflow_type,
                 submitter=who.principal,
                 idempotency_key=idempotency_key,
                 request_hash=digest,
@@ -142,19 +147,12 @@ async def accept(
 
 
 async def _first_events(
-    api: GatewayApi,
-    workflow_type: str,
-    kind: WorkflowKind,
-    body: Submission[Any],
-    who: ApiKey,
-    idempotency_key: str | None,
-    traceparent: str | None,
-    workflow_id: str,
-    now: datetime,
+    api: GatewayApi, asked: Asked, workflow_id: str, now: datetime
 ) -> tuple[Envelope, list[OutboxMessage]]:
     """workflow.started, the start event (the submission's input) and the deadline timer,
     as outbox rows; and the started envelope (its trace and pins go on the row)."""
     rt, subject_key = api.rt, api.settings.subject_key
+    body, who, kind, workflow_type = asked.body, asked.who, asked.kind, asked.workflow_type
     deadline_at = now + timedelta(seconds=body.deadline_s or kind.deadline_s)
     started = start_envelope(
         WorkflowStarted(
@@ -163,15 +161,15 @@ async def _first_events(
             callback_url=body.callback_url,
             deadline_at=deadline_at,
             submitter_ref=keyed_ref(subject_key, who.principal),
-            business_key=idempotency_key,
+            business_key=asked.idempotency_key,
         ),
         workflow_id=workflow_id,
         workflow_type=workflow_type,
         producer=rt.producer,
         now=now,
-        idempotency_key=envelope_idempotency_key(who.principal, idempotency_key or workflow_id),
+        idempotency_key=envelope_idempotency_key(who.principal, asked.idempotency_key or workflow_id),
         priority=body.priority,
-        traceparent=traceparent,  # the accepting request's span (submit_workflow)
+        traceparent=asked.traceparent,  # the accepting request's span (submit_workflow)
         deadline=deadline_at,
         subject_ref=keyed_ref(subject_key, body.subject_ref) if body.subject_ref else None,
         # Each service with a rollout: the release this workflow stays on to its end.
