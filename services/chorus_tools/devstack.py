@@ -257,9 +257,13 @@ class DevStack:
                 **self._key_stores(ports),
                 **self.service_env.get(name, {}),
             }
-            # The APIs it calls and the pages it links to, where this stack runs them.
+            # The APIs it calls and the pages it links to, where this stack runs them; a
+            # public API (http.yaml's port: api) is served on the stack's API port.
             for variable, url in edges.env(name, lambda edge: self._address(edge, ports)).items():
                 env.setdefault(variable, url)
+            endpoint = edges.endpoints.get(name)
+            if endpoint is not None and endpoint.port == "api":
+                env["CHORUS_API_PORT"] = str(self.api_port)
             self._outside_world(name, env, model_user=name in MODEL_USERS or name in own)
             if name in own:
                 env = {**env, **project_env, **self.service_env.get(name, {})}
@@ -348,8 +352,6 @@ class DevStack:
 
     def _outside_world(self, name: str, env: dict[str, str], *, model_user: bool) -> None:
         """What stands in for the world outside Chorus (the sandbox) for service ``name``."""
-        if name == "gateway":  # its public API, on the stack's API port
-            env["CHORUS_API_PORT"] = str(self.api_port)
         if name == "notifier":  # the sandbox's mail server and chat channels
             env.setdefault("CHORUS_SMTP_HOST", "127.0.0.1")
             env.setdefault("CHORUS_SMTP_PORT", str(self.smtp_port))

@@ -31,6 +31,7 @@ def test_the_dev_stack_points_each_caller_at_the_process_it_calls(tmp_path: Path
         url = dev.procs[edge.caller].env[edge.variable]
         if edge.endpoint.port == "api":
             assert url == dev.api_url, edge
+            assert dev.procs[edge.target].env["CHORUS_API_PORT"] == str(dev.api_port), edge
         else:
             assert urlsplit(url).port == int(dev.procs[edge.target].env["CHORUS_HTTP_PORT"]), edge
     # Only what the registry declares: no other process is handed another one's URL.
