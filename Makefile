@@ -129,13 +129,15 @@ schemas: setup
 # schemas/asyncapi.yaml, docs/architecture.md (event-flow pictures) and docs/events.md (each
 # event's producers, consumers and tests) from the registry (after regenerating the schemas
 # they document); the Grafana dashboards from services/chorus_tools/dashboards.py; the Helm
-# chart's registry file (services, ports, topics, ACLs) from the registry.
+# chart's registry file (services, ports, topics, ACLs, HTTP calls) and docker-compose.yml's
+# URL files (deploy/docker/http) from the registry.
 docs: schemas
 	$(VENV)/bin/chorus schemas asyncapi
 	$(VENV)/bin/chorus schemas diagrams
 	$(VENV)/bin/chorus events docs
 	$(PY) -m chorus_tools.dashboards
 	$(PY) -m chorus_tools.chart
+	$(PY) -m chorus_tools.compose
 
 # Every topic of schemas/topics on CHORUS_KAFKA_BOOTSTRAP (created, or partitions and
 # configs brought in line; never shrunk). `make up` runs it after starting Kafka.

@@ -18,31 +18,42 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query
 
 from approval_gate.adapters.policies import PolicyStore
+from chorus.base.clock import Clock
 from chorus.kernel.service import RuntimeHandle
 from chorus.web.apikeys import ApiKey, role
+from chorus.web.typedclient import bound, provided
 from chorus.web.webapi import api_router, problems
+from chorus_contracts.api.approval_gate import ApprovalPolicyHistory
 from chorus_contracts.approvals import ApprovalPolicy, ApprovalPolicyChange
 
 Reader = Annotated[ApiKey, Depends(role("operator", "auditor"))]
 Operator = Annotated[ApiKey, Depends(role("operator"))]
+Policies = Annotated[PolicyStore, Depends(provided("policies", PolicyStore))]
+Now = Annotated[Clock, Depends(provided("clock", Clock))]
+
+router = api_router(tags=["approval policy"], responses=problems(401, 403, 415, 422))
 
 
 def routes(rt: RuntimeHandle) -> APIRouter:
-    store: PolicyStore = rt.deps.policies
-    router = api_router(tags=["approval policy"], responses=problems(401, 403, 415, 422))
+    """The policy API over the gate's store (its dependencies) and clock."""
+    return bound(router, policies=rt.deps.policies, clock=rt.clock)
 
-    @router.get("/v1/approval-policy", summary="The approval policy in force")
-    async def current(who: Reader) -> dict[str, Any]:
-        return (await store.current()).as_json()
 
-    @router.put("/v1/approval-policy", summary="Change the approval policy (a new version)")
-    async def change(body: ApprovalPolicyChange, who: Operator) -> dict[str, Any]:
-        policy = ApprovalPolicy(rules=body.rules)
-        changed = await store.change(policy, by=who.principal, reason=body.reason, now=rt.clock.now())
-        return changed.as_json()
+@router.get("/v1/approval-policy", summary="The approval policy in force")
+async def current(who: Reader, store: Policies) -> dict[str, Any]:
+    return (await store.current()).published().model_dump(mode="json")
 
-    @router.get("/v1/approval-policy/history", summary="Every version, newest first")
-    async def history(who: Reader, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> dict[str, Any]:
-        return {"versions": [v.as_json() for v in await store.history(limit)]}
 
-    return router
+@router.put("/v1/approval-policy", summary="Change the approval policy (a new version)")
+async def change(body: ApprovalPolicyChange, who: Operator, store: Policies, clock: Now) -> dict[str, Any]:
+    policy = ApprovalPolicy(rules=body.rules)
+    changed = await store.change(policy, by=who.principal, reason=body.reason, now=clock.now())
+    return changed.published().model_dump(mode="json")
+
+
+@router.get("/v1/approval-policy/history", summary="Every version, newest first")
+async def history(
+    who: Reader, store: Policies, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+) -> dict[str, Any]:
+    versions = [v.published() for v in await store.history(limit)]
+    return ApprovalPolicyHistory(versions=versions).model_dump(mode="json")

@@ -36,42 +36,60 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, Strict, StrictBool
+from pydantic import BaseModel, Field
 
 from audit_projector.adapters import access, queries
 from audit_projector.adapters.maintenance import Announcer, erase_subject, erasure
-from audit_projector.adapters.queries import CURSOR_PATTERN, Order, WorkflowFilter
+from audit_projector.adapters.queries import Order, WorkflowFilter
 from audit_projector.config import Settings
 from audit_projector.replays import ReplayJobs
 from chorus.kernel.service import RuntimeHandle
 from chorus.privacy.crypto import as_keyed, subject_hash
 from chorus.web.apikeys import ApiKey, role
+from chorus.web.typedclient import bound, provided
 from chorus.web.webapi import Problem, QueryDateTime, api_router, problems
+from chorus_contracts.api.audit_projector import (
+    CURSOR_PATTERN,
+    AccessLog,
+    AccessRead,
+    ApprovalTasks,
+    Erasure,
+    ErasureRequest,
+    ErasureStarted,
+    ReplayRequest,
+    Timeline,
+)
 
 MAX_ID = 200
 
 
-class ErasureRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+@dataclass(frozen=True)
+class AuditApi:
+    """What the routes work with: the runtime, the projector's settings, the services that
+    confirm an erasure, and the replay jobs of this process."""
 
-    subject_ref: str = Field(min_length=1, max_length=1024)
+    rt: RuntimeHandle
+    settings: Settings
+    data_holders: list[str]
+    replays: ReplayJobs
+
+    @property
+    def schema(self) -> str:
+        return self.rt.service
+
+    @classmethod
+    def of(cls, rt: RuntimeHandle) -> AuditApi:
+        # A runner started with plain ServiceSettings (an embedding) gets the defaults.
+        settings = rt.settings if isinstance(rt.settings, Settings) else Settings()
+        return cls(rt, settings, sorted(settings.data_holders or [rt.service]), ReplayJobs(rt))
 
 
-class ReplayRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    since: AwareDatetime | None = Field(
-        default=None, description="from the first record at or after this time; else from the start"
-    )
-    verify: StrictBool = False
-    drop: StrictBool = False
-    live_timeout_s: Annotated[float, Strict()] = Field(default=30.0, ge=0, le=3600)
-
-
+Api = Annotated[AuditApi, Depends(provided("audit", AuditApi))]
 Reader = Annotated[ApiKey, Depends(role("operator", "auditor", "service"))]
 Operator = Annotated[ApiKey, Depends(role("operator"))]
 Auditor = Annotated[ApiKey, Depends(role("operator", "auditor"))]
@@ -79,201 +97,210 @@ ON_BEHALF_OF = "X-Chorus-On-Behalf-Of"
 """Whom a service (the gateway) reads for: the access log names them beside the service."""
 Id = Annotated[str, Path(max_length=MAX_ID)]
 
+router = api_router(responses=problems(400, 401, 403, 404, 415, 422))
+
 
 def routes(rt: RuntimeHandle) -> APIRouter:
-    schema = rt.service
-    # A runner started with plain ServiceSettings (an embedding) gets the defaults.
-    settings = rt.settings if isinstance(rt.settings, Settings) else Settings()
-    data_holders = sorted(settings.data_holders or [rt.service])
-    replays = ReplayJobs(rt)
-    router = api_router(responses=problems(400, 401, 403, 404, 415, 422))
+    """The read API of the projector ``rt`` runs."""
+    return bound(router, audit=AuditApi.of(rt))
 
-    def pending(found: dict[str, Any]) -> dict[str, Any]:
-        """Which data holders have not confirmed yet (``complete`` when none)."""
-        confirmed = found["confirmations"]
-        waiting = [s for s in data_holders if confirmed.get(s, {}).get("parts", 0) < found["parts"]]
-        return {"pending": waiting, "complete": not waiting}
 
-    async def one(
-        read: Callable[..., Awaitable[BaseModel | None]],
-        key: str,
-        what: str,
-        reader: Reader,
-        request: Request,
-    ) -> dict[str, Any]:
-        """The projection's ``what`` of ``key`` as JSON, opened for ``reader``; 404 when none."""
-        async with rt.pool.acquire() as conn:
-            found = await read(conn, key, schema=schema)
-        if found is None:
-            raise Problem(404, "Not found", f"no {what} {key!r}")
-        body = found.model_dump(mode="json")
-        [shown] = await opened(reader, request, [(body.get("workflow_id", key), body)])
-        return shown
+def pending(api: AuditApi, found: dict[str, Any]) -> dict[str, Any]:
+    """Which data holders have not confirmed yet (``complete`` when none)."""
+    confirmed = found["confirmations"]
+    waiting = [s for s in api.data_holders if confirmed.get(s, {}).get("parts", 0) < found["parts"]]
+    return {"pending": waiting, "complete": not waiting}
 
-    async def opened(
-        reader: ApiKey, request: Request, items: list[tuple[str, dict[str, Any]]]
-    ) -> list[dict[str, Any]]:
-        """``items`` (each of one workflow) with their personal data opened, and each read
-        of it in the access log: who, for whom (a service reading for its caller), which
-        workflow and fields, when."""
-        shown: list[dict[str, Any]] = []
-        accesses: list[tuple[str, list[str]]] = []
-        for workflow_id, body in items:
-            found = await rt.sealer.open_all(body)
-            shown.append(found.value)
-            if found.pointers:
-                accesses.append((workflow_id, found.pointers))
-        if accesses:
-            behalf = request.headers.get(ON_BEHALF_OF) if reader.role == "service" else None
-            async with rt.pool.acquire() as conn:
-                await access.record(
-                    conn,
-                    ledger=schema,
-                    schema=schema,
-                    accesses=accesses,
-                    principal=reader.principal,
-                    on_behalf_of=behalf[:MAX_ID] if behalf else None,
-                    route=request.url.path[:MAX_ID],
-                    at=rt.clock.now(),
-                )
-        return shown
 
-    @router.get("/v1/workflows", tags=["workflows"])
-    async def workflows(
-        who: Reader,
-        status: Annotated[
-            list[Annotated[str, Field(max_length=40)]] | None,
-            Query(max_length=20, description="any of these (repeat): e.g. attention, waiting, completed"),
-        ] = None,
-        workflow_type: Annotated[str | None, Query(max_length=MAX_ID)] = None,
-        stage: Annotated[str | None, Query(max_length=MAX_ID, description="the latest event type")] = None,
-        submitted_by: Annotated[
-            str | None, Query(max_length=1024, description="a principal, or its keyed form")
-        ] = None,
-        started_after: Annotated[QueryDateTime | None, Query(description="inclusive")] = None,
-        started_before: Annotated[QueryDateTime | None, Query(description="exclusive")] = None,
-        q: Annotated[str | None, Query(max_length=255, description="a workflow id or business key")] = None,
-        order: Annotated[Order, Query(description="newest started first, or longest quiet first")] = (
-            Order.NEWEST
-        ),
-        cursor: Annotated[
-            str | None,
-            Query(pattern=CURSOR_PATTERN, description="next_cursor of a page (it keeps its order)"),
-        ] = None,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    ) -> dict[str, Any]:
-        """Workflows matching every filter given, a page at a time (keyset: follow
-        ``next_cursor``); ``attention`` ones say why and since when. No personal data."""
-        where = WorkflowFilter(
-            workflow_type=workflow_type,
-            statuses=tuple(status or ()),
-            stage=stage,
-            submitter_ref=as_keyed(settings.subject_key, submitted_by) if submitted_by else None,
-            started_after=started_after,
-            started_before=started_before,
-            search=q,
-        )
-        async with rt.pool.acquire() as conn:
-            page = await queries.list_workflows(
-                conn, where, order=order, cursor=cursor, limit=limit, schema=schema
+async def one(
+    api: AuditApi,
+    read: Callable[..., Awaitable[BaseModel | None]],
+    key: str,
+    what: str,
+    reader: ApiKey,
+    request: Request,
+) -> dict[str, Any]:
+    """The projection's ``what`` of ``key`` as JSON, opened for ``reader``; 404 when none."""
+    async with api.rt.pool.acquire() as conn:
+        found = await read(conn, key, schema=api.schema)
+    if found is None:
+        raise Problem(404, "Not found", f"no {what} {key!r}")
+    body = found.model_dump(mode="json")
+    [shown] = await opened(api, reader, request, [(body.get("workflow_id", key), body)])
+    return shown
+
+
+async def opened(
+    api: AuditApi, reader: ApiKey, request: Request, items: list[tuple[str, dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """``items`` (each of one workflow) with their personal data opened, and each read
+    of it in the access log: who, for whom (a service reading for its caller), which
+    workflow and fields, when."""
+    shown: list[dict[str, Any]] = []
+    accesses: list[tuple[str, list[str]]] = []
+    for workflow_id, body in items:
+        found = await api.rt.sealer.open_all(body)
+        shown.append(found.value)
+        if found.pointers:
+            accesses.append((workflow_id, found.pointers))
+    if accesses:
+        behalf = request.headers.get(ON_BEHALF_OF) if reader.role == "service" else None
+        async with api.rt.pool.acquire() as conn:
+            await access.record(
+                conn,
+                ledger=api.schema,
+                schema=api.schema,
+                accesses=accesses,
+                principal=reader.principal,
+                on_behalf_of=behalf[:MAX_ID] if behalf else None,
+                route=request.url.path[:MAX_ID],
+                at=api.rt.clock.now(),
             )
-        return {
-            "workflows": [w.model_dump(mode="json") for w in page.workflows],
-            "next_cursor": page.next_cursor,
-        }
+    return shown
 
-    @router.get("/v1/workflows/{workflow_id}", tags=["workflows"])
-    async def workflow(workflow_id: Id, who: Reader, request: Request) -> dict[str, Any]:
-        return await one(queries.status_view, workflow_id, "workflow", who, request)
 
-    @router.get("/v1/workflows/{workflow_id}/timeline", tags=["workflows"])
-    async def timeline(workflow_id: Id, who: Reader, request: Request) -> dict[str, Any]:
-        async with rt.pool.acquire() as conn:
-            entries = await queries.timeline_entries(conn, workflow_id, schema=schema)
-        body = {"workflow_id": workflow_id, "timeline": [e.model_dump(mode="json") for e in entries]}
-        [shown] = await opened(who, request, [(workflow_id, body)])
-        return shown
-
-    @router.get("/v1/approvals", tags=["approvals"])
-    async def approvals(
-        who: Reader, request: Request, tier: Annotated[str | None, Query(max_length=MAX_ID)] = None
-    ) -> dict[str, Any]:
-        async with rt.pool.acquire() as conn:
-            items = await queries.approval_tasks(conn, tier, schema=schema)
-        bodies = [(i.workflow_id, i.model_dump(mode="json")) for i in items]
-        return {"tier": tier, "approvals": await opened(who, request, bodies)}
-
-    @router.get("/v1/approvals/{approval_id}", tags=["approvals"])
-    async def approval(approval_id: Id, who: Reader, request: Request) -> dict[str, Any]:
-        return await one(queries.approval_view, approval_id, "approval", who, request)
-
-    @router.get("/v1/access", tags=["erasure"])
-    async def access_log(
-        who: Auditor,
-        subject_ref: Annotated[str, Query(min_length=1, max_length=1024)],
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    ) -> dict[str, Any]:
-        """Reads of the subject's personal data, newest first (``chorus audit access``)."""
-        hashed = subject_hash(as_keyed(settings.subject_key, subject_ref))
-        async with rt.pool.acquire() as conn:
-            found = await access.of_subject(conn, ledger=schema, subject_hash=hashed, limit=limit)
-        return {
-            "subject_hash": hashed,
-            "accesses": [{**vars(a), "at": a.at.isoformat()} for a in found],
-        }
-
-    @router.post("/v1/erasures", status_code=202, tags=["erasure"])
-    async def erase(body: ErasureRequest, who: Operator) -> JSONResponse:
-        announce = Announcer(rt.outbox, rt.producer)
-        async with rt.pool.acquire() as conn:
-            async with rt.outbox.transaction(conn) as tx:
-                report = await erase_subject(
-                    tx,
-                    as_keyed(settings.subject_key, body.subject_ref),
-                    actor=who.principal,
-                    now=rt.clock.now(),
-                    announce=announce,
-                    ledger=schema,
-                )
-            found = await erasure(conn, report.erasure_id, ledger=schema)
-        assert found is not None  # committed just now
-        return JSONResponse(
-            {**found, "workflows": report.workflows, **pending(found)},
-            status_code=202,
-            headers={"Location": f"/v1/erasures/{report.erasure_id}"},
+@router.get("/v1/workflows", tags=["workflows"])
+async def workflows(
+    api: Api,
+    who: Reader,
+    status: Annotated[
+        list[Annotated[str, Field(max_length=40)]] | None,
+        Query(max_length=20, description="any of these (repeat): e.g. attention, waiting, completed"),
+    ] = None,
+    workflow_type: Annotated[str | None, Query(max_length=MAX_ID)] = None,
+    stage: Annotated[str | None, Query(max_length=MAX_ID, description="the latest event type")] = None,
+    submitted_by: Annotated[
+        str | None, Query(max_length=1024, description="a principal, or its keyed form")
+    ] = None,
+    started_after: Annotated[QueryDateTime | None, Query(description="inclusive")] = None,
+    started_before: Annotated[QueryDateTime | None, Query(description="exclusive")] = None,
+    q: Annotated[str | None, Query(max_length=255, description="a workflow id or business key")] = None,
+    order: Annotated[Order, Query(description="newest started first, or longest quiet first")] = (
+        Order.NEWEST
+    ),
+    cursor: Annotated[
+        str | None,
+        Query(pattern=CURSOR_PATTERN, description="next_cursor of a page (it keeps its order)"),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, Any]:
+    """Workflows matching every filter given, a page at a time (keyset: follow
+    ``next_cursor``); ``attention`` ones say why and since when. No personal data."""
+    where = WorkflowFilter(
+        workflow_type=workflow_type,
+        statuses=tuple(status or ()),
+        stage=stage,
+        submitter_ref=as_keyed(api.settings.subject_key, submitted_by) if submitted_by else None,
+        started_after=started_after,
+        started_before=started_before,
+        search=q,
+    )
+    async with api.rt.pool.acquire() as conn:
+        page = await queries.list_workflows(
+            conn, where, order=order, cursor=cursor, limit=limit, schema=api.schema
         )
+    return page.model_dump(mode="json")
 
-    @router.get("/v1/erasures/{erasure_id}", tags=["erasure"])
-    async def erasure_status(erasure_id: Id, who: Operator) -> dict[str, Any]:
-        try:
-            key = uuid.UUID(erasure_id)
-        except ValueError:
-            raise Problem(404, "Not found", f"no erasure {erasure_id!r} (erasure ids are UUIDs)") from None
-        async with rt.pool.acquire() as conn:
-            found = await erasure(conn, key, ledger=schema)
-        if found is None:
-            raise Problem(404, "Not found", f"no erasure {erasure_id!r}")
-        return {**found, **pending(found)}
 
-    @router.post("/v1/replays", status_code=202, tags=["replay"], responses=problems(409))
-    async def replay(body: ReplayRequest, who: Operator) -> JSONResponse:
-        busy = replays.running()
-        if busy is not None:
-            detail = f"replay {busy.replay_id} is still running; follow it at /v1/replays/{busy.replay_id}"
-            raise Problem(409, "A replay is running", detail, replay_id=busy.replay_id)
-        job = replays.start(
-            since=body.since, verify=body.verify, drop=body.drop, live_timeout_s=body.live_timeout_s
-        )
-        return JSONResponse(
-            job.as_json(), status_code=202, headers={"Location": f"/v1/replays/{job.replay_id}"}
-        )
+@router.get("/v1/workflows/{workflow_id}", tags=["workflows"])
+async def workflow(workflow_id: Id, api: Api, who: Reader, request: Request) -> dict[str, Any]:
+    return await one(api, queries.status_view, workflow_id, "workflow", who, request)
 
-    @router.get("/v1/replays/{replay_id}", tags=["replay"])
-    async def replay_job(replay_id: Id, who: Operator) -> dict[str, Any]:
-        job = replays.jobs.get(replay_id)
-        if job is None:
-            detail = f"no replay {replay_id!r} (jobs live in the projector process; was it restarted?)"
-            raise Problem(404, "Not found", detail)
-        return job.as_json()
 
-    return router
+@router.get("/v1/workflows/{workflow_id}/timeline", tags=["workflows"])
+async def timeline(workflow_id: Id, api: Api, who: Reader, request: Request) -> dict[str, Any]:
+    async with api.rt.pool.acquire() as conn:
+        entries = await queries.timeline_entries(conn, workflow_id, schema=api.schema)
+    body = Timeline(workflow_id=workflow_id, timeline=entries).model_dump(mode="json")
+    [shown] = await opened(api, who, request, [(workflow_id, body)])
+    return shown
+
+
+@router.get("/v1/approvals", tags=["approvals"])
+async def approvals(
+    api: Api, who: Reader, request: Request, tier: Annotated[str | None, Query(max_length=MAX_ID)] = None
+) -> dict[str, Any]:
+    async with api.rt.pool.acquire() as conn:
+        items = await queries.approval_tasks(conn, tier, schema=api.schema)
+    body = ApprovalTasks(tier=tier, approvals=items).model_dump(mode="json")
+    body["approvals"] = await opened(api, who, request, [(a["workflow_id"], a) for a in body["approvals"]])
+    return body
+
+
+@router.get("/v1/approvals/{approval_id}", tags=["approvals"])
+async def approval(approval_id: Id, api: Api, who: Reader, request: Request) -> dict[str, Any]:
+    return await one(api, queries.approval_view, approval_id, "approval", who, request)
+
+
+@router.get("/v1/access", tags=["erasure"])
+async def access_log(
+    api: Api,
+    who: Auditor,
+    subject_ref: Annotated[str, Query(min_length=1, max_length=1024)],
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, Any]:
+    """Reads of the subject's personal data, newest first (``chorus audit access``)."""
+    hashed = subject_hash(as_keyed(api.settings.subject_key, subject_ref))
+    async with api.rt.pool.acquire() as conn:
+        found = await access.of_subject(conn, ledger=api.schema, subject_hash=hashed, limit=limit)
+    return AccessLog(subject_hash=hashed, accesses=[AccessRead(**vars(a)) for a in found]).model_dump(
+        mode="json"
+    )
+
+
+@router.post("/v1/erasures", status_code=202, tags=["erasure"])
+async def erase(body: ErasureRequest, api: Api, who: Operator) -> JSONResponse:
+    rt = api.rt
+    announce = Announcer(rt.outbox, rt.producer)
+    async with rt.pool.acquire() as conn:
+        async with rt.outbox.transaction(conn) as tx:
+            report = await erase_subject(
+                tx,
+                as_keyed(api.settings.subject_key, body.subject_ref),
+                actor=who.principal,
+                now=rt.clock.now(),
+                announce=announce,
+                ledger=api.schema,
+            )
+        found = await erasure(conn, report.erasure_id, ledger=api.schema)
+    assert found is not None  # committed just now
+    started = ErasureStarted(**found, workflows=report.workflows, **pending(api, found))
+    return JSONResponse(
+        started.model_dump(mode="json"),
+        status_code=202,
+        headers={"Location": f"/v1/erasures/{report.erasure_id}"},
+    )
+
+
+@router.get("/v1/erasures/{erasure_id}", tags=["erasure"])
+async def erasure_status(erasure_id: Id, api: Api, who: Operator) -> dict[str, Any]:
+    try:
+        key = uuid.UUID(erasure_id)
+    except ValueError:
+        raise Problem(404, "Not found", f"no erasure {erasure_id!r} (erasure ids are UUIDs)") from None
+    async with api.rt.pool.acquire() as conn:
+        found = await erasure(conn, key, ledger=api.schema)
+    if found is None:
+        raise Problem(404, "Not found", f"no erasure {erasure_id!r}")
+    return Erasure(**found, **pending(api, found)).model_dump(mode="json")
+
+
+@router.post("/v1/replays", status_code=202, tags=["replay"], responses=problems(409))
+async def replay(body: ReplayRequest, api: Api, who: Operator) -> JSONResponse:
+    busy = api.replays.running()
+    if busy is not None:
+        detail = f"replay {busy.replay_id} is still running; follow it at /v1/replays/{busy.replay_id}"
+        raise Problem(409, "A replay is running", detail, replay_id=busy.replay_id)
+    job = api.replays.start(
+        since=body.since, verify=body.verify, drop=body.drop, live_timeout_s=body.live_timeout_s
+    )
+    return JSONResponse(job.as_json(), status_code=202, headers={"Location": f"/v1/replays/{job.replay_id}"})
+
+
+@router.get("/v1/replays/{replay_id}", tags=["replay"])
+async def replay_job(replay_id: Id, api: Api, who: Operator) -> dict[str, Any]:
+    job = api.replays.jobs.get(replay_id)
+    if job is None:
+        detail = f"no replay {replay_id!r} (jobs live in the projector process; was it restarted?)"
+        raise Problem(404, "Not found", detail)
+    return job.as_json()

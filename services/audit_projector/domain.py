@@ -22,6 +22,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict
 
+from chorus_contracts.api.audit_projector import ApprovalState, Attention, PendingApproval, StatusView
 from chorus_contracts.approvals import (
     ApprovalDecided,
     ApprovalDecisionSubmitted,
@@ -394,46 +395,6 @@ def redact_facts(facts: WorkflowFacts) -> WorkflowFacts:
     )
 
 
-class PendingApproval(BaseModel):
-    """The approval a workflow waits on, as its status shows it."""
-
-    model_config = ConfigDict(frozen=True)
-
-    approval_id: str
-    tier: str
-    level: int
-    waiting_until: datetime | None
-    context: dict[str, Any] | str | None
-
-
-class StatusView(BaseModel):
-    """The columns of one ``workflow_status`` row (besides ``facts`` and ``updated_at``);
-    the read API answers with them (and the workflow id)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    workflow_type: str
-    status: str
-    """running, waiting, attention, or the outcome: completed, rejected, failed,
-    compensated, timed_out, cancelled, erased."""
-    stage: str | None
-    waiting_for: str | None
-    waiting_until: datetime | None
-    attempts: int
-    outcome: str | None
-    outcome_reason: str | None
-    result: dict[str, Any] | None
-    started_at: datetime
-    ended_at: datetime | None
-    duration_s: float | None
-    last_event_at: datetime
-    events: int
-    subject_ref: str | None
-    pending_approval: PendingApproval | None
-    submitter_ref: str | None = None
-    business_key: str | None = None
-
-
 def pending_approval(facts: WorkflowFacts) -> PendingApproval | None:
     """The approval the workflow waits on: requested or escalated, not decided, and
     the workflow not ended. With several open gates, the most recently active one."""
@@ -453,25 +414,6 @@ def pending_approval(facts: WorkflowFacts) -> PendingApproval | None:
         if best is None or active.key() > best[0]:
             best = (active.key(), view)
     return best[1] if best is not None else None
-
-
-class ApprovalState(BaseModel):
-    """One approval gate as a reviewer's client sees it."""
-
-    model_config = ConfigDict(frozen=True)
-
-    approval_id: str
-    status: str
-    """pending (someone may decide now), decided, or closed (the workflow ended first)."""
-    tier: str | None
-    level: int
-    waiting_until: datetime | None
-    context: dict[str, Any] | str | None
-    decision: str | None
-    decided_at: datetime | None
-    closed_reason: str | None = None
-    requested_at: datetime | None = None
-    """Why a closed approval was withdrawn from reviewers (the workflow's end)."""
 
 
 def approval_state(facts: WorkflowFacts, approval_id: str) -> ApprovalState | None:
@@ -520,18 +462,6 @@ def _after_progress(flag: Stamp | None, stage: Tagged | None) -> bool:
 def dead_letter_why(letter: EventDeadLettered) -> str:
     what = letter.original_event_type or "a record"
     return f"{letter.service} dead-lettered {what}: {letter.error.category}: {letter.error.message}"[:1000]
-
-
-class Attention(BaseModel):
-    """Why a workflow needs an operator: the dead letter it waits behind, since when."""
-
-    model_config = ConfigDict(frozen=True)
-
-    since: datetime
-    why: str
-    dead_letter_event_id: str
-    alerted_at: datetime | None
-    """When workflow.attention_needed was raised for this dead letter (None: not yet)."""
 
 
 def attention(facts: WorkflowFacts) -> Attention | None:

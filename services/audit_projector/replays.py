@@ -26,6 +26,8 @@ from audit_projector.replay import (
     wait_for_live,
 )
 from chorus.kernel.service import RuntimeHandle
+from chorus_contracts.api.audit_projector import ReplayComparison, ReplayProgress, ReplayResult
+from chorus_contracts.api.audit_projector import ReplayJob as ReplayJobAnswer
 
 log = logging.getLogger("audit_projector.replays")
 
@@ -45,24 +47,28 @@ class ReplayJob:
     state: JobState = "running"
     done: int = 0
     total: int | None = None
-    result: dict[str, Any] | None = None
-    comparison: dict[str, Any] | None = None
+    result: ReplayResult | None = None
+    comparison: ReplayComparison | None = None
     error: str | None = None
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
+    def published(self) -> ReplayJobAnswer:
+        """As the replay API answers with it."""
+        return ReplayJobAnswer(
+            replay_id=self.replay_id,
+            schema_name=self.schema,
+            since=self.since,
+            verify=self.verify,
+            drop=self.drop,
+            state=self.state,
+            progress=ReplayProgress(done=self.done, total=self.total),
+            result=self.result,
+            comparison=self.comparison,
+            error=self.error,
+        )
+
     def as_json(self) -> dict[str, Any]:
-        return {
-            "replay_id": self.replay_id,
-            "schema": self.schema,
-            "since": self.since.isoformat() if self.since else None,
-            "verify": self.verify,
-            "drop": self.drop,
-            "state": self.state,
-            "progress": {"done": self.done, "total": self.total},
-            "result": self.result,
-            "comparison": self.comparison,
-            "error": self.error,
-        }
+        return self.published().model_dump(mode="json", by_alias=True)
 
 
 class ReplayJobs:
@@ -101,14 +107,14 @@ class ReplayJobs:
                 progress=advance,
                 max_event_bytes=settings.max_event_bytes,
             )
-            job.result = {
-                "records": result.records,
-                "applied": result.applied,
-                "undecodable": result.undecodable,
-                "seconds": round(result.seconds, 3),
-                "topics": result.topics,
-                "group": result.target.group,
-            }
+            job.result = ReplayResult(
+                records=result.records,
+                applied=result.applied,
+                undecodable=result.undecodable,
+                seconds=round(result.seconds, 3),
+                topics=result.topics,
+                group=result.target.group,
+            )
             if job.verify:
                 group = settings.group_id or rt.service  # the live projector's consumer group
                 lag = await wait_for_live(
@@ -116,15 +122,15 @@ class ReplayJobs:
                 )
                 async with rt.pool.acquire() as conn:
                     c = await compare(conn, live=rt.service, replay=job.schema, since=job.since)
-                job.comparison = {
-                    "equal": c.equal,
-                    "workflows": c.workflows,
-                    "live_checksum": c.live_checksum,
-                    "replay_checksum": c.replay_checksum,
-                    "differing": c.differing[:100],
-                    "differing_count": len(c.differing),
-                    "live_lag": lag,
-                }
+                job.comparison = ReplayComparison(
+                    equal=c.equal,
+                    workflows=c.workflows,
+                    live_checksum=c.live_checksum,
+                    replay_checksum=c.replay_checksum,
+                    differing=c.differing[:100],
+                    differing_count=len(c.differing),
+                    live_lag=lag,
+                )
             if job.drop:
                 async with rt.pool.acquire() as conn:
                     await conn.execute(f"DROP SCHEMA IF EXISTS {job.schema} CASCADE")

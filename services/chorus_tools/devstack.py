@@ -30,6 +30,7 @@ from chorus_contracts.envelope import RELEASE_PATTERN
 from chorus_contracts.registry import read_project
 from chorus_tools.access import local_password
 from chorus_tools.dbroles import provision_database, role_url
+from chorus_tools.httpedges import Edge, load_http_edges
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -237,18 +238,59 @@ class DevStack:
         self.smtp_port = self.smtp_port or (SMTP_PORT if self.documented_ports else next(spare))
         self.console_port = self.console_port or (CONSOLE_PORT if self.documented_ports else next(spare))
         base = {**os.environ, "PYTHONUNBUFFERED": "1", "CHORUS_LOG_JSON": "true", **self.env}
-        project_env: dict[str, str] = {}
-        if self.project is not None:
-            declared = read_project(self.project / "schemas")
-            if declared is None:
-                raise ValueError(f"{self.project}: no schemas/project.yaml (not a project)")
-            base["PYTHONPATH"] = os.pathsep.join(
-                p for p in (str(self.project / "services"), base.get("PYTHONPATH", "")) if p
-            )
-            base.setdefault("CHORUS_SCHEMAS_DIR", str(self.project / "schemas"))
-            self.sandbox_args = [*self.sandbox_args, *(f"--plugin={m}" for m in declared.dev.sandbox)]
-            sandbox = f"http://127.0.0.1:{self.sandbox_port}"
-            project_env = {k: v.replace("{sandbox}", sandbox) for k, v in declared.dev.env.items()}
+        project_env = self._project_env(base)
+        users_dir = self._logins(base)
+        self._add_sandbox(base)
+        ports = {
+            name: self._documented_port(name) if self.documented_ports else next(spare)
+            for name in self.services
+        }
+        ports["console"] = self.console_port  # the notifier's links lead there, whether it runs or not
+        edges = load_http_edges(self.project / "schemas" if self.project is not None else None)
+        for name in self.services:
+            env = {
+                **base,
+                **(service_login(Path(users_dir), name) if users_dir and name not in WITHOUT_KAFKA else {}),
+                **self._database_env(name),
+                "CHORUS_HTTP_PORT": str(ports[name]),
+                "CHORUS_PAYMENT_API_URL": self.sandbox_url,
+                **self._key_stores(ports),
+                **self.service_env.get(name, {}),
+            }
+            # The APIs it calls and the pages it links to, where this stack runs them; a
+            # public API (http.yaml's port: api) is served on the stack's API port.
+            for variable, url in edges.env(name, lambda edge: self._address(edge, ports)).items():
+                env.setdefault(variable, url)
+            endpoint = edges.endpoints.get(name)
+            if endpoint is not None and endpoint.port == "api":
+                env["CHORUS_API_PORT"] = str(self.api_port)
+            self._outside_world(name, env, model_user=name in MODEL_USERS or name in own)
+            if name in own:
+                env = {**env, **project_env, **self.service_env.get(name, {})}
+            self._add(name, name, env, ports[name])
+            for release in self.releases.get(name, ()):
+                proc = release_proc(name, release)
+                named = {"CHORUS_RELEASE": release, **self.service_env.get(proc, {})}
+                self._add(proc, name, {**env, **named}, next(spare))
+
+    def _project_env(self, base: dict[str, str]) -> dict[str, str]:
+        """The project's services' own environment (``dev.env`` of its project.yaml); every
+        process finds the project's code and reads its registry (unless ``env`` names one)."""
+        if self.project is None:
+            return {}
+        declared = read_project(self.project / "schemas")
+        if declared is None:
+            raise ValueError(f"{self.project}: no schemas/project.yaml (not a project)")
+        base["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(self.project / "services"), base.get("PYTHONPATH", "")) if p
+        )
+        base.setdefault("CHORUS_SCHEMAS_DIR", str(self.project / "schemas"))
+        self.sandbox_args = [*self.sandbox_args, *(f"--plugin={m}" for m in declared.dev.sandbox)]
+        return {k: v.replace("{sandbox}", self.sandbox_url) for k, v in declared.dev.env.items()}
+
+    def _logins(self, base: dict[str, str]) -> str | None:
+        """Takes this process's Kafka and database logins out of ``base``; each service
+        gets its own. Returns where the services' passwords are."""
         # No process inherits this one's Kafka login (an admin's, in tests and `make demo`):
         # each service logs in as its own principal, which the broker's ACLs hold to the
         # registry; the sandbox (the outside world) has no Kafka login at all.
@@ -269,9 +311,11 @@ class DevStack:
                 for name in self.services
                 if name not in WITHOUT_DATABASE
             }
-        sandbox_url = f"http://127.0.0.1:{self.sandbox_port}"
-        # Submitters' URLs may lead to the sandbox (the outside world here) and nowhere else
-        # on this machine, whatever the caller's process allows itself.
+        return users_dir
+
+    def _add_sandbox(self, base: dict[str, str]) -> None:
+        """The sandbox process (the outside world); submitters' URLs may lead there and
+        nowhere else on this machine, whatever the caller's process allows itself."""
         base["CHORUS_EGRESS_ALLOW"] = self.env.get(
             "CHORUS_EGRESS_ALLOW", f"127.0.0.1:{self.sandbox_port},localhost:{self.sandbox_port}"
         )
@@ -289,61 +333,33 @@ class DevStack:
             ],
             base,
             self.workdir / "sandbox.log",
-            f"{sandbox_url}/stats",
+            f"{self.sandbox_url}/stats",
         )
-        ports = {
-            name: self._documented_port(name) if self.documented_ports else next(spare)
-            for name in self.services
-        }
-        ports["console"] = self.console_port  # the notifier's links lead there, whether it runs or not
-        # Every service seals and opens personal data with this stack's key service.
-        key_stores = (
-            {"CHORUS_KEY_STORES": json.dumps({"local": f"http://127.0.0.1:{ports['key_service']}"})}
-            if "key_service" in ports
-            else {}
-        )
-        for name in self.services:
-            port = ports[name]
-            env = {
-                **base,
-                **(service_login(Path(users_dir), name) if users_dir and name not in WITHOUT_KAFKA else {}),
-                **self._database_env(name),
-                "CHORUS_HTTP_PORT": str(port),
-                "CHORUS_PAYMENT_API_URL": sandbox_url,
-                **key_stores,
-                **self.service_env.get(name, {}),
-            }
-            if name == "gateway":
-                env["CHORUS_API_PORT"] = str(self.api_port)
-                if "audit_projector" in ports:  # its read API answers the gateway's reads
-                    env.setdefault("CHORUS_AUDIT_URL", f"http://127.0.0.1:{ports['audit_projector']}")
-                if "approval_gate" in ports:  # its API keeps the approval policy
-                    env.setdefault("CHORUS_APPROVAL_GATE_URL", f"http://127.0.0.1:{ports['approval_gate']}")
-            if name == "console":  # a client of the public APIs
-                env.setdefault("CHORUS_GATEWAY_URL", self.api_url)
-                for variable, service in (
-                    ("CHORUS_DEADLETTER_URL", "deadletter_service"),
-                    ("CHORUS_ANALYTICS_URL", "outcome_analytics"),
-                    ("CHORUS_NOTIFIER_URL", "notifier"),
-                ):
-                    if service in ports:
-                        env.setdefault(variable, f"http://127.0.0.1:{ports[service]}")
-            if name == "notifier":  # the sandbox's mail server and chat channels
-                env.setdefault("CHORUS_SMTP_HOST", "127.0.0.1")
-                env.setdefault("CHORUS_SMTP_PORT", str(self.smtp_port))
-                env.setdefault(
-                    "CHORUS_TIER_WEBHOOKS", json.dumps({t: f"{sandbox_url}/slack/{t}" for t in REVIEW_TIERS})
-                )
-                env.setdefault("CHORUS_CONSOLE_URL", self.console_url)
-            if name in MODEL_USERS or name in own:  # the sandbox's deterministic model, over HTTP
-                env.setdefault("CHORUS_LLM_BASE_URL", f"{sandbox_url}/v1")
-            if name in own:
-                env = {**env, **project_env, **self.service_env.get(name, {})}
-            self._add(name, name, env, port)
-            for release in self.releases.get(name, ()):
-                proc = release_proc(name, release)
-                named = {"CHORUS_RELEASE": release, **self.service_env.get(proc, {})}
-                self._add(proc, name, {**env, **named}, next(spare))
+
+    @staticmethod
+    def _key_stores(ports: Mapping[str, int]) -> dict[str, str]:
+        """Every service seals and opens personal data with this stack's key service."""
+        if "key_service" not in ports:
+            return {}
+        return {"CHORUS_KEY_STORES": json.dumps({"local": f"http://127.0.0.1:{ports['key_service']}"})}
+
+    def _address(self, edge: Edge, ports: Mapping[str, int]) -> str | None:
+        """Where this stack serves ``edge``'s target: its public API on the stack's API port,
+        else its own port (None when the stack does not run it)."""
+        if edge.endpoint.port == "api":
+            return self.api_url
+        return f"http://127.0.0.1:{ports[edge.target]}" if edge.target in ports else None
+
+    def _outside_world(self, name: str, env: dict[str, str], *, model_user: bool) -> None:
+        """What stands in for the world outside Chorus (the sandbox) for service ``name``."""
+        if name == "notifier":  # the sandbox's mail server and chat channels
+            env.setdefault("CHORUS_SMTP_HOST", "127.0.0.1")
+            env.setdefault("CHORUS_SMTP_PORT", str(self.smtp_port))
+            env.setdefault(
+                "CHORUS_TIER_WEBHOOKS", json.dumps({t: f"{self.sandbox_url}/slack/{t}" for t in REVIEW_TIERS})
+            )
+        if model_user:  # the sandbox's deterministic model, over HTTP
+            env.setdefault("CHORUS_LLM_BASE_URL", f"{self.sandbox_url}/v1")
 
     def _documented_port(self, name: str) -> int:
         if name in DOCUMENTED_PORTS or self.project is None:

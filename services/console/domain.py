@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from chorus_contracts.api.audit_projector import TimelineEntry
+from chorus_contracts.api.gateway import Me
+from chorus_contracts.api.outcome_analytics import OutcomeBucket
 
 SERVICE = "console"
 
@@ -59,14 +63,14 @@ def anonymous() -> Session:
     return Session(csrf=secrets.token_urlsafe(24))
 
 
-def sign_in(me: dict[str, Any], api_key: str, now: datetime) -> Session:
+def sign_in(me: Me, api_key: str, now: datetime) -> Session:
     """A fresh session (a new CSRF token: one fixed before sign-in is not carried over)."""
     return Session(
         csrf=secrets.token_urlsafe(24),
         api_key=api_key,
-        principal=str(me["principal"]),
-        role=str(me["role"]),
-        tier=me.get("tier"),
+        principal=me.principal,
+        role=me.role,
+        tier=me.tier,
         signed_in_at=now,
         seen_at=now,
     )
@@ -103,19 +107,19 @@ def home(role: str | None) -> str:
     return "/approvals" if role in ("reviewer", "operator") else "/workflows"
 
 
-def window_left(until: str | None, now: datetime) -> str:
+def window_left(until: datetime | None, now: datetime) -> str:
     if not until:
         return "no window"
-    seconds = (datetime.fromisoformat(until) - now).total_seconds()
+    seconds = (until - now).total_seconds()
     if seconds <= 0:
         return "due now"
     return f"{_span(seconds)} left"
 
 
-def age(since: str | None, now: datetime) -> str:
+def age(since: datetime | None, now: datetime) -> str:
     if not since:
         return "-"
-    return _span(max(0.0, (now - datetime.fromisoformat(since)).total_seconds()))
+    return _span(max(0.0, (now - since).total_seconds()))
 
 
 def _span(seconds: float) -> str:
@@ -159,24 +163,24 @@ class TimelineItem:
     trace_id: str | None
 
 
-def timeline(entries: list[dict[str, Any]]) -> list[TimelineItem]:
+def timeline(entries: list[TimelineEntry]) -> list[TimelineItem]:
     """The projection's timeline as the workflow page draws it: what kind each step is,
     and what matters of it (the wait and its window, who decided, the error)."""
     items = []
     for e in entries:
-        payload = e.get("payload") or {}
-        kind = KINDS.get(e["event_type"], "event")
+        payload = e.payload or {}
+        kind = KINDS.get(e.event_type, "event")
         if kind == "event" and int(payload.get("attempt") or 1) > 1:
             kind = "retry"
         items.append(
             TimelineItem(
-                at=e["occurred_at"],
-                event_type=e["event_type"],
+                at=e.occurred_at.isoformat(),
+                event_type=e.event_type,
                 kind=kind,
-                producer=e["producer"],
-                detail=_detail(e["event_type"], payload, e.get("decision"), e.get("external_call")),
-                actor=e.get("actor"),
-                trace_id=e.get("trace_id"),
+                producer=e.producer,
+                detail=_detail(e.event_type, payload, e.decision, e.external_call),
+                actor=e.actor,
+                trace_id=e.trace_id,
             )
         )
     return items
@@ -248,31 +252,31 @@ def chart(title: str, points: list[tuple[str, float]], *, width: float = 640, he
     return Chart(title, bars, width, height, peak, bar_width)
 
 
-def outcome_series(buckets: list[dict[str, Any]], workflow_type: str) -> dict[str, list[tuple[str, float]]]:
+def outcome_series(buckets: list[OutcomeBucket], workflow_type: str) -> dict[str, list[tuple[str, float]]]:
     """Per hour, for one workflow type: started, completed, escalated, timed out, dead-lettered
     (all categories), and the p50 / p99 durations."""
-    rows = sorted((b for b in buckets if b["workflow_type"] == workflow_type), key=lambda b: b["hour"])
+    rows = sorted((b for b in buckets if b.workflow_type == workflow_type), key=lambda b: b.hour)
     series: dict[str, list[tuple[str, float]]] = {}
     for b in rows:
-        hour = b["hour"][11:16]
+        hour = b.hour.astimezone(UTC).strftime("%H:%M")
         values = {
-            "started": b["started"],
-            "completed": b["ended"].get("completed", 0),
-            "escalated": b["escalated"],
-            "timed_out": b["ended"].get("timed_out", 0),
-            "dead_lettered": sum(b["dead_lettered"].values()),
-            "p50 duration (s)": b["duration_s"].get("p50") or 0.0,
-            "p99 duration (s)": b["duration_s"].get("p99") or 0.0,
+            "started": b.started,
+            "completed": b.ended.get("completed", 0),
+            "escalated": b.escalated,
+            "timed_out": b.ended.get("timed_out", 0),
+            "dead_lettered": sum(b.dead_lettered.values()),
+            "p50 duration (s)": b.duration_s.p50 or 0.0,
+            "p99 duration (s)": b.duration_s.p99 or 0.0,
         }
         for name, value in values.items():
             series.setdefault(name, []).append((hour, float(value)))
     return series
 
 
-def dead_letters_by_category(buckets: list[dict[str, Any]], workflow_type: str) -> dict[str, int]:
+def dead_letters_by_category(buckets: list[OutcomeBucket], workflow_type: str) -> dict[str, int]:
     totals: dict[str, int] = {}
     for b in buckets:
-        if b["workflow_type"] == workflow_type:
-            for category, n in b["dead_lettered"].items():
+        if b.workflow_type == workflow_type:
+            for category, n in b.dead_lettered.items():
                 totals[category] = totals.get(category, 0) + int(n)
     return totals

@@ -8,14 +8,13 @@ import hmac
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
-from chorus_contracts.base import Comment, EventModel, InClear, Ref, Url
-from chorus_contracts.envelope import Priority
+from chorus_contracts.api.gateway import Submission
+from chorus_contracts.base import EventModel
 from chorus_contracts.registry import Registry
 
 SERVICE = "gateway"
@@ -46,74 +45,6 @@ def workflow_types(registry: Registry, deadlines_s: Mapping[str, float]) -> dict
 IDEMPOTENCY_KEY_MAX = 255
 IDEMPOTENCY_KEY_PATTERN = r"^[!-~]+$"
 """Visible ASCII: a key travels in headers (ours and the ones Chorus sends onwards)."""
-
-StartT = TypeVar("StartT", bound=EventModel)
-
-
-class Submission(BaseModel, Generic[StartT]):
-    """The body of POST /v1/workflows/{workflow_type}: ``input`` is the start event's payload."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    input: StartT = Field(description="the payload of the workflow type's start event")
-    callback_url: Url | None = Field(default=None, description="POSTed the result, HMAC-signed, when it ends")
-    priority: Priority = "normal"
-    subject_ref: Ref | None = Field(default=None, description="reference to the data subject (for erasure)")
-    deadline_s: float | None = Field(default=None, gt=0, description="bounded per type (see the API)")
-
-
-class DecisionBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    decision: Literal["approve", "reject", "revise"]
-    comment: InClear[Comment] = ""
-
-
-class CancelBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    reason: InClear[Comment] = Field(min_length=1, description="why, for the audit trail and the submitter")
-
-
-class Attention(BaseModel):
-    since: datetime
-    why: str
-    dead_letter_event_id: str
-    alerted_at: datetime | None
-
-
-class WorkflowSummary(BaseModel):
-    """One line of ``GET /v1/workflows`` (no personal data: the workflow's page has it)."""
-
-    workflow_id: str
-    workflow_type: str
-    status: str
-    stage: str | None
-    waiting_for: str | None
-    waiting_until: datetime | None
-    outcome: str | None
-    started_at: datetime
-    ended_at: datetime | None
-    duration_s: float | None
-    last_event_at: datetime
-    events: int
-    attempts: int
-    business_key: str | None = Field(description="the submitter's Idempotency-Key")
-    pending_approval_id: str | None
-    pending_tier: str | None
-    pending_level: int | None
-    attention: Attention | None = Field(default=None, description="why it is parked, since when")
-
-
-CURSOR_PATTERN = r"^(newest|quietest)~[0-9]{1,16}~[!-~]{1,200}$"
-"""A page's position as the audit projector's read API hands it out (its order, sort time in
-microseconds, last workflow id): every value of this form is a position to continue from."""
-
-
-class WorkflowPage(BaseModel):
-    workflows: list[WorkflowSummary]
-    next_cursor: str | None = Field(description="pass as cursor for the next page; null on the last")
-    next: str | None = Field(description="the next page's URL; null on the last")
 
 
 class GatewayState(BaseModel):

@@ -27,53 +27,32 @@ from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query
-from pydantic import BaseModel, ConfigDict, Field
 
 from chorus.kernel.service import RuntimeHandle
 from chorus.web.apikeys import ApiKey, role
+from chorus.web.typedclient import bound, provided
 from chorus.web.webapi import Problem, api_router, problems
-from chorus_contracts.base import Comment, Name
-from chorus_contracts.envelope import Release
-from chorus_contracts.rollouts import MAX_TYPES, AutoRollback, RolloutAction
+from chorus_contracts.api.rollout_service import (
+    InFlight,
+    PolicyChanged,
+    ReasonBody,
+    Repin,
+    RepinAsked,
+    RepinBody,
+    Repins,
+    Rollouts,
+    RolloutState,
+    SetBody,
+    StartBody,
+)
+from chorus_contracts.rollouts import RolloutAction
 from rollout_service.adapters import repository as repo
 from rollout_service.changes import make_change, request_repin
 from rollout_service.domain import Change, ChangeRefused
 
 Reader = Annotated[ApiKey, Depends(role("operator", "auditor"))]
 Operator = Annotated[ApiKey, Depends(role("operator"))]
-
-
-class StartBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    canary: Release = Field(description="the release to try (its CHORUS_RELEASE)")
-    percent: float = Field(ge=0, le=100, description="share of new workflows it takes")
-    stable: Release | None = Field(
-        default=None, description="the release serving today; default: the last rollout's stable, or main"
-    )
-    workflow_types: list[Name] = Field(default_factory=list, max_length=MAX_TYPES)
-    auto_rollback: AutoRollback | None = None
-    reason: Comment | None = None
-
-
-class SetBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    percent: float = Field(ge=0, le=100)
-    reason: Comment | None = None
-
-
-class RepinBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    to: Release = Field(description="the release to move the workflow to: the rollout's stable or canary")
-    reason: Comment = Field(min_length=1, description="why, for the audit of moves")
-
-
-class ReasonBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    reason: Comment | None = None
+Runtime = Annotated[RuntimeHandle, Depends(provided("rt", RuntimeHandle))]
 
 
 WorkflowId = Annotated[str, Path(min_length=1, max_length=200)]
@@ -90,126 +69,156 @@ def _refused(service: str, exc: ChangeRefused) -> Problem:
     return Problem(exc.status, "Rollout change refused", exc.message, service=service)
 
 
+router = api_router(tags=["rollouts"], responses=problems(401, 403, 404, 409, 415, 422))
+
+
 def routes(rt: RuntimeHandle) -> APIRouter:
-    router = api_router(tags=["rollouts"], responses=problems(401, 403, 404, 409, 415, 422))
-    services = set(rt.registry.principals.services)
+    """The rollout API over the policies of the service ``rt`` runs."""
+    return bound(router, rt=rt)
 
-    def known(service: str) -> str:
-        if service not in services:
-            raise Problem(404, "Unknown service", f"no service {service!r} in the registry", service=service)
-        return service
 
-    async def change(service: str, body: Change) -> dict[str, Any]:
-        try:
-            changed = await make_change(rt, known(service), body)
-        except ChangeRefused as exc:
-            raise _refused(service, exc) from None
-        return {"policy": changed.model_dump(mode="json")}
+def known(rt: RuntimeHandle, service: str) -> str:
+    """``service``, when the registry has it (404 otherwise)."""
+    if service not in rt.registry.principals.services:
+        raise Problem(404, "Unknown service", f"no service {service!r} in the registry", service=service)
+    return service
 
-    @router.get("/v1/rollouts", summary="Every service's rollout policy")
-    async def list_rollouts(who: Reader) -> dict[str, Any]:
-        async with rt.pool.acquire() as conn:
-            found = await repo.policies(conn)
-        return {"rollouts": [p.model_dump(mode="json") for p in found]}
 
-    @router.get("/v1/rollouts/{service}", summary="A service's releases side by side, and its history")
-    async def status(service: str, who: Reader) -> dict[str, Any]:
-        known(service)
-        s = rt.settings
-        async with rt.pool.acquire() as conn:
-            current = await repo.policy(conn, service)
-            releases = await repo.release_status(
-                conn,
-                service,
-                current,
-                now=rt.clock.now(),
-                running_within=timedelta(seconds=s.running_within_s),
-                latency_window=timedelta(seconds=s.latency_window_s),
-            )
-            changes = await repo.history(conn, service)
-            moves = await repo.repins(conn, service, limit=20)
-        return {
+async def change(rt: RuntimeHandle, service: str, body: Change) -> dict[str, Any]:
+    try:
+        changed = await make_change(rt, known(rt, service), body)
+    except ChangeRefused as exc:
+        raise _refused(service, exc) from None
+    return PolicyChanged(policy=changed).model_dump(mode="json")
+
+
+@router.get("/v1/rollouts", summary="Every service's rollout policy")
+async def list_rollouts(who: Reader, rt: Runtime) -> dict[str, Any]:
+    async with rt.pool.acquire() as conn:
+        found = await repo.policies(conn)
+    return Rollouts(rollouts=found).model_dump(mode="json")
+
+
+@router.get("/v1/rollouts/{service}", summary="A service's releases side by side, and its history")
+async def status(service: str, who: Reader, rt: Runtime) -> dict[str, Any]:
+    known(rt, service)
+    s = rt.settings
+    async with rt.pool.acquire() as conn:
+        current = await repo.policy(conn, service)
+        releases = await repo.release_status(
+            conn,
+            service,
+            current,
+            now=rt.clock.now(),
+            running_within=timedelta(seconds=s.running_within_s),
+            latency_window=timedelta(seconds=s.latency_window_s),
+        )
+        changes = await repo.history(conn, service)
+        moves = await repo.repins(conn, service, limit=20)
+    return RolloutState.model_validate(
+        {
             "service": service,
-            "policy": current.model_dump(mode="json") if current else None,
+            "policy": current,
             "releases": [r.as_json() for r in releases],
             "history": changes,
             "repins": moves,
         }
+    ).model_dump(mode="json")
 
-    @router.get("/v1/rollouts/{service}/workflows", summary="In-flight workflows pinned to a release")
-    async def pinned(
-        service: str,
-        who: Reader,
-        release: Annotated[str, Query(min_length=1, max_length=64)],
-        limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-    ) -> dict[str, Any]:
-        known(service)
-        async with rt.pool.acquire() as conn:
-            found = await repo.in_flight(conn, service, release)
-        return {"service": service, "release": release, "count": len(found), "workflows": found[:limit]}
 
-    @router.post(
-        "/v1/rollouts/{service}/workflows/{workflow_id}/repin",
-        summary="Move an in-flight workflow to another release",
-        status_code=202,
+@router.get("/v1/rollouts/{service}/workflows", summary="In-flight workflows pinned to a release")
+async def pinned(
+    service: str,
+    who: Reader,
+    release: Annotated[str, Query(min_length=1, max_length=64)],
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    *,
+    rt: Runtime,
+) -> dict[str, Any]:
+    known(rt, service)
+    async with rt.pool.acquire() as conn:
+        found = await repo.in_flight(conn, service, release)
+    return InFlight(service=service, release=release, count=len(found), workflows=found[:limit]).model_dump(
+        mode="json"
     )
-    async def move(service: str, workflow_id: WorkflowId, body: RepinBody, who: Operator) -> dict[str, Any]:
-        known(service)
-        try:
-            request_id = await request_repin(rt, service, workflow_id, body.to, who.principal, body.reason)
-        except ChangeRefused as exc:
-            raise _refused(service, exc) from None
-        return {
-            "request_id": str(request_id),
-            "status": "pending",
-            "location": f"/v1/rollouts/{service}/repins/{request_id}",
-        }
 
-    @router.get("/v1/rollouts/{service}/repins", summary="Moves asked for, newest first, and their answers")
-    async def list_repins(service: str, who: Reader) -> dict[str, Any]:
-        known(service)
-        async with rt.pool.acquire() as conn:
-            return {"service": service, "repins": await repo.repins(conn, service)}
 
-    @router.get("/v1/rollouts/{service}/repins/{request_id}", summary="One move and its answer")
-    async def one_repin(service: str, request_id: uuid.UUID, who: Reader) -> dict[str, Any]:
-        known(service)
-        async with rt.pool.acquire() as conn:
-            found = await repo.repin(conn, service, request_id)
-        if found is None:
-            raise Problem(404, "Unknown request", f"no move {request_id} of {service}", service=service)
-        return found
-
-    @router.post("/v1/rollouts/{service}/start", summary="Start a canary")
-    async def start(service: str, body: StartBody, who: Operator) -> dict[str, Any]:
-        return await change(
-            service,
-            Change(
-                "start",
-                who.principal,
-                reason=body.reason,
-                stable=body.stable,
-                canary=body.canary,
-                percent=body.percent,
-                workflow_types=tuple(body.workflow_types),
-                auto_rollback=body.auto_rollback,
-            ),
-        )
-
-    @router.post("/v1/rollouts/{service}/set", summary="Shift the canary's share")
-    async def shift(service: str, body: SetBody, who: Operator) -> dict[str, Any]:
-        return await change(service, Change("set", who.principal, reason=body.reason, percent=body.percent))
-
-    def simple(action: RolloutAction) -> Any:
-        async def act(service: str, who: Operator, body: ReasonBody | None = None) -> dict[str, Any]:
-            return await change(service, Change(action, who.principal, reason=body.reason if body else None))
-
-        return act
-
-    router.post("/v1/rollouts/{service}/promote", summary="New workflows go to the canary release")(
-        simple("promote")
+@router.post(
+    "/v1/rollouts/{service}/workflows/{workflow_id}/repin",
+    summary="Move an in-flight workflow to another release",
+    status_code=202,
+)
+async def move(
+    service: str, workflow_id: WorkflowId, body: RepinBody, who: Operator, rt: Runtime
+) -> dict[str, Any]:
+    known(rt, service)
+    try:
+        request_id = await request_repin(rt, service, workflow_id, body.to, who.principal, body.reason)
+    except ChangeRefused as exc:
+        raise _refused(service, exc) from None
+    asked = RepinAsked(
+        request_id=str(request_id), status="pending", location=f"/v1/rollouts/{service}/repins/{request_id}"
     )
-    router.post("/v1/rollouts/{service}/rollback", summary="New workflows go back to stable")(
-        simple("rollback")
+    return asked.model_dump(mode="json")
+
+
+@router.get("/v1/rollouts/{service}/repins", summary="Moves asked for, newest first, and their answers")
+async def list_repins(service: str, who: Reader, rt: Runtime) -> dict[str, Any]:
+    known(rt, service)
+    async with rt.pool.acquire() as conn:
+        found = await repo.repins(conn, service)
+    return Repins.model_validate({"service": service, "repins": found}).model_dump(mode="json")
+
+
+@router.get("/v1/rollouts/{service}/repins/{request_id}", summary="One move and its answer")
+async def one_repin(service: str, request_id: uuid.UUID, who: Reader, rt: Runtime) -> dict[str, Any]:
+    known(rt, service)
+    async with rt.pool.acquire() as conn:
+        found = await repo.repin(conn, service, request_id)
+    if found is None:
+        raise Problem(404, "Unknown request", f"no move {request_id} of {service}", service=service)
+    return Repin.model_validate(found).model_dump(mode="json")
+
+
+@router.post("/v1/rollouts/{service}/start", summary="Start a canary")
+async def start(service: str, body: StartBody, who: Operator, rt: Runtime) -> dict[str, Any]:
+    return await change(
+        rt,
+        service,
+        Change(
+            "start",
+            who.principal,
+            reason=body.reason,
+            stable=body.stable,
+            canary=body.canary,
+            percent=body.percent,
+            workflow_types=tuple(body.workflow_types),
+            auto_rollback=body.auto_rollback,
+        ),
     )
-    return router
+
+
+@router.post("/v1/rollouts/{service}/set", summary="Shift the canary's share")
+async def shift(service: str, body: SetBody, who: Operator, rt: Runtime) -> dict[str, Any]:
+    return await change(rt, service, Change("set", who.principal, reason=body.reason, percent=body.percent))
+
+
+async def _simple(
+    action: RolloutAction, service: str, who: ApiKey, body: ReasonBody | None, rt: RuntimeHandle
+) -> dict[str, Any]:
+    return await change(rt, service, Change(action, who.principal, reason=body.reason if body else None))
+
+
+# Both named "act", as their operation ids have always been.
+@router.post("/v1/rollouts/{service}/promote", summary="New workflows go to the canary release", name="act")
+async def promote(
+    service: str, who: Operator, body: ReasonBody | None = None, *, rt: Runtime
+) -> dict[str, Any]:
+    return await _simple("promote", service, who, body, rt)
+
+
+@router.post("/v1/rollouts/{service}/rollback", summary="New workflows go back to stable", name="act")
+async def rollback(
+    service: str, who: Operator, body: ReasonBody | None = None, *, rt: Runtime
+) -> dict[str, Any]:
+    return await _simple("rollback", service, who, body, rt)

@@ -10,22 +10,23 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
+from chorus_contracts.api.gateway import Me
 from console.adapters.apis import Apis
 from console.adapters.cookies import COOKIE, SessionCookies
 from console.bootstrap import create_app
 from console.config import Settings
 from console.domain import anonymous, sign_in, still_valid
 
-ME = {"principal": "dana.manager", "role": "reviewer", "tier": "manager"}
+ME = Me(principal="dana.manager", role="reviewer", tier="manager")
 
 
 def answer(request: httpx.Request) -> httpx.Response:
     if request.headers.get("authorization") != "Bearer good-key":
         return httpx.Response(401, json={"title": "Unauthorized", "detail": "unknown key"})
     if request.url.path == "/v1/me":
-        return httpx.Response(200, json=ME)
+        return httpx.Response(200, json=ME.model_dump())
     if request.url.path == "/v1/approvals":
-        return httpx.Response(200, json={"approvals": []})
+        return httpx.Response(200, json={"assignee": ME.principal, "tier": ME.tier, "approvals": []})
     return httpx.Response(404, json={"title": "Not found", "detail": request.url.path})
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 from pydantic import BaseModel
@@ -68,10 +70,48 @@ async def test_the_gateway_sends_a_read_again_once_when_the_projector_closed_a_p
     def answer(request: httpx.Request) -> httpx.Response:
         if failure := next(failures, None):
             raise failure
-        return httpx.Response(200, json={"workflow_id": request.url.path.rsplit("/", 1)[-1]})
+        return httpx.Response(200, json=status_view(request.url.path.rsplit("/", 1)[-1]))
 
     reads = ReadModel(httpx.AsyncClient(transport=httpx.MockTransport(answer)), "http://projector")
     with pytest.raises(ReadModelUnavailableError, match="ReadError"):
         await reads.workflow("wf-2", for_whom="alice")
     failures = iter([httpx.ReadError("")])
-    assert await reads.workflow("wf-2", for_whom="alice") == {"workflow_id": "wf-2"}
+    found = await reads.workflow("wf-2", for_whom="alice")
+    assert found is not None and found.workflow_id == "wf-2" and found.status == "running"
+
+
+def status_view(workflow_id: str) -> dict[str, object]:
+    """A workflow's status as the audit projector's read API answers it."""
+    return {
+        "workflow_id": workflow_id,
+        "workflow_type": "procurement",
+        "status": "running",
+        "stage": "invoice.received",
+        "waiting_for": None,
+        "waiting_until": None,
+        "attempts": 0,
+        "outcome": None,
+        "outcome_reason": None,
+        "result": None,
+        "started_at": "2026-03-01T10:00:00Z",
+        "ended_at": None,
+        "duration_s": None,
+        "last_event_at": "2026-03-01T10:00:00Z",
+        "events": 2,
+        "subject_ref": None,
+        "pending_approval": None,
+    }
+
+
+async def test_an_answer_the_projector_does_not_publish_is_unavailable_naming_the_field() -> None:
+    """A malformed answer (a field missing, of the wrong type, not JSON at all) is the read
+    model being unavailable (a 503 naming what was wrong), never a KeyError in a route."""
+    broken = {k: v for k, v in status_view("wf-3").items() if k != "status"}
+    for body in (json.dumps(broken).encode(), json.dumps({**broken, "status": 7}).encode(), b"<html>"):
+
+        def answer(_: httpx.Request, body: bytes = body) -> httpx.Response:
+            return httpx.Response(200, headers={"content-type": "application/json"}, content=body)
+
+        reads = ReadModel(httpx.AsyncClient(transport=httpx.MockTransport(answer)), "http://projector")
+        with pytest.raises(ReadModelUnavailableError, match="not its WorkflowStatusView"):
+            await reads.workflow("wf-3", for_whom="alice")

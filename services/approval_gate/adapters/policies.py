@@ -14,6 +14,7 @@ import asyncpg
 
 from approval_gate.domain import DEFAULT_POLICY
 from chorus.base import migrations
+from chorus_contracts.api.approval_gate import ApprovalPolicyVersion
 from chorus_contracts.approvals import ApprovalPolicy
 
 SCHEMA = "approval_gate"
@@ -56,14 +57,15 @@ class PolicyVersion:
     reason: str
     changed_at: datetime
 
-    def as_json(self) -> dict[str, object]:
-        return {
-            "version": self.version,
-            "rules": self.policy.model_dump(mode="json")["rules"],
-            "changed_by": self.changed_by,
-            "reason": self.reason,
-            "changed_at": self.changed_at.isoformat(),
-        }
+    def published(self) -> ApprovalPolicyVersion:
+        """As the policy API answers with it."""
+        return ApprovalPolicyVersion(
+            version=self.version,
+            rules=self.policy.rules,
+            changed_by=self.changed_by,
+            reason=self.reason,
+            changed_at=self.changed_at,
+        )
 
 
 def _version(row: asyncpg.Record) -> PolicyVersion:

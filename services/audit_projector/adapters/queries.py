@@ -19,79 +19,19 @@ from enum import StrEnum
 from typing import Any
 
 import asyncpg
-from pydantic import BaseModel, ConfigDict
 
 from audit_projector.adapters.projection import SCHEMA
-from audit_projector.domain import (
-    ATTENTION,
-    TERMINAL,
-    ApprovalState,
-    Attention,
-    PendingApproval,
-    StatusView,
-    WorkflowFacts,
-    approval_state,
-    attention,
-)
+from audit_projector.domain import ATTENTION, TERMINAL, WorkflowFacts, approval_state, attention
 from chorus.base.db import ident
-
-
-class _View(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-
-PendingApprovalView = PendingApproval
-
-
-class WorkflowStatusView(StatusView):
-    """What ``GET /v1/workflows/{id}`` answers (without the timeline): the status
-    columns and the workflow's id, and why it needs attention when it does."""
-
-    workflow_id: str
-    attention: Attention | None = None
-
-
-class ApprovalTask(_View):
-    """One line of ``GET /v1/approvals?assignee=<tier>``."""
-
-    workflow_id: str
-    workflow_type: str
-    approval_id: str
-    tier: str
-    level: int
-    waiting_until: datetime | None
-    context: dict[str, Any] | str | None
-    stage: str | None
-    requested_at: datetime | None = None
-    """When the approval was asked for (its age)."""
-
-
-class ApprovalView(ApprovalState):
-    """One approval gate, whatever its state (what a decision is checked against), and
-    its workflow."""
-
-    workflow_id: str
-    workflow_type: str
-
-
-class TimelineEntry(_View):
-    event_id: str
-    origin: str
-    """topic, or janitor / erasure for rows the projector wrote itself."""
-    event_type: str
-    schema_version: int
-    producer: str
-    producer_version: str | None
-    """The producer's release (None on rows the projector wrote itself, or recorded before
-    it kept the version)."""
-    occurred_at: datetime
-    recorded_at: datetime
-    trace_id: str | None
-    causation_id: str | None
-    decision: str | None
-    actor: str | None
-    external_call: str | None
-    payload: dict[str, Any]
+from chorus_contracts.api.audit_projector import (
+    ApprovalTask,
+    ApprovalView,
+    PendingApproval,
+    TimelineEntry,
+    WorkflowList,
+    WorkflowStatusView,
+    WorkflowSummary,
+)
 
 
 def _loads(value: str | None) -> Any:
@@ -122,29 +62,6 @@ async def status_view(
     return _status(r)
 
 
-class WorkflowSummary(_View):
-    """One line of ``GET /v1/workflows``: no personal data (nothing to open, no access to log)."""
-
-    workflow_id: str
-    workflow_type: str
-    status: str
-    stage: str | None
-    waiting_for: str | None
-    waiting_until: datetime | None
-    outcome: str | None
-    started_at: datetime
-    ended_at: datetime | None
-    duration_s: float | None
-    last_event_at: datetime
-    events: int
-    attempts: int
-    business_key: str | None
-    pending_approval_id: str | None
-    pending_tier: str | None
-    pending_level: int | None
-    attention: Attention | None = None
-
-
 class Order(StrEnum):
     """How a list is sorted (and what its cursor points into)."""
 
@@ -166,19 +83,6 @@ class WorkflowFilter:
     started_before: datetime | None = None
     search: str | None = None
     """A workflow id, or a business key (exact match on either)."""
-
-
-CURSOR_PATTERN = r"^(newest|quietest)~[0-9]{1,16}~[!-~]{1,200}$"
-"""A keyset position, not an opaque token: the order, the sort time in microseconds since
-the epoch, and the last workflow id listed. Every value of this form is a valid position
-(a page starts after it), so a client cannot hand in a cursor the API must refuse."""
-
-
-@dataclass(frozen=True)
-class Page:
-    workflows: list[WorkflowSummary]
-    next_cursor: str | None
-    """Pass as ``cursor`` for the next page; None on the last one."""
 
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -203,7 +107,7 @@ async def list_workflows(
     cursor: str | None = None,
     limit: int = 50,
     schema: str = SCHEMA,
-) -> Page:
+) -> WorkflowList:
     """A page of workflows matching ``where``, in ``order`` (a cursor's own, when given),
     after ``cursor`` (matching CURSOR_PATTERN). Keyset pagination: pages are stable while
     workflows start between requests (nothing repeats, nothing listed before is skipped)."""
@@ -252,13 +156,13 @@ async def list_workflows(
         next_cursor = _cursor(
             order, last.started_at if order is Order.NEWEST else last.last_event_at, last.workflow_id
         )
-    return Page(found, next_cursor)
+    return WorkflowList(workflows=found, next_cursor=next_cursor)
 
 
 def _status(r: asyncpg.Record) -> WorkflowStatusView:
     pending = None
     if r["pending_approval_id"] is not None:
-        pending = PendingApprovalView(
+        pending = PendingApproval(
             approval_id=r["pending_approval_id"],
             tier=r["pending_tier"],
             level=r["pending_level"],

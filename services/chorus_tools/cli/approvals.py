@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from chorus_contracts.api.gateway import ApprovalQueue, DecisionAccepted, DecisionBody
 from chorus_tools.cli.audit import span
 from chorus_tools.cli.options import (
     GATEWAY_URL,
@@ -29,7 +30,7 @@ from chorus_tools.cli.options import (
     GatewayUrl,
     JsonFlag,
     OutputOption,
-    api_call,
+    api_answer,
     api_client,
     echo_json,
     wants_json,
@@ -58,7 +59,8 @@ def list_command(
 ) -> None:
     """Open approvals, the soonest deadline first: what each is about and how long is left."""
     with api_client("approvals", url, api_key, "the gateway") as client:
-        answer = api_call("approvals", client, "GET", "/v1/approvals", params={"assignee": assignee})
+        params = {"assignee": assignee}
+        answer = api_answer("approvals", client, ApprovalQueue, "GET", "/v1/approvals", params=params)
     if wants_json(output, as_json):
         echo_json(answer)
         return
@@ -66,22 +68,22 @@ def list_command(
     table = Table(show_lines=False)
     for column in ("approval", "workflow", "tier", "step", "window left", "summary"):
         table.add_column(column, no_wrap=column != "summary")
-    for a in answer["approvals"]:
+    for a in answer.approvals:
         table.add_row(
-            a["approval_id"],
-            a["workflow_id"],
-            a["tier"],
-            str(int(a.get("level") or 0) + 1),
-            _left(a.get("waiting_until"), now),
-            escape(_summary(a.get("context"))),
+            a.approval_id,
+            a.workflow_id,
+            a.tier,
+            str(a.level + 1),
+            _left(a.waiting_until, now),
+            escape(_summary(a.context)),
         )
     console.print(table)
 
 
-def _left(until: str | None, now: datetime) -> str:
+def _left(until: datetime | None, now: datetime) -> str:
     if not until:
         return "-"
-    seconds = (datetime.fromisoformat(until) - now).total_seconds()
+    seconds = (until - now).total_seconds()
     return span(seconds) if seconds > 0 else "due"
 
 
@@ -104,10 +106,9 @@ def decide_command(
     """Decide an approval waiting on your tier. A decision is final: a second one is refused."""
     with api_client("approvals", url, api_key, "the gateway") as client:
         path = f"/v1/approvals/{quote(approval_id, safe='')}"
-        answer = api_call(
-            "approvals", client, "POST", path, json={"decision": decision.value, "comment": comment}
-        )
+        body = DecisionBody.model_construct(decision=decision.value, comment=comment).model_dump(mode="json")
+        answer = api_answer("approvals", client, DecisionAccepted, "POST", path, json=body)
     if wants_json(output, as_json):
         echo_json(answer)
         return
-    typer.echo(f"{answer['approval_id']}: {answer['decision']} submitted (workflow {answer['workflow_id']})")
+    typer.echo(f"{answer.approval_id}: {answer.decision} submitted (workflow {answer.workflow_id})")

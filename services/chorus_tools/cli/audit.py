@@ -4,7 +4,8 @@ an operator's terminal, through the audit projector's HTTP API (``--api``, or
 
 Exit codes: 0 ok (replay: projections equal; erase: every service confirmed); 1 replay
 found differences or failed, the workflow or erasure is unknown, or the API refused the
-request; 2 usage errors; 69 (EX_UNAVAILABLE) the API not reachable at the address tried;
+request; 2 usage errors; 69 (EX_UNAVAILABLE) the API not reachable at the address tried, or
+answering what it does not publish (chorus_contracts.api.audit_projector);
 75 (EX_TEMPFAIL) erase: some services have not confirmed yet; 77 (EX_NOPERM) the API key
 (``--api-key``, else CHORUS_API_KEY) is unknown or its role may not do this.
 """
@@ -20,11 +21,26 @@ from urllib.parse import quote
 
 import httpx
 import typer
+from pydantic import BaseModel
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from chorus.web.typedclient import UnexpectedAnswerError, answer
+from chorus_contracts.api.audit_projector import (
+    AccessLog,
+    Erasure,
+    ErasureRequest,
+    ErasureStarted,
+    ReplayJob,
+    ReplayRequest,
+    ReplayResult,
+    Timeline,
+    TimelineEntry,
+    WorkflowStatusView,
+)
+from chorus_contracts.api.gateway import AcceptedWorkflow
 from chorus_tools.cli.options import (
     AUDIT_URL,
     EX_NOPERM,
@@ -38,6 +54,7 @@ from chorus_tools.cli.options import (
 
 EX_UNAVAILABLE = 69
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 
 console = Console(highlight=False)
 errors = Console(stderr=True, highlight=False)
@@ -115,17 +132,12 @@ def replay_command(
     if projection != "audit":
         raise _fail(f"unknown projection {projection!r}; known: audit", 2)
     since_at = _parse_since(since)
-    body = {
-        "since": since_at.isoformat() if since_at else None,
-        "verify": verify,
-        "drop": drop,
-        "live_timeout_s": live_timeout_s,
-    }
+    body = ReplayRequest(since=since_at, verify=verify, drop=drop, live_timeout_s=live_timeout_s)
     headers = api_headers(api_key)
 
-    async def run() -> dict[str, Any]:
+    async def run() -> ReplayJob:
         async with httpx.AsyncClient(base_url=api.rstrip("/"), timeout=30, headers=headers) as client:
-            job = await _api(client, "POST", "/v1/replays", json=body)
+            job = await _api(client, ReplayJob, "POST", "/v1/replays", json=body.model_dump(mode="json"))
             with Progress(
                 TextColumn("[bold]replaying[/bold] {task.description}"),
                 BarColumn(),
@@ -135,51 +147,50 @@ def replay_command(
                 transient=False,
             ) as bar:
                 task = bar.add_task("topics", total=None)
-                while job["state"] == "running":
+                while job.state == "running":
                     await asyncio.sleep(0.2)
-                    job = await _api(client, "GET", f"/v1/replays/{job['replay_id']}")
-                    bar.update(task, completed=job["progress"]["done"], total=job["progress"]["total"])
+                    job = await _api(client, ReplayJob, "GET", f"/v1/replays/{job.replay_id}")
+                    bar.update(task, completed=job.progress.done, total=job.progress.total)
             return job
 
     with _unavailable_exits():
         job = _run(run())
-    if job["state"] != "succeeded":
-        raise _fail(f"replay {job['replay_id']} failed: {job['error']}", 1)
-    raise typer.Exit(_print_replay(job, dropped=drop))
+    if job.state != "succeeded" or job.result is None:
+        raise _fail(f"replay {job.replay_id} failed: {job.error}", 1)
+    raise typer.Exit(_print_replay(job, job.result, dropped=drop))
 
 
-def _print_replay(job: dict[str, Any], *, dropped: bool) -> int:
+def _print_replay(job: ReplayJob, result: ReplayResult, *, dropped: bool) -> int:
     """What a finished replay did, and the comparison; 1 when the projections differ."""
-    result = job["result"]
-    rate = result["records"] / result["seconds"] if result["seconds"] else 0.0
+    rate = result.records / result.seconds if result.seconds else 0.0
     console.print(
-        f"replayed {result['records']} record(s) ({result['applied']} projected) from "
-        f"{len(result['topics'])} topic(s) into schema [bold]{job['schema']}[/bold] "
-        f"(group {result['group']}) in {result['seconds']:.2f}s ({rate:.0f} records/s)"
-        + (f"; {result['undecodable']} undecodable record(s) skipped" if result["undecodable"] else "")
+        f"replayed {result.records} record(s) ({result.applied} projected) from "
+        f"{len(result.topics)} topic(s) into schema [bold]{job.schema_name}[/bold] "
+        f"(group {result.group}) in {result.seconds:.2f}s ({rate:.0f} records/s)"
+        + (f"; {result.undecodable} undecodable record(s) skipped" if result.undecodable else "")
     )
     code = 0
-    comparison = job["comparison"]
+    comparison = job.comparison
     if comparison is not None:
-        if comparison["live_lag"]:
+        if comparison.live_lag:
             errors.print(
-                f"warning: the live projector is still {comparison['live_lag']} record(s) behind "
+                f"warning: the live projector is still {comparison.live_lag} record(s) behind "
                 "the replayed offsets; differences may only be lag"
             )
-        console.print(f"live:   md5 {comparison['live_checksum']}")
-        console.print(f"replay: md5 {comparison['replay_checksum']}")
-        if comparison["equal"]:
-            console.print(f"[green]equal[/green]: {comparison['workflows']} workflow(s)")
+        console.print(f"live:   md5 {comparison.live_checksum}")
+        console.print(f"replay: md5 {comparison.replay_checksum}")
+        if comparison.equal:
+            console.print(f"[green]equal[/green]: {comparison.workflows} workflow(s)")
         else:
             console.print(
-                f"[red]different[/red]: {comparison['differing_count']} of "
-                f"{comparison['workflows']} workflow(s) differ; first:"
+                f"[red]different[/red]: {comparison.differing_count} of "
+                f"{comparison.workflows} workflow(s) differ; first:"
             )
-            for workflow_id in comparison["differing"][:10]:
+            for workflow_id in comparison.differing[:10]:
                 console.print(f"  {workflow_id}", markup=False)
             code = 1
     if dropped:
-        console.print(f"dropped schema {job['schema']}")
+        console.print(f"dropped schema {job.schema_name}")
     return code
 
 
@@ -195,47 +206,53 @@ def timeline_command(
     """A workflow's events, stages, waits and decisions, from the audit projection."""
     headers = api_headers(api_key)
 
-    async def read() -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    async def read() -> tuple[WorkflowStatusView | None, list[TimelineEntry]]:
         async with httpx.AsyncClient(base_url=api.rstrip("/"), timeout=30, headers=headers) as client:
             quoted = quote(workflow_id, safe="")
-            status = await _api(client, "GET", f"/v1/workflows/{quoted}", missing_ok=True)
-            timeline = await _api(client, "GET", f"/v1/workflows/{quoted}/timeline")
-            return status, list(timeline["timeline"])
+            status = await _api(client, WorkflowStatusView, "GET", f"/v1/workflows/{quoted}", missing_ok=True)
+            timeline = await _api(client, Timeline, "GET", f"/v1/workflows/{quoted}/timeline")
+            return status, timeline.timeline
 
     with _unavailable_exits():
         status, entries = _run(read())
     if status is None and not entries:
         raise _fail(f"unknown workflow {workflow_id!r} (not in the audit projection at {api})", 1)
     if output is Format.JSON:
-        echo_json({**(status or {"workflow_id": workflow_id}), "timeline": entries})
+        shown = status.model_dump(mode="json") if status else {"workflow_id": workflow_id}
+        echo_json({**shown, "timeline": [e.model_dump(mode="json") for e in entries]})
         return
     print_workflow(workflow_id, status, entries)
 
 
-def print_workflow(workflow_id: str, status: dict[str, Any] | None, entries: list[dict[str, Any]]) -> None:
+def print_workflow(
+    workflow_id: str, status: WorkflowStatusView | AcceptedWorkflow | None, entries: list[TimelineEntry]
+) -> None:
     """A workflow's status line and its timeline as a table (``chorus timeline``,
     ``chorus workflows show``)."""
-    if status is not None:
+    if isinstance(status, AcceptedWorkflow):  # only the gateway knows it yet
         console.print(
-            f"[bold]{escape(workflow_id)}[/bold]  {escape(status['workflow_type'])}  status "
-            f"[bold]{status['status']}[/bold]  stage {status.get('stage') or '-'}"
+            f"[bold]{escape(workflow_id)}[/bold]  {escape(status.workflow_type)}  status "
+            f"[bold]{status.status}[/bold]  stage -"
+        )
+        console.print(f"started {at_utc(status.accepted_at)}  events 0  attempts 0")
+    elif status is not None:
+        console.print(
+            f"[bold]{escape(workflow_id)}[/bold]  {escape(status.workflow_type)}  status "
+            f"[bold]{status.status}[/bold]  stage {status.stage or '-'}"
         )
         waiting = (
-            f"  waiting for {escape(status['waiting_for'])}"
-            + (f" until {_at(status['waiting_until'])}" if status.get("waiting_until") else "")
-            if status.get("waiting_for")
+            f"  waiting for {escape(status.waiting_for)}"
+            + (f" until {at_utc(status.waiting_until)}" if status.waiting_until else "")
+            if status.waiting_for
             else ""
         )
         ended = (
-            f"  ended {_at(status['ended_at'])} (took {span(status['duration_s'] or 0.0)})"
-            if status.get("ended_at")
+            f"  ended {at_utc(status.ended_at)} (took {span(status.duration_s or 0.0)})"
+            if status.ended_at
             else ""
         )
-        started = status.get("started_at") or status.get("accepted_at")
-        console.print(
-            f"started {_at(started)}{ended}{waiting}  events {status.get('events', 0)}"
-            f"  attempts {status.get('attempts', 0)}"
-        )
+        counts = f"events {status.events}  attempts {status.attempts}"
+        console.print(f"started {at_utc(status.started_at)}{ended}{waiting}  {counts}")
     else:
         console.print(f"[bold]{escape(workflow_id)}[/bold]: no status row (removed by the janitor)")
     table = Table(show_lines=False)
@@ -243,23 +260,23 @@ def print_workflow(workflow_id: str, status: dict[str, Any] | None, entries: lis
         table.add_column(column)
     for e in entries:
         # The release that took the step (versioned rollouts), where the audit log has it.
-        producer = f"{e['producer']} {e['producer_version']}" if e.get("producer_version") else e["producer"]
+        producer = f"{e.producer} {e.producer_version}" if e.producer_version else e.producer
         table.add_row(
-            _at(e["occurred_at"]),
-            e["event_type"] if e["origin"] == "topic" else f"{e['event_type']} [dim]({e['origin']})[/dim]",
+            at_utc(e.occurred_at),
+            e.event_type if e.origin == "topic" else f"{e.event_type} [dim]({e.origin})[/dim]",
             escape(producer),
-            escape(" / ".join(filter(None, [e["decision"], e["actor"]]))),
-            escape(_wait_or_call(e["event_type"], e["payload"], e["external_call"])),
-            (e["trace_id"] or "")[:8],
+            escape(" / ".join(filter(None, [e.decision, e.actor]))),
+            escape(_wait_or_call(e.event_type, e.payload, e.external_call)),
+            (e.trace_id or "")[:8],
         )
     console.print(table)
 
 
-def _at(value: str | None) -> str:
-    """An ISO 8601 time from the API, in UTC, to the second."""
-    if not value:
+def at_utc(value: datetime | None) -> str:
+    """A time from an API, in UTC, to the second."""
+    if value is None:
         return "-"
-    return datetime.fromisoformat(value).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def span(seconds: float) -> str:
@@ -326,21 +343,22 @@ def erase_command(
     base = api.rstrip("/")
     headers = api_headers(api_key)
 
-    async def run() -> dict[str, Any]:
+    async def run() -> Erasure | ErasureStarted:
         async with httpx.AsyncClient(base_url=base, timeout=30, headers=headers) as client:
+            found: Erasure | ErasureStarted
             if subject is not None:
-                body = {"subject_ref": subject}
-                found = await _api(client, "POST", "/v1/erasures", json=body)
+                body = ErasureRequest.model_construct(subject_ref=subject).model_dump(mode="json")
+                found = await _api(client, ErasureStarted, "POST", "/v1/erasures", json=body)
                 console.print(
-                    f"erasure {found['erasure_id']} recorded ({found['subject_hash']}); "
-                    f"{found['workflows']} workflow(s) in the audit projection"
+                    f"erasure {found.erasure_id} recorded ({found.subject_hash}); "
+                    f"{found.workflows} workflow(s) in the audit projection"
                 )
             else:
-                found = await _api(client, "GET", f"/v1/erasures/{quote(erasure_id or '', safe='')}")
+                found = await _api(client, Erasure, "GET", f"/v1/erasures/{quote(erasure_id or '', safe='')}")
             deadline = asyncio.get_running_loop().time() + wait_s
-            while not found["complete"] and asyncio.get_running_loop().time() < deadline:
+            while not found.complete and asyncio.get_running_loop().time() < deadline:
                 await asyncio.sleep(0.5)
-                found = await _api(client, "GET", f"/v1/erasures/{found['erasure_id']}")
+                found = await _api(client, Erasure, "GET", f"/v1/erasures/{found.erasure_id}")
             return found
 
     with _unavailable_exits():
@@ -348,16 +366,16 @@ def erase_command(
     table = Table(show_lines=False)
     for column in ("service", "confirmed at", "workflows", "rows removed"):
         table.add_column(column)
-    table.add_row("audit projection", found["erased_at"], "", _rows(found["rows"]))
-    for service, c in found["confirmations"].items():
-        table.add_row(escape(service), c["confirmed_at"], str(c["workflows"]), _rows(c["rows"]))
-    for service in found["pending"]:
+    table.add_row("audit projection", found.erased_at.isoformat(), "", _rows(found.rows))
+    for service, c in found.confirmations.items():
+        table.add_row(escape(service), c.confirmed_at.isoformat(), str(c.workflows), _rows(c.rows))
+    for service in found.pending:
         table.add_row(escape(service), "[yellow]not yet[/yellow]", "", "")
     console.print(table)
-    if not found["complete"]:
+    if not found.complete:
         raise _fail(
-            f"{len(found['pending'])} service(s) have not confirmed yet: {', '.join(found['pending'])}; "
-            f"check again with: chorus erase --id {found['erasure_id']}",
+            f"{len(found.pending)} service(s) have not confirmed yet: {', '.join(found.pending)}; "
+            f"check again with: chorus erase --id {found.erasure_id}",
             EX_TEMPFAIL,
         )
 
@@ -368,20 +386,32 @@ def _rows(rows: dict[str, int]) -> str:
 
 @overload
 async def _api(
-    client: httpx.AsyncClient, method: str, path: str, *, missing_ok: Literal[True], **kwargs: Any
-) -> dict[str, Any] | None: ...
+    client: httpx.AsyncClient,
+    model: type[M],
+    method: str,
+    path: str,
+    *,
+    missing_ok: Literal[True],
+    **kwargs: Any,
+) -> M | None: ...
 
 
 @overload
-async def _api(client: httpx.AsyncClient, method: str, path: str, **kwargs: Any) -> dict[str, Any]: ...
+async def _api(client: httpx.AsyncClient, model: type[M], method: str, path: str, **kwargs: Any) -> M: ...
 
 
 async def _api(
-    client: httpx.AsyncClient, method: str, path: str, *, missing_ok: bool = False, **kwargs: Any
-) -> dict[str, Any] | None:
-    """One call to the audit projector's API: its JSON answer (None for a 404 when
-    ``missing_ok``), a problem's detail as the command's error (exit 1), or Unavailable
-    naming the address."""
+    client: httpx.AsyncClient,
+    model: type[M],
+    method: str,
+    path: str,
+    *,
+    missing_ok: bool = False,
+    **kwargs: Any,
+) -> M | None:
+    """One call to the audit projector's API: its answer as the model it publishes (None
+    for a 404 when ``missing_ok``), a problem's detail as the command's error (exit 1), or
+    Unavailable naming the address (or what in the answer is not what it publishes)."""
     try:
         response = await client.request(method, path, **kwargs)
     except httpx.HTTPError as exc:
@@ -399,12 +429,9 @@ async def _api(
         code = EX_NOPERM if response.status_code in (401, 403) else 1
         raise _fail(f"{method} {path}: {response.status_code} {detail}", code)
     try:
-        body: dict[str, Any] = response.json()
-    except ValueError:
-        raise _fail(
-            f"{method} {path}: {client.base_url} answered, but not with JSON (is it the audit projector?)", 1
-        ) from None
-    return body
+        return answer(model, response)
+    except UnexpectedAnswerError as exc:
+        raise Unavailable(f"{exc} (is it the audit projector?)") from None
 
 
 # -- access log ---------------------------------------------------------------------------------
@@ -425,29 +452,27 @@ def access_command(
     fields, through which route. For operators and auditors."""
     headers = api_headers(api_key)
 
-    async def read() -> dict[str, Any]:
+    async def read() -> AccessLog:
         async with httpx.AsyncClient(base_url=api.rstrip("/"), timeout=30, headers=headers) as client:
-            found: dict[str, Any] = await _api(
-                client, "GET", "/v1/access", params={"subject_ref": subject, "limit": str(limit)}
-            )
-            return found
+            params = {"subject_ref": subject, "limit": str(limit)}
+            return await _api(client, AccessLog, "GET", "/v1/access", params=params)
 
     with _unavailable_exits():
         found = _run(read())
     if output is Format.JSON:
         echo_json(found)
         return
-    console.print(f"{len(found['accesses'])} read(s) of {found['subject_hash']}'s personal data")
+    console.print(f"{len(found.accesses)} read(s) of {found.subject_hash}'s personal data")
     table = Table(show_lines=False)
     for column in ("at", "principal", "for", "workflow", "fields", "route"):
         table.add_column(column)
-    for a in found["accesses"]:
+    for a in found.accesses:
         table.add_row(
-            _at(a["at"]),
-            escape(a["principal"]),
-            escape(a["on_behalf_of"] or "-"),
-            escape(a["workflow_id"]),
-            escape(", ".join(a["fields"])),
-            escape(a["route"]),
+            at_utc(a.at),
+            escape(a.principal),
+            escape(a.on_behalf_of or "-"),
+            escape(a.workflow_id),
+            escape(", ".join(a.fields)),
+            escape(a.route),
         )
     console.print(table)

@@ -7,7 +7,8 @@ service records your key's principal as who redrove or discarded.
 
 Exit codes: 0 ok; 1 refused (unknown id, or a letter already redriven or
 discarded: nothing was published); 2 bad input; 69 (EX_UNAVAILABLE) the service
-is unreachable; 77 (EX_NOPERM) the key is unknown or its role may not do this.
+is unreachable, or answers what its API does not publish; 77 (EX_NOPERM) the key is
+unknown or its role may not do this.
 """
 
 from __future__ import annotations
@@ -17,17 +18,28 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import httpx
 import typer
+from pydantic import BaseModel
 
+from chorus_contracts.api.deadletter_service import (
+    BulkRedriveBody,
+    DiscardBody,
+    Done,
+    DoneList,
+    LetterDetail,
+    LetterList,
+    Operation,
+    RedriveBody,
+)
 from chorus_tools.cli.options import (
     ApiKeyOption,
     Format,
     JsonFlag,
     OutputOption,
-    api_call,
+    api_answer,
     api_client,
     echo_json,
     fail,
@@ -35,6 +47,7 @@ from chorus_tools.cli.options import (
 )
 
 DEFAULT_URL = "http://127.0.0.1:8102"
+M = TypeVar("M", bound=BaseModel)
 _RELATIVE = re.compile(r"^(\d+)([smhd])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -86,30 +99,28 @@ def list_command(
         params["status"] = status
     params["limit"] = str(limit)
     with _client(url, api_key) as client:
-        body = _call(client, "GET", "/v1/dead-letters", params=params)
+        body = _call(client, LetterList, "GET", "/v1/dead-letters", params=params)
     if wants_json(output, as_json):
         echo_json(body)
         return
     rows: list[tuple[str, ...]] = [
         ("id", "status", "service", "category", "event type", "tries", "dead-lettered", "error")
     ]
-    for item in body["items"]:
+    for item in body.items:
         rows.append(
             (
-                item["id"],
-                item["status"],
-                item["service"],
-                item["error"]["category"],
-                item["original_event_type"] or "-",
-                str(item["attempts"]),
-                item["dead_lettered_at"][:19],
-                _clip(f"{item['error']['error_class']}: {item['error']['message']}", 60),
+                item.id,
+                item.status,
+                item.service,
+                item.error.category,
+                item.original_event_type or "-",
+                str(item.attempts),
+                _iso(item.dead_lettered_at)[:19],
+                _clip(f"{item.error.error_class}: {item.error.message}", 60),
             )
         )
     _table(rows)
-    typer.echo(
-        f"{body['count']} dead letter(s)" + (" (limit reached)" if body["count"] == body["limit"] else "")
-    )
+    typer.echo(f"{body.count} dead letter(s)" + (" (limit reached)" if body.count == body.limit else ""))
 
 
 @app.command("show")
@@ -122,57 +133,51 @@ def show_command(
 ) -> None:
     """Show one dead letter: error, every failure, original record and operations."""
     with _client(url, api_key) as client:
-        body = _call(client, "GET", f"/v1/dead-letters/{letter_id}")
+        body = _call(client, LetterDetail, "GET", f"/v1/dead-letters/{letter_id}")
     if wants_json(output, as_json):
         echo_json(body)
         return
-    original, error = body["original"], body["error"]
-    typer.echo(f"dead letter {body['id']}  [{body['status']}]")
+    original, error = body.original, body.error
+    typer.echo(f"dead letter {body.id}  [{body.status}]")
     lines = [
-        (
-            "service",
-            f"{body['service']} {body['service_version']} (group {body['consumer_group']})",
-        ),
+        ("service", f"{body.service} {body.service_version} (group {body.consumer_group})"),
         (
             "event",
-            f"{body['original_event_type'] or '(undecodable)'} {body['original_event_id'] or ''}"
-            f" (workflow {body['original_workflow_id'] or '-'})",
+            f"{body.original_event_type or '(undecodable)'} {body.original_event_id or ''}"
+            f" (workflow {body.original_workflow_id or '-'})",
         ),
-        ("error", f"{error['category']} {error['error_class']}: {error['message']}"),
-        ("pointer", error["pointer"] or "-"),
-        ("attempts", str(body["attempts"])),
-        ("dead-lettered", body["dead_lettered_at"]),
+        ("error", f"{error.category} {error.error_class}: {error.message}"),
+        ("pointer", error.pointer or "-"),
+        ("attempts", str(body.attempts)),
+        ("dead-lettered", _iso(body.dead_lettered_at)),
         (
             "original",
-            f"{original['topic']}[{original['partition']}]@{original['offset']}"
-            f"  key={original['key'] if original['key'] is not None else original['key_b64']}",
+            f"{original.topic}[{original.partition}]@{original.offset}"
+            f"  key={original.key if original.key is not None else original.key_b64}",
         ),
-        (
-            "resolved",
-            f"{body['resolved_at']} by {body['resolved_by']}" if body["resolved_at"] else "-",
-        ),
+        ("resolved", f"{_iso(body.resolved_at)} by {body.resolved_by}" if body.resolved_at else "-"),
     ]
     width = max(len(name) for name, _ in lines)
     for name, value in lines:
         typer.echo(f"{name.ljust(width)}  {value}")
     typer.echo("headers")
-    for header in original["headers"]:
-        shown = header["value"] if header["value"] is not None else f"base64:{header['value_b64']}"
-        typer.echo(f"  {header['key']}: {shown}")
+    for header in original.headers:
+        shown = header.value if header.value is not None else f"base64:{header.value_b64}"
+        typer.echo(f"  {header.key}: {shown}")
     typer.echo("failures")
-    for failure in body["failures"]:
-        at, error_class = failure["at"], failure["error_class"]
-        typer.echo(f"  #{failure['attempt']} {at} {error_class}: {failure['message']}")
-    if original["value_is_json"]:
+    for failure in body.failures:
+        at = failure.model_dump(mode="json")["at"]
+        typer.echo(f"  #{failure.attempt} {at} {failure.error_class}: {failure.message}")
+    if original.value_is_json:
         typer.echo("value (JSON)")
-        typer.echo(_indent(json.dumps(original["value_json"], indent=2, ensure_ascii=False)))
+        typer.echo(_indent(json.dumps(original.value_json, indent=2, ensure_ascii=False)))
     typer.echo("value (base64)")
-    typer.echo(_indent(original["value_b64"]))
-    if error["traceback"]:
+    typer.echo(_indent(original.value_b64 or ""))
+    if error.traceback:
         typer.echo("traceback")
-        typer.echo(_indent(error["traceback"].rstrip()))
-    typer.echo("operations" if body["operations"] else "operations  none")
-    for op in reversed(body["operations"]):
+        typer.echo(_indent(error.traceback.rstrip()))
+    typer.echo("operations" if body.operations else "operations  none")
+    for op in reversed(body.operations):
         typer.echo(f"  {_operation_line(op)}")
 
 
@@ -203,25 +208,27 @@ def redrive_command(
     filters = _filters(service, category, event_type, since, until)
     if letter_id is not None and (filters or limit is not None):
         _fail("give a letter id or filters, not both", 2)
-    body: dict[str, Any] = {"reason": reason}
+    answer: Done | DoneList
     with _client(url, api_key) as client:
         if letter_id is not None:
-            answer = _call(client, "POST", f"/v1/dead-letters/{letter_id}/redrive", json=body)
+            body = RedriveBody.model_construct(reason=reason).model_dump(mode="json")
+            answer = _call(client, Done, "POST", f"/v1/dead-letters/{letter_id}/redrive", json=body)
             done = [answer]
         else:
             if not filters:
                 _fail("name a letter id, or filters for a bulk redrive (see --help)", 2)
             if limit is not None:
                 filters["limit"] = str(limit)
-            answer = _call(client, "POST", "/v1/dead-letters/redrive", json={**body, "filter": filters})
-            done = answer["items"]
+            bulk = BulkRedriveBody.model_construct(reason=reason, filter=filters).model_dump(mode="json")
+            answer = _call(client, DoneList, "POST", "/v1/dead-letters/redrive", json=bulk)
+            done = answer.items
     if wants_json(output, as_json):
         echo_json(answer)
         return
     for item in done:
-        detail = item["operation"]["detail"]
+        detail = item.operation.detail
         attempt = f" as attempt {detail['attempt']}" if detail.get("attempt") else " (bytes unchanged)"
-        typer.echo(f"redriven {item['letter']['id']} -> {detail['topic']}{attempt}")
+        typer.echo(f"redriven {item.letter.id} -> {detail['topic']}{attempt}")
     if letter_id is None:
         typer.echo(f"{len(done)} dead letter(s) redriven")
 
@@ -236,19 +243,19 @@ def discard_command(
     url: Url = DEFAULT_URL,
 ) -> None:
     """Give up on a letter: its service stops waiting and the workflow moves on."""
-    body = {"reason": reason}
+    body = DiscardBody.model_construct(reason=reason).model_dump(mode="json")
     with _client(url, api_key) as client:
-        answer = _call(client, "POST", f"/v1/dead-letters/{letter_id}/discard", json=body)
+        answer = _call(client, Done, "POST", f"/v1/dead-letters/{letter_id}/discard", json=body)
     if wants_json(output, as_json):
         echo_json(answer)
         return
-    detail = answer["operation"]["detail"]
+    detail = answer.operation.detail
     told = (
-        f"; {answer['letter']['service']} was told to stop waiting"
+        f"; {answer.letter.service} was told to stop waiting"
         if detail.get("published")
         else f" ({detail.get('why', 'nothing published')})"
     )
-    typer.echo(f"discarded {answer['letter']['id']}{told}")
+    typer.echo(f"discarded {answer.letter.id}{told}")
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -288,8 +295,13 @@ def _client(url: str, api_key: str) -> Iterator[httpx.Client]:
         yield client
 
 
-def _call(client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
-    return api_call("dlq", client, method, path, **kwargs)
+def _call(client: httpx.Client, model: type[M], method: str, path: str, **kwargs: Any) -> M:
+    return api_answer("dlq", client, model, method, path, **kwargs)
+
+
+def _iso(value: datetime | None) -> str:
+    """A time as the service wrote it (ISO 8601, its offset kept)."""
+    return value.isoformat() if value is not None else "None"
 
 
 def _fail(message: str, code: int) -> NoReturn:
@@ -303,9 +315,9 @@ def _table(rows: list[tuple[str, ...]]) -> None:
         typer.echo("  ".join([*cells, row[-1]]))
 
 
-def _operation_line(op: dict[str, Any]) -> str:
-    reason = f" ({op['reason']})" if op["reason"] else ""
-    return f"{op['at'][:19]}  {op['op']} by {op['actor']}: {op['result']}{reason}"
+def _operation_line(op: Operation) -> str:
+    reason = f" ({op.reason})" if op.reason else ""
+    return f"{_iso(op.at)[:19]}  {op.op} by {op.actor}: {op.result}{reason}"
 
 
 def _clip(text: str, width: int) -> str:

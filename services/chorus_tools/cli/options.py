@@ -9,12 +9,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import httpx
 import typer
+from pydantic import BaseModel, ValidationError
 
+from chorus.web.typedclient import UnexpectedAnswerError, answer, answer_as
+from chorus_contracts.api.base import ProblemDetails
 from chorus_contracts.registry import load_registry
+
+M = TypeVar("M", bound=BaseModel)
 
 Bootstrap = Annotated[
     str,
@@ -78,7 +83,8 @@ GATEWAY_URL = "http://127.0.0.1:8080"
 EX_NOPERM = 77
 """sysexits' EX_NOPERM: the API refused the key (401) or its role (403)."""
 EX_UNAVAILABLE = 69
-"""sysexits' EX_UNAVAILABLE: a service the command needs is unavailable."""
+"""sysexits' EX_UNAVAILABLE: a service the command needs is unavailable (unreachable, or
+answering what its API does not publish)."""
 
 
 def api_headers(api_key: str) -> dict[str, str]:
@@ -118,19 +124,45 @@ def api_client(command: str, url: str, api_key: str, what: str) -> Iterator[http
         fail(command, f"cannot reach {what} at {url}: {exc}", EX_UNAVAILABLE)
 
 
-def api_call(command: str, client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
-    """The JSON answer; a problem+json answer is printed (title: detail) and exits 2 (bad
-    input), 77 (key or role refused) or 1 (refused: unknown, already done, conflict)."""
+def _answered(command: str, client: httpx.Client, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    """The successful answer; a problem+json answer is printed (title: detail) and exits 2
+    (bad input), 77 (key or role refused) or 1 (refused: unknown, already done, conflict)."""
     response = client.request(method, path, **kwargs)
     if response.is_success:
-        return response.json()
+        return response
     try:
-        problem = response.json()
-        message = f"{problem['title']}: {problem['detail']}"
-    except (ValueError, KeyError, TypeError):
+        problem = ProblemDetails.model_validate_json(response.content)
+        message = f"{problem.title}: {problem.detail}"
+    except ValidationError:
         message = f"HTTP {response.status_code}: {response.text[:500]}"
     status = response.status_code
     fail(command, message, 2 if status in (400, 422) else EX_NOPERM if status in (401, 403) else 1)
+
+
+def api_call(command: str, client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
+    """The JSON answer (see :func:`_answered` for refusals)."""
+    return _answered(command, client, method, path, **kwargs).json()
+
+
+def api_answer(
+    command: str, client: httpx.Client, model: type[M], method: str, path: str, **kwargs: Any
+) -> M:
+    """The answer as the model its API publishes (``chorus_contracts.api``); one that is not
+    is the service being unusable: exit 69 naming the field (refusals: :func:`_answered`)."""
+    try:
+        return answer(model, _answered(command, client, method, path, **kwargs))
+    except UnexpectedAnswerError as exc:
+        fail(command, str(exc), EX_UNAVAILABLE)
+
+
+def api_answer_as(
+    command: str, client: httpx.Client, shape: Any, method: str, path: str, **kwargs: Any
+) -> Any:
+    """:func:`api_answer` for an answer of several forms (a union of models)."""
+    try:
+        return answer_as(shape, _answered(command, client, method, path, **kwargs))
+    except UnexpectedAnswerError as exc:
+        fail(command, str(exc), EX_UNAVAILABLE)
 
 
 def wants_json(output: Format, as_json: bool) -> bool:
@@ -138,6 +170,9 @@ def wants_json(output: Format, as_json: bool) -> bool:
 
 
 def echo_json(body: Any) -> None:
+    """``body`` (JSON, or an API's model as it travels) for scripts."""
+    if isinstance(body, BaseModel):
+        body = body.model_dump(mode="json", by_alias=True)
     typer.echo(json.dumps(body, indent=2, ensure_ascii=False))
 
 

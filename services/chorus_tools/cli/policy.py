@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
+from chorus_contracts.api.approval_gate import ApprovalPolicyHistory, ApprovalPolicyVersion
+from chorus_contracts.approvals import PolicyRule
 from chorus_tools.cli.options import (
     GATEWAY_URL,
     ApiKeyOption,
@@ -25,7 +27,7 @@ from chorus_tools.cli.options import (
     GatewayUrl,
     JsonFlag,
     OutputOption,
-    api_call,
+    api_answer,
     api_client,
     echo_json,
     fail,
@@ -44,13 +46,13 @@ def show_command(
 ) -> None:
     """The policy in force: its version and rules, in the order they are tried."""
     with api_client("policy", url, api_key, "the gateway") as client:
-        answer = api_call("policy", client, "GET", "/v1/approval-policy")
+        answer = api_answer("policy", client, ApprovalPolicyVersion, "GET", "/v1/approval-policy")
     if wants_json(output, as_json):
         echo_json(answer)
         return
-    changed = f"{answer['changed_by']} at {answer['changed_at'][:19]}"
-    typer.echo(f"version {answer['version']} by {changed}: {answer['reason']}")
-    for n, rule in enumerate(answer["rules"], start=1):
+    changed = f"{answer.changed_by} at {answer.changed_at.isoformat()[:19]}"
+    typer.echo(f"version {answer.version} by {changed}: {answer.reason}")
+    for n, rule in enumerate(answer.rules, start=1):
         typer.echo(f"{n}. {_rule_line(rule)}")
     typer.echo("otherwise: the chain the requesting service asks for")
 
@@ -73,13 +75,12 @@ def set_command(
     if not isinstance(rules, list):
         fail("policy", f'{file}: expected {{"rules": [...]}}', 2)
     with api_client("policy", url, api_key, "the gateway") as client:
-        answer = api_call(
-            "policy", client, "PUT", "/v1/approval-policy", json={"rules": rules, "reason": reason}
-        )
+        body = {"rules": rules, "reason": reason}  # the gate names what its rules cannot take
+        answer = api_answer("policy", client, ApprovalPolicyVersion, "PUT", "/v1/approval-policy", json=body)
     if wants_json(output, as_json):
         echo_json(answer)
         return
-    typer.echo(f"approval policy version {answer['version']} in force ({len(answer['rules'])} rules)")
+    typer.echo(f"approval policy version {answer.version} in force ({len(answer.rules)} rules)")
 
 
 @app.command("history")
@@ -92,19 +93,19 @@ def history_command(
 ) -> None:
     """Every version, newest first: who changed the policy, when and why."""
     with api_client("policy", url, api_key, "the gateway") as client:
-        answer = api_call("policy", client, "GET", "/v1/approval-policy/history", params={"limit": limit})
+        path = "/v1/approval-policy/history"
+        answer = api_answer("policy", client, ApprovalPolicyHistory, "GET", path, params={"limit": limit})
     if wants_json(output, as_json):
         echo_json(answer)
         return
-    for v in answer["versions"]:
-        rules = len(v["rules"])
-        typer.echo(
-            f"{v['version']:>4}  {v['changed_at'][:19]}  {v['changed_by']}: {v['reason']} ({rules} rules)"
-        )
+    for v in answer.versions:
+        at = v.changed_at.isoformat()[:19]
+        typer.echo(f"{v.version:>4}  {at}  {v.changed_by}: {v.reason} ({len(v.rules)} rules)")
 
 
-def _rule_line(rule: dict[str, Any]) -> str:
-    scope = [f"{k}={rule[k]}" for k in ("workflow_type", "business_unit", "requested_by") if rule.get(k)]
-    when = [f"{k}={v}" for k, v in (rule.get("when") or {}).items() if v not in (None, [])]
-    chain = " -> ".join(f"{s['tier']} ({s['window_s'] / 3600:g} h)" for s in rule["chain"])
-    return f"{rule['name']}: {' '.join(scope + when) or 'every approval'} => {chain}, then {rule['fallback']}"
+def _rule_line(rule: PolicyRule) -> str:
+    shown = rule.model_dump(mode="json")
+    scope = [f"{k}={shown[k]}" for k in ("workflow_type", "business_unit", "requested_by") if shown.get(k)]
+    when = [f"{k}={v}" for k, v in (shown.get("when") or {}).items() if v not in (None, [])]
+    chain = " -> ".join(f"{s.tier} ({s.window_s / 3600:g} h)" for s in rule.chain)
+    return f"{rule.name}: {' '.join(scope + when) or 'every approval'} => {chain}, then {rule.fallback}"

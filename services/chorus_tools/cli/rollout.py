@@ -22,12 +22,22 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from chorus_contracts.api.outcome_analytics import Releases
+from chorus_contracts.api.rollout_service import (
+    InFlight,
+    PolicyChanged,
+    Repin,
+    RepinAsked,
+    RepinBody,
+    RolloutState,
+)
+from chorus_contracts.rollouts import RolloutChanged
 from chorus_tools.cli.options import (
     ApiKeyOption,
     Format,
     JsonFlag,
     OutputOption,
-    api_call,
+    api_answer,
     api_client,
     echo_json,
     wants_json,
@@ -55,28 +65,31 @@ Percent = Annotated[float, typer.Option("--percent", min=0, max=100, help="Share
 
 
 def _change(service: str, action: str, body: dict[str, Any], url: str, api_key: str, output: Format) -> None:
+    """Ask for a change (the body as the API's request model names its fields; the API
+    validates it) and say the policy now in force."""
     with api_client("rollout", url, api_key, "the rollout service") as client:
-        answer = api_call("rollout", client, "POST", f"/v1/rollouts/{service}/{action}", json=body)
+        path = f"/v1/rollouts/{service}/{action}"
+        answer = api_answer("rollout", client, PolicyChanged, "POST", path, json=body)
     if output is Format.JSON:
         echo_json(answer)
         return
-    typer.echo(_policy_line(answer["policy"]))
+    typer.echo(_policy_line(answer.policy))
 
 
-def _policy_line(p: dict[str, Any]) -> str:
-    if p["status"] == "canary":
-        scope = f" of {', '.join(p['workflow_types'])}" if p["workflow_types"] else ""
-        where = f"canary {p['canary']} takes {p['percent']:g}% of new workflows{scope}, stable {p['stable']}"
-    elif p["status"] == "promoted":
-        where = f"promoted: new workflows go to {p['stable']}"
+def _policy_line(p: RolloutChanged) -> str:
+    if p.status == "canary":
+        scope = f" of {', '.join(p.workflow_types)}" if p.workflow_types else ""
+        where = f"canary {p.canary} takes {p.percent:g}% of new workflows{scope}, stable {p.stable}"
+    elif p.status == "promoted":
+        where = f"promoted: new workflows go to {p.stable}"
     else:
-        where = f"rolled back: new workflows go to {p['stable']} ({p['canary']} finishes what it has)"
-    rule = p.get("auto_rollback")
+        where = f"rolled back: new workflows go to {p.stable} ({p.canary} finishes what it has)"
+    rule = p.auto_rollback
     guard = ""
-    if rule and p["status"] == "canary":
-        margin, least = rule["failure_margin"], rule["min_workflows"]
+    if rule and p.status == "canary":
+        margin, least = rule.failure_margin, rule.min_workflows
         guard = f"; rolls back by itself past +{margin:.0%} failures (judged from {least} workflows)"
-    return f"{p['service']} r{p['revision']}: {where}{guard}"
+    return f"{p.service} r{p.revision}: {where}{guard}"
 
 
 @app.command("start")
@@ -175,15 +188,14 @@ def workflows_command(
 ) -> None:
     """The in-flight workflows pinned to a release (oldest first): what `repin` may move."""
     with api_client("rollout", url, api_key, "the rollout service") as client:
-        answer = api_call(
-            "rollout", client, "GET", f"/v1/rollouts/{service}/workflows", params={"release": release}
-        )
+        path = f"/v1/rollouts/{service}/workflows"
+        answer = api_answer("rollout", client, InFlight, "GET", path, params={"release": release})
     if wants_json(output, as_json):
         echo_json(answer)
         return
-    for workflow_id in answer["workflows"]:
+    for workflow_id in answer.workflows:
         typer.echo(workflow_id)
-    typer.echo(f"{answer['count']} in flight on {release}", err=True)
+    typer.echo(f"{answer.count} in flight on {release}", err=True)
 
 
 @app.command("repin")
@@ -205,35 +217,32 @@ def repin_command(
     end). The release that owns it hands it over once nothing of it is in flight there, or
     refuses and says why (exit 1): ask again a moment later."""
     with api_client("rollout", url, api_key, "the rollout service") as client:
-        asked = api_call(
-            "rollout",
-            client,
-            "POST",
-            f"/v1/rollouts/{service}/workflows/{workflow_id}/repin",
-            json={"to": to, "reason": reason},
-        )
-        found = {**asked, "outcome": "pending"}
+        path = f"/v1/rollouts/{service}/workflows/{workflow_id}/repin"
+        body = RepinBody.model_construct(to=to, reason=reason).model_dump(mode="json")
+        asked = api_answer("rollout", client, RepinAsked, "POST", path, json=body)
+        found: Repin | None = None
         deadline = time.monotonic() + wait
-        while found["outcome"] == "pending" and time.monotonic() < deadline:
+        while (found is None or found.outcome == "pending") and time.monotonic() < deadline:
             time.sleep(0.5)
-            found = api_call("rollout", client, "GET", asked["location"])
+            found = api_answer("rollout", client, Repin, "GET", asked.location)
+    outcome = found.outcome if found is not None else "pending"
     if output is Format.JSON:
-        echo_json(found)
-    elif found["outcome"] == "pending":
-        typer.echo(f"asked ({found['request_id']}); no answer yet: see `chorus rollout status {service}`")
-    else:
+        echo_json(found if found is not None else {**asked.model_dump(mode="json"), "outcome": outcome})
+    elif found is not None and outcome != "pending":
         typer.echo(_repin_line(found))
-    if found["outcome"] == "refused":
+    else:
+        typer.echo(f"asked ({asked.request_id}); no answer yet: see `chorus rollout status {service}`")
+    if outcome == "refused":
         raise typer.Exit(1)
-    if found["outcome"] == "pending":
+    if outcome == "pending":
         raise typer.Exit(NO_ANSWER_YET)
 
 
-def _repin_line(r: dict[str, Any]) -> str:
-    moved = f"{r['workflow_id']} {r['from_release'] or '?'} -> {r['to_release']}"
-    if r["outcome"] == "refused":
-        return f"{moved}: refused by {r['answered_by']}: {r['refusal']}"
-    return f"{moved}: {r['outcome']}"
+def _repin_line(r: Repin) -> str:
+    moved = f"{r.workflow_id} {r.from_release or '?'} -> {r.to_release}"
+    if r.outcome == "refused":
+        return f"{moved}: refused by {r.answered_by}: {r.refusal}"
+    return f"{moved}: {r.outcome}"
 
 
 @app.command("status")
@@ -247,11 +256,11 @@ def status_command(
     """Each release side by side: in-flight workflows, completion and failure rates, failures
     by category, step latency; then the rollout's history."""
     with api_client("rollout", url, api_key, "the rollout service") as client:
-        answer = api_call("rollout", client, "GET", f"/v1/rollouts/{service}")
+        answer = api_answer("rollout", client, RolloutState, "GET", f"/v1/rollouts/{service}")
     if wants_json(output, as_json):
         echo_json(answer)
         return
-    policy = answer["policy"]
+    policy = answer.policy
     typer.echo(
         _policy_line(policy) if policy else f"{service}: no rollout (one release takes every workflow)"
     )
@@ -269,25 +278,25 @@ def status_command(
         "p99",
     ):
         table.add_column(column, no_wrap=True)
-    for r in answer["releases"]:
+    for r in answer.releases:
         table.add_row(
-            r["release"],
-            r["role"],
-            f"{r['replicas']} replica(s)" if r["running"] else "no",
-            str(r["in_flight"]),
-            str(r["ended"]),
-            _rate(r["completion_rate"]),
-            _rate(r["failure_rate"]),
-            ", ".join(f"{k} {v}" for k, v in r["failures_by_category"].items()) or "-",
-            _ms(r["p50_ms"]),
-            _ms(r["p99_ms"]),
+            r.release,
+            r.role,
+            f"{r.replicas} replica(s)" if r.running else "no",
+            str(r.in_flight),
+            str(r.ended),
+            _rate(r.completion_rate),
+            _rate(r.failure_rate),
+            ", ".join(f"{k} {v}" for k, v in r.failures_by_category.items()) or "-",
+            _ms(r.p50_ms),
+            _ms(r.p99_ms),
         )
     console.print(table)
-    for change in answer["history"][:10]:
-        why = f": {change['reason']}" if change["reason"] else ""
-        typer.echo(f"{change['at'][:19]}  r{change['revision']} {change['action']} by {change['actor']}{why}")
-    for move in answer["repins"][:10]:
-        typer.echo(f"{move['requested_at'][:19]}  repin by {move['requested_by']}: {_repin_line(move)}")
+    for change in answer.history[:10]:
+        why = f": {change.reason}" if change.reason else ""
+        typer.echo(f"{change.at.isoformat()[:19]}  r{change.revision} {change.action} by {change.actor}{why}")
+    for move in answer.repins[:10]:
+        typer.echo(f"{move.requested_at.isoformat()[:19]}  repin by {move.requested_by}: {_repin_line(move)}")
 
 
 @app.command("outcomes")
@@ -303,7 +312,8 @@ def outcomes_command(
 ) -> None:
     """How the workflows pinned to each release ended (outcome analytics): side by side."""
     with api_client("rollout", url, api_key, "outcome analytics") as client:
-        answer = api_call("rollout", client, "GET", "/analytics/releases", params={"service": service})
+        params = {"service": service}
+        answer = api_answer("rollout", client, Releases, "GET", "/analytics/releases", params=params)
     if wants_json(output, as_json):
         echo_json(answer)
         return
@@ -320,19 +330,19 @@ def outcomes_command(
         "p99",
     ):
         table.add_column(column, no_wrap=True)
-    for r in answer["releases"]:
-        others = ", ".join(f"{k} {v}" for k, v in r["ended"].items() if v and k != "completed") or "-"
-        duration = r["duration_s"]
+    for r in answer.releases:
+        others = ", ".join(f"{k} {v}" for k, v in r.ended.items() if v and k != "completed") or "-"
+        duration = r.duration_s
         table.add_row(
-            r["release"],
-            r["workflow_type"],
-            str(r["started"]),
-            f"{r['ended']['completed']} ({_rate(r['completion_rate'])})",
+            r.release,
+            r.workflow_type,
+            str(r.started),
+            f"{r.ended.get('completed', 0)} ({_rate(r.completion_rate)})",
             others,
-            str(r["escalated"]),
-            str(sum(r["dead_lettered"].values())),
-            f"{duration['p50']:.1f} s" if duration["p50"] is not None else "-",
-            f"{duration['p99']:.1f} s" if duration["p99"] is not None else "-",
+            str(r.escalated),
+            str(sum(r.dead_lettered.values())),
+            f"{duration.p50:.1f} s" if duration.p50 is not None else "-",
+            f"{duration.p99:.1f} s" if duration.p99 is not None else "-",
         )
     console.print(table)
 

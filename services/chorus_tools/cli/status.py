@@ -18,6 +18,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from chorus.web.typedclient import UnexpectedAnswerError, answer
+from chorus_contracts.api.deadletter_service import GroupList
 from chorus_tools.cli.options import Format, JsonFlag, OutputOption, echo_json, wants_json
 from chorus_tools.devstack import DOCUMENTED_PORTS
 
@@ -58,10 +60,14 @@ async def dead_letter_depth(base_url: str, api_key: str, timeout_s: float) -> di
             return f"dead-letter service unreachable at {base_url} ({type(exc).__name__})"
     if response.status_code != 200:
         return f"dead-letter service answered {response.status_code}"
+    try:
+        groups = answer(GroupList, response).groups
+    except UnexpectedAnswerError as exc:
+        return str(exc)
     depth: dict[str, int] = {}
-    for group in response.json()["groups"]:
-        if group["status"] == "open":
-            depth[group["service"]] = depth.get(group["service"], 0) + int(group["count"])
+    for group in groups:
+        if group.status == "open":
+            depth[group.service] = depth.get(group.service, 0) + group.count
     return depth
 
 

@@ -19,8 +19,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from chorus_contracts.api.audit_projector import WorkflowSummary
+from chorus_contracts.api.gateway import CancelAccepted, CancelBody, WorkflowPage, WorkflowState
 from chorus_contracts.lifecycle import WORKFLOW_STATUSES
-from chorus_tools.cli.audit import print_workflow
+from chorus_tools.cli.audit import at_utc, print_workflow
 from chorus_tools.cli.options import (
     GATEWAY_URL,
     ApiKeyOption,
@@ -28,7 +30,8 @@ from chorus_tools.cli.options import (
     GatewayUrl,
     JsonFlag,
     OutputOption,
-    api_call,
+    api_answer,
+    api_answer_as,
     api_client,
     echo_json,
     wants_json,
@@ -78,7 +81,7 @@ def list_command(
         "q": search,
         "order": "quietest" if quietest else "newest",
     }
-    found: list[dict[str, Any]] = []
+    found: list[WorkflowSummary] = []
     cursor: str | None = None
     with api_client("workflows", url, api_key, "the gateway") as client:
         while len(found) < limit:
@@ -86,29 +89,27 @@ def list_command(
             page_params["limit"] = min(1000, limit - len(found))
             if cursor:
                 page_params["cursor"] = cursor
-            page = api_call("workflows", client, "GET", "/v1/workflows", params=page_params)
-            found.extend(page["workflows"])
-            cursor = page.get("next_cursor")
+            page = api_answer("workflows", client, WorkflowPage, "GET", "/v1/workflows", params=page_params)
+            found.extend(page.workflows)
+            cursor = page.next_cursor
             if not cursor:
                 break
     if wants_json(output, as_json):
-        echo_json({"workflows": found, "next_cursor": cursor})
+        echo_json({"workflows": [w.model_dump(mode="json") for w in found], "next_cursor": cursor})
         return
     table = Table(show_lines=False)
     for column in ("workflow", "type", "status", "stage", "waiting for", "started", "business key"):
         table.add_column(column, no_wrap=column in ("workflow", "started"))
     for w in found:
-        waiting = w["waiting_for"] or ""
-        if w.get("attention"):
-            waiting = w["attention"]["why"]
+        waiting = w.attention.why if w.attention else w.waiting_for or ""
         table.add_row(
-            w["workflow_id"],
-            w["workflow_type"],
-            w["status"],
-            w["stage"] or "",
+            w.workflow_id,
+            w.workflow_type,
+            w.status,
+            w.stage or "",
             escape(waiting),
-            w["started_at"][:19].replace("T", " "),
-            escape(w.get("business_key") or ""),
+            at_utc(w.started_at),
+            escape(w.business_key or ""),
         )
     console.print(table)
     if cursor:
@@ -133,11 +134,12 @@ def show_command(
 ) -> None:
     """Status, stage, what it waits for, and its timeline (events, waits, decisions, traces)."""
     with api_client("workflows", url, api_key, "the gateway") as client:
-        view = api_call("workflows", client, "GET", f"/v1/workflows/{quote(workflow_id, safe='')}")
+        path = f"/v1/workflows/{quote(workflow_id, safe='')}"
+        view: WorkflowState = api_answer_as("workflows", client, WorkflowState, "GET", path)
     if wants_json(output, as_json):
         echo_json(view)
         return
-    print_workflow(workflow_id, view, list(view.get("timeline") or []))
+    print_workflow(workflow_id, view, view.timeline)
 
 
 @app.command("cancel")
@@ -153,11 +155,12 @@ def cancel_command(
     budget is released). Asking again is harmless: it answers with the first request."""
     with api_client("workflows", url, api_key, "the gateway") as client:
         path = f"/v1/workflows/{quote(workflow_id, safe='')}/cancel"
-        answer = api_call("workflows", client, "POST", path, json={"reason": reason})
+        body = CancelBody.model_construct(reason=reason).model_dump(mode="json")
+        answer = api_answer("workflows", client, CancelAccepted, "POST", path, json=body)
     if wants_json(output, as_json):
         echo_json(answer)
         return
     typer.echo(
-        f"{answer['workflow_id']}: {answer['status']} (asked by {answer['requested_by']} "
-        f"at {answer['requested_at'][:19]}: {answer['reason']})"
+        f"{answer.workflow_id}: {answer.status} (asked by {answer.requested_by} "
+        f"at {answer.requested_at.isoformat()[:19]}: {answer.reason})"
     )

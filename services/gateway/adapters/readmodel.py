@@ -1,20 +1,34 @@
 """What the API answers about workflows and approvals, asked of the audit projector's
-read API over HTTP: the gateway never reads another service's tables."""
+read API over HTTP: the gateway never reads another service's tables. Each answer is the
+model the projector publishes (:mod:`chorus_contracts.api.audit_projector`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
+from pydantic import BaseModel
 
+from chorus.web.typedclient import UnexpectedAnswerError, answer
 from chorus.web.webapi import PROBLEM
+from chorus_contracts.api.audit_projector import (
+    ApprovalTask,
+    ApprovalTasks,
+    ApprovalView,
+    Timeline,
+    TimelineEntry,
+    WorkflowList,
+    WorkflowStatusView,
+)
 
 ON_BEHALF_OF = "X-Chorus-On-Behalf-Of"
+M = TypeVar("M", bound=BaseModel)
 
 
 class ReadModelUnavailableError(Exception):
-    """The audit projector did not answer: the API says 503, the caller may retry."""
+    """The audit projector did not answer, or answered what its API does not publish: the
+    API says 503, the caller may retry."""
 
 
 class ReadModel:
@@ -23,7 +37,9 @@ class ReadModel:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
 
-    async def _get(self, path: str, params: dict[str, str] | None = None, *, for_whom: str) -> Any | None:
+    async def _get(
+        self, model: type[M], path: str, params: dict[str, Any] | None = None, *, for_whom: str
+    ) -> M | None:
         # The projector logs each read of personal data, naming whom the gateway read it for.
         headers = {ON_BEHALF_OF: for_whom}
         url = f"{self.base_url}{path}"
@@ -43,31 +59,32 @@ class ReadModel:
         # read model being unavailable, not "unknown".
         if response.status_code != 200:
             raise ReadModelUnavailableError(f"audit projector answered {response.status_code} for {path}")
-        return response.json()
+        try:
+            return answer(model, response)
+        except UnexpectedAnswerError as exc:
+            raise ReadModelUnavailableError(str(exc)) from None
 
-    async def workflow(self, workflow_id: str, *, for_whom: str) -> dict[str, Any] | None:
-        found: dict[str, Any] | None = await self._get(
-            f"/v1/workflows/{quote(workflow_id, safe='')}", for_whom=for_whom
+    async def workflow(self, workflow_id: str, *, for_whom: str) -> WorkflowStatusView | None:
+        return await self._get(
+            WorkflowStatusView, f"/v1/workflows/{quote(workflow_id, safe='')}", for_whom=for_whom
         )
-        return found
 
-    async def timeline(self, workflow_id: str, *, for_whom: str) -> list[dict[str, Any]]:
-        body = await self._get(f"/v1/workflows/{quote(workflow_id, safe='')}/timeline", for_whom=for_whom)
-        return list(body["timeline"]) if body else []
+    async def timeline(self, workflow_id: str, *, for_whom: str) -> list[TimelineEntry]:
+        path = f"/v1/workflows/{quote(workflow_id, safe='')}/timeline"
+        found = await self._get(Timeline, path, for_whom=for_whom)
+        return found.timeline if found else []
 
-    async def workflows(self, params: dict[str, Any], *, for_whom: str) -> dict[str, Any]:
-        """A page: ``{"workflows": [...], "next_cursor": ...}`` (the projector's filters)."""
-        body = await self._get("/v1/workflows", params, for_whom=for_whom)
-        return dict(body) if body else {"workflows": [], "next_cursor": None}
+    async def workflows(self, params: dict[str, Any], *, for_whom: str) -> WorkflowList:
+        """A page (the projector's filters: ``params``)."""
+        found = await self._get(WorkflowList, "/v1/workflows", params, for_whom=for_whom)
+        return found or WorkflowList(workflows=[], next_cursor=None)
 
-    async def approval(self, approval_id: str, *, for_whom: str) -> dict[str, Any] | None:
-        found: dict[str, Any] | None = await self._get(
-            f"/v1/approvals/{quote(approval_id, safe='')}", for_whom=for_whom
+    async def approval(self, approval_id: str, *, for_whom: str) -> ApprovalView | None:
+        return await self._get(
+            ApprovalView, f"/v1/approvals/{quote(approval_id, safe='')}", for_whom=for_whom
         )
-        return found
 
-    async def pending_approvals(self, tier: str | None, *, for_whom: str) -> list[dict[str, Any]]:
-        body = await self._get(
-            "/v1/approvals", {"tier": tier} if tier is not None else None, for_whom=for_whom
-        )
-        return list(body["approvals"]) if body else []
+    async def pending_approvals(self, tier: str | None, *, for_whom: str) -> list[ApprovalTask]:
+        params = {"tier": tier} if tier is not None else None
+        found = await self._get(ApprovalTasks, "/v1/approvals", params, for_whom=for_whom)
+        return found.approvals if found else []

@@ -12,45 +12,57 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query
 
 from chorus.web.apikeys import ApiKey, caller
+from chorus.web.typedclient import bound, provided
 from chorus.web.webapi import Problem, api_router, problems
+from chorus_contracts.api.outcome_analytics import Outcomes, Releases
 from outcome_analytics.domain import OutcomeView, parse_hour
 
 OUTCOMES_PATH = "/analytics/outcomes"
 RELEASES_PATH = "/analytics/releases"
 
+View = Annotated[OutcomeView, Depends(provided("view", OutcomeView))]
+Anyone = Annotated[ApiKey, Depends(caller)]
+
+router = api_router(tags=["analytics"], responses=problems(400, 401))
+
 
 def routes(view: OutcomeView) -> APIRouter:
-    router = api_router(tags=["analytics"], responses=problems(400, 401))
+    """The API over ``view``."""
+    return bound(router, view=view)
 
-    @router.get(OUTCOMES_PATH, summary="Outcomes per workflow type and hour, oldest first")
-    async def outcomes(
-        who: Annotated[ApiKey, Depends(caller)],
-        workflow_type: Annotated[str | None, Query(max_length=200)] = None,
-        hour: Annotated[
-            str | None,
-            Query(
-                max_length=64,
-                description="any ISO 8601 date-time (no offset means UTC): the one-hour window containing it",
-                examples=["2026-03-01T10:00:00Z"],
-            ),
-        ] = None,
-    ) -> dict[str, Any]:
-        try:
-            window = parse_hour(hour) if hour else None
-        except ValueError:
-            raise Problem(
-                400,
-                "Invalid parameter: hour",
-                f"hour {hour!r} is not an ISO 8601 date-time, e.g. 2026-03-01T10:00:00Z",
-                parameter="hour",
-            ) from None
-        return {"buckets": view.rows(workflow_type=workflow_type or None, hour=window)}
 
-    @router.get(RELEASES_PATH, summary="Outcomes per service release: a canary beside its stable release")
-    async def releases(
-        who: Annotated[ApiKey, Depends(caller)],
-        service: Annotated[str | None, Query(max_length=200)] = None,
-    ) -> dict[str, Any]:
-        return {"releases": view.releases(service=service or None)}
+@router.get(OUTCOMES_PATH, summary="Outcomes per workflow type and hour, oldest first")
+async def outcomes(
+    who: Anyone,
+    workflow_type: Annotated[str | None, Query(max_length=200)] = None,
+    hour: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            description="any ISO 8601 date-time (no offset means UTC): the one-hour window containing it",
+            examples=["2026-03-01T10:00:00Z"],
+        ),
+    ] = None,
+    *,
+    view: View,
+) -> dict[str, Any]:
+    try:
+        window = parse_hour(hour) if hour else None
+    except ValueError:
+        raise Problem(
+            400,
+            "Invalid parameter: hour",
+            f"hour {hour!r} is not an ISO 8601 date-time, e.g. 2026-03-01T10:00:00Z",
+            parameter="hour",
+        ) from None
+    buckets = view.rows(workflow_type=workflow_type or None, hour=window)
+    return Outcomes.model_validate({"buckets": buckets}).model_dump(mode="json")
 
-    return router
+
+@router.get(RELEASES_PATH, summary="Outcomes per service release: a canary beside its stable release")
+async def releases(
+    who: Anyone, service: Annotated[str | None, Query(max_length=200)] = None, *, view: View
+) -> dict[str, Any]:
+    return Releases.model_validate({"releases": view.releases(service=service or None)}).model_dump(
+        mode="json"
+    )

@@ -1,0 +1,111 @@
+"""The API's answers, built from the store's rows: the models the dead-letter service
+publishes (:mod:`chorus_contracts.api.deadletter_service`)."""
+
+from __future__ import annotations
+
+import base64
+
+from chorus_contracts.api.deadletter_service import (
+    Done,
+    Group,
+    LetterDetail,
+    LetterError,
+    LetterErrorDetail,
+    LetterSummary,
+    Operation,
+    OriginalHeader,
+    OriginalPosition,
+    OriginalRecord,
+)
+from deadletter_service import operations
+from deadletter_service.adapters.repository import Group as GroupRow
+from deadletter_service.adapters.repository import Letter, OperationRow
+from deadletter_service.domain import parse_json, text_or_none
+
+
+def _b64(data: bytes | None) -> str | None:
+    return base64.b64encode(data).decode() if data is not None else None
+
+
+def letter_summary(letter: Letter) -> LetterSummary:
+    return LetterSummary(
+        id=str(letter.id),
+        status=letter.status,
+        service=letter.service,
+        service_version=letter.service_version,
+        consumer_group=letter.consumer_group,
+        original_event_type=letter.original_event_type,
+        original_event_id=letter.original_event_id,
+        original_workflow_id=letter.original_workflow_id,
+        error=LetterError(
+            category=letter.error_category, error_class=letter.error_class, message=letter.error_message
+        ),
+        original=OriginalPosition(
+            topic=letter.original_topic, partition=letter.original_partition, offset=letter.original_offset
+        ),
+        attempts=letter.attempts,
+        dead_lettered_at=letter.dead_lettered_at,
+        received_at=letter.received_at,
+        resolved_at=letter.resolved_at,
+        resolved_by=letter.resolved_by,
+    )
+
+
+def letter_detail(letter: Letter, ops: list[OperationRow]) -> LetterDetail:
+    summary = letter_summary(letter)
+    value_json, is_json = parse_json(letter.original_value)
+    headers = [
+        OriginalHeader(
+            key=h["key"],
+            value_b64=h["value_b64"],
+            value=text_or_none(base64.b64decode(h["value_b64"])) if h["value_b64"] is not None else None,
+        )
+        for h in letter.original_headers
+    ]
+    return LetterDetail(
+        **{k: v for k, v in dict(summary).items() if k not in ("error", "original")},
+        error=LetterErrorDetail(
+            **dict(summary.error), traceback=letter.error_traceback, pointer=letter.error_pointer
+        ),
+        original=OriginalRecord(
+            **dict(summary.original),
+            key_b64=_b64(letter.original_key),
+            key=text_or_none(letter.original_key),
+            headers=headers,
+            timestamp_ms=letter.original_timestamp_ms,
+            value_b64=_b64(letter.original_value),
+            value_is_json=is_json,
+            value_json=value_json,
+        ),
+        failures=letter.failures,
+        envelope=letter.envelope,
+        operations=[operation_answer(o) for o in ops],
+    )
+
+
+def operation_answer(op: OperationRow) -> Operation:
+    return Operation(
+        id=op.id,
+        op=op.op,
+        letter_id=str(op.letter_id),
+        actor=op.actor,
+        reason=op.reason,
+        at=op.at,
+        result=op.result,
+        detail=op.detail,
+    )
+
+
+def group_answer(g: GroupRow) -> Group:
+    return Group(
+        service=g.service,
+        category=g.category,
+        status=g.status,
+        count=g.count,
+        oldest=g.oldest,
+        newest=g.newest,
+    )
+
+
+def done_answer(done: operations.Done) -> Done:
+    return Done(letter=letter_summary(done.letter), operation=operation_answer(done.operation))

@@ -1,0 +1,70 @@
+"""The chorus commands read each API's answer as the model it publishes: a refusal is its
+problem's title and detail (exit 1, 2 or 77), an answer that is not the published model is
+the service being unusable (exit 69) naming the field, never a KeyError's traceback."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import httpx
+import pytest
+import typer
+
+from chorus_contracts.api.gateway import Me
+from chorus_tools.cli.options import EX_NOPERM, EX_UNAVAILABLE, api_answer
+from chorus_tools.cli.status import dead_letter_depth
+
+
+def client(status: int, body: object, content_type: str = "application/json") -> httpx.Client:
+    def answer(_: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            status, headers={"content-type": content_type}, content=json.dumps(body).encode()
+        )
+
+    return httpx.Client(base_url="http://api", transport=httpx.MockTransport(answer))
+
+
+def exit_of(call: Callable[[], object], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    with pytest.raises(typer.Exit) as raised:
+        call()
+    return raised.value.exit_code, capsys.readouterr().err
+
+
+def test_a_published_answer_is_the_model() -> None:
+    me = api_answer(
+        "t", client(200, {"principal": "sam", "role": "operator", "tier": None}), Me, "GET", "/v1/me"
+    )
+    assert me == Me(principal="sam", role="operator", tier=None)
+
+
+def test_a_malformed_answer_exits_69_naming_the_field(capsys: pytest.CaptureFixture[str]) -> None:
+    broken = client(200, {"principal": "sam", "tier": None})
+    code, said = exit_of(lambda: api_answer("t", broken, Me, "GET", "/v1/me"), capsys)
+    assert code == EX_UNAVAILABLE
+    assert (
+        "chorus t: GET http://api/v1/me answered 200" in said and "not its Me: /role: Field required" in said
+    )
+
+
+def test_a_refusal_is_its_problem(capsys: pytest.CaptureFixture[str]) -> None:
+    problem = {"type": "about:blank", "title": "Forbidden", "status": 403, "detail": "operators only"}
+    refused = client(403, problem, "application/problem+json")
+    code, said = exit_of(lambda: api_answer("t", refused, Me, "GET", "/v1/me"), capsys)
+    assert (code, said.strip()) == (EX_NOPERM, "chorus t: Forbidden: operators only")
+
+
+async def test_status_says_when_the_dead_letter_groups_are_not_what_the_service_publishes() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"groups": [{"service": "x", "status": "open"}]})
+
+    transport = httpx.MockTransport(answer)
+    original = httpx.AsyncClient.__init__
+
+    def with_transport(self: httpx.AsyncClient, *args: object, **kwargs: object) -> None:
+        original(self, *args, transport=transport, **kwargs)  # type: ignore[arg-type]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(httpx.AsyncClient, "__init__", with_transport)
+        found = await dead_letter_depth("http://dl", "key", 1.0)
+    assert isinstance(found, str) and "not its GroupList" in found and "/groups/0/category" in found

@@ -1,0 +1,250 @@
+"""Every page of the console draws the answers the APIs publish (chorus_contracts.api),
+built here with those same models; an answer that does not fit its model is a 503 page
+naming the field, never a server error."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import BaseModel
+
+from chorus_contracts.api.audit_projector import ApprovalTask, PendingApproval, TimelineEntry
+from chorus_contracts.api.deadletter_service import (
+    LetterDetail,
+    LetterError,
+    LetterErrorDetail,
+    LetterList,
+    LetterSummary,
+    OriginalPosition,
+    OriginalRecord,
+)
+from chorus_contracts.api.gateway import ApprovalDetail, ApprovalQueue, Me, WorkflowDetail, WorkflowPage
+from chorus_contracts.api.outcome_analytics import (
+    Durations,
+    OutcomeBucket,
+    Outcomes,
+    ReleaseOutcomes,
+    Releases,
+)
+from chorus_contracts.platform import Failure
+from console.adapters.apis import Apis
+from console.bootstrap import create_app
+from console.config import Settings
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+OPERATOR = Me(principal="sam.operator", role="operator", tier=None)
+CONTEXT = {
+    "summary": "Invoice INV-7 from vendor-acme",
+    "why": "over 500 EUR",
+    "options": ["approve", "reject"],
+}
+
+TASK = ApprovalTask(
+    workflow_id="wf-1",
+    workflow_type="procurement",
+    approval_id="appr-1",
+    tier="manager",
+    level=0,
+    waiting_until=NOW + timedelta(hours=2),
+    context=CONTEXT,
+    stage="approval.requested",
+    requested_at=NOW - timedelta(minutes=5),
+)
+APPROVAL = ApprovalDetail(
+    approval_id="appr-1",
+    status="pending",
+    tier="manager",
+    level=0,
+    waiting_until=NOW + timedelta(hours=2),
+    context=CONTEXT,
+    decision=None,
+    decided_at=None,
+    requested_at=NOW - timedelta(minutes=5),
+    workflow_id="wf-1",
+    workflow_type="procurement",
+    decided_by=None,
+    submitted_decisions=[],
+)
+WORKFLOW = WorkflowDetail(
+    workflow_id="wf-1",
+    workflow_type="procurement",
+    status="waiting",
+    stage="approval.requested",
+    waiting_for="approval",
+    waiting_until=NOW + timedelta(hours=2),
+    attempts=0,
+    outcome=None,
+    outcome_reason=None,
+    result=None,
+    started_at=NOW - timedelta(minutes=6),
+    ended_at=None,
+    duration_s=None,
+    last_event_at=NOW - timedelta(minutes=5),
+    events=2,
+    subject_ref=None,
+    pending_approval=PendingApproval(
+        approval_id="appr-1", tier="manager", level=0, waiting_until=NOW + timedelta(hours=2), context=None
+    ),
+    timeline=[
+        TimelineEntry(
+            event_id="e-1",
+            origin="topic",
+            event_type="workflow.started",
+            schema_version=1,
+            producer="gateway",
+            producer_version="0.1.0",
+            occurred_at=NOW - timedelta(minutes=6),
+            recorded_at=NOW - timedelta(minutes=6),
+            trace_id="4bf92f3577b34da6a3ce929d0e0e4736",
+            causation_id=None,
+            decision=None,
+            actor=None,
+            external_call=None,
+            payload={},
+        )
+    ],
+)
+SUMMARY = LetterSummary(
+    id="0b0c7f4e-8a53-4b8f-9a7b-3f3f6f1f2a10",
+    status="open",
+    service="invoice_agent",
+    service_version="0.1.0",
+    consumer_group="invoice_agent",
+    original_event_type=None,
+    original_event_id=None,
+    original_workflow_id=None,
+    error=LetterError(category="poison", error_class="DecodeError", message="not an envelope"),
+    original=OriginalPosition(topic="procurement.events", partition=0, offset=7),
+    attempts=1,
+    dead_lettered_at=NOW,
+    received_at=NOW,
+    resolved_at=None,
+    resolved_by=None,
+)
+LETTER = LetterDetail(
+    **{k: v for k, v in dict(SUMMARY).items() if k not in ("error", "original")},
+    error=LetterErrorDetail(**dict(SUMMARY.error), traceback="Traceback ...", pointer=None),
+    original=OriginalRecord(
+        **dict(SUMMARY.original),
+        key_b64=None,
+        key=None,
+        headers=[],
+        timestamp_ms=None,
+        value_b64="bWFya2Vy",
+        value_is_json=False,
+        value_json=None,
+    ),
+    failures=[
+        Failure(at=NOW, attempt=1, error_class="DecodeError", message="not an envelope", retry_in_s=None)
+    ],
+    envelope=None,
+    operations=[],
+)
+DURATIONS = Durations(count=1, p50=12.5, p90=12.5, p99=12.5)
+ENDED = {"completed": 1, "timed_out": 0}
+BUCKET = OutcomeBucket(
+    workflow_type="procurement",
+    hour=NOW.replace(minute=0, second=0),
+    started=1,
+    ended=ENDED,
+    escalated=0,
+    dead_lettered={"poison": 1},
+    duration_s=DURATIONS,
+)
+RELEASE = ReleaseOutcomes(
+    service="invoice_agent",
+    release="canary",
+    workflow_type="procurement",
+    started=1,
+    ended=ENDED,
+    completion_rate=1.0,
+    escalated=0,
+    dead_lettered={"poison": 0},
+    duration_s=DURATIONS,
+)
+
+ANSWERS: dict[str, BaseModel] = {
+    "/v1/me": OPERATOR,
+    "/v1/approvals": ApprovalQueue(assignee="sam.operator", tier=None, approvals=[TASK]),
+    "/v1/approvals/appr-1": APPROVAL,
+    "/v1/workflows": WorkflowPage(workflows=[], next_cursor=None, next=None),
+    "/v1/workflows/wf-1": WORKFLOW,
+    "/v1/dead-letters": LetterList(items=[SUMMARY], count=1, limit=100),
+    f"/v1/dead-letters/{SUMMARY.id}": LETTER,
+    "/analytics/outcomes": Outcomes(buckets=[BUCKET]),
+    "/analytics/releases": Releases(releases=[RELEASE]),
+}
+
+
+def apis(answers: Callable[[str], Any]) -> Apis:
+    def answer(request: httpx.Request) -> httpx.Response:
+        found = answers(request.url.path)
+        if found is None:
+            return httpx.Response(404, json={"title": "Not found", "detail": request.url.path, "status": 404})
+        body = found.model_dump(mode="json") if isinstance(found, BaseModel) else found
+        return httpx.Response(200, json=body)
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    return Apis(
+        client, gateway="http://gw", deadletters="http://dl", analytics="http://an", notifier="http://no"
+    )
+
+
+@asynccontextmanager
+async def signed_in(answers: Callable[[str], Any]) -> AsyncIterator[httpx.AsyncClient]:
+    """The console over APIs answering ``answers(path)``, an operator signed in."""
+    transport = httpx.ASGITransport(app=create_app(Settings(env="demo"), apis(answers)))
+    async with httpx.AsyncClient(transport=transport, base_url="http://console.test") as browser:
+        form = (await browser.get("/signin")).text
+        token = re.search(r'name="csrf" value="([^"]+)"', form)
+        assert token, form
+        await browser.post("/signin", data={"api_key": "k", "csrf": token.group(1)}, follow_redirects=False)
+        yield browser
+
+
+@pytest.fixture
+async def console() -> AsyncIterator[httpx.AsyncClient]:
+    async with signed_in(ANSWERS.get) as browser:
+        yield browser
+
+
+@pytest.mark.parametrize(
+    ("page", "shown"),
+    [
+        ("/approvals", ["appr-1", "Invoice INV-7 from vendor-acme", "manager"]),
+        (
+            "/approvals/appr-1",
+            ["Invoice INV-7 from vendor-acme", "over 500 EUR", "waiting", "workflow.started"],
+        ),
+        ("/workflows", ["No workflow matches"]),
+        ("/workflows/wf-1", ["procurement", "approval.requested", "appr-1", "workflow.started"]),
+        ("/dead-letters", ["0b0c7f4e", "invoice_agent", "not an envelope"]),
+        (f"/dead-letters/{SUMMARY.id}", ["poison", "DecodeError", "bWFya2Vy", "No one has acted on it yet"]),
+        ("/outcomes", ["procurement", "canary", "100% of ended"]),
+    ],
+)
+async def test_every_page_draws_the_published_answers(
+    console: httpx.AsyncClient, page: str, shown: list[str]
+) -> None:
+    answer = await console.get(page)
+    assert answer.status_code == 200, answer.text
+    for text in shown:
+        assert text in answer.text, (page, text)
+
+
+async def test_an_answer_that_is_not_the_published_model_is_a_503_page_naming_the_field() -> None:
+    def broken(path: str) -> Any:
+        if path == "/v1/workflows/wf-1":
+            return {**WORKFLOW.model_dump(mode="json"), "events": "many"}
+        return ANSWERS.get(path)
+
+    async with signed_in(broken) as browser:
+        answer = await browser.get("/workflows/wf-1")
+    assert answer.status_code == 503
+    assert "Service unavailable" in answer.text and "/events" in answer.text
