@@ -23,12 +23,12 @@ from chorus.kernel.codec import Event
 from chorus.kernel.service import ServiceSpec
 from chorus.testing import WorkflowHarness
 from chorus_contracts.approvals import ApprovalDecided
-from chorus_contracts.base import CATALOG, EventModel
+from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import ProducerRef
 from chorus_contracts.platform import DataRemoved
-from chorus_contracts.registry import Registry, default_registry, load_registry
+from chorus_contracts.registry import load_registry
+from tests.support.examples import example
 
-REGISTRY = default_registry()
 SUPPORT = Path(__file__).resolve().parents[3] / "examples" / "support" / "schemas"
 DECIDED = ApprovalDecided(
     approval_id="appr-1",
@@ -59,28 +59,21 @@ async def projector() -> AsyncIterator[WorkflowHarness]:
         yield live
 
 
-def example(registry: Registry, event_type: str) -> EventModel:
-    """The registry's first example of ``event_type``, at the version consumers read."""
-    version = registry.latest_version(event_type)
-    body = registry.examples[(event_type, version)][0].body
-    return CATALOG[(event_type, version)].model_validate(body["payload"])
-
-
 def from_release(event: Event[Any], service: str, version: str) -> Event[Any]:
     producer = ProducerRef(service=service, version=version)
     return dataclasses.replace(event, envelope=event.envelope.model_copy(update={"producer": producer}))
 
 
-@pytest.mark.parametrize("event_type", sorted(model.event_type for model in PROJECTED))
+@pytest.mark.parametrize("model", PROJECTED, ids=lambda model: model.event_type)
 async def test_every_event_it_reads_becomes_one_row_of_the_live_projection(
-    projector: WorkflowHarness, event_type: str
+    projector: WorkflowHarness, model: type[EventModel]
 ) -> None:
     """Whatever the event says: one that decoded is worth recording, and recording emits nothing."""
-    step = await projector.deliver(example(REGISTRY, event_type), "wf-1")
+    step = await projector.deliver(example(model), "wf-1")
     [row] = step.outcome.effects
     assert isinstance(row, ProjectEvent)
     assert (row.schema, row.ledger) == (LIVE, LIVE)
-    assert (row.entry.event_id, row.entry.event_type) == (step.event.envelope.event_id, event_type)
+    assert (row.entry.event_id, row.entry.event_type) == (step.event.envelope.event_id, model.event_type)
     assert step.emitted == []
 
 
@@ -122,7 +115,7 @@ async def test_a_replay_writes_its_own_schema_and_reads_the_live_ledger() -> Non
 
 async def test_a_projects_own_events_are_projected_beside_the_platforms() -> None:
     support = load_registry(SUPPORT)
-    received = example(support, "ticket.received")
+    received = example(support.model("ticket.received", 1), support)
     assert SPEC.handler_for("ticket.received") is None  # the platform's projector does not know it
     async with wired(make_spec(LIVE, support)) as projector:
         [row] = (await projector.deliver(received, "wf-t1", workflow_type="support_ticket")).outcome.effects
