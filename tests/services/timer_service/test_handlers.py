@@ -3,8 +3,8 @@
 Timers come here as the runtime publishes them: an approval gate's handler asks for a
 window (``ScheduleTimer``), the runtime's messages turn that into a ``timer.schedule`` on
 chorus.timers, and the timer service reads it from there. Its handlers return the row
-changes as effects; the rows themselves (an existing id wins, only pending timers move)
-are PostgreSQL's and are tested against it.
+changes as effects; what the rows then do (an existing id wins, only pending timers move,
+a workflow's end spares its retries) is SQL, which these tests do not run.
 """
 
 from __future__ import annotations
