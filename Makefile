@@ -26,12 +26,14 @@ PROJECT_SCHEMAS := --schemas-dir $(CURDIR)/examples/support/schemas
 LOCAL_ENV = set -a && . $(CURDIR)/.local/kafka/admin.env && set +a && \
 	CHORUS_KAFKA_USERS_DIR=$(KAFKA_USERS_DIR) CHORUS_SIGNING_DIR=$(SIGNING_DIR) CHORUS_ENV=demo
 
-.PHONY: help setup up down status demo services test test-unit test-integration lint fmt bench lock clean \
+.PHONY: help setup up down status demo services test test-fast test-service test-deploy lint fmt bench lock clean \
 	schemas docs topics bench-quick test-reliability observe
 
 help:
 	@echo "make demo   start Kafka, PostgreSQL and every service, run the main job"
 	@echo "make test   start what is needed and run every test against real Kafka and PostgreSQL"
+	@echo "make test-fast   handlers, kernel steps, contracts, tools: no Kafka, no binaries (< 2 min)"
+	@echo "make test-service S=NAME   one service's tests (tests/services/NAME), on the local stack"
 	@echo "make up | down | status | lint | fmt | bench | setup | lock | clean"
 	@echo "make services | observe   every service on its documented port | Prometheus on them (:9090)"
 	@echo "make schemas | docs | topics   regenerate JSON Schemas | AsyncAPI doc; create Kafka topics"
@@ -94,12 +96,28 @@ test: up
 	$(LOCAL)/browser.sh ensure
 	$(LOCAL)/prometheus.sh ensure
 	$(LOCAL)/helm.sh ensure
-	$(LOCAL_ENV) $(PY) -m pytest $(PYTEST_ARGS)
+	$(LOCAL_ENV) $(PY) -m pytest --timeout=900 --durations=25 $(PYTEST_ARGS)
 
-test-unit: setup
+# The fast tier: what needs neither Kafka, PostgreSQL nor any binary beyond the venv —
+# handler tests (the testing kit), the kernel's steps on the memory store, the feature
+# packages' unit tests, tools and the registry's contracts.
+FAST := tests/kernel tests/features tests/services tests/tools contracts-tests
+test-fast: setup
+	CHORUS_ENV=demo $(PY) -m pytest $(FAST) -m "not integration" -q --timeout=120 $(PYTEST_ARGS)
+
+# One service's tests: its handlers in memory and the service on the local stack.
+S ?=
+test-service: setup
+	@test -n "$(S)" || { echo "make test-service S=NAME: name one of: $$(ls tests/services | grep -v __ | tr '\n' ' ')" >&2; exit 2; }
+	@test -d tests/services/$(S) || { echo "no tests/services/$(S); services with tests: $$(ls tests/services | grep -v __ | tr '\n' ' ')" >&2; exit 2; }
+	@$(MAKE) --no-print-directory up
+	$(LOCAL_ENV) $(PY) -m pytest tests/services/$(S) --timeout=900 $(PYTEST_ARGS)
+
+# The deployment artefacts: the Helm chart, compose, the alert rules (helm, promtool, docker).
+test-deploy: up
 	$(LOCAL)/prometheus.sh ensure
 	$(LOCAL)/helm.sh ensure
-	$(PY) -m pytest tests/unit contracts-tests $(PYTEST_ARGS)
+	$(LOCAL_ENV) $(PY) -m pytest tests/deploy --timeout=900 $(PYTEST_ARGS)
 
 # The reliability suite (tests/reliability): every scenario, faults injected into real
 # services on real Kafka and PostgreSQL (the broker and database restarts on private ones

@@ -8,8 +8,10 @@ Nothing is ever skipped for missing infrastructure.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -19,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from chorus.base.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
+from tests.support.processes import ServiceProcess
 from tests.support.registry import delete_created_topics, ensure_service_users
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,3 +105,35 @@ async def pg(database_url: str) -> AsyncIterator[asyncpg.Connection]:
 def unique() -> str:
     """A short unique suffix so tests never share topics, groups or ids."""
     return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture(autouse=True)
+def _sealing_as_in_production(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("integration") is not None:
+        request.getfixturevalue("key_service")
+
+
+@pytest.fixture(scope="session")
+async def key_service(kafka_bootstrap: str, database_url: str) -> AsyncIterator[str]:
+    """Tests on Kafka and PostgreSQL seal personal data as production does: one key service
+    for the session (its own process, on a free port), which every service a test starts
+    reaches through CHORUS_KEY_STORES. Started only once a test on the infrastructure runs
+    (a run of handler tests starts none); dev stacks started by a test run their own."""
+    log_dir = Path(tempfile.mkdtemp(prefix="chorus-key-service-"))
+    proc = ServiceProcess(
+        "key_service",
+        {"CHORUS_KAFKA_BOOTSTRAP": kafka_bootstrap, "CHORUS_DATABASE_URL": database_url},
+        log_dir,
+    )
+    proc.start()
+    await proc.wait_healthy()
+    previous = os.environ.get("CHORUS_KEY_STORES")
+    os.environ["CHORUS_KEY_STORES"] = json.dumps({"local": proc.url})
+    try:
+        yield proc.url
+    finally:
+        if previous is None:
+            os.environ.pop("CHORUS_KEY_STORES", None)
+        else:
+            os.environ["CHORUS_KEY_STORES"] = previous
+        await proc.terminate()

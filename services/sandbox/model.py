@@ -5,7 +5,7 @@ which call it as they would call a real model: the demo, `make services` and the
 run without network, and the agents ship no stand-in of their own.
 
 The prompt markers below are the agents' prompt format as a model sees it (the first
-system line names the task); tests/unit/test_sandbox_model.py runs these skills on the
+system line names the task); tests/services/sandbox/test_model.py runs these skills on the
 agents' real prompts, so the two cannot drift apart unnoticed.
 """
 

@@ -1,6 +1,6 @@
 """The audit projector: every workflow event it reads becomes one row of its projection,
 in the schema it was wired for; services' confirmations of erasures go to the ledger.
-What a row says and how a workflow's status folds are tests/unit/test_audit_domain.py's;
+What a row says and how a workflow's status folds are tests/services/audit_projector/test_domain.py's;
 writing them (retired workflows dropped, erased subjects redacted) is PostgreSQL's."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The dead-letter service: what it keeps of each dead letter, the way a service's
 runtime builds them (chorus.kernel.deadletters), so an operator can read, redrive or
-discard it. Redrive bytes and status rules are tests/unit/test_deadletter_domain.py's."""
+discard it. Redrive bytes and status rules are tests/services/deadletter_service/test_domain.py's."""
 
 from __future__ import annotations
 

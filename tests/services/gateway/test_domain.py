@@ -1,6 +1,6 @@
 """The gateway's rules without I/O: who may read a workflow, who may not decide it, when a
 retried submission is the same one, and which workflow types it starts. (Signatures:
-tests/unit/test_webhook_signatures.py; URL fields: tests/unit/test_egress.py.)"""
+tests/services/gateway/test_webhook_signatures.py; URL fields: tests/features/outside/test_egress.py.)"""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The gateway's handlers: telling the submitter how its workflow ended (a signed
 callback, once), ending a workflow that outlived its deadline, and cancelling one.
-The API that starts workflows is tested over HTTP (tests/integration/test_gateway_input.py)."""
+The API that starts workflows is tested over HTTP (tests/services/gateway/test_api.py)."""
 
 from __future__ import annotations
 

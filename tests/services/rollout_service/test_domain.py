@@ -1,5 +1,5 @@
 """What ``chorus rollout status`` says of each release: its role, and its rates.
-(Policy changes, moves and the rollback rule: tests/unit/test_rollouts.py.)"""
+(Policy changes, moves and the rollback rule: tests/features/releases/test_pinning.py.)"""
 
 from __future__ import annotations
 

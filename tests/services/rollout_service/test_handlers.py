@@ -1,5 +1,5 @@
 """The rollout service: what it records about the workflows of each release, which the
-status and the automatic-rollback rule count (tests/unit/test_rollouts.py holds the rule
+status and the automatic-rollback rule count (tests/features/releases/test_pinning.py holds the rule
 and the policy changes; the counting is SQL)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``chorus new``: what it generates works, reads as our own code does, and what it refuses
 it refuses without touching anything. (The generated integration test runs on Kafka in
-tests/integration/test_runtime_wheel.py, from the built wheel.)"""
+tests/deploy/test_runtime_wheel.py, from the built wheel.)"""
 
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ def test_a_plain_event_shows_its_topic_files_producer_consumers_and_tests(valida
         assert f"schemas/examples/invoice.validated/{version}/" in validated
     assert "invoice_agent: emits it" in validated
     assert "budget_agent reads v3: budget_agent.handlers.on_invoice_validated" in validated
-    assert "tests/unit/handlers/test_budget_agent.py" in validated
+    assert "tests/services/budget_agent/test_handlers.py" in validated
     assert "not signed" in validated
 
 
@@ -105,7 +105,7 @@ def test_json_output_parses_and_has_every_field() -> None:
     assert scheduled in body["producers"]
     assert body["signed_by"] is None
     assert {c["service"]: c["reads_version"] for c in body["consumers"]}["approval_gate"] == 1
-    assert "tests/unit/handlers/test_approval_gate.py" in body["tests"]
+    assert "tests/services/approval_gate/test_handlers.py" in body["tests"]
     assert json.loads(shown("approval.decided", "--json"))["signed_by"] == "approval_gate"
 
 

@@ -16,7 +16,7 @@ from chorus_contracts.envelope import Envelope
 from chorus_contracts.registry import load_registry
 from tests.support.kafka import approval
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 REGISTRY = load_registry(ROOT / "schemas")
 CHECKS = REGISTRY.signed_by()
 

@@ -40,7 +40,7 @@ from tests.support.registry import grant_access, isolated_registry
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SHOTS = Path(os.environ.get("CHORUS_LOCAL", ROOT / ".local")) / "test-output" / "console"
 SUBMITTER = {"Authorization": "Bearer demo-submitter-key"}
 OPERATOR = {"Authorization": "Bearer demo-operator-key"}
