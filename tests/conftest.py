@@ -107,9 +107,13 @@ def unique() -> str:
     return uuid.uuid4().hex[:10]
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(scope="module", autouse=True)
 def _sealing_as_in_production(request: pytest.FixtureRequest) -> None:
-    if request.node.get_closest_marker("integration") is not None:
+    """The session's key service, started before anything of a module that has a test on the
+    infrastructure (a module's own services read CHORUS_KEY_STORES when they start)."""
+    prefix = f"{request.node.nodeid}::"
+    items = request.session.items
+    if any(i.nodeid.startswith(prefix) and i.get_closest_marker("integration") for i in items):
         request.getfixturevalue("key_service")
 
 
