@@ -34,8 +34,6 @@ from chorus.kernel.store import (
     StepWrite,
 )
 
-HANDED_OVER = (InboxOutcome.DONE, InboxOutcome.REVIEW, InboxOutcome.DROPPED, InboxOutcome.DISCARDED)
-
 
 @dataclass
 class Inbox:
@@ -178,7 +176,7 @@ class MemoryStore:
                 row.repinned_from,
             )
         handed = row is not None and any(
-            (g, event_id) in self.inbox and self.inbox[(g, event_id)].outcome in HANDED_OVER
+            (g, event_id) in self.inbox and self.inbox[(g, event_id)].outcome in InboxOutcome.handed_over()
             for g in row.repinned_from
         )
         has_parked = any(wf == workflow_id for wf, _ in self.parked.values())

@@ -50,6 +50,13 @@ class InboxOutcome(StrEnum):
         """The final outcomes: nothing takes the event again in that group."""
         return (cls.DONE, cls.REVIEW, cls.DISCARDED, cls.DROPPED, cls.NOT_MINE)
 
+    @classmethod
+    def handed_over(cls) -> tuple[InboxOutcome, ...]:
+        """Outcomes of the release a workflow was moved from that its new owner must not
+        repeat: it took the step, or an operator discarded it. (A move waits until no retry
+        or dead letter of it is pending there.)"""
+        return (cls.DONE, cls.REVIEW, cls.DROPPED, cls.DISCARDED)
+
 
 @dataclass(frozen=True)
 class OutboxMessage:
