@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from chorus.web.typedclient import UnexpectedAnswerError, answer, answer_as
 from chorus_contracts.api.base import ProblemDetails
-from chorus_contracts.registry import load_registry
+from chorus_contracts.registry import Registry, default_schemas_dir, load_registry
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -268,6 +268,23 @@ def api_command(app: typer.Typer, name: str, api: HttpApi, *, json_flag: bool = 
 
 def _keyword(name: str, annotation: Any, default: Any) -> inspect.Parameter:
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
+
+
+T = TypeVar("T")
+
+
+def read_registry(command: str, read: Callable[[Path], T], schemas_dir: Path | None) -> T:
+    """``read`` of the registry in ``schemas_dir`` (else the project's: CHORUS_SCHEMAS_DIR, or
+    schemas/ where you stand); one that cannot be read exits 2 (bad usage) saying why."""
+    try:
+        return read(schemas_dir or default_schemas_dir())
+    except (FileNotFoundError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+        fail(command, str(exc), 2)
+
+
+def registry_of(command: str, schemas_dir: Path | None) -> Registry:
+    """The registry (see :func:`read_registry`)."""
+    return read_registry(command, load_registry, schemas_dir)
 
 
 def wants_json(output: Format, as_json: bool) -> bool:
