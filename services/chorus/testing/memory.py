@@ -201,9 +201,8 @@ class MemoryStore:
 
     def _commit(self, w: StepWrite) -> list[OutboxRow]:
         """One step, all or nothing: every condition is checked before anything changes."""
-        claim = Claim(w.group, w.event_id, w.attempt, w.outcome, w.event_type, w.workflow_id, w.now)
         row = self.state.get(w.workflow_id or "")
-        if not self._claimable(claim, w.from_parked):
+        if not self._claimable(w, w.from_parked):
             raise ConflictError("a duplicate of a finished event")
         if w.checkpoint is CheckpointWrite.INSERT and row is not None:
             raise ConflictError("the workflow has a checkpoint already")
@@ -212,7 +211,7 @@ class MemoryStore:
         moved = row is not None and None not in (row.release, w.release) and row.release != w.release
         if w.checkpoint is CheckpointWrite.NONE and moved:
             raise ConflictError("the workflow was moved to another release")
-        self._claim(claim, w.from_parked)
+        self._claim(w, w.from_parked)
         assert w.workflow_id is not None or w.checkpoint is CheckpointWrite.NONE
         if w.checkpoint is CheckpointWrite.INSERT:
             self.state[w.workflow_id or ""] = Row(
