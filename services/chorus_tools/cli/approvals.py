@@ -19,11 +19,10 @@ from urllib.parse import quote
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from chorus_contracts.api.gateway import ApprovalQueue, DecisionAccepted, DecisionBody
 from chorus_tools.cli.audit import span
-from chorus_tools.cli.options import GATEWAY, ApiCall, api_command
+from chorus_tools.cli.options import GATEWAY, ApiCall, api_command, table_of
 
 
 class Decision(StrEnum):
@@ -48,9 +47,7 @@ def list_command(
     if call.printed(answer):
         return
     now = datetime.now(UTC)
-    table = Table(show_lines=False)
-    for column in ("approval", "workflow", "tier", "step", "window left", "summary"):
-        table.add_column(column, no_wrap=column != "summary")
+    table = table_of("approval", "workflow", "tier", "step", "window left", "summary", wrap={"summary"})
     for a in answer.approvals:
         table.add_row(
             a.approval_id,

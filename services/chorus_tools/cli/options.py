@@ -8,7 +8,7 @@ import functools
 import inspect
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
@@ -18,6 +18,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import httpx
 import typer
 from pydantic import BaseModel, ValidationError
+from rich.table import Table
 
 from chorus.web.typedclient import UnexpectedAnswerError, answer, answer_as
 from chorus_contracts.api.base import ProblemDetails
@@ -285,6 +286,14 @@ def read_registry(command: str, read: Callable[[Path], T], schemas_dir: Path | N
 def registry_of(command: str, schemas_dir: Path | None) -> Registry:
     """The registry (see :func:`read_registry`)."""
     return read_registry(command, load_registry, schemas_dir)
+
+
+def table_of(*columns: str, wrap: Collection[str] = ()) -> Table:
+    """A table for people with these columns, each on one line but those in ``wrap``."""
+    shown = Table(show_lines=False)
+    for column in columns:
+        shown.add_column(column, no_wrap=column not in wrap)
+    return shown
 
 
 def wants_json(output: Format, as_json: bool) -> bool:

@@ -20,7 +20,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from chorus_contracts.api.outcome_analytics import Releases
 from chorus_contracts.api.rollout_service import (
@@ -32,7 +31,7 @@ from chorus_contracts.api.rollout_service import (
     RolloutState,
 )
 from chorus_contracts.rollouts import RolloutChanged
-from chorus_tools.cli.options import ApiCall, HttpApi, api_command, echo_json
+from chorus_tools.cli.options import ApiCall, HttpApi, api_command, echo_json, table_of
 
 API = HttpApi("the rollout service", "CHORUS_ROLLOUT_URL", "http://127.0.0.1:8121", "The rollout service.")
 ANALYTICS = HttpApi(
@@ -216,20 +215,9 @@ def status_command(
     typer.echo(
         _policy_line(policy) if policy else f"{service}: no rollout (one release takes every workflow)"
     )
-    table = Table(show_lines=False)
-    for column in (
-        "release",
-        "role",
-        "running",
-        "in flight",
-        "ended",
-        "completed",
-        "failed",
-        "failures",
-        "p50",
-        "p99",
-    ):
-        table.add_column(column, no_wrap=True)
+    table = table_of(
+        "release", "role", "running", "in flight", "ended", "completed", "failed", "failures", "p50", "p99"
+    )
     for r in answer.releases:
         table.add_row(
             r.release,
@@ -260,19 +248,9 @@ def outcomes_command(
     answer = call.answer(Releases, "GET", "/analytics/releases", params={"service": service})
     if call.printed(answer):
         return
-    table = Table(show_lines=False)
-    for column in (
-        "release",
-        "type",
-        "started",
-        "completed",
-        "other ends",
-        "escalated",
-        "dead letters",
-        "p50",
-        "p99",
-    ):
-        table.add_column(column, no_wrap=True)
+    table = table_of(
+        "release", "type", "started", "completed", "other ends", "escalated", "dead letters", "p50", "p99"
+    )
     for r in answer.releases:
         others = ", ".join(f"{k} {v}" for k, v in r.ended.items() if v and k != "completed") or "-"
         duration = r.duration_s

@@ -17,13 +17,12 @@ from urllib.parse import quote
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from chorus_contracts.api.audit_projector import WorkflowSummary
 from chorus_contracts.api.gateway import CancelAccepted, CancelBody, WorkflowPage, WorkflowState
 from chorus_contracts.lifecycle import WORKFLOW_STATUSES
 from chorus_tools.cli.audit import at_utc, print_workflow
-from chorus_tools.cli.options import GATEWAY, ApiCall, api_command
+from chorus_tools.cli.options import GATEWAY, ApiCall, api_command, table_of
 
 app = typer.Typer(name="workflows", help="Workflows: list, show, cancel.", no_args_is_help=True)
 console = Console(highlight=False)
@@ -79,9 +78,10 @@ def list_command(
                 break
     if call.printed({"workflows": [w.model_dump(mode="json") for w in found], "next_cursor": cursor}):
         return
-    table = Table(show_lines=False)
-    for column in ("workflow", "type", "status", "stage", "waiting for", "started", "business key"):
-        table.add_column(column, no_wrap=column in ("workflow", "started"))
+    wrap = {"type", "status", "stage", "waiting for", "business key"}
+    table = table_of(
+        "workflow", "type", "status", "stage", "waiting for", "started", "business key", wrap=wrap
+    )
     for w in found:
         waiting = w.attention.why if w.attention else w.waiting_for or ""
         table.add_row(
