@@ -29,7 +29,7 @@ from chorus_tools.access import (
     local_passwords,
     principals,
 )
-from chorus_tools.cli.options import Bootstrap, SchemasDir, registry_of
+from chorus_tools.cli.options import Bootstrap, SchemasDir, fail, registry_of
 from chorus_tools.dbroles import provision_database
 
 app = typer.Typer(
@@ -60,8 +60,7 @@ def show_command(
     registry = registry_of("access", schemas_dir)
     rows = [g for g in grants(registry) if principal in (None, g.principal)]
     if principal is not None and not rows:
-        typer.echo(f"chorus access: the registry names no principal {principal!r}", err=True)
-        raise typer.Exit(2)
+        fail("access", f"the registry names no principal {principal!r}", 2)
     for grant in rows:
         typer.echo(str(grant))
 
@@ -126,8 +125,7 @@ def database_command(
     try:
         done = asyncio.run(provision_database(database_url, passwords))
     except (OSError, asyncpg.PostgresError) as exc:
-        typer.echo(f"chorus access: {redact(str(exc))}", err=True)
-        raise typer.Exit(1) from None
+        fail("access", redact(str(exc)), 1)
     handed = sum(done.handed_over.values())
     typer.echo(
         f"database roles: {len(runtime)} service(s); created: {', '.join(done.created) or 'none'}; "
@@ -167,8 +165,7 @@ def client_config_command(
     environment's CHORUS_KAFKA_*."""
     password = local_password(users_dir, principal) if users_dir is not None else None
     if password is None:
-        typer.echo(f"chorus access: no password file for {principal!r} (give --users-dir)", err=True)
-        raise typer.Exit(2)
+        fail("access", f"no password file for {principal!r} (give --users-dir)", 2)
     with _errors(bootstrap):
         # This environment's protocol and CA (a local stack's CA sits beside its users
         # folder); the principal's own name and password.
@@ -186,8 +183,6 @@ def _errors(bootstrap: str) -> Iterator[None]:
     try:
         yield
     except ValidationError as exc:  # pydantic wraps KafkaAuthError in one
-        typer.echo(f"chorus access: {exc}", err=True)
-        raise typer.Exit(2) from None
+        fail("access", str(exc), 2)
     except RuntimeError as exc:
-        typer.echo(f"chorus access: {exc} (on {bootstrap})", err=True)
-        raise typer.Exit(1) from None
+        fail("access", f"{exc} (on {bootstrap})", 1)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
@@ -50,6 +50,7 @@ from chorus_tools.cli.options import (
     SchemasDir,
     complete_event_types,
     complete_topics,
+    fail,
     quiet_client_logs,
     registry_of,
 )
@@ -795,9 +796,4 @@ def _cli_errors(command: str) -> Iterator[None]:
     try:
         yield
     except CliError as exc:
-        _fail(command, str(exc), exc.code)
-
-
-def _fail(command: str, message: str, code: int) -> NoReturn:
-    typer.echo(f"chorus {command}: {message}", err=True)
-    raise typer.Exit(code)
+        fail(command, str(exc), exc.code)

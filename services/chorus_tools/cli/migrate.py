@@ -32,7 +32,7 @@ from chorus.base.settings import LOCAL_DATABASE_URL
 from chorus.kernel.service import ServiceSpec
 from chorus.kernel.store.postgres import ServiceStore
 from chorus_contracts.registry import Registry
-from chorus_tools.cli.options import SchemasDir, registry_of
+from chorus_tools.cli.options import SchemasDir, fail, registry_of
 
 URL_VARIABLE = "CHORUS_DATABASE_URL"
 
@@ -105,12 +105,10 @@ def migrate_command(
         try:
             spec = service_spec(service)
         except (ImportError, AttributeError, TypeError) as exc:
-            typer.echo(f"chorus migrate: cannot load {service}'s declaration: {exc}", err=True)
-            raise typer.Exit(2) from None
+            fail("migrate", f"cannot load {service}'s declaration: {exc}", 2)
         try:
             asyncio.run(migrate_service(spec, url))
         except (OSError, asyncpg.PostgresError) as exc:
-            typer.echo(f"chorus migrate: {service}: {redact(str(exc))}", err=True)
-            raise typer.Exit(1) from None
+            fail("migrate", f"{service}: {redact(str(exc))}", 1)
         typer.echo(f"migrated {service}")
     typer.echo(f"migrations: {len(chosen)} service(s) up to date")

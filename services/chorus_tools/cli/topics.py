@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from chorus.base.settings import LOCAL_KAFKA
-from chorus_tools.cli.options import Bootstrap, SchemasDir, quiet_client_logs, read_registry
+from chorus_tools.cli.options import Bootstrap, SchemasDir, fail, quiet_client_logs, read_registry
 from chorus_tools.topics import (
     EX_UNAVAILABLE,
     BrokerUnavailableError,
@@ -99,11 +99,8 @@ def _kafka_errors(bootstrap: str) -> Iterator[None]:
     try:
         yield
     except BrokerUnavailableError as exc:
-        typer.echo(f"chorus topics: {exc}", err=True)
-        raise typer.Exit(EX_UNAVAILABLE) from None
+        fail("topics", str(exc), EX_UNAVAILABLE)
     except UnsatisfiableError as exc:
-        typer.echo(f"chorus topics: {exc}", err=True)
-        raise typer.Exit(2) from None
+        fail("topics", str(exc), 2)
     except ProvisioningError as exc:
-        typer.echo(f"chorus topics: {exc} (on {bootstrap})", err=True)
-        raise typer.Exit(1) from None
+        fail("topics", f"{exc} (on {bootstrap})", 1)
