@@ -1,21 +1,4 @@
-"""Public surface (docs/runtime-api.md), kept at this path; it lives in ``chorus.outside.llm``."""
+"""Public surface (docs/runtime-api.md), kept at this path; it lives in ``chorus.outside.llm``,
+whose ``__all__`` names it (once)."""
 
-from chorus.outside.llm import (
-    LLM,
-    ChatMessage,
-    LLMSettings,
-    OfflineModel,
-    llm_dependency,
-    parse_json_output,
-    reprompt,
-)
-
-__all__ = [
-    "LLM",
-    "ChatMessage",
-    "LLMSettings",
-    "OfflineModel",
-    "llm_dependency",
-    "parse_json_output",
-    "reprompt",
-]
+from chorus.outside.llm import *  # noqa: F403

@@ -49,6 +49,34 @@ def q(expr: str, legend: str = "") -> tuple[str, str]:
     return expr, legend
 
 
+def total(metric: str, by: str = "", labels: str = SERVICE) -> str:
+    """A gauge's level, summed (by ``by``)."""
+    return _aggregate("sum", by, _series(metric, labels))
+
+
+def highest(metric: str, by: str = "", labels: str = SERVICE) -> str:
+    """A gauge's highest level (by ``by``)."""
+    return _aggregate("max", by, _series(metric, labels))
+
+
+def rate(metric: str, by: str = "", labels: str = SERVICE) -> str:
+    """A counter's per-second rate, summed (by ``by``)."""
+    return _aggregate("sum", by, f"rate({_series(metric, labels)}[$__rate_interval])")
+
+
+def quantile(q: float, histogram: str, by: str = "", labels: str = SERVICE) -> str:
+    """The ``q`` quantile of a histogram's observations (its ``_bucket`` series), by ``by``."""
+    return f"histogram_quantile({q}, {rate(f'{histogram}_bucket', f'{by}, le' if by else 'le', labels)})"
+
+
+def _aggregate(operator: str, by: str, expr: str) -> str:
+    return f"{operator} by ({by}) ({expr})" if by else f"{operator}({expr})"
+
+
+def _series(metric: str, labels: str) -> str:
+    return f"{metric}{{{labels}}}" if labels else metric
+
+
 OVERVIEW = Dashboard(
     uid="chorus-overview",
     title="Chorus: overview",
@@ -60,35 +88,22 @@ OVERVIEW = Dashboard(
                 Panel(
                     "Queue depth: records waiting",
                     (
-                        q(f"sum by (service) (chorus_consumer_lag{{{SERVICE}}})", "{{service}} lag"),
-                        q(f"sum by (service) (chorus_outbox_backlog{{{SERVICE}}})", "{{service}} outbox"),
+                        q(total("chorus_consumer_lag", "service"), "{{service}} lag"),
+                        q(total("chorus_outbox_backlog", "service"), "{{service}} outbox"),
                     ),
                     description="Records not yet consumed, and committed events not yet published.",
                 ),
                 Panel(
                     "Latency: read to committed, p50 and p99",
                     (
-                        q(
-                            "histogram_quantile(0.5, sum by (service, le) "
-                            f"(rate(chorus_handle_seconds_bucket{{{SERVICE}}}[$__rate_interval])))",
-                            "{{service}} p50",
-                        ),
-                        q(
-                            "histogram_quantile(0.99, sum by (service, le) "
-                            f"(rate(chorus_handle_seconds_bucket{{{SERVICE}}}[$__rate_interval])))",
-                            "{{service}} p99",
-                        ),
+                        q(quantile(0.5, "chorus_handle_seconds", "service"), "{{service}} p50"),
+                        q(quantile(0.99, "chorus_handle_seconds", "service"), "{{service}} p99"),
                     ),
                     unit="s",
                 ),
                 Panel(
                     "Failures by category",
-                    (
-                        q(
-                            f"sum by (category) (rate(chorus_failures_total{{{SERVICE}}}[$__rate_interval]))",
-                            "{{category}}",
-                        ),
-                    ),
+                    (q(rate("chorus_failures_total", "category"), "{{category}}"),),
                     unit="ops",
                     description="Transient ones retry; persistent, semantic and unexpected need a person.",
                 ),
@@ -96,8 +111,9 @@ OVERVIEW = Dashboard(
                     "Completion rate",
                     (
                         q(
-                            'sum(rate(chorus_workflows_ended_total{outcome="completed"}[$__rate_interval]))'
-                            " / sum(rate(chorus_workflows_ended_total[$__rate_interval]))",
+                            rate("chorus_workflows_ended_total", labels='outcome="completed"')
+                            + " / "
+                            + rate("chorus_workflows_ended_total", labels=""),
                             "completed / ended",
                         ),
                     ),
@@ -112,8 +128,7 @@ OVERVIEW = Dashboard(
                     "Workflows ended, by type and outcome",
                     (
                         q(
-                            "sum by (workflow_type, outcome) "
-                            "(rate(chorus_workflows_ended_total[$__rate_interval]))",
+                            rate("chorus_workflows_ended_total", "workflow_type, outcome", labels=""),
                             "{{workflow_type}} {{outcome}}",
                         ),
                     ),
@@ -121,7 +136,7 @@ OVERVIEW = Dashboard(
                 ),
                 Panel(
                     "Services up",
-                    (q(f'sum by (service) (up{{job="chorus", {SERVICE}}})', "{{service}}"),),
+                    (q(total("up", "service", f'job="chorus", {SERVICE}'), "{{service}}"),),
                     kind="stat",
                 ),
             ),
@@ -139,39 +154,23 @@ PER_SERVICE = Dashboard(
             (
                 Panel(
                     "Events in, by type",
-                    (
-                        q(
-                            "sum by (event_type) "
-                            f"(rate(chorus_events_in_total{{{SERVICE}}}[$__rate_interval]))",
-                            "{{event_type}}",
-                        ),
-                    ),
+                    (q(rate("chorus_events_in_total", "event_type"), "{{event_type}}"),),
                     unit="ops",
                 ),
                 Panel(
                     "Events out, by topic",
-                    (
-                        q(
-                            f"sum by (topic) (rate(chorus_events_out_total{{{SERVICE}}}[$__rate_interval]))",
-                            "{{topic}}",
-                        ),
-                    ),
+                    (q(rate("chorus_events_out_total", "topic"), "{{topic}}"),),
                     unit="ops",
                 ),
                 Panel(
                     "Consumer lag, by partition",
-                    (
-                        q(
-                            f"sum by (topic, partition) (chorus_consumer_lag{{{SERVICE}}})",
-                            "{{topic}}/{{partition}}",
-                        ),
-                    ),
+                    (q(total("chorus_consumer_lag", "topic, partition"), "{{topic}}/{{partition}}"),),
                 ),
                 Panel(
                     "In flight, outbox backlog",
                     (
-                        q(f"sum(chorus_in_flight{{{SERVICE}}})", "in flight"),
-                        q(f"sum(chorus_outbox_backlog{{{SERVICE}}})", "outbox backlog"),
+                        q(total("chorus_in_flight"), "in flight"),
+                        q(total("chorus_outbox_backlog"), "outbox backlog"),
                     ),
                 ),
             ),
@@ -181,51 +180,30 @@ PER_SERVICE = Dashboard(
             (
                 Panel(
                     "Handle latency p99, by event type",
-                    (
-                        q(
-                            "histogram_quantile(0.99, sum by (event_type, le) "
-                            f"(rate(chorus_handle_seconds_bucket{{{SERVICE}}}[$__rate_interval])))",
-                            "{{event_type}}",
-                        ),
-                    ),
+                    (q(quantile(0.99, "chorus_handle_seconds", "event_type"), "{{event_type}}"),),
                     unit="s",
                 ),
                 Panel(
                     "Failures, retries, dead letters",
                     (
-                        q(
-                            f"sum by (category) (rate(chorus_failures_total{{{SERVICE}}}[$__rate_interval]))",
-                            "failed: {{category}}",
-                        ),
-                        q(f"sum(rate(chorus_retries_total{{{SERVICE}}}[$__rate_interval]))", "retries"),
-                        q(
-                            f"sum(rate(chorus_dead_letters_total{{{SERVICE}}}[$__rate_interval]))",
-                            "dead letters",
-                        ),
+                        q(rate("chorus_failures_total", "category"), "failed: {{category}}"),
+                        q(rate("chorus_retries_total"), "retries"),
+                        q(rate("chorus_dead_letters_total"), "dead letters"),
                     ),
                     unit="ops",
                 ),
                 Panel(
                     "Skipped: duplicates, ended workflows, other releases",
                     (
-                        q(
-                            f"sum(rate(chorus_duplicates_skipped_total{{{SERVICE}}}[$__rate_interval]))",
-                            "duplicates",
-                        ),
-                        q(
-                            f"sum(rate(chorus_events_dropped_total{{{SERVICE}}}[$__rate_interval]))",
-                            "workflow ended",
-                        ),
-                        q(
-                            f"sum(rate(chorus_events_not_mine_total{{{SERVICE}}}[$__rate_interval]))",
-                            "another release's",
-                        ),
+                        q(rate("chorus_duplicates_skipped_total"), "duplicates"),
+                        q(rate("chorus_events_dropped_total"), "workflow ended"),
+                        q(rate("chorus_events_not_mine_total"), "another release's"),
                     ),
                     unit="ops",
                 ),
                 Panel(
                     "Circuit breakers (0 closed, 1 half-open, 2 open)",
-                    (q(f"max by (dependency) (chorus_breaker_state{{{SERVICE}}})", "{{dependency}}"),),
+                    (q(highest("chorus_breaker_state", "dependency"), "{{dependency}}"),),
                 ),
             ),
         ),
@@ -234,35 +212,20 @@ PER_SERVICE = Dashboard(
             (
                 Panel(
                     "CPU",
-                    (
-                        q(
-                            "sum by (instance) "
-                            f"(rate(process_cpu_seconds_total{{{SERVICE}}}[$__rate_interval]))",
-                            "{{instance}}",
-                        ),
-                    ),
+                    (q(rate("process_cpu_seconds_total", "instance"), "{{instance}}"),),
                     unit="percentunit",
                 ),
                 Panel(
                     "Resident memory",
-                    (q(f"sum by (instance) (process_resident_memory_bytes{{{SERVICE}}})", "{{instance}}"),),
+                    (q(total("process_resident_memory_bytes", "instance"), "{{instance}}"),),
                     unit="bytes",
                 ),
                 Panel(
                     "Garbage collections, by generation",
-                    (
-                        q(
-                            "sum by (generation) "
-                            f"(rate(python_gc_collections_total{{{SERVICE}}}[$__rate_interval]))",
-                            "gen {{generation}}",
-                        ),
-                    ),
+                    (q(rate("python_gc_collections_total", "generation"), "gen {{generation}}"),),
                     unit="ops",
                 ),
-                Panel(
-                    "Open file descriptors",
-                    (q(f"sum by (instance) (process_open_fds{{{SERVICE}}})", "{{instance}}"),),
-                ),
+                Panel("Open file descriptors", (q(total("process_open_fds", "instance"), "{{instance}}"),)),
             ),
         ),
     ),
@@ -278,28 +241,32 @@ DEAD_LETTERS = Dashboard(
             (
                 Panel(
                     "Dead-lettered, by service and category",
-                    (
-                        q(
-                            "sum by (service, category) "
-                            f"(rate(chorus_dead_letters_total{{{SERVICE}}}[$__rate_interval]))",
-                            "{{service}} {{category}}",
-                        ),
-                    ),
+                    (q(rate("chorus_dead_letters_total", "service, category"), "{{service}} {{category}}"),),
                     unit="ops",
                 ),
                 Panel(
                     "Open dead letters",
-                    (q("sum by (service, category) (chorus_deadletters_open)", "{{service}} {{category}}"),),
+                    (
+                        q(
+                            total("chorus_deadletters_open", "service, category", labels=""),
+                            "{{service}} {{category}}",
+                        ),
+                    ),
                     description="Waiting for a redrive or a discard (the dead-letter service's count).",
                 ),
                 Panel(
                     "Oldest open dead letter",
-                    (q("max by (service) (chorus_deadletters_oldest_open_age_seconds)", "{{service}}"),),
+                    (
+                        q(
+                            highest("chorus_deadletters_oldest_open_age_seconds", "service", labels=""),
+                            "{{service}}",
+                        ),
+                    ),
                     unit="s",
                 ),
                 Panel(
                     "Workflows parked behind a dead letter too long",
-                    (q("max(chorus_workflows_parked_too_long)", "workflows"),),
+                    (q(highest("chorus_workflows_parked_too_long", labels=""), "workflows"),),
                     kind="stat",
                 ),
             ),
@@ -309,7 +276,7 @@ DEAD_LETTERS = Dashboard(
             (
                 Panel(
                     "Records stuck behind an outage",
-                    (q(f"max by (service) (chorus_records_stuck{{{SERVICE}}})", "{{service}}"),),
+                    (q(highest("chorus_records_stuck", "service"), "{{service}}"),),
                 ),
                 Panel(
                     "Events the broker refused (set aside, dead-lettered)",
@@ -334,30 +301,17 @@ TIMERS = Dashboard(
         (
             "Timers",
             (
-                Panel("Pending timers", (q("sum(chorus_timers_pending)", "pending"),)),
+                Panel("Pending timers", (q(total("chorus_timers_pending", labels=""), "pending"),)),
                 Panel(
                     "Fired, by purpose",
-                    (
-                        q(
-                            "sum by (purpose) (rate(chorus_timers_fired_total[$__rate_interval]))",
-                            "{{purpose}}",
-                        ),
-                    ),
+                    (q(rate("chorus_timers_fired_total", "purpose", labels=""), "{{purpose}}"),),
                     unit="ops",
                 ),
                 Panel(
                     "Lateness: fire time minus due time",
                     (
-                        q(
-                            "histogram_quantile(0.5, sum by (le) "
-                            "(rate(chorus_timer_lateness_seconds_bucket[$__rate_interval])))",
-                            "p50",
-                        ),
-                        q(
-                            "histogram_quantile(0.99, sum by (le) "
-                            "(rate(chorus_timer_lateness_seconds_bucket[$__rate_interval])))",
-                            "p99",
-                        ),
+                        q(quantile(0.5, "chorus_timer_lateness_seconds", labels=""), "p50"),
+                        q(quantile(0.99, "chorus_timer_lateness_seconds", labels=""), "p99"),
                     ),
                     unit="s",
                 ),
@@ -378,9 +332,11 @@ APPROVALS = Dashboard(
                     "Approval events, by type",
                     (
                         q(
-                            "sum by (event_type) (rate(chorus_events_in_total"
-                            '{service="approval_gate", event_type=~"approval\\\\..*|review\\\\..*"}'
-                            "[$__rate_interval]))",
+                            rate(
+                                "chorus_events_in_total",
+                                "event_type",
+                                'service="approval_gate", event_type=~"approval\\\\..*|review\\\\..*"',
+                            ),
                             "{{event_type}}",
                         ),
                     ),
@@ -391,8 +347,7 @@ APPROVALS = Dashboard(
                     "Escalations and reminders fired",
                     (
                         q(
-                            'sum by (purpose) (rate(chorus_timers_fired_total{purpose=~"escalation|reminder"}'
-                            "[$__rate_interval]))",
+                            rate("chorus_timers_fired_total", "purpose", 'purpose=~"escalation|reminder"'),
                             "{{purpose}}",
                         ),
                     ),
@@ -402,8 +357,7 @@ APPROVALS = Dashboard(
                     "Notifications: attempts by channel and result",
                     (
                         q(
-                            "sum by (channel, result) "
-                            "(rate(chorus_notifications_attempts_total[$__rate_interval]))",
+                            rate("chorus_notifications_attempts_total", "channel, result", labels=""),
                             "{{channel}} {{result}}",
                         ),
                     ),
@@ -413,8 +367,7 @@ APPROVALS = Dashboard(
                     "Workflows ended while a person decided",
                     (
                         q(
-                            "sum by (outcome) (rate(chorus_workflows_ended_total"
-                            '{outcome=~"rejected|timed_out"}[$__rate_interval]))',
+                            rate("chorus_workflows_ended_total", "outcome", 'outcome=~"rejected|timed_out"'),
                             "{{outcome}}",
                         ),
                     ),

@@ -25,7 +25,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from chorus_tools.devstack import API_PORT, REFERENCE_PROJECT, ROOT, SANDBOX_PORT, SERVICES, DevStack
+from chorus_tools.devstack import REFERENCE_PROJECT, ROOT, DevStack
 
 SUBMITTER = "demo-submitter-key"
 MANAGER = "demo-manager-key"
@@ -163,14 +163,10 @@ def _detail(item: dict[str, Any]) -> str:
 
 async def run_demo(workdir: Path) -> int:
     run = uuid.uuid4().hex[:8]
-    stack = DevStack(
+    # Every process on its documented port, so the console, the CLI and a browser find them
+    # while the demo runs.
+    stack = DevStack.documented(
         workdir,
-        # Every process on its documented port (README), so the console, the CLI and a
-        # browser find them while the demo runs.
-        services=(*SERVICES, "outcome_analytics", "console"),
-        api_port=API_PORT,
-        sandbox_port=SANDBOX_PORT,
-        documented_ports=True,
         sandbox_args=["--flaky-source", "beta"],
         project=REFERENCE_PROJECT,  # the support workflow's services beside the platform's
         service_env={

@@ -224,6 +224,30 @@ class DevStack:
     platform's: found, not listed (:func:`project_services`); every process reads the
     project's registry (the union with the platform's) unless ``env`` names another."""
 
+    @classmethod
+    def documented(
+        cls,
+        workdir: Path,
+        *,
+        project: Path | None,
+        releases: dict[str, tuple[str, ...]] | None = None,
+        sandbox_args: list[str] | None = None,
+        service_env: dict[str, dict[str, str]] | None = None,
+    ) -> DevStack:
+        """Every process, outcome analytics and the console included, on its documented port
+        (README), so the console, the CLI and a browser find them (``make services``, the demo)."""
+        return cls(
+            workdir,
+            services=(*SERVICES, "outcome_analytics", "console"),
+            api_port=API_PORT,
+            sandbox_port=SANDBOX_PORT,
+            documented_ports=True,
+            releases=releases or {},
+            project=project,
+            sandbox_args=sandbox_args or [],
+            service_env=service_env or {},
+        )
+
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         own: list[str] = []
@@ -572,15 +596,7 @@ async def _run_forever(
 ) -> None:
     """Every service in the foreground on the documented ports until Ctrl-C (and more
     releases of some, on free ports); a service that exits is restarted with backoff."""
-    stack = DevStack(
-        workdir,
-        services=(*SERVICES, "outcome_analytics", "console"),
-        api_port=API_PORT,
-        sandbox_port=SANDBOX_PORT,
-        documented_ports=True,
-        releases=releases,
-        project=project,
-    )
+    stack = DevStack.documented(workdir, project=project, releases=releases)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

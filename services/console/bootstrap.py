@@ -17,11 +17,9 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.gc_collector import GCCollector
-from prometheus_client.platform_collector import PlatformCollector
-from prometheus_client.process_collector import ProcessCollector
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from chorus.base.metrics import process_registry
 from chorus.web.http import api_client
 from console.adapters.apis import ApiProblem, Apis, ApiUnavailable
 from console.adapters.cookies import COOKIE, SessionCookies
@@ -55,10 +53,7 @@ class PageMetrics:
 
     @classmethod
     def create(cls) -> PageMetrics:
-        registry = CollectorRegistry()
-        ProcessCollector(registry=registry)
-        GCCollector(registry=registry)
-        PlatformCollector(registry=registry)
+        registry = process_registry()
         return cls(
             registry,
             Counter("chorus_console_requests", "Pages served", ["method", "status"], registry=registry),

@@ -5,7 +5,7 @@ workflow and never this service's other events."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from chorus.kernel.codec import Event
 from chorus.kernel.service import Context, Outcome
@@ -17,14 +17,41 @@ from notifier.bootstrap import Deps
 from notifier.domain import Notice, NoticeKind, NotifierState, OpenApproval, recipients
 
 
-def _plan(envelope: Envelope, notice: Notice, ctx: Context[Deps]) -> PlanDeliveries:
+def _tell(
+    envelope: Envelope,
+    ctx: Context[Deps],
+    kind: NoticeKind,
+    approval_id: str,
+    approval: OpenApproval,
+    *,
+    waiting_until: datetime | None = None,
+    outcome: str | None = None,
+) -> PlanDeliveries:
+    """The deliveries telling ``approval``'s tier about it (``kind``)."""
+    notice = Notice(
+        kind=kind,
+        workflow_id=envelope.workflow_id,
+        workflow_type=envelope.workflow_type,
+        approval_id=approval_id,
+        tier=approval.tier,
+        level=approval.level,
+        waiting_until=waiting_until,
+        outcome=outcome,
+        # Sent later by the delivery loop, in the workflow's trace all the same.
+        traceparent=envelope.traceparent,
+    )
     return PlanDeliveries(
         event_id=str(envelope.event_id),
-        # Sent later by the delivery loop, in the workflow's trace all the same.
-        notice=notice.model_copy(update={"traceparent": envelope.traceparent}),
+        notice=notice,
         recipients=recipients(notice.tier, ctx.deps.reviewers, ctx.deps.tier_webhooks),
         now=ctx.clock.now(),
     )
+
+
+def _opened(state: NotifierState | None, approval_id: str, approval: OpenApproval) -> NotifierState:
+    """The state with ``approval`` open (at its tier and level now)."""
+    current = state or NotifierState()
+    return current.model_copy(update={"approvals": {**current.approvals, approval_id: approval}})
 
 
 async def on_approval_routed(
@@ -33,21 +60,11 @@ async def on_approval_routed(
     """The gate chose the chain (approval.requested's, or its policy's): tell the first tier."""
     routed, envelope = event.payload, event.envelope
     first = routed.chain[0]
-    notice = Notice(
-        kind=NoticeKind.WAITING,
-        workflow_id=envelope.workflow_id,
-        workflow_type=envelope.workflow_type,
-        approval_id=routed.approval_id,
-        tier=first.tier,
-        level=0,
-        # The gate's window runs from the request, which the routing follows at once.
-        waiting_until=envelope.occurred_at + timedelta(seconds=first.window_s),
-    )
-    current = state or NotifierState()
-    opened = {**current.approvals, routed.approval_id: OpenApproval(tier=first.tier, level=0)}
-    return Outcome(
-        state=current.model_copy(update={"approvals": opened}), effects=[_plan(event.envelope, notice, ctx)]
-    )
+    waiting = OpenApproval(tier=first.tier, level=0)
+    # The gate's window runs from the request, which the routing follows at once.
+    until = envelope.occurred_at + timedelta(seconds=first.window_s)
+    tell = _tell(envelope, ctx, NoticeKind.WAITING, routed.approval_id, waiting, waiting_until=until)
+    return Outcome(state=_opened(state, routed.approval_id, waiting), effects=[tell])
 
 
 async def on_approval_escalated(
@@ -55,26 +72,13 @@ async def on_approval_escalated(
 ) -> Outcome[NotifierState]:
     """The tier's window passed: its unsent messages are moot; tell the next tier."""
     escalated, envelope = event.payload, event.envelope
-    now = ctx.clock.now()
-    notice = Notice(
-        kind=NoticeKind.ESCALATED,
-        workflow_id=envelope.workflow_id,
-        workflow_type=envelope.workflow_type,
-        approval_id=escalated.approval_id,
-        tier=escalated.to_tier,
-        level=escalated.level,
-        waiting_until=escalated.waiting_until,
-    )
-    current = state or NotifierState()
-    opened = {
-        **current.approvals,
-        escalated.approval_id: OpenApproval(tier=escalated.to_tier, level=escalated.level),
-    }
+    approval_id, until = escalated.approval_id, escalated.waiting_until
+    waiting = OpenApproval(tier=escalated.to_tier, level=escalated.level)
     moot = SupersedeDeliveries(
-        envelope.workflow_id, escalated.approval_id, f"escalated to {escalated.to_tier}", now
+        envelope.workflow_id, approval_id, f"escalated to {escalated.to_tier}", ctx.clock.now()
     )
-    tell = _plan(event.envelope, notice, ctx)
-    return Outcome(state=current.model_copy(update={"approvals": opened}), effects=[moot, tell])
+    tell = _tell(envelope, ctx, NoticeKind.ESCALATED, approval_id, waiting, waiting_until=until)
+    return Outcome(state=_opened(state, approval_id, waiting), effects=[moot, tell])
 
 
 async def on_approval_decided(
@@ -98,14 +102,6 @@ async def on_workflow_ended(
         SupersedeDeliveries(envelope.workflow_id, None, f"workflow ended ({event.payload.outcome})", now)
     ]
     for approval_id, approval in sorted((state or NotifierState()).approvals.items()):
-        notice = Notice(
-            kind=NoticeKind.WITHDRAWN,
-            workflow_id=envelope.workflow_id,
-            workflow_type=envelope.workflow_type,
-            approval_id=approval_id,
-            tier=approval.tier,
-            level=approval.level,
-            outcome=event.payload.outcome,
-        )
-        effects.append(_plan(event.envelope, notice, ctx))
+        outcome = event.payload.outcome
+        effects.append(_tell(envelope, ctx, NoticeKind.WITHDRAWN, approval_id, approval, outcome=outcome))
     return Outcome(effects=effects)

@@ -13,6 +13,7 @@ from chorus_contracts.approvals import ApprovalDecided
 from chorus_contracts.envelope import Envelope
 from chorus_contracts.lifecycle import StageDeadlineReached, WorkflowEnded
 from chorus_contracts.research import (
+    GatheredSource,
     ReportDelivered,
     ReportDrafted,
     ReportRequested,
@@ -51,20 +52,29 @@ async def on_report_requested(
 async def on_source_fetched(
     event: Event[SourceFetched], state: ReportState | None, ctx: Context[Deps]
 ) -> Outcome[ReportState]:
-    fetched = event.payload
-    if state is None or not state.in_stage(fetched.stage_id):
-        return Outcome()
-    stage = state.stage().record(fetched.task, ctx.clock.now(), result=fetched.source)
-    return await after_sources(state, stage, event.envelope, ctx)
+    return await source_reported(event, state, ctx, result=event.payload.source)
 
 
 async def on_source_fetch_failed(
     event: Event[SourceFetchFailed], state: ReportState | None, ctx: Context[Deps]
 ) -> Outcome[ReportState]:
-    failed = event.payload
-    if state is None or not state.in_stage(failed.stage_id):
+    return await source_reported(event, state, ctx, failure=event.payload.reason)
+
+
+async def source_reported(
+    event: Event[SourceFetched] | Event[SourceFetchFailed],
+    state: ReportState | None,
+    ctx: Context[Deps],
+    *,
+    result: GatheredSource | None = None,
+    failure: str = "",
+) -> Outcome[ReportState]:
+    """A source's result or failure, recorded in the stage it was fetched for (a report for
+    another stage, or with none open, changes nothing)."""
+    report = event.payload
+    if state is None or not state.in_stage(report.stage_id):
         return Outcome()
-    stage = state.stage().record(failed.task, ctx.clock.now(), failure=failed.reason)
+    stage = state.stage().record(report.task, ctx.clock.now(), result=result, failure=failure)
     return await after_sources(state, stage, event.envelope, ctx)
 
 

@@ -10,9 +10,10 @@ from collections.abc import Callable
 import httpx
 import pytest
 import typer
+from typer.testing import CliRunner
 
 from chorus_contracts.api.gateway import Me
-from chorus_tools.cli.options import EX_NOPERM, EX_UNAVAILABLE, api_answer
+from chorus_tools.cli.options import EX_NOPERM, EX_UNAVAILABLE, ApiCall, HttpApi, api_answer, api_command
 from chorus_tools.cli.status import dead_letter_depth
 
 
@@ -68,3 +69,48 @@ async def test_status_says_when_the_dead_letter_groups_are_not_what_the_service_
         patch.setattr(httpx.AsyncClient, "__init__", with_transport)
         found = await dead_letter_depth("http://dl", "key", 1.0)
     assert isinstance(found, str) and "not its GroupList" in found and "/groups/0/category" in found
+
+
+def test_a_command_of_an_api_takes_its_url_key_and_output_options() -> None:
+    """``api_command`` gives every command of an API the same --url, --api-key, --output and
+    --json, and hands them to the command as one ApiCall."""
+    app = typer.Typer(name="t")
+    api = HttpApi("the test service", "CHORUS_TEST_URL", "http://default", "The test service.")
+    asked: list[httpx.Request] = []
+
+    @api_command(app, "me", api)
+    def me_command(call: ApiCall, greeting: str = "hello") -> None:
+        me = call.answer(Me, "GET", "/v1/me")
+        if call.printed(me):
+            return
+        typer.echo(f"{greeting} {me.principal}")
+
+    @app.command("other")
+    def other_command() -> None: ...
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        asked.append(request)
+        return httpx.Response(200, json={"principal": "sam", "role": "operator", "tier": None})
+
+    original = httpx.Client.__init__
+
+    def with_transport(self: httpx.Client, *args: object, **kwargs: object) -> None:
+        original(self, *args, transport=httpx.MockTransport(answer), **kwargs)  # type: ignore[arg-type]
+
+    runner = CliRunner()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(httpx.Client, "__init__", with_transport)
+        table = runner.invoke(app, ["me", "--greeting", "hi"], env={"CHORUS_API_KEY": "k1"})
+        as_json = runner.invoke(app, ["me", "--json", "--url", "http://elsewhere", "--api-key", "k2"])
+        env = {"CHORUS_TEST_URL": "http://env", "CHORUS_API_KEY": "k3"}
+        output_json = runner.invoke(app, ["me", "--output", "json"], env=env)
+        no_key = runner.invoke(app, ["me"], env={"CHORUS_API_KEY": ""})
+    assert (table.exit_code, table.output) == (0, "hi sam\n")
+    assert as_json.exit_code == 0 and json.loads(as_json.output)["principal"] == "sam"
+    assert output_json.exit_code == 0 and json.loads(output_json.output)["principal"] == "sam"
+    assert no_key.exit_code == 2  # a usage error: nothing is asked
+    assert [(str(r.url), r.headers["authorization"]) for r in asked] == [
+        ("http://default/v1/me", "Bearer k1"),
+        ("http://elsewhere/v1/me", "Bearer k2"),
+        ("http://env/v1/me", "Bearer k3"),
+    ]

@@ -39,16 +39,21 @@ LATENCY_BUCKETS = (
 )
 
 
+def process_registry() -> CollectorRegistry:
+    """A registry of one process's own, with its CPU, memory, file descriptors and garbage
+    collections (prometheus_client puts those only in its default registry)."""
+    registry = CollectorRegistry(auto_describe=True)
+    ProcessCollector(registry=registry)
+    GCCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    return registry
+
+
 class Metrics:
     def __init__(self, service: str) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry = process_registry()
         self.service = service
         r = self.registry
-        # The process's CPU, memory, file descriptors and garbage collections (a registry of
-        # our own does not get prometheus_client's defaults).
-        ProcessCollector(registry=r)
-        GCCollector(registry=r)
-        PlatformCollector(registry=r)
         self.events_in = Counter(
             "chorus_events_in",
             "Records read, by topic and event type",

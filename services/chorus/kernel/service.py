@@ -18,13 +18,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mappi
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import asyncpg
 from fastapi import APIRouter
 from pydantic import BaseModel
 
 from chorus.base.clock import Clock
+from chorus.base.db import rows_affected
 from chorus.base.errors import PersistentError
 from chorus.kernel.codec import Event
 from chorus_contracts.base import EventModel, is_sealed
@@ -207,12 +208,26 @@ class OwnedData(Protocol):
 
 class ErasedAsRetired:
     """For an OwnedData whose rows of an erased subject's workflows go as a retired
-    workflow's do (they are all per workflow; none names the subject itself)."""
+    workflow's do (they are all per workflow; none names the subject itself).
+
+    A subclass names its ``workflow_tables`` (``schema.table``, each with a ``workflow_id``
+    column): retiring deletes their rows of the workflows. One whose rows are reached
+    otherwise overrides :meth:`retire`."""
+
+    workflow_tables: ClassVar[tuple[str, ...]] = ()
 
     async def retire(
         self, conn: asyncpg.Connection, workflow_ids: Sequence[str], request: DataRequest
     ) -> dict[str, int]:
-        raise NotImplementedError
+        if not self.workflow_tables:
+            raise NotImplementedError
+        removed = {}
+        for table in self.workflow_tables:
+            status = await conn.execute(
+                f"DELETE FROM {table} WHERE workflow_id = ANY($1::text[])", list(workflow_ids)
+            )
+            removed[table] = rows_affected(status)
+        return removed
 
     async def erase(
         self, conn: asyncpg.Connection, subject_hash: str, workflow_ids: Sequence[str], request: DataRequest

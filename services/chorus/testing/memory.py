@@ -34,8 +34,6 @@ from chorus.kernel.store import (
     StepWrite,
 )
 
-HANDED_OVER = (InboxOutcome.DONE, InboxOutcome.REVIEW, InboxOutcome.DROPPED, InboxOutcome.DISCARDED)
-
 
 @dataclass
 class Inbox:
@@ -178,7 +176,7 @@ class MemoryStore:
                 row.repinned_from,
             )
         handed = row is not None and any(
-            (g, event_id) in self.inbox and self.inbox[(g, event_id)].outcome in HANDED_OVER
+            (g, event_id) in self.inbox and self.inbox[(g, event_id)].outcome in InboxOutcome.handed_over()
             for g in row.repinned_from
         )
         has_parked = any(wf == workflow_id for wf, _ in self.parked.values())
@@ -203,9 +201,8 @@ class MemoryStore:
 
     def _commit(self, w: StepWrite) -> list[OutboxRow]:
         """One step, all or nothing: every condition is checked before anything changes."""
-        claim = Claim(w.group, w.event_id, w.attempt, w.outcome, w.event_type, w.workflow_id, w.now)
         row = self.state.get(w.workflow_id or "")
-        if not self._claimable(claim, w.from_parked):
+        if not self._claimable(w, w.from_parked):
             raise ConflictError("a duplicate of a finished event")
         if w.checkpoint is CheckpointWrite.INSERT and row is not None:
             raise ConflictError("the workflow has a checkpoint already")
@@ -214,7 +211,7 @@ class MemoryStore:
         moved = row is not None and None not in (row.release, w.release) and row.release != w.release
         if w.checkpoint is CheckpointWrite.NONE and moved:
             raise ConflictError("the workflow was moved to another release")
-        self._claim(claim, w.from_parked)
+        self._claim(w, w.from_parked)
         assert w.workflow_id is not None or w.checkpoint is CheckpointWrite.NONE
         if w.checkpoint is CheckpointWrite.INSERT:
             self.state[w.workflow_id or ""] = Row(

@@ -19,7 +19,6 @@ from chorus.base.logs import redact
 from chorus.base.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
 from chorus.kernel.kafka import KafkaAuth, kafka_auth
 from chorus.privacy.signing import make_keys
-from chorus_contracts.registry import Registry, default_schemas_dir, load_registry
 from chorus_tools.access import (
     Access,
     client_env,
@@ -30,7 +29,7 @@ from chorus_tools.access import (
     local_passwords,
     principals,
 )
-from chorus_tools.cli.options import Bootstrap, SchemasDir
+from chorus_tools.cli.options import Bootstrap, SchemasDir, fail, registry_of
 from chorus_tools.dbroles import provision_database
 
 app = typer.Typer(
@@ -58,11 +57,10 @@ def show_command(
     schemas_dir: SchemasDir = None,
 ) -> None:
     """Print every ACL the registry implies (principal, operation, resource). Changes nothing."""
-    registry = _registry(schemas_dir)
+    registry = registry_of("access", schemas_dir)
     rows = [g for g in grants(registry) if principal in (None, g.principal)]
     if principal is not None and not rows:
-        typer.echo(f"chorus access: the registry names no principal {principal!r}", err=True)
-        raise typer.Exit(2)
+        fail("access", f"the registry names no principal {principal!r}", 2)
     for grant in rows:
         typer.echo(str(grant))
 
@@ -78,7 +76,7 @@ def apply_command(
     principals on its topics that no longer follow from it. Other principals' ACLs and ACLs
     on other topics (another application's, another registry's) are left alone.
     Runs as an admin principal (CHORUS_KAFKA_*). Idempotent."""
-    registry = _registry(schemas_dir)
+    registry = registry_of("access", schemas_dir)
     with _errors(bootstrap):
         access = Access(bootstrap, kafka_auth())
         if users_dir is not None and not dry_run:
@@ -121,14 +119,13 @@ def database_command(
     """Give every service of the registry that keeps data its own PostgreSQL login role,
     owning its schema and nothing else, with the grants on the shared schema chorus it
     needs (see chorus_tools/dbroles.py). Idempotent; the dev stack does this at start."""
-    registry = _registry(schemas_dir)
+    registry = registry_of("access", schemas_dir)
     runtime = sorted(n for n, s in registry.principals.services.items() if s.kind == "runtime")
     passwords = local_passwords(users_dir, runtime)
     try:
         done = asyncio.run(provision_database(database_url, passwords))
     except (OSError, asyncpg.PostgresError) as exc:
-        typer.echo(f"chorus access: {redact(str(exc))}", err=True)
-        raise typer.Exit(1) from None
+        fail("access", redact(str(exc)), 1)
     handed = sum(done.handed_over.values())
     typer.echo(
         f"database roles: {len(runtime)} service(s); created: {', '.join(done.created) or 'none'}; "
@@ -149,7 +146,7 @@ def signing_keys_command(
     """Make an Ed25519 key pair (<service>.key, mode 600, and <service>.pub) for every
     service the registry names as the signer of a decision event, unless it has one.
     For a local stack or a first deployment; services read them from CHORUS_SIGNING_DIR."""
-    signers = sorted(set(_registry(schemas_dir).signed_by().values()))
+    signers = sorted(set(registry_of("access", schemas_dir).signed_by().values()))
     made = make_keys(signing_dir, signers)
     typer.echo(f"signing keys: {len(signers)} signer(s) in {signing_dir}; made: {', '.join(made) or 'none'}")
 
@@ -168,8 +165,7 @@ def client_config_command(
     environment's CHORUS_KAFKA_*."""
     password = local_password(users_dir, principal) if users_dir is not None else None
     if password is None:
-        typer.echo(f"chorus access: no password file for {principal!r} (give --users-dir)", err=True)
-        raise typer.Exit(2)
+        fail("access", f"no password file for {principal!r} (give --users-dir)", 2)
     with _errors(bootstrap):
         # This environment's protocol and CA (a local stack's CA sits beside its users
         # folder); the principal's own name and password.
@@ -182,21 +178,11 @@ def client_config_command(
     typer.echo((client_env if env_format else client_properties)(bootstrap, auth), nl=False)
 
 
-def _registry(schemas_dir: Path | None) -> Registry:
-    try:
-        return load_registry(schemas_dir or default_schemas_dir())
-    except (FileNotFoundError, ValueError, ValidationError) as exc:
-        typer.echo(f"chorus access: {exc}", err=True)
-        raise typer.Exit(2) from None
-
-
 @contextmanager
 def _errors(bootstrap: str) -> Iterator[None]:
     try:
         yield
     except ValidationError as exc:  # pydantic wraps KafkaAuthError in one
-        typer.echo(f"chorus access: {exc}", err=True)
-        raise typer.Exit(2) from None
+        fail("access", str(exc), 2)
     except RuntimeError as exc:
-        typer.echo(f"chorus access: {exc} (on {bootstrap})", err=True)
-        raise typer.Exit(1) from None
+        fail("access", f"{exc} (on {bootstrap})", 1)

@@ -19,22 +19,10 @@ from urllib.parse import quote
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from chorus_contracts.api.gateway import ApprovalQueue, DecisionAccepted, DecisionBody
 from chorus_tools.cli.audit import span
-from chorus_tools.cli.options import (
-    GATEWAY_URL,
-    ApiKeyOption,
-    Format,
-    GatewayUrl,
-    JsonFlag,
-    OutputOption,
-    api_answer,
-    api_client,
-    echo_json,
-    wants_json,
-)
+from chorus_tools.cli.options import GATEWAY, ApiCall, api_command, table_of
 
 
 class Decision(StrEnum):
@@ -47,27 +35,19 @@ app = typer.Typer(name="approvals", help="Approvals: list your queue, decide.", 
 console = Console(highlight=False)
 
 
-@app.command("list")
+@api_command(app, "list", GATEWAY)
 def list_command(
+    call: ApiCall,
     assignee: Annotated[
         str, typer.Option("--assignee", help="me (your tier), all, or a tier (operators).")
     ] = "me",
-    api_key: ApiKeyOption = "",
-    output: OutputOption = Format.TABLE,
-    as_json: JsonFlag = False,
-    url: GatewayUrl = GATEWAY_URL,
 ) -> None:
     """Open approvals, the soonest deadline first: what each is about and how long is left."""
-    with api_client("approvals", url, api_key, "the gateway") as client:
-        params = {"assignee": assignee}
-        answer = api_answer("approvals", client, ApprovalQueue, "GET", "/v1/approvals", params=params)
-    if wants_json(output, as_json):
-        echo_json(answer)
+    answer = call.answer(ApprovalQueue, "GET", "/v1/approvals", params={"assignee": assignee})
+    if call.printed(answer):
         return
     now = datetime.now(UTC)
-    table = Table(show_lines=False)
-    for column in ("approval", "workflow", "tier", "step", "window left", "summary"):
-        table.add_column(column, no_wrap=column != "summary")
+    table = table_of("approval", "workflow", "tier", "step", "window left", "summary", wrap={"summary"})
     for a in answer.approvals:
         table.add_row(
             a.approval_id,
@@ -93,22 +73,17 @@ def _summary(context: Any) -> str:
     return str(context or "")
 
 
-@app.command("decide")
+@api_command(app, "decide", GATEWAY)
 def decide_command(
+    call: ApiCall,
     approval_id: Annotated[str, typer.Argument(help="The approval's id (from `chorus approvals list`).")],
     decision: Annotated[Decision, typer.Argument(help="approve, reject or revise.", case_sensitive=False)],
     comment: Annotated[str, typer.Option("--comment", "-m", help="Why (the audit trail keeps it).")] = "",
-    api_key: ApiKeyOption = "",
-    output: OutputOption = Format.TABLE,
-    as_json: JsonFlag = False,
-    url: GatewayUrl = GATEWAY_URL,
 ) -> None:
     """Decide an approval waiting on your tier. A decision is final: a second one is refused."""
-    with api_client("approvals", url, api_key, "the gateway") as client:
-        path = f"/v1/approvals/{quote(approval_id, safe='')}"
-        body = DecisionBody.model_construct(decision=decision.value, comment=comment).model_dump(mode="json")
-        answer = api_answer("approvals", client, DecisionAccepted, "POST", path, json=body)
-    if wants_json(output, as_json):
-        echo_json(answer)
+    path = f"/v1/approvals/{quote(approval_id, safe='')}"
+    body = DecisionBody.model_construct(decision=decision.value, comment=comment).model_dump(mode="json")
+    answer = call.answer(DecisionAccepted, "POST", path, json=body)
+    if call.printed(answer):
         return
     typer.echo(f"{answer.approval_id}: {answer.decision} submitted (workflow {answer.workflow_id})")

@@ -22,6 +22,7 @@ from typing import Annotated
 
 import typer
 
+from chorus_tools.cli.options import fail
 from chorus_tools.scaffold import find_project
 
 app = typer.Typer(name="dev", help="The platform and your project's services, in the background.")
@@ -37,8 +38,7 @@ Here = Annotated[
 def _state(here: Path) -> Path:
     project = find_project(here.resolve())
     if project is None:
-        typer.echo(f"chorus dev: {here} is not in a project (no schemas/project.yaml up from it)", err=True)
-        raise typer.Exit(2)
+        fail("dev", f"{here} is not in a project (no schemas/project.yaml up from it)", 2)
     state = project.root / ".chorus"
     state.mkdir(exist_ok=True)
     return state
@@ -62,8 +62,7 @@ def up_command(
     state = _state(here)
     pid_file, log_path = state / "dev.pid", state / "dev.log"
     if (pid := _running(pid_file)) is not None:
-        typer.echo(f"chorus dev: running already (pid {pid}); `chorus dev down` stops it", err=True)
-        raise typer.Exit(1)
+        fail("dev", f"running already (pid {pid}); `chorus dev down` stops it", 1)
     with log_path.open("wb") as log:
         command = ["-m", "chorus_tools.devstack", "--project", str(state.parent), "--workdir", str(state)]
         process = subprocess.Popen(
@@ -90,8 +89,7 @@ def up_command(
         os.killpg(process.pid, signal.SIGTERM)
     pid_file.unlink(missing_ok=True)
     tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-30:])
-    typer.echo(f"chorus dev: the stack did not come up; the end of {log_path}:\n{tail}", err=True)
-    raise typer.Exit(1)
+    fail("dev", f"the stack did not come up; the end of {log_path}:\n{tail}", 1)
 
 
 @app.command("down")

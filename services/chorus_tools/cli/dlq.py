@@ -15,14 +15,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, NoReturn
 
-import httpx
 import typer
-from pydantic import BaseModel
 
 from chorus_contracts.api.deadletter_service import (
     BulkRedriveBody,
@@ -34,20 +30,11 @@ from chorus_contracts.api.deadletter_service import (
     Operation,
     RedriveBody,
 )
-from chorus_tools.cli.options import (
-    ApiKeyOption,
-    Format,
-    JsonFlag,
-    OutputOption,
-    api_answer,
-    api_client,
-    echo_json,
-    fail,
-    wants_json,
-)
+from chorus_tools.cli.options import ApiCall, HttpApi, api_command, fail
 
-DEFAULT_URL = "http://127.0.0.1:8102"
-M = TypeVar("M", bound=BaseModel)
+API = HttpApi(
+    "the dead-letter service", "CHORUS_DLQ_URL", "http://127.0.0.1:8102", "The dead-letter service."
+)
 _RELATIVE = re.compile(r"^(\d+)([smhd])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -57,10 +44,6 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-Url = Annotated[
-    str,
-    typer.Option("--url", envvar="CHORUS_DLQ_URL", show_envvar=True, help="The dead-letter service."),
-]
 Service = Annotated[str | None, typer.Option("--service", help="Failing service.")]
 Category = Annotated[
     str | None,
@@ -78,8 +61,9 @@ Until = Annotated[
 Reason = Annotated[str, typer.Option("--reason", help="Why, for the audit trail.")]
 
 
-@app.command("list")
+@api_command(app, "list", API)
 def list_command(
+    call: ApiCall,
     *,
     service: Service = None,
     category: Category = None,
@@ -88,20 +72,14 @@ def list_command(
     since: Since = None,
     until: Until = None,
     limit: Annotated[int, typer.Option("--limit", help="At most this many (1..1000).")] = 100,
-    output: OutputOption = Format.TABLE,
-    as_json: JsonFlag = False,
-    url: Url = DEFAULT_URL,
-    api_key: ApiKeyOption = "",
 ) -> None:
     """List dead letters, newest first."""
     params = _filters(service, category, event_type, since, until)
     if status:
         params["status"] = status
     params["limit"] = str(limit)
-    with _client(url, api_key) as client:
-        body = _call(client, LetterList, "GET", "/v1/dead-letters", params=params)
-    if wants_json(output, as_json):
-        echo_json(body)
+    body = call.answer(LetterList, "GET", "/v1/dead-letters", params=params)
+    if call.printed(body):
         return
     rows: list[tuple[str, ...]] = [
         ("id", "status", "service", "category", "event type", "tries", "dead-lettered", "error")
@@ -123,19 +101,13 @@ def list_command(
     typer.echo(f"{body.count} dead letter(s)" + (" (limit reached)" if body.count == body.limit else ""))
 
 
-@app.command("show")
+@api_command(app, "show", API)
 def show_command(
-    letter_id: Annotated[str, typer.Argument(help="The dead letter's id.")],
-    output: OutputOption = Format.TABLE,
-    as_json: JsonFlag = False,
-    url: Url = DEFAULT_URL,
-    api_key: ApiKeyOption = "",
+    call: ApiCall, letter_id: Annotated[str, typer.Argument(help="The dead letter's id.")]
 ) -> None:
     """Show one dead letter: error, every failure, original record and operations."""
-    with _client(url, api_key) as client:
-        body = _call(client, LetterDetail, "GET", f"/v1/dead-letters/{letter_id}")
-    if wants_json(output, as_json):
-        echo_json(body)
+    body = call.answer(LetterDetail, "GET", f"/v1/dead-letters/{letter_id}")
+    if call.printed(body):
         return
     original, error = body.original, body.error
     typer.echo(f"dead letter {body.id}  [{body.status}]")
@@ -181,8 +153,9 @@ def show_command(
         typer.echo(f"  {_operation_line(op)}")
 
 
-@app.command("redrive")
+@api_command(app, "redrive", API)
 def redrive_command(
+    call: ApiCall,
     *,
     letter_id: Annotated[str | None, typer.Argument(help="One letter; omit it to redrive by filter.")] = None,
     reason: Reason = "",
@@ -194,10 +167,6 @@ def redrive_command(
     limit: Annotated[
         int | None, typer.Option("--limit", help="Bulk: at most this many (default 100).")
     ] = None,
-    api_key: ApiKeyOption = "",
-    output: OutputOption = Format.TABLE,
-    as_json: JsonFlag = False,
-    url: Url = DEFAULT_URL,
 ) -> None:
     """Publish a letter's original record again, after the handler was fixed.
 
@@ -209,10 +178,10 @@ def redrive_command(
     if letter_id is not None and (filters or limit is not None):
         _fail("give a letter id or filters, not both", 2)
     answer: Done | DoneList
-    with _client(url, api_key) as client:
+    with call.client() as client:
         if letter_id is not None:
             body = RedriveBody.model_construct(reason=reason).model_dump(mode="json")
-            answer = _call(client, Done, "POST", f"/v1/dead-letters/{letter_id}/redrive", json=body)
+            answer = client.answer(Done, "POST", f"/v1/dead-letters/{letter_id}/redrive", json=body)
             done = [answer]
         else:
             if not filters:
@@ -220,10 +189,9 @@ def redrive_command(
             if limit is not None:
                 filters["limit"] = str(limit)
             bulk = BulkRedriveBody.model_construct(reason=reason, filter=filters).model_dump(mode="json")
-            answer = _call(client, DoneList, "POST", "/v1/dead-letters/redrive", json=bulk)
+            answer = client.answer(DoneList, "POST", "/v1/dead-letters/redrive", json=bulk)
             done = answer.items
-    if wants_json(output, as_json):
-        echo_json(answer)
+    if call.printed(answer):
         return
     for item in done:
         detail = item.operation.detail
@@ -233,21 +201,16 @@ def redrive_command(
         typer.echo(f"{len(done)} dead letter(s) redriven")
 
 
-@app.command("discard")
+@api_command(app, "discard", API)
 def discard_command(
+    call: ApiCall,
     letter_id: Annotated[str, typer.Argument(help="The dead letter's id.")],
     reason: Annotated[str, typer.Option("--reason", help="Why it is given up (required).")],
-    api_key: ApiKeyOption = "",
-    output: OutputOption = Format.TABLE,
-    as_json: JsonFlag = False,
-    url: Url = DEFAULT_URL,
 ) -> None:
     """Give up on a letter: its service stops waiting and the workflow moves on."""
     body = DiscardBody.model_construct(reason=reason).model_dump(mode="json")
-    with _client(url, api_key) as client:
-        answer = _call(client, Done, "POST", f"/v1/dead-letters/{letter_id}/discard", json=body)
-    if wants_json(output, as_json):
-        echo_json(answer)
+    answer = call.answer(Done, "POST", f"/v1/dead-letters/{letter_id}/discard", json=body)
+    if call.printed(answer):
         return
     detail = answer.operation.detail
     told = (
@@ -287,16 +250,6 @@ def _instant(option: str, value: str | None, now: datetime | None = None) -> str
         return value
     seconds = int(match.group(1)) * _UNIT_S[match.group(2)]
     return ((now or datetime.now(UTC)) - timedelta(seconds=seconds)).isoformat()
-
-
-@contextmanager
-def _client(url: str, api_key: str) -> Iterator[httpx.Client]:
-    with api_client("dlq", url, api_key, "the dead-letter service") as client:
-        yield client
-
-
-def _call(client: httpx.Client, model: type[M], method: str, path: str, **kwargs: Any) -> M:
-    return api_answer("dlq", client, model, method, path, **kwargs)
 
 
 def _iso(value: datetime | None) -> str:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
@@ -44,13 +44,15 @@ from chorus.kernel.envelopes import start_envelope
 from chorus.kernel.kafka import make_admin, make_consumer, make_producer
 from chorus.kernel.outbox import envelope_headers
 from chorus_contracts.envelope import Envelope, Priority, ProducerRef
-from chorus_contracts.registry import Registry, load_registry
+from chorus_contracts.registry import Registry
 from chorus_tools.cli.options import (
     Bootstrap,
     SchemasDir,
     complete_event_types,
     complete_topics,
+    fail,
     quiet_client_logs,
+    registry_of,
 )
 from chorus_tools.topics import EX_UNAVAILABLE, BrokerUnavailableError, read_topics
 
@@ -123,7 +125,7 @@ def produce(
     command prints where it landed. Nothing is published when validation fails.
     """
     with _cli_errors("produce"):
-        registry = _registry(schemas_dir)
+        registry = registry_of("produce", schemas_dir)
         payload_data = read_data(data)
         envelope, ignored = build_envelope(
             registry,
@@ -440,7 +442,7 @@ def subscribe(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--filter") from None
     with _cli_errors("subscribe"):
-        registry = _registry(schemas_dir)
+        registry = registry_of("subscribe", schemas_dir)
         topics, event_type = resolve_target(registry, target)
         tail = Tail(
             registry=registry,
@@ -789,21 +791,9 @@ def _unavailable(bootstrap: str, exc: BaseException) -> CliError:
     return CliError(str(BrokerUnavailableError(bootstrap, type(exc).__name__)), EX_UNAVAILABLE)
 
 
-def _registry(schemas_dir: Path | None) -> Registry:
-    try:
-        return load_registry(schemas_dir)
-    except (FileNotFoundError, ValueError) as exc:
-        raise CliError(str(exc), EX_USAGE) from None
-
-
 @contextmanager
 def _cli_errors(command: str) -> Iterator[None]:
     try:
         yield
     except CliError as exc:
-        _fail(command, str(exc), exc.code)
-
-
-def _fail(command: str, message: str, code: int) -> NoReturn:
-    typer.echo(f"chorus {command}: {message}", err=True)
-    raise typer.Exit(code)
+        fail(command, str(exc), exc.code)

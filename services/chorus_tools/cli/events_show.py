@@ -11,7 +11,6 @@ does not load; 65 EX_DATAERR an unknown event type.
 from __future__ import annotations
 
 from dataclasses import asdict
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -19,9 +18,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from chorus_contracts.registry import Registry, default_schemas_dir, load_registry
+from chorus_contracts.registry import Registry, default_schemas_dir
 from chorus_tools import eventsdoc
-from chorus_tools.cli.events import EX_DATAERR, EX_USAGE, unknown_name_message
+from chorus_tools.cli.events import EX_DATAERR, unknown_name_message
 from chorus_tools.cli.options import (
     Format,
     JsonFlag,
@@ -30,6 +29,7 @@ from chorus_tools.cli.options import (
     complete_event_types,
     echo_json,
     fail,
+    registry_of,
     wants_json,
 )
 from chorus_tools.cli.schemas import CheckOnly, write_document
@@ -59,7 +59,7 @@ def show_command(
 ) -> None:
     """Topic, versions with their schema and example files, producers (a timer's target:
     who schedules it, who publishes it), signer, consumers and the tests that name it."""
-    registry = _registry("events show", schemas_dir)
+    registry = registry_of("events show", schemas_dir)
     if not registry.knows(event_type):
         message = unknown_name_message("event type", event_type, registry.event_types())
         if registry.project is None:
@@ -77,7 +77,7 @@ def list_command(
     schemas_dir: SchemasDir = None, output: OutputOption = Format.TABLE, as_json: JsonFlag = False
 ) -> None:
     """Every event type of the registry: its topic, versions and signer."""
-    registry = _registry("events list", schemas_dir)
+    registry = registry_of("events list", schemas_dir)
     types = registry.event_types()
     if wants_json(output, as_json):
         echo_json([_brief(registry, event_type) for event_type in types])
@@ -134,10 +134,3 @@ def _brief(registry: Registry, event_type: str) -> dict[str, Any]:
         "versions": registry.versions(event_type),
         "signed_by": registry.signer_of(event_type),
     }
-
-
-def _registry(command: str, schemas_dir: Path | None) -> Registry:
-    try:
-        return load_registry(schemas_dir)
-    except (FileNotFoundError, ValueError) as exc:
-        fail(command, str(exc), EX_USAGE)

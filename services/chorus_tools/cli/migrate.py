@@ -21,20 +21,18 @@ import asyncio
 import importlib
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Annotated, Any
 
 import asyncpg
 import typer
-from pydantic import ValidationError
 
 from chorus.base.db import create_pool
 from chorus.base.logs import redact
 from chorus.base.settings import LOCAL_DATABASE_URL
 from chorus.kernel.service import ServiceSpec
 from chorus.kernel.store.postgres import ServiceStore
-from chorus_contracts.registry import Registry, default_schemas_dir, load_registry
-from chorus_tools.cli.options import SchemasDir
+from chorus_contracts.registry import Registry
+from chorus_tools.cli.options import SchemasDir, fail, registry_of
 
 URL_VARIABLE = "CHORUS_DATABASE_URL"
 
@@ -91,7 +89,7 @@ def migrate_command(
 ) -> None:
     """Run every service's schema migrations (the runtime's, then its own), each as its own
     role (CHORUS_DATABASE_URL_<SERVICE>, else CHORUS_DATABASE_URL). Idempotent."""
-    registry = _registry(schemas_dir)
+    registry = registry_of("migrate", schemas_dir)
     known = migrating_services(registry)
     chosen = services or known
     unknown = sorted(set(chosen) - set(known))
@@ -107,20 +105,10 @@ def migrate_command(
         try:
             spec = service_spec(service)
         except (ImportError, AttributeError, TypeError) as exc:
-            typer.echo(f"chorus migrate: cannot load {service}'s declaration: {exc}", err=True)
-            raise typer.Exit(2) from None
+            fail("migrate", f"cannot load {service}'s declaration: {exc}", 2)
         try:
             asyncio.run(migrate_service(spec, url))
         except (OSError, asyncpg.PostgresError) as exc:
-            typer.echo(f"chorus migrate: {service}: {redact(str(exc))}", err=True)
-            raise typer.Exit(1) from None
+            fail("migrate", f"{service}: {redact(str(exc))}", 1)
         typer.echo(f"migrated {service}")
     typer.echo(f"migrations: {len(chosen)} service(s) up to date")
-
-
-def _registry(schemas_dir: Path | None) -> Registry:
-    try:
-        return load_registry(schemas_dir or default_schemas_dir())
-    except (FileNotFoundError, ValueError, ValidationError) as exc:
-        typer.echo(f"chorus migrate: {exc}", err=True)
-        raise typer.Exit(2) from None

@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from chorus_tools.cli.options import fail
 from chorus_tools.scaffold import Field, Project, ScaffoldError, add_event, add_service, finish, init_project
 
 app = typer.Typer(
@@ -82,8 +83,7 @@ def _refusals() -> Iterator[None]:
     try:
         yield
     except ScaffoldError as exc:
-        typer.echo(f"chorus new: {exc}", err=True)
-        raise typer.Exit(2) from None
+        fail("new", str(exc), 2)
 
 
 def _report(project: Project, written: list[Path]) -> None:

@@ -1,12 +1,16 @@
 """What several ``chorus`` commands share, declared once: options (so they read the
-same everywhere: name, environment variable, help) and the quiet Kafka client."""
+same everywhere: name, environment variable, help), the quiet Kafka client, and the
+plumbing of a command that asks a service's HTTP API (:func:`api_command`)."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
@@ -14,10 +18,11 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import httpx
 import typer
 from pydantic import BaseModel, ValidationError
+from rich.table import Table
 
 from chorus.web.typedclient import UnexpectedAnswerError, answer, answer_as
 from chorus_contracts.api.base import ProblemDetails
-from chorus_contracts.registry import load_registry
+from chorus_contracts.registry import Registry, default_schemas_dir, load_registry
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -75,10 +80,6 @@ OutputOption = Annotated[
     ),
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Same as --output json.")]
-GatewayUrl = Annotated[
-    str,
-    typer.Option("--url", envvar="CHORUS_GATEWAY_URL", show_envvar=True, help="The gateway's API."),
-]
 GATEWAY_URL = "http://127.0.0.1:8080"
 EX_NOPERM = 77
 """sysexits' EX_NOPERM: the API refused the key (401) or its role (403)."""
@@ -163,6 +164,136 @@ def api_answer_as(
         return answer_as(shape, _answered(command, client, method, path, **kwargs))
     except UnexpectedAnswerError as exc:
         fail(command, str(exc), EX_UNAVAILABLE)
+
+
+@dataclass(frozen=True)
+class HttpApi:
+    """A service's HTTP API as ``chorus`` commands reach it: how messages name it, and its
+    ``--url`` option (the variable that sets it, its default, its help)."""
+
+    what: str
+    envvar: str
+    default_url: str
+    help: str
+
+    def url_option(self) -> Any:
+        return Annotated[str, typer.Option("--url", envvar=self.envvar, show_envvar=True, help=self.help)]
+
+
+GATEWAY = HttpApi("the gateway", "CHORUS_GATEWAY_URL", GATEWAY_URL, "The gateway's API.")
+
+
+@dataclass(frozen=True)
+class ApiClient:
+    """A connected client of one API; refusals and answers its API does not publish exit
+    as :func:`api_answer` says."""
+
+    command: str
+    client: httpx.Client
+
+    def answer(self, model: type[M], method: str, path: str, **kwargs: Any) -> M:
+        return api_answer(self.command, self.client, model, method, path, **kwargs)
+
+    def answer_as(self, shape: Any, method: str, path: str, **kwargs: Any) -> Any:
+        return api_answer_as(self.command, self.client, shape, method, path, **kwargs)
+
+
+@dataclass(frozen=True)
+class ApiCall:
+    """What a command of an HTTP API was given besides its own arguments: where the API is,
+    the key to present, and whether answers are printed as JSON (for scripts)."""
+
+    command: str
+    api: HttpApi
+    url: str
+    api_key: str
+    as_json: bool
+
+    @contextmanager
+    def client(self) -> Iterator[ApiClient]:
+        """A client for several requests (exit 69 when the API cannot be reached)."""
+        with api_client(self.command, self.url, self.api_key, self.api.what) as client:
+            yield ApiClient(self.command, client)
+
+    def answer(self, model: type[M], method: str, path: str, **kwargs: Any) -> M:
+        """One request, its answer as ``model``."""
+        with self.client() as client:
+            return client.answer(model, method, path, **kwargs)
+
+    def answer_as(self, shape: Any, method: str, path: str, **kwargs: Any) -> Any:
+        """One request, its answer as one of the models in ``shape`` (a union)."""
+        with self.client() as client:
+            return client.answer_as(shape, method, path, **kwargs)
+
+    def printed(self, answer: Any) -> bool:
+        """Print ``answer`` as JSON if that is what was asked for; True when it was (the
+        command has nothing more to say)."""
+        if self.as_json:
+            echo_json(answer)
+        return self.as_json
+
+
+C = TypeVar("C", bound=Callable[..., None])
+
+
+def api_command(app: typer.Typer, name: str, api: HttpApi, *, json_flag: bool = True) -> Callable[[C], C]:
+    """Register a function as ``chorus <app> <name>``, a command of ``api``: its own parameters,
+    then the options every such command takes (``--output``, ``--json`` unless ``json_flag``
+    is False, ``--url``, ``--api-key``), which reach it as one parameter ``call: ApiCall``."""
+
+    def register(func: C) -> C:
+        own = inspect.signature(func, eval_str=True)
+        options = [
+            _keyword("output", OutputOption, Format.TABLE),
+            *([_keyword("as_json", JsonFlag, False)] if json_flag else []),
+            _keyword("url", api.url_option(), api.default_url),
+            _keyword("api_key", ApiKeyOption, ""),
+        ]
+        parameters = [p for p in own.parameters.values() if p.name != "call"]
+
+        @functools.wraps(func)
+        def command(
+            *args: Any, output: Format, url: str, api_key: str, as_json: bool = False, **kwargs: Any
+        ) -> None:
+            wanted = as_json or output is Format.JSON
+            func(*args, call=ApiCall(str(app.info.name), api, url, api_key, wanted), **kwargs)
+
+        signature = own.replace(parameters=[*parameters, *options])
+        command.__signature__ = signature  # type: ignore[attr-defined]  # what typer reads
+        command.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
+        app.command(name)(command)
+        return func
+
+    return register
+
+
+def _keyword(name: str, annotation: Any, default: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
+
+
+T = TypeVar("T")
+
+
+def read_registry(command: str, read: Callable[[Path], T], schemas_dir: Path | None) -> T:
+    """``read`` of the registry in ``schemas_dir`` (else the project's: CHORUS_SCHEMAS_DIR, or
+    schemas/ where you stand); one that cannot be read exits 2 (bad usage) saying why."""
+    try:
+        return read(schemas_dir or default_schemas_dir())
+    except (FileNotFoundError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+        fail(command, str(exc), 2)
+
+
+def registry_of(command: str, schemas_dir: Path | None) -> Registry:
+    """The registry (see :func:`read_registry`)."""
+    return read_registry(command, load_registry, schemas_dir)
+
+
+def table_of(*columns: str, wrap: Collection[str] = ()) -> Table:
+    """A table for people with these columns, each on one line but those in ``wrap``."""
+    shown = Table(show_lines=False)
+    for column in columns:
+        shown.add_column(column, no_wrap=column not in wrap)
+    return shown
 
 
 def wants_json(output: Format, as_json: bool) -> bool:

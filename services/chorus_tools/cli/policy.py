@@ -20,35 +20,16 @@ import typer
 
 from chorus_contracts.api.approval_gate import ApprovalPolicyHistory, ApprovalPolicyVersion
 from chorus_contracts.approvals import PolicyRule
-from chorus_tools.cli.options import (
-    GATEWAY_URL,
-    ApiKeyOption,
-    Format,
-    GatewayUrl,
-    JsonFlag,
-    OutputOption,
-    api_answer,
-    api_client,
-    echo_json,
-    fail,
-    wants_json,
-)
+from chorus_tools.cli.options import GATEWAY, ApiCall, api_command, fail
 
 app = typer.Typer(name="policy", help="The approval policy: show, set, history.", no_args_is_help=True)
 
 
-@app.command("show")
-def show_command(
-    api_key: ApiKeyOption = "",
-    output: OutputOption = Format.TABLE,
-    as_json: JsonFlag = False,
-    url: GatewayUrl = GATEWAY_URL,
-) -> None:
+@api_command(app, "show", GATEWAY)
+def show_command(call: ApiCall) -> None:
     """The policy in force: its version and rules, in the order they are tried."""
-    with api_client("policy", url, api_key, "the gateway") as client:
-        answer = api_answer("policy", client, ApprovalPolicyVersion, "GET", "/v1/approval-policy")
-    if wants_json(output, as_json):
-        echo_json(answer)
+    answer = call.answer(ApprovalPolicyVersion, "GET", "/v1/approval-policy")
+    if call.printed(answer):
         return
     changed = f"{answer.changed_by} at {answer.changed_at.isoformat()[:19]}"
     typer.echo(f"version {answer.version} by {changed}: {answer.reason}")
@@ -57,14 +38,11 @@ def show_command(
     typer.echo("otherwise: the chain the requesting service asks for")
 
 
-@app.command("set")
+@api_command(app, "set", GATEWAY)
 def set_command(
+    call: ApiCall,
     file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help='JSON: {"rules": [...]}')],
     reason: Annotated[str, typer.Option("--reason", help="Why (required; kept with the version).")],
-    api_key: ApiKeyOption = "",
-    output: OutputOption = Format.TABLE,
-    as_json: JsonFlag = False,
-    url: GatewayUrl = GATEWAY_URL,
 ) -> None:
     """Make the rules in FILE the next version of the policy."""
     try:
@@ -74,29 +52,20 @@ def set_command(
     rules = document.get("rules") if isinstance(document, dict) else None
     if not isinstance(rules, list):
         fail("policy", f'{file}: expected {{"rules": [...]}}', 2)
-    with api_client("policy", url, api_key, "the gateway") as client:
-        body = {"rules": rules, "reason": reason}  # the gate names what its rules cannot take
-        answer = api_answer("policy", client, ApprovalPolicyVersion, "PUT", "/v1/approval-policy", json=body)
-    if wants_json(output, as_json):
-        echo_json(answer)
+    body = {"rules": rules, "reason": reason}  # the gate names what its rules cannot take
+    answer = call.answer(ApprovalPolicyVersion, "PUT", "/v1/approval-policy", json=body)
+    if call.printed(answer):
         return
     typer.echo(f"approval policy version {answer.version} in force ({len(answer.rules)} rules)")
 
 
-@app.command("history")
+@api_command(app, "history", GATEWAY)
 def history_command(
-    limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 20,
-    api_key: ApiKeyOption = "",
-    output: OutputOption = Format.TABLE,
-    as_json: JsonFlag = False,
-    url: GatewayUrl = GATEWAY_URL,
+    call: ApiCall, limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 20
 ) -> None:
     """Every version, newest first: who changed the policy, when and why."""
-    with api_client("policy", url, api_key, "the gateway") as client:
-        path = "/v1/approval-policy/history"
-        answer = api_answer("policy", client, ApprovalPolicyHistory, "GET", path, params={"limit": limit})
-    if wants_json(output, as_json):
-        echo_json(answer)
+    answer = call.answer(ApprovalPolicyHistory, "GET", "/v1/approval-policy/history", params={"limit": limit})
+    if call.printed(answer):
         return
     for v in answer.versions:
         at = v.changed_at.isoformat()[:19]

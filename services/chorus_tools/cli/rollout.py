@@ -20,7 +20,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from chorus_contracts.api.outcome_analytics import Releases
 from chorus_contracts.api.rollout_service import (
@@ -32,21 +31,14 @@ from chorus_contracts.api.rollout_service import (
     RolloutState,
 )
 from chorus_contracts.rollouts import RolloutChanged
-from chorus_tools.cli.options import (
-    ApiKeyOption,
-    Format,
-    JsonFlag,
-    OutputOption,
-    api_answer,
-    api_client,
-    echo_json,
-    wants_json,
-)
+from chorus_tools.cli.options import ApiCall, HttpApi, api_command, echo_json, table_of
 
-DEFAULT_URL = "http://127.0.0.1:8121"
+API = HttpApi("the rollout service", "CHORUS_ROLLOUT_URL", "http://127.0.0.1:8121", "The rollout service.")
+ANALYTICS = HttpApi(
+    "outcome analytics", "CHORUS_ANALYTICS_URL", "http://127.0.0.1:8104", "Outcome analytics."
+)
 NO_ANSWER_YET = 75
 """EX_TEMPFAIL: asked, and the owning release has not answered yet (look again with status)."""
-ANALYTICS_URL = "http://127.0.0.1:8104"
 
 app = typer.Typer(
     name="rollout",
@@ -56,22 +48,15 @@ app = typer.Typer(
 console = Console(highlight=False)
 
 Service = Annotated[str, typer.Argument(help="The service (its name in the registry).")]
-Url = Annotated[
-    str,
-    typer.Option("--url", envvar="CHORUS_ROLLOUT_URL", show_envvar=True, help="The rollout service."),
-]
 Reason = Annotated[str | None, typer.Option("--reason", help="Why, for the rollout's history.")]
 Percent = Annotated[float, typer.Option("--percent", min=0, max=100, help="Share of new workflows (0-100).")]
 
 
-def _change(service: str, action: str, body: dict[str, Any], url: str, api_key: str, output: Format) -> None:
+def _change(call: ApiCall, service: str, action: str, body: dict[str, Any]) -> None:
     """Ask for a change (the body as the API's request model names its fields; the API
     validates it) and say the policy now in force."""
-    with api_client("rollout", url, api_key, "the rollout service") as client:
-        path = f"/v1/rollouts/{service}/{action}"
-        answer = api_answer("rollout", client, PolicyChanged, "POST", path, json=body)
-    if output is Format.JSON:
-        echo_json(answer)
+    answer = call.answer(PolicyChanged, "POST", f"/v1/rollouts/{service}/{action}", json=body)
+    if call.printed(answer):
         return
     typer.echo(_policy_line(answer.policy))
 
@@ -92,8 +77,9 @@ def _policy_line(p: RolloutChanged) -> str:
     return f"{p.service} r{p.revision}: {where}{guard}"
 
 
-@app.command("start")
+@api_command(app, "start", API, json_flag=False)
 def start_command(
+    call: ApiCall,
     service: Service,
     canary: Annotated[str, typer.Option("--canary", help="The release to try (its CHORUS_RELEASE).")],
     percent: Percent,
@@ -121,9 +107,6 @@ def start_command(
         typer.Option("--min-workflows", min=1, help="Judge only after this many canary workflows settled."),
     ] = 20,
     reason: Reason = None,
-    output: OutputOption = Format.TABLE,
-    url: Url = DEFAULT_URL,
-    api_key: ApiKeyOption = "",
 ) -> None:
     """Start a canary: a share of new workflows is pinned to the canary release."""
     body: dict[str, Any] = {"canary": canary, "percent": percent, "reason": reason}
@@ -137,69 +120,45 @@ def start_command(
             "dead_letter_margin": max_dead_letter_increase,
             "min_workflows": min_workflows,
         }
-    _change(service, "start", body, url, api_key, output)
+    _change(call, service, "start", body)
 
 
-@app.command("set")
-def set_command(
-    service: Service,
-    percent: Percent,
-    reason: Reason = None,
-    output: OutputOption = Format.TABLE,
-    url: Url = DEFAULT_URL,
-    api_key: ApiKeyOption = "",
-) -> None:
+@api_command(app, "set", API, json_flag=False)
+def set_command(call: ApiCall, service: Service, percent: Percent, reason: Reason = None) -> None:
     """Shift the canary's share of new workflows (workflows started before stay where they are)."""
-    _change(service, "set", {"percent": percent, "reason": reason}, url, api_key, output)
+    _change(call, service, "set", {"percent": percent, "reason": reason})
 
 
-@app.command("promote")
-def promote_command(
-    service: Service,
-    reason: Reason = None,
-    output: OutputOption = Format.TABLE,
-    url: Url = DEFAULT_URL,
-    api_key: ApiKeyOption = "",
-) -> None:
+@api_command(app, "promote", API, json_flag=False)
+def promote_command(call: ApiCall, service: Service, reason: Reason = None) -> None:
     """New workflows go to the canary release; the old one finishes what is pinned to it."""
-    _change(service, "promote", {"reason": reason}, url, api_key, output)
+    _change(call, service, "promote", {"reason": reason})
 
 
-@app.command("rollback")
-def rollback_command(
-    service: Service,
-    reason: Reason = None,
-    output: OutputOption = Format.TABLE,
-    url: Url = DEFAULT_URL,
-    api_key: ApiKeyOption = "",
-) -> None:
+@api_command(app, "rollback", API, json_flag=False)
+def rollback_command(call: ApiCall, service: Service, reason: Reason = None) -> None:
     """New workflows go back to stable; the canary finishes what is pinned to it."""
-    _change(service, "rollback", {"reason": reason}, url, api_key, output)
+    _change(call, service, "rollback", {"reason": reason})
 
 
-@app.command("workflows")
+@api_command(app, "workflows", API)
 def workflows_command(
+    call: ApiCall,
     service: Service,
     release: Annotated[str, typer.Option("--release", help="The release whose in-flight workflows to list.")],
-    output: OutputOption = Format.TABLE,
-    as_json: JsonFlag = False,
-    url: Url = DEFAULT_URL,
-    api_key: ApiKeyOption = "",
 ) -> None:
     """The in-flight workflows pinned to a release (oldest first): what `repin` may move."""
-    with api_client("rollout", url, api_key, "the rollout service") as client:
-        path = f"/v1/rollouts/{service}/workflows"
-        answer = api_answer("rollout", client, InFlight, "GET", path, params={"release": release})
-    if wants_json(output, as_json):
-        echo_json(answer)
+    answer = call.answer(InFlight, "GET", f"/v1/rollouts/{service}/workflows", params={"release": release})
+    if call.printed(answer):
         return
     for workflow_id in answer.workflows:
         typer.echo(workflow_id)
     typer.echo(f"{answer.count} in flight on {release}", err=True)
 
 
-@app.command("repin")
+@api_command(app, "repin", API, json_flag=False)
 def repin_command(
+    call: ApiCall,
     service: Service,
     workflow_id: Annotated[str, typer.Argument(help="The in-flight workflow to move.")],
     to: Annotated[
@@ -209,24 +168,21 @@ def repin_command(
     wait: Annotated[
         float, typer.Option("--wait", min=0, help="Seconds to wait for the owning release's answer.")
     ] = 30.0,
-    output: OutputOption = Format.TABLE,
-    url: Url = DEFAULT_URL,
-    api_key: ApiKeyOption = "",
 ) -> None:
     """Move one in-flight workflow to another release (a canary removed before its workflows
     end). The release that owns it hands it over once nothing of it is in flight there, or
     refuses and says why (exit 1): ask again a moment later."""
-    with api_client("rollout", url, api_key, "the rollout service") as client:
+    with call.client() as client:
         path = f"/v1/rollouts/{service}/workflows/{workflow_id}/repin"
         body = RepinBody.model_construct(to=to, reason=reason).model_dump(mode="json")
-        asked = api_answer("rollout", client, RepinAsked, "POST", path, json=body)
+        asked = client.answer(RepinAsked, "POST", path, json=body)
         found: Repin | None = None
         deadline = time.monotonic() + wait
         while (found is None or found.outcome == "pending") and time.monotonic() < deadline:
             time.sleep(0.5)
-            found = api_answer("rollout", client, Repin, "GET", asked.location)
+            found = client.answer(Repin, "GET", asked.location)
     outcome = found.outcome if found is not None else "pending"
-    if output is Format.JSON:
+    if call.as_json:
         echo_json(found if found is not None else {**asked.model_dump(mode="json"), "outcome": outcome})
     elif found is not None and outcome != "pending":
         typer.echo(_repin_line(found))
@@ -245,39 +201,23 @@ def _repin_line(r: Repin) -> str:
     return f"{moved}: {r.outcome}"
 
 
-@app.command("status")
+@api_command(app, "status", API)
 def status_command(
+    call: ApiCall,
     service: Service,
-    output: OutputOption = Format.TABLE,
-    as_json: JsonFlag = False,
-    url: Url = DEFAULT_URL,
-    api_key: ApiKeyOption = "",
 ) -> None:
     """Each release side by side: in-flight workflows, completion and failure rates, failures
     by category, step latency; then the rollout's history."""
-    with api_client("rollout", url, api_key, "the rollout service") as client:
-        answer = api_answer("rollout", client, RolloutState, "GET", f"/v1/rollouts/{service}")
-    if wants_json(output, as_json):
-        echo_json(answer)
+    answer = call.answer(RolloutState, "GET", f"/v1/rollouts/{service}")
+    if call.printed(answer):
         return
     policy = answer.policy
     typer.echo(
         _policy_line(policy) if policy else f"{service}: no rollout (one release takes every workflow)"
     )
-    table = Table(show_lines=False)
-    for column in (
-        "release",
-        "role",
-        "running",
-        "in flight",
-        "ended",
-        "completed",
-        "failed",
-        "failures",
-        "p50",
-        "p99",
-    ):
-        table.add_column(column, no_wrap=True)
+    table = table_of(
+        "release", "role", "running", "in flight", "ended", "completed", "failed", "failures", "p50", "p99"
+    )
     for r in answer.releases:
         table.add_row(
             r.release,
@@ -299,37 +239,18 @@ def status_command(
         typer.echo(f"{move.requested_at.isoformat()[:19]}  repin by {move.requested_by}: {_repin_line(move)}")
 
 
-@app.command("outcomes")
+@api_command(app, "outcomes", ANALYTICS)
 def outcomes_command(
+    call: ApiCall,
     service: Service,
-    output: OutputOption = Format.TABLE,
-    as_json: JsonFlag = False,
-    url: Annotated[
-        str,
-        typer.Option("--url", envvar="CHORUS_ANALYTICS_URL", show_envvar=True, help="Outcome analytics."),
-    ] = ANALYTICS_URL,
-    api_key: ApiKeyOption = "",
 ) -> None:
     """How the workflows pinned to each release ended (outcome analytics): side by side."""
-    with api_client("rollout", url, api_key, "outcome analytics") as client:
-        params = {"service": service}
-        answer = api_answer("rollout", client, Releases, "GET", "/analytics/releases", params=params)
-    if wants_json(output, as_json):
-        echo_json(answer)
+    answer = call.answer(Releases, "GET", "/analytics/releases", params={"service": service})
+    if call.printed(answer):
         return
-    table = Table(show_lines=False)
-    for column in (
-        "release",
-        "type",
-        "started",
-        "completed",
-        "other ends",
-        "escalated",
-        "dead letters",
-        "p50",
-        "p99",
-    ):
-        table.add_column(column, no_wrap=True)
+    table = table_of(
+        "release", "type", "started", "completed", "other ends", "escalated", "dead letters", "p50", "p99"
+    )
     for r in answer.releases:
         others = ", ".join(f"{k} {v}" for k, v in r.ended.items() if v and k != "completed") or "-"
         duration = r.duration_s

@@ -14,7 +14,7 @@ import typer
 
 from chorus_contracts.registry import Registry, default_schemas_dir, load_registry, write_generated
 from chorus_tools import asyncapi, diagrams
-from chorus_tools.cli.options import SchemasDir
+from chorus_tools.cli.options import SchemasDir, fail
 from chorus_tools.compat import GitError, RegistryReadError, check
 from chorus_tools.scaffold import write_examples
 
@@ -48,8 +48,7 @@ def check_command(
     try:
         outcome = check(root, against)
     except (GitError, RegistryReadError) as exc:
-        typer.echo(f"chorus schemas check: {exc}", err=True)
-        raise typer.Exit(2) from None
+        fail("schemas check", str(exc), 2)
     # One stream, so that the summary stays after the lines it sums up.
     for line in outcome.lines:
         typer.echo(line)

@@ -16,11 +16,10 @@ from typing import Annotated, Any
 import httpx
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from chorus.web.typedclient import UnexpectedAnswerError, answer
 from chorus_contracts.api.deadletter_service import GroupList
-from chorus_tools.cli.options import Format, JsonFlag, OutputOption, echo_json, wants_json
+from chorus_tools.cli.options import Format, JsonFlag, OutputOption, echo_json, table_of, wants_json
 from chorus_tools.devstack import DOCUMENTED_PORTS
 
 EX_UNAVAILABLE = 69
@@ -126,10 +125,8 @@ def status_command(
 
 def _print(reports: list[dict[str, Any]]) -> None:
     console = Console()
-    table = Table(show_lines=False)
     columns = ("service", "status", "partitions", "lag", "outbox", "in flight", "dead letters", "relay")
-    for column in (*columns, "stuck", "breakers"):
-        table.add_column(column, no_wrap=True)
+    table = table_of(*columns, "stuck", "breakers")
 
     colours = {"ok": "green", "degraded": "yellow"}
     for r in reports:

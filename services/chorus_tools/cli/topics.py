@@ -9,15 +9,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 
 from chorus.base.settings import LOCAL_KAFKA
-from chorus_contracts.registry import TopicSpec, default_schemas_dir
-from chorus_tools.cli.options import Bootstrap, SchemasDir, quiet_client_logs
+from chorus_tools.cli.options import Bootstrap, SchemasDir, fail, quiet_client_logs, read_registry
 from chorus_tools.topics import (
     EX_UNAVAILABLE,
     BrokerUnavailableError,
@@ -57,7 +54,7 @@ def apply_command(
     cleanup.policy are altered when they differ. Idempotent: a second run says
     nothing changed.
     """
-    specs = _specs(schemas_dir)
+    specs = read_registry("topics", load_topic_specs, schemas_dir)
     with _kafka_errors(bootstrap), quiet_client_logs():
         result = asyncio.run(
             apply_topics(bootstrap, specs, replication_factor=replication_factor, dry_run=dry_run)
@@ -69,7 +66,7 @@ def apply_command(
 @app.command("describe")
 def describe_command(schemas_dir: SchemasDir = None, bootstrap: Bootstrap = LOCAL_KAFKA) -> None:
     """Show each topic of the registry next to what the broker has. Changes nothing."""
-    specs = _specs(schemas_dir)
+    specs = read_registry("topics", load_topic_specs, schemas_dir)
     with _kafka_errors(bootstrap), quiet_client_logs():
         statuses = asyncio.run(describe_topics(bootstrap, specs))
     rows = [("topic", "partitions", "replicas", "retention.ms", "cleanup.policy", "status")]
@@ -97,24 +94,13 @@ def describe_command(schemas_dir: SchemasDir = None, bootstrap: Bootstrap = LOCA
         typer.echo(f"all {len(statuses)} topic(s) on {bootstrap} match the registry")
 
 
-def _specs(schemas_dir: Path | None) -> list[TopicSpec]:
-    try:
-        return load_topic_specs(schemas_dir or default_schemas_dir())
-    except (FileNotFoundError, ValueError, ValidationError) as exc:
-        typer.echo(f"chorus topics: {exc}", err=True)
-        raise typer.Exit(2) from None
-
-
 @contextmanager
 def _kafka_errors(bootstrap: str) -> Iterator[None]:
     try:
         yield
     except BrokerUnavailableError as exc:
-        typer.echo(f"chorus topics: {exc}", err=True)
-        raise typer.Exit(EX_UNAVAILABLE) from None
+        fail("topics", str(exc), EX_UNAVAILABLE)
     except UnsatisfiableError as exc:
-        typer.echo(f"chorus topics: {exc}", err=True)
-        raise typer.Exit(2) from None
+        fail("topics", str(exc), 2)
     except ProvisioningError as exc:
-        typer.echo(f"chorus topics: {exc} (on {bootstrap})", err=True)
-        raise typer.Exit(1) from None
+        fail("topics", f"{exc} (on {bootstrap})", 1)

@@ -17,27 +17,12 @@ from urllib.parse import quote
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from chorus_contracts.api.audit_projector import WorkflowSummary
 from chorus_contracts.api.gateway import CancelAccepted, CancelBody, WorkflowPage, WorkflowState
 from chorus_contracts.lifecycle import WORKFLOW_STATUSES
 from chorus_tools.cli.audit import at_utc, print_workflow
-from chorus_tools.cli.options import (
-    GATEWAY_URL,
-    ApiKeyOption,
-    Format,
-    GatewayUrl,
-    JsonFlag,
-    OutputOption,
-    api_answer,
-    api_answer_as,
-    api_client,
-    echo_json,
-    wants_json,
-)
-
-DEFAULT_URL = GATEWAY_URL
+from chorus_tools.cli.options import GATEWAY, ApiCall, api_command, table_of
 
 app = typer.Typer(name="workflows", help="Workflows: list, show, cancel.", no_args_is_help=True)
 console = Console(highlight=False)
@@ -47,8 +32,9 @@ def _status_names(incomplete: str) -> list[str]:
     return [s for s in WORKFLOW_STATUSES if s.startswith(incomplete)]
 
 
-@app.command("list")
+@api_command(app, "list", GATEWAY)
 def list_command(
+    call: ApiCall,
     status: Annotated[
         list[str] | None,
         typer.Option("--status", help="Only these statuses (repeatable).", autocompletion=_status_names),
@@ -65,10 +51,6 @@ def list_command(
     ] = None,
     quietest: Annotated[bool, typer.Option("--quietest", help="Longest quiet first (else newest).")] = False,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many (pages followed).")] = 50,
-    api_key: ApiKeyOption = "",
-    output: OutputOption = Format.TABLE,
-    as_json: JsonFlag = False,
-    url: GatewayUrl = DEFAULT_URL,
 ) -> None:
     """Workflows matching every filter, newest first, following the API's pages."""
     params: dict[str, Any] = {
@@ -83,23 +65,23 @@ def list_command(
     }
     found: list[WorkflowSummary] = []
     cursor: str | None = None
-    with api_client("workflows", url, api_key, "the gateway") as client:
+    with call.client() as client:
         while len(found) < limit:
             page_params = {k: v for k, v in params.items() if v is not None}
             page_params["limit"] = min(1000, limit - len(found))
             if cursor:
                 page_params["cursor"] = cursor
-            page = api_answer("workflows", client, WorkflowPage, "GET", "/v1/workflows", params=page_params)
+            page = client.answer(WorkflowPage, "GET", "/v1/workflows", params=page_params)
             found.extend(page.workflows)
             cursor = page.next_cursor
             if not cursor:
                 break
-    if wants_json(output, as_json):
-        echo_json({"workflows": [w.model_dump(mode="json") for w in found], "next_cursor": cursor})
+    if call.printed({"workflows": [w.model_dump(mode="json") for w in found], "next_cursor": cursor}):
         return
-    table = Table(show_lines=False)
-    for column in ("workflow", "type", "status", "stage", "waiting for", "started", "business key"):
-        table.add_column(column, no_wrap=column in ("workflow", "started"))
+    wrap = {"type", "status", "stage", "waiting for", "business key"}
+    table = table_of(
+        "workflow", "type", "status", "stage", "waiting for", "started", "business key", wrap=wrap
+    )
     for w in found:
         waiting = w.attention.why if w.attention else w.waiting_for or ""
         table.add_row(
@@ -124,41 +106,29 @@ def _aware(value: datetime | None, option: str) -> str | None:
     return value.isoformat()
 
 
-@app.command("show")
+@api_command(app, "show", GATEWAY)
 def show_command(
-    workflow_id: Annotated[str, typer.Argument(help="The workflow's id.")],
-    api_key: ApiKeyOption = "",
-    output: OutputOption = Format.TABLE,
-    as_json: JsonFlag = False,
-    url: GatewayUrl = DEFAULT_URL,
+    call: ApiCall, workflow_id: Annotated[str, typer.Argument(help="The workflow's id.")]
 ) -> None:
     """Status, stage, what it waits for, and its timeline (events, waits, decisions, traces)."""
-    with api_client("workflows", url, api_key, "the gateway") as client:
-        path = f"/v1/workflows/{quote(workflow_id, safe='')}"
-        view: WorkflowState = api_answer_as("workflows", client, WorkflowState, "GET", path)
-    if wants_json(output, as_json):
-        echo_json(view)
+    view: WorkflowState = call.answer_as(WorkflowState, "GET", f"/v1/workflows/{quote(workflow_id, safe='')}")
+    if call.printed(view):
         return
     print_workflow(workflow_id, view, view.timeline)
 
 
-@app.command("cancel")
+@api_command(app, "cancel", GATEWAY)
 def cancel_command(
+    call: ApiCall,
     workflow_id: Annotated[str, typer.Argument(help="The workflow's id (the submission's answer).")],
     reason: Annotated[str, typer.Option("--reason", help="Why (required; the submitter sees it).")],
-    api_key: ApiKeyOption = "",
-    output: OutputOption = Format.TABLE,
-    as_json: JsonFlag = False,
-    url: GatewayUrl = DEFAULT_URL,
 ) -> None:
     """Stop a running workflow: it ends as cancelled and its compensation runs (a reserved
     budget is released). Asking again is harmless: it answers with the first request."""
-    with api_client("workflows", url, api_key, "the gateway") as client:
-        path = f"/v1/workflows/{quote(workflow_id, safe='')}/cancel"
-        body = CancelBody.model_construct(reason=reason).model_dump(mode="json")
-        answer = api_answer("workflows", client, CancelAccepted, "POST", path, json=body)
-    if wants_json(output, as_json):
-        echo_json(answer)
+    path = f"/v1/workflows/{quote(workflow_id, safe='')}/cancel"
+    body = CancelBody.model_construct(reason=reason).model_dump(mode="json")
+    answer = call.answer(CancelAccepted, "POST", path, json=body)
+    if call.printed(answer):
         return
     typer.echo(
         f"{answer.workflow_id}: {answer.status} (asked by {answer.requested_by} "

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 import asyncpg
 
 from chorus.base import migrations
-from chorus.base.db import rows_affected
-from chorus.kernel.service import DataRequest, ErasedAsRetired
+from chorus.kernel.service import ErasedAsRetired
 
 DDL = [
     "CREATE SCHEMA IF NOT EXISTS gateway",
@@ -71,19 +69,10 @@ class SubmissionRetention(ErasedAsRetired):
     """A retired workflow's submission, reviewers' decisions and cancel request go with it
     (nothing outlives its workflow here: no time-based purge of its own)."""
 
+    workflow_tables = ("gateway.submissions", "gateway.decisions", "gateway.cancellations")
+
     async def purge(self, conn: asyncpg.Connection, now: datetime) -> dict[str, int]:
         return {}
-
-    async def retire(
-        self, conn: asyncpg.Connection, workflow_ids: Sequence[str], request: DataRequest
-    ) -> dict[str, int]:
-        removed = {}
-        for table in ("submissions", "decisions", "cancellations"):
-            status = await conn.execute(
-                f"DELETE FROM gateway.{table} WHERE workflow_id = ANY($1::text[])", list(workflow_ids)
-            )
-            removed[f"gateway.{table}"] = rows_affected(status)
-        return removed
 
 
 async def migrate(conn: asyncpg.Connection) -> None:

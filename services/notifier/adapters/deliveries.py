@@ -22,7 +22,7 @@ import asyncpg
 
 from chorus.base import migrations
 from chorus.base.db import rows_affected
-from chorus.kernel.service import DataRequest, ErasedAsRetired
+from chorus.kernel.service import ErasedAsRetired
 from notifier.domain import Notice, Recipient
 
 SCHEMA = "notifier"
@@ -248,6 +248,8 @@ class DeliveryRetention(ErasedAsRetired):
     """A retired (or erased) workflow's messages go with it; finished ones (delivered,
     given up, superseded) after ``keep_s``."""
 
+    workflow_tables = (f"{SCHEMA}.deliveries",)
+
     def __init__(self, keep_s: float = 30 * 86400.0) -> None:
         self.keep_s = keep_s
 
@@ -255,13 +257,5 @@ class DeliveryRetention(ErasedAsRetired):
         deleted = await conn.execute(
             f"DELETE FROM {SCHEMA}.deliveries WHERE status <> '{PENDING}' AND updated_at < $1",
             now - timedelta(seconds=self.keep_s),
-        )
-        return {f"{SCHEMA}.deliveries": rows_affected(deleted)}
-
-    async def retire(
-        self, conn: asyncpg.Connection, workflow_ids: Sequence[str], request: DataRequest
-    ) -> dict[str, int]:
-        deleted = await conn.execute(
-            f"DELETE FROM {SCHEMA}.deliveries WHERE workflow_id = ANY($1::text[])", list(workflow_ids)
         )
         return {f"{SCHEMA}.deliveries": rows_affected(deleted)}

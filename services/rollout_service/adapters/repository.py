@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -27,7 +26,7 @@ import asyncpg
 
 from chorus.base import migrations
 from chorus.base.db import rows_affected
-from chorus.kernel.service import DataRequest, ErasedAsRetired
+from chorus.kernel.service import ErasedAsRetired
 from chorus_contracts.rollouts import ReleaseReported, RepinAnswered, RepinRequested, RolloutChanged
 from rollout_service.domain import FAILING_CATEGORIES, Outcomes, ReleaseStatus, role_of
 
@@ -507,6 +506,7 @@ class RolloutRetention(ErasedAsRetired):
     deployments, and name no workflow."""
 
     keep_reports_s: float = 86400.0
+    workflow_tables = tuple(f"{SCHEMA}.{table}" for table in ("assignments", "endings", "failures", "repins"))
 
     async def purge(self, conn: asyncpg.Connection, now: datetime) -> dict[str, int]:
         done = await conn.execute(
@@ -514,14 +514,3 @@ class RolloutRetention(ErasedAsRetired):
             now - timedelta(seconds=self.keep_reports_s),
         )
         return {f"{SCHEMA}.reports": rows_affected(done)}
-
-    async def retire(
-        self, conn: asyncpg.Connection, workflow_ids: Sequence[str], request: DataRequest
-    ) -> dict[str, int]:
-        removed = {}
-        for table in ("assignments", "endings", "failures", "repins"):
-            done = await conn.execute(
-                f"DELETE FROM {SCHEMA}.{table} WHERE workflow_id = ANY($1::text[])", list(workflow_ids)
-            )
-            removed[f"{SCHEMA}.{table}"] = rows_affected(done)
-        return removed

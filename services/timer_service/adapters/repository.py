@@ -8,7 +8,6 @@ hundreds of thousands of timers waiting.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -17,7 +16,7 @@ import asyncpg
 
 from chorus.base import migrations
 from chorus.base.db import rows_affected
-from chorus.kernel.service import DataRequest, ErasedAsRetired
+from chorus.kernel.service import ErasedAsRetired
 from timer_service.domain import CANCELLED, FIRED, PENDING
 
 SCHEMA = "timer_service"
@@ -216,18 +215,11 @@ class TimerRetention(ErasedAsRetired):
     ``keep_done_s`` after they were (kept that long to answer "did it fire, when, how late")."""
 
     keep_done_s: float = 7 * 86400.0
+    workflow_tables = (f"{SCHEMA}.timers",)
 
     async def purge(self, conn: asyncpg.Connection, now: datetime) -> dict[str, int]:
         deleted = await conn.execute(
             f"""DELETE FROM {SCHEMA}.timers WHERE status IN ('{FIRED}', '{CANCELLED}') AND updated_at < $1""",
             now - timedelta(seconds=self.keep_done_s),
-        )
-        return {f"{SCHEMA}.timers": rows_affected(deleted)}
-
-    async def retire(
-        self, conn: asyncpg.Connection, workflow_ids: Sequence[str], request: DataRequest
-    ) -> dict[str, int]:
-        deleted = await conn.execute(
-            f"DELETE FROM {SCHEMA}.timers WHERE workflow_id = ANY($1::text[])", list(workflow_ids)
         )
         return {f"{SCHEMA}.timers": rows_affected(deleted)}

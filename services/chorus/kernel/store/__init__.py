@@ -50,6 +50,13 @@ class InboxOutcome(StrEnum):
         """The final outcomes: nothing takes the event again in that group."""
         return (cls.DONE, cls.REVIEW, cls.DISCARDED, cls.DROPPED, cls.NOT_MINE)
 
+    @classmethod
+    def handed_over(cls) -> tuple[InboxOutcome, ...]:
+        """Outcomes of the release a workflow was moved from that its new owner must not
+        repeat: it took the step, or an operator discarded it. (A move waits until no retry
+        or dead letter of it is pending there.)"""
+        return (cls.DONE, cls.REVIEW, cls.DROPPED, cls.DISCARDED)
+
 
 @dataclass(frozen=True)
 class OutboxMessage:
@@ -144,8 +151,8 @@ class ConflictError(Exception):
 
 
 @dataclass(frozen=True)
-class StepWrite:
-    """Everything one handled event commits: inbox outcome, checkpoint, outbox rows, unpark."""
+class Claim:
+    """An inbox claim: (group, event) recorded with ``outcome`` unless finished before."""
 
     group: str
     event_id: uuid.UUID
@@ -153,8 +160,15 @@ class StepWrite:
     outcome: InboxOutcome
     event_type: str | None
     workflow_id: str | None
-    workflow_type: str
     now: datetime
+
+
+@dataclass(frozen=True)
+class StepWrite(Claim):
+    """Everything one handled event commits: its inbox claim (the outcome), checkpoint,
+    outbox rows, unpark."""
+
+    workflow_type: str
     from_parked: bool
     checkpoint: CheckpointWrite
     state: dict[str, Any] | None
@@ -184,19 +198,6 @@ class Checkpoint:
     now: datetime
     release: str | None = None
     """A first checkpoint is pinned to this release."""
-
-
-@dataclass(frozen=True)
-class Claim:
-    """An inbox claim: (group, event) recorded with ``outcome`` unless finished before."""
-
-    group: str
-    event_id: uuid.UUID
-    attempt: int
-    outcome: InboxOutcome
-    event_type: str | None
-    workflow_id: str | None
-    now: datetime
 
 
 class Store(Protocol):

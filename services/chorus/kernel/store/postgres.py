@@ -45,12 +45,7 @@ from chorus.kernel.store import (
     StepWrite,
 )
 
-HANDED_OVER = ", ".join(
-    f"'{o}'" for o in (InboxOutcome.DONE, InboxOutcome.REVIEW, InboxOutcome.DROPPED, InboxOutcome.DISCARDED)
-)
-"""Outcomes of the release a workflow was moved from that its new owner must not repeat:
-it took the step, or an operator discarded it. (A move waits until no retry or dead letter
-of it is pending there.)"""
+HANDED_OVER = ", ".join(f"'{o}'" for o in InboxOutcome.handed_over())
 
 
 SUBJECT_HASH_FUNCTION = """

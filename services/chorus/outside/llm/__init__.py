@@ -1,11 +1,12 @@
-"""The LLM adapter: one interface, an OpenAI-compatible HTTP client and a deterministic offline model."""
+"""The LLM adapter: one interface, an OpenAI-compatible HTTP client and a deterministic offline model.
+
+``__all__`` is the public surface, re-exported as ``chorus.llm`` (docs/runtime-api.md)."""
 
 from chorus.outside.llm.client import (
     LLM,
     ChatMessage,
     LLMSettings,
     OfflineModel,
-    OpenAICompatibleLLM,
     llm_dependency,
     parse_json_output,
     reprompt,
@@ -16,7 +17,6 @@ __all__ = [
     "ChatMessage",
     "LLMSettings",
     "OfflineModel",
-    "OpenAICompatibleLLM",
     "llm_dependency",
     "parse_json_output",
     "reprompt",
