@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from chorus.kernel.kafka import make_admin
-from tests.support.database import create_database, drop_database
+from tests.support.database import own_database
 from tests.support.tutorial import run_markdown
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -77,12 +77,8 @@ async def delete_topic(bootstrap: str, topic: str) -> None:
 
 @pytest.fixture
 async def reader_database(database_url: str) -> AsyncIterator[str]:
-    name = f"chorus_tutorial_{uuid.uuid4().hex[:8]}"
-    url = await create_database(database_url, name)
-    try:
+    async with own_database(database_url, f"chorus_tutorial_{uuid.uuid4().hex[:8]}") as url:
         yield url
-    finally:
-        await drop_database(database_url, name)
 
 
 async def test_the_tutorial_runs_as_written_and_builds_examples_support(

@@ -7,6 +7,8 @@ and a result would depend on history (a budget spent by last week's runs).
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -21,6 +23,16 @@ async def create_database(server_url: str, database: str) -> str:
     """A new, empty database on the server of ``server_url``; returns its URL."""
     await _on_server(server_url, f'CREATE DATABASE "{database}"')
     return database_url(server_url, database)
+
+
+@asynccontextmanager
+async def own_database(server_url: str, database: str) -> AsyncIterator[str]:
+    """A new, empty database ``database`` while the block runs (its URL), dropped after."""
+    url = await create_database(server_url, database)
+    try:
+        yield url
+    finally:
+        await drop_database(server_url, database)
 
 
 async def drop_database(server_url: str, database: str) -> None:

@@ -1,0 +1,75 @@
+"""The approval gate on real Kafka and PostgreSQL: an approval request is routed by the
+approval policy in force, and the window of the tier that decides is scheduled with the
+timer service, measured from the request."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import pytest
+
+from approval_gate.config import Settings
+from approval_gate.service import SPEC
+from chorus.runtime.runner import running
+from chorus_contracts.approvals import (
+    ApprovalContext,
+    ApprovalFacts,
+    ApprovalRequested,
+    ApprovalRouted,
+    EscalationStep,
+)
+from tests.support.database import own_database
+from tests.support.kafka import envelope
+from tests.support.onkafka import OnKafka
+
+pytestmark = pytest.mark.integration
+
+HOUR = 3600.0
+
+
+@pytest.fixture
+async def gate_database(database_url: str, unique: str) -> AsyncIterator[str]:
+    """A database of the gate's own: the policy in force is the table's latest version, and
+    in the shared database it is whatever an earlier run or `make demo` set last."""
+    async with own_database(database_url, f"chorus_gate_{unique}") as url:
+        yield url
+
+
+async def test_a_large_procurement_is_routed_to_the_director_and_its_window_scheduled(
+    on_kafka: OnKafka, gate_database: str
+) -> None:
+    workflow_id = f"wf-gate-{on_kafka.unique}"
+    approval_id = f"appr-{workflow_id}-1"
+    requested = ApprovalRequested(
+        approval_id=approval_id,
+        requested_by="budget_agent",
+        chain=[
+            EscalationStep(tier="manager", window_s=8 * HOUR),
+            EscalationStep(tier="director", window_s=8 * HOUR),
+        ],
+        context=ApprovalContext(summary="Invoice INV-9 from vendor-acme: 12400.00 EUR against PO-7781"),
+        facts=ApprovalFacts(amount_cents=1_240_000, business_unit="cc-research"),
+    )
+    sent = envelope(requested, workflow_id=workflow_id, workflow_type="procurement")
+    settings = on_kafka.settings(Settings, SPEC.name, database_url=gate_database)
+    async with running(SPEC, settings, registry=on_kafka.registry):
+        await on_kafka.publish(sent, sent)  # the same request again: a redelivery
+        [routed] = await on_kafka.read("approval.routed", workflow_id, settle_s=2.0)
+        [window] = await on_kafka.read("timer.schedule", workflow_id)
+    # The built-in policy (version 1): 10,000.00 or more skips the manager.
+    assert routed.payload == ApprovalRouted(
+        approval_id=approval_id,
+        chain=[EscalationStep(tier="director", window_s=8 * HOUR)],
+        fallback="auto_reject",
+        policy_version=1,
+        rule="large procurement: director",
+    )
+    timer = window.payload
+    assert timer.timer_id == f"approval_gate:{workflow_id}:window-{approval_id}-0"
+    assert timer.purpose == "escalation"
+    assert timer.due_at == sent.occurred_at + timedelta(hours=8)  # from the request, not from its reading
+    fires = timer.fire.value
+    assert timer.fire.topic == on_kafka.registry.physical_topic("approval.window_elapsed")
+    assert (fires["event_type"], fires["workflow_id"]) == ("approval.window_elapsed", workflow_id)
+    assert fires["payload"] == {"approval_id": approval_id, "level": 0}

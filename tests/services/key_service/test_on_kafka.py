@@ -1,0 +1,62 @@
+"""The key service on real Kafka and PostgreSQL. It handles no workflow event: what reaches
+it on Kafka is the erasure request, which destroys the subject's data keys and those of the
+workflows it names (the API answers 410 Gone from then on, other subjects' keys live on),
+confirmed once by data.removed even when the request is delivered twice."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import httpx
+import pytest
+
+from chorus.base.settings import DEMO_SERVICE_KEY
+from chorus.privacy.crypto import subject_hash
+from chorus.runtime.runner import running
+from chorus_contracts.envelope import ProducerRef
+from chorus_contracts.platform import SubjectErasureRequested
+from key_service.config import Settings
+from key_service.service import SPEC
+from tests.support.kafka import envelope
+from tests.support.onkafka import OnKafka
+
+pytestmark = pytest.mark.integration
+
+AS_A_SERVICE = {"Authorization": f"Bearer {DEMO_SERVICE_KEY}"}
+
+
+async def test_an_erasure_request_destroys_the_subjects_keys_and_is_confirmed_once(on_kafka: OnKafka) -> None:
+    unique = on_kafka.unique
+    erased, kept = subject_hash(f"subject:erased-{unique}"), subject_hash(f"subject:kept-{unique}")
+    asks = [
+        {"region": "local", "subject_hash": erased, "workflow_id": f"wf-a-{unique}"},
+        {"region": "local", "workflow_id": f"wf-b-{unique}"},  # the subject's, without a subject_ref
+        {"region": "local", "subject_hash": kept, "workflow_id": f"wf-c-{unique}"},
+    ]
+    request = SubjectErasureRequested(
+        erasure_id=str(uuid.uuid4()),
+        subject_hash=erased,
+        actor="dpo@example.test",
+        requested_at=datetime.now(UTC),
+        workflow_ids=[f"wf-a-{unique}", f"wf-b-{unique}"],
+    )
+    sent = envelope(request, workflow_id=f"erasure-{unique}", workflow_type="chorus.data").model_copy(
+        update={"producer": ProducerRef(service="audit_projector", version="0.1.0")}
+    )
+    async with running(SPEC, on_kafka.settings(Settings, SPEC.name), registry=on_kafka.registry) as keys:
+        assert keys.http is not None
+        url = f"http://127.0.0.1:{keys.http.port}"
+        async with httpx.AsyncClient(base_url=url, headers=AS_A_SERVICE, timeout=10) as http:
+            kids = [(await http.post("/v1/data-keys", json=ask)).json()["kid"] for ask in asks]
+            await on_kafka.publish(sent, sent)  # the same request again: a redelivery
+            [confirmed] = await on_kafka.read("data.removed", sent.workflow_id, settle_s=2.0)
+            answers = [(await http.get(f"/v1/data-keys/{kid}")).status_code for kid in kids]
+    assert answers == [410, 410, 200]  # the subject's keys are gone for good, the other's lives
+    removed = confirmed.payload
+    assert (removed.request, removed.request_id, removed.service) == (
+        "erasure",
+        request.erasure_id,
+        "key_service",
+    )
+    assert removed.rows["key_service.data_keys (destroyed)"] == 2

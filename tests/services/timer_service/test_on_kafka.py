@@ -1,0 +1,57 @@
+"""The timer service on real Kafka and PostgreSQL: a timer fires its event onto the target
+topic once, when it is due; a cancelled one never fires."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from chorus.runtime.runner import running
+from chorus_contracts.approvals import ApprovalWindowElapsed
+from chorus_contracts.envelope import Envelope
+from chorus_contracts.platform import FireTarget, TimerCancel, TimerSchedule
+from tests.support.kafka import envelope
+from tests.support.onkafka import OnKafka
+from timer_service.config import Settings
+from timer_service.service import SPEC
+
+pytestmark = pytest.mark.integration
+
+
+def window(on_kafka: OnKafka, workflow_id: str, due_at: datetime) -> tuple[Envelope, Envelope]:
+    """A gate's approval window as its runtime asks for it: (the event to fire, the command)."""
+    elapsed = envelope(
+        ApprovalWindowElapsed(approval_id=f"appr-{workflow_id}", level=0), workflow_id=workflow_id
+    )
+    command = TimerSchedule(
+        timer_id=f"approval_gate:{workflow_id}:window-0",
+        due_at=due_at,
+        fire=FireTarget(
+            topic=on_kafka.registry.physical_topic(elapsed.event_type),
+            key=workflow_id,
+            value=elapsed.model_dump(mode="json"),
+        ),
+        purpose="escalation",
+    )
+    return elapsed, envelope(command, workflow_id=workflow_id)
+
+
+async def test_a_due_timer_fires_its_event_once_and_a_cancelled_one_never(on_kafka: OnKafka) -> None:
+    due_at = datetime.now(UTC) + timedelta(seconds=1)
+    elapsed, schedule = window(on_kafka, f"wf-timer-{on_kafka.unique}", due_at)
+    _, doomed = window(on_kafka, f"wf-cancelled-{on_kafka.unique}", due_at)
+    cancel = envelope(
+        TimerCancel(timer_id=f"approval_gate:{doomed.workflow_id}:window-0", reason="decided"),
+        workflow_id=doomed.workflow_id,
+    )
+    async with running(SPEC, on_kafka.settings(Settings, SPEC.name), registry=on_kafka.registry):
+        # The schedule comes twice (a redelivery); the doomed timer is cancelled before it is due.
+        await on_kafka.publish(schedule, schedule, doomed, cancel)
+        everything_fired = await on_kafka.read(elapsed.event_type, settle_s=2.0)
+    # Both were due in the same second: had the cancelled one fired, it would be here by now.
+    assert [e.envelope.workflow_id for e in everything_fired] == [schedule.workflow_id]
+    [fired] = everything_fired
+    assert fired.payload == ApprovalWindowElapsed(approval_id=f"appr-{schedule.workflow_id}", level=0)
+    assert fired.envelope.event_id == elapsed.event_id  # the scheduler's event, as it was stored
+    assert fired.envelope.occurred_at >= due_at  # never early
