@@ -85,6 +85,10 @@ observe: setup
 	prometheus --config.file=deploy/observability/prometheus/prometheus.local.yml \
 	  --storage.tsdb.path=.local/observe/data --web.listen-address=127.0.0.1:$(PROMETHEUS_PORT)
 
+# Test files run in TEST_WORKERS processes at once (pytest-xdist; a file's tests stay in one,
+# so a module's stack starts once): most of a test's time is spent waiting on Kafka, the
+# database or a service, and two workers keep both cores busy. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 # The compatibility gate runs first: against HEAD (uncommitted changes) and, when the
 # clone has it, HEAD~1 (the last commit). A missing ref is a note, not a failure.
 test: up
@@ -96,7 +100,7 @@ test: up
 	$(LOCAL)/browser.sh ensure
 	$(LOCAL)/prometheus.sh ensure
 	$(LOCAL)/helm.sh ensure
-	$(LOCAL_ENV) $(PY) -m pytest --timeout=900 --durations=25 $(PYTEST_ARGS)
+	$(LOCAL_ENV) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --timeout=900 --durations=25 $(PYTEST_ARGS)
 
 # The fast tier: what needs neither Kafka, PostgreSQL nor any binary beyond the venv —
 # handler tests (the testing kit), the kernel's steps on the memory store, the feature
