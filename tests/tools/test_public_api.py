@@ -55,3 +55,15 @@ def test_the_check_sees_a_private_import(tmp_path: Path) -> None:
         "svc/handlers.py: chorus.store.ServiceStore",
         "svc/handlers.py: chorus.kafka.*",
     ]
+
+
+def test_chorus_public_re_exports_every_public_name_as_it_is() -> None:
+    public = importlib.import_module("chorus.public")
+    differ = [
+        f"{module}.{name}"
+        for module, names in PUBLIC.items()
+        if names is not WHOLE_MODULE
+        for name in names
+        if getattr(public, name, None) is not getattr(importlib.import_module(module), name)
+    ]
+    assert differ == []
