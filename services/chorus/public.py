@@ -11,6 +11,87 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+# Every public name is importable from here too (``from chorus.public import ServiceSpec``):
+# each public module's ``__all__`` is its list; ``X as X`` marks a name re-exported.
+from chorus.breaker import *  # noqa: F403
+from chorus.clock import *  # noqa: F403
+from chorus.codec import *  # noqa: F403
+from chorus.db import *  # noqa: F403
+from chorus.dependencies import *  # noqa: F403
+from chorus.errors import *  # noqa: F403
+from chorus.external import *  # noqa: F403
+from chorus.llm import *  # noqa: F403
+from chorus.migrations import *  # noqa: F403
+from chorus.runtime.runner import ServiceSettings as ServiceSettings
+from chorus.runtime.runner import main as main
+from chorus.runtime.runner import running as running
+from chorus.service import *  # noqa: F403
+from chorus.settings import *  # noqa: F403
+from chorus.stages import *  # noqa: F403
+from chorus.store import *  # noqa: F403
+from chorus.testing import *  # noqa: F403
+from chorus.teststack import *  # noqa: F403
+from chorus_contracts.base import (
+    Cents as Cents,
+)
+from chorus_contracts.base import (
+    Comment as Comment,
+)
+from chorus_contracts.base import (
+    Count as Count,
+)
+from chorus_contracts.base import (
+    Currency as Currency,
+)
+from chorus_contracts.base import (
+    EventModel as EventModel,
+)
+from chorus_contracts.base import (
+    KeyedRef as KeyedRef,
+)
+from chorus_contracts.base import (
+    LongText as LongText,
+)
+from chorus_contracts.base import (
+    Model as Model,
+)
+from chorus_contracts.base import (
+    Name as Name,
+)
+from chorus_contracts.base import (
+    Personal as Personal,
+)
+from chorus_contracts.base import (
+    Ref as Ref,
+)
+from chorus_contracts.base import (
+    Text as Text,
+)
+from chorus_contracts.base import (
+    Url as Url,
+)
+from chorus_contracts.base import (
+    UtcDateTime as UtcDateTime,
+)
+from chorus_contracts.base import (
+    Uuid as Uuid,
+)
+from chorus_contracts.base import (
+    VendorId as VendorId,
+)
+from chorus_contracts.base import (
+    event as event,
+)
+from chorus_contracts.base import (
+    invisible_characters as invisible_characters,
+)
+from chorus_contracts.base import (
+    is_invisible as is_invisible,
+)
+from chorus_contracts.base import (
+    upcaster as upcaster,
+)
+
 WHOLE_MODULE = frozenset[str]()
 """Marks a module every public name of which is public (its contracts)."""
 
@@ -100,210 +181,3 @@ PUBLIC: Mapping[str, frozenset[str]] = {
 def is_public(module: str, name: str) -> bool:
     names = PUBLIC.get(module)
     return names is not None and (names is WHOLE_MODULE or name in names)
-
-
-# The same names, importable from here (``from chorus.public import ServiceSpec``).
-from chorus.breaker import (  # noqa: E402 - after the list they implement
-    BreakerPolicy,
-)
-from chorus.clock import (  # noqa: E402 - after the list they implement
-    Clock,
-    ManualClock,
-    SystemClock,
-)
-from chorus.codec import (  # noqa: E402 - after the list they implement
-    Event,
-    upcast,
-)
-from chorus.db import (  # noqa: E402 - after the list they implement
-    create_pool,
-)
-from chorus.dependencies import (  # noqa: E402 - after the list they implement
-    Dependency,
-    Guarding,
-    Guards,
-    dependencies,
-)
-from chorus.errors import (  # noqa: E402 - after the list they implement
-    PersistentError,
-    SemanticError,
-    TransientError,
-)
-from chorus.external import (  # noqa: E402 - after the list they implement
-    ExternalRejection,
-    call_json,
-)
-from chorus.llm import (  # noqa: E402 - after the list they implement
-    LLM,
-    ChatMessage,
-    LLMSettings,
-    OfflineModel,
-    llm_dependency,
-    parse_json_output,
-    reprompt,
-)
-from chorus.migrations import (  # noqa: E402 - after the list they implement
-    Migration,
-    baseline,
-    migrate,
-)
-from chorus.runtime.runner import (  # noqa: E402 - after the list they implement
-    ServiceSettings,
-    main,
-    running,
-)
-from chorus.service import (  # noqa: E402 - after the list they implement
-    WORKFLOW_END,
-    CancelTimer,
-    Context,
-    Effect,
-    Emit,
-    On,
-    Outcome,
-    OwnedData,
-    RescheduleTimer,
-    RuntimeHandle,
-    ScheduleTimer,
-    ServiceSpec,
-)
-from chorus.settings import (  # noqa: E402 - after the list they implement
-    LOCAL_DATABASE_URL,
-    LOCAL_KAFKA,
-    ChorusSettings,
-    load_settings,
-)
-from chorus.stages import (  # noqa: E402 - after the list they implement
-    Opened,
-    Stage,
-    StagePolicy,
-    StageStatus,
-    open_stage,
-    stop_deadline,
-)
-from chorus.store import (  # noqa: E402 - after the list they implement
-    ConflictError,
-)
-from chorus.testing import (  # noqa: E402 - after the list they implement
-    Step,
-    Unguarded,
-    WorkflowHarness,
-    make_event,
-)
-from chorus.teststack import (  # noqa: E402 - after the list they implement
-    isolated_registry,
-    isolated_schemas,
-    key_store,
-    provision,
-    publish,
-    read_events,
-)
-from chorus_contracts.base import (  # noqa: E402 - after the list they implement
-    Cents,
-    Comment,
-    Count,
-    Currency,
-    EventModel,
-    KeyedRef,
-    LongText,
-    Model,
-    Name,
-    Personal,
-    Ref,
-    Text,
-    Url,
-    UtcDateTime,
-    Uuid,
-    VendorId,
-    event,
-    invisible_characters,
-    is_invisible,
-    upcaster,
-)
-
-__all__ = [
-    "LLM",
-    "LOCAL_DATABASE_URL",
-    "LOCAL_KAFKA",
-    "PUBLIC",
-    "WHOLE_MODULE",
-    "WORKFLOW_END",
-    "BreakerPolicy",
-    "CancelTimer",
-    "Cents",
-    "ChatMessage",
-    "ChorusSettings",
-    "Clock",
-    "Comment",
-    "ConflictError",
-    "Context",
-    "Count",
-    "Currency",
-    "Dependency",
-    "Effect",
-    "Emit",
-    "Event",
-    "EventModel",
-    "ExternalRejection",
-    "Guarding",
-    "Guards",
-    "KeyedRef",
-    "LLMSettings",
-    "LongText",
-    "ManualClock",
-    "Migration",
-    "Model",
-    "Name",
-    "OfflineModel",
-    "On",
-    "Opened",
-    "Outcome",
-    "OwnedData",
-    "PersistentError",
-    "Personal",
-    "Ref",
-    "RescheduleTimer",
-    "RuntimeHandle",
-    "ScheduleTimer",
-    "SemanticError",
-    "ServiceSettings",
-    "ServiceSpec",
-    "Stage",
-    "StagePolicy",
-    "StageStatus",
-    "Step",
-    "SystemClock",
-    "Text",
-    "TransientError",
-    "Unguarded",
-    "Url",
-    "UtcDateTime",
-    "Uuid",
-    "VendorId",
-    "WorkflowHarness",
-    "baseline",
-    "call_json",
-    "create_pool",
-    "dependencies",
-    "event",
-    "invisible_characters",
-    "is_invisible",
-    "is_public",
-    "isolated_registry",
-    "isolated_schemas",
-    "key_store",
-    "llm_dependency",
-    "load_settings",
-    "main",
-    "make_event",
-    "migrate",
-    "open_stage",
-    "parse_json_output",
-    "provision",
-    "publish",
-    "read_events",
-    "reprompt",
-    "running",
-    "stop_deadline",
-    "upcast",
-    "upcaster",
-]

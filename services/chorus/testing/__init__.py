@@ -162,3 +162,6 @@ class Unguarded:
 
     def call(self) -> AbstractAsyncContextManager[None]:
         return contextlib.nullcontext()
+
+
+__all__ = ["Step", "Unguarded", "WorkflowHarness", "make_event"]
