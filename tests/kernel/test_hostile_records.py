@@ -66,7 +66,12 @@ async def start(
     registry = await isolated_registry(tmp_path, unique, kafka)
     # Durable retries are timers: the timer service runs beside the service under test.
     timers = TimerSettings(
-        kafka_bootstrap=kafka, database_url=db, log_json=False, group_id=f"timers-{unique}", max_idle_s=0.1
+        kafka_bootstrap=kafka,
+        database_url=db,
+        log_json=False,
+        http_port=0,
+        group_id=f"timers-{unique}",
+        max_idle_s=0.1,
     )
     await stack.enter_async_context(running(TIMER_SPEC, timers, registry=registry))
     runner = await stack.enter_async_context(

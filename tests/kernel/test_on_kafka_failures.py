@@ -65,7 +65,13 @@ async def start_stack(
     task_timeout_s: float = 600,
 ) -> Stack:
     registry = await isolated_registry(tmp_path, unique, kafka)
-    common: dict[str, Any] = {"kafka_bootstrap": kafka, "database_url": db, "log_json": False, "clock": clock}
+    common: dict[str, Any] = {
+        "kafka_bootstrap": kafka,
+        "database_url": db,
+        "log_json": False,
+        "clock": clock,
+        "http_port": 0,
+    }
     await stack.enter_async_context(
         running(
             TIMER_SPEC,

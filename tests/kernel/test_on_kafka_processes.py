@@ -95,6 +95,7 @@ async def test_trace_id_of_the_first_event_is_on_every_later_event(
         "kafka_bootstrap": kafka_bootstrap,
         "database_url": database_url,
         "log_json": False,
+        "http_port": 0,  # the platform services' default ports collide between test workers
     }
     async with (
         running(

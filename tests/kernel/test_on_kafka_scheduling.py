@@ -76,6 +76,7 @@ async def test_step_checkpoints_make_a_retry_resume_after_the_last_finished_step
         "kafka_bootstrap": kafka_bootstrap,
         "database_url": database_url,
         "log_json": False,
+        "http_port": 0,  # the platform services' default ports collide between test workers
     }
     name = f"svc_{unique}"
     async with AsyncExitStack() as stack:
@@ -119,6 +120,7 @@ async def test_old_checkpoints_are_migrated_on_load(
         "kafka_bootstrap": kafka_bootstrap,
         "database_url": database_url,
         "log_json": False,
+        "http_port": 0,  # the platform services' default ports collide between test workers
     }
     async with running(spec_v2, ServiceSettings(**common), registry=registry):
         await pg.execute(

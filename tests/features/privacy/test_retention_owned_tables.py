@@ -36,6 +36,7 @@ async def test_retired_workflows_take_their_timers_and_dead_letters_with_them(
         "kafka_bootstrap": kafka_bootstrap,
         "database_url": database_url,
         "log_json": False,
+        "http_port": 0,  # the platform services' default ports collide between test workers
     }
     retired, kept = f"wf-old-{unique}", f"wf-new-{unique}"
     later = datetime.now(UTC) + timedelta(days=30)
@@ -135,6 +136,7 @@ async def test_what_no_retirement_reaches_goes_after_its_own_keep_time(
         "kafka_bootstrap": kafka_bootstrap,
         "database_url": database_url,
         "log_json": False,
+        "http_port": 0,  # the platform services' default ports collide between test workers
     }
     now = datetime.now(UTC)
     day = timedelta(days=1)
