@@ -174,6 +174,10 @@ class Stamp(_Fact):
     def key(self) -> tuple[datetime, str]:
         return (self.at, self.event_id)
 
+    def tagged(self, value: str) -> Tagged:
+        """``value``, stamped with this stamp."""
+        return Tagged(at=self.at, event_id=self.event_id, value=value)
+
 
 class Tagged(Stamp):
     """A stamped value (an event type, a workflow type, a subject reference)."""
@@ -267,12 +271,8 @@ def fold(facts: WorkflowFacts | None, entry: AuditEntry, payload: EventModel) ->
     """Add one event to a workflow's facts. Commutative: the order of calls does not
     change the result (see the module docstring)."""
     stamp = Stamp(at=entry.occurred_at, event_id=str(entry.event_id))
-    typed = Tagged(at=stamp.at, event_id=stamp.event_id, value=entry.workflow_type)
-    subject = (
-        Tagged(at=stamp.at, event_id=stamp.event_id, value=entry.subject_ref)
-        if entry.subject_ref is not None
-        else None
-    )
+    typed = stamp.tagged(entry.workflow_type)
+    subject = stamp.tagged(entry.subject_ref) if entry.subject_ref is not None else None
     if facts is None:
         facts = WorkflowFacts(workflow_type=typed, first_at=stamp.at, last_at=stamp.at)
     update: dict[str, Any] = {
@@ -283,14 +283,14 @@ def fold(facts: WorkflowFacts | None, entry: AuditEntry, payload: EventModel) ->
         "events": facts.events + 1,
     }
     if entry.event_type not in PLATFORM_EVENTS:
-        stage = Tagged(at=stamp.at, event_id=stamp.event_id, value=entry.event_type)
+        stage = stamp.tagged(entry.event_type)
         update["stage"] = _latest(facts.stage, stage)
     if isinstance(payload, WorkflowStarted):
         if payload.submitter_ref is not None:
-            submitter = Tagged(at=stamp.at, event_id=stamp.event_id, value=payload.submitter_ref)
+            submitter = stamp.tagged(payload.submitter_ref)
             update["submitter"] = _earliest(facts.submitter, submitter)
         if payload.business_key is not None:
-            key = Tagged(at=stamp.at, event_id=stamp.event_id, value=payload.business_key)
+            key = stamp.tagged(payload.business_key)
             update["business_key"] = _earliest(facts.business_key, key)
     elif isinstance(payload, WorkflowEnded):
         ended = Ended(
@@ -304,12 +304,12 @@ def fold(facts: WorkflowFacts | None, entry: AuditEntry, payload: EventModel) ->
         update["ended"] = _earliest(facts.ended, ended)
     elif isinstance(payload, EventDeadLettered):
         update["last_dead_letter"] = _latest(facts.last_dead_letter, stamp)
-        why = Tagged(at=stamp.at, event_id=stamp.event_id, value=dead_letter_why(payload))
+        why = stamp.tagged(dead_letter_why(payload))
         update["last_dead_letter_why"] = _latest(facts.last_dead_letter_why, why)
         update["dead_letters"] = facts.dead_letters + 1
         update["retries"] = facts.retries + sum(1 for f in payload.failures if f.retry_in_s is not None)
     elif isinstance(payload, WorkflowAttentionNeeded):
-        alert = Tagged(at=stamp.at, event_id=stamp.event_id, value=payload.dead_letter_event_id)
+        alert = stamp.tagged(payload.dead_letter_event_id)
         update["attention_alert"] = _latest(facts.attention_alert, alert)
     elif isinstance(payload, ReviewRequested):
         update["last_review"] = _latest(facts.last_review, stamp)
@@ -332,7 +332,7 @@ def _fold_approval(
 ) -> ApprovalFacts:
     if isinstance(payload, ApprovalRouted):
         # Wherever it lands among the approval's events, the routed chain is the one in force.
-        routed = Tagged(at=stamp.at, event_id=stamp.event_id, value=payload.chain[0].tier)
+        routed = stamp.tagged(payload.chain[0].tier)
         if approval.routed is not None and approval.routed.key() <= routed.key():
             return approval
         return approval.model_copy(update={"routed": routed, "routed_window_s": payload.chain[0].window_s})
@@ -365,7 +365,7 @@ def _fold_approval(
         ):
             return approval.model_copy(update={"escalation": escalation})
         return approval
-    decided = Tagged(at=stamp.at, event_id=stamp.event_id, value=payload.decision)
+    decided = stamp.tagged(payload.decision)
     return approval.model_copy(update={"decided": _earliest(approval.decided, decided)})
 
 

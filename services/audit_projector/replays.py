@@ -52,20 +52,14 @@ class ReplayJob:
     error: str | None = None
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
+    @property
+    def progress(self) -> ReplayProgress:
+        return ReplayProgress(done=self.done, total=self.total)
+
     def published(self) -> ReplayJobAnswer:
-        """As the replay API answers with it."""
-        return ReplayJobAnswer(
-            replay_id=self.replay_id,
-            schema_name=self.schema,
-            since=self.since,
-            verify=self.verify,
-            drop=self.drop,
-            state=self.state,
-            progress=ReplayProgress(done=self.done, total=self.total),
-            result=self.result,
-            comparison=self.comparison,
-            error=self.error,
-        )
+        """As the replay API answers with it: the job's attributes, by name (``schema`` is the
+        answer's alias of ``schema_name``)."""
+        return ReplayJobAnswer.model_validate(self, from_attributes=True)
 
     def as_json(self) -> dict[str, Any]:
         return self.published().model_dump(mode="json", by_alias=True)

@@ -4,6 +4,7 @@ publishes (:mod:`chorus_contracts.api.deadletter_service`)."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 
 from chorus_contracts.api.deadletter_service import (
     Done,
@@ -84,27 +85,13 @@ def letter_detail(letter: Letter, ops: list[OperationRow]) -> LetterDetail:
 
 
 def operation_answer(op: OperationRow) -> Operation:
-    return Operation(
-        id=op.id,
-        op=op.op,
-        letter_id=str(op.letter_id),
-        actor=op.actor,
-        reason=op.reason,
-        at=op.at,
-        result=op.result,
-        detail=op.detail,
-    )
+    """The row's columns, by name (its letter id as text)."""
+    return Operation.model_validate(dataclasses.asdict(op) | {"letter_id": str(op.letter_id)})
 
 
 def group_answer(g: GroupRow) -> Group:
-    return Group(
-        service=g.service,
-        category=g.category,
-        status=g.status,
-        count=g.count,
-        oldest=g.oldest,
-        newest=g.newest,
-    )
+    """The row's columns, by name."""
+    return Group.model_validate(g, from_attributes=True)
 
 
 def done_answer(done: operations.Done) -> Done:
