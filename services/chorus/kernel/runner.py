@@ -81,6 +81,8 @@ class Parts:
     letters: Letters
     stack: AsyncExitStack
     """Whatever a feature starts is stopped with the process: push its stop here."""
+    client_id: str
+    """This process's Kafka client id: the service's name, with its instance's if it has one."""
 
 
 class Feature(Protocol):
@@ -180,7 +182,7 @@ class KernelRunner:
             self.spec, self.registry, store, self.clock, self.metrics, self.identity, self.deps,
             self.guard, ports.sealer, s.max_event_bytes,
         )  # fmt: skip
-        parts = self._parts(wiring, store, relay, ports)
+        parts = self._parts(wiring, store, relay, ports, client_id)
         for feature in ports.features:
             self.plugs = self.plugs + await feature.plug(parts)
         self.chain = self._record_path(wiring, parts)
@@ -228,12 +230,14 @@ class KernelRunner:
     async def _serve(self, handle: RuntimeHandle) -> None:
         """Serve the process's HTTP endpoints (none in the kernel alone)."""
 
-    def _parts(self, wiring: Wiring, store: PgStore, relay: OutboxRelay, ports: Ports) -> Parts:
+    def _parts(
+        self, wiring: Wiring, store: PgStore, relay: OutboxRelay, ports: Ports, client_id: str
+    ) -> Parts:
         letters = letters_for(wiring, ports.signer, relay.wake)
         outbox = OutboxWriter(self.store, self.registry, relay.wake, ports.signer, ports.sealer)
         return Parts(
             self.spec, self.settings, self.registry, self.clock, self.metrics, self.identity,
-            store.pool, self.store, store, outbox, letters, self._stack,
+            store.pool, self.store, store, outbox, letters, self._stack, client_id,
         )  # fmt: skip
 
     def _record_path(self, wiring: Wiring, parts: Parts) -> Chain:
