@@ -13,10 +13,7 @@ ensure() {
   if [[ -n "$(chromium_bin)" && -n "$(driver_bin)" ]]; then return 0; fi
   [[ "$(id -u)" == 0 ]] || die "no chromium/chromedriver; install Debian's 'chromium' and 'chromium-driver' packages (needs root)"
   log "installing Debian's chromium and chromium-driver packages"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null
-  apt-get install -y -qq --no-install-recommends chromium chromium-driver fonts-dejavu-core >/dev/null \
-    || die "apt-get install chromium chromium-driver failed"
+  apt_install --no-install-recommends chromium chromium-driver fonts-dejavu-core
   [[ -n "$(chromium_bin)" && -n "$(driver_bin)" ]] || die "chromium installed but its binaries are not on PATH"
 }
 

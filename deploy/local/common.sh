@@ -8,6 +8,14 @@ CHORUS_LOCAL="${CHORUS_LOCAL:-$CHORUS_ROOT/.local}"
 log() { printf '[%s] %s\n' "$(basename "$0" .sh)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
+# apt_install [OPTION...] PACKAGE...: install Debian packages, quietly and without questions
+# (as root: callers check first, to say what is missing when they are not).
+apt_install() {
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq "$@" >/dev/null || die "apt-get install $* failed"
+}
+
 # port_open HOST PORT -> 0 when something accepts TCP connections there.
 port_open() {
   (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null && return 0 || return 1

@@ -12,9 +12,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 if ! command -v kcat >/dev/null; then
   [[ "$(id -u)" == 0 ]] || die "kcat not found; install Debian's 'kcat' package (needs root)"
   log "installing Debian's kcat package"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null
-  apt-get install -y -qq kcat >/dev/null || die "apt-get install kcat failed"
+  apt_install kcat
 fi
 lib="$(ls "$CHORUS_ROOT"/.venv/lib/python3*/site-packages/confluent_kafka.libs/librdkafka-*.so.1 2>/dev/null | head -n 1)"
 [[ -n "$lib" ]] || die "no librdkafka in .venv (confluent-kafka); run \`make setup\`"

@@ -30,9 +30,7 @@ ensure_binaries() {
   if [[ -n "$(pg_bindir)" ]]; then return 0; fi
   [[ "$(id -u)" == 0 ]] || die "no PostgreSQL server binaries; install Debian's 'postgresql' package (needs root) or set CHORUS_DATABASE_URL to a running server"
   log "installing Debian's postgresql package"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null
-  apt-get install -y -qq postgresql >/dev/null || die "apt-get install postgresql failed"
+  apt_install postgresql
   [[ -n "$(pg_bindir)" ]] || die "postgresql installed but no server binaries under /usr/lib/postgresql"
 }
 

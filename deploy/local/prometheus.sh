@@ -14,11 +14,8 @@ ensure() {
   if [[ -n "$(prometheus_bin)" && -n "$(promtool_bin)" ]]; then return 0; fi
   [[ "$(id -u)" == 0 ]] || die "no prometheus/promtool; install Debian's 'prometheus' package (needs root)"
   log "installing Debian's prometheus package (prometheus, promtool)"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null
+  apt_install --no-install-recommends prometheus
   # The package's service is not wanted: `make observe` runs the server in the foreground.
-  apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
-    || die "apt-get install prometheus failed"
   if command -v systemctl >/dev/null && systemctl is-active -q prometheus 2>/dev/null; then
     systemctl disable --now prometheus >/dev/null 2>&1 || true
   fi

@@ -8,6 +8,8 @@ test process without clashing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -53,83 +55,69 @@ class Metrics:
     def __init__(self, service: str) -> None:
         self.registry = process_registry()
         self.service = service
-        r = self.registry
-        self.events_in = Counter(
-            "chorus_events_in",
-            "Records read, by topic and event type",
-            ["topic", "event_type"],
-            registry=r,
+        self.events_in = self.counter(
+            "chorus_events_in", "Records read, by topic and event type", ["topic", "event_type"]
         )
-        self.events_out = Counter(
-            "chorus_events_out", "Events published by the outbox relay", ["topic"], registry=r
-        )
+        self.events_out = self.counter("chorus_events_out", "Events published by the outbox relay", ["topic"])
         self.handle_latency = Histogram(
             "chorus_handle_seconds",
             "Time from reading a record to committing its outcome",
             ["event_type"],
             buckets=LATENCY_BUCKETS,
-            registry=r,
+            registry=self.registry,
         )
-        self.failures = Counter(
-            "chorus_failures",
-            "Handler and decode failures by category",
-            ["category", "event_type"],
-            registry=r,
+        self.failures = self.counter(
+            "chorus_failures", "Handler and decode failures by category", ["category", "event_type"]
         )
-        self.dead_letters = Counter(
-            "chorus_dead_letters", "Records sent to the dead-letter topic", ["category"], registry=r
+        self.dead_letters = self.counter(
+            "chorus_dead_letters", "Records sent to the dead-letter topic", ["category"]
         )
-        self.retries = Counter("chorus_retries", "Durable retries scheduled", ["event_type"], registry=r)
-        self.duplicates = Counter(
-            "chorus_duplicates_skipped", "Deliveries skipped because the inbox had them", registry=r
+        self.retries = self.counter("chorus_retries", "Durable retries scheduled", ["event_type"])
+        self.duplicates = self.counter(
+            "chorus_duplicates_skipped", "Deliveries skipped because the inbox had them"
         )
-        self.dropped = Counter(
+        self.dropped = self.counter(
             "chorus_events_dropped",
             "Events that arrived after their workflow ended: recorded in the inbox, not handled",
             ["event_type"],
-            registry=r,
         )
-        self.not_mine = Counter(
+        self.not_mine = self.counter(
             "chorus_events_not_mine",
             "Events of workflows pinned to another release of this service: recorded, not handled",
             ["event_type"],
-            registry=r,
         )
-        self.completions = Counter(
-            "chorus_workflows_ended",
-            "Workflows this service ended, by outcome",
-            ["workflow_type", "outcome"],
-            registry=r,
+        self.completions = self.counter(
+            "chorus_workflows_ended", "Workflows this service ended, by outcome", ["workflow_type", "outcome"]
         )
-        self.consumer_lag = Gauge(
-            "chorus_consumer_lag",
-            "Records not yet consumed (queue depth)",
-            ["topic", "partition"],
-            registry=r,
+        self.consumer_lag = self.gauge(
+            "chorus_consumer_lag", "Records not yet consumed (queue depth)", ["topic", "partition"]
         )
-        self.in_flight = Gauge("chorus_in_flight", "Records being handled now", registry=r)
-        self.outbox_backlog = Gauge(
-            "chorus_outbox_backlog", "Outbox rows committed but not yet published", registry=r
+        self.in_flight = self.gauge("chorus_in_flight", "Records being handled now")
+        self.outbox_backlog = self.gauge(
+            "chorus_outbox_backlog", "Outbox rows committed but not yet published"
         )
-        self.outbox_refused = Counter(
+        self.outbox_refused = self.counter(
             "chorus_outbox_refused",
             "Outbox rows the broker cannot take (too large, invalid): set aside and dead-lettered "
             "(alert on any increase)",
             ["topic"],
-            registry=r,
         )
-        self.records_stuck = Gauge(
+        self.records_stuck = self.gauge(
             "chorus_records_stuck",
             "Records retried for an infrastructure reason longer than the stuck-record budget "
             "(alert when above 0)",
-            registry=r,
         )
-        self.stuck_alerts = Counter(
-            "chorus_stuck_record_alerts",
-            "Times a record passed the stuck-record budget, by topic",
-            ["topic"],
-            registry=r,
+        self.stuck_alerts = self.counter(
+            "chorus_stuck_record_alerts", "Times a record passed the stuck-record budget, by topic", ["topic"]
         )
+
+    def counter(self, name: str, documentation: str, labels: Sequence[str] = ()) -> Counter:
+        """A counter in this process's registry: the runtime's, or one of a service's own."""
+        return Counter(name, documentation, labels, registry=self.registry)
+
+    def gauge(self, name: str, documentation: str, labels: Sequence[str] = ()) -> Gauge:
+        """A gauge in this process's registry: the runtime's, or one of a service's own."""
+        return Gauge(name, documentation, labels, registry=self.registry)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -110,19 +110,13 @@ def system_envelope(
     traceparent: str | None = None,
 ) -> Envelope:
     """An envelope for a runtime event that has no decodable cause (a poison record)."""
-    return Envelope(
-        event_id=event_id,
-        event_type=event.event_type,
-        schema_version=event.version,
-        occurred_at=now,
+    return start_envelope(
+        event,
         workflow_id=workflow_id,
         workflow_type=workflow_type,
-        correlation_id=workflow_id,
-        causation_id=None,
-        idempotency_key=str(event_id),
-        traceparent=child_traceparent(traceparent),
-        priority="normal",
-        attempt=1,
         producer=producer,
-        payload=event.model_dump(mode="json"),
+        now=now,
+        idempotency_key=str(event_id),
+        event_id=event_id,
+        traceparent=child_traceparent(traceparent),
     )

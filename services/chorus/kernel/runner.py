@@ -81,6 +81,8 @@ class Parts:
     letters: Letters
     stack: AsyncExitStack
     """Whatever a feature starts is stopped with the process: push its stop here."""
+    client_id: str
+    """This process's Kafka client id: the service's name, with its instance's if it has one."""
 
 
 class Feature(Protocol):
@@ -175,10 +177,15 @@ class KernelRunner:
             self.deps = await self._stack.enter_async_context(self.spec.bootstrap(s))
         client_id = f"{self.spec.name}{'-' + s.instance if s.instance else ''}"
         relay = await self._start_relay(pool, client_id, ports.sealer)
-        parts = self._parts(pool, relay, ports)
+        store = PgStore(self.store, pool)
+        wiring = Wiring(
+            self.spec, self.registry, store, self.clock, self.metrics, self.identity, self.deps,
+            self.guard, ports.sealer, s.max_event_bytes,
+        )  # fmt: skip
+        parts = self._parts(wiring, store, relay, ports, client_id)
         for feature in ports.features:
             self.plugs = self.plugs + await feature.plug(parts)
-        self.chain = self._record_path(parts, ports)
+        self.chain = self._record_path(wiring, parts)
         self.stuck = StuckRecords(s.stuck_record_alert_s, self.metrics, wall_clock=self.clock.now)
         self.dispatcher = Dispatcher(
             run_counted(self.chain, self.metrics),
@@ -223,30 +230,21 @@ class KernelRunner:
     async def _serve(self, handle: RuntimeHandle) -> None:
         """Serve the process's HTTP endpoints (none in the kernel alone)."""
 
-    def _parts(self, pool: asyncpg.Pool, relay: OutboxRelay, ports: Ports) -> Parts:
-        store = PgStore(self.store, pool)
-        wiring = Wiring(
-            self.spec, self.registry, store, self.clock, self.metrics, self.identity, self.deps,
-            self.guard, ports.sealer, self.settings.max_event_bytes,
-        )  # fmt: skip
+    def _parts(
+        self, wiring: Wiring, store: PgStore, relay: OutboxRelay, ports: Ports, client_id: str
+    ) -> Parts:
         letters = letters_for(wiring, ports.signer, relay.wake)
         outbox = OutboxWriter(self.store, self.registry, relay.wake, ports.signer, ports.sealer)
         return Parts(
             self.spec, self.settings, self.registry, self.clock, self.metrics, self.identity,
-            pool, self.store, store, outbox, letters, self._stack,
+            store.pool, self.store, store, outbox, letters, self._stack, client_id,
         )  # fmt: skip
 
-    def _record_path(self, parts: Parts, ports: Ports) -> Chain:
+    def _record_path(self, wiring: Wiring, parts: Parts) -> Chain:
         assert self.relay is not None
         steps = kernel_steps(
-            Wiring(
-                self.spec, self.registry, parts.store, self.clock, self.metrics, self.identity, self.deps,
-                self.guard, ports.sealer, self.settings.max_event_bytes,
-            ),
-            parts.letters,
-            self.plugs.controls,
-            on_committed=self.relay.publish_committed,
-        )  # fmt: skip
+            wiring, parts.letters, self.plugs.controls, on_committed=self.relay.publish_committed
+        )
         self._closers = [steps.load.close, steps.commit.close]
         return record_path(steps, self.plugs, ParkedItems(parts.store), self.metrics)
 

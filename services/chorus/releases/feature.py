@@ -114,9 +114,8 @@ class Releases:
         """The rollout policies, read to the end before any record is handled (a decision
         on an old policy would pin a new workflow where it no longer belongs)."""
         s = parts.settings
-        client_id = f"{parts.spec.name}{'-' + s.instance if s.instance else ''}"
         follower = RolloutFollower(
-            self.view, parts.registry, self.verifier, bootstrap=s.kafka_bootstrap, client_id=client_id
+            self.view, parts.registry, self.verifier, bootstrap=s.kafka_bootstrap, client_id=parts.client_id
         )
         parts.stack.push_async_callback(follower.stop)
         topic = parts.registry.topic_for(RolloutChanged.event_type).topic

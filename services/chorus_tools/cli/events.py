@@ -705,21 +705,15 @@ class Tail:
         return shown
 
 
+@dataclass(eq=False)
 class _Seek(ConsumerRebalanceListener):  # type: ignore[misc]
     """Moves newly assigned partitions to the requested start, once per partition."""
 
-    def __init__(
-        self,
-        consumer: AIOKafkaConsumer,
-        from_beginning: bool,
-        start_at: datetime | None,
-        to_end_by_default: bool,
-    ) -> None:
-        self.consumer = consumer
-        self.from_beginning = from_beginning
-        self.start_at = start_at
-        self.to_end_by_default = to_end_by_default
-        self.sought: set[TopicPartition] = set()
+    consumer: AIOKafkaConsumer
+    from_beginning: bool
+    start_at: datetime | None
+    to_end_by_default: bool
+    sought: set[TopicPartition] = field(default_factory=set)
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         return None
