@@ -10,8 +10,6 @@ from __future__ import annotations
 import logging
 import uuid
 
-from prometheus_client import Gauge
-
 from audit_projector.adapters import queries
 from audit_projector.config import Settings
 from audit_projector.domain import ATTENTION
@@ -27,10 +25,9 @@ log = logging.getLogger("audit_projector.attention")
 async def alert_parked_workflows(rt: RuntimeHandle) -> None:
     """One look every ``attention_check_s`` of the clock's time."""
     settings = rt.settings if isinstance(rt.settings, Settings) else Settings()
-    parked = Gauge(
+    parked = rt.metrics.gauge(
         "chorus_workflows_parked_too_long",
         "Workflows waiting behind a dead letter longer than parked_alert_after_s (alert when above 0)",
-        registry=rt.metrics.registry,
     )
 
     async def look() -> None:

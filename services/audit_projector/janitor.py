@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import logging
 
-from prometheus_client import Counter
-
 from audit_projector.adapters.maintenance import Announcer, RetentionPolicy, janitor_pass
 from audit_projector.config import Settings
 from chorus.base.logs import fields
@@ -32,10 +30,9 @@ def policy_from(settings: Settings) -> RetentionPolicy:
 
 async def expire_workflows(rt: RuntimeHandle) -> None:
     """One pass at start, then one every ``janitor_interval_s`` of the clock's time."""
-    removed = Counter(
+    removed = rt.metrics.counter(
         "chorus_janitor_workflows_removed",
         "Workflows the janitor archived or purged after their maximum lifetime",
-        registry=rt.metrics.registry,
     )
     # A runner started with plain ServiceSettings (an embedding) gets the defaults.
     settings = rt.settings if isinstance(rt.settings, Settings) else Settings()

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import logging
 
-from prometheus_client import Gauge
-
 from chorus.base.loops import forever
 from chorus.kernel.service import RuntimeHandle
 from deadletter_service.adapters import repository as repo
@@ -25,18 +23,13 @@ log = logging.getLogger("deadletter_service.metrics")
 
 class DeadLetterGauges:
     def __init__(self, rt: RuntimeHandle) -> None:
-        registry = rt.metrics.registry
-        self.open = Gauge(
-            "chorus_deadletters_open",
-            "Dead letters waiting for redrive or discard",
-            ["service", "category"],
-            registry=registry,
+        self.open = rt.metrics.gauge(
+            "chorus_deadletters_open", "Dead letters waiting for redrive or discard", ["service", "category"]
         )
-        self.oldest_age = Gauge(
+        self.oldest_age = rt.metrics.gauge(
             "chorus_deadletters_oldest_open_age_seconds",
             "Age of the oldest open dead letter, since it was dead-lettered",
             ["service"],
-            registry=registry,
         )
         self._seen_depth: set[tuple[str, str]] = set()
         self._seen_age: set[str] = set()

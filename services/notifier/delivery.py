@@ -14,8 +14,6 @@ import random
 import time
 from datetime import datetime, timedelta
 
-from prometheus_client import Counter, Gauge
-
 from chorus.base.logs import fields
 from chorus.base.loops import forever
 from chorus.base.tracing import in_trace_of
@@ -34,15 +32,13 @@ log = logging.getLogger("notifier.delivery")
 
 class DeliveryMetrics:
     def __init__(self, rt: RuntimeHandle) -> None:
-        registry = rt.metrics.registry
-        self.attempts = Counter(
+        self.attempts = rt.metrics.counter(
             "chorus_notifications_attempts",
             "Delivery attempts by channel and result (delivered, retry, given_up)",
             ["channel", "result"],
-            registry=registry,
         )
-        self.pending = Gauge(
-            "chorus_notifications_due", "Messages claimed per round (0 when idle)", registry=registry
+        self.pending = rt.metrics.gauge(
+            "chorus_notifications_due", "Messages claimed per round (0 when idle)"
         )
 
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import logging
 
-from prometheus_client import Counter, Gauge
-
 from chorus.base.logs import fields
 from chorus.base.loops import forever
 from chorus.kernel.service import RuntimeHandle
@@ -29,18 +27,16 @@ RULE = "rollout_service"
 
 
 async def judge_canaries(rt: RuntimeHandle) -> None:
-    rollbacks = Counter(
+    rollbacks = rt.metrics.counter(
         "chorus_rollout_auto_rollbacks",
         "Canaries the automatic-rollback rule rolled back",
         ["service", "release"],
-        registry=rt.metrics.registry,
     )
-    shares = Gauge(
+    shares = rt.metrics.gauge(
         "chorus_rollout_failure_share",
         "Share of the workflows pinned to each release of a running canary, since it started, "
         "with a persistent, semantic or unexpected failure",
         ["service", "release", "role"],
-        registry=rt.metrics.registry,
     )
 
     async def round_() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Histogram
 
 from chorus.base.loops import forever
 from chorus.kernel.outbox import stored_envelope_message
@@ -25,14 +25,13 @@ LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 30, 300
 
 class TimerMetrics:
     def __init__(self, rt: RuntimeHandle) -> None:
-        registry = rt.metrics.registry
-        self.pending = Gauge("chorus_timers_pending", "Timers waiting to fire", registry=registry)
-        self.fired = Counter("chorus_timers_fired", "Timers fired", ["purpose"], registry=registry)
+        self.pending = rt.metrics.gauge("chorus_timers_pending", "Timers waiting to fire")
+        self.fired = rt.metrics.counter("chorus_timers_fired", "Timers fired", ["purpose"])
         self.lateness = Histogram(
             "chorus_timer_lateness_seconds",
             "Fire time minus due time",
             buckets=LATENESS_BUCKETS,
-            registry=registry,
+            registry=rt.metrics.registry,
         )
 
 
