@@ -12,6 +12,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -57,26 +58,21 @@ HOUR = 3600.0
 TERMINAL = {"completed", "rejected", "failed", "compensated", "timed_out", "cancelled", "erased"}
 
 
+@dataclass
 class World:
-    def __init__(
-        self,
-        stack: DevStack,
-        clock_file: Path,
-        http: httpx.AsyncClient,
-        database_url: str,
-        registry: Registry,
-        kafka: str,
-    ) -> None:
-        self.stack = stack
-        self.clock_file = clock_file
-        self.http = http
-        self.database_url = database_url
-        """The services' own database (see the world fixture)."""
-        self.registry = registry
-        self.kafka = kafka
-        health = stack.procs["key_service"].health_url or ""
-        self.key_service = health.removesuffix("/health")
+    stack: DevStack
+    clock_file: Path
+    http: httpx.AsyncClient
+    database_url: str
+    """The services' own database (see the world fixture)."""
+    registry: Registry
+    kafka: str
+
+    @property
+    def key_service(self) -> str:
         """The stack's own key service: its keys open what its services sealed."""
+        health = self.stack.procs["key_service"].health_url or ""
+        return health.removesuffix("/health")
 
     def advance(self, seconds: float) -> None:
         OffsetFileClock.advance(self.clock_file, seconds)
