@@ -28,13 +28,12 @@ from chorus.web.apikeys import DEMO_KEYS
 from chorus_contracts.platform import WorkflowsRetired
 from chorus_contracts.registry import Registry
 from chorus_tools.devstack import SERVICES, DevStack
-from tests.support.database import create_database, drop_database
 from tests.support.hostile import SCRIPTS, corpus
 from tests.support.kafka import dump_topics, events_of, publish, read_topic
 from tests.support.kafka import envelope as envelope_of
 from tests.support.processes import chorus
-from tests.support.registry import grant_access, isolated_registry
 from tests.support.sealed import opened
+from tests.support.stacks import own_stack
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -175,34 +174,27 @@ async def world(
     tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str, database_url: str
 ) -> AsyncIterator[World]:
     tmp = tmp_path_factory.mktemp("e2e")
-    suffix = uuid.uuid4().hex[:8]
-    registry = await isolated_registry(tmp, suffix, kafka_bootstrap)
-    await grant_access(registry, kafka_bootstrap)  # each service runs as its own principal
     clock_file = tmp / "clock-offset"
     # Its own database: budgets, timers and gates start as configured, whatever earlier
-    # runs and `make demo` spent or left pending in the shared one.
-    database = f"chorus_e2e_{suffix}"
-    stack = DevStack(
-        tmp / "logs",
-        env={
-            "CHORUS_SCHEMAS_DIR": str(registry.root),
-            "CHORUS_KAFKA_BOOTSTRAP": kafka_bootstrap,
-            "CHORUS_DATABASE_URL": (world_url := await create_database(database_url, database)),
-            "CHORUS_CLOCK": f"offset-file:{clock_file}",
-        },
-        service_env={
-            "gateway": {"CHORUS_API_KEYS": json.dumps(API_KEYS)},
-            "budget_agent": {"CHORUS_PURCHASE_ORDERS": json.dumps(PURCHASE_ORDERS)},
-        },
-        sandbox_args=["--flaky-source", "beta"],
-    )
-    try:
-        await stack.start()
-        async with httpx.AsyncClient(base_url=stack.api_url, timeout=10.0) as http:
-            yield World(stack, clock_file, http, world_url, registry, kafka_bootstrap)
-    finally:
-        await stack.stop()
-        await drop_database(database_url, database)
+    # runs and `make demo` spent or left pending in the shared one. Each service runs as
+    # its own principal.
+    async with (
+        own_stack(
+            tmp,
+            kafka_bootstrap,
+            database_url,
+            name="e2e",
+            services=SERVICES,
+            env={"CHORUS_CLOCK": f"offset-file:{clock_file}"},
+            service_env={
+                "gateway": {"CHORUS_API_KEYS": json.dumps(API_KEYS)},
+                "budget_agent": {"CHORUS_PURCHASE_ORDERS": json.dumps(PURCHASE_ORDERS)},
+            },
+            sandbox_args=["--flaky-source", "beta"],
+        ) as own,
+        httpx.AsyncClient(base_url=own.stack.api_url, timeout=10.0) as http,
+    ):
+        yield World(own.stack, clock_file, http, own.database_url, own.registry, kafka_bootstrap)
 
 
 @pytest.fixture
