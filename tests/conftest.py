@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from chorus.base.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
+from tests.support.database import connected
 from tests.support.processes import ServiceProcess
 from tests.support.registry import delete_created_topics, ensure_service_users
 
@@ -94,11 +95,8 @@ def database_url() -> Iterator[str]:
 
 @pytest.fixture
 async def pg(database_url: str) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(database_url)
-    try:
+    async with connected(database_url) as conn:
         yield conn
-    finally:
-        await conn.close()
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ from chorus.web.apikeys import DEMO_KEYS
 from chorus_contracts.platform import WorkflowsRetired
 from chorus_contracts.registry import Registry
 from chorus_tools.devstack import SERVICES, DevStack
+from tests.support.database import connected
 from tests.support.hostile import SCRIPTS, corpus
 from tests.support.kafka import dump_topics, events_of, publish, read_topic
 from tests.support.kafka import envelope as envelope_of
@@ -200,11 +201,8 @@ async def world(
 @pytest.fixture
 async def world_pg(world: World) -> AsyncIterator[asyncpg.Connection]:
     """A connection to the services' database, to look at their rows."""
-    conn = await asyncpg.connect(world.database_url)
-    try:
+    async with connected(world.database_url) as conn:
         yield conn
-    finally:
-        await conn.close()
 
 
 async def test_every_service_connects_as_its_own_role_never_the_superuser(

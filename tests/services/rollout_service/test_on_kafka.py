@@ -23,6 +23,7 @@ from chorus.releases.rollouts import MAIN_RELEASE
 from chorus.web.apikeys import DEMO_KEYS
 from chorus_tools.devstack import SERVICES as DEV_SERVICES
 from chorus_tools.devstack import DevStack, release_proc
+from tests.support.database import connected
 from tests.support.processes import chorus
 from tests.support.stacks import own_stack
 from tests.support.wait import wait_until
@@ -223,11 +224,8 @@ async def rollouts(
 
 @pytest.fixture
 async def services_pg(rollouts: Rollouts) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(rollouts.database_url)
-    try:
+    async with connected(rollouts.database_url) as conn:
         yield conn
-    finally:
-        await conn.close()
 
 
 async def test_a_canary_takes_its_share_and_after_promotion_everything_each_workflow_on_one_release(
