@@ -35,6 +35,7 @@ from tests.support.kafka import envelope as envelope_of
 from tests.support.processes import chorus
 from tests.support.sealed import opened
 from tests.support.stacks import own_stack
+from tests.support.submissions import procurement
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -144,30 +145,12 @@ PO_OF: dict[str, str] = {order["vendor_id"]: order["po_number"] for order in PUR
 
 
 def invoice(
-    run: str,
-    *,
-    vendor: str = "vendor-acme",
-    total: str = "1240.00",
-    line: str = "GPU hours",
-    po: str | None = None,
-    number: str | None = None,
+    run: str, *, vendor: str = "vendor-acme", po: str | None = None, item: str = "GPU hours", **more: str
 ) -> dict[str, Any]:
+    """A procurement of ``vendor``'s invoice for 40 ``item`` at 31.00 EUR, against its
+    purchase order on record unless ``po``."""
     po = po or PO_OF.get(vendor, "PO-7781")
-    number = number or f"INV-{run}"
-    return {
-        "input": {
-            "invoice_id": number,
-            "vendor_id": vendor,
-            "po_number": po,
-            "currency": "EUR",
-            "total_cents": round(float(total) * 100),
-            "document_text": (
-                f"INVOICE {number}\nVendor: {vendor}\nPO: {po}\n40 x {line} @ 31.00 EUR\nTotal: {total} EUR"
-            ),
-            "requester_ref": f"subject:{run}",
-        },
-        "subject_ref": f"subject:{run}",
-    }
+    return procurement(run, vendor=vendor, po=po, line=f"40 x {item} @ 31.00 EUR", **more)
 
 
 @pytest.fixture(scope="module")
@@ -785,7 +768,7 @@ NON_ASCII_LINES = {
 async def test_a_procurement_in_any_script_is_approved_and_paid(world: World, script: str) -> None:
     run = uuid.uuid4().hex[:8]
     line = NON_ASCII_LINES[script]
-    workflow_id = (await world.submit("procurement", invoice(run, line=line))).json()["workflow_id"]
+    workflow_id = (await world.submit("procurement", invoice(run, item=line))).json()["workflow_id"]
     status = await world.waiting_on(workflow_id, "manager")
     approval = status["pending_approval"]
     comment = f"Freigegeben ✅ 承認 {script}"
@@ -853,7 +836,7 @@ async def test_hostile_records_interleaved_with_workflows_are_dead_letters_and_e
         run = uuid.uuid4().hex[:8]
         # Rejected at validation (totals differ): a whole workflow with no person in it.
         response = await world.submit(
-            "procurement", invoice(run, total="99.00", line=SCRIPTS[n % len(SCRIPTS)])
+            "procurement", invoice(run, total="99.00", item=SCRIPTS[n % len(SCRIPTS)])
         )
         assert response.status_code == 202, response.text
         workflows.append(response.json()["workflow_id"])

@@ -36,6 +36,7 @@ from chorus_contracts.registry import Registry
 from chorus_tools.devstack import SERVICES, DevStack
 from tests.support.kafka import publish
 from tests.support.stacks import own_stack
+from tests.support.submissions import procurement
 
 pytestmark = pytest.mark.integration
 
@@ -147,21 +148,7 @@ async def test_a_reviewer_follows_the_mailed_link_signs_in_reads_the_context_and
     async with httpx.AsyncClient(base_url=stack.api_url, timeout=10) as api:
         accepted = await api.post(
             "/v1/workflows/procurement",
-            json={
-                "input": {
-                    "invoice_id": f"INV-{run}",
-                    "vendor_id": "vendor-acme",
-                    "po_number": "PO-7781",
-                    "currency": "EUR",
-                    "total_cents": 124_000,
-                    "document_text": (
-                        f"INVOICE INV-{run}\nVendor: vendor-acme\nPO: PO-7781\n"
-                        "40 x GPU hours @ 31.00 EUR\nTotal: 1240.00 EUR"
-                    ),
-                    "requester_ref": f"subject:{run}",
-                },
-                "subject_ref": f"subject:{run}",
-            },
+            json=procurement(run),
             headers={**SUBMITTER, "Idempotency-Key": f"order-{run}"},
         )
     assert accepted.status_code == 202, accepted.text
