@@ -114,6 +114,13 @@ class World:
             f"wait for a {tier}",
         )
 
+    async def awaiting_manager(self, body: dict[str, Any]) -> tuple[str, str]:
+        """``body`` submitted as a procurement, once it waits for a manager's decision:
+        (workflow id, approval id)."""
+        workflow_id = (await self.submit("procurement", body)).json()["workflow_id"]
+        status = await self.waiting_on(workflow_id, "manager")
+        return workflow_id, status["pending_approval"]["approval_id"]
+
     async def ended(self, workflow_id: str, who: dict[str, str] = SUBMITTER) -> dict[str, Any]:
         return await self.wait(workflow_id, lambda s: s.get("status") in TERMINAL, "end", who=who)
 
@@ -261,9 +268,7 @@ async def test_a_workflow_past_its_deadline_while_waiting_for_approval_times_out
     released, the approval leaves the manager's list, its escalation timer is cancelled,
     and the manager's late approval is refused saying why."""
     run = uuid.uuid4().hex[:8]
-    accepted = await world.submit("procurement", {**invoice(run), "deadline_s": 4 * HOUR})
-    workflow_id = accepted.json()["workflow_id"]
-    approval_id = (await world.waiting_on(workflow_id, "manager"))["pending_approval"]["approval_id"]
+    workflow_id, approval_id = await world.awaiting_manager({**invoice(run), "deadline_s": 4 * HOUR})
     world.advance(4 * HOUR + 60)
     final = await world.ended(workflow_id)
     assert final["status"] == "timed_out"
@@ -305,8 +310,7 @@ async def test_cancel_ends_the_workflow_cancelled_releases_its_budget_and_is_ide
     world: World, world_pg: asyncpg.Connection
 ) -> None:
     run = uuid.uuid4().hex[:8]
-    workflow_id = (await world.submit("procurement", invoice(run))).json()["workflow_id"]
-    approval_id = (await world.waiting_on(workflow_id, "manager"))["pending_approval"]["approval_id"]
+    workflow_id, approval_id = await world.awaiting_manager(invoice(run))
     path = f"/v1/workflows/{workflow_id}/cancel"
     reason = {"reason": "ordered against the wrong purchase order"}
     assert (await world.http.post(path, json=reason, headers=OTHER_SUBMITTER)).status_code == 404
@@ -440,11 +444,8 @@ async def test_payment_agent_killed_mid_request_pays_exactly_once(world: World) 
     run = uuid.uuid4().hex[:8]
     # The next payment request reaches the provider, which pays; the agent dies before recording it.
     await world.stack.restart("payment_agent", {"CHORUS_FAULTS": "mid_external_call:1"})
-    workflow_id = (await world.submit("procurement", invoice(run))).json()["workflow_id"]
-    status = await world.waiting_on(workflow_id, "manager")
-    assert (
-        await world.decide(status["pending_approval"]["approval_id"], MANAGER, "approve")
-    ).status_code == 202
+    workflow_id, approval_id = await world.awaiting_manager(invoice(run))
+    assert (await world.decide(approval_id, MANAGER, "approve")).status_code == 202
     assert await world.stack.wait_exit("payment_agent") == -9
     await world.stack.restart("payment_agent")
     final = await world.ended(workflow_id)
@@ -462,11 +463,8 @@ async def test_persistently_failing_payment_releases_the_budget(
     before = await world_pg.fetchval(
         "SELECT reserved_cents FROM budget_agent.budgets WHERE cost_center = 'cc-research'"
     )
-    workflow_id = (await world.submit("procurement", invoice(run, vendor="vendor-closed"))).json()[
-        "workflow_id"
-    ]
-    status = await world.waiting_on(workflow_id, "manager")
-    await world.decide(status["pending_approval"]["approval_id"], MANAGER, "approve")
+    workflow_id, approval_id = await world.awaiting_manager(invoice(run, vendor="vendor-closed"))
+    await world.decide(approval_id, MANAGER, "approve")
     final = await world.ended(workflow_id)
     assert final["status"] == "compensated"
     reservation = await world_pg.fetchrow(
@@ -549,9 +547,7 @@ async def test_an_invoice_its_purchase_order_on_record_does_not_cover_is_rejecte
 
 async def test_wrong_tier_gets_403_and_the_workflow_stays_paused(world: World) -> None:
     run = uuid.uuid4().hex[:8]
-    workflow_id = (await world.submit("procurement", invoice(run))).json()["workflow_id"]
-    status = await world.waiting_on(workflow_id, "manager")
-    approval_id = status["pending_approval"]["approval_id"]
+    workflow_id, approval_id = await world.awaiting_manager(invoice(run))
     forbidden = await world.decide(approval_id, EDITOR, "approve")
     assert forbidden.status_code == 403
     assert "manager" in forbidden.json()["detail"]
@@ -601,9 +597,7 @@ async def test_each_caller_reads_only_the_workflows_it_may_and_every_read_is_log
 
 async def test_whoever_submitted_cannot_decide_its_approval_even_with_a_reviewer_key(world: World) -> None:
     run = uuid.uuid4().hex[:8]
-    workflow_id = (await world.submit("procurement", invoice(run))).json()["workflow_id"]
-    status = await world.waiting_on(workflow_id, "manager")
-    approval_id = status["pending_approval"]["approval_id"]
+    workflow_id, approval_id = await world.awaiting_manager(invoice(run))
     own = await world.decide(approval_id, SELF_REVIEWER, "approve")
     assert own.status_code == 403
     assert own.json()["title"] == "Separation of duties"
