@@ -98,14 +98,14 @@ class World:
         timeout_s: float = 60.0,
         who: dict[str, str] = SUBMITTER,
     ) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout_s
-        last: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            last = await self.status(workflow_id, who)
-            if predicate(last):
-                return last
-            await asyncio.sleep(0.2)
-        raise AssertionError(f"{workflow_id}: no {what} within {timeout_s}s; last: {json.dumps(last)[:800]}")
+        status: dict[str, Any] = await wait_until(
+            lambda: self.status(workflow_id, who),
+            until=predicate,
+            timeout_s=timeout_s,
+            interval_s=0.2,
+            what=f"{what} of {workflow_id}",
+        )
+        return status
 
     async def waiting_on(self, workflow_id: str, tier: str) -> dict[str, Any]:
         return await self.wait(
