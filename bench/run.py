@@ -384,19 +384,25 @@ async def make_hop_variants(
     return variants[0], variants[1]
 
 
-async def warm_up(b: Bench, variants: list[HopVariant], n: int) -> None:
-    """One untimed trial each: first connections, JIT-free but cache-warm code paths."""
-    for v in variants:
-        await hop_throughput(b, v, n)
+async def hop_rounds(
+    b: Bench, raw_name: str, raw_db: bool, chorus_service: str
+) -> tuple[HopVariant, HopVariant, list[dict[int, Any]]]:
+    """The raw loop and the Chorus service (make_hop_variants), one untimed throughput
+    trial each (first connections, JIT-free but cache-warm code paths), then the timed
+    rounds: index 0 of each round is the raw loop's trial, 1 Chorus's."""
+    s = b.sizes
+    raw, chorus = await make_hop_variants(b, raw_name, raw_db, chorus_service)
+    for v in (raw, chorus):
+        await hop_throughput(b, v, max(200, s.hop_messages // 5))
+    rounds = await interleaved(s.rounds, [raw, chorus], lambda v: hop_throughput(b, v, s.hop_messages))
+    return raw, chorus, rounds
 
 
 async def section_hops(b: Bench) -> None:
     """R1, R2 and R4: the raw loop against a Chorus service whose handler does nothing."""
     s = b.sizes
     b.log("R1/R2: raw loop vs Chorus no-op handler")
-    raw, chorus = await make_hop_variants(b, "bench.raw", False, "noop")
-    await warm_up(b, [raw, chorus], max(200, s.hop_messages // 5))
-    rounds = await interleaved(s.rounds, [raw, chorus], lambda v: hop_throughput(b, v, s.hop_messages))
+    raw, chorus, rounds = await hop_rounds(b, "bench.raw", False, "noop")
     r1 = [r[0]["per_s"] for r in rounds]
     r2 = [r[1]["per_s"] for r in rounds]
     b.results["R1"] = {"what": "raw aiokafka loop, messages/s", **summary(r1)}
@@ -460,9 +466,7 @@ async def section_durable(b: Bench) -> None:
     """R3: a state-changing Chorus handler vs the raw loop plus one INSERT+COMMIT; a profile."""
     s = b.sizes
     b.log("R3: raw loop + INSERT vs Chorus durable handler")
-    raw, chorus = await make_hop_variants(b, "bench.rawdb", True, "durable")
-    await warm_up(b, [raw, chorus], max(200, s.hop_messages // 5))
-    rounds = await interleaved(s.rounds, [raw, chorus], lambda v: hop_throughput(b, v, s.hop_messages))
+    raw, chorus, rounds = await hop_rounds(b, "bench.rawdb", True, "durable")
     base = [r[0]["per_s"] for r in rounds]
     mine = [r[1]["per_s"] for r in rounds]
     b.results["R3"] = {

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -21,7 +20,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from chorus.base.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
-from tests.support.processes import ServiceProcess
+from tests.support.database import connected
+from tests.support.processes import ServiceProcess, run_captured
 from tests.support.registry import delete_created_topics, ensure_service_users
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,13 +47,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def _start(script: str) -> None:
-    proc = subprocess.run(
-        [str(ROOT / "deploy" / "local" / script), "start"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    proc = run_captured([str(ROOT / "deploy" / "local" / script), "start"], timeout_s=600)
     if proc.returncode != 0:
         pytest.fail(
             f"deploy/local/{script} start failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}",
@@ -94,11 +88,8 @@ def database_url() -> Iterator[str]:
 
 @pytest.fixture
 async def pg(database_url: str) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(database_url)
-    try:
+    async with connected(database_url) as conn:
         yield conn
-    finally:
-        await conn.close()
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from budget_agent.adapters.ledger import migrate as migrate_budget_tables
 from chorus.kernel.store.postgres import ServiceStore
 from chorus_tools.access import local_passwords
 from chorus_tools.dbroles import provision_database, role_url
-from tests.support.database import create_database, drop_database
+from tests.support.database import connected, own_database
 
 pytestmark = pytest.mark.integration
 
@@ -26,12 +26,9 @@ SERVICES = ("budget_agent", "invoice_agent", "payment_agent")
 async def fresh(database_url: str) -> AsyncIterator[tuple[str, dict[str, str]]]:
     """A new database provisioned for three services; (admin URL, passwords)."""
     name = f"chorus_roles_{uuid.uuid4().hex[:8]}"
-    admin = await create_database(database_url, name)
     passwords = local_passwords(Path(os.environ["CHORUS_KAFKA_USERS_DIR"]), SERVICES)
-    try:
+    async with own_database(database_url, name) as admin:
         yield admin, passwords
-    finally:
-        await drop_database(database_url, name)
 
 
 async def test_each_service_migrates_and_uses_its_own_schema_and_cannot_touch_anothers(
@@ -39,12 +36,9 @@ async def test_each_service_migrates_and_uses_its_own_schema_and_cannot_touch_an
 ) -> None:
     admin, passwords = fresh
     # A table an earlier run made as the superuser in a service's schema is handed over.
-    conn = await asyncpg.connect(admin)
-    try:
+    async with connected(admin) as conn:
         await conn.execute("CREATE SCHEMA payment_agent")
         await conn.execute("CREATE TABLE payment_agent.left_over (id bigserial PRIMARY KEY)")
-    finally:
-        await conn.close()
     first = await provision_database(admin, passwords)
     assert first.handed_over["payment_agent"] == 1
     again = await provision_database(admin, passwords)  # idempotent
@@ -94,8 +88,5 @@ async def test_a_role_logs_in_over_tcp_only_with_its_password(fresh: tuple[str, 
         await asyncpg.connect(role_url(admin, "invoice_agent", "guessed"))
     with pytest.raises(asyncpg.InvalidPasswordError):
         await asyncpg.connect(role_url(admin, "invoice_agent", passwords["budget_agent"]))
-    conn = await asyncpg.connect(role_url(admin, "invoice_agent", passwords["invoice_agent"]))
-    try:
+    async with connected(role_url(admin, "invoice_agent", passwords["invoice_agent"])) as conn:
         assert await conn.fetchval("SELECT current_user") == "invoice_agent"
-    finally:
-        await conn.close()

@@ -42,6 +42,7 @@ from chorus_tools.cli.main import app
 from payment_agent.config import Settings as PaymentSettings
 from payment_agent.service import SPEC as PAYMENT
 from tests.support.kafka import approval, envelope, events_of, read_topic, signed
+from tests.support.processes import run_captured
 from tests.support.registry import grant_access, isolated_registry, isolated_schemas, provision
 from tests.support.sealed import opened
 from tests.support.wait import wait_until
@@ -126,13 +127,8 @@ def test_without_a_principal_a_client_refuses_to_start(monkeypatch: pytest.Monke
 
 
 def kcat(properties: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(ROOT / "deploy" / "local" / "kcat.sh"), "-F", str(properties), *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    return run_captured(
+        [str(ROOT / "deploy" / "local" / "kcat.sh"), "-F", str(properties), *args], stdin=stdin, timeout_s=120
     )
 
 

@@ -12,6 +12,7 @@ import asyncpg
 import pytest
 
 from chorus_tools.devstack import DevStack, Proc, free_port, supervise
+from tests.support.processes import run_captured
 
 pytestmark = pytest.mark.integration
 
@@ -19,15 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def postgres_sh(command: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(ROOT / "deploy" / "local" / "postgres.sh"), command],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    script = str(ROOT / "deploy" / "local" / "postgres.sh")
+    return run_captured([script, command], env=env, cwd=cwd, timeout_s=600)
 
 
 async def test_postgres_starts_from_a_checkout_the_postgres_user_cannot_enter(tmp_path: Path) -> None:

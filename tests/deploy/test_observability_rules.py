@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from chorus_tools import dashboards
+from tests.support.processes import run_captured
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = ROOT / "deploy" / "observability" / "prometheus"
@@ -21,7 +22,7 @@ GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$__range": "1h", "$service": ".*
 def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     tool = shutil.which("promtool")
     assert tool, "promtool not found: deploy/local/prometheus.sh ensure installs it (make test runs it)"
-    return subprocess.run([tool, *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
+    return run_captured([tool, *args], cwd=cwd, timeout_s=120)
 
 
 def test_the_alert_rules_load_and_fire_exactly_as_their_unit_tests_say() -> None:

@@ -24,6 +24,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from chorus_tools.devstack import SERVICES, DevStack, free_port
 from tests.support.stacks import own_stack
+from tests.support.submissions import procurement
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -31,7 +32,12 @@ pytestmark = pytest.mark.integration
 SUBMITTER = {"Authorization": "Bearer demo-submitter-key"}
 MANAGER = {"Authorization": "Bearer demo-manager-key"}
 PROCUREMENT = tuple(s for s in SERVICES if s not in ("report_agent", "source_fetcher"))
-PO = {"po_number": "PO-TRACE", "vendor_id": "vendor-acme", "currency": "EUR", "total_cents": 10**9}
+PO: dict[str, Any] = {
+    "po_number": "PO-TRACE",
+    "vendor_id": "vendor-acme",
+    "currency": "EUR",
+    "total_cents": 10**9,
+}
 
 
 @dataclass
@@ -116,21 +122,9 @@ async def test_one_workflow_is_one_trace_across_every_service_and_external_call(
 ) -> None:
     trace_id, root = secrets.token_hex(16), secrets.token_hex(8)
     run = uuid.uuid4().hex[:8]
-    submission = {
-        "input": {
-            "invoice_id": f"INV-{run}",
-            "vendor_id": PO["vendor_id"],
-            "po_number": PO["po_number"],
-            "currency": "EUR",
-            "total_cents": 1240,
-            "document_text": (
-                f"INVOICE INV-{run}\nVendor: vendor-acme\nPO: PO-TRACE\n"
-                "4 x GPU hours @ 3.10 EUR\nTotal: 12.40 EUR"
-            ),
-            "requester_ref": f"subject:{run}",
-        },
-        "subject_ref": f"subject:{run}",
-    }
+    submission = procurement(
+        run, vendor=PO["vendor_id"], po=PO["po_number"], total="12.40", line="4 x GPU hours @ 3.10 EUR"
+    )
     async with httpx.AsyncClient(base_url=stack.api_url, timeout=10.0) as http:
         accepted = await http.post(
             "/v1/workflows/procurement",

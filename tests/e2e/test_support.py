@@ -7,7 +7,6 @@ the gateway."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ import pytest
 
 from chorus_tools.devstack import REFERENCE_PROJECT, DevStack
 from tests.support.stacks import own_stack
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -66,15 +66,14 @@ class Support:
     async def wait(
         self, workflow_id: str, predicate: Any, what: str, timeout_s: float = 60.0
     ) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout_s
-        last: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            response = await self.http.get(f"/v1/workflows/{workflow_id}", headers=SUBMITTER)
-            last = response.json()
-            if predicate(last):
-                return last
-            await asyncio.sleep(0.2)
-        raise AssertionError(f"{workflow_id}: no {what} within {timeout_s}s; last: {json.dumps(last)[:800]}")
+        status: dict[str, Any] = await wait_until(
+            lambda: self.status_of(workflow_id),
+            until=predicate,
+            timeout_s=timeout_s,
+            interval_s=0.2,
+            what=f"{what} of {workflow_id}",
+        )
+        return status
 
     async def status_of(self, workflow_id: str) -> dict[str, Any]:
         body: dict[str, Any] = (await self.http.get(f"/v1/workflows/{workflow_id}", headers=SUBMITTER)).json()

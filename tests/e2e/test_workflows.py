@@ -12,6 +12,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -27,13 +28,14 @@ from chorus.web.apikeys import DEMO_KEYS
 from chorus_contracts.platform import WorkflowsRetired
 from chorus_contracts.registry import Registry
 from chorus_tools.devstack import SERVICES, DevStack
-from tests.support.database import create_database, drop_database
+from tests.support.database import connected
 from tests.support.hostile import SCRIPTS, corpus
 from tests.support.kafka import dump_topics, events_of, publish, read_topic
 from tests.support.kafka import envelope as envelope_of
 from tests.support.processes import chorus
-from tests.support.registry import grant_access, isolated_registry
 from tests.support.sealed import opened
+from tests.support.stacks import own_stack
+from tests.support.submissions import procurement
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -57,26 +59,21 @@ HOUR = 3600.0
 TERMINAL = {"completed", "rejected", "failed", "compensated", "timed_out", "cancelled", "erased"}
 
 
+@dataclass
 class World:
-    def __init__(
-        self,
-        stack: DevStack,
-        clock_file: Path,
-        http: httpx.AsyncClient,
-        database_url: str,
-        registry: Registry,
-        kafka: str,
-    ) -> None:
-        self.stack = stack
-        self.clock_file = clock_file
-        self.http = http
-        self.database_url = database_url
-        """The services' own database (see the world fixture)."""
-        self.registry = registry
-        self.kafka = kafka
-        health = stack.procs["key_service"].health_url or ""
-        self.key_service = health.removesuffix("/health")
+    stack: DevStack
+    clock_file: Path
+    http: httpx.AsyncClient
+    database_url: str
+    """The services' own database (see the world fixture)."""
+    registry: Registry
+    kafka: str
+
+    @property
+    def key_service(self) -> str:
         """The stack's own key service: its keys open what its services sealed."""
+        health = self.stack.procs["key_service"].health_url or ""
+        return health.removesuffix("/health")
 
     def advance(self, seconds: float) -> None:
         OffsetFileClock.advance(self.clock_file, seconds)
@@ -101,14 +98,14 @@ class World:
         timeout_s: float = 60.0,
         who: dict[str, str] = SUBMITTER,
     ) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout_s
-        last: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            last = await self.status(workflow_id, who)
-            if predicate(last):
-                return last
-            await asyncio.sleep(0.2)
-        raise AssertionError(f"{workflow_id}: no {what} within {timeout_s}s; last: {json.dumps(last)[:800]}")
+        status: dict[str, Any] = await wait_until(
+            lambda: self.status(workflow_id, who),
+            until=predicate,
+            timeout_s=timeout_s,
+            interval_s=0.2,
+            what=f"{what} of {workflow_id}",
+        )
+        return status
 
     async def waiting_on(self, workflow_id: str, tier: str) -> dict[str, Any]:
         return await self.wait(
@@ -116,6 +113,13 @@ class World:
             lambda s: s.get("status") == "waiting" and (s.get("pending_approval") or {}).get("tier") == tier,
             f"wait for a {tier}",
         )
+
+    async def awaiting_manager(self, body: dict[str, Any]) -> tuple[str, str]:
+        """``body`` submitted as a procurement, once it waits for a manager's decision:
+        (workflow id, approval id)."""
+        workflow_id = (await self.submit("procurement", body)).json()["workflow_id"]
+        status = await self.waiting_on(workflow_id, "manager")
+        return workflow_id, status["pending_approval"]["approval_id"]
 
     async def ended(self, workflow_id: str, who: dict[str, str] = SUBMITTER) -> dict[str, Any]:
         return await self.wait(workflow_id, lambda s: s.get("status") in TERMINAL, "end", who=who)
@@ -148,30 +152,12 @@ PO_OF: dict[str, str] = {order["vendor_id"]: order["po_number"] for order in PUR
 
 
 def invoice(
-    run: str,
-    *,
-    vendor: str = "vendor-acme",
-    total: str = "1240.00",
-    line: str = "GPU hours",
-    po: str | None = None,
-    number: str | None = None,
+    run: str, *, vendor: str = "vendor-acme", po: str | None = None, item: str = "GPU hours", **more: str
 ) -> dict[str, Any]:
+    """A procurement of ``vendor``'s invoice for 40 ``item`` at 31.00 EUR, against its
+    purchase order on record unless ``po``."""
     po = po or PO_OF.get(vendor, "PO-7781")
-    number = number or f"INV-{run}"
-    return {
-        "input": {
-            "invoice_id": number,
-            "vendor_id": vendor,
-            "po_number": po,
-            "currency": "EUR",
-            "total_cents": round(float(total) * 100),
-            "document_text": (
-                f"INVOICE {number}\nVendor: {vendor}\nPO: {po}\n40 x {line} @ 31.00 EUR\nTotal: {total} EUR"
-            ),
-            "requester_ref": f"subject:{run}",
-        },
-        "subject_ref": f"subject:{run}",
-    }
+    return procurement(run, vendor=vendor, po=po, line=f"40 x {item} @ 31.00 EUR", **more)
 
 
 @pytest.fixture(scope="module")
@@ -179,44 +165,34 @@ async def world(
     tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str, database_url: str
 ) -> AsyncIterator[World]:
     tmp = tmp_path_factory.mktemp("e2e")
-    suffix = uuid.uuid4().hex[:8]
-    registry = await isolated_registry(tmp, suffix, kafka_bootstrap)
-    await grant_access(registry, kafka_bootstrap)  # each service runs as its own principal
     clock_file = tmp / "clock-offset"
     # Its own database: budgets, timers and gates start as configured, whatever earlier
-    # runs and `make demo` spent or left pending in the shared one.
-    database = f"chorus_e2e_{suffix}"
-    stack = DevStack(
-        tmp / "logs",
-        env={
-            "CHORUS_SCHEMAS_DIR": str(registry.root),
-            "CHORUS_KAFKA_BOOTSTRAP": kafka_bootstrap,
-            "CHORUS_DATABASE_URL": (world_url := await create_database(database_url, database)),
-            "CHORUS_CLOCK": f"offset-file:{clock_file}",
-        },
-        service_env={
-            "gateway": {"CHORUS_API_KEYS": json.dumps(API_KEYS)},
-            "budget_agent": {"CHORUS_PURCHASE_ORDERS": json.dumps(PURCHASE_ORDERS)},
-        },
-        sandbox_args=["--flaky-source", "beta"],
-    )
-    try:
-        await stack.start()
-        async with httpx.AsyncClient(base_url=stack.api_url, timeout=10.0) as http:
-            yield World(stack, clock_file, http, world_url, registry, kafka_bootstrap)
-    finally:
-        await stack.stop()
-        await drop_database(database_url, database)
+    # runs and `make demo` spent or left pending in the shared one. Each service runs as
+    # its own principal.
+    async with (
+        own_stack(
+            tmp,
+            kafka_bootstrap,
+            database_url,
+            name="e2e",
+            services=SERVICES,
+            env={"CHORUS_CLOCK": f"offset-file:{clock_file}"},
+            service_env={
+                "gateway": {"CHORUS_API_KEYS": json.dumps(API_KEYS)},
+                "budget_agent": {"CHORUS_PURCHASE_ORDERS": json.dumps(PURCHASE_ORDERS)},
+            },
+            sandbox_args=["--flaky-source", "beta"],
+        ) as own,
+        httpx.AsyncClient(base_url=own.stack.api_url, timeout=10.0) as http,
+    ):
+        yield World(own.stack, clock_file, http, own.database_url, own.registry, kafka_bootstrap)
 
 
 @pytest.fixture
 async def world_pg(world: World) -> AsyncIterator[asyncpg.Connection]:
     """A connection to the services' database, to look at their rows."""
-    conn = await asyncpg.connect(world.database_url)
-    try:
+    async with connected(world.database_url) as conn:
         yield conn
-    finally:
-        await conn.close()
 
 
 async def test_every_service_connects_as_its_own_role_never_the_superuser(
@@ -292,9 +268,7 @@ async def test_a_workflow_past_its_deadline_while_waiting_for_approval_times_out
     released, the approval leaves the manager's list, its escalation timer is cancelled,
     and the manager's late approval is refused saying why."""
     run = uuid.uuid4().hex[:8]
-    accepted = await world.submit("procurement", {**invoice(run), "deadline_s": 4 * HOUR})
-    workflow_id = accepted.json()["workflow_id"]
-    approval_id = (await world.waiting_on(workflow_id, "manager"))["pending_approval"]["approval_id"]
+    workflow_id, approval_id = await world.awaiting_manager({**invoice(run), "deadline_s": 4 * HOUR})
     world.advance(4 * HOUR + 60)
     final = await world.ended(workflow_id)
     assert final["status"] == "timed_out"
@@ -336,8 +310,7 @@ async def test_cancel_ends_the_workflow_cancelled_releases_its_budget_and_is_ide
     world: World, world_pg: asyncpg.Connection
 ) -> None:
     run = uuid.uuid4().hex[:8]
-    workflow_id = (await world.submit("procurement", invoice(run))).json()["workflow_id"]
-    approval_id = (await world.waiting_on(workflow_id, "manager"))["pending_approval"]["approval_id"]
+    workflow_id, approval_id = await world.awaiting_manager(invoice(run))
     path = f"/v1/workflows/{workflow_id}/cancel"
     reason = {"reason": "ordered against the wrong purchase order"}
     assert (await world.http.post(path, json=reason, headers=OTHER_SUBMITTER)).status_code == 404
@@ -471,11 +444,8 @@ async def test_payment_agent_killed_mid_request_pays_exactly_once(world: World) 
     run = uuid.uuid4().hex[:8]
     # The next payment request reaches the provider, which pays; the agent dies before recording it.
     await world.stack.restart("payment_agent", {"CHORUS_FAULTS": "mid_external_call:1"})
-    workflow_id = (await world.submit("procurement", invoice(run))).json()["workflow_id"]
-    status = await world.waiting_on(workflow_id, "manager")
-    assert (
-        await world.decide(status["pending_approval"]["approval_id"], MANAGER, "approve")
-    ).status_code == 202
+    workflow_id, approval_id = await world.awaiting_manager(invoice(run))
+    assert (await world.decide(approval_id, MANAGER, "approve")).status_code == 202
     assert await world.stack.wait_exit("payment_agent") == -9
     await world.stack.restart("payment_agent")
     final = await world.ended(workflow_id)
@@ -493,11 +463,8 @@ async def test_persistently_failing_payment_releases_the_budget(
     before = await world_pg.fetchval(
         "SELECT reserved_cents FROM budget_agent.budgets WHERE cost_center = 'cc-research'"
     )
-    workflow_id = (await world.submit("procurement", invoice(run, vendor="vendor-closed"))).json()[
-        "workflow_id"
-    ]
-    status = await world.waiting_on(workflow_id, "manager")
-    await world.decide(status["pending_approval"]["approval_id"], MANAGER, "approve")
+    workflow_id, approval_id = await world.awaiting_manager(invoice(run, vendor="vendor-closed"))
+    await world.decide(approval_id, MANAGER, "approve")
     final = await world.ended(workflow_id)
     assert final["status"] == "compensated"
     reservation = await world_pg.fetchrow(
@@ -580,9 +547,7 @@ async def test_an_invoice_its_purchase_order_on_record_does_not_cover_is_rejecte
 
 async def test_wrong_tier_gets_403_and_the_workflow_stays_paused(world: World) -> None:
     run = uuid.uuid4().hex[:8]
-    workflow_id = (await world.submit("procurement", invoice(run))).json()["workflow_id"]
-    status = await world.waiting_on(workflow_id, "manager")
-    approval_id = status["pending_approval"]["approval_id"]
+    workflow_id, approval_id = await world.awaiting_manager(invoice(run))
     forbidden = await world.decide(approval_id, EDITOR, "approve")
     assert forbidden.status_code == 403
     assert "manager" in forbidden.json()["detail"]
@@ -632,9 +597,7 @@ async def test_each_caller_reads_only_the_workflows_it_may_and_every_read_is_log
 
 async def test_whoever_submitted_cannot_decide_its_approval_even_with_a_reviewer_key(world: World) -> None:
     run = uuid.uuid4().hex[:8]
-    workflow_id = (await world.submit("procurement", invoice(run))).json()["workflow_id"]
-    status = await world.waiting_on(workflow_id, "manager")
-    approval_id = status["pending_approval"]["approval_id"]
+    workflow_id, approval_id = await world.awaiting_manager(invoice(run))
     own = await world.decide(approval_id, SELF_REVIEWER, "approve")
     assert own.status_code == 403
     assert own.json()["title"] == "Separation of duties"
@@ -799,7 +762,7 @@ NON_ASCII_LINES = {
 async def test_a_procurement_in_any_script_is_approved_and_paid(world: World, script: str) -> None:
     run = uuid.uuid4().hex[:8]
     line = NON_ASCII_LINES[script]
-    workflow_id = (await world.submit("procurement", invoice(run, line=line))).json()["workflow_id"]
+    workflow_id = (await world.submit("procurement", invoice(run, item=line))).json()["workflow_id"]
     status = await world.waiting_on(workflow_id, "manager")
     approval = status["pending_approval"]
     comment = f"Freigegeben ✅ 承認 {script}"
@@ -867,7 +830,7 @@ async def test_hostile_records_interleaved_with_workflows_are_dead_letters_and_e
         run = uuid.uuid4().hex[:8]
         # Rejected at validation (totals differ): a whole workflow with no person in it.
         response = await world.submit(
-            "procurement", invoice(run, total="99.00", line=SCRIPTS[n % len(SCRIPTS)])
+            "procurement", invoice(run, total="99.00", item=SCRIPTS[n % len(SCRIPTS)])
         )
         assert response.status_code == 202, response.text
         workflows.append(response.json()["workflow_id"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -60,24 +61,34 @@ def original_bytes(letter: dict[str, Any]) -> bytes:
     return base64.b64decode(opened(letter["original"])["value_b64"])
 
 
-async def start(
-    stack: AsyncExitStack, tmp_path: Path, unique: str, kafka: str, db: str, **extra: Any
-) -> tuple[Registry, ServiceRunner]:
-    registry = await isolated_registry(tmp_path, unique, kafka)
-    # Durable retries are timers: the timer service runs beside the service under test.
-    timers = TimerSettings(
-        kafka_bootstrap=kafka,
-        database_url=db,
-        log_json=False,
-        http_port=0,
-        group_id=f"timers-{unique}",
-        max_idle_s=0.1,
-    )
-    await stack.enter_async_context(running(TIMER_SPEC, timers, registry=registry))
-    runner = await stack.enter_async_context(
-        running(make_spec(f"svc_{unique}"), settings(kafka, db, **extra), registry=registry)
-    )
-    return registry, runner
+Start = Callable[..., Awaitable[tuple[Registry, ServiceRunner]]]
+
+
+@pytest.fixture
+async def start(tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str) -> AsyncIterator[Start]:
+    """Starts the test service (with ``extra`` settings) on the test's own topics, the timer
+    service beside it (durable retries are timers); both stop after the test."""
+    async with AsyncExitStack() as stack:
+
+        async def started(**extra: Any) -> tuple[Registry, ServiceRunner]:
+            registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
+            timers = TimerSettings(
+                kafka_bootstrap=kafka_bootstrap,
+                database_url=database_url,
+                log_json=False,
+                http_port=0,
+                group_id=f"timers-{unique}",
+                max_idle_s=0.1,
+            )
+            await stack.enter_async_context(running(TIMER_SPEC, timers, registry=registry))
+            service = running(
+                make_spec(f"svc_{unique}"),
+                settings(kafka_bootstrap, database_url, **extra),
+                registry=registry,
+            )
+            return registry, await stack.enter_async_context(service)
+
+        yield started
 
 
 POISON = [
@@ -89,24 +100,23 @@ POISON = [
 
 
 async def test_records_the_decoder_chokes_on_are_dead_lettered_and_the_next_event_of_their_key_flows(
-    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+    start: Start, kafka_bootstrap: str
 ) -> None:
-    async with AsyncExitStack() as stack:
-        registry, runner = await start(stack, tmp_path, unique, kafka_bootstrap, database_url)
-        topic = registry.physical_topic("test.task_submitted")
-        good = envelope(TaskSubmitted(task="after the poison"))
-        key = good.workflow_id.encode()
-        # A well-formed event of this very workflow whose text PostgreSQL cannot store.
-        nul = encode(envelope(TaskSubmitted(task="a\x00b"), workflow_id=good.workflow_id))
-        # An attempt no column can hold (it overflowed PostgreSQL's int even as a dead letter).
-        overflow = encode(envelope(TaskSubmitted(task="again"), workflow_id=good.workflow_id)).replace(
-            b'"attempt":1', b'"attempt":3000000000'
-        )
-        poison = [*POISON, nul, overflow]
-        await publish(kafka_bootstrap, topic, poison, key=key)  # same key, same partition, first
-        await publish(kafka_bootstrap, topic, [good])
-        records = await done_and_dead_lettered(kafka_bootstrap, registry, done=1, letters=len(poison))
-        assert runner.fatal is None
+    registry, runner = await start()
+    topic = registry.physical_topic("test.task_submitted")
+    good = envelope(TaskSubmitted(task="after the poison"))
+    key = good.workflow_id.encode()
+    # A well-formed event of this very workflow whose text PostgreSQL cannot store.
+    nul = encode(envelope(TaskSubmitted(task="a\x00b"), workflow_id=good.workflow_id))
+    # An attempt no column can hold (it overflowed PostgreSQL's int even as a dead letter).
+    overflow = encode(envelope(TaskSubmitted(task="again"), workflow_id=good.workflow_id)).replace(
+        b'"attempt":1', b'"attempt":3000000000'
+    )
+    poison = [*POISON, nul, overflow]
+    await publish(kafka_bootstrap, topic, poison, key=key)  # same key, same partition, first
+    await publish(kafka_bootstrap, topic, [good])
+    records = await done_and_dead_lettered(kafka_bootstrap, registry, done=1, letters=len(poison))
+    assert runner.fatal is None
     assert [d["payload"]["task"] for d in events_of(records, "test.task_done")] == ["after the poison"]
     letters = letters_for(records)
     assert sorted(original_bytes(letter) for letter in letters) == sorted(poison)
@@ -121,48 +131,46 @@ async def test_records_the_decoder_chokes_on_are_dead_lettered_and_the_next_even
 
 
 async def test_control_records_that_do_not_make_sense_are_dead_letters_not_crashes(
-    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+    start: Start, kafka_bootstrap: str, unique: str
 ) -> None:
-    async with AsyncExitStack() as stack:
-        registry, runner = await start(stack, tmp_path, unique, kafka_bootstrap, database_url)
-        svc = f"svc_{unique}"
-        broken_retry = envelope(
-            RetryDue(
-                service=svc,
-                consumer_group=svc,
-                attempt=2,
-                original=OriginalRecord(topic="t", partition=0, offset=0, value_b64="not base64!"),
-                failures=[],
-            )
+    registry, runner = await start()
+    svc = f"svc_{unique}"
+    broken_retry = envelope(
+        RetryDue(
+            service=svc,
+            consumer_group=svc,
+            attempt=2,
+            original=OriginalRecord(topic="t", partition=0, offset=0, value_b64="not base64!"),
+            failures=[],
         )
-        # From the dead-letter service itself (signed: tests.support.kafka.publish), so it
-        # is the malformed id that is refused, not the sender.
-        broken_discard = envelope(
-            EventDiscarded(
-                service=svc, consumer_group=svc, discarded_event_id="not-a-uuid", reason="x", actor="someone"
-            )
-        ).model_copy(update={"producer": ProducerRef(service="deadletter_service", version="0.1.0")})
-        await publish(kafka_bootstrap, registry.physical_topic("retry.due"), [broken_retry, broken_discard])
-        good = envelope(TaskSubmitted(task="after"))
-        await publish(kafka_bootstrap, registry.physical_topic("test.task_submitted"), [good])
-        records = await done_and_dead_lettered(kafka_bootstrap, registry, done=1, letters=2)
-        assert runner.fatal is None
+    )
+    # From the dead-letter service itself (signed: tests.support.kafka.publish), so it
+    # is the malformed id that is refused, not the sender.
+    broken_discard = envelope(
+        EventDiscarded(
+            service=svc, consumer_group=svc, discarded_event_id="not-a-uuid", reason="x", actor="someone"
+        )
+    ).model_copy(update={"producer": ProducerRef(service="deadletter_service", version="0.1.0")})
+    await publish(kafka_bootstrap, registry.physical_topic("retry.due"), [broken_retry, broken_discard])
+    good = envelope(TaskSubmitted(task="after"))
+    await publish(kafka_bootstrap, registry.physical_topic("test.task_submitted"), [good])
+    records = await done_and_dead_lettered(kafka_bootstrap, registry, done=1, letters=2)
+    assert runner.fatal is None
     pointers = sorted(letter["error"]["pointer"] for letter in letters_for(records))
     assert pointers == ["/payload/discarded_event_id", "/payload/original"]
 
 
 async def test_one_record_postgres_refuses_in_a_group_commit_is_dead_lettered_and_the_others_commit(
-    tmp_path: Path, kafka_bootstrap: str, database_url: str, pg: asyncpg.Connection, unique: str
+    start: Start, kafka_bootstrap: str, pg: asyncpg.Connection, unique: str
 ) -> None:
-    async with AsyncExitStack() as stack:
-        registry, runner = await start(stack, tmp_path, unique, kafka_bootstrap, database_url)
-        topic = registry.physical_topic("test.task_submitted")
-        tasks = [envelope(TaskSubmitted(task=f"t{i}")) for i in range(30)]
-        bad = envelope(TaskSubmitted(task="the LLM answered a NUL", mode="nul_state"))
-        # One burst: lanes of different workflows finish together and share commits.
-        await publish(kafka_bootstrap, topic, [*tasks[:15], bad, *tasks[15:]])
-        records = await done_and_dead_lettered(kafka_bootstrap, registry, done=30, letters=1)
-        assert runner.fatal is None
+    registry, runner = await start()
+    topic = registry.physical_topic("test.task_submitted")
+    tasks = [envelope(TaskSubmitted(task=f"t{i}")) for i in range(30)]
+    bad = envelope(TaskSubmitted(task="the LLM answered a NUL", mode="nul_state"))
+    # One burst: lanes of different workflows finish together and share commits.
+    await publish(kafka_bootstrap, topic, [*tasks[:15], bad, *tasks[15:]])
+    records = await done_and_dead_lettered(kafka_bootstrap, registry, done=30, letters=1)
+    assert runner.fatal is None
     assert sorted(d["payload"]["task"] for d in events_of(records, "test.task_done")) == sorted(
         f"t{i}" for i in range(30)
     )
@@ -176,15 +184,14 @@ async def test_one_record_postgres_refuses_in_a_group_commit_is_dead_lettered_an
 
 
 async def test_a_value_too_long_for_a_column_is_a_dead_letter_not_a_stall(
-    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+    start: Start, kafka_bootstrap: str
 ) -> None:
-    async with AsyncExitStack() as stack:
-        registry, _ = await start(stack, tmp_path, unique, kafka_bootstrap, database_url)
-        topic = registry.physical_topic("test.task_submitted")
-        long_note = envelope(TaskSubmitted(task="long", mode="note", note="ü" * 65))
-        short_note = envelope(TaskSubmitted(task="short", mode="note", note="Grüße 東京"))
-        await publish(kafka_bootstrap, topic, [long_note, short_note])
-        records = await done_and_dead_lettered(kafka_bootstrap, registry, done=1, letters=1)
+    registry, _ = await start()
+    topic = registry.physical_topic("test.task_submitted")
+    long_note = envelope(TaskSubmitted(task="long", mode="note", note="ü" * 65))
+    short_note = envelope(TaskSubmitted(task="short", mode="note", note="Grüße 東京"))
+    await publish(kafka_bootstrap, topic, [long_note, short_note])
+    records = await done_and_dead_lettered(kafka_bootstrap, registry, done=1, letters=1)
     [letter] = letters_for(records)
     assert letter["original_workflow_id"] == long_note.workflow_id
     assert "value too long" in letter["error"]["message"]
@@ -192,15 +199,14 @@ async def test_a_value_too_long_for_a_column_is_a_dead_letter_not_a_stall(
 
 
 async def test_an_event_too_large_for_its_topic_is_a_dead_letter_naming_the_field(
-    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+    start: Start, kafka_bootstrap: str
 ) -> None:
-    async with AsyncExitStack() as stack:
-        registry, _ = await start(stack, tmp_path, unique, kafka_bootstrap, database_url)
-        topic = registry.physical_topic("test.task_submitted")
-        huge = envelope(TaskSubmitted(task="emits 2 MB", mode="huge_emit"))
-        after = envelope(TaskSubmitted(task="after"))
-        await publish(kafka_bootstrap, topic, [huge, after])
-        records = await done_and_dead_lettered(kafka_bootstrap, registry, done=1, letters=1)
+    registry, _ = await start()
+    topic = registry.physical_topic("test.task_submitted")
+    huge = envelope(TaskSubmitted(task="emits 2 MB", mode="huge_emit"))
+    after = envelope(TaskSubmitted(task="after"))
+    await publish(kafka_bootstrap, topic, [huge, after])
+    records = await done_and_dead_lettered(kafka_bootstrap, registry, done=1, letters=1)
     [letter] = letters_for(records)
     assert letter["error"]["error_class"] == "EventTooLargeError"
     assert letter["error"]["pointer"] == "/payload/task"
@@ -209,69 +215,62 @@ async def test_an_event_too_large_for_its_topic_is_a_dead_letter_naming_the_fiel
 
 
 async def test_a_submitters_failing_url_never_stops_the_service_however_many_workflows_use_one(
-    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+    start: Start, kafka_bootstrap: str
 ) -> None:
-    async with AsyncExitStack() as stack:
-        registry, runner = await start(
-            stack, tmp_path, unique, kafka_bootstrap, database_url, dead_letter_guard_consecutive=5
-        )
-        topic = registry.physical_topic("test.task_submitted")
-        # Nothing listens on port 9: every call fails, is retried, and is dead-lettered.
-        calls = [
-            envelope(TaskSubmitted(task=f"c{i}", mode="call", url="http://127.0.0.1:9/hook"))
-            for i in range(12)
-        ]
-        await publish(kafka_bootstrap, topic, calls)
-        records = await done_and_dead_lettered(kafka_bootstrap, registry, done=0, letters=12, timeout_s=120)
-        assert runner.fatal is None
-        assert (await runner.health())["status"] == "ok"
+    registry, runner = await start(dead_letter_guard_consecutive=5)
+    topic = registry.physical_topic("test.task_submitted")
+    # Nothing listens on port 9: every call fails, is retried, and is dead-lettered.
+    calls = [
+        envelope(TaskSubmitted(task=f"c{i}", mode="call", url="http://127.0.0.1:9/hook")) for i in range(12)
+    ]
+    await publish(kafka_bootstrap, topic, calls)
+    records = await done_and_dead_lettered(kafka_bootstrap, registry, done=0, letters=12, timeout_s=120)
+    assert runner.fatal is None
+    assert (await runner.health())["status"] == "ok"
     assert {letter["error"]["category"] for letter in letters_for(records)} == {"transient"}
     assert all(letter["attempts"] == 4 for letter in letters_for(records))
 
 
 async def test_a_record_failing_for_an_infrastructure_reason_is_reported_stuck_and_then_recovers(
-    tmp_path: Path, kafka_bootstrap: str, database_url: str, pg: asyncpg.Connection, unique: str
+    start: Start, kafka_bootstrap: str, pg: asyncpg.Connection, unique: str
 ) -> None:
     svc = f"svc_{unique}"
-    async with AsyncExitStack() as stack:
-        registry, runner = await start(
-            stack, tmp_path, unique, kafka_bootstrap, database_url, stuck_record_alert_s=1.0
-        )
-        # The database refuses for a reason that is not the value: a table is gone.
-        await pg.execute(f"ALTER TABLE {svc}.notes RENAME TO notes_away")
-        topic = registry.physical_topic("test.task_submitted")
-        task = envelope(TaskSubmitted(task="noted", mode="note", note="fine"))
-        await publish(kafka_bootstrap, topic, [task])
-        health = await wait_until(
-            lambda: _degraded(runner), what="the record reported stuck in /health", timeout_s=60
-        )
-        [stuck] = health["stuck_records"]
-        lagging = await wait_until(lambda: _lagging(runner), what="the stuck record counted as lag")
-        assert lagging["consumer_lag"] == 1
-        assert (stuck["topic"], stuck["partition"], stuck["offset"]) == (topic, 0, 0)
-        assert stuck["workflow_key"] == task.workflow_id
-        assert "notes" in stuck["error"]
-        metrics = runner.metrics.render().decode()
-        assert "chorus_records_stuck 1.0" in metrics
-        async with httpx.AsyncClient() as client:
-            over_http = (await client.get(f"http://127.0.0.1:{runner.http.port}/health")).json()  # type: ignore[union-attr]
-        assert over_http["status"] == "degraded"
+    registry, runner = await start(stuck_record_alert_s=1.0)
+    # The database refuses for a reason that is not the value: a table is gone.
+    await pg.execute(f"ALTER TABLE {svc}.notes RENAME TO notes_away")
+    topic = registry.physical_topic("test.task_submitted")
+    task = envelope(TaskSubmitted(task="noted", mode="note", note="fine"))
+    await publish(kafka_bootstrap, topic, [task])
+    health = await wait_until(
+        lambda: _degraded(runner), what="the record reported stuck in /health", timeout_s=60
+    )
+    [stuck] = health["stuck_records"]
+    lagging = await wait_until(lambda: _lagging(runner), what="the stuck record counted as lag")
+    assert lagging["consumer_lag"] == 1
+    assert (stuck["topic"], stuck["partition"], stuck["offset"]) == (topic, 0, 0)
+    assert stuck["workflow_key"] == task.workflow_id
+    assert "notes" in stuck["error"]
+    metrics = runner.metrics.render().decode()
+    assert "chorus_records_stuck 1.0" in metrics
+    async with httpx.AsyncClient() as client:
+        over_http = (await client.get(f"http://127.0.0.1:{runner.http.port}/health")).json()  # type: ignore[union-attr]
+    assert over_http["status"] == "degraded"
 
-        port = runner.http.port  # type: ignore[union-attr]
-        # The CLI runs its own event loop: off this one, which serves the service.
-        result = await asyncio.to_thread(
-            CliRunner().invoke, cli, ["status", "--url", f"{svc}=http://127.0.0.1:{port}"]
-        )
-        assert result.exit_code == 1, result.output
-        assert f"{topic}[0]@0" in result.output
+    port = runner.http.port  # type: ignore[union-attr]
+    # The CLI runs its own event loop: off this one, which serves the service.
+    result = await asyncio.to_thread(
+        CliRunner().invoke, cli, ["status", "--url", f"{svc}=http://127.0.0.1:{port}"]
+    )
+    assert result.exit_code == 1, result.output
+    assert f"{topic}[0]@0" in result.output
 
-        await pg.execute(f"ALTER TABLE {svc}.notes_away RENAME TO notes")
-        await read_topic(
-            kafka_bootstrap, [topic], until=lambda rs: bool(events_of(rs, "test.task_done")), timeout_s=60
-        )
-        await wait_until(lambda: _ok(runner), what="the stuck record to leave /health")
-        await wait_until(lambda: _caught_up(runner), what="the lag back to 0")
-        assert "chorus_records_stuck 0.0" in runner.metrics.render().decode()
+    await pg.execute(f"ALTER TABLE {svc}.notes_away RENAME TO notes")
+    await read_topic(
+        kafka_bootstrap, [topic], until=lambda rs: bool(events_of(rs, "test.task_done")), timeout_s=60
+    )
+    await wait_until(lambda: _ok(runner), what="the stuck record to leave /health")
+    await wait_until(lambda: _caught_up(runner), what="the lag back to 0")
+    assert "chorus_records_stuck 0.0" in runner.metrics.render().decode()
 
 
 async def _degraded(runner: ServiceRunner) -> dict[str, Any] | None:

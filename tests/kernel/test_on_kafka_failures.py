@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import datetime
@@ -53,6 +54,12 @@ class Stack:
             until=lambda rs: bool(payloads(rs, wanted, workflow_id)),
         )
 
+    async def first(self, task: TaskSubmitted, wanted: str) -> tuple[Envelope, dict[str, Any]]:
+        """``task`` submitted; its envelope and the payload of its workflow's first ``wanted``."""
+        env = await self.submit(task)
+        records = await self.read_until(env.workflow_id, wanted)
+        return env, payloads(records, wanted, env.workflow_id)[0]["payload"]
+
 
 async def start_stack(
     stack: AsyncExitStack,
@@ -89,19 +96,24 @@ async def start_stack(
     return Stack(registry, runner, kafka)
 
 
+@pytest.fixture
+async def services(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+) -> AsyncIterator[Stack]:
+    """The test service and the timer service on the test's own topics, on the system clock."""
+    async with AsyncExitStack() as stack:
+        yield await start_stack(stack, tmp_path, unique, kafka_bootstrap, database_url)
+
+
 def payloads(records: list[Any], event_type: str, workflow_id: str) -> list[dict[str, Any]]:
     return [e for e in events_of(records, event_type) if e["workflow_id"] == workflow_id]
 
 
-async def test_transient_twice_then_success_on_attempt_three(
-    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
-) -> None:
-    async with AsyncExitStack() as stack:
-        s = await start_stack(stack, tmp_path, unique, kafka_bootstrap, database_url)
-        env = await s.submit(TaskSubmitted(task="flaky", transient_failures=2))
-        records = await s.read_until(
-            env.workflow_id, "test.task_done", "timer.schedule", "event.dead_lettered"
-        )
+async def test_transient_twice_then_success_on_attempt_three(services: Stack) -> None:
+    env = await services.submit(TaskSubmitted(task="flaky", transient_failures=2))
+    records = await services.read_until(
+        env.workflow_id, "test.task_done", "timer.schedule", "event.dead_lettered"
+    )
     done = payloads(records, "test.task_done", env.workflow_id)
     assert [d["payload"]["attempt"] for d in done] == [3]
     assert payloads(records, "event.dead_lettered", env.workflow_id) == []
@@ -170,55 +182,51 @@ async def test_a_handler_past_its_task_timeout_is_retried_durably_then_dead_lett
 
 
 async def test_a_workflow_that_ends_stops_its_timers_and_later_events_are_recorded_not_handled(
-    tmp_path: Path, kafka_bootstrap: str, database_url: str, pg: asyncpg.Connection, unique: str
+    services: Stack, kafka_bootstrap: str, pg: asyncpg.Connection, unique: str
 ) -> None:
     """Workflow end, in the runtime: the workflow schedules a reminder, then parks behind a
     dead letter with one event waiting; its workflow.ended overtakes the park. The waiting
     event and one arriving after the end are recorded in the inbox as dropped, never
     handled (no task_done, no handler's effects); the reminder timer is cancelled."""
-    async with AsyncExitStack() as stack:
-        s = await start_stack(stack, tmp_path, unique, kafka_bootstrap, database_url)
-        topic = s.registry.physical_topic("test.task_submitted")
-        remind = envelope(TaskSubmitted(task="remind", mode="remind"))
-        wf = remind.workflow_id
-        blocker = envelope(TaskSubmitted(task="blocker", mode="persistent"), workflow_id=wf)
-        waiting = envelope(TaskSubmitted(task="waiting"), workflow_id=wf)
-        await publish(kafka_bootstrap, topic, [remind, blocker, waiting])
-        await s.read_until(wf, "event.dead_lettered")
-        ended = envelope(
-            WorkflowEnded(outcome="timed_out", reason="deadline", ended_by="gateway"), workflow_id=wf
-        )
-        await publish(kafka_bootstrap, s.registry.physical_topic("workflow.ended"), [ended])
-        after = envelope(TaskSubmitted(task="after"), workflow_id=wf)
-        await publish(kafka_bootstrap, topic, [after])
-        # A different end crossing the first (a completion after a timeout): the first stands.
-        crossed = envelope(WorkflowEnded(outcome="completed", ended_by="test_service"), workflow_id=wf)
-        await publish(kafka_bootstrap, s.registry.physical_topic("workflow.ended"), [crossed])
-        schema = f"svc_{unique}"
+    topic = services.registry.physical_topic("test.task_submitted")
+    remind = envelope(TaskSubmitted(task="remind", mode="remind"))
+    wf = remind.workflow_id
+    blocker = envelope(TaskSubmitted(task="blocker", mode="persistent"), workflow_id=wf)
+    waiting = envelope(TaskSubmitted(task="waiting"), workflow_id=wf)
+    await publish(kafka_bootstrap, topic, [remind, blocker, waiting])
+    await services.read_until(wf, "event.dead_lettered")
+    ended = envelope(
+        WorkflowEnded(outcome="timed_out", reason="deadline", ended_by="gateway"), workflow_id=wf
+    )
+    await publish(kafka_bootstrap, services.registry.physical_topic("workflow.ended"), [ended])
+    after = envelope(TaskSubmitted(task="after"), workflow_id=wf)
+    await publish(kafka_bootstrap, topic, [after])
+    # A different end crossing the first (a completion after a timeout): the first stands.
+    crossed = envelope(WorkflowEnded(outcome="completed", ended_by="test_service"), workflow_id=wf)
+    await publish(kafka_bootstrap, services.registry.physical_topic("workflow.ended"), [crossed])
+    schema = f"svc_{unique}"
 
-        async def inbox() -> dict[str, str]:
-            rows = await pg.fetch(f"SELECT event_id, outcome FROM {schema}.inbox WHERE workflow_id = $1", wf)
-            return {str(r["event_id"]): r["outcome"] for r in rows}
+    async def inbox() -> dict[str, str]:
+        rows = await pg.fetch(f"SELECT event_id, outcome FROM {schema}.inbox WHERE workflow_id = $1", wf)
+        return {str(r["event_id"]): r["outcome"] for r in rows}
 
-        async def reminder() -> Any:
-            return await pg.fetchrow(
-                """SELECT status, cancel_reason FROM timer_service.timers
-                    WHERE workflow_id = $1 AND purpose = 'reminder' AND status <> 'pending'""",
-                wf,
-            )
+    async def reminder() -> Any:
+        return await pg.fetchrow(
+            """SELECT status, cancel_reason FROM timer_service.timers
+                WHERE workflow_id = $1 AND purpose = 'reminder' AND status <> 'pending'""",
+            wf,
+        )
 
-        await wait_until(
-            lambda: _dropped(inbox(), waiting.event_id, after.event_id, crossed.event_id),
-            what="the events after the end dropped",
-        )
-        timer = await wait_until(reminder, what="the reminder cancelled")
-        outcomes = await inbox()
-        checkpoint = await pg.fetchrow(
-            f"SELECT ended, parked_on FROM {schema}.state WHERE workflow_id = $1", wf
-        )
-        records = await read_topic(
-            kafka_bootstrap, [topic], until=lambda rs: bool(payloads(rs, "test.task_done", wf))
-        )
+    await wait_until(
+        lambda: _dropped(inbox(), waiting.event_id, after.event_id, crossed.event_id),
+        what="the events after the end dropped",
+    )
+    timer = await wait_until(reminder, what="the reminder cancelled")
+    outcomes = await inbox()
+    checkpoint = await pg.fetchrow(f"SELECT ended, parked_on FROM {schema}.state WHERE workflow_id = $1", wf)
+    records = await read_topic(
+        kafka_bootstrap, [topic], until=lambda rs: bool(payloads(rs, "test.task_done", wf))
+    )
     assert outcomes[str(remind.event_id)] == "done"
     assert outcomes[str(blocker.event_id)] == "dead_lettered"
     assert outcomes[str(waiting.event_id)] == "dropped"
@@ -237,15 +245,11 @@ async def _dropped(rows: Any, *event_ids: Any) -> bool:
     return all(outcomes.get(str(event_id)) == "dropped" for event_id in event_ids)
 
 
-async def test_persistent_error_dead_letters_at_once_with_full_context(
-    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
-) -> None:
-    async with AsyncExitStack() as stack:
-        s = await start_stack(stack, tmp_path, unique, kafka_bootstrap, database_url)
-        topic = s.registry.physical_topic("test.task_submitted")
-        env = await s.submit(TaskSubmitted(task="rejected", mode="persistent"))
-        records = await s.read_until(env.workflow_id, "event.dead_lettered")
-    letter = payloads(records, "event.dead_lettered", env.workflow_id)[0]["payload"]
+async def test_persistent_error_dead_letters_at_once_with_full_context(services: Stack) -> None:
+    topic = services.registry.physical_topic("test.task_submitted")
+    env, letter = await services.first(
+        TaskSubmitted(task="rejected", mode="persistent"), "event.dead_lettered"
+    )
     assert letter["attempts"] == 1
     assert letter["error"]["category"] == "persistent"
     assert "business rule" in letter["error"]["message"]
@@ -258,28 +262,16 @@ async def test_persistent_error_dead_letters_at_once_with_full_context(
     assert len(letter["failures"]) == 1
 
 
-async def test_unexpected_exception_is_retried_with_a_cap_then_dead_lettered(
-    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
-) -> None:
-    async with AsyncExitStack() as stack:
-        s = await start_stack(stack, tmp_path, unique, kafka_bootstrap, database_url)
-        env = await s.submit(TaskSubmitted(task="buggy", mode="unexpected"))
-        records = await s.read_until(env.workflow_id, "event.dead_lettered")
-    letter = payloads(records, "event.dead_lettered", env.workflow_id)[0]["payload"]
+async def test_unexpected_exception_is_retried_with_a_cap_then_dead_lettered(services: Stack) -> None:
+    _, letter = await services.first(TaskSubmitted(task="buggy", mode="unexpected"), "event.dead_lettered")
     assert letter["attempts"] == 3
     assert letter["error"]["category"] == "unexpected"
     assert [f["error_class"] for f in letter["failures"]] == ["ZeroDivisionError"] * 3
     assert [f["attempt"] for f in letter["failures"]] == [1, 2, 3]
 
 
-async def test_semantic_failures_rerun_with_feedback_then_ask_a_person(
-    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
-) -> None:
-    async with AsyncExitStack() as stack:
-        s = await start_stack(stack, tmp_path, unique, kafka_bootstrap, database_url)
-        env = await s.submit(TaskSubmitted(task="vague", mode="semantic"))
-        records = await s.read_until(env.workflow_id, "review.requested")
-    review = payloads(records, "review.requested", env.workflow_id)[0]["payload"]
+async def test_semantic_failures_rerun_with_feedback_then_ask_a_person(services: Stack) -> None:
+    env, review = await services.first(TaskSubmitted(task="vague", mode="semantic"), "review.requested")
     assert review["attempts"] == 3
     # Each re-run saw the errors of the runs before it.
     assert review["validation_errors"] == [f"/summary: missing (try {n})" for n in (1, 2, 3)]
@@ -287,19 +279,17 @@ async def test_semantic_failures_rerun_with_feedback_then_ask_a_person(
 
 
 async def test_later_events_wait_behind_a_retrying_event_of_their_workflow(
-    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+    services: Stack, kafka_bootstrap: str
 ) -> None:
-    async with AsyncExitStack() as stack:
-        s = await start_stack(stack, tmp_path, unique, kafka_bootstrap, database_url)
-        topic = s.registry.physical_topic("test.task_submitted")
-        first = envelope(TaskSubmitted(task="first", transient_failures=1))
-        wf = first.workflow_id
-        second = envelope(TaskSubmitted(task="second"), workflow_id=wf)
-        third = envelope(TaskSubmitted(task="third"), workflow_id=wf)
-        await publish(kafka_bootstrap, topic, [first, second, third])
-        records = await read_topic(
-            kafka_bootstrap, [topic], until=lambda rs: len(payloads(rs, "test.task_done", wf)) >= 3
-        )
+    topic = services.registry.physical_topic("test.task_submitted")
+    first = envelope(TaskSubmitted(task="first", transient_failures=1))
+    wf = first.workflow_id
+    second = envelope(TaskSubmitted(task="second"), workflow_id=wf)
+    third = envelope(TaskSubmitted(task="third"), workflow_id=wf)
+    await publish(kafka_bootstrap, topic, [first, second, third])
+    records = await read_topic(
+        kafka_bootstrap, [topic], until=lambda rs: len(payloads(rs, "test.task_done", wf)) >= 3
+    )
     done = payloads(records, "test.task_done", wf)
     assert [d["payload"]["task"] for d in done] == ["first", "second", "third"]
     assert [d["payload"]["handled_count"] for d in done] == [1, 2, 3]
@@ -389,17 +379,15 @@ async def test_a_flood_of_poison_input_does_not_trip_the_guard(
 
 
 async def test_an_event_a_timer_fires_carries_the_headers_every_event_carries(
-    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+    services: Stack, kafka_bootstrap: str
 ) -> None:
-    async with AsyncExitStack() as stack:
-        s = await start_stack(stack, tmp_path, unique, kafka_bootstrap, database_url)
-        env = await s.submit(TaskSubmitted(task="retried once", transient_failures=1))
-        control = s.registry.physical_topic("retry.due")
-        records = await read_topic(
-            kafka_bootstrap,
-            [control],
-            until=lambda rs: any(r.key == env.workflow_id.encode() for r in rs),
-        )
+    env = await services.submit(TaskSubmitted(task="retried once", transient_failures=1))
+    control = services.registry.physical_topic("retry.due")
+    records = await read_topic(
+        kafka_bootstrap,
+        [control],
+        until=lambda rs: any(r.key == env.workflow_id.encode() for r in rs),
+    )
     [fired] = [r for r in records if r.key == env.workflow_id.encode()]
     headers = dict(fired.headers)
     assert headers["event_type"] == b"retry.due"

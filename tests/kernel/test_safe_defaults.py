@@ -18,6 +18,7 @@ from deadletter_service.config import Settings as DeadLetterSettings
 from gateway.config import Settings as GatewaySettings
 from outcome_analytics.config import Settings as AnalyticsSettings
 from payment_agent.config import Settings as PaymentSettings
+from tests.support.processes import run_captured
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL = {
@@ -84,15 +85,7 @@ def test_real_secrets_start_and_demo_mode_accepts_the_demo_ones(production: pyte
 
 
 def run_service(name: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", name],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_captured([sys.executable, "-m", name], env=env, cwd=ROOT, timeout_s=60)
 
 
 def test_a_service_with_demo_secrets_or_no_kafka_login_exits_78_saying_why() -> None:

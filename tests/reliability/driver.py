@@ -23,6 +23,8 @@ from typing import Any, Literal
 
 import httpx
 
+from tests.support.submissions import procurement
+
 log = logging.getLogger("reliability.driver")
 
 TERMINAL = frozenset({"completed", "rejected", "failed", "compensated", "timed_out", "cancelled"})
@@ -84,24 +86,7 @@ def report_topic(token: str) -> str:
 
 
 def procurement_body(token: str, sandbox: str) -> dict[str, Any]:
-    vendor = "vendor-acme"
-    return {
-        "input": {
-            "invoice_id": invoice_id(token),
-            "vendor_id": vendor,
-            # PO-7781 is on record by default (the budget agent's settings), for cc-research.
-            "po_number": "PO-7781",
-            "currency": "EUR",
-            "total_cents": 124_000,
-            "document_text": (
-                f"INVOICE {invoice_id(token)}\nVendor: {vendor}\nPO: PO-7781\n"
-                "40 x GPU hours @ 31.00 EUR\nTotal: 1240.00 EUR"
-            ),
-            "requester_ref": f"subject:{token}",
-        },
-        "subject_ref": f"subject:{token}",
-        "callback_url": f"{sandbox}/hooks/procurement",
-    }
+    return {**procurement(token, number=invoice_id(token)), "callback_url": f"{sandbox}/hooks/procurement"}
 
 
 def report_body(token: str, sandbox: str) -> dict[str, Any]:

@@ -26,6 +26,16 @@ async def create_database(server_url: str, database: str) -> str:
 
 
 @asynccontextmanager
+async def connected(url: str) -> AsyncIterator[asyncpg.Connection]:
+    """A connection of its own to ``url`` while the block runs, closed after."""
+    conn = await asyncpg.connect(url)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+@asynccontextmanager
 async def own_database(server_url: str, database: str) -> AsyncIterator[str]:
     """A new, empty database ``database`` while the block runs (its URL), dropped after."""
     url = await create_database(server_url, database)
@@ -41,8 +51,5 @@ async def drop_database(server_url: str, database: str) -> None:
 
 async def _on_server(server_url: str, statement: str) -> None:
     # CREATE/DROP DATABASE cannot run inside a transaction (nor a pooled one): a connection of its own.
-    conn = await asyncpg.connect(server_url)
-    try:
+    async with connected(server_url) as conn:
         await conn.execute(statement)
-    finally:
-        await conn.close()

@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -146,16 +147,28 @@ async def chorus(*args: str, env: dict[str, str] | None = None) -> tuple[int, st
     return proc.returncode, out.decode(), err.decode()
 
 
+def run_captured(
+    args: Sequence[str],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    stdin: str | None = None,
+    timeout_s: float | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``args`` run to the end, its output captured as text; its exit code is the test's
+    to judge (never raised)."""
+    return subprocess.run(
+        args, cwd=cwd, env=env, input=stdin, capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+
+
+def user_env() -> dict[str, str]:
+    """This environment as a user in a project of their own has it: nothing of this
+    checkout's registry or path."""
+    return {k: v for k, v in os.environ.items() if k not in {"CHORUS_SCHEMAS_DIR", "PYTHONPATH"}}
+
+
 def run_chorus(cwd: Path, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
     """The ``chorus`` command of this venv in ``cwd``, as a user in a project of their own
-    runs it: nothing of this checkout's registry or path in its environment."""
-    env = {k: v for k, v in os.environ.items() if k not in {"CHORUS_SCHEMAS_DIR", "PYTHONPATH"}}
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "chorus"), *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
+    runs it (user_env)."""
+    return run_captured([CHORUS, *args], cwd=cwd, env=user_env(), timeout_s=timeout_s)

@@ -1,18 +1,55 @@
-"""Reading sealed personal data in tests, as a service that declared it needs it would:
-through the key service the test session runs (CHORUS_KEY_STORES)."""
+"""Sealed personal data in tests: an event that carries some, and reading it as a service
+that declared it needs it would, through the key service the test session runs
+(CHORUS_KEY_STORES)."""
 
 from __future__ import annotations
 
 import base64
 import json
 import os
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
 from chorus.base.settings import DEMO_SERVICE_KEY
+from chorus.kernel.envelopes import start_envelope
 from chorus.privacy.crypto import Token
 from chorus_contracts.base import is_sealed
+from chorus_contracts.envelope import Envelope, ProducerRef
+from chorus_contracts.procurement import InvoiceReceived
+
+GATEWAY = ProducerRef(service="gateway", version="test")
+
+
+def personal_invoice(
+    text: str,
+    *,
+    workflow_id: str = "wf-1",
+    workflow_type: str = "procurement",
+    subject: str | None = "subject:zoe",
+    now: datetime | None = None,
+) -> Envelope:
+    """An invoice.received as the gateway publishes it for the data subject ``subject``:
+    its document ``text`` is personal data (sealed when the event leaves a service)."""
+    payload = InvoiceReceived(
+        invoice_id="INV-1",
+        vendor_id="vendor-acme",
+        po_number="PO-7781",
+        currency="EUR",
+        total_cents=124_000,
+        document_text=text,
+        requester_ref="r-1",
+    )
+    return start_envelope(
+        payload,
+        workflow_id=workflow_id,
+        workflow_type=workflow_type,
+        producer=GATEWAY,
+        now=now or datetime.now(UTC),
+        idempotency_key=workflow_id,
+        subject_ref=subject,
+    )
 
 
 def opened(value: Any, key_service: str | None = None) -> Any:

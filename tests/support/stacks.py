@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +35,7 @@ async def own_stack(
     service_env: Mapping[str, dict[str, str]] | None = None,
     releases: Mapping[str, tuple[str, ...]] | None = None,
     project: Path | None = None,
+    sandbox_args: Sequence[str] = (),
 ) -> AsyncIterator[OwnStack]:
     """``services`` started (and stopped after) with their own registry, ACLs and database
     ``chorus_<name>_<random>`` on the server of ``server_url``; with ``project``, that
@@ -59,6 +60,7 @@ async def own_stack(
         service_env=dict(service_env or {}),
         releases=dict(releases or {}),
         project=project,
+        sandbox_args=list(sandbox_args),
     )
     try:
         await stack.start()

@@ -10,11 +10,13 @@ from typing import Any
 async def wait_until(
     probe: Callable[[], Any],
     *,
+    until: Callable[[Any], bool] = bool,
     timeout_s: float = 60.0,
     interval_s: float = 0.1,
     what: str = "condition",
 ) -> Any:
-    """Call ``probe`` (sync or async) until it returns something truthy; return that."""
+    """Call ``probe`` (sync or async) until ``until`` accepts what it returns (by default,
+    until that is truthy); return that."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     last: Any = None
@@ -23,7 +25,7 @@ async def wait_until(
         if asyncio.iscoroutine(result):
             result = await result
         last = result
-        if result:
+        if until(result):
             return result
         if loop.time() > deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last: {last!r})")

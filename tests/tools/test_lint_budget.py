@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+
+from tests.support.processes import run_captured
 
 ROOT = Path(__file__).resolve().parents[2]
 SIZE_RULES = {"PLR0912", "PLR0915"}  # too many branches, too many statements
@@ -22,12 +23,9 @@ def exceptions() -> dict[str, set[str]]:
 
 def violations(path: str, codes: set[str]) -> set[str]:
     ruff = str(Path(sys.executable).parent / "ruff")
-    proc = subprocess.run(
+    proc = run_captured(
         [ruff, "check", "--isolated", "--select", ",".join(sorted(codes)), "--output-format=json", path],
         cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
     )
     return {v["code"] for v in json.loads(proc.stdout)}
 

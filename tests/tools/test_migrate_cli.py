@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import uuid
 
-import asyncpg
 import pytest
 
 from chorus_contracts.registry import default_registry
 from chorus_tools.cli.migrate import migrating_services
-from tests.support.database import create_database, drop_database
+from tests.support.database import connected, own_database
 from tests.support.processes import chorus
 
 pytestmark = pytest.mark.integration
@@ -20,14 +19,12 @@ async def test_chorus_migrate_brings_every_services_schema_up_to_date_and_again_
     database_url: str,
 ) -> None:
     database = f"chorus_migrate_{uuid.uuid4().hex[:8]}"
-    url = await create_database(database_url, database)
-    try:
+    async with own_database(database_url, database) as url:
         code, out, err = await chorus("migrate", env={"CHORUS_DATABASE_URL": url})
         assert code == 0, err
         services = migrating_services(default_registry())
         assert f"migrations: {len(services)} service(s) up to date" in out
-        conn = await asyncpg.connect(url)
-        try:
+        async with connected(url) as conn:
 
             async def ledger() -> dict[str, list[tuple[str, int]]]:
                 found = {}
@@ -53,7 +50,3 @@ async def test_chorus_migrate_brings_every_services_schema_up_to_date_and_again_
             code, out, err = await chorus("migrate", env={"CHORUS_DATABASE_URL": url})
             assert code == 0, err
             assert await ledger() == first
-        finally:
-            await conn.close()
-    finally:
-        await drop_database(database_url, database)

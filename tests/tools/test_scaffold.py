@@ -5,7 +5,6 @@ tests/deploy/test_runtime_wheel.py, from the built wheel.)"""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,15 +15,14 @@ import yaml
 from chorus.testing.stack import isolated_schemas
 from chorus_contracts.registry import load_registry
 from tests.support.imports import private_imports
+from tests.support.processes import run_captured, user_env
 from tests.support.processes import run_chorus as chorus
 
 BIN = Path(sys.executable).parent
 
 
 def tool(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(BIN / args[0]), *args[1:]], cwd=cwd, capture_output=True, text=True, timeout=600, check=False
-    )
+    return run_captured([str(BIN / args[0]), *args[1:]], cwd=cwd, timeout_s=600)
 
 
 @pytest.fixture(scope="module")
@@ -64,11 +62,12 @@ def test_a_new_service_has_the_skeleton_of_every_chorus_service(project: Path) -
 
 
 def test_the_generated_handler_test_passes(project: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in {"CHORUS_SCHEMAS_DIR", "PYTHONPATH"}}
-    run = subprocess.run(
+    run = run_captured(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_triage_handlers.py"],
-        cwd=project, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        cwd=project,
+        env=user_env(),
+        timeout_s=300,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "1 passed" in run.stdout
 

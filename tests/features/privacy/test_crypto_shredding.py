@@ -23,40 +23,18 @@ from chorus.privacy.crypto import (
     Sealer,
     subject_hash,
 )
-from chorus_contracts.envelope import Envelope, ProducerRef
+from chorus_contracts.envelope import ProducerRef
 from chorus_contracts.platform import SubjectErasureRequested
-from chorus_contracts.procurement import InvoiceReceived
 from chorus_contracts.registry import load_registry
 from tests.support.kafka import publish
 from tests.support.processes import ServiceProcess
+from tests.support.sealed import personal_invoice
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
 REGISTRY = load_registry()
-PRODUCER = ProducerRef(service="gateway", version="test")
 AUTH = {"Authorization": f"Bearer {DEMO_SERVICE_KEY}"}
-
-
-def received(workflow_id: str, workflow_type: str, subject: str, text: str) -> Envelope:
-    payload = InvoiceReceived(
-        invoice_id="INV-1",
-        vendor_id="vendor-acme",
-        po_number="PO-7781",
-        currency="EUR",
-        total_cents=100,
-        document_text=text,
-        requester_ref="r-1",
-    )
-    return start_envelope(
-        payload,
-        workflow_id=workflow_id,
-        workflow_type=workflow_type,
-        producer=PRODUCER,
-        now=datetime.now(UTC),
-        idempotency_key=workflow_id,
-        subject_ref=subject,
-    )
 
 
 async def test_one_live_key_per_subject_until_its_erasure_destroys_it(
@@ -147,8 +125,14 @@ async def test_a_service_configured_for_one_region_cannot_read_the_other_regions
             return Sealer(REGISTRY, stores, region="eu", regions={"procurement": "us"})
 
         everywhere = sealer("eu", "us")
-        american = await everywhere.seal(received(f"wf-us-{unique}", "procurement", f"s:{unique}", "US data"))
-        european = await everywhere.seal(received(f"wf-eu-{unique}", "research", f"s:{unique}", "EU data"))
+        american = await everywhere.seal(
+            personal_invoice("US data", workflow_id=f"wf-us-{unique}", subject=f"s:{unique}")
+        )
+        european = await everywhere.seal(
+            personal_invoice(
+                "EU data", workflow_id=f"wf-eu-{unique}", workflow_type="research", subject=f"s:{unique}"
+            )
+        )
         assert american.payload["document_text"].split(":")[3].startswith("us.")
         assert european.payload["document_text"].split(":")[3].startswith("eu.")
 

@@ -31,6 +31,7 @@ from chorus_contracts.base import SEALED_PREFIX, Sealed, is_sealed
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.procurement import InvoiceReceived
 from chorus_contracts.registry import load_registry
+from tests.support.sealed import personal_invoice
 
 REGISTRY = load_registry()
 PRODUCER = ProducerRef(service="gateway", version="1")
@@ -41,23 +42,9 @@ MARKER = "Zoë Marker-7f3a"
 def received(
     workflow_id: str = "wf-1", subject: str | None = "subject:zoe", region_type: str = "procurement"
 ) -> Envelope:
-    payload = InvoiceReceived(
-        invoice_id="INV-1",
-        vendor_id="vendor-acme",
-        po_number="PO-7781",
-        currency="EUR",
-        total_cents=124_000,
-        document_text=f"INVOICE INV-1\nBill to: {MARKER}\nTotal: 1240.00 EUR",
-        requester_ref="r-1",
-    )
-    return start_envelope(
-        payload,
-        workflow_id=workflow_id,
-        workflow_type=region_type,
-        producer=PRODUCER,
-        now=NOW,
-        idempotency_key=workflow_id,
-        subject_ref=subject,
+    text = f"INVOICE INV-1\nBill to: {MARKER}\nTotal: 1240.00 EUR"
+    return personal_invoice(
+        text, workflow_id=workflow_id, workflow_type=region_type, subject=subject, now=NOW
     )
 
 

@@ -274,17 +274,26 @@ async def test_a_move_waits_until_nothing_of_the_workflow_is_in_flight_at_either
         now,
         NEW,
     )
+
+    async def recorded(
+        group: str, event_id: uuid.UUID, outcome: str, event_type: str = "test.task_submitted"
+    ) -> None:
+        """An event of the workflow in ``group``'s inbox, first attempt, with ``outcome``."""
+        await pg.execute(
+            f"""INSERT INTO {name}.inbox (consumer_group, event_id, attempt, outcome, event_type,
+                                          workflow_id, processed_at)
+                VALUES ($1, $2, 1, $3, $4, $5, $6)""",
+            group,
+            event_id,
+            outcome,
+            event_type,
+            workflow_id,
+            now,
+        )
+
     in_flight = uuid.uuid4()
     # Main passed an event of the canary's workflow that the canary has not read yet.
-    await pg.execute(
-        f"""INSERT INTO {name}.inbox (consumer_group, event_id, attempt, outcome, event_type,
-                                      workflow_id, processed_at)
-            VALUES ($1, $2, 1, 'not_mine', 'test.task_submitted', $3, $4)""",
-        name,
-        in_flight,
-        workflow_id,
-        now,
-    )
+    await recorded(name, in_flight, "not_mine")
     pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
     try:
         repins = Repins(
@@ -324,26 +333,10 @@ async def test_a_move_waits_until_nothing_of_the_workflow_is_in_flight_at_either
         assert f"release {UNNAMED} passed 1 event(s)" in refused["reason"]
         assert await pinned() == (NEW, 3)
         # (An event of a type the canary does not handle, passed by main, holds nothing up.)
-        await pg.execute(
-            f"""INSERT INTO {name}.inbox (consumer_group, event_id, attempt, outcome, event_type,
-                                          workflow_id, processed_at)
-                VALUES ($1, $2, 1, 'not_mine', 'test.other', $3, $4)""",
-            name,
-            uuid.uuid4(),
-            workflow_id,
-            now,
-        )
+        await recorded(name, uuid.uuid4(), "not_mine", "test.other")
 
         # The canary reads it and its step fails for now: a retry of it waits there.
-        await pg.execute(
-            f"""INSERT INTO {name}.inbox (consumer_group, event_id, attempt, outcome, event_type,
-                                          workflow_id, processed_at)
-                VALUES ($1, $2, 1, 'retrying', 'test.task_submitted', $3, $4)""",
-            canary_group,
-            in_flight,
-            workflow_id,
-            now,
-        )
+        await recorded(canary_group, in_flight, "retrying")
         refused = await ask()
         assert refused["outcome"] == "refused" and "a retry, a dead letter" in refused["reason"]
         # Its retries spent, it is dead-lettered: it waits for an operator there, still.

@@ -203,6 +203,15 @@ async def count(pg: asyncpg.Connection, sql: str, *args: Any) -> int:
     return int(await pg.fetchval(sql, *args))
 
 
+async def counted(pg: asyncpg.Connection, sql: str, n: int, *, what: str, timeout_s: float = 60.0) -> None:
+    """Once the count ``sql`` asks for reaches ``n`` (fails naming ``what`` after ``timeout_s``)."""
+    await eventually(lambda: _at_least(count(pg, sql), n), what=what, timeout_s=timeout_s)
+
+
+async def _at_least(value: Awaitable[int], n: int) -> bool:
+    return int(await value) >= n
+
+
 async def all_text(pg: asyncpg.Connection, schemas: Iterable[str]) -> str:
     """Every value of every row of every table in ``schemas``, as text (bytea decoded),
     so a string that is stored anywhere shows up."""
@@ -378,8 +387,10 @@ async def test_replaying_every_topic_rebuilds_the_live_projection_exactly(
         redelivered = rng.sample(wave1.items, 60)  # a producer retried old events
         await wave2.publish(kafka_bootstrap, [*wave2.items, *redelivered, *wave2.items[:10]])
         distinct = len({env.event_id for _, env in [*wave1.items, *wave2.items]})
-        await eventually(
-            lambda: _at_least(count(pg, f"SELECT count(*) FROM {name}.audit_log"), distinct),
+        await counted(
+            pg,
+            f"SELECT count(*) FROM {name}.audit_log",
+            distinct,
             timeout_s=120,
             what=f"{distinct} events in the live audit log",
         )
@@ -439,10 +450,6 @@ def _metric(text: str, name: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + " "))
 
 
-async def _at_least(value: Awaitable[int], n: int) -> bool:
-    return int(await value) >= n
-
-
 # -- erasure -----------------------------------------------------------------------------------
 
 
@@ -488,14 +495,11 @@ async def test_an_erased_subject_is_nowhere_in_projections_or_state_and_the_audi
         api = f"http://127.0.0.1:{projector.http.port}"
         await stream.publish(kafka_bootstrap)
         await publish(kafka_bootstrap, registry.physical_topic("test.task_submitted"), tasks)
-        await eventually(
-            lambda: _at_least(count(pg, f"SELECT count(*) FROM {name}.audit_log"), 10),
-            what="ten events projected",
-        )
-        await eventually(
-            lambda: _at_least(
-                count(pg, f"SELECT count(*) FROM {svc}.outbox WHERE dispatched_at IS NOT NULL"), 2
-            ),
+        await counted(pg, f"SELECT count(*) FROM {name}.audit_log", 10, what="ten events projected")
+        await counted(
+            pg,
+            f"SELECT count(*) FROM {svc}.outbox WHERE dispatched_at IS NOT NULL",
+            2,
             what="the other service handled both tasks",
         )
         pool = await create_pool(database_url)
@@ -580,10 +584,7 @@ async def test_an_erased_subject_is_nowhere_in_projections_or_state_and_the_audi
             reason=f"the card of {pii[erased]} was declined",
         )
         await late.publish(kafka_bootstrap)
-        await eventually(
-            lambda: _at_least(count(pg, f"SELECT count(*) FROM {name}.audit_log"), 12),
-            what="the late event projected",
-        )
+        await counted(pg, f"SELECT count(*) FROM {name}.audit_log", 12, what="the late event projected")
         assert pii[erased] not in await all_text(pg, [name])
 
         # A replay after the erasure rebuilds the redacted projection, not the original.
@@ -654,14 +655,8 @@ async def test_the_janitor_removes_expired_workflows_everywhere_and_records_it(
     ):
         await stream.publish(kafka_bootstrap)
         await publish(kafka_bootstrap, registry.physical_topic("test.task_submitted"), tasks)
-        await eventually(
-            lambda: _at_least(count(pg, f"SELECT count(*) FROM {name}.workflow_status"), 2),
-            what="both workflows projected",
-        )
-        await eventually(
-            lambda: _at_least(count(pg, f"SELECT count(*) FROM {svc}.state"), 2),
-            what="the other service's checkpoints",
-        )
+        await counted(pg, f"SELECT count(*) FROM {name}.workflow_status", 2, what="both workflows projected")
+        await counted(pg, f"SELECT count(*) FROM {svc}.state", 2, what="the other service's checkpoints")
         # An event waiting behind a retry in the other service (parked) is state too.
         await pg.execute(
             f"""INSERT INTO {svc}.parked (workflow_id, topic, partition, "offset", value, attempt,
@@ -731,9 +726,8 @@ async def test_the_janitor_removes_expired_workflows_everywhere_and_records_it(
         clock.advance(timedelta(days=60).total_seconds())
         await eventually(lambda: _at_least(_len(runs(1)), 2), what="a pass at day 91")
         assert await status_view(pg, procurement, schema=name) is None
-        await eventually(
-            lambda: _at_least(count(pg, f"SELECT 1 - count(*) FROM {svc}.state"), 1),
-            what="the other service's last checkpoint retired",
+        await counted(
+            pg, f"SELECT 1 - count(*) FROM {svc}.state", 1, what="the other service's last checkpoint retired"
         )
         assert await count(pg, f"SELECT count(*) FROM {name}.retired_workflows") == 2
 
@@ -926,10 +920,7 @@ async def test_every_read_of_personal_data_is_in_the_access_log(
         assert projector.http is not None
         api = f"http://127.0.0.1:{projector.http.port}"
         await stream.publish(kafka_bootstrap, sealed)
-        await eventually(
-            lambda: _at_least(count(pg, f"SELECT count(*) FROM {name}.audit_log"), 3),
-            what="three events projected",
-        )
+        await counted(pg, f"SELECT count(*) FROM {name}.audit_log", 3, what="three events projected")
         assert f"Ada {unique}" not in await all_text(pg, [name])  # kept sealed
 
         async with httpx.AsyncClient(base_url=api, timeout=10) as http:

@@ -34,9 +34,9 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from chorus.web.apikeys import DEMO_KEYS
 from chorus_contracts.registry import Registry
 from chorus_tools.devstack import SERVICES, DevStack
-from tests.support.database import create_database, drop_database
 from tests.support.kafka import publish
-from tests.support.registry import grant_access, isolated_registry
+from tests.support.stacks import own_stack
+from tests.support.submissions import procurement
 
 pytestmark = pytest.mark.integration
 
@@ -66,29 +66,17 @@ class Deployment:
 async def deployment(
     tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str, database_url: str
 ) -> AsyncIterator[Deployment]:
-    tmp = tmp_path_factory.mktemp("console")
-    suffix = uuid.uuid4().hex[:8]
-    registry = await isolated_registry(tmp, suffix, kafka_bootstrap)
-    await grant_access(registry, kafka_bootstrap)
-    database = f"chorus_console_{suffix}"
-    stack = DevStack(
-        tmp / "logs",
+    async with own_stack(
+        tmp_path_factory.mktemp("console"),
+        kafka_bootstrap,
+        database_url,
+        name="console",
         services=(*SERVICES, "outcome_analytics", "console"),
-        env={
-            "CHORUS_SCHEMAS_DIR": str(registry.root),
-            "CHORUS_KAFKA_BOOTSTRAP": kafka_bootstrap,
-            "CHORUS_DATABASE_URL": await create_database(database_url, database),
-        },
         service_env={
             "gateway": {"CHORUS_API_KEYS": json.dumps({k: v.model_dump() for k, v in DEMO_KEYS.items()})}
         },
-    )
-    try:
-        await stack.start()
-        yield Deployment(stack, registry, kafka_bootstrap)
-    finally:
-        await stack.stop()
-        await drop_database(database_url, database)
+    ) as own:
+        yield Deployment(own.stack, own.registry, kafka_bootstrap)
 
 
 @pytest.fixture(scope="module")
@@ -160,21 +148,7 @@ async def test_a_reviewer_follows_the_mailed_link_signs_in_reads_the_context_and
     async with httpx.AsyncClient(base_url=stack.api_url, timeout=10) as api:
         accepted = await api.post(
             "/v1/workflows/procurement",
-            json={
-                "input": {
-                    "invoice_id": f"INV-{run}",
-                    "vendor_id": "vendor-acme",
-                    "po_number": "PO-7781",
-                    "currency": "EUR",
-                    "total_cents": 124_000,
-                    "document_text": (
-                        f"INVOICE INV-{run}\nVendor: vendor-acme\nPO: PO-7781\n"
-                        "40 x GPU hours @ 31.00 EUR\nTotal: 1240.00 EUR"
-                    ),
-                    "requester_ref": f"subject:{run}",
-                },
-                "subject_ref": f"subject:{run}",
-            },
+            json=procurement(run),
             headers={**SUBMITTER, "Idempotency-Key": f"order-{run}"},
         )
     assert accepted.status_code == 202, accepted.text

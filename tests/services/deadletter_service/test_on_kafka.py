@@ -118,6 +118,17 @@ async def shared(
         )
 
 
+@pytest.fixture
+async def own(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+) -> AsyncIterator[tuple[Stack, ServiceProcess]]:
+    """A dead-letter service of the test's own, and beside it the test service
+    ``svc_<unique>``, started and healthy (it fails what it is told to)."""
+    async with AsyncExitStack() as stack:
+        s = await start_stack(stack, tmp_path, unique, kafka_bootstrap, database_url)
+        yield s, await s.failing_service(stack, f"svc_{unique}")
+
+
 def run_cli(*args: str, url: str, actor: str | None = "alice") -> Any:
     """``chorus dlq`` with ``actor``'s API key (none when ``actor`` is None)."""
     env = {"CHORUS_DLQ_URL": url, "CHORUS_API_KEY": f"{actor}-key" if actor else ""}
@@ -154,154 +165,148 @@ def copies(records: list[Any], event_id: uuid.UUID) -> list[Any]:
 
 
 async def test_poison_event_is_listed_redriven_after_the_fix_processed_and_redriven_only_once(
-    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str, pg: asyncpg.Connection
+    own: tuple[Stack, ServiceProcess], kafka_bootstrap: str, unique: str, pg: asyncpg.Connection
 ) -> None:
-    async with AsyncExitStack() as stack:
-        s = await start_stack(stack, tmp_path, unique, kafka_bootstrap, database_url)
-        name = f"svc_{unique}"
-        service = await s.failing_service(stack, name)
+    s, service = own
+    name = f"svc_{unique}"
 
-        topic = s.registry.physical_topic("test.task_submitted")
-        poison = envelope(TaskSubmitted(task="poison", mode="persistent"))
-        headers = [("traceparent", poison.traceparent.encode()), ("x-binary", b"\x00\xff\x10")]
-        await publish(kafka_bootstrap, topic, [poison], headers=headers)
+    topic = s.registry.physical_topic("test.task_submitted")
+    poison = envelope(TaskSubmitted(task="poison", mode="persistent"))
+    headers = [("traceparent", poison.traceparent.encode()), ("x-binary", b"\x00\xff\x10")]
+    await publish(kafka_bootstrap, topic, [poison], headers=headers)
 
-        # Listed, with the exact bytes, key and headers it arrived with.
-        letter = await open_letter(s.http, name)
-        assert letter["status"] == "open"
-        assert letter["error"]["category"] == "persistent"
-        assert letter["original_event_id"] == str(poison.event_id)
-        detail = (await s.http.get(f"/v1/dead-letters/{letter['id']}")).json()
-        original = detail["original"]
-        assert base64.b64decode(original["value_b64"]) == encode(poison)
-        assert original["value_json"]["payload"] == {
-            "task": "poison", "mode": "persistent", "transient_failures": 0, "sleep_s": 0.0,
-            "note": "", "url": "",
-        }  # fmt: skip
-        assert original["topic"] == topic
-        assert original["key"] == poison.workflow_id
-        assert [(h["key"], base64.b64decode(h["value_b64"])) for h in original["headers"]] == (headers)
-        assert detail["consumer_group"] == name
-        assert "simulated business rule violation" in detail["error"]["message"]
-        assert "PersistentError" in detail["error"]["traceback"]
-        assert [f["attempt"] for f in detail["failures"]] == [1]
-        assert detail["failures"][0]["at"]
+    # Listed, with the exact bytes, key and headers it arrived with.
+    letter = await open_letter(s.http, name)
+    assert letter["status"] == "open"
+    assert letter["error"]["category"] == "persistent"
+    assert letter["original_event_id"] == str(poison.event_id)
+    detail = (await s.http.get(f"/v1/dead-letters/{letter['id']}")).json()
+    original = detail["original"]
+    assert base64.b64decode(original["value_b64"]) == encode(poison)
+    assert original["value_json"]["payload"] == {
+        "task": "poison", "mode": "persistent", "transient_failures": 0, "sleep_s": 0.0,
+        "note": "", "url": "",
+    }  # fmt: skip
+    assert original["topic"] == topic
+    assert original["key"] == poison.workflow_id
+    assert [(h["key"], base64.b64decode(h["value_b64"])) for h in original["headers"]] == (headers)
+    assert detail["consumer_group"] == name
+    assert "simulated business rule violation" in detail["error"]["message"]
+    assert "PersistentError" in detail["error"]["traceback"]
+    assert [f["attempt"] for f in detail["failures"]] == [1]
+    assert detail["failures"][0]["at"]
 
-        # The fix is deployed: same service, same consumer group, handler repaired.
-        await service.terminate()
-        service.start(TEST_SERVICE_FIXED="1")
-        await service.wait_healthy()
+    # The fix is deployed: same service, same consumer group, handler repaired.
+    await service.terminate()
+    service.start(TEST_SERVICE_FIXED="1")
+    await service.wait_healthy()
 
-        result = run_cli("redrive", letter["id"], "--reason", "fixed in 0.1.1", url=s.dlq.url)
-        assert result.exit_code == 0, result.output
-        assert f"redriven {letter['id']} -> {topic} as attempt 2" in result.output
+    result = run_cli("redrive", letter["id"], "--reason", "fixed in 0.1.1", url=s.dlq.url)
+    assert result.exit_code == 0, result.output
+    assert f"redriven {letter['id']} -> {topic} as attempt 2" in result.output
 
-        records = await read_topic(
-            kafka_bootstrap,
-            [topic],
-            until=lambda rs: bool(events_of(rs, "test.task_done")),
-        )
-        done = [d["payload"] for d in events_of(records, "test.task_done")]
-        assert done == [{"task": "poison", "attempt": 2, "handled_count": 1}]
-        first, again = copies(records, poison.event_id)
-        assert json.loads(again.value)["attempt"] == 2
-        assert again.key == first.key
-        assert list(again.headers) == list(first.headers)
+    records = await read_topic(
+        kafka_bootstrap,
+        [topic],
+        until=lambda rs: bool(events_of(rs, "test.task_done")),
+    )
+    done = [d["payload"] for d in events_of(records, "test.task_done")]
+    assert done == [{"task": "poison", "attempt": 2, "handled_count": 1}]
+    first, again = copies(records, poison.event_id)
+    assert json.loads(again.value)["attempt"] == 2
+    assert again.key == first.key
+    assert list(again.headers) == list(first.headers)
 
-        # Asked again (HTTP, then CLI): refused, and nothing more is published.
-        second = await s.http.post(
-            f"/v1/dead-letters/{letter['id']}/redrive", json={"reason": "again"}, headers=as_("bob")
-        )
-        assert second.status_code == 409
-        assert second.headers["content-type"].startswith(PROBLEM)
-        problem = second.json()
-        assert problem["status"] == 409
-        assert problem["letter_status"] == "redriven"
-        assert problem["resolved_by"] == "alice"
-        assert "nothing was published" in problem["detail"]
-        result = run_cli("redrive", letter["id"], url=s.dlq.url)
-        assert result.exit_code == 1
-        assert "already redriven" in result.output
+    # Asked again (HTTP, then CLI): refused, and nothing more is published.
+    second = await s.http.post(
+        f"/v1/dead-letters/{letter['id']}/redrive", json={"reason": "again"}, headers=as_("bob")
+    )
+    assert second.status_code == 409
+    assert second.headers["content-type"].startswith(PROBLEM)
+    problem = second.json()
+    assert problem["status"] == 409
+    assert problem["letter_status"] == "redriven"
+    assert problem["resolved_by"] == "alice"
+    assert "nothing was published" in problem["detail"]
+    result = run_cli("redrive", letter["id"], url=s.dlq.url)
+    assert result.exit_code == 1
+    assert "already redriven" in result.output
 
-        queued = await pg.fetch(
-            "SELECT dispatched_at FROM deadletter_service.outbox WHERE event_id = $1",
+    queued = await pg.fetch(
+        "SELECT dispatched_at FROM deadletter_service.outbox WHERE event_id = $1",
+        poison.event_id,
+    )
+    assert len(queued) == 1, "a second redrive must not queue the record again"
+    await eventually(
+        lambda: pg.fetchval(
+            "SELECT dispatched_at IS NOT NULL FROM deadletter_service.outbox WHERE event_id = $1",
             poison.event_id,
-        )
-        assert len(queued) == 1, "a second redrive must not queue the record again"
-        await eventually(
-            lambda: pg.fetchval(
-                "SELECT dispatched_at IS NOT NULL FROM deadletter_service.outbox WHERE event_id = $1",
-                poison.event_id,
-            ),
-            what="the redrive to be published",
-        )
-        records = await read_topic(kafka_bootstrap, [topic], until=lambda rs: len(rs) >= 3)
-        assert len(copies(records, poison.event_id)) == 2
+        ),
+        what="the redrive to be published",
+    )
+    records = await read_topic(kafka_bootstrap, [topic], until=lambda rs: len(rs) >= 3)
+    assert len(copies(records, poison.event_id)) == 2
 
-        # Every operation is on record, refused ones included.
-        shown = (await s.http.get(f"/v1/dead-letters/{letter['id']}")).json()
-        assert shown["status"] == "redriven"
-        assert [(o["op"], o["actor"], o["result"], o["reason"]) for o in shown["operations"]] == [
-            ("redrive", "alice", "refused", ""),
-            ("redrive", "bob", "refused", "again"),
-            ("redrive", "alice", "redriven", "fixed in 0.1.1"),
-        ]
-        audit = (await s.http.get("/v1/operations", params={"letter_id": letter["id"]})).json()
-        assert audit["items"] == shown["operations"]
+    # Every operation is on record, refused ones included.
+    shown = (await s.http.get(f"/v1/dead-letters/{letter['id']}")).json()
+    assert shown["status"] == "redriven"
+    assert [(o["op"], o["actor"], o["result"], o["reason"]) for o in shown["operations"]] == [
+        ("redrive", "alice", "refused", ""),
+        ("redrive", "bob", "refused", "again"),
+        ("redrive", "alice", "redriven", "fixed in 0.1.1"),
+    ]
+    audit = (await s.http.get("/v1/operations", params={"letter_id": letter["id"]})).json()
+    assert audit["items"] == shown["operations"]
 
 
 async def test_discard_releases_the_workflow_parked_behind_the_dead_letter(
-    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str, pg: asyncpg.Connection
+    own: tuple[Stack, ServiceProcess], kafka_bootstrap: str, unique: str, pg: asyncpg.Connection
 ) -> None:
-    async with AsyncExitStack() as stack:
-        s = await start_stack(stack, tmp_path, unique, kafka_bootstrap, database_url)
-        name = f"svc_{unique}"
-        await s.failing_service(stack, name)
+    s, _ = own
+    name = f"svc_{unique}"
 
-        topic = s.registry.physical_topic("test.task_submitted")
-        blocker = envelope(TaskSubmitted(task="blocker", mode="persistent"))
-        wf = blocker.workflow_id
-        later = envelope(TaskSubmitted(task="later"), workflow_id=wf)
-        await publish(kafka_bootstrap, topic, [blocker, later])
+    topic = s.registry.physical_topic("test.task_submitted")
+    blocker = envelope(TaskSubmitted(task="blocker", mode="persistent"))
+    wf = blocker.workflow_id
+    later = envelope(TaskSubmitted(task="later"), workflow_id=wf)
+    await publish(kafka_bootstrap, topic, [blocker, later])
 
-        letter = await open_letter(s.http, name)
-        await eventually(
-            lambda: pg.fetchval(f"SELECT count(*) FROM {name}.parked WHERE workflow_id = $1", wf),
-            what="the later event to wait behind the dead letter",
-        )
+    letter = await open_letter(s.http, name)
+    await eventually(
+        lambda: pg.fetchval(f"SELECT count(*) FROM {name}.parked WHERE workflow_id = $1", wf),
+        what="the later event to wait behind the dead letter",
+    )
 
-        result = run_cli(
-            "discard", letter["id"], "--reason", "customer withdrew", url=s.dlq.url, actor="carol"
-        )
-        assert result.exit_code == 0, result.output
-        assert f"discarded {letter['id']}; {name} was told to stop waiting" in result.output
+    result = run_cli("discard", letter["id"], "--reason", "customer withdrew", url=s.dlq.url, actor="carol")
+    assert result.exit_code == 0, result.output
+    assert f"discarded {letter['id']}; {name} was told to stop waiting" in result.output
 
-        control = s.registry.physical_topic("event.discarded")
-        records = await read_topic(
-            kafka_bootstrap,
-            [topic, control],
-            until=lambda rs: bool(events_of(rs, "test.task_done")),
-        )
-        done = [d["payload"] for d in events_of(records, "test.task_done")]
-        assert done == [{"task": "later", "attempt": 1, "handled_count": 1}]
-        (discarded,) = events_of(records, "event.discarded")
-        assert discarded["workflow_id"] == wf
-        assert discarded["causation_id"] == letter["id"]
-        assert discarded["payload"] == {
-            "service": name,
-            "consumer_group": name,
-            "discarded_event_id": str(blocker.event_id),
-            "reason": "customer withdrew",
-            "actor": "carol",
-        }
+    control = s.registry.physical_topic("event.discarded")
+    records = await read_topic(
+        kafka_bootstrap,
+        [topic, control],
+        until=lambda rs: bool(events_of(rs, "test.task_done")),
+    )
+    done = [d["payload"] for d in events_of(records, "test.task_done")]
+    assert done == [{"task": "later", "attempt": 1, "handled_count": 1}]
+    (discarded,) = events_of(records, "event.discarded")
+    assert discarded["workflow_id"] == wf
+    assert discarded["causation_id"] == letter["id"]
+    assert discarded["payload"] == {
+        "service": name,
+        "consumer_group": name,
+        "discarded_event_id": str(blocker.event_id),
+        "reason": "customer withdrew",
+        "actor": "carol",
+    }
 
-        shown = (await s.http.get(f"/v1/dead-letters/{letter['id']}")).json()
-        assert shown["status"] == "discarded"
-        assert shown["resolved_by"] == "carol"
-        # Discarded is final: a redrive now would replay an event the workflow moved past.
-        refused = await s.http.post(f"/v1/dead-letters/{letter['id']}/redrive", headers=as_("bob"))
-        assert refused.status_code == 409
-        assert refused.json()["letter_status"] == "discarded"
+    shown = (await s.http.get(f"/v1/dead-letters/{letter['id']}")).json()
+    assert shown["status"] == "discarded"
+    assert shown["resolved_by"] == "carol"
+    # Discarded is final: a redrive now would replay an event the workflow moved past.
+    refused = await s.http.post(f"/v1/dead-letters/{letter['id']}/redrive", headers=as_("bob"))
+    assert refused.status_code == 409
+    assert refused.json()["letter_status"] == "discarded"
 
 
 # -- synthetic letters (the test plays the runtime) ------------------------------------------

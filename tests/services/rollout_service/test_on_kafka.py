@@ -23,8 +23,10 @@ from chorus.releases.rollouts import MAIN_RELEASE
 from chorus.web.apikeys import DEMO_KEYS
 from chorus_tools.devstack import SERVICES as DEV_SERVICES
 from chorus_tools.devstack import DevStack, release_proc
+from tests.support.database import connected
 from tests.support.processes import chorus
 from tests.support.stacks import own_stack
+from tests.support.submissions import procurement
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -42,7 +44,7 @@ RESEARCH = {"report_agent", "source_fetcher", "notifier"}
 SERVICES = (*(s for s in DEV_SERVICES if s not in RESEARCH), "outcome_analytics")
 """The procurement workflow's services, the rollout service and outcome analytics."""
 TERMINAL = {"completed", "rejected", "failed", "compensated", "timed_out", "cancelled"}
-PO = {
+PO: dict[str, Any] = {
     "po_number": "PO-ROLL",
     "vendor_id": "vendor-acme",
     "currency": "EUR",
@@ -163,21 +165,7 @@ class Rollouts:
 
 def small_invoice(run: str) -> dict[str, Any]:
     """A small invoice: a manager approves it (each procurement needs a person), no director."""
-    return {
-        "input": {
-            "invoice_id": f"INV-{run}",
-            "vendor_id": "vendor-acme",
-            "po_number": PO["po_number"],
-            "currency": "EUR",
-            "total_cents": 1240,
-            "document_text": (
-                f"INVOICE INV-{run}\nVendor: vendor-acme\nPO: PO-ROLL\n"
-                "4 x GPU hours @ 3.10 EUR\nTotal: 12.40 EUR"
-            ),
-            "requester_ref": f"subject:{run}",
-        },
-        "subject_ref": f"subject:{run}",
-    }
+    return procurement(run, po=PO["po_number"], total="12.40", line="4 x GPU hours @ 3.10 EUR")
 
 
 @pytest.fixture(scope="module")
@@ -223,11 +211,8 @@ async def rollouts(
 
 @pytest.fixture
 async def services_pg(rollouts: Rollouts) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(rollouts.database_url)
-    try:
+    async with connected(rollouts.database_url) as conn:
         yield conn
-    finally:
-        await conn.close()
 
 
 async def test_a_canary_takes_its_share_and_after_promotion_everything_each_workflow_on_one_release(
