@@ -23,6 +23,7 @@ from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_contracts.registry import Registry
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, publish, read_topic
+from tests.support.onkafka import in_process
 from tests.support.registry import isolated_registry
 from tests.support.sealed import opened
 from tests.support.testservice import make_spec
@@ -72,13 +73,7 @@ async def start_stack(
     task_timeout_s: float = 600,
 ) -> Stack:
     registry = await isolated_registry(tmp_path, unique, kafka)
-    common: dict[str, Any] = {
-        "kafka_bootstrap": kafka,
-        "database_url": db,
-        "log_json": False,
-        "clock": clock,
-        "http_port": 0,
-    }
+    common = in_process(kafka, db, clock=clock)
     await stack.enter_async_context(
         running(
             TIMER_SPEC,
@@ -301,11 +296,7 @@ async def test_a_redriven_dead_letter_runs_first_then_the_events_parked_behind_i
     registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
     topic = registry.physical_topic("test.task_submitted")
     name = f"svc_{unique}"
-    common: dict[str, Any] = {
-        "kafka_bootstrap": kafka_bootstrap,
-        "database_url": database_url,
-        "log_json": False,
-    }
+    common = in_process(kafka_bootstrap, database_url)
     poison = envelope(TaskSubmitted(task="blocker", mode="persistent"))
     wf = poison.workflow_id
     later = envelope(TaskSubmitted(task="later"), workflow_id=wf)

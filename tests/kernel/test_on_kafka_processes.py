@@ -6,7 +6,6 @@ import asyncio
 import signal
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from chorus.runtime.runner import ServiceSettings, running
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, publish, read_topic
+from tests.support.onkafka import in_process
 from tests.support.processes import ServiceProcess, infra_env
 from tests.support.registry import isolated_registry
 from tests.support.testservice import make_spec
@@ -91,12 +91,7 @@ async def test_trace_id_of_the_first_event_is_on_every_later_event(
         traceparent=f"00-{trace_id}-00f067aa0ba902b7-01",
     )
     await publish(kafka_bootstrap, topic, [env])
-    common: dict[str, Any] = {
-        "kafka_bootstrap": kafka_bootstrap,
-        "database_url": database_url,
-        "log_json": False,
-        "http_port": 0,  # the platform services' default ports collide between test workers
-    }
+    common = in_process(kafka_bootstrap, database_url)
     async with (
         running(
             TIMER_SPEC,

@@ -15,6 +15,7 @@ import pytest
 from chorus.runtime.runner import ServiceSettings, running
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, publish, read_topic
+from tests.support.onkafka import in_process
 from tests.support.registry import isolated_registry
 from tests.support.testservice import make_spec
 from tests.support.wait import wait_until
@@ -72,12 +73,7 @@ async def test_step_checkpoints_make_a_retry_resume_after_the_last_finished_step
     topic = registry.physical_topic("test.task_submitted")
     env = envelope(TaskSubmitted(task="report", mode="steps"))
     await publish(kafka_bootstrap, topic, [env])
-    common: dict[str, Any] = {
-        "kafka_bootstrap": kafka_bootstrap,
-        "database_url": database_url,
-        "log_json": False,
-        "http_port": 0,  # the platform services' default ports collide between test workers
-    }
+    common = in_process(kafka_bootstrap, database_url)
     name = f"svc_{unique}"
     async with AsyncExitStack() as stack:
         await stack.enter_async_context(
@@ -116,12 +112,7 @@ async def test_old_checkpoints_are_migrated_on_load(
         state_version=2,
         state_migrations={1: lambda old: {"handled": old["count"], "tasks": old["names"]}},
     )
-    common: dict[str, Any] = {
-        "kafka_bootstrap": kafka_bootstrap,
-        "database_url": database_url,
-        "log_json": False,
-        "http_port": 0,  # the platform services' default ports collide between test workers
-    }
+    common = in_process(kafka_bootstrap, database_url)
     async with running(spec_v2, ServiceSettings(**common), registry=registry):
         await pg.execute(
             f"""INSERT INTO {name}.state (workflow_id, workflow_type, state, state_version, revision,

@@ -23,6 +23,19 @@ from tests.support.kafka import publish
 S = TypeVar("S", bound=ServiceSettings)
 
 
+def in_process(kafka_bootstrap: str, database_url: str, **extra: Any) -> dict[str, Any]:
+    """The settings every service a test runs needs: the local stack, plain log lines, and an
+    HTTP server on a port the OS picks (the platform services' default ports would collide
+    between two test workers each running one)."""
+    base = {
+        "kafka_bootstrap": kafka_bootstrap,
+        "database_url": database_url,
+        "log_json": False,
+        "http_port": 0,
+    }
+    return {**base, **extra}
+
+
 @dataclass(frozen=True)
 class OnKafka:
     """One test's own topics on the shared broker, and the database every service uses."""
@@ -35,13 +48,7 @@ class OnKafka:
     def settings(self, settings: type[S], service: str, **overrides: Any) -> S:
         """``settings`` of ``service`` running on these topics in a consumer group of its own
         (named after the service and the test), its HTTP server on a free port."""
-        values: dict[str, Any] = {
-            "kafka_bootstrap": self.bootstrap,
-            "database_url": self.database_url,
-            "log_json": False,
-            "http_port": 0,
-            "group_id": f"{service}-{self.unique}",
-        }
+        values = in_process(self.bootstrap, self.database_url, group_id=f"{service}-{self.unique}")
         return settings(**{**values, **overrides})
 
     async def publish(self, *envelopes: Envelope) -> None:

@@ -20,6 +20,7 @@ from deadletter_service.config import Settings as LetterSettings
 from deadletter_service.service import SPEC as LETTER_SPEC
 from tests.support.events import dead_lettered
 from tests.support.kafka import envelope, events_of, publish, read_topic
+from tests.support.onkafka import in_process
 from tests.support.registry import isolated_registry
 from tests.support.wait import wait_until
 from timer_service.config import Settings as TimerSettings
@@ -32,12 +33,7 @@ async def test_retired_workflows_take_their_timers_and_dead_letters_with_them(
     tmp_path: Path, kafka_bootstrap: str, database_url: str, pg: asyncpg.Connection, unique: str
 ) -> None:
     registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
-    common: dict[str, Any] = {
-        "kafka_bootstrap": kafka_bootstrap,
-        "database_url": database_url,
-        "log_json": False,
-        "http_port": 0,  # the platform services' default ports collide between test workers
-    }
+    common = in_process(kafka_bootstrap, database_url)
     retired, kept = f"wf-old-{unique}", f"wf-new-{unique}"
     later = datetime.now(UTC) + timedelta(days=30)
 
@@ -132,12 +128,7 @@ async def test_what_no_retirement_reaches_goes_after_its_own_keep_time(
     resolved), poison records no workflow owns (30 days, open or not) and archived rows
     (365 days): each owner removes them on its own, on its own clock; the rest stays."""
     registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
-    common: dict[str, Any] = {
-        "kafka_bootstrap": kafka_bootstrap,
-        "database_url": database_url,
-        "log_json": False,
-        "http_port": 0,  # the platform services' default ports collide between test workers
-    }
+    common = in_process(kafka_bootstrap, database_url)
     now = datetime.now(UTC)
     day = timedelta(days=1)
     service = f"svc-purge-{unique}"

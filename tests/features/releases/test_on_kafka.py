@@ -28,6 +28,7 @@ from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.rollouts import RepinRequested, RolloutChanged
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, publish, read_topic
+from tests.support.onkafka import in_process
 from tests.support.registry import isolated_registry
 from tests.support.testservice import make_spec
 from tests.support.wait import wait_until
@@ -88,11 +89,7 @@ async def test_each_workflow_is_handled_by_the_release_it_is_pinned_to_and_the_o
     name = f"svc_{unique}"
     task_topic = registry.physical_topic("test.task_submitted")
     rollouts_topic = registry.topic_for("rollout.changed").topic
-    common: dict[str, Any] = {
-        "kafka_bootstrap": kafka_bootstrap,
-        "database_url": database_url,
-        "log_json": False,
-    }
+    common = in_process(kafka_bootstrap, database_url)
     async with AsyncExitStack() as stack:
         unnamed = await stack.enter_async_context(
             running(make_spec(name), ServiceSettings(**common), registry=registry)
@@ -201,11 +198,7 @@ async def test_an_operator_moves_an_in_flight_workflow_to_another_release_and_no
     registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
     name = f"svc_{unique}"
     task_topic = registry.physical_topic("test.task_submitted")
-    common: dict[str, Any] = {
-        "kafka_bootstrap": kafka_bootstrap,
-        "database_url": database_url,
-        "log_json": False,
-    }
+    common = in_process(kafka_bootstrap, database_url)
     canary_group = f"{name}.{NEW}"
     async with AsyncExitStack() as stack:
         named = await stack.enter_async_context(

@@ -29,6 +29,7 @@ from gateway.config import Settings as GatewaySettings
 from gateway.service import SPEC as GATEWAY_SPEC
 from tests.support.database import create_database, drop_database
 from tests.support.kafka import events_of, read_topic
+from tests.support.onkafka import in_process
 from tests.support.registry import isolated_schemas, provision
 from tests.support.sealed import opened
 
@@ -90,7 +91,7 @@ async def start_gateway(
     database = f"chorus_gw_{suffix}"
     db = await create_database(server_url, database)
     stack.push_async_callback(drop_database, server_url, database)
-    common: dict[str, Any] = {"kafka_bootstrap": kafka, "database_url": db, "log_json": False, "http_port": 0}
+    common = in_process(kafka, db)
     # The gateway reads the audit projection through the projector's API; it runs beside it.
     audit = await stack.enter_async_context(running(AUDIT_SPEC, AuditSettings(**common), registry=registry))
     assert audit.http is not None
