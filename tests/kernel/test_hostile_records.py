@@ -25,6 +25,7 @@ from chorus_contracts.registry import Registry
 from chorus_tools.cli.main import app as cli
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, publish, read_topic
+from tests.support.onkafka import in_process
 from tests.support.registry import isolated_registry
 from tests.support.sealed import opened
 from tests.support.testservice import make_spec
@@ -73,12 +74,7 @@ async def start(tmp_path: Path, kafka_bootstrap: str, database_url: str, unique:
         async def started(**extra: Any) -> tuple[Registry, ServiceRunner]:
             registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
             timers = TimerSettings(
-                kafka_bootstrap=kafka_bootstrap,
-                database_url=database_url,
-                log_json=False,
-                http_port=0,
-                group_id=f"timers-{unique}",
-                max_idle_s=0.1,
+                **in_process(kafka_bootstrap, database_url), group_id=f"timers-{unique}", max_idle_s=0.1
             )
             await stack.enter_async_context(running(TIMER_SPEC, timers, registry=registry))
             service = running(

@@ -27,6 +27,7 @@ from notifier.config import Reviewer, Settings
 from notifier.service import SPEC
 from sandbox.app import SandboxConfig, create_app
 from tests.support.kafka import envelope, publish
+from tests.support.onkafka import in_process
 from tests.support.registry import isolated_registry
 from tests.support.wait import wait_until
 
@@ -74,10 +75,7 @@ async def notifier(
 ) -> AsyncIterator[tuple[ServiceRunner, Any]]:
     registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
     settings = Settings(
-        kafka_bootstrap=kafka_bootstrap,
-        database_url=database_url,
-        log_json=False,
-        http_port=0,
+        **in_process(kafka_bootstrap, database_url),
         group_id=f"notifier-{unique}",
         smtp_host="127.0.0.1",
         smtp_port=outside.smtp_port,
