@@ -152,15 +152,17 @@ def service_login(users_dir: Path, name: str) -> dict[str, str]:
     return {"CHORUS_KAFKA_SASL_USERNAME": name, "CHORUS_KAFKA_SASL_PASSWORD": password}
 
 
-def _answers_as(response: httpx.Response, name: str) -> bool:
-    """Healthy, and this service (not another process that took its port)."""
+def _answers_as(response: httpx.Response, proc: str) -> bool:
+    """Healthy, and the service of process ``proc`` (not another process that took its port).
+    "svc@release" is a release of svc and "svc#2" a replica of it: both answer as svc."""
     if response.status_code != 200:
         return False
     try:
         body = response.json()
     except ValueError:
         return True  # the sandbox's /stats
-    return not isinstance(body, dict) or body.get("service", name) == name
+    service = proc.partition("@")[0].partition("#")[0]
+    return not isinstance(body, dict) or body.get("service", service) == service
 
 
 @dataclass
@@ -470,8 +472,7 @@ class DevStack:
                 if not proc.running:
                     raise RuntimeError(f"{name} exited during start:\n{proc.tail()}")
                 try:
-                    service = name.partition("@")[0]
-                    if proc.health_url and _answers_as(await client.get(proc.health_url), service):
+                    if proc.health_url and _answers_as(await client.get(proc.health_url), name):
                         return
                 except httpx.HTTPError:
                     pass
