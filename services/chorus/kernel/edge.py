@@ -19,6 +19,7 @@ from aiokafka.errors import CommitFailedError, KafkaError
 
 from chorus.base import hoptrace
 from chorus.base.metrics import Metrics
+from chorus.kernel.kafka import stop_client
 from chorus.kernel.lanes import Dispatcher, Work
 from chorus.kernel.offsets import PartitionOffsets
 from chorus.kernel.records import Record
@@ -90,7 +91,7 @@ class KafkaEdge(ConsumerRebalanceListener):  # type: ignore[misc]
     async def stop(self) -> None:
         self._stopping = True
         await self.commit()
-        await self.consumer.stop()  # leaves the group so partitions move at once
+        await stop_client(self.consumer)  # leaves the group so partitions move at once
 
     # -- records -----------------------------------------------------------------------------
 

@@ -13,6 +13,8 @@ each principal may read and write.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import ssl
 from functools import cached_property
 from typing import Any, Literal
@@ -24,6 +26,10 @@ from pydantic import SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
+
+CLOSE_TIMEOUT_S = 5.0
+
+log = logging.getLogger("chorus.kafka")
 
 SecurityProtocol = Literal["SASL_SSL", "SSL", "SASL_PLAINTEXT", "PLAINTEXT"]
 SaslMechanism = Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"]
@@ -149,6 +155,28 @@ def make_consumer(
     }
     options.update(overrides)
     return AIOKafkaConsumer(*topics, **options)
+
+
+async def stop_client(
+    client: AIOKafkaConsumer | AIOKafkaProducer, timeout_s: float = CLOSE_TIMEOUT_S
+) -> None:
+    """``client.stop()``, waited for at most ``timeout_s``.
+
+    What matters is done first: a producer flushes, a consumer's coordinator commits and
+    leaves its group. The last step closes each TLS connection and waits until the socket
+    is gone, which waits for the broker's close_notify; now and then it never comes and
+    the event loop gives up only after its SSL shutdown timeout (30 s), so a service took
+    30 s to stop and was killed by whatever waited for it. The sockets left then are
+    closed when the loop or the process ends.
+    """
+    try:
+        await asyncio.wait_for(client.stop(), timeout_s)
+    except TimeoutError:
+        log.warning(
+            "kafka client %s took over %.0fs to close its connections; left to close",
+            type(client).__name__,
+            timeout_s,
+        )
 
 
 def make_admin(

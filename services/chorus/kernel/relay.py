@@ -52,6 +52,7 @@ from chorus.base.errors import PersistentError
 from chorus.base.faults import fault_point
 from chorus.base.logs import fields
 from chorus.base.metrics import Metrics
+from chorus.kernel.kafka import stop_client
 from chorus.kernel.store import OutboxMessage, OutboxRow
 from chorus.kernel.store.postgres import ServiceStore
 
@@ -321,7 +322,7 @@ class OutboxRelay:
         await fresh.start()  # raises while the broker is away: the round is retried later
         old, self.producer = self.producer, fresh
         with contextlib.suppress(Exception):
-            await old.stop()
+            await stop_client(old)
 
     async def flush(self, timeout_s: float = 30.0) -> None:
         """Publish everything committed so far (graceful shutdown). Only the leader publishes."""

@@ -37,7 +37,7 @@ from chorus.kernel.chain import Chain
 from chorus.kernel.deadletters import refused_row_dead_letter
 from chorus.kernel.edge import KafkaEdge
 from chorus.kernel.guard import DeadLetterGuard
-from chorus.kernel.kafka import make_consumer, make_producer
+from chorus.kernel.kafka import make_consumer, make_producer, stop_client
 from chorus.kernel.lanes import Dispatcher
 from chorus.kernel.outbox import OutboxWriter, outbox_message
 from chorus.kernel.ports import Sealing, Signer
@@ -277,7 +277,7 @@ class KernelRunner:
 
         # The relay may replace its producer (after a refused record); stop whichever it has.
         async def stop_relay_producer() -> None:  # looked up at stop time, not now
-            await relay.producer.stop()
+            await stop_client(relay.producer)
 
         self._stack.push_async_callback(stop_relay_producer)
         return relay
@@ -304,7 +304,7 @@ class KernelRunner:
             commit_interval_s=s.commit_interval_s,
             on_assigned=self.relay.wake if self.relay else None,
         )
-        self._stack.push_async_callback(consumer.stop)
+        self._stack.push_async_callback(stop_client, consumer)
         await start_kafka(edge.start(), s.kafka_bootstrap, self.topics())
         return edge
 

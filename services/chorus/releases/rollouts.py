@@ -27,7 +27,7 @@ from aiokafka.errors import KafkaError
 from chorus.base.errors import DecodeError, UnauthorizedError
 from chorus.base.logs import fields
 from chorus.kernel.codec import decode
-from chorus.kernel.kafka import make_consumer
+from chorus.kernel.kafka import make_consumer, stop_client
 from chorus.kernel.ports import Verifying
 from chorus_contracts.registry import Registry
 from chorus_contracts.rollouts import RolloutChanged
@@ -138,7 +138,7 @@ class RolloutFollower:
 
     async def stop(self) -> None:
         with contextlib.suppress(Exception):
-            await self.consumer.stop()
+            await stop_client(self.consumer)
 
     async def _poll(self, *, timeout_ms: int) -> None:
         batches = await self.consumer.getmany(timeout_ms=timeout_ms)

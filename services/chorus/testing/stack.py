@@ -40,7 +40,7 @@ from aiokafka.errors import TopicAlreadyExistsError
 
 from chorus.kernel.codec import decode, encode
 from chorus.kernel.envelopes import start_envelope
-from chorus.kernel.kafka import make_admin, make_consumer, make_producer
+from chorus.kernel.kafka import make_admin, make_consumer, make_producer, stop_client
 from chorus.runtime.runner import LOCAL_REGION
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, ProducerRef
@@ -167,7 +167,7 @@ async def publish(
             registry.physical_topic(envelope.event_type), encode(envelope), key=envelope.workflow_id.encode()
         )
     finally:
-        await producer.stop()
+        await stop_client(producer)
     return envelope
 
 
@@ -211,7 +211,7 @@ async def read_events(
             if settled is None and len(found) >= count:
                 settled = loop.time() + settle_s
     finally:
-        await consumer.stop()
+        await stop_client(consumer)
     return found
 
 
