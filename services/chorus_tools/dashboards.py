@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,26 @@ class Dashboard:
 
 def q(expr: str, legend: str = "") -> tuple[str, str]:
     return expr, legend
+
+
+def single(
+    title: str,
+    measure: Callable[[str, str, str], str],
+    metric: str,
+    by: str = "",
+    labels: str = SERVICE,
+    *,
+    legend: str = "",
+    unit: str = "short",
+    kind: str = "timeseries",
+    description: str = "",
+) -> Panel:
+    """A panel of one query, ``measure(metric, by, labels)`` (``total``, ``highest`` or ``rate``),
+    whose legend names each series by its ``by`` labels unless ``legend`` is given."""
+    legend = legend or " ".join(f"{{{{{label.strip()}}}}}" for label in by.split(",") if label.strip())
+    return Panel(
+        title, (q(measure(metric, by, labels), legend),), unit=unit, kind=kind, description=description
+    )
 
 
 def total(metric: str, by: str = "", labels: str = SERVICE) -> str:
@@ -101,9 +122,11 @@ OVERVIEW = Dashboard(
                     ),
                     unit="s",
                 ),
-                Panel(
+                single(
                     "Failures by category",
-                    (q(rate("chorus_failures_total", "category"), "{{category}}"),),
+                    rate,
+                    "chorus_failures_total",
+                    "category",
                     unit="ops",
                     description="Transient ones retry; persistent, semantic and unexpected need a person.",
                 ),
@@ -124,21 +147,15 @@ OVERVIEW = Dashboard(
         (
             "Workflows",
             (
-                Panel(
+                single(
                     "Workflows ended, by type and outcome",
-                    (
-                        q(
-                            rate("chorus_workflows_ended_total", "workflow_type, outcome", labels=""),
-                            "{{workflow_type}} {{outcome}}",
-                        ),
-                    ),
+                    rate,
+                    "chorus_workflows_ended_total",
+                    "workflow_type, outcome",
+                    labels="",
                     unit="ops",
                 ),
-                Panel(
-                    "Services up",
-                    (q(total("up", "service", f'job="chorus", {SERVICE}'), "{{service}}"),),
-                    kind="stat",
-                ),
+                single("Services up", total, "up", "service", f'job="chorus", {SERVICE}', kind="stat"),
             ),
         ),
     ),
@@ -152,19 +169,14 @@ PER_SERVICE = Dashboard(
         (
             "Traffic",
             (
-                Panel(
-                    "Events in, by type",
-                    (q(rate("chorus_events_in_total", "event_type"), "{{event_type}}"),),
-                    unit="ops",
-                ),
-                Panel(
-                    "Events out, by topic",
-                    (q(rate("chorus_events_out_total", "topic"), "{{topic}}"),),
-                    unit="ops",
-                ),
-                Panel(
+                single("Events in, by type", rate, "chorus_events_in_total", "event_type", unit="ops"),
+                single("Events out, by topic", rate, "chorus_events_out_total", "topic", unit="ops"),
+                single(
                     "Consumer lag, by partition",
-                    (q(total("chorus_consumer_lag", "topic, partition"), "{{topic}}/{{partition}}"),),
+                    total,
+                    "chorus_consumer_lag",
+                    "topic, partition",
+                    legend="{{topic}}/{{partition}}",
                 ),
                 Panel(
                     "In flight, outbox backlog",
@@ -201,31 +213,28 @@ PER_SERVICE = Dashboard(
                     ),
                     unit="ops",
                 ),
-                Panel(
+                single(
                     "Circuit breakers (0 closed, 1 half-open, 2 open)",
-                    (q(highest("chorus_breaker_state", "dependency"), "{{dependency}}"),),
+                    highest,
+                    "chorus_breaker_state",
+                    "dependency",
                 ),
             ),
         ),
         (
             "Process",
             (
-                Panel(
-                    "CPU",
-                    (q(rate("process_cpu_seconds_total", "instance"), "{{instance}}"),),
-                    unit="percentunit",
-                ),
-                Panel(
-                    "Resident memory",
-                    (q(total("process_resident_memory_bytes", "instance"), "{{instance}}"),),
-                    unit="bytes",
-                ),
-                Panel(
+                single("CPU", rate, "process_cpu_seconds_total", "instance", unit="percentunit"),
+                single("Resident memory", total, "process_resident_memory_bytes", "instance", unit="bytes"),
+                single(
                     "Garbage collections, by generation",
-                    (q(rate("python_gc_collections_total", "generation"), "gen {{generation}}"),),
+                    rate,
+                    "python_gc_collections_total",
+                    "generation",
+                    legend="gen {{generation}}",
                     unit="ops",
                 ),
-                Panel("Open file descriptors", (q(total("process_open_fds", "instance"), "{{instance}}"),)),
+                single("Open file descriptors", total, "process_open_fds", "instance"),
             ),
         ),
     ),
@@ -239,34 +248,35 @@ DEAD_LETTERS = Dashboard(
         (
             "Dead letters",
             (
-                Panel(
+                single(
                     "Dead-lettered, by service and category",
-                    (q(rate("chorus_dead_letters_total", "service, category"), "{{service}} {{category}}"),),
+                    rate,
+                    "chorus_dead_letters_total",
+                    "service, category",
                     unit="ops",
                 ),
-                Panel(
+                single(
                     "Open dead letters",
-                    (
-                        q(
-                            total("chorus_deadletters_open", "service, category", labels=""),
-                            "{{service}} {{category}}",
-                        ),
-                    ),
+                    total,
+                    "chorus_deadletters_open",
+                    "service, category",
+                    labels="",
                     description="Waiting for a redrive or a discard (the dead-letter service's count).",
                 ),
-                Panel(
+                single(
                     "Oldest open dead letter",
-                    (
-                        q(
-                            highest("chorus_deadletters_oldest_open_age_seconds", "service", labels=""),
-                            "{{service}}",
-                        ),
-                    ),
+                    highest,
+                    "chorus_deadletters_oldest_open_age_seconds",
+                    "service",
+                    labels="",
                     unit="s",
                 ),
-                Panel(
+                single(
                     "Workflows parked behind a dead letter too long",
-                    (q(highest("chorus_workflows_parked_too_long", labels=""), "workflows"),),
+                    highest,
+                    "chorus_workflows_parked_too_long",
+                    labels="",
+                    legend="workflows",
                     kind="stat",
                 ),
             ),
@@ -274,10 +284,7 @@ DEAD_LETTERS = Dashboard(
         (
             "Held back",
             (
-                Panel(
-                    "Records stuck behind an outage",
-                    (q(highest("chorus_records_stuck", "service"), "{{service}}"),),
-                ),
+                single("Records stuck behind an outage", highest, "chorus_records_stuck", "service"),
                 Panel(
                     "Events the broker refused (set aside, dead-lettered)",
                     (
@@ -301,11 +308,9 @@ TIMERS = Dashboard(
         (
             "Timers",
             (
-                Panel("Pending timers", (q(total("chorus_timers_pending", labels=""), "pending"),)),
-                Panel(
-                    "Fired, by purpose",
-                    (q(rate("chorus_timers_fired_total", "purpose", labels=""), "{{purpose}}"),),
-                    unit="ops",
+                single("Pending timers", total, "chorus_timers_pending", labels="", legend="pending"),
+                single(
+                    "Fired, by purpose", rate, "chorus_timers_fired_total", "purpose", labels="", unit="ops"
                 ),
                 Panel(
                     "Lateness: fire time minus due time",
@@ -328,49 +333,37 @@ APPROVALS = Dashboard(
         (
             "Approvals",
             (
-                Panel(
+                single(
                     "Approval events, by type",
-                    (
-                        q(
-                            rate(
-                                "chorus_events_in_total",
-                                "event_type",
-                                'service="approval_gate", event_type=~"approval\\\\..*|review\\\\..*"',
-                            ),
-                            "{{event_type}}",
-                        ),
-                    ),
+                    rate,
+                    "chorus_events_in_total",
+                    "event_type",
+                    'service="approval_gate", event_type=~"approval\\\\..*|review\\\\..*"',
                     unit="ops",
                     description="As the approval gate reads them: requested, routed, escalated, decided.",
                 ),
-                Panel(
+                single(
                     "Escalations and reminders fired",
-                    (
-                        q(
-                            rate("chorus_timers_fired_total", "purpose", 'purpose=~"escalation|reminder"'),
-                            "{{purpose}}",
-                        ),
-                    ),
+                    rate,
+                    "chorus_timers_fired_total",
+                    "purpose",
+                    'purpose=~"escalation|reminder"',
                     unit="ops",
                 ),
-                Panel(
+                single(
                     "Notifications: attempts by channel and result",
-                    (
-                        q(
-                            rate("chorus_notifications_attempts_total", "channel, result", labels=""),
-                            "{{channel}} {{result}}",
-                        ),
-                    ),
+                    rate,
+                    "chorus_notifications_attempts_total",
+                    "channel, result",
+                    labels="",
                     unit="ops",
                 ),
-                Panel(
+                single(
                     "Workflows ended while a person decided",
-                    (
-                        q(
-                            rate("chorus_workflows_ended_total", "outcome", 'outcome=~"rejected|timed_out"'),
-                            "{{outcome}}",
-                        ),
-                    ),
+                    rate,
+                    "chorus_workflows_ended_total",
+                    "outcome",
+                    'outcome=~"rejected|timed_out"',
                     unit="ops",
                 ),
             ),
