@@ -43,7 +43,7 @@ from bench.procs import ServiceProc, Worker, bench_worker, profiled_worker
 from bench.profile import top_frames
 from bench.registry import bench_registry, delete_topics, raw_topics
 from bench.report import write_reports
-from bench.stats import percentile, summary
+from bench.stats import percentile, ratio, summary
 from chorus.base.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
 from chorus.kernel.kafka import make_producer
 from chorus.privacy.crypto import DataKey, HttpKeyStore, Scope, keyed_ref, seal_value, subject_hash
@@ -398,18 +398,22 @@ async def hop_rounds(
     return raw, chorus, rounds
 
 
+def hop_rates(rounds: list[dict[int, Any]]) -> tuple[list[float], list[float]]:
+    """Each round's messages/s (hop_rounds): the raw loop's, then Chorus's."""
+    return [r[0]["per_s"] for r in rounds], [r[1]["per_s"] for r in rounds]
+
+
 async def section_hops(b: Bench) -> None:
     """R1, R2 and R4: the raw loop against a Chorus service whose handler does nothing."""
     s = b.sizes
     b.log("R1/R2: raw loop vs Chorus no-op handler")
     raw, chorus, rounds = await hop_rounds(b, "bench.raw", False, "noop")
-    r1 = [r[0]["per_s"] for r in rounds]
-    r2 = [r[1]["per_s"] for r in rounds]
+    r1, r2 = hop_rates(rounds)
     b.results["R1"] = {"what": "raw aiokafka loop, messages/s", **summary(r1)}
     b.results["R2"] = {
         "what": "Chorus no-op handler, messages/s",
         "chorus": summary(r2),
-        "ratio": summary([c / r for c, r in zip(r2, r1, strict=True)]),
+        "ratio": ratio(r2, r1),
         "target": ">= 0.8",
     }
     b.log(f"R1 {summary(r1)['median']:.0f}/s  R2 {summary(r2)['median']:.0f}/s")
@@ -467,13 +471,12 @@ async def section_durable(b: Bench) -> None:
     s = b.sizes
     b.log("R3: raw loop + INSERT vs Chorus durable handler")
     raw, chorus, rounds = await hop_rounds(b, "bench.rawdb", True, "durable")
-    base = [r[0]["per_s"] for r in rounds]
-    mine = [r[1]["per_s"] for r in rounds]
+    base, mine = hop_rates(rounds)
     b.results["R3"] = {
         "what": "Chorus durable hop vs raw loop + asyncpg INSERT+COMMIT, messages/s",
         "baseline": summary(base),
         "chorus": summary(mine),
-        "ratio": summary([c / r for c, r in zip(mine, base, strict=True)]),
+        "ratio": ratio(mine, base),
         "cpu_ms_per_msg": {
             "raw": summary([1000 * r[0]["usage"]["service_cpu_s"] / s.hop_messages for r in rounds]),
             "chorus": summary([1000 * r[1]["usage"]["service_cpu_s"] / s.hop_messages for r in rounds]),

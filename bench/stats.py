@@ -26,3 +26,9 @@ def summary(values: Sequence[float]) -> dict[str, Any]:
         "max": max(values),
         "rounds": list(values),
     }
+
+
+def ratio(mine: Sequence[float], base: Sequence[float]) -> dict[str, Any]:
+    """summary() of ``mine / base`` round by round: each round's two trials ran back to
+    back, so their ratio is fairer than a ratio of two medians."""
+    return summary([m / b for m, b in zip(mine, base, strict=True)])

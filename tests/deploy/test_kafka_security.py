@@ -35,12 +35,12 @@ from chorus.kernel.codec import encode
 from chorus.kernel.kafka import KafkaAuth, kafka_auth, make_consumer, make_producer
 from chorus.privacy.signing import load_keys
 from chorus.runtime.runner import running
-from chorus_contracts.approvals import ApprovalDecided
 from chorus_contracts.registry import Registry, load_registry
 from chorus_tools.access import Access, local_passwords
 from chorus_tools.cli.main import app
 from payment_agent.config import Settings as PaymentSettings
 from payment_agent.service import SPEC as PAYMENT
+from tests.support.events import approval_decided
 from tests.support.kafka import approval, envelope, events_of, read_topic, signed
 from tests.support.processes import run_captured
 from tests.support.registry import grant_access, isolated_registry, isolated_schemas, provision
@@ -61,13 +61,7 @@ def login(name: str) -> KafkaAuth:
 
 def forged_decision(registry: Registry) -> tuple[str, bytes]:
     """An approval.decided that approves a waiting procurement, as a forger would write it."""
-    decided = ApprovalDecided(
-        approval_id="appr-wf-forged-1",
-        decision="approve",
-        decided_by="dana.manager",
-        tier="manager",
-        requested_by="budget_agent",
-    )
+    decided = approval_decided(approval_id="appr-wf-forged-1")
     forged = envelope(decided, workflow_id="wf-forged", workflow_type="procurement")
     return registry.physical_topic("approval.decided"), encode(forged)
 

@@ -1,4 +1,5 @@
-"""Event types that exist only in tests, on the test-only topic ``test.tasks``."""
+"""Event types that exist only in tests, on the test-only topic ``test.tasks``; and the
+platform's events that many tests build alike (a decision, a dead letter), said once."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import base64
 from datetime import datetime
 from typing import Literal
 
+from chorus_contracts.approvals import ApprovalDecided, Decision
 from chorus_contracts.base import EventModel, event
 from chorus_contracts.platform import ErrorCategory, ErrorDetail, EventDeadLettered, Failure, OriginalRecord
 
@@ -97,4 +99,28 @@ def dead_lettered(
         attempts=attempts,
         failures=[Failure(at=at, attempt=attempts, error_class=error_class, message=message)],
         **about_original,
+    )
+
+
+def approval_decided(
+    decision: Decision = "approve",
+    *,
+    approval_id: str = "appr-1",
+    decided_by: str = "dana.manager",
+    tier: str = "manager",
+    requested_by: str = "budget_agent",
+    comment: str = "",
+    automatic: bool = False,
+) -> ApprovalDecided:
+    """The approval gate's decision on an approval: by default the procurement flow's usual
+    one, a manager approving the payment the budget agent asked about. A test names only
+    what its case changes."""
+    return ApprovalDecided(
+        approval_id=approval_id,
+        decision=decision,
+        comment=comment,
+        decided_by=decided_by,
+        tier=tier,
+        automatic=automatic,
+        requested_by=requested_by,
     )

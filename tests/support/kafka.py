@@ -16,10 +16,10 @@ from chorus.kernel.codec import encode
 from chorus.kernel.kafka import make_admin, make_consumer, make_producer
 from chorus.privacy.signing import load_keys
 from chorus.testing import make_event
-from chorus_contracts.approvals import ApprovalDecided
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, Priority, ProducerRef
 from chorus_contracts.registry import default_registry
+from tests.support.events import approval_decided
 
 
 def envelope(
@@ -44,13 +44,7 @@ def envelope(
 def approval(workflow_id: str, producer: str = "approval_gate") -> Envelope:
     """A manager's approval of ``workflow_id``'s payment (approval.decided), claiming to
     come from ``producer``: the gate, or a forger."""
-    decided = ApprovalDecided(
-        approval_id=f"appr-{workflow_id}",
-        decision="approve",
-        decided_by="dana.manager",
-        tier="manager",
-        requested_by="budget_agent",
-    )
+    decided = approval_decided(approval_id=f"appr-{workflow_id}")
     made = envelope(decided, workflow_id=workflow_id, workflow_type="procurement")
     return made.model_copy(update={"producer": ProducerRef(service=producer, version="0.1.0")})
 

@@ -27,6 +27,7 @@ from chorus_contracts.approvals import (
     PolicyRule,
 )
 from chorus_contracts.platform import ReviewRequested
+from tests.support.examples import example
 from tests.support.fakes import InMemoryPolicies
 
 CHAIN = [EscalationStep(tier="manager", window_s=8 * 3600), EscalationStep(tier="director", window_s=3600)]
@@ -89,18 +90,12 @@ async def test_an_unanswered_window_escalates_then_the_fallback_decides(gate: Wo
 async def test_output_no_handler_could_get_right_becomes_an_approval_for_a_person(
     gate: WorkflowHarness,
 ) -> None:
-    review = ReviewRequested(
-        service="invoice_agent",
-        reason="invoice.received output failed validation 3 times",
-        validation_errors=["/total_cents: Field required"],
-        attempts=3,
-        original_event_type="invoice.received",
-        original_event_id="0f8b6c1e-aaaa-bbbb-cccc-000000000000",
-    )
+    # The registry's example: the invoice agent gave up on an invoice.received's output.
+    review = example(ReviewRequested)
     step = await gate.deliver(review, "wf-4")
     request = step.first(ApprovalRequested)
     assert (request.requested_by, request.chain[0].tier) == ("invoice_agent", "manager")
-    assert request.context.inputs["validation_errors"] == ["/total_cents: Field required"]
+    assert request.context.inputs["validation_errors"] == ["/total_cents: Input should be a valid integer"]
 
 
 def procurement(amount_cents: int, **facts: object) -> ApprovalRequested:

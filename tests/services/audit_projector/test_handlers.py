@@ -22,21 +22,15 @@ from audit_projector.service import SPEC, make_spec
 from chorus.kernel.codec import Event
 from chorus.kernel.service import ServiceSpec
 from chorus.testing import WorkflowHarness
-from chorus_contracts.approvals import ApprovalDecided
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import ProducerRef
 from chorus_contracts.platform import DataRemoved
 from chorus_contracts.registry import load_registry
+from tests.support.events import approval_decided
 from tests.support.examples import example
 
 SUPPORT = Path(__file__).resolve().parents[3] / "examples" / "support" / "schemas"
-DECIDED = ApprovalDecided(
-    approval_id="appr-1",
-    decision="approve",
-    decided_by="dana.manager",
-    tier="manager",
-    requested_by="budget_agent",
-)
+DECIDED = approval_decided()
 ERASED = DataRemoved(
     request="erasure",
     request_id="er-7",

@@ -113,68 +113,54 @@ class Stream:
         await asyncio.gather(*(publish(bootstrap, t, envs) for t, envs in by_topic.items()))
 
 
+# Each kind of workflow as the events it publishes, in order.
+_RECEIVED = ("workflow.started", "invoice.received")
+_ASKED = (*_RECEIVED, "invoice.validated", "budget.reserved", "approval.requested")
+_DECIDED = (*_ASKED, "approval.decision_submitted", "approval.decided")
+_REQUESTED = ("workflow.started", "report.requested")
+PATHS: dict[str, tuple[str, ...]] = {
+    "completed": (*_DECIDED, "payment.issued", "workflow.ended", "requester.notified"),
+    "budget_rejected": (
+        *_RECEIVED,
+        "invoice.validated",
+        "budget.rejected",
+        "workflow.ended",
+        "requester.notified",
+    ),
+    "escalated": (*_ASKED, "approval.window_elapsed", "approval.escalated"),
+    "dead_lettered": (*_RECEIVED, "event.dead_lettered"),
+    "payment_failed": (*_DECIDED, "payment.failed", "budget.released", "workflow.ended"),
+    "research_delivered": (
+        *_REQUESTED,
+        "report.drafted",
+        "approval.requested",
+        "approval.decided",
+        "report.delivered",
+        "workflow.ended",
+    ),
+    "research_review": (*_REQUESTED, "review.requested"),
+}
+KINDS = tuple(PATHS)
+OUTCOMES = {"budget_rejected": "rejected", "payment_failed": "compensated"}
+"""How a kind's workflow.ended ends it (the others complete)."""
+
+
 def scenario(stream: Stream, kind: str, workflow_id: str, t0: datetime, subject: str) -> None:
-    """One workflow of ``kind``, its events a second apart."""
-    clock = iter(t0 + timedelta(seconds=i) for i in range(100))
-    proc: dict[str, Any] = {"workflow_id": workflow_id, "subject": subject}
-    research: dict[str, Any] = {**proc, "workflow_type": "research_report", "priority": "high"}
-    approval = f"appr-{workflow_id}"
+    """One workflow of ``kind`` (its PATHS), its events a second apart."""
+    common: dict[str, Any] = {"workflow_id": workflow_id, "subject": subject}
     if kind.startswith("research"):
-        stream.add("workflow.started", at=next(clock), **research)
-        stream.add("report.requested", at=next(clock), **research)
-        if kind == "research_review":
-            stream.add("review.requested", at=next(clock), **research)
-            return
-        stream.add("report.drafted", at=next(clock), **research)
-        stream.add("approval.requested", at=next(clock), approval_id=approval, **research)
-        stream.add("approval.decided", at=next(clock), approval_id=approval, **research)
-        stream.add("report.delivered", at=next(clock), **research)
-        stream.add("workflow.ended", at=next(clock), outcome="completed", **research)
-        return
-    stream.add("workflow.started", at=next(clock), **proc)
-    stream.add("invoice.received", at=next(clock), **proc)
-    if kind == "dead_lettered":
-        stream.add("event.dead_lettered", at=next(clock), **proc)
-        return
-    stream.add("invoice.validated", at=next(clock), **proc)
-    if kind == "budget_rejected":
-        stream.add("budget.rejected", at=next(clock), **proc)
-        stream.add("workflow.ended", at=next(clock), outcome="rejected", **proc)
-        stream.add("requester.notified", at=next(clock), **proc)
-        return
-    stream.add("budget.reserved", at=next(clock), **proc)
-    stream.add("approval.requested", at=next(clock), approval_id=approval, **proc)
-    if kind == "escalated":
-        stream.add("approval.window_elapsed", at=next(clock), approval_id=approval, level=0, **proc)
-        stream.add(
-            "approval.escalated",
-            at=next(clock),
-            approval_id=approval,
-            waiting_until=(t0 + timedelta(hours=16)).isoformat(),
-            **proc,
-        )
-        return
-    stream.add("approval.decision_submitted", at=next(clock), approval_id=approval, **proc)
-    stream.add("approval.decided", at=next(clock), approval_id=approval, **proc)
-    if kind == "payment_failed":
-        stream.add("payment.failed", at=next(clock), **proc)
-        stream.add("budget.released", at=next(clock), **proc)
-        stream.add("workflow.ended", at=next(clock), outcome="compensated", **proc)
-        return
-    stream.add("payment.issued", at=next(clock), **proc)
-    stream.add("workflow.ended", at=next(clock), outcome="completed", **proc)
-    stream.add("requester.notified", at=next(clock), **proc)
-
-
-KINDS = (
-    "completed",
-    "budget_rejected",
-    "escalated",
-    "dead_lettered",
-    "payment_failed",
-    "research_delivered",
-    "research_review",
-)
+        common.update(workflow_type="research_report", priority="high")
+    for second, event_type in enumerate(PATHS[kind]):
+        fields: dict[str, Any] = {}
+        if event_type.startswith("approval."):
+            fields["approval_id"] = f"appr-{workflow_id}"
+        if event_type == "workflow.ended":
+            fields["outcome"] = OUTCOMES.get(kind, "completed")
+        elif event_type == "approval.window_elapsed":
+            fields["level"] = 0
+        elif event_type == "approval.escalated":
+            fields["waiting_until"] = (t0 + timedelta(hours=16)).isoformat()
+        stream.add(event_type, at=t0 + timedelta(seconds=second), **common, **fields)
 
 
 # -- helpers -----------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from budget_agent.bootstrap import Deps
 from budget_agent.domain import PurchaseOrder
 from budget_agent.service import SPEC
 from chorus.testing import WorkflowHarness
-from chorus_contracts.approvals import ApprovalDecided, ApprovalRequested, EscalationStep
+from chorus_contracts.approvals import ApprovalRequested, EscalationStep
 from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_contracts.procurement import (
     BudgetRejected,
@@ -21,6 +21,7 @@ from chorus_contracts.procurement import (
     InvoiceValidated,
     PaymentFailed,
 )
+from tests.support.events import approval_decided
 from tests.support.fakes import FixedBudgets
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "schemas/examples/invoice.validated/3/example-1.json"
@@ -145,13 +146,8 @@ async def test_a_payment_given_up_on_keeps_the_invoice_claimed(agent: WorkflowHa
 
 async def test_a_rejected_approval_releases_the_budget(agent: WorkflowHarness) -> None:
     await agent.deliver(validated(), "wf-4")
-    decided = ApprovalDecided(
-        approval_id="appr-4",
-        decision="reject",
-        decided_by="chorus:fallback",
-        tier="director",
-        automatic=True,
-        requested_by="budget_agent",
+    decided = approval_decided(
+        "reject", approval_id="appr-4", decided_by="chorus:fallback", tier="director", automatic=True
     )
     step = await agent.deliver(decided, "wf-4")
     assert step.emitted_types() == ["budget.released", "workflow.ended"]
@@ -171,13 +167,7 @@ async def test_a_workflow_cancelled_after_its_approval_keeps_the_invoice_claimed
     """Once approved, the payment may have reached the provider when the end cut its retry
     short: the budget comes back, the invoice stays claimed until a person checks."""
     await agent.deliver(validated(), "wf-7")
-    approved = ApprovalDecided(
-        approval_id="appr-7",
-        decision="approve",
-        decided_by="dana",
-        tier="manager",
-        requested_by="budget_agent",
-    )
+    approved = approval_decided(approval_id="appr-7", decided_by="dana")
     await agent.deliver(approved, "wf-7")
     ended = WorkflowEnded(outcome="cancelled", reason="cancelled by sam", ended_by="gateway")
     step = await agent.deliver(ended, "wf-7")

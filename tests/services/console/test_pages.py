@@ -56,18 +56,12 @@ TASK = ApprovalTask(
     stage="approval.requested",
     requested_at=NOW - timedelta(minutes=5),
 )
+# The approval the queue lists, as its own page shows it: the same facts, none decided yet.
 APPROVAL = ApprovalDetail(
-    approval_id="appr-1",
+    **TASK.model_dump(exclude={"stage"}),
     status="pending",
-    tier="manager",
-    level=0,
-    waiting_until=NOW + timedelta(hours=2),
-    context=CONTEXT,
     decision=None,
     decided_at=None,
-    requested_at=NOW - timedelta(minutes=5),
-    workflow_id="wf-1",
-    workflow_type="procurement",
     decided_by=None,
     submitted_decisions=[],
 )

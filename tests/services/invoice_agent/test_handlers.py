@@ -6,12 +6,12 @@ import pytest
 
 from chorus.base.errors import SemanticError
 from chorus.testing import WorkflowHarness
-from chorus_contracts.approvals import ApprovalDecided
 from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_contracts.procurement import InvoiceReceived, InvoiceRejected, InvoiceValidated
 from invoice_agent.bootstrap import Deps
 from invoice_agent.domain import state_v1_to_v2
 from invoice_agent.service import SPEC
+from tests.support.events import approval_decided
 from tests.support.fakes import model
 
 
@@ -90,14 +90,7 @@ async def test_a_revision_asked_at_the_budget_approval_reads_the_invoice_again(
     agent: WorkflowHarness,
 ) -> None:
     await agent.deliver(received(), "wf-5")
-    revise = ApprovalDecided(
-        approval_id="appr-1",
-        decision="revise",
-        comment="check the hours",
-        decided_by="dana.manager",
-        tier="manager",
-        requested_by="budget_agent",
-    )
+    revise = approval_decided("revise", comment="check the hours")
     step = await agent.deliver(revise, "wf-5", workflow_type="procurement")
     assert step.emitted_types() == ["invoice.validated"]
     assert agent.state("wf-5").readings == 2
@@ -111,12 +104,8 @@ async def test_a_reviewer_vouching_for_an_unreadable_invoice_validates_the_claim
     unreadable = received(lines="UNREADABLE scan", claimed_cents=99_500)
     with pytest.raises(SemanticError):  # after its last try the runtime asks a person
         await agent.deliver(unreadable, "wf-6")
-    approve = ApprovalDecided(
-        approval_id="review-1",
-        decision="approve",
-        decided_by="erin.director",
-        tier="operator",
-        requested_by="invoice_agent",
+    approve = approval_decided(
+        approval_id="review-1", decided_by="erin.director", tier="operator", requested_by="invoice_agent"
     )
     step = await agent.deliver(approve, "wf-6", workflow_type="procurement")
     validated = step.first(InvoiceValidated)

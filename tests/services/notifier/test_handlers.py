@@ -10,7 +10,7 @@ import pytest
 
 from chorus.testing import WorkflowHarness
 from chorus.web.links import LinkCheck, check_link
-from chorus_contracts.approvals import ApprovalDecided, ApprovalEscalated, ApprovalRouted, EscalationStep
+from chorus_contracts.approvals import ApprovalEscalated, ApprovalRouted, EscalationStep
 from chorus_contracts.lifecycle import WorkflowEnded
 from notifier.adapters.channels import Channels
 from notifier.adapters.deliveries import PlanDeliveries, SupersedeDeliveries
@@ -19,6 +19,7 @@ from notifier.config import Settings
 from notifier.delivery import link_for
 from notifier.domain import Channel, NoticeKind, Recipient, message_text, webhook_body
 from notifier.service import SPEC
+from tests.support.events import approval_decided
 
 CHAIN = [EscalationStep(tier="manager", window_s=8 * 3600), EscalationStep(tier="director", window_s=3600)]
 ROUTED = ApprovalRouted(approval_id="appr-1", chain=CHAIN, fallback="auto_reject", policy_version=0)
@@ -77,9 +78,7 @@ async def test_an_end_with_an_open_approval_tells_its_tier_and_a_decided_one_tel
     assert "ended (cancelled)" in message_text(withdrawn.notice, None)
 
     await notifier.deliver(ROUTED, "wf-2")
-    decided = ApprovalDecided(
-        approval_id="appr-1", decision="approve", decided_by="dana.manager", tier="manager", requested_by="x"
-    )
+    decided = approval_decided(requested_by="x")
     [moot] = (await notifier.deliver(decided, "wf-2")).outcome.effects
     assert isinstance(moot, SupersedeDeliveries)
     assert (await notifier.deliver(ended, "wf-2")).outcome.effects[1:] == []

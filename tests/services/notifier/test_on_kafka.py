@@ -19,13 +19,14 @@ from aiohttp import web
 from chorus.runtime.runner import ServiceRunner, running
 from chorus.web.apikeys import bearer
 from chorus.web.links import LinkCheck, check_link
-from chorus_contracts.approvals import ApprovalDecided, ApprovalEscalated, ApprovalRouted, EscalationStep
+from chorus_contracts.approvals import ApprovalEscalated, ApprovalRouted, EscalationStep
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_tools.devstack import free_ports
 from notifier.config import Reviewer, Settings
 from notifier.service import SPEC
 from sandbox.app import SandboxConfig, create_app
+from tests.support.events import approval_decided
 from tests.support.kafka import envelope, publish
 from tests.support.onkafka import in_process
 from tests.support.registry import isolated_registry
@@ -202,13 +203,7 @@ async def test_a_channel_that_is_down_is_retried_recorded_and_given_up_without_h
     assert hook["last_error"] == hook["attempt_log"][-1]["error"]
 
     # The decision ends it: nothing more is sent about it; a later end tells nobody.
-    decided = ApprovalDecided(
-        approval_id=f"appr-{unique}",
-        decision="approve",
-        decided_by="erin.director",
-        tier="director",
-        requested_by="budget_agent",
-    )
+    decided = approval_decided(approval_id=f"appr-{unique}", decided_by="erin.director", tier="director")
     ended = WorkflowEnded(outcome="completed", ended_by="payment_agent")
     await publish(runner.settings.kafka_bootstrap, topic, [from_gate(decided, workflow_id)])
     await publish(

@@ -39,6 +39,7 @@ from outcome_analytics.domain import (
 )
 from outcome_analytics.handlers import Deps, on_record
 from tests.support.events import dead_lettered
+from tests.support.examples import example
 
 T0 = datetime(2026, 3, 1, 10, 0, tzinfo=UTC)
 GATEWAY = ProducerRef(service="gateway", version="1")
@@ -70,14 +71,7 @@ def approval(wf: str, wtype: str, when: datetime) -> tuple[Envelope, EventModel]
 
 
 def review(wf: str, wtype: str, when: datetime) -> tuple[Envelope, EventModel]:
-    payload = ReviewRequested(
-        service="report_agent",
-        reason="output failed validation 3 times",
-        validation_errors=["/summary: missing"],
-        attempts=3,
-        original_event_type="report.drafted",
-        original_event_id=str(uuid.uuid4()),
-    )
+    payload = example(ReviewRequested)  # counted as an escalation whatever it says
     return _env(payload, wf, wtype, when), payload
 
 

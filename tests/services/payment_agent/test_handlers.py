@@ -9,11 +9,11 @@ import pytest
 
 from chorus.base.errors import TransientError
 from chorus.testing import WorkflowHarness
-from chorus_contracts.approvals import ApprovalDecided
 from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_contracts.procurement import BudgetReserved, InvoiceValidated, PaymentFailed, PaymentIssued
 from payment_agent.bootstrap import Deps
 from payment_agent.service import SPEC
+from tests.support.events import approval_decided
 from tests.support.fakes import RecordingPayments
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "schemas/examples/invoice.validated/3/example-1.json"
@@ -25,13 +25,7 @@ RESERVED = BudgetReserved(
     amount_cents=124_000,
     currency="EUR",
 )
-APPROVED = ApprovalDecided(
-    approval_id="appr-1",
-    decision="approve",
-    decided_by="dana.manager",
-    tier="manager",
-    requested_by="budget_agent",
-)
+APPROVED = approval_decided()
 
 
 def harness(payments: RecordingPayments, max_attempts: int = 6) -> WorkflowHarness:

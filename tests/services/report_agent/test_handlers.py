@@ -24,6 +24,7 @@ from chorus_contracts.research import (
 )
 from report_agent.bootstrap import Deps
 from report_agent.service import SPEC
+from tests.support.events import approval_decided
 from tests.support.fakes import FakeDelivery, model
 
 EXCERPTS = {"alpha": "Qubits sind fragil.", "gamma": "誤り訂正が鍵です。", "delta": "Fehler sind häufig."}
@@ -58,13 +59,8 @@ def deadline(harness: WorkflowHarness, service: str = "report_agent") -> StageDe
 
 
 def decided(decision: Decision, comment: str = "") -> ApprovalDecided:
-    return ApprovalDecided(
-        approval_id="appr-1",
-        decision=decision,
-        comment=comment,
-        decided_by="lee.editor",
-        tier="editor",
-        requested_by="report_agent",
+    return approval_decided(
+        decision, comment=comment, decided_by="lee.editor", tier="editor", requested_by="report_agent"
     )
 
 
