@@ -22,7 +22,7 @@ from typing import Any
 from aiokafka.errors import KafkaError
 
 from audit_projector.replay import partitions
-from chorus.kernel.kafka import make_consumer, make_producer
+from chorus.kernel.kafka import make_consumer, make_producer, stop_client
 from tests.reliability.deployment import Deployment, FaultLog, Poison, subscriptions
 from tests.reliability.observe import group_lag, read_all
 
@@ -153,7 +153,7 @@ async def reinject(dep: Deployment, faults: FaultLog, workflow_ids: set[str], rn
                 copies += 1
         await producer.flush()
     finally:
-        await producer.stop()
+        await stop_client(producer)
     fault = faults.add("duplicate-reinjected", "topics", f"{len(records)} records x2-5", count=copies)
     fault.healed_at = time.monotonic()
     return copies
@@ -183,7 +183,7 @@ async def reset_group_to_earliest(dep: Deployment, group: str, topics: Sequence[
                 await asyncio.sleep(1.0)
         return sum(end[tp] - begin[tp] for tp in tps)
     finally:
-        await consumer.stop()
+        await stop_client(consumer)
 
 
 async def wait_caught_up(dep: Deployment, service: str, *, timeout_s: float) -> bool:
@@ -276,7 +276,7 @@ async def publish_poison(
                 meta = await (await producer.send(topic, value, key=key))
                 published.append(Poison(kind, topic, meta.partition, meta.offset, value))
     finally:
-        await producer.stop()
+        await stop_client(producer)
     dep.poison.extend(published)
     fault = faults.add(
         "poison", ",".join(sorted(set(kinds))), f"{len(published)} records", count=len(published)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from aiokafka import ConsumerRecord, TopicPartition
 
 from audit_projector.replay import partitions
-from chorus.kernel.kafka import make_admin, make_consumer
+from chorus.kernel.kafka import make_admin, make_consumer, stop_client
 from tests.reliability.deployment import Deployment, subscriptions
 
 
@@ -36,7 +36,7 @@ async def read_all(
                 if await consumer.position(tp) >= end[tp]:
                     pending.discard(tp)
     finally:
-        await consumer.stop()
+        await stop_client(consumer)
     return records
 
 
@@ -50,7 +50,7 @@ async def group_lag(dep: Deployment) -> dict[str, int]:
     try:
         end: dict[TopicPartition, int] = await consumer.end_offsets(tps)
     finally:
-        await consumer.stop()
+        await stop_client(consumer)
     admin = make_admin(dep.bootstrap)
     await admin.start()
     lag: dict[str, int] = {}

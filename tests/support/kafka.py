@@ -13,7 +13,7 @@ from typing import Any
 from aiokafka import ConsumerRecord, TopicPartition
 
 from chorus.kernel.codec import encode
-from chorus.kernel.kafka import make_admin, make_consumer, make_producer
+from chorus.kernel.kafka import make_admin, make_consumer, make_producer, stop_client
 from chorus.privacy.signing import load_keys
 from chorus.testing import make_event
 from chorus_contracts.base import EventModel
@@ -89,7 +89,7 @@ async def publish(
                 await producer.send(topic, value, key=key, headers=headers)
         await producer.flush()
     finally:
-        await producer.stop()
+        await stop_client(producer)
 
 
 async def read_topic(
@@ -115,7 +115,7 @@ async def read_topic(
             for batch in (await consumer.getmany(timeout_ms=200)).values():
                 records.extend(batch)
     finally:
-        await consumer.stop()
+        await stop_client(consumer)
     return records
 
 
@@ -172,7 +172,7 @@ async def dump_topics(bootstrap: str) -> list[bytes]:
                 if await consumer.position(tp) >= ends[tp]:  # compacted or transaction markers
                     left.discard(tp)
     finally:
-        await consumer.stop()
+        await stop_client(consumer)
     return blobs
 
 

@@ -41,7 +41,7 @@ from chorus.base.errors import DecodeError
 from chorus.base.settings import LOCAL_KAFKA
 from chorus.kernel.codec import decode, encode, pointer
 from chorus.kernel.envelopes import start_envelope
-from chorus.kernel.kafka import make_admin, make_consumer, make_producer
+from chorus.kernel.kafka import make_admin, make_consumer, make_producer, stop_client
 from chorus.kernel.outbox import envelope_headers
 from chorus_contracts.envelope import Envelope, Priority, ProducerRef
 from chorus_contracts.registry import Registry
@@ -343,7 +343,7 @@ async def publish_envelope(bootstrap: str, topic: str, envelope: Envelope) -> tu
     except (KafkaConnectionError, KafkaTimeoutError, TimeoutError) as exc:
         raise _unavailable(bootstrap, exc) from None
     finally:
-        await producer.stop()
+        await stop_client(producer)
     return metadata.partition, metadata.offset
 
 
@@ -592,7 +592,7 @@ class Tail:
         except (KafkaConnectionError, KafkaTimeoutError) as exc:
             raise _unavailable(bootstrap, exc) from None
         finally:
-            await consumer.stop()
+            await stop_client(consumer)
         return self.shown
 
     async def _seek_offset(self, consumer: AIOKafkaConsumer, partitions: Sequence[TopicPartition]) -> None:
