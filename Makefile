@@ -100,7 +100,7 @@ test: up
 	$(LOCAL)/browser.sh ensure
 	$(LOCAL)/prometheus.sh ensure
 	$(LOCAL)/helm.sh ensure
-	$(LOCAL_ENV) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --timeout=900 --durations=25 $(PYTEST_ARGS)
+	$(LOCAL_ENV) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --timeout=900 --durations=25 $(PYTEST_ARGS)
 
 # The fast tier: what needs neither Kafka, PostgreSQL nor any binary beyond the venv —
 # handler tests (the testing kit), the kernel's steps on the memory store, the feature

@@ -46,6 +46,25 @@ settings.register_profile("deep", max_examples=20_000, deadline=None, database=N
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+# pytest-xdist hands test files to the workers in collection order once this hook has run
+# (make test passes --no-loadscope-reorder: its own order, by number of tests, put the
+# one-test files that take minutes last, and one worker idled while the other ran them).
+# The files that take longest, longest first; every other file keeps its place after them.
+LONGEST_FIRST = (
+    "tests/deploy/test_runtime_wheel.py",
+    "tests/reliability/test_short_suite.py",
+    "tests/e2e/test_workflows.py",
+    "tests/e2e/test_tutorial.py",
+    "tests/services/rollout_service/test_on_kafka.py",
+    "tests/services/gateway/test_api.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(rank)))
+
+
 def _start(script: str) -> None:
     proc = run_captured([str(ROOT / "deploy" / "local" / script), "start"], timeout_s=600)
     if proc.returncode != 0:

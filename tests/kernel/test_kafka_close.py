@@ -27,8 +27,8 @@ class _Client:
 
 
 async def test_a_client_that_closes_is_waited_for() -> None:
-    client = _Client(closes_in_s=0.01)
-    await stop_client(client, timeout_s=5)  # type: ignore[arg-type]
+    client: Any = _Client(closes_in_s=0.01)
+    await stop_client(client, timeout_s=5)
     assert client.stopped
 
 
