@@ -93,24 +93,31 @@ class AuditEntry:
     payload: dict[str, Any]
 
 
+# The columns an audit row copies from the envelope's fields of the same name, as they are
+# (model_dump's Python mode keeps the UUID and the datetime).
+_AS_ENVELOPE_HAS_IT = {
+    "event_id",
+    "event_type",
+    "schema_version",
+    "workflow_id",
+    "workflow_type",
+    "occurred_at",
+    "causation_id",
+    "subject_ref",
+}
+
+
 def audit_entry(envelope: Envelope, payload: EventModel) -> AuditEntry:
     """The audit row of an event. ``payload`` is the decoded model (typed access);
     the row keeps the payload exactly as it was sent (``envelope.payload``)."""
     return AuditEntry(
-        event_id=envelope.event_id,
-        event_type=envelope.event_type,
-        schema_version=envelope.schema_version,
-        workflow_id=envelope.workflow_id,
-        workflow_type=envelope.workflow_type,
+        **envelope.model_dump(include=_AS_ENVELOPE_HAS_IT),
         producer=envelope.producer.service,
         producer_version=envelope.producer.version,
-        occurred_at=envelope.occurred_at,
         trace_id=envelope.traceparent[3:35],
-        causation_id=envelope.causation_id,
         decision=decision_of(payload),
         actor=actor_of(payload),
         external_call=external_call_of(payload),
-        subject_ref=envelope.subject_ref,
         payload=dict(envelope.payload),
     )
 
@@ -294,11 +301,7 @@ def fold(facts: WorkflowFacts | None, entry: AuditEntry, payload: EventModel) ->
             update["business_key"] = _earliest(facts.business_key, key)
     elif isinstance(payload, WorkflowEnded):
         ended = Ended(
-            at=stamp.at,
-            event_id=stamp.event_id,
-            outcome=payload.outcome,
-            reason=payload.reason,
-            result=dict(payload.result),
+            **stamp.model_dump(), outcome=payload.outcome, reason=payload.reason, result=dict(payload.result)
         )
         # The first end wins: "nothing more happens" after it.
         update["ended"] = _earliest(facts.ended, ended)
@@ -352,8 +355,7 @@ def _fold_approval(
         )
     if isinstance(payload, ApprovalEscalated):
         escalation = Escalation(
-            at=stamp.at,
-            event_id=stamp.event_id,
+            **stamp.model_dump(),
             level=payload.level,
             tier=payload.to_tier,
             waiting_until=payload.waiting_until,
@@ -404,13 +406,7 @@ def pending_approval(facts: WorkflowFacts) -> PendingApproval | None:
         active = approval.escalation or approval.requested
         if state is None or state.status != "pending" or state.tier is None or active is None:
             continue
-        view = PendingApproval(
-            approval_id=approval_id,
-            tier=state.tier,
-            level=state.level,
-            waiting_until=state.waiting_until,
-            context=state.context,
-        )
+        view = PendingApproval.model_validate(state, from_attributes=True)  # its fields, by name
         if best is None or active.key() > best[0]:
             best = (active.key(), view)
     return best[1] if best is not None else None

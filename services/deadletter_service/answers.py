@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 
+from chorus.kernel.records import _b64
 from chorus_contracts.api.deadletter_service import (
     Done,
     Group,
@@ -24,31 +25,17 @@ from deadletter_service.adapters.repository import Letter, OperationRow
 from deadletter_service.domain import parse_json, text_or_none
 
 
-def _b64(data: bytes | None) -> str | None:
-    return base64.b64encode(data).decode() if data is not None else None
-
-
 def letter_summary(letter: Letter) -> LetterSummary:
-    return LetterSummary(
-        id=str(letter.id),
-        status=letter.status,
-        service=letter.service,
-        service_version=letter.service_version,
-        consumer_group=letter.consumer_group,
-        original_event_type=letter.original_event_type,
-        original_event_id=letter.original_event_id,
-        original_workflow_id=letter.original_workflow_id,
-        error=LetterError(
-            category=letter.error_category, error_class=letter.error_class, message=letter.error_message
-        ),
-        original=OriginalPosition(
-            topic=letter.original_topic, partition=letter.original_partition, offset=letter.original_offset
-        ),
-        attempts=letter.attempts,
-        dead_lettered_at=letter.dead_lettered_at,
-        received_at=letter.received_at,
-        resolved_at=letter.resolved_at,
-        resolved_by=letter.resolved_by,
+    """The letter's columns of the same name (``vars``: a shallow view, the summary copies
+    none of the nested columns), its id as text, its error and position nested."""
+    error = LetterError(
+        category=letter.error_category, error_class=letter.error_class, message=letter.error_message
+    )
+    original = OriginalPosition(
+        topic=letter.original_topic, partition=letter.original_partition, offset=letter.original_offset
+    )
+    return LetterSummary.model_validate(
+        vars(letter) | {"id": str(letter.id), "error": error, "original": original}
     )
 
 

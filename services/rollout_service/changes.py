@@ -35,13 +35,9 @@ async def make_change(rt: RuntimeHandle, service: str, change: Change) -> Rollou
         "rollout changed",
         extra=fields(
             rollout_of=service,
-            revision=changed.revision,
-            action=changed.action,
-            stable=changed.stable,
-            canary=changed.canary,
-            percent=changed.percent,
             by=changed.changed_by,
-            reason=changed.reason,
+            # The rest under the event's own names.
+            **changed.model_dump(include={"revision", "action", "stable", "canary", "percent", "reason"}),
         ),
     )
     return changed

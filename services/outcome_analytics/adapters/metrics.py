@@ -17,6 +17,12 @@ from outcome_analytics.domain import PERCENTILES, OutcomeView, percentile
 PREFIX = "chorus_analytics"
 
 
+def _gauge(name: str, documentation: str, *labels: str) -> GaugeMetricFamily:
+    """A gauge of the view: every one is named under PREFIX and counted per workflow type
+    (``labels``: what it is broken down by besides)."""
+    return GaugeMetricFamily(f"{PREFIX}_{name}", documentation, labels=["workflow_type", *labels])
+
+
 class ViewCollector:
     """A prometheus_client collector over an :class:`OutcomeView` (register it once)."""
 
@@ -25,26 +31,17 @@ class ViewCollector:
 
     def collect(self) -> Iterator[Metric]:
         totals = self.view.totals()
-        started = GaugeMetricFamily(
-            f"{PREFIX}_workflows_started",
-            "Workflows started (workflow.started), every hour in the view",
-            labels=["workflow_type"],
-        )
-        ended = GaugeMetricFamily(
-            f"{PREFIX}_workflows_ended",
-            "Workflows ended (workflow.ended) by outcome",
-            labels=["workflow_type", "outcome"],
-        )
-        escalated = GaugeMetricFamily(
-            f"{PREFIX}_workflows_escalated",
+        started = _gauge("workflows_started", "Workflows started (workflow.started), every hour in the view")
+        ended = _gauge("workflows_ended", "Workflows ended (workflow.ended) by outcome", "outcome")
+        escalated = _gauge(
+            "workflows_escalated",
             "Workflows a person was asked about (approval or review requested),"
             " distinct per hour, summed over hours",
-            labels=["workflow_type"],
         )
-        dead = GaugeMetricFamily(
-            f"{PREFIX}_dead_letters",
+        dead = _gauge(
+            "dead_letters",
             "Dead-lettered records by error category, under their workflow's type ('unknown' when not known)",
-            labels=["workflow_type", "category"],
+            "category",
         )
         duration = Metric(
             f"{PREFIX}_workflow_duration_seconds",
