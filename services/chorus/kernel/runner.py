@@ -33,6 +33,7 @@ from chorus.base.logs import fields
 from chorus.base.loops import forever
 from chorus.base.metrics import Metrics
 from chorus.base.settings import KernelSettings
+from chorus.kernel.answering import Answering
 from chorus.kernel.chain import Chain
 from chorus.kernel.deadletters import refused_row_dead_letter
 from chorus.kernel.edge import KafkaEdge
@@ -83,6 +84,12 @@ class Parts:
     """Whatever a feature starts is stopped with the process: push its stop here."""
     client_id: str
     """This process's Kafka client id: the service's name, with its instance's if it has one."""
+
+    def answering(self) -> Answering:
+        """How a feature answers a request addressed to the service, once (in its group's inbox)."""
+        return Answering(
+            self.sql, self.pool, self.outbox, self.clock, self.identity.producer, self.identity.group
+        )
 
 
 class Feature(Protocol):

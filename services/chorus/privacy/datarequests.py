@@ -17,21 +17,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-import asyncpg
-
-from chorus.base.clock import Clock
 from chorus.base.logs import fields
+from chorus.kernel.answering import Answering
 from chorus.kernel.chain import Done, Finish, Item
-from chorus.kernel.envelopes import child_envelope
-from chorus.kernel.outbox import OutboxWriter
 from chorus.kernel.service import DataRequest, OwnedData
 from chorus.kernel.steps.letters import Letters
 from chorus.kernel.steps.route import uuid_or_dead_letter
-from chorus.kernel.store import Claim, InboxOutcome
-from chorus.kernel.store.postgres import ServiceStore
 from chorus.privacy.crypto import Sealer
 from chorus.privacy.store import DataStore
-from chorus_contracts.envelope import Envelope, ProducerRef
+from chorus_contracts.envelope import Envelope
 from chorus_contracts.platform import DataRemoved, SubjectErasureRequested, WorkflowsRetired
 
 log = logging.getLogger("chorus.datarequests")
@@ -45,13 +39,8 @@ REQUESTS: dict[str, int] = {
 
 @dataclass
 class DataRequests:
-    sql: ServiceStore
+    via: Answering
     store: DataStore
-    pool: asyncpg.Pool
-    outbox: OutboxWriter
-    clock: Clock
-    producer: ProducerRef
-    group: str
     owned: Sequence[OwnedData] = ()
     """The service's own per-workflow tables (ServiceSpec.owned_data)."""
     compensates: bool = False
@@ -59,14 +48,14 @@ class DataRequests:
     their state until their end (``erased``) comes, so that it can compensate."""
 
     async def erase(self, envelope: Envelope, request: SubjectErasureRequested) -> None:
-        async with self.pool.acquire() as conn, self.outbox.transaction(conn) as tx:
-            if not await self._claim(conn, envelope):
+        async with self.via.transaction() as (conn, tx):
+            if not await self.via.claim(conn, envelope):
                 return
             rows, workflows = await self.store.erase_subject(
                 conn, request.subject_hash, request.workflow_ids, keep_running=self.compensates
             )
             request_id = request.erasure_id if request.parts == 1 else f"{request.erasure_id}/{request.part}"
-            asked = DataRequest(request_id, self.clock.now())
+            asked = DataRequest(request_id, self.via.clock.now())
             for owned in self.owned:  # the service's own tables, in the same transaction
                 rows = _merged(
                     rows, await owned.erase(conn, request.subject_hash, request.workflow_ids, asked)
@@ -74,34 +63,21 @@ class DataRequests:
             await tx.publish(self._confirmation(envelope, "erasure", request_id, rows, workflows))
 
     async def retire(self, envelope: Envelope, request: WorkflowsRetired, run_id: uuid.UUID) -> None:
-        async with self.pool.acquire() as conn, self.outbox.transaction(conn) as tx:
-            if not await self._claim(conn, envelope):
+        async with self.via.transaction() as (conn, tx):
+            if not await self.via.claim(conn, envelope):
                 return
             rows, workflows = await self.store.retire(
                 conn,
                 request.workflow_ids,
                 run_id=run_id,
                 archive=request.mode == "archive",
-                now=self.clock.now(),
+                now=self.via.clock.now(),
             )
             request_id = f"{request.run_id}/{request.batch}"
-            asked = DataRequest(request_id, self.clock.now())
+            asked = DataRequest(request_id, self.via.clock.now())
             for owned in self.owned:  # the service's own tables, in the same transaction
                 rows = _merged(rows, await owned.retire(conn, request.workflow_ids, asked))
             await tx.publish(self._confirmation(envelope, "retirement", request_id, rows, workflows))
-
-    async def _claim(self, conn: asyncpg.Connection, envelope: Envelope) -> bool:
-        """Claim the request in the inbox; False when this group handled it already."""
-        claim = Claim(
-            self.group,
-            envelope.event_id,
-            envelope.attempt,
-            InboxOutcome.DONE,
-            envelope.event_type,
-            envelope.workflow_id,
-            self.clock.now(),
-        )
-        return await self.sql.claim_inbox(conn, claim)
 
     def _confirmation(
         self,
@@ -122,13 +98,11 @@ class DataRequests:
         confirmation = DataRemoved(
             request=request,
             request_id=request_id,
-            service=self.producer.service,
+            service=self.via.producer.service,
             workflows=workflows,
             rows=rows,
         )
-        return child_envelope(
-            envelope, confirmation, producer=self.producer, now=self.clock.now(), position="data.removed"
-        )
+        return self.via.answer(envelope, confirmation, position="data.removed")
 
 
 def _merged(rows: dict[str, int], removed: dict[str, int]) -> dict[str, int]:

@@ -108,15 +108,10 @@ class Privacy:
     retention: Retention | None = None
 
     async def plug(self, parts: Parts) -> Plugs:
-        spec, identity = parts.spec, parts.identity
+        spec = parts.spec
         requests = DataRequests(
-            sql=parts.sql,
+            via=parts.answering(),
             store=DataStore(spec.name),
-            pool=parts.pool,
-            outbox=parts.outbox,
-            clock=parts.clock,
-            producer=identity.producer,
-            group=identity.group,
             owned=spec.owned_data,
             compensates=spec.handler_for(WorkflowEnded.event_type) is not None,
         )

@@ -84,13 +84,8 @@ class Releases:
             window=lambda: self._window,
         )  # fmt: skip
         repins = Repins(
-            sql=parts.sql,
+            via=parts.answering(),
             pins=pins,
-            pool=parts.pool,
-            outbox=parts.outbox,
-            clock=parts.clock,
-            producer=identity.producer,
-            group=identity.group,
             base_group=self.base_group,
             identity=identity.release,
             view=self.view,

@@ -36,16 +36,13 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from chorus.base.clock import Clock
 from chorus.base.logs import fields
+from chorus.kernel.answering import Answering
 from chorus.kernel.chain import Done, Finish, Item
-from chorus.kernel.envelopes import child_envelope
-from chorus.kernel.outbox import OutboxWriter
-from chorus.kernel.store import Claim, InboxOutcome
-from chorus.kernel.store.postgres import ServiceStore
+from chorus.kernel.store import InboxOutcome
 from chorus.releases.rollouts import MAIN_RELEASE, RolloutView, release_group
 from chorus.releases.store import PinRow, PinStore
-from chorus_contracts.envelope import Envelope, ProducerRef
+from chorus_contracts.envelope import Envelope
 from chorus_contracts.rollouts import RepinAnswered, RepinOutcome, RepinRequested
 
 log = logging.getLogger("chorus.repin")
@@ -53,13 +50,8 @@ log = logging.getLogger("chorus.repin")
 
 @dataclass
 class Repins:
-    sql: ServiceStore
+    via: Answering
     pins: PinStore
-    pool: asyncpg.Pool
-    outbox: OutboxWriter
-    clock: Clock
-    producer: ProducerRef
-    group: str
     base_group: str
     identity: str
     """What pins call this release."""
@@ -73,7 +65,7 @@ class Repins:
         its signature is checked before it is acted on."""
         request = item.decoded.payload
         assert isinstance(request, RepinRequested)
-        return request.service == self.producer.service
+        return request.service == self.via.producer.service
 
     async def __call__(self, item: Item) -> Done:
         request = item.decoded.payload
@@ -83,8 +75,8 @@ class Repins:
 
     async def answer(self, envelope: Envelope, request: RepinRequested) -> None:
         workflow_id = envelope.workflow_id
-        async with self.pool.acquire() as conn, self.outbox.transaction(conn) as tx:
-            if await self.pins.inbox_outcome(conn, self.group, envelope.event_id) is not None:
+        async with self.via.transaction() as (conn, tx):
+            if await self.pins.inbox_outcome(conn, self.via.group, envelope.event_id) is not None:
                 return  # answered (or passed) already
             # Under the workflow's lock and its row's: no release passes an event of it meanwhile.
             await self.pins.lock_pin(conn, workflow_id)
@@ -92,17 +84,7 @@ class Repins:
             owner = self._owner(row, request)
             mine = owner == self.identity
             recorded = InboxOutcome.DONE if mine else InboxOutcome.NOT_MINE
-            claim = Claim(
-                self.group,
-                envelope.event_id,
-                envelope.attempt,
-                recorded,
-                envelope.event_type,
-                workflow_id,
-                self.clock.now(),
-            )
-            claimed = await self.sql.claim_inbox(conn, claim)
-            if not claimed or not mine:
+            if not await self.via.claim(conn, envelope, recorded) or not mine:
                 return
             outcome, reason = await self._decide(conn, workflow_id, row, request.to_release)
             if outcome == "repinned":
@@ -110,8 +92,8 @@ class Repins:
                     conn,
                     workflow_id=workflow_id,
                     release=request.to_release,
-                    from_group=self.group,
-                    now=self.clock.now(),
+                    from_group=self.via.group,
+                    now=self.via.clock.now(),
                 )
             answer = RepinAnswered(
                 service=request.service,
@@ -121,11 +103,7 @@ class Repins:
                 outcome=outcome,
                 reason=reason,
             )
-            await tx.publish(
-                child_envelope(
-                    envelope, answer, producer=self.producer, now=self.clock.now(), position="answer"
-                )
-            )
+            await tx.publish(self.via.answer(envelope, answer, position="answer"))
         log.warning(
             "re-pin %s",
             outcome,
@@ -162,7 +140,7 @@ class Repins:
             )
         if row.ended is not None:
             return "refused", f"the workflow ended here ({row.ended})"
-        pending = await self.pins.pending_in(conn, self.group, workflow_id)
+        pending = await self.pins.pending_in(conn, self.via.group, workflow_id)
         if pending or row.parked_on is not None or row.has_parked:
             return "refused", (
                 f"a retry, a dead letter or a parked event of it waits in release {self.identity}; "
@@ -172,7 +150,7 @@ class Repins:
             conn,
             workflow_id=workflow_id,
             passer=release_group(self.base_group, to),
-            owner=self.group,
+            owner=self.via.group,
             event_types=self.handled_types,
         )
         if passed:

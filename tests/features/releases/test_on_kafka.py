@@ -17,6 +17,7 @@ import asyncpg
 import pytest
 
 from chorus.base.clock import SystemClock
+from chorus.kernel.answering import Answering
 from chorus.kernel.envelopes import start_envelope
 from chorus.kernel.outbox import OutboxWriter
 from chorus.kernel.store.postgres import ServiceStore
@@ -290,13 +291,15 @@ async def test_a_move_waits_until_nothing_of_the_workflow_is_in_flight_at_either
     pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
     try:
         repins = Repins(
-            sql=store,
+            via=Answering(
+                sql=store,
+                pool=pool,
+                outbox=OutboxWriter(store, registry, lambda: None, None, None),
+                clock=SystemClock(),
+                producer=ProducerRef(service=name, version=NEW),
+                group=canary_group,
+            ),
             pins=pins,
-            pool=pool,
-            outbox=OutboxWriter(store, registry, lambda: None, None, None),
-            clock=SystemClock(),
-            producer=ProducerRef(service=name, version=NEW),
-            group=canary_group,
             base_group=name,
             identity=NEW,
             view=RolloutView(),
