@@ -51,6 +51,10 @@ class TopicInfo:
     """Every service reading the topic (the registry's consumers and principals' reads)."""
 
 
+_AS_DECLARED = {"lanes", "partitions", "retention_ms", "cleanup_policy", "message_key", "owner"}
+"""TopicInfo's fields that are the topic file's own, under the same names."""
+
+
 @dataclass(frozen=True)
 class EventInfo:
     event_type: str
@@ -116,13 +120,8 @@ class Catalog:
         return TopicInfo(
             name=spec.topic,
             physical=spec.physical_topics(),
-            lanes=spec.lanes,
-            partitions=spec.partitions,
-            retention_ms=spec.retention_ms,
-            cleanup_policy=spec.cleanup_policy,
-            message_key=spec.message_key,
-            owner=spec.owner,
             readers=sorted({*spec.consumers, *reads}),
+            **spec.model_dump(include=_AS_DECLARED),
         )
 
     def _version(self, event_type: str, version: int) -> Version:

@@ -81,17 +81,7 @@ class Messages:
             stamped = now + timedelta(microseconds=index)
             if isinstance(item, Emit):
                 child = self._child(
-                    env,
-                    item.event,
-                    stamped,
-                    f"emit/{index}",
-                    traceparent,
-                    workflow_id=item.workflow_id,
-                    workflow_type=item.workflow_type,
-                    priority=item.priority,
-                    idempotency_key=item.idempotency_key,
-                    deadline=item.deadline,
-                    subject_ref=item.subject_ref,
+                    env, item.event, stamped, f"emit/{index}", traceparent, **item.overrides()
                 )
             else:
                 child = self._child(env, item, stamped, f"emit/{index}", traceparent)

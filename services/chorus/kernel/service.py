@@ -16,7 +16,7 @@ import hashlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -50,6 +50,10 @@ class Emit:
     idempotency_key: str | None = None
     deadline: datetime | None = None
     subject_ref: str | None = None
+
+    def overrides(self) -> dict[str, Any]:
+        """All but the event: the envelope fields it sets, named as child_envelope's keywords."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "event"}
 
 
 @dataclass(frozen=True)
