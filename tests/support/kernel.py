@@ -18,19 +18,10 @@ from typing import Any
 
 from chorus.base.clock import ManualClock
 from chorus.base.metrics import Metrics
-from chorus.kernel.chain import Chain
 from chorus.kernel.codec import encode
 from chorus.kernel.guard import DeadLetterGuard
 from chorus.kernel.outbox import envelope_headers
-from chorus.kernel.recordpath import (
-    Identity,
-    ParkedItems,
-    Plugs,
-    Wiring,
-    kernel_steps,
-    letters_for,
-    record_path,
-)
+from chorus.kernel.recordpath import Identity, Plugs, Wiring, assembled, letters_for
 from chorus.kernel.records import Record
 from chorus.kernel.service import ServiceSpec
 from chorus.kernel.store import OutboxRow, Store
@@ -62,10 +53,9 @@ class KernelUnderTest:
             DeadLetterGuard(max_consecutive=self.guard_after), None, 1_048_576,
         )  # fmt: skip
         self.letters = letters_for(wiring, None, lambda: None)
-        self.steps = kernel_steps(
-            wiring, self.letters, self.plugs.controls, on_committed=self.committed.extend
+        self.steps, self.chain = assembled(
+            wiring, self.letters, self.plugs, on_committed=self.committed.extend
         )
-        self.chain: Chain = record_path(self.steps, self.plugs, ParkedItems(self.store), self.metrics)
 
     async def close(self) -> None:
         await self.steps.load.close()

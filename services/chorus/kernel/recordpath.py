@@ -168,6 +168,15 @@ def record_path(k: KernelSteps, plugs: Plugs, parked: ParkedItems, metrics: Metr
     )
 
 
+def assembled(
+    w: Wiring, letters: Letters, plugs: Plugs, *, on_committed: Callable[[list[OutboxRow]], None]
+) -> tuple[KernelSteps, Chain]:
+    """The kernel's steps and the record path they make with ``plugs``: a process's and a
+    test's (tests.support.kernel) are put together the same way."""
+    steps = kernel_steps(w, letters, plugs.controls, on_committed=on_committed)
+    return steps, record_path(steps, plugs, ParkedItems(w.store), w.metrics)
+
+
 @dataclass
 class ParkedItems:
     """Records parked for a workflow, as items to drain (Via.DRAIN), oldest first."""

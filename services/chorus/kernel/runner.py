@@ -45,12 +45,10 @@ from chorus.kernel.ports import Sealing, Signer
 from chorus.kernel.recordpath import (
     KERNEL_CONTROLS,
     Identity,
-    ParkedItems,
     Plugs,
     Wiring,
-    kernel_steps,
+    assembled,
     letters_for,
-    record_path,
     run_counted,
 )
 from chorus.kernel.records import Record
@@ -249,11 +247,9 @@ class KernelRunner:
 
     def _record_path(self, wiring: Wiring, parts: Parts) -> Chain:
         assert self.relay is not None
-        steps = kernel_steps(
-            wiring, parts.letters, self.plugs.controls, on_committed=self.relay.publish_committed
-        )
+        steps, chain = assembled(wiring, parts.letters, self.plugs, on_committed=self.relay.publish_committed)
         self._closers = [steps.load.close, steps.commit.close]
-        return record_path(steps, self.plugs, ParkedItems(parts.store), self.metrics)
+        return chain
 
     async def _start_database(self) -> asyncpg.Pool:
         """The pool, and every migration (the runtime's, then the service's) applied."""
