@@ -39,7 +39,7 @@ from audit_projector.handlers import ProjectorDeps, on_workflow_event, projected
 from chorus.base.clock import SystemClock
 from chorus.base.errors import DecodeError
 from chorus.kernel.codec import DEFAULT_MAX_BYTES, decode
-from chorus.kernel.kafka import make_admin, make_consumer
+from chorus.kernel.kafka import make_admin, make_consumer, stop_client
 from chorus.kernel.service import Context, Effect
 from chorus_contracts.base import EventModel
 from chorus_contracts.registry import Registry
@@ -168,7 +168,7 @@ async def rebuild(
         result.seconds = time.perf_counter() - started
         return result
     finally:
-        await consumer.stop()
+        await stop_client(consumer)
 
 
 class MissingTopicError(RuntimeError):

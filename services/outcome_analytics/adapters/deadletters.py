@@ -16,7 +16,7 @@ from aiokafka import AIOKafkaProducer
 
 from chorus.base.logs import fields
 from chorus.kernel.codec import encode
-from chorus.kernel.kafka import make_producer
+from chorus.kernel.kafka import make_producer, stop_client
 from chorus.kernel.outbox import envelope_headers
 from chorus_contracts.envelope import Envelope
 
@@ -52,7 +52,7 @@ class KafkaDeadLetters:
 
     async def stop(self) -> None:
         if self._producer is not None:
-            await self._producer.stop()
+            await stop_client(self._producer)
             self._producer = None
 
     async def publish(self, envelope: Envelope) -> None:
