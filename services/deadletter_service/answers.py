@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 
-from chorus.kernel.records import _b64
+from chorus.kernel.records import b64_or_none
 from chorus_contracts.api.deadletter_service import (
     Done,
     Group,
@@ -57,11 +57,11 @@ def letter_detail(letter: Letter, ops: list[OperationRow]) -> LetterDetail:
         ),
         original=OriginalRecord(
             **dict(summary.original),
-            key_b64=_b64(letter.original_key),
+            key_b64=b64_or_none(letter.original_key),
             key=text_or_none(letter.original_key),
             headers=headers,
             timestamp_ms=letter.original_timestamp_ms,
-            value_b64=_b64(letter.original_value),
+            value_b64=b64_or_none(letter.original_value),
             value_is_json=is_json,
             value_json=value_json,
         ),

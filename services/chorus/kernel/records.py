@@ -29,7 +29,8 @@ class Record:
         return f"{self.topic}/{self.partition}"
 
 
-def _b64(data: bytes | None) -> str | None:
+def b64_or_none(data: bytes | None) -> str | None:
+    """The bytes as base64 text, as events carry them (None stays None)."""
     return base64.b64encode(data).decode() if data is not None else None
 
 
@@ -42,9 +43,9 @@ def to_original(rec: Record) -> OriginalRecord:
         topic=rec.topic,
         partition=rec.partition,
         offset=rec.offset,
-        key_b64=_b64(rec.key),
-        value_b64=_b64(rec.value) or "",
-        headers=[KafkaHeader(key=storable(k)[:32767], value_b64=_b64(v)) for k, v in headers],
+        key_b64=b64_or_none(rec.key),
+        value_b64=b64_or_none(rec.value) or "",
+        headers=[KafkaHeader(key=storable(k)[:32767], value_b64=b64_or_none(v)) for k, v in headers],
         headers_omitted=(len(rec.headers) - MAX_HEADERS) if len(rec.headers) > MAX_HEADERS else None,
         timestamp_ms=rec.timestamp_ms,
     )
