@@ -518,13 +518,10 @@ class DevStack:
     async def wait_exit(self, name: str, timeout_s: float = 60.0) -> int:
         proc = self.procs[name]
         assert proc.popen is not None
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while proc.popen.poll() is None:
-            if loop.time() > deadline:
-                raise RuntimeError(f"{name} still running after {timeout_s}s")
-            await asyncio.sleep(0.05)
-        return proc.popen.returncode
+        code = await exit_code(proc.popen, timeout_s)
+        if code is None:
+            raise RuntimeError(f"{name} still running after {timeout_s}s")
+        return code
 
     async def stop(self, timeout_s: float = 30.0) -> None:
         """SIGTERM everything (graceful), then SIGKILL whatever is left."""
@@ -548,6 +545,18 @@ class DevStack:
         async with httpx.AsyncClient(timeout=5.0) as client:
             stats: dict[str, object] = (await client.get(f"{self.sandbox_url}/stats")).json()
             return stats
+
+
+async def exit_code(popen: subprocess.Popen[bytes], timeout_s: float) -> int | None:
+    """The process's exit code once it has exited; None while it still runs after ``timeout_s``
+    (Popen has no awaitable exit: polled)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while popen.poll() is None:
+        if loop.time() > deadline:
+            return None
+        await asyncio.sleep(0.05)
+    return popen.returncode
 
 
 async def supervise(stack: DevStack, stop: asyncio.Event, *, max_backoff_s: float = 30.0) -> None:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import httpx
 
+from chorus_tools.devstack import exit_code
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -78,13 +80,10 @@ class ServiceProcess:
 
     async def wait_exit(self, timeout_s: float = 60.0) -> int:
         assert self.proc is not None
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while self.proc.poll() is None:
-            if loop.time() > deadline:
-                raise AssertionError(f"{self.name} still running after {timeout_s}s:\n{self.tail()}")
-            await asyncio.sleep(0.05)
-        return self.proc.returncode
+        code = await exit_code(self.proc, timeout_s)
+        if code is None:
+            raise AssertionError(f"{self.name} still running after {timeout_s}s:\n{self.tail()}")
+        return code
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
