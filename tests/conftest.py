@@ -49,14 +49,19 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # pytest-xdist hands test files to the workers in collection order once this hook has run
 # (make test passes --no-loadscope-reorder: its own order, by number of tests, put the
 # one-test files that take minutes last, and one worker idled while the other ran them).
-# The files that take longest, longest first; every other file keeps its place after them.
+# The files that take longest go first, every other file keeps its place after them; the
+# ones that keep a core busy (building the wheel, the tutorial's installs, schemathesis)
+# alternate with ones that mostly wait on Kafka, so that each worker gets one of each.
 LONGEST_FIRST = (
-    "tests/deploy/test_runtime_wheel.py",
-    "tests/reliability/test_short_suite.py",
+    "tests/deploy/test_runtime_wheel.py",  # cpu
     "tests/e2e/test_workflows.py",
-    "tests/e2e/test_tutorial.py",
+    "tests/reliability/test_short_suite.py",
+    "tests/e2e/test_tutorial.py",  # cpu
     "tests/services/rollout_service/test_on_kafka.py",
-    "tests/services/gateway/test_api.py",
+    "tests/services/gateway/test_api.py",  # cpu
+    "tests/services/audit_projector/test_on_kafka.py",
+    "tests/tools/test_cli_produce_subscribe.py",
+    "tests/deploy/test_helm_chart.py",  # cpu
 )
 
 
