@@ -38,14 +38,16 @@ def window(on_kafka: OnKafka, workflow_id: str, due_at: datetime) -> tuple[Envel
 
 
 async def test_a_due_timer_fires_its_event_once_and_a_cancelled_one_never(on_kafka: OnKafka) -> None:
-    due_at = datetime.now(UTC) + timedelta(seconds=1)
-    elapsed, schedule = window(on_kafka, f"wf-timer-{on_kafka.unique}", due_at)
-    _, doomed = window(on_kafka, f"wf-cancelled-{on_kafka.unique}", due_at)
-    cancel = envelope(
-        TimerCancel(timer_id=f"approval_gate:{doomed.workflow_id}:window-0", reason="decided"),
-        workflow_id=doomed.workflow_id,
-    )
     async with running(SPEC, on_kafka.settings(Settings, SPEC.name), registry=on_kafka.registry):
+        # Due a few seconds after the service is up (its start can take longer than that on a
+        # busy machine): the cancel right behind the doomed schedule comes well before then.
+        due_at = datetime.now(UTC) + timedelta(seconds=3)
+        elapsed, schedule = window(on_kafka, f"wf-timer-{on_kafka.unique}", due_at)
+        _, doomed = window(on_kafka, f"wf-cancelled-{on_kafka.unique}", due_at)
+        cancel = envelope(
+            TimerCancel(timer_id=f"approval_gate:{doomed.workflow_id}:window-0", reason="decided"),
+            workflow_id=doomed.workflow_id,
+        )
         # The schedule comes twice (a redelivery); the doomed timer is cancelled before it is due.
         await on_kafka.publish(schedule, schedule, doomed, cancel)
         everything_fired = await on_kafka.read(elapsed.event_type, settle_s=2.0)
