@@ -839,11 +839,12 @@ async def test_hostile_records_interleaved_with_workflows_are_dead_letters_and_e
         assert (await world.ended(workflow_id))["status"] == "rejected"
     consumers = {"invoice_agent", "budget_agent", "payment_agent", "audit_projector"}
     originals: dict[str, Any] = {}
+    keys: dict[str, bytes] = {}
 
     def covered(records: list[Any]) -> bool:
         return all(
             set(hostile) <= seen
-            for seen in _dead_lettered(records, topic, consumers, world.key_service, originals).values()
+            for seen in _dead_lettered(records, topic, consumers, world.key_service, originals, keys).values()
         )
 
     records = await read_topic(
@@ -870,10 +871,11 @@ def _dead_lettered(
     consumers: set[str],
     key_service: str,
     originals: dict[str, Any] | None = None,
+    keys: dict[str, bytes] | None = None,
 ) -> dict[str, set[bytes]]:
     """The original bytes each consumer dead-lettered from ``topic``. ``originals`` keeps
-    what was opened (by letter), so a caller that asks again as records arrive opens each
-    letter once, not once per look (each opening asks the key service)."""
+    what was opened (by letter) and ``keys`` the data keys fetched, so a caller that asks
+    again as records arrive opens each letter once and asks the key service once per key."""
     seen: dict[str, set[bytes]] = {name: set() for name in consumers}
     originals = {} if originals is None else originals
     for letter in events_of(records, "event.dead_lettered"):
@@ -881,7 +883,7 @@ def _dead_lettered(
         if payload["service"] not in seen:
             continue
         if letter["event_id"] not in originals:
-            originals[letter["event_id"]] = opened(payload["original"], key_service)
+            originals[letter["event_id"]] = opened(payload["original"], key_service, keys)
         original = originals[letter["event_id"]]
         if original["topic"] == topic:
             seen[payload["service"]].add(base64.b64decode(original["value_b64"]))

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from typing import Any
+
+import httpx
+
+UNAVAILABLE_RETRIES = 3
+"""A 503 (the key service slow to answer on a loaded machine) is retried this many times
+after its Retry-After, as a client that honours it would, with the same Idempotency-Key."""
 
 
 def procurement(
@@ -30,3 +38,18 @@ def procurement(
         },
         "subject_ref": f"subject:{run}",
     }
+
+
+async def accepted(http: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str]) -> str:
+    """POST ``body`` to ``url`` until the gateway accepts it (202) and return the workflow id.
+    A 503 is retried after its Retry-After with the same Idempotency-Key, so a retry never
+    starts a second workflow; any other answer fails the test with the gateway's problem."""
+    headers = {**headers, "Idempotency-Key": f"accepted-{uuid.uuid4().hex}"}
+    for _ in range(UNAVAILABLE_RETRIES):
+        response = await http.post(url, json=body, headers=headers)
+        if response.status_code != 503:
+            break
+        await asyncio.sleep(float(response.headers.get("Retry-After", "1")))
+    assert response.status_code == 202, response.text
+    workflow_id: str = response.json()["workflow_id"]
+    return workflow_id

@@ -26,7 +26,7 @@ from chorus_tools.devstack import DevStack, release_proc
 from tests.support.database import connected
 from tests.support.processes import chorus
 from tests.support.stacks import own_stack
-from tests.support.submissions import procurement
+from tests.support.submissions import accepted, procurement
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -91,13 +91,8 @@ class Rollouts:
 
     async def submit(self, n: int) -> list[str]:
         async def one(i: int) -> str:
-            run = uuid.uuid4().hex[:10]
-            response = await self.http.post(
-                f"{self.stack.api_url}/v1/workflows/procurement", json=small_invoice(run), headers=SUBMITTER
-            )
-            assert response.status_code == 202, response.text
-            workflow_id: str = response.json()["workflow_id"]
-            return workflow_id
+            url = f"{self.stack.api_url}/v1/workflows/procurement"
+            return await accepted(self.http, url, small_invoice(uuid.uuid4().hex[:10]), SUBMITTER)
 
         ids: list[str] = []
         for start in range(0, n, 20):  # 20 at a time: a steady arrival, not one burst
