@@ -16,6 +16,7 @@ from chorus.base.logs import fields, log_context
 from chorus.base.metrics import Metrics
 from chorus.kernel.codec import Event, decode
 from chorus.kernel.deadletters import dead_letter_envelope, failure
+from chorus.kernel.kafka_records import check_headers
 from chorus.kernel.records import Record
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, ProducerRef
@@ -66,6 +67,7 @@ async def on_record(record: Record, deps: Deps) -> None:
 
 async def _handle(record: Record, deps: Deps) -> None:
     try:
+        check_headers(record.headers)
         event = decode(record.value, deps.registry, accept=ACCEPT, max_bytes=deps.max_event_bytes)
     except DecodeError as exc:
         await _dead_letter(record, exc, "decode", None, deps)

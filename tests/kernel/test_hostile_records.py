@@ -24,7 +24,7 @@ from chorus_contracts.platform import EventDiscarded, OriginalRecord, RetryDue
 from chorus_contracts.registry import Registry
 from chorus_tools.cli.main import app as cli
 from tests.support.events import TaskSubmitted
-from tests.support.kafka import envelope, events_of, publish, read_topic
+from tests.support.kafka import envelope, events_of, publish, publish_with_raw_header_key, read_topic
 from tests.support.onkafka import in_process
 from tests.support.registry import isolated_registry
 from tests.support.sealed import opened
@@ -124,6 +124,37 @@ async def test_records_the_decoder_chokes_on_are_dead_lettered_and_the_next_even
     assert "NUL" in stored["error"]["message"]
     counted = next(letter for letter in letters if original_bytes(letter) == overflow)
     assert counted["error"]["pointer"] == "/attempt"
+
+
+async def test_a_header_key_that_is_not_utf8_is_a_dead_letter_and_the_service_and_its_timers_go_on(
+    start: Start, kafka_bootstrap: str, unique: str
+) -> None:
+    """aiokafka decodes header keys strictly while it unpacks a fetch, before Chorus sees a
+    record: one such record raised out of every poll, so its consumer exited and restarted
+    onto it again (on the timers topic, no timer fired any more)."""
+    registry, runner = await start()
+    topic = registry.physical_topic("test.task_submitted")
+    first = envelope(TaskSubmitted(task="behind a header key that is not UTF-8"))
+    value, key = encode(first), first.workflow_id.encode()
+    for where in (topic, registry.physical_topic("timer.schedule")):
+        await publish_with_raw_header_key(
+            kafka_bootstrap, where, value, key=key, header_key=b"trace-\xff\xfe"
+        )
+    after = envelope(TaskSubmitted(task="after"), workflow_id=first.workflow_id)
+    # A call that fails is retried through the timer service: its letter comes only if timers fire.
+    call = envelope(TaskSubmitted(task="retried", mode="call", url="http://127.0.0.1:9/hook"))
+    await publish(kafka_bootstrap, topic, [after, call])
+    records = await done_and_dead_lettered(kafka_bootstrap, registry, done=1, letters=3, timeout_s=120)
+    assert runner.fatal is None
+    assert [d["payload"]["task"] for d in events_of(records, "test.task_done")] == ["after"]
+    unreadable = [letter for letter in letters_for(records) if letter["error"]["category"] == "decode"]
+    assert {letter["service"] for letter in unreadable} == {f"svc_{unique}", "timer_service"}
+    for letter in unreadable:
+        assert letter["error"]["pointer"] == "/headers"
+        assert "b'trace-\\xff\\xfe' is not UTF-8" in letter["error"]["message"]
+        assert original_bytes(letter) == value
+    [retried] = [letter for letter in letters_for(records) if letter["error"]["category"] == "transient"]
+    assert retried["attempts"] == 4
 
 
 async def test_control_records_that_do_not_make_sense_are_dead_letters_not_crashes(

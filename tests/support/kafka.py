@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiokafka import ConsumerRecord, TopicPartition
+from aiokafka.partitioner import DefaultPartitioner
+from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy
 
 from chorus.kernel.codec import encode
 from chorus.kernel.kafka import make_admin, make_consumer, make_producer, stop_client
@@ -20,6 +22,42 @@ from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, Priority, ProducerRef
 from chorus_contracts.registry import default_registry
 from tests.support.events import approval_decided
+
+
+class _RawKey(str):
+    raw = b""
+
+    def encode(self, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+        return self.raw
+
+
+def raw_header_key(data: bytes) -> str:
+    """A header key that aiokafka's pure-Python batch builder writes as ``data`` byte for
+    byte (not UTF-8, say): bytes no Kafka client of ours writes, but a broker holds."""
+    key = _RawKey("raw")
+    key.raw = data
+    return key
+
+
+async def publish_with_raw_header_key(
+    bootstrap: str, topic: str, value: bytes, *, key: bytes, header_key: bytes
+) -> None:
+    """One record whose header key is ``header_key`` byte for byte (not UTF-8, say), as a
+    client in another language can write it: aiokafka's own builder encodes keys strictly,
+    so this batch is built by its pure-Python builder, which asks the key for its bytes."""
+    producer = make_producer(bootstrap, enable_idempotence=False)
+    await producer.start()
+    try:
+        batch = producer.create_batch()
+        batch._builder = _DefaultRecordBatchBuilderPy(
+            2, 0, is_transactional=0, producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=1 << 20
+        )
+        batch.append(key=key, value=value, timestamp=None, headers=[(raw_header_key(header_key), b"1")])
+        partitions = sorted(await producer.partitions_for(topic))
+        partition = DefaultPartitioner()(key, partitions, partitions)
+        await (await producer.send_batch(batch, topic, partition=partition))
+    finally:
+        await stop_client(producer)
 
 
 def envelope(

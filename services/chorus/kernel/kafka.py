@@ -25,6 +25,12 @@ from aiokafka.helpers import create_ssl_context
 from pydantic import SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from chorus.kernel import kafka_records
+
+# Before any consumer exists: every process that reaches Kafka through Chorus (services,
+# faust's outcome analytics, the CLI, the tests) reads batches that no header can break.
+kafka_records.install()
+
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
 
 CLOSE_TIMEOUT_S = 5.0

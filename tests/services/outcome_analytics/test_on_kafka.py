@@ -39,7 +39,7 @@ from chorus_contracts.platform import (
 )
 from chorus_contracts.registry import Registry
 from tests.support.events import dead_lettered
-from tests.support.kafka import events_of, publish, read_topic
+from tests.support.kafka import events_of, publish, publish_with_raw_header_key, read_topic
 from tests.support.processes import ServiceProcess
 from tests.support.registry import isolated_registry
 from tests.support.sealed import opened
@@ -473,6 +473,18 @@ async def test_the_view_equals_the_numbers_of_a_known_stream(
         assert logged_errors(service) == []
 
 
+def poisons(started: Envelope, now: datetime, unique: str) -> tuple[bytes, bytes, bytes]:
+    """Records of ``started``'s workflow that no consumer may count: not JSON, an outcome no
+    schema has, and a valid end sent with a header key that is not UTF-8 (which used to stop
+    faust's consumer inside aiokafka, before any of our code saw it)."""
+    not_json = b"\x00\xffnot json at all" + unique.encode()
+    bad_payload = encode(child(started, WorkflowEnded(outcome="failed", ended_by="x"), now, "bad"))
+    bad_payload = bad_payload.replace(b'"outcome":"failed"', b'"outcome":"exploded"')
+    assert b"exploded" in bad_payload
+    bad_header = encode(child(started, WorkflowEnded(outcome="failed", ended_by="x"), now, "header"))
+    return not_json, bad_payload, bad_header
+
+
 async def test_a_poison_record_is_dead_lettered_with_its_bytes_and_the_view_keeps_going(
     tmp_path: Path, kafka_bootstrap: str, unique: str
 ) -> None:
@@ -490,10 +502,7 @@ async def test_a_poison_record_is_dead_lettered_with_its_bytes_and_the_view_keep
         idempotency_key=f"start-{workflow_id}",
     )
     ended = child(started, WorkflowEnded(outcome="completed", ended_by="x"), now, "end")
-    not_json = b"\x00\xffnot json at all" + unique.encode()
-    bad_payload = encode(child(started, WorkflowEnded(outcome="failed", ended_by="x"), now, "bad"))
-    bad_payload = bad_payload.replace(b'"outcome":"failed"', b'"outcome":"exploded"')
-    assert b"exploded" in bad_payload
+    not_json, bad_payload, bad_header = poisons(started, now, unique)
 
     service = analytics_process(registry, kafka_bootstrap, tmp_path, unique)
     with service:
@@ -503,19 +512,22 @@ async def test_a_poison_record_is_dead_lettered_with_its_bytes_and_the_view_keep
         key = workflow_id.encode()
         await publish(kafka_bootstrap, lifecycle, [started])
         await publish(kafka_bootstrap, lifecycle, [not_json, bad_payload], key=key)
+        await publish_with_raw_header_key(
+            kafka_bootstrap, lifecycle, bad_header, key=key, header_key=b"\xc3("
+        )
         await publish(kafka_bootstrap, lifecycle, [ended])
 
         records = await read_topic(
             kafka_bootstrap,
             [deadletters],
-            until=lambda rs: len(events_of(rs, "event.dead_lettered")) >= 2,
+            until=lambda rs: len(events_of(rs, "event.dead_lettered")) >= 3,
         )
         letters = {
             base64.b64decode(opened(d["payload"]["original"])["value_b64"]): d
             for d in events_of(records, "event.dead_lettered")
         }
-        assert set(letters) == {not_json, bad_payload}  # the original bytes, exactly
-        inputs = await read_topic(kafka_bootstrap, [lifecycle], until=lambda rs: len(rs) >= 4)
+        assert set(letters) == {not_json, bad_payload, bad_header}  # the original bytes, exactly
+        inputs = await read_topic(kafka_bootstrap, [lifecycle], until=lambda rs: len(rs) >= 5)
         poison = next(r for r in inputs if r.value == not_json)
         original = opened(letters[not_json]["payload"]["original"])
         assert (original["topic"], original["partition"], original["offset"]) == (
@@ -528,6 +540,7 @@ async def test_a_poison_record_is_dead_lettered_with_its_bytes_and_the_view_keep
             assert letter["producer"]["service"] == "outcome_analytics"
             assert letter["payload"]["error"]["category"] == "decode"
         assert letters[bad_payload]["payload"]["error"]["pointer"] == "/payload/outcome"
+        assert letters[bad_header]["payload"]["error"]["pointer"] == "/headers"
 
         await wait_caught_up(service, kafka_bootstrap)
         rows = (await get_json(f"{service.url}/analytics/outcomes"))["buckets"]
@@ -539,10 +552,10 @@ async def test_a_poison_record_is_dead_lettered_with_its_bytes_and_the_view_keep
         assert sum(row["ended"]["completed"] for row in rows) == 1
         assert sum(sum(row["ended"].values()) for row in rows) == 1
         assert sum(row["duration_s"]["count"] for row in rows) == 1
-        # Its own two dead letters are read back and, the original keyed by the
+        # Its own three dead letters are read back and, the original keyed by the
         # workflow, counted under its type; nothing else is.
-        assert sum(row["dead_lettered"]["decode"] for row in rows) == 2
-        assert sum(sum(row["dead_lettered"].values()) for row in rows) == 2
+        assert sum(row["dead_lettered"]["decode"] for row in rows) == 3
+        assert sum(sum(row["dead_lettered"].values()) for row in rows) == 3
 
         # A restart rebuilds the same view from the beginning (fresh group). It dead-letters
         # the poison records again, under the same event ids, and counts them once.
@@ -551,9 +564,9 @@ async def test_a_poison_record_is_dead_lettered_with_its_bytes_and_the_view_keep
         await service.wait_healthy()
         await wait_caught_up(service, kafka_bootstrap)
         assert (await get_json(f"{service.url}/analytics/outcomes"))["buckets"] == rows
-        again = await read_topic(kafka_bootstrap, [deadletters], until=lambda rs: len(rs) >= 4)
-        assert len(again) == 4
-        assert len({d["event_id"] for d in events_of(again, "event.dead_lettered")}) == 2
+        again = await read_topic(kafka_bootstrap, [deadletters], until=lambda rs: len(rs) >= 6)
+        assert len(again) == 6
+        assert len({d["event_id"] for d in events_of(again, "event.dead_lettered")}) == 3
         assert await service.terminate() == 0
         # Caught inside the agent, not survived by faust restarting a crashed one.
         assert logged_errors(service) == []

@@ -9,6 +9,7 @@ from chorus.base.errors import DecodeError
 from chorus.base.metrics import Metrics
 from chorus.kernel.chain import Done, Finish, Item, Via
 from chorus.kernel.codec import decode
+from chorus.kernel.kafka_records import check_headers
 from chorus.kernel.steps.letters import Letters
 from chorus_contracts.registry import Registry
 
@@ -28,6 +29,7 @@ class Decode:
         limit = self.registry.size_limit(rec.topic, self.max_bytes)
         delivered = item.via is Via.DELIVERY  # counted once, as read from its topic
         try:
+            check_headers(rec.headers)
             item.event = decode(rec.value, self.registry, accept=self.accept, max_bytes=limit)
         except DecodeError as exc:
             if delivered:
