@@ -303,22 +303,27 @@ async def describe_topics(bootstrap: str, specs: Sequence[TopicSpec]) -> list[To
     return [TopicStatus(w, actual.get(w.name)) for w in wanted]
 
 
-async def read_topics(admin: AIOKafkaAdminClient, names: Sequence[str]) -> dict[str, ActualTopic]:
-    """The named topics that exist, with partitions, replication and configs."""
+async def described_topics(admin: AIOKafkaAdminClient, names: Sequence[str]) -> dict[str, Any]:
+    """The metadata (partitions, replicas) of the named topics that exist: what a principal
+    that may only read or write a topic (DESCRIBE, not DESCRIBE_CONFIGS) can learn of it."""
     # Listing first: a metadata request naming a missing topic may auto-create it on
     # brokers that allow it, with the broker's defaults instead of the registry's.
     existing = set(await admin.list_topics())
     present = [name for name in names if name in existing]
-    if not present:
-        return {}
     metadata: dict[str, Any] = {}
-    for entry in await admin.describe_topics(present):
+    for entry in await admin.describe_topics(present) if present else []:
         if entry["error_code"] == 0:
             metadata[entry["topic"]] = entry
         elif entry["error_code"] != UNKNOWN_TOPIC_OR_PARTITION:
             raise ProvisioningError(
                 f"cannot describe {entry['topic']}: {for_code(entry['error_code']).__name__}"
             )
+    return metadata
+
+
+async def read_topics(admin: AIOKafkaAdminClient, names: Sequence[str]) -> dict[str, ActualTopic]:
+    """The named topics that exist, with partitions, replication and configs."""
+    metadata = await described_topics(admin, names)
     configs: dict[str, tuple[dict[str, str], dict[str, str]]] = {}
     resources = [ConfigResource(ConfigResourceType.TOPIC, name) for name in metadata]
     for response in await admin.describe_configs(resources) if resources else []:

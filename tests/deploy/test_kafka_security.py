@@ -7,6 +7,7 @@ the broker itself refuses what the registry does not let them do.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -29,7 +30,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from pydantic import SecretStr
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from chorus.kernel.codec import encode
 from chorus.kernel.kafka import KafkaAuth, kafka_auth, make_consumer, make_producer
@@ -45,6 +46,7 @@ from tests.support.kafka import approval, envelope, events_of, read_topic, signe
 from tests.support.processes import run_captured
 from tests.support.registry import grant_access, isolated_registry, isolated_schemas, provision
 from tests.support.sealed import opened
+from tests.support.submissions import procurement
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -206,23 +208,56 @@ async def test_access_apply_grants_what_the_registry_says_and_revokes_what_it_no
         await produce(kafka_bootstrap, auth, own, b"{}")
 
 
-async def test_an_operator_gets_its_own_login_for_the_cli_and_may_produce(
-    tmp_path: Path, kafka_bootstrap: str, unique: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    registry = await granted(tmp_path, unique, kafka_bootstrap)
-    monkeypatch.delenv("CHORUS_KAFKA_SSL_CAFILE")  # as a person's shell: only --users-dir
+def log_in_as(person: str, bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """This process's Kafka login becomes ``person``'s, from `chorus access client-config --env`
+    as a person's shell gets it (only --users-dir); the lines it printed."""
+    monkeypatch.delenv("CHORUS_KAFKA_SSL_CAFILE")
     result = CliRunner().invoke(
         app,
-        ["access", "client-config", "chorus-operator", "--env", "--bootstrap", kafka_bootstrap],
+        ["access", "client-config", person, "--env", "--bootstrap", bootstrap],
         env={"CHORUS_KAFKA_USERS_DIR": os.environ["CHORUS_KAFKA_USERS_DIR"]},
     )
     assert result.exit_code == 0, result.output
     lines = dict(line.split("=", 1) for line in result.stdout.splitlines())
-    assert lines["CHORUS_KAFKA_SASL_USERNAME"] == "chorus-operator"
-    assert lines["CHORUS_KAFKA_SSL_CAFILE"].endswith("ca.pem")
     for name, value in lines.items():
         monkeypatch.setenv(name, value)
-    await produce(kafka_bootstrap, kafka_auth(), registry.physical_topic("invoice.received"), b"{}")
+    return lines
+
+
+async def cli_produce(registry: Registry, bootstrap: str, run: str) -> Result:
+    """`chorus produce invoice.received` as the README shows it (off this event loop: the
+    CLI runs its own)."""
+    args = ["produce", "invoice.received", "--data", json.dumps(procurement(run)["input"])]
+    args += ["--schemas-dir", str(registry.root), "--bootstrap", bootstrap]
+    return await asyncio.to_thread(CliRunner().invoke, app, args)
+
+
+async def test_an_operator_gets_its_own_login_for_the_cli_and_may_produce(
+    tmp_path: Path, kafka_bootstrap: str, unique: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = await granted(tmp_path, unique, kafka_bootstrap)
+    lines = log_in_as("chorus-operator", kafka_bootstrap, monkeypatch)
+    assert lines["CHORUS_KAFKA_SASL_USERNAME"] == "chorus-operator"
+    assert lines["CHORUS_KAFKA_SSL_CAFILE"].endswith("ca.pem")
+    topic = registry.physical_topic("invoice.received")
+    await produce(kafka_bootstrap, kafka_auth(), topic, b"{}")
+    # It used to end in a traceback: the CLI read the topic's configs, an administrator's right.
+    result = await cli_produce(registry, kafka_bootstrap, unique)
+    assert result.exit_code == 0, f"{result.output}{result.exception!r}"
+    assert f"to {topic} partition" in result.stdout
+
+
+async def test_a_login_the_broker_refuses_is_told_so_in_one_line_and_exit_77(
+    tmp_path: Path, kafka_bootstrap: str, unique: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = await granted(tmp_path, unique, kafka_bootstrap)
+    log_in_as("chorus-auditor", kafka_bootstrap, monkeypatch)
+    result = await cli_produce(registry, kafka_bootstrap, unique)
+    assert result.exit_code == 77, f"{result.output}{result.exception!r}"
+    assert isinstance(result.exception, SystemExit)  # not a traceback
+    [line] = result.output.splitlines()
+    assert line.startswith("chorus produce: the broker refused chorus-auditor: ")
+    assert "AuthorizationFailedError" in line
 
 
 # -- decisions are signed: a topic's other producers cannot forge them -------------------------

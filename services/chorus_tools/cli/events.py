@@ -31,7 +31,14 @@ from typing import Annotated, Any
 import typer
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
-from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError
+from aiokafka.errors import (
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    TopicAuthorizationFailedError,
+)
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
@@ -41,11 +48,12 @@ from chorus.base.errors import DecodeError
 from chorus.base.settings import LOCAL_KAFKA
 from chorus.kernel.codec import decode, encode, pointer
 from chorus.kernel.envelopes import start_envelope
-from chorus.kernel.kafka import make_admin, make_consumer, make_producer, stop_client
+from chorus.kernel.kafka import kafka_auth, make_admin, make_consumer, make_producer, stop_client
 from chorus.kernel.outbox import envelope_headers
 from chorus_contracts.envelope import Envelope, Priority, ProducerRef
 from chorus_contracts.registry import Registry
 from chorus_tools.cli.options import (
+    EX_NOPERM,
     Bootstrap,
     SchemasDir,
     complete_event_types,
@@ -54,7 +62,7 @@ from chorus_tools.cli.options import (
     quiet_client_logs,
     registry_of,
 )
-from chorus_tools.topics import EX_UNAVAILABLE, BrokerUnavailableError, read_topics
+from chorus_tools.topics import EX_UNAVAILABLE, BrokerUnavailableError, ProvisioningError, described_topics
 
 EX_USAGE = 2  # click's own code for bad usage; kept so every usage error exits alike
 EX_DATAERR = 65
@@ -766,7 +774,9 @@ async def _require_topics(bootstrap: str, topics: Sequence[str]) -> list[TopicPa
     admin = make_admin(bootstrap, client_id="chorus-cli")
     try:
         await admin.start()
-        actual = await read_topics(admin, topics)
+        # Partitions only: a topic's configs are an administrator's to read, and produce or
+        # subscribe as an operator or auditor must not need them.
+        actual = await described_topics(admin, topics)
     except (KafkaConnectionError, KafkaTimeoutError, TimeoutError) as exc:
         raise _unavailable(bootstrap, exc) from None
     finally:
@@ -778,7 +788,9 @@ async def _require_topics(bootstrap: str, topics: Sequence[str]) -> list[TopicPa
             " create the registry's topics with `chorus topics apply`",
             EX_UNAVAILABLE,
         )
-    return [TopicPartition(t, p) for t in topics for p in range(actual[t].partitions)]
+    return [
+        TopicPartition(t, n) for t in topics for n in sorted(p["partition"] for p in actual[t]["partitions"])
+    ]
 
 
 def _unavailable(bootstrap: str, exc: BaseException) -> CliError:
@@ -787,7 +799,18 @@ def _unavailable(bootstrap: str, exc: BaseException) -> CliError:
 
 @contextmanager
 def _cli_errors(command: str) -> Iterator[None]:
+    """Every failure as one line and an exit code, never a traceback: what the broker
+    refused (and to whom, the login's principal) is what the user needs to act on."""
     try:
         yield
     except CliError as exc:
         fail(command, str(exc), exc.code)
+    except (
+        TopicAuthorizationFailedError,
+        GroupAuthorizationFailedError,
+        ClusterAuthorizationFailedError,
+    ) as exc:
+        login = kafka_auth().sasl_username or "this client"
+        fail(command, f"the broker refused {login}: {type(exc).__name__} ({exc})", EX_NOPERM)
+    except (KafkaError, ProvisioningError) as exc:
+        fail(command, f"Kafka failed: {type(exc).__name__}: {exc}", EX_UNAVAILABLE)
