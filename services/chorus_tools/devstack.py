@@ -381,6 +381,7 @@ class DevStack:
         if name == "notifier":  # the sandbox's mail server and chat channels
             env.setdefault("CHORUS_SMTP_HOST", "127.0.0.1")
             env.setdefault("CHORUS_SMTP_PORT", str(self.smtp_port))
+            env.setdefault("CHORUS_SMTP_STARTTLS", "false")  # the sink speaks plain SMTP, on loopback
             env.setdefault(
                 "CHORUS_TIER_WEBHOOKS", json.dumps({t: f"{self.sandbox_url}/slack/{t}" for t in REVIEW_TIERS})
             )

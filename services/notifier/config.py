@@ -39,7 +39,10 @@ class Settings(ApiKeySettings, ServiceSettings):
     smtp_host: str | None = None
     """CHORUS_SMTP_HOST: the mail server (no e-mail is sent without one)."""
     smtp_port: int = Field(default=25, ge=1, le=65535)
-    smtp_starttls: bool = False
+    smtp_starttls: bool = True
+    """CHORUS_SMTP_STARTTLS: the mail server must upgrade the connection to TLS before the
+    message (and the SMTP password) is sent; one that does not offer STARTTLS gets neither.
+    false only for a relay on a private network, as the dev stack's mail sink on loopback."""
     smtp_username: str | None = None
     smtp_password: SecretStr | None = None
     smtp_from: str = "Chorus <chorus@localhost>"

@@ -23,6 +23,7 @@ from chorus_contracts.approvals import ApprovalEscalated, ApprovalRouted, Escala
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_tools.devstack import free_ports
+from notifier.adapters.channels import Channels, DeliveryError
 from notifier.config import Reviewer, Settings
 from notifier.service import SPEC
 from sandbox.app import SandboxConfig, create_app
@@ -80,6 +81,7 @@ async def notifier(
         group_id=f"notifier-{unique}",
         smtp_host="127.0.0.1",
         smtp_port=outside.smtp_port,
+        smtp_starttls=False,  # the sandbox's sink, on loopback
         reviewers={
             "dana.manager": Reviewer(tier="manager", email="dana@corp.example"),
             "mo.manager": Reviewer(tier="manager", email="mo@corp.example"),
@@ -99,6 +101,18 @@ async def notifier(
     async with AsyncExitStack() as stack:
         runner = await stack.enter_async_context(running(SPEC, settings, registry=registry))
         yield runner, registry
+
+
+async def test_by_default_no_mail_and_no_password_go_to_a_server_without_starttls(
+    outside: Outside, unique: str
+) -> None:
+    settings = Settings(
+        smtp_host="127.0.0.1", smtp_port=outside.smtp_port, smtp_username="notifier", smtp_password="s3cret"
+    )
+    async with httpx.AsyncClient() as http:
+        with pytest.raises(DeliveryError, match="STARTTLS"):
+            await Channels(settings, http).email("dana@corp.example", f"about {unique}", "text", unique)
+    assert [m for m in (await outside.stats())["mail"] if unique in m["subject"]] == []
 
 
 def from_gate(event: Any, workflow_id: str) -> Envelope:
