@@ -18,6 +18,9 @@ from chorus_contracts.approvals import (
 from chorus_contracts.base import Personal
 
 FALLBACK_ACTOR = "chorus:fallback"
+REQUESTER_FALLBACK: Fallback = "auto_reject"
+"""What an unanswered approval routed by the requester's chain (no rule matched) comes to,
+whatever fallback the request names."""
 
 
 HOUR = 3600.0

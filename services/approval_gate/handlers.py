@@ -12,6 +12,7 @@ from datetime import datetime
 from approval_gate.bootstrap import Deps
 from approval_gate.domain import (
     FALLBACK_ACTOR,
+    REQUESTER_FALLBACK,
     Gate,
     fallback_decision,
     is_current,
@@ -58,7 +59,10 @@ async def on_approval_requested(
         approval_id=request.approval_id,
         requested_by=request.requested_by,
         chain=rule.chain if rule else request.chain,
-        fallback=rule.fallback if rule else request.fallback,
+        # An automatic approval is the policy's to grant, never the requester's: whoever can
+        # write approval.requested (any producer of its topic) would otherwise pick a
+        # fallback that approves a payment when a short window of its choosing runs out.
+        fallback=rule.fallback if rule else REQUESTER_FALLBACK,
         context=request.context,
         policy_version=policy.version,
         rule=rule.name if rule else None,

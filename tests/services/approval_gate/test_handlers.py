@@ -87,6 +87,19 @@ async def test_an_unanswered_window_escalates_then_the_fallback_decides(gate: Wo
     assert (decided.decision, decided.automatic, decided.decided_by) == ("reject", True, "chorus:fallback")
 
 
+async def test_a_request_cannot_choose_to_be_approved_when_nobody_answers(gate: WorkflowHarness) -> None:
+    """A forged request with a fallback of its own and a window of one second: no rule
+    matches, so the requester's chain is used, but never its automatic approval."""
+    forged = REQUEST.model_copy(
+        update={"chain": [EscalationStep(tier="manager", window_s=1)], "fallback": "auto_approve"}
+    )
+    routed = (await gate.deliver(forged, "wf-forged")).first(ApprovalRouted)
+    assert (routed.rule, routed.fallback) == (None, "auto_reject")
+    gate.clock.advance(1)
+    final = await gate.deliver(ApprovalWindowElapsed(approval_id="appr-1", level=0), "wf-forged")
+    assert final.first(ApprovalDecided).decision == "reject"
+
+
 async def test_output_no_handler_could_get_right_becomes_an_approval_for_a_person(
     gate: WorkflowHarness,
 ) -> None:
