@@ -66,6 +66,9 @@ async def principal(request: Request, who: Annotated[ApiKey, Depends(caller)]) -
 
 
 SubmitterOrOperator = Annotated[ApiKey, Depends(role("submitter", "operator", who=principal))]
+Submitter = Annotated[ApiKey, Depends(role("submitter", who=principal))]
+"""Only a submitter starts work: an operator, who may rewrite the approval policy, may not
+also submit the payment that policy would let through (two people, never one)."""
 Reviewer = Annotated[ApiKey, Depends(role("reviewer", who=principal))]
 ReviewerOrOperator = Annotated[ApiKey, Depends(role("reviewer", "operator", who=principal))]
 Operator = Annotated[ApiKey, Depends(role("operator", who=principal))]

@@ -33,7 +33,7 @@ from chorus_contracts.platform import FireTarget, TimerSchedule
 from gateway.adapters import repository
 from gateway.domain import WorkflowType as WorkflowKind
 from gateway.domain import request_hash, submitter_urls
-from gateway.routes.deps import Api, GatewayApi, IdempotencyKey, SubmitterOrOperator, Traceparent
+from gateway.routes.deps import Api, GatewayApi, IdempotencyKey, Submitter, Traceparent
 
 
 def submit_router(kinds: Mapping[str, WorkflowKind]) -> APIRouter:
@@ -49,7 +49,7 @@ def _submit_route(router: APIRouter, name: str, kind: WorkflowKind) -> None:
 
     async def submit_workflow(
         body: Any,
-        who: SubmitterOrOperator,
+        who: Submitter,
         idempotency_key: IdempotencyKey = None,
         traceparent: Traceparent = None,
         *,

@@ -291,6 +291,16 @@ async def test_any_script_is_accepted_and_travels_unchanged(
     assert opened(sent["payload"]["document_text"]) == text
 
 
+async def test_an_operator_who_may_rewrite_the_approval_policy_may_not_also_submit(
+    http: httpx.AsyncClient,
+) -> None:
+    operator = {"Authorization": "Bearer demo-operator-key"}
+    refused = problem(
+        await http.post("/v1/workflows/procurement", json=invoice("text"), headers=operator), 403
+    )
+    assert "operator may not do this (needs submitter)" in refused["detail"]
+
+
 async def test_a_caller_cannot_hand_the_gateway_a_sealed_value_to_open(http: httpx.AsyncClient) -> None:
     token = f"{SEALED_PREFIX}local.{'0' * 32}:{uuid.uuid4()}:AAAA"
     found = problem(await http.post("/v1/workflows/procurement", json=invoice(token), headers=SUBMITTER), 422)
