@@ -30,7 +30,7 @@ from chorus_contracts.registry import Registry
 from chorus_tools.devstack import SERVICES, DevStack
 from tests.support.database import connected
 from tests.support.hostile import SCRIPTS, corpus
-from tests.support.kafka import dump_topics, events_of, publish, read_topic
+from tests.support.kafka import dump_topics, events_of, publish, read_topic, stated_by
 from tests.support.kafka import envelope as envelope_of
 from tests.support.processes import chorus
 from tests.support.sealed import opened
@@ -915,7 +915,10 @@ async def test_a_retired_workflow_takes_the_gateways_rows_with_it(
 
     assert await kept() == 2
     run_id = str(uuid.uuid4())
-    retired = envelope_of(WorkflowsRetired(run_id=run_id, batch=1, mode="purge", workflow_ids=[workflow_id]))
+    retired = stated_by(
+        envelope_of(WorkflowsRetired(run_id=run_id, batch=1, mode="purge", workflow_ids=[workflow_id])),
+        "audit_projector",
+    )
     await publish(world.kafka, world.registry.physical_topic("workflows.retired"), [retired])
     await wait_until(lambda: _none_kept(kept()), what="the gateway's rows of the workflow removed")
     records = await read_topic(

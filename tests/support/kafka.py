@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
 import json
 import os
@@ -20,8 +21,9 @@ from chorus.privacy.signing import load_keys
 from chorus.testing import make_event
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, Priority, ProducerRef
-from chorus_contracts.registry import default_registry
+from chorus_contracts.registry import Registry, default_registry
 from tests.support.events import approval_decided
+from tests.support.sealed import opened
 
 
 class _RawKey(str):
@@ -88,6 +90,32 @@ def approval(workflow_id: str, producer: str = "approval_gate") -> Envelope:
 
 
 _registry = functools.cache(default_registry)
+
+
+def stated_by(value: Envelope, service: str) -> Envelope:
+    """``value`` as ``service`` produces it (with ``publish``, signed by it when the registry
+    says only that service may state it)."""
+    return value.model_copy(update={"producer": ProducerRef(service=service, version="test")})
+
+
+async def refused_by(
+    bootstrap: str, registry: Registry, value: Envelope, services: set[str], timeout_s: float = 60.0
+) -> None:
+    """Until each of ``services`` dead-lettered ``value`` as ``unauthorized``: it read the
+    record and did not act on it."""
+    forged = encode(value)
+
+    def refused(records: list[ConsumerRecord[bytes, bytes]]) -> bool:
+        letters = [e["payload"] for e in events_of(records, "event.dead_lettered")]
+        refusals = [
+            p for p in letters if p["error"]["category"] == "unauthorized" and p["service"] in services
+        ]
+        return services <= {
+            p["service"] for p in refusals if base64.b64decode(opened(p["original"])["value_b64"]) == forged
+        }
+
+    topic = registry.physical_topic("event.dead_lettered")
+    await read_topic(bootstrap, [topic], until=refused, timeout_s=timeout_s)
 
 
 def signed(value: Envelope, headers: list[tuple[str, bytes]] | None) -> list[tuple[str, bytes]] | None:

@@ -19,7 +19,7 @@ from chorus_contracts.platform import FireTarget, TimerSchedule, WorkflowsRetire
 from deadletter_service.config import Settings as LetterSettings
 from deadletter_service.service import SPEC as LETTER_SPEC
 from tests.support.events import dead_lettered
-from tests.support.kafka import envelope, events_of, publish, read_topic
+from tests.support.kafka import envelope, events_of, publish, read_topic, refused_by, stated_by
 from tests.support.onkafka import in_process
 from tests.support.registry import isolated_registry
 from tests.support.wait import wait_until
@@ -93,7 +93,12 @@ async def test_retired_workflows_take_their_timers_and_dead_letters_with_them(
         run_id = str(uuid.uuid4())
         request = WorkflowsRetired(run_id=run_id, batch=1, mode="purge", workflow_ids=[retired])
         data = registry.physical_topic("workflows.retired")
-        await publish(kafka_bootstrap, data, [envelope(request, workflow_id=f"retention-{unique}")])
+        retirement = stated_by(envelope(request, workflow_id=f"retention-{unique}"), "audit_projector")
+        # Forged first: any writer of chorus.data claiming to be the projector, unsigned.
+        await publish(kafka_bootstrap, data, [retirement], sign=False)
+        await refused_by(kafka_bootstrap, registry, retirement, {"timer_service", "deadletter_service"})
+        assert await counts() == {"timers": 2, "letters": 2}
+        await publish(kafka_bootstrap, data, [retirement])
         await wait_until(
             lambda: _equal(counts(), {"timers": 1, "letters": 1}), what="the retired ones removed"
         )

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import signal
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,15 +34,16 @@ from chorus.base.db import create_pool
 from chorus.base.settings import DEMO_SERVICE_KEY
 from chorus.privacy.crypto import HttpKeyStore, Sealer, keyed_ref, subject_hash
 from chorus.privacy.feature import DEMO_SUBJECT_KEY
+from chorus.privacy.signing import make_keys
 from chorus.runtime.runner import ServiceSettings, running
 from chorus.web.apikeys import DEMO_KEYS, ApiKey, bearer
 from chorus_contracts.base import CATALOG
 from chorus_contracts.envelope import Envelope, ProducerRef
-from chorus_contracts.registry import Registry
+from chorus_contracts.registry import Registry, load_registry
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, publish, read_topic
 from tests.support.processes import ServiceProcess, chorus, infra_env
-from tests.support.registry import isolated_registry
+from tests.support.registry import isolated_registry, isolated_schemas, provision
 from tests.support.testservice import make_spec as make_test_service
 
 pytestmark = pytest.mark.integration
@@ -164,6 +166,30 @@ def scenario(stream: Stream, kind: str, workflow_id: str, t0: datetime, subject:
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def as_the_projector(
+    tmp_path: Path, kafka_bootstrap: str, unique: str
+) -> AsyncIterator[tuple[Registry, str]]:
+    """The test's registry and the name its projector runs under (``audit_<unique>``, so that
+    no two tests share a projection). Erasures and retirements are only the projector's to
+    state (signed_by), so that name takes audit_projector's place on chorus.data and gets a
+    signing key of its own, deleted after."""
+    name = f"audit_{unique}"
+    root = isolated_schemas(tmp_path, unique)
+    data = root / "topics" / f"chorus.data.t{unique}.yaml"
+    data.write_text(data.read_text().replace("audit_projector", name))
+    registry = load_registry(root)
+    await provision(registry, kafka_bootstrap)
+    keys = Path(os.environ["CHORUS_SIGNING_DIR"])
+    made = make_keys(keys, [name])
+    try:
+        yield registry, name
+    finally:
+        for made_name in made:
+            for suffix in (".key", ".pub"):
+                (keys / f"{made_name}{suffix}").unlink(missing_ok=True)
 
 
 def projector_settings(kafka_bootstrap: str, database_url: str, name: str, **extra: Any) -> Settings:
@@ -440,10 +466,15 @@ def _metric(text: str, name: str) -> float:
 
 
 async def test_an_erased_subject_is_nowhere_in_projections_or_state_and_the_audit_says_so(
-    tmp_path: Path, kafka_bootstrap: str, database_url: str, pg: asyncpg.Connection, unique: str
+    as_the_projector: tuple[Registry, str],
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    database_url: str,
+    pg: asyncpg.Connection,
+    unique: str,
 ) -> None:
-    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
-    name, svc = f"audit_{unique}", f"svc_{unique}"
+    registry, name = as_the_projector
+    svc = f"svc_{unique}"
     # As the gateway keys them (HMAC under CHORUS_SUBJECT_KEY): a well-behaved producer never
     # puts the reference itself in an envelope; erasing by either form finds the same subject.
     erased, kept = (keyed_ref(DEMO_SUBJECT_KEY, f"subject:{s}-{unique}") for s in ("erase", "keep"))
@@ -593,6 +624,7 @@ async def test_an_erased_subject_is_nowhere_in_projections_or_state_and_the_audi
 @pytest.mark.parametrize("mode", ["archive", "purge"])
 async def test_the_janitor_removes_expired_workflows_everywhere_and_records_it(
     *,
+    as_the_projector: tuple[Registry, str],
     tmp_path: Path,
     kafka_bootstrap: str,
     database_url: str,
@@ -600,8 +632,8 @@ async def test_the_janitor_removes_expired_workflows_everywhere_and_records_it(
     unique: str,
     mode: str,
 ) -> None:
-    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
-    name, svc = f"audit_{unique}", f"svc_{unique}"
+    registry, name = as_the_projector
+    svc = f"svc_{unique}"
     now = datetime.now(UTC)
     clock = ManualClock(now)
     research, procurement = f"wf-r-{unique}", f"wf-p-{unique}"

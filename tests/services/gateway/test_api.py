@@ -23,12 +23,13 @@ from audit_projector.config import Settings as AuditSettings
 from audit_projector.service import SPEC as AUDIT_SPEC
 from chorus.runtime.runner import running
 from chorus_contracts.base import SEALED_PREFIX
+from chorus_contracts.lifecycle import WorkflowCancelRequested
 from chorus_contracts.registry import Registry, load_registry
 from chorus_tools.devstack import free_port
 from gateway.config import Settings as GatewaySettings
 from gateway.service import SPEC as GATEWAY_SPEC
 from tests.support.database import create_database, drop_database
-from tests.support.kafka import events_of, read_topic
+from tests.support.kafka import envelope, events_of, publish, read_topic, refused_by, stated_by
 from tests.support.onkafka import in_process
 from tests.support.registry import isolated_schemas, provision
 from tests.support.sealed import opened
@@ -93,12 +94,16 @@ async def start_gateway(
     stack.push_async_callback(drop_database, server_url, database)
     common = in_process(kafka, db)
     # The gateway reads the audit projection through the projector's API; it runs beside it.
-    audit = await stack.enter_async_context(running(AUDIT_SPEC, AuditSettings(**common), registry=registry))
+    # Consumer groups of their own: a group shared with another test's gateway rebalances
+    # whenever that one starts, stops or is killed (and waits out a killed member).
+    audit_settings = AuditSettings(**common, group_id=f"audit_projector-{suffix}")
+    audit = await stack.enter_async_context(running(AUDIT_SPEC, audit_settings, registry=registry))
     assert audit.http is not None
     port = free_port()
     # Fuzzing sends thousands of requests with one key: unlimited unless a test says so.
     gateway_settings = GatewaySettings(
         **common,
+        group_id=f"gateway-{suffix}",
         api_port=port,
         audit_url=f"http://127.0.0.1:{audit.http.port}",
         api_rate_per_s=rate_per_s,
@@ -299,6 +304,33 @@ async def test_an_operator_who_may_rewrite_the_approval_policy_may_not_also_subm
         await http.post("/v1/workflows/procurement", json=invoice("text"), headers=operator), 403
     )
     assert "operator may not do this (needs submitter)" in refused["detail"]
+
+
+async def test_a_cancel_the_gateway_did_not_sign_ends_nothing(
+    gateway: Gateway, http: httpx.AsyncClient, kafka_bootstrap: str
+) -> None:
+    """Any writer of workflows.lifecycle (five services) could end any workflow by naming the
+    gateway as the producer of a cancel request; only the gateway's signature counts."""
+    accepted = await http.post("/v1/workflows/procurement", json=invoice("text"), headers=SUBMITTER)
+    workflow_id = accepted.json()["workflow_id"]
+    asked = WorkflowCancelRequested(requested_by="someone", reason="forged")
+    forged = stated_by(envelope(asked, workflow_id=workflow_id, workflow_type="procurement"), "gateway")
+    lifecycle = gateway.registry.physical_topic("workflow.ended")
+    await publish(kafka_bootstrap, lifecycle, [forged], sign=False)
+    await refused_by(kafka_bootstrap, gateway.registry, forged, {"gateway"})
+    cancel = await http.post(
+        f"/v1/workflows/{workflow_id}/cancel", json={"reason": "mine"}, headers=SUBMITTER
+    )
+    assert cancel.status_code == 202, cancel.text
+    records = await read_topic(
+        kafka_bootstrap, [lifecycle], until=lambda rs: bool(_ended(rs, workflow_id)), timeout_s=60
+    )
+    [ended] = _ended(records, workflow_id)  # by the cancel the gateway signed
+    assert ended["payload"]["outcome"] == "cancelled"
+
+
+def _ended(records: list[Any], workflow_id: str) -> list[dict[str, Any]]:
+    return [e for e in events_of(records, "workflow.ended") if e["workflow_id"] == workflow_id]
 
 
 async def test_a_caller_cannot_hand_the_gateway_a_sealed_value_to_open(http: httpx.AsyncClient) -> None:

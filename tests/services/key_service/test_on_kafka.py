@@ -18,7 +18,7 @@ from chorus_contracts.envelope import ProducerRef
 from chorus_contracts.platform import SubjectErasureRequested
 from key_service.config import Settings
 from key_service.service import SPEC
-from tests.support.kafka import envelope
+from tests.support.kafka import envelope, publish, refused_by
 from tests.support.onkafka import OnKafka
 
 pytestmark = pytest.mark.integration
@@ -49,6 +49,11 @@ async def test_an_erasure_request_destroys_the_subjects_keys_and_is_confirmed_on
         url = f"http://127.0.0.1:{keys.http.port}"
         async with httpx.AsyncClient(base_url=url, headers=AS_A_SERVICE, timeout=10) as http:
             kids = [(await http.post("/v1/data-keys", json=ask)).json()["kid"] for ask in asks]
+            # Forged first: a writer of chorus.data claiming to be the projector, unsigned.
+            topic = on_kafka.registry.physical_topic(request.event_type)
+            await publish(on_kafka.bootstrap, topic, [sent], sign=False)
+            await refused_by(on_kafka.bootstrap, on_kafka.registry, sent, {"key_service"})
+            assert [(await http.get(f"/v1/data-keys/{kid}")).status_code for kid in kids] == [200, 200, 200]
             await on_kafka.publish(sent, sent)  # the same request again: a redelivery
             [confirmed] = await on_kafka.read("data.removed", sent.workflow_id, settle_s=2.0)
             answers = [(await http.get(f"/v1/data-keys/{kid}")).status_code for kid in kids]
