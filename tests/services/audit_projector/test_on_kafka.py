@@ -467,7 +467,6 @@ def _metric(text: str, name: str) -> float:
 
 async def test_an_erased_subject_is_nowhere_in_projections_or_state_and_the_audit_says_so(
     as_the_projector: tuple[Registry, str],
-    tmp_path: Path,
     kafka_bootstrap: str,
     database_url: str,
     pg: asyncpg.Connection,
@@ -625,7 +624,6 @@ async def test_an_erased_subject_is_nowhere_in_projections_or_state_and_the_audi
 async def test_the_janitor_removes_expired_workflows_everywhere_and_records_it(
     *,
     as_the_projector: tuple[Registry, str],
-    tmp_path: Path,
     kafka_bootstrap: str,
     database_url: str,
     pg: asyncpg.Connection,
