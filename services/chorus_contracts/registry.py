@@ -260,6 +260,16 @@ class Registry:
     def topic_for(self, event_type: str) -> TopicSpec:
         return self._topic_of[event_type]
 
+    def reads(self, service: str) -> set[str]:
+        """The topics (by their file's name) ``service`` reads: those whose file names it a
+        consumer (or names the runtime, when the service runs it) and those its principal
+        ``reads`` beyond them. Its Kafka ACLs grant exactly these."""
+        principal = self.principals.services.get(service)
+        runtime = principal is not None and principal.kind == "runtime"
+        names = {service, RUNTIME_PRODUCER} if runtime else {service}
+        beyond = set(principal.reads) if principal is not None else set()
+        return {t.topic for t in self.topics.values() if names & set(t.consumers) or t.topic in beyond}
+
     def topic_of_physical(self, physical: str) -> TopicSpec | None:
         return self._physical.get(physical)
 

@@ -88,11 +88,12 @@ def grants(registry: Registry) -> list[Grant]:
     every_topic = physical_topics(registry)
     for name, service in registry.principals.services.items():
         as_names = {name, RUNTIME_PRODUCER} if service.kind == "runtime" else {name}
+        reads = registry.reads(name)
         for spec in registry.topics.values():
             ops: list[Op] = []
             if as_names & set(spec.producers) or spec.topic in service.writes:
                 ops.append(Op.WRITE)
-            if as_names & set(spec.consumers) or spec.topic in service.reads:
+            if spec.topic in reads:
                 ops.append(Op.READ)
             for topic in spec.physical_topics() if ops else []:
                 out.update(Grant(name, "topic", topic, op) for op in (*ops, Op.DESCRIBE))

@@ -18,7 +18,8 @@ JSON only (a form or text/plain POST is a 415).
 
 Errors are RFC 9457 problem+json: 400 names the bad query ``parameter``, 422 the
 failing body field, 404 an unknown id, 409 a letter that was already redriven or
-discarded (nothing is published).
+discarded, or whose original topic its service does not read (nothing is published; a
+bulk redrive leaves such letters open and records the refusal).
 """
 
 from __future__ import annotations
@@ -178,11 +179,21 @@ async def list_operations(request: Request, who: Reader, rt: Runtime) -> dict[st
 
 
 async def _answering(operation: Awaitable[T]) -> T:
-    """The operation's result; its refusals as problems (404 unknown, 409 not open)."""
+    """The operation's result; its refusals as problems (404 unknown, 409 not open or not
+    back to where its service reads)."""
     try:
         return await operation
     except operations.LetterNotFoundError as exc:
         raise _not_found(exc.letter_id) from None
+    except operations.RedriveRefusedError as exc:
+        raise Problem(
+            409,
+            "Dead letter cannot go back to its topic",
+            str(exc),
+            letter_id=str(exc.letter.id),
+            letter_status=exc.letter.status,
+            operation=operation_answer(exc.operation).model_dump(mode="json"),
+        ) from None
     except operations.LetterNotOpenError as exc:
         raise Problem(
             409,

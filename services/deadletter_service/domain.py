@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any, Literal, get_args
 
 from chorus_contracts.platform import ErrorCategory
+from chorus_contracts.registry import Registry
 
 # A letter is open until an operator resolves it, once: redriven or discarded.
 OPEN = "open"
@@ -160,6 +161,23 @@ class RedriveValue:
 
     value: bytes
     attempt: int | None
+
+
+def redrive_refusal(registry: Registry, service: str, topic: str) -> str | None:
+    """Why a letter of ``service`` may not go back onto ``topic``, or None when it may.
+
+    A letter names its service and its original topic itself, and any runtime principal may
+    write ``event.dead_lettered``: a forged letter naming the timers' topic and a service
+    that never reads it would have an operator's redrive (one at a time or in bulk) put its
+    bytes wherever the dead-letter service may write. So a redrive goes back only to a
+    topic the registry says the letter's service reads, which is where a real letter came
+    from."""
+    spec = registry.topic_of_physical(topic)
+    if spec is None:
+        return f"{topic!r} is not a topic of the registry"
+    if spec.topic not in registry.reads(service):
+        return f"{service} does not read {spec.topic}: a redrive goes back only to a topic its service reads"
+    return None
 
 
 def redrive_value(raw: bytes, attempts: int) -> RedriveValue:

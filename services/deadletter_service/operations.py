@@ -9,6 +9,9 @@ lets the failing service's inbox take the same event id again.
 Discard publishes ``event.discarded`` on the control topic, addressed to the
 failing service and consumer group: that runtime marks the event discarded and
 releases the workflow that was parked behind it.
+
+A redrive goes back only to a topic the letter's service reads (domain.redrive_refusal);
+any other is refused and recorded as such, and the letter stays open for a discard.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+import asyncpg
+
 from chorus.kernel.envelopes import child_envelope
-from chorus.kernel.outbox import outbox_message
+from chorus.kernel.outbox import OutboxTransaction, outbox_message
 from chorus.kernel.service import RuntimeHandle
 from chorus.kernel.store import OutboxMessage
 from chorus_contracts.envelope import Envelope
@@ -31,6 +36,7 @@ from deadletter_service.domain import (
     LetterFilter,
     Operation,
     TransitionRefusedError,
+    redrive_refusal,
     redrive_value,
     resolve,
 )
@@ -54,6 +60,16 @@ class LetterNotOpenError(Exception):
             f"{letter.resolved_at.isoformat() if letter.resolved_at else '?'}); "
             f"{op} applies to open letters only, so nothing was published"
         )
+        self.letter = letter
+        self.operation = operation
+
+
+class RedriveRefusedError(Exception):
+    """The letter's original topic is not one its service reads; nothing was published,
+    the refusal is ``operation`` in the audit trail and the letter stays open."""
+
+    def __init__(self, letter: Letter, operation: OperationRow, why: str) -> None:
+        super().__init__(f"dead letter {letter.id} is not redriven: {why}")
         self.letter = letter
         self.operation = operation
 
@@ -89,14 +105,12 @@ async def redrive_matching(rt: RuntimeHandle, f: LetterFilter, *, actor: str, re
         letters = await repo.lock_open_letters(conn, f)
         for letter in letters:
             status = resolve(letter.status, "redrive")
-            message, detail = _redrive_message(letter)
-            tx.publish_messages([message])
-            await repo.set_status(conn, letter.id, status, actor, now)
-            operation = await repo.add_operation(
-                conn, op="redrive", letter_id=letter.id, actor=actor, reason=reason, at=now,
-                result=status, detail={**detail, "bulk": True},
-            )  # fmt: skip
-            done.append(Done(_resolved(letter, status, actor, now), operation))
+            why = redrive_refusal(rt.registry, letter.service, letter.original_topic)
+            if why is not None:
+                await _refused(conn, letter, "redrive", actor, reason, now, {"refused": why, "bulk": True})
+                continue
+            one = _resolved_now(rt, conn, tx, letter, "redrive", status, actor, reason, now, bulk=True)
+            done.append(await one)
     return done
 
 
@@ -110,30 +124,67 @@ async def _resolve_one(
         letter = await repo.get_letter(conn, letter_id, for_update=True)
         if letter is None:
             raise LetterNotFoundError(str(letter_id))
+        why = redrive_refusal(rt.registry, letter.service, letter.original_topic) if op == "redrive" else None
+        outcome: Done | LetterNotOpenError | RedriveRefusedError
         try:
             status = resolve(letter.status, op)
         except TransitionRefusedError:
-            refused = await repo.add_operation(
-                conn, op=op, letter_id=letter_id, actor=actor, reason=reason, at=now,
-                result=REFUSED, detail={"status": letter.status},
-            )  # fmt: skip
-            outcome: Done | LetterNotOpenError = LetterNotOpenError(letter, refused, op)
+            refused = await _refused(conn, letter, op, actor, reason, now, {"status": letter.status})
+            outcome = LetterNotOpenError(letter, refused, op)
         else:
-            if op == "redrive":
-                message, detail = _redrive_message(letter)
-                messages = [message]
+            if why is not None:
+                # Recorded here, raised below: after the commit that keeps the record.
+                refused = await _refused(conn, letter, op, actor, reason, now, {"refused": why})
+                outcome = RedriveRefusedError(letter, refused, why)
             else:
-                messages, detail = _discard_outbox(rt, letter, actor, reason, now)
-            tx.publish_messages(messages)
-            await repo.set_status(conn, letter_id, status, actor, now)
-            operation = await repo.add_operation(
-                conn, op=op, letter_id=letter_id, actor=actor, reason=reason, at=now,
-                result=status, detail=detail,
-            )  # fmt: skip
-            outcome = Done(_resolved(letter, status, actor, now), operation)
-    if isinstance(outcome, LetterNotOpenError):
+                outcome = await _resolved_now(rt, conn, tx, letter, op, status, actor, reason, now)
+    if not isinstance(outcome, Done):
         raise outcome
     return outcome
+
+
+async def _resolved_now(
+    rt: RuntimeHandle,
+    conn: asyncpg.Connection,
+    tx: OutboxTransaction,
+    letter: Letter,
+    op: Operation,
+    status: str,
+    actor: str,
+    reason: str,
+    now: datetime,
+    *,
+    bulk: bool = False,
+) -> Done:
+    """``op`` applied to the open ``letter``: its messages queued in ``tx``, its status and
+    operation written (``bulk``: one of a bulk redrive's)."""
+    if op == "redrive":
+        message, detail = _redrive_message(letter)
+        messages = [message]
+    else:
+        messages, detail = _discard_outbox(rt, letter, actor, reason, now)
+    tx.publish_messages(messages)
+    await repo.set_status(conn, letter.id, status, actor, now)
+    operation = await repo.add_operation(
+        conn, op=op, letter_id=letter.id, actor=actor, reason=reason, at=now, result=status,
+        detail={**detail, "bulk": True} if bulk else detail,
+    )  # fmt: skip
+    return Done(_resolved(letter, status, actor, now), operation)
+
+
+async def _refused(
+    conn: asyncpg.Connection,
+    letter: Letter,
+    op: Operation,
+    actor: str,
+    reason: str,
+    now: datetime,
+    detail: dict[str, Any],
+) -> OperationRow:
+    """Record a refused ``op`` on ``letter`` in the audit trail (nothing published)."""
+    return await repo.add_operation(
+        conn, op=op, letter_id=letter.id, actor=actor, reason=reason, at=now, result=REFUSED, detail=detail
+    )
 
 
 def _redrive_message(letter: Letter) -> tuple[OutboxMessage, dict[str, Any]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from chorus.kernel.kafka import kafka_auth, make_admin
@@ -32,11 +33,18 @@ def isolated_schemas(
     with_test_topic: bool = True,
     partitions: int | None = 1,
     root: Path = SCHEMAS,
+    test_consumers: Sequence[str] = (),
 ) -> Path:
     """A copy of the registry with unique topic names; ``partitions`` overrides every topic's
     partition count (1 keeps the broker light; None keeps the registry's counts); ``root``
-    another registry (a project's: the copy is its union with the platform's)."""
-    extra = [TEST_TOPIC_YAML] if with_test_topic else []
+    another registry (a project's: the copy is its union with the platform's);
+    ``test_consumers`` the names test services read the test topic under, beside
+    ``test_service`` (what the registry says a service reads decides where its dead
+    letters may be redriven)."""
+    test_topic = TEST_TOPIC_YAML.replace(
+        "consumers: [test_service]", f"consumers: [{', '.join(['test_service', *test_consumers])}]"
+    )
+    extra = [test_topic] if with_test_topic else []
     return teststack.isolated_schemas(tmp, suffix, root=root, partitions=partitions, add_topics=extra)
 
 
@@ -77,8 +85,15 @@ async def delete_created_topics(bootstrap: str) -> None:
 
 
 async def isolated_registry(
-    tmp: Path, suffix: str, bootstrap: str, *, partitions: int | None = 1, root: Path = SCHEMAS
+    tmp: Path,
+    suffix: str,
+    bootstrap: str,
+    *,
+    partitions: int | None = 1,
+    root: Path = SCHEMAS,
+    test_consumers: Sequence[str] = (),
 ) -> Registry:
-    registry = load_registry(isolated_schemas(tmp, suffix, partitions=partitions, root=root))
+    schemas = isolated_schemas(tmp, suffix, partitions=partitions, root=root, test_consumers=test_consumers)
+    registry = load_registry(schemas)
     await provision(registry, bootstrap)
     return registry

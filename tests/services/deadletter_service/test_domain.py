@@ -24,6 +24,7 @@ from deadletter_service.domain import (
     parse_envelope,
     parse_filter,
     parse_json,
+    redrive_refusal,
     redrive_value,
     resolve,
 )
@@ -137,6 +138,35 @@ def test_an_envelope_is_redriven_with_the_next_attempt_and_nothing_else_changed(
     event = decode(redriven.value, default_registry())
     assert event.envelope.event_id == env.event_id
     assert event.envelope.attempt == 4
+
+
+@pytest.mark.parametrize(
+    ("service", "event_type"),
+    [
+        ("invoice_agent", "invoice.received"),  # a topic file's consumer
+        ("payment_agent", "approval.decided"),
+        ("payment_agent", "retry.due"),  # the runtime's topics: every runtime service reads them
+    ],
+)
+def test_a_letter_goes_back_to_a_topic_its_service_reads(service: str, event_type: str) -> None:
+    registry = default_registry()
+    assert redrive_refusal(registry, service, registry.physical_topic(event_type)) is None
+
+
+@pytest.mark.parametrize(
+    ("service", "topic", "why"),
+    [
+        ("payment_agent", "chorus.timers", "payment_agent does not read chorus.timers"),
+        ("invoice_agent", "research.sources", "invoice_agent does not read research.sources"),
+        ("nobody", "procurement.events", "nobody does not read procurement.events"),
+        ("invoice_agent", "__consumer_offsets", "'__consumer_offsets' is not a topic of the registry"),
+    ],
+)
+def test_a_letter_naming_a_topic_its_service_does_not_read_is_refused(
+    service: str, topic: str, why: str
+) -> None:
+    refusal = redrive_refusal(default_registry(), service, topic)
+    assert refusal is not None and refusal.startswith(why)
 
 
 def test_an_envelope_already_past_the_letters_attempts_still_moves_forward() -> None:

@@ -35,8 +35,10 @@ from chorus_contracts.platform import (
     ErrorDetail,
     EventDeadLettered,
     Failure,
+    FireTarget,
     KafkaHeader,
     OriginalRecord,
+    TimerSchedule,
 )
 from chorus_contracts.registry import Registry
 from chorus_tools.cli.main import app as cli
@@ -69,6 +71,7 @@ class Stack:
     http: httpx.AsyncClient
     env: dict[str, str]
     tmp: Path
+    suffix: str
 
     def service(self, name: str) -> ServiceProcess:
         return ServiceProcess(
@@ -83,9 +86,16 @@ class Stack:
         return service
 
 
+def readers(suffix: str) -> list[str]:
+    """The services that read the test topic of a stack's registry (``svc_<suffix>``, the
+    failing service; the bulk redrive's; the forger's claim): a redrive goes back only to
+    a topic the letter's service reads."""
+    return [f"svc_{suffix}", f"svc_bulk_{suffix}", f"svc_claimed_{suffix}"]
+
+
 async def start_stack(stack: AsyncExitStack, tmp: Path, suffix: str, kafka: str, db: str) -> Stack:
     """A fresh registry (topics of this test only) and the dead-letter service on it."""
-    registry = await isolated_registry(tmp, suffix, kafka)
+    registry = await isolated_registry(tmp, suffix, kafka, test_consumers=readers(suffix))
     env = {**infra_env(registry.root, kafka, db), "CHORUS_API_KEYS": json.dumps(KEYS)}
     dlq = stack.enter_context(
         ServiceProcess(
@@ -99,7 +109,7 @@ async def start_stack(stack: AsyncExitStack, tmp: Path, suffix: str, kafka: str,
     http = await stack.enter_async_context(
         httpx.AsyncClient(base_url=dlq.url, timeout=10.0, headers=as_("alice"))
     )
-    return Stack(registry, dlq, http, env, tmp)
+    return Stack(registry, dlq, http, env, tmp, suffix)
 
 
 @pytest.fixture(scope="module")
@@ -320,10 +330,12 @@ def synthetic_letter(
     at: datetime,
     offset: int,
     poison: bool = False,
+    original: Envelope | None = None,
 ) -> Envelope:
-    """An event.dead_lettered as a service's runtime would publish it, dead-lettered at ``at``."""
-    topic = registry.physical_topic("test.task_submitted")
-    original = envelope(TaskSubmitted(task=f"{service}-{offset}"))
+    """An event.dead_lettered as a service's runtime would publish it, dead-lettered at ``at``
+    (of ``original``, which was read from its event type's topic; a test task by default)."""
+    original = original or envelope(TaskSubmitted(task=f"{service}-{offset}"))
+    topic = registry.physical_topic(original.event_type)
     raw = b"\x00not an event" if poison else encode(original)
     body = EventDeadLettered(
         service=service,
@@ -344,7 +356,7 @@ def synthetic_letter(
         ),
         attempts=1,
         failures=[Failure(at=at, attempt=1, error_class="PersistentError", message="boom")],
-        original_event_type=None if poison else "test.task_submitted",
+        original_event_type=None if poison else original.event_type,
         original_event_id=None if poison else str(original.event_id),
         original_workflow_id=None if poison else original.workflow_id,
     )
@@ -480,7 +492,7 @@ async def test_bulk_redrive_publishes_each_matching_open_letter_once(
     shared: Stack, kafka_bootstrap: str
 ) -> None:
     now = datetime.now(UTC)
-    target, other = f"svc_bulk_{uuid.uuid4().hex[:8]}", f"svc_keep_{uuid.uuid4().hex[:8]}"
+    target, other = f"svc_bulk_{shared.suffix}", f"svc_keep_{uuid.uuid4().hex[:8]}"
     hits = [
         synthetic_letter(shared.registry, target, "persistent", at=now - timedelta(minutes=m), offset=m)
         for m in (30, 20)
@@ -533,6 +545,58 @@ async def test_bulk_redrive_publishes_each_matching_open_letter_once(
     bulk = [o for o in ops["items"] if o["letter_id"] in {str(h.event_id) for h in hits}]
     assert len(bulk) == 2
     assert all(o["detail"]["bulk"] and o["reason"] == "bulk fix" for o in bulk)
+
+
+async def test_a_forged_letter_is_never_redriven_onto_a_topic_its_service_does_not_read(
+    shared: Stack, kafka_bootstrap: str, pg: asyncpg.Connection
+) -> None:
+    """Any runtime principal may write event.dead_lettered, naming any service and topic. A
+    letter claiming the test topic's reader dead-lettered a timer.schedule from the timers'
+    topic (which only the timer service reads) would have an operator's redrive fire any
+    envelope anywhere; it is refused, one at a time and in bulk, and nothing is published."""
+    service = f"svc_claimed_{shared.suffix}"  # reads the test topic, and nothing else
+    fired = envelope(TaskSubmitted(task="forged"))
+    fire = FireTarget(
+        topic=shared.registry.physical_topic("test.task_submitted"),
+        key=fired.workflow_id,
+        value=json.loads(encode(fired)),
+    )
+    timer = envelope(TimerSchedule(timer_id=f"t-{uuid.uuid4().hex[:8]}", due_at=datetime.now(UTC), fire=fire))
+    forged = synthetic_letter(
+        shared.registry, service, "persistent", at=datetime.now(UTC), offset=99, original=timer
+    )
+    await publish_letters(shared, kafka_bootstrap, [forged])
+    letter = await eventually(
+        lambda: _letter_of(shared, str(forged.event_id)), what="the forged letter to be stored"
+    )
+    assert letter["original"]["topic"] == shared.registry.physical_topic("timer.schedule")
+
+    one = await shared.http.post(f"/v1/dead-letters/{forged.event_id}/redrive", json={"reason": "looks fine"})
+    assert one.status_code == 409, one.text
+    problem = one.json()
+    assert f"{service} does not read chorus.timers" in problem["detail"]
+    assert problem["letter_status"] == "open"
+    bulk = await shared.http.post(
+        "/v1/dead-letters/redrive", json={"filter": {"service": service, "status": "open"}, "reason": "all"}
+    )
+    assert bulk.status_code == 200 and str(forged.event_id) not in {
+        d["letter"]["id"] for d in bulk.json()["items"]
+    }
+    shown = (await shared.http.get(f"/v1/dead-letters/{forged.event_id}")).json()
+    assert shown["status"] == "open"  # an operator may still discard it
+    assert [(o["result"], o["detail"].get("bulk", False)) for o in shown["operations"]] == [
+        ("refused", True),
+        ("refused", False),
+    ]
+    queued = await pg.fetchval(
+        "SELECT count(*) FROM deadletter_service.outbox WHERE event_id = $1", timer.event_id
+    )
+    assert queued == 0, "nothing of the forged letter is queued for the timers' topic"
+
+
+async def _letter_of(stack: Stack, letter_id: str) -> dict[str, Any] | None:
+    answer = await stack.http.get(f"/v1/dead-letters/{letter_id}")
+    return answer.json() if answer.status_code == 200 else None
 
 
 async def _count(stack: Stack, service: str, n: int) -> bool:
