@@ -150,6 +150,39 @@ def test_the_registry_loader_rejects_an_event_on_two_topics(tmp_path: Path) -> N
         load_registry(copy)
 
 
+def test_a_projects_service_joins_the_signers_of_what_it_says_it_states() -> None:
+    project = load_registry(ROOT / "examples" / "support" / "schemas")
+    assert "triage_agent" in project.signers_of("workflow.ended")
+    assert "triage_agent" not in REGISTRY.signers_of("workflow.ended")  # the platform's alone
+    assert project.signers_of("approval.decided") == {"approval_gate"}
+    assert "triage_agent" in project.signers()
+
+
+@pytest.mark.parametrize(
+    ("signs", "writes", "refused"),
+    [
+        (
+            "invoice.validated",
+            "procurement.events",
+            "signs invoice.validated, which is not a signed event type",
+        ),
+        ("workflow.ended", "approvals.events", "signs workflow.ended but does not write workflows.lifecycle"),
+    ],
+)
+def test_a_service_may_not_sign_an_unsigned_type_or_one_whose_topic_it_does_not_write(
+    tmp_path: Path, signs: str, writes: str, refused: str
+) -> None:
+    import shutil
+
+    copy = tmp_path / "schemas"
+    shutil.copytree(SCHEMAS, copy)
+    principals = yaml.safe_load((copy / "principals.yaml").read_text())
+    principals["services"]["source_fetcher"] = {"kind": "runtime", "writes": [writes], "signs": [signs]}
+    (copy / "principals.yaml").write_text(yaml.safe_dump(principals))
+    with pytest.raises(ValueError, match=f"source_fetcher {refused}"):
+        load_registry(copy)
+
+
 # What the reference workflows' events carry about people: the fields erasure and
 # minimisation start from (issue 18). A field that becomes personal is marked here first.
 PERSONAL_FIELDS: dict[tuple[str, int], list[str]] = {

@@ -3,8 +3,10 @@
 A replay runs the live projector's own handler and effect (``on_workflow_event`` ->
 ``ProjectEvent``) with another target schema (``audit_replay_<id>``) and its own
 consumer group, so it never moves the live group's offsets or touches live tables.
-It emits nothing either: records that do not decode are counted and skipped (the live
-projector dead-lettered them, and the dead letter itself is on a replayed topic).
+It emits nothing either: records that do not decode, and records of a signed type its
+registered producer did not sign, are counted and skipped (the live projector
+dead-lettered them, and the dead letter itself is on a replayed topic): a forged fact
+refused live is not believed on replay either.
 
 It reads a snapshot of the log: the end offsets captured when it starts are where it
 stops, however much the live topics grow meanwhile. Because the status fold does not
@@ -20,7 +22,7 @@ import logging
 import time
 import uuid
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -37,9 +39,10 @@ from audit_projector.adapters.projection import (
 )
 from audit_projector.handlers import ProjectorDeps, on_workflow_event, projected
 from chorus.base.clock import SystemClock
-from chorus.base.errors import DecodeError
+from chorus.base.errors import DecodeError, UnauthorizedError
 from chorus.kernel.codec import DEFAULT_MAX_BYTES, decode
 from chorus.kernel.kafka import make_admin, make_consumer, stop_client
+from chorus.kernel.ports import Verifying
 from chorus.kernel.service import Context, Effect
 from chorus_contracts.base import EventModel
 from chorus_contracts.registry import Registry
@@ -71,6 +74,7 @@ class ReplayResult:
     """Records that decoded and went through the projection (copies included: the
     projection drops them by event id)."""
     undecodable: int = 0
+    """Records skipped: not decodable, or not signed by a registered signer of their type."""
     seconds: float = 0.0
     topics: list[str] = field(default_factory=list)
 
@@ -94,6 +98,7 @@ async def rebuild(
     target: ReplayTarget | None = None,
     batch_size: int = 500,
     writers: int = 4,
+    verifier: Verifying,
     progress: Progress | None = None,
     max_event_bytes: int = DEFAULT_MAX_BYTES,
 ) -> ReplayResult:
@@ -113,6 +118,7 @@ async def rebuild(
         deps=ProjectorDeps(schema=target.schema, ledger=live_schema),
         registry=registry,
         max_bytes=max_event_bytes,
+        verifier=verifier,
     )
     topics = replay_topics(registry)
     tps = await partitions(bootstrap, topics)
@@ -148,7 +154,7 @@ async def rebuild(
                     if record.offset >= end[tp]:
                         break  # written after the snapshot: not this replay's business
                     result.records += 1
-                    projected = await projector.effect_for(record.value, record.topic)
+                    projected = await projector.effect_for(record.value, record.topic, record.headers)
                     if projected is None:
                         result.undecodable += 1
                     else:
@@ -217,6 +223,8 @@ class _Projector:
     registry: Registry
     max_bytes: int
     """The live projector's CHORUS_MAX_EVENT_BYTES: what it dead-letters, replay skips."""
+    verifier: Verifying
+    """The live projector's check of signed types: what it refuses, replay skips."""
     clock: SystemClock = field(default_factory=SystemClock)
 
     @functools.cached_property
@@ -224,13 +232,17 @@ class _Projector:
         """What the projection shows (asked once: a replay decodes every record with it)."""
         return {model.event_type: model.version for model in projected(self.registry)}
 
-    async def effect_for(self, raw: bytes | None, topic: str) -> tuple[str, Effect] | None:
+    async def effect_for(
+        self, raw: bytes | None, topic: str, headers: Sequence[tuple[str, bytes]] = ()
+    ) -> tuple[str, Effect] | None:
         """The workflow id and the handler's effect for one record; None when it does
-        not decode. Size limits are the live projector's, so both sides drop the same."""
+        not decode or its signature does not hold. Size limits and signature checks are the
+        live projector's, so both sides drop the same."""
         try:
             limit = self.registry.size_limit(topic, self.max_bytes)
             event = decode(raw, self.registry, accept=self.accept, max_bytes=limit)
-        except DecodeError:
+            self.verifier.check(event.event_type, event.envelope.producer.service, raw, headers)
+        except (DecodeError, UnauthorizedError):
             return None
         if event.event_type not in self.accept:
             return None

@@ -100,6 +100,7 @@ class ReplayJobs:
                 target=target,
                 progress=advance,
                 max_event_bytes=settings.max_event_bytes,
+                verifier=rt.verifier,
             )
             job.result = ReplayResult(
                 records=result.records,

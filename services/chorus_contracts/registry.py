@@ -56,11 +56,19 @@ class TopicEvent(BaseModel):
     type: str
     versions: list[int] = Field(min_length=1)
     compatibility: Compatibility = "full"
-    signed_by: str | None = Field(
+    signed_by: str | list[str] | None = Field(
         default=None,
-        description="the only service that produces this type; it signs each event and "
-        "consumers refuse any other (chorus.privacy.signing): for events that carry authority",
+        description="the service, or services, that state this type: each signs its own and "
+        "consumers refuse it from any other (chorus.privacy.signing); for events that carry "
+        "authority. Several when several decide it (workflow.ended: whoever takes a workflow's "
+        "last step); a project's service joins them with principals.yaml's signs",
     )
+
+    def signers(self) -> frozenset[str]:
+        """Who states this type (empty: anyone who may write its topic)."""
+        if self.signed_by is None:
+            return frozenset()
+        return frozenset([self.signed_by] if isinstance(self.signed_by, str) else self.signed_by)
 
 
 class TopicSpec(BaseModel):
@@ -92,10 +100,10 @@ class TopicSpec(BaseModel):
     @model_validator(mode="after")
     def _signers_produce_here(self) -> TopicSpec:
         for ev in self.events:
-            if ev.signed_by is not None and ev.signed_by not in self.producers:
-                raise ValueError(
-                    f"{ev.type} is signed_by {ev.signed_by}, which does not produce {self.topic}"
-                )
+            if ev.signed_by is not None and not ev.signers():
+                raise ValueError(f"{ev.type}: signed_by names no service")
+            for signer in sorted(ev.signers() - set(self.producers)):
+                raise ValueError(f"{ev.type} is signed_by {signer}, which does not produce {self.topic}")
         return self
 
     def physical_topics(self) -> list[str]:
@@ -117,6 +125,11 @@ class ServicePrincipal(BaseModel):
         default_factory=list,
         description="topics it reads beyond the topic files' consumers: a project's service "
         "reading a platform topic (approvals.events), which the project may not edit",
+    )
+    signs: list[str] = Field(
+        default_factory=list,
+        description="signed event types it states beside their topic file's signers: a "
+        "project's service ending its own workflows (workflow.ended); it must write their topic",
     )
 
 
@@ -214,7 +227,7 @@ class Registry:
     """The workflow types the gateway starts (``workflows.yaml``)."""
     _topic_of: dict[str, TopicSpec] = field(default_factory=dict)
     _physical: dict[str, TopicSpec] = field(default_factory=dict)
-    _signed_by: dict[str, str] = field(default_factory=dict)
+    _signed_by: dict[str, frozenset[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for spec in self.topics.values():
@@ -228,7 +241,8 @@ class Registry:
                     )
                 self._topic_of[ev.type] = spec
                 if ev.signed_by is not None:
-                    self._signed_by[ev.type] = ev.signed_by
+                    self._signed_by[ev.type] = ev.signers()
+        self._add_principals_signers()
         for name, workflow in self.workflows.items():
             if not re.match(WORKFLOW_TYPE_PATTERN, name):
                 raise ValueError(
@@ -245,17 +259,38 @@ class Registry:
                     "not list the gateway among its producers (it publishes the start event)"
                 )
 
+    def _add_principals_signers(self) -> None:
+        """A project's services that state a signed platform type (principals.yaml's
+        ``signs``) join its signers; each must write the type's topic."""
+        for name, principal in self.principals.services.items():
+            for event_type in principal.signs:
+                if event_type not in self._signed_by:
+                    raise ValueError(
+                        f"principals.yaml: {name} signs {event_type}, which is not a signed event type"
+                    )
+                topic = self._topic_of[event_type]
+                if topic.topic not in principal.writes and name not in topic.producers:
+                    raise ValueError(
+                        f"principals.yaml: {name} signs {event_type} but does not write {topic.topic}"
+                    )
+                self._signed_by[event_type] |= {name}
+
     # -- lookups ---------------------------------------------------------------
 
     def event_types(self) -> list[str]:
         return sorted(self._topic_of)
 
-    def signed_by(self) -> dict[str, str]:
-        """Event type -> the only service that may produce it, for the signed types."""
+    def signed_by(self) -> dict[str, frozenset[str]]:
+        """Event type -> the services that may state it, for the signed types."""
         return dict(self._signed_by)
 
-    def signer_of(self, event_type: str) -> str | None:
-        return self._signed_by.get(event_type)
+    def signers_of(self, event_type: str) -> frozenset[str]:
+        """The services that state ``event_type`` (empty when it is not signed)."""
+        return self._signed_by.get(event_type, frozenset())
+
+    def signers(self) -> list[str]:
+        """Every service that signs some event type: each holds a private key."""
+        return sorted(set().union(*self._signed_by.values()))
 
     def topic_for(self, event_type: str) -> TopicSpec:
         return self._topic_of[event_type]

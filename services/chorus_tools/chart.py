@@ -138,7 +138,7 @@ def service_facts(registry: Registry, service: str, edges: HttpEdges) -> dict[st
         "kafka": kafka,
         "database": service not in WITHOUT_DATABASE,
         "keyService": "key_stores" in fields,
-        "signs": service in registry.signed_by().values(),
+        "signs": service in registry.signers(),
         "checksSignatures": runtime and bool(registry.signed_by()),
         # A runtime service reads in the group of its name; the analytics view reads every
         # partition in a group of its own per start (no shared group to scale on).
@@ -163,7 +163,7 @@ def chart_registry(registry: Registry) -> dict[str, Any]:
     edges = load_http_edges(registry.root)
     return {
         "services": {name: service_facts(registry, name, edges) for name in names},
-        "signers": sorted(set(registry.signed_by().values())),
+        "signers": registry.signers(),
         "topics": [
             {
                 "name": t.name,

@@ -63,7 +63,8 @@ class EventInfo:
     compatibility: str
     versions: list[Version]
     producers: list[Producer]
-    signed_by: str | None
+    signed_by: list[str]
+    """Who states it, each signing its own (empty: not signed)."""
     consumers: list[Consumer]
     tests: list[str]
     notes: list[str] = field(default_factory=list)
@@ -94,7 +95,7 @@ class Catalog:
             compatibility=registry.compatibility(event_type),
             versions=[self._version(event_type, v) for v in sorted(registry.versions(event_type))],
             producers=self.routes.producers(event_type),
-            signed_by=registry.signer_of(event_type),
+            signed_by=sorted(registry.signers_of(event_type)),
             consumers=self.routes.consumers(event_type),
             tests=[self.paths.show(p) for p in self._tests[event_type]],
             notes=[missing[n] for n in sorted(missing) if n in {*topic.producers, *topic.consumers}],

@@ -65,7 +65,7 @@ def section(info: EventInfo) -> list[str]:
         model = f" (`{v.model}`)" if v.model else ""
         lines.append(f"  - v{v.version}: `{v.schema}`{model}; examples: {examples}")
     lines += _bullets("produced by", [producer_phrase(p) for p in info.producers])
-    lines.append(f"- **signed by**: {info.signed_by or 'not signed'}")
+    lines.append(f"- **signed by**: {', '.join(info.signed_by) or 'not signed'}")
     lines += _bullets("handled by", [consumer_phrase(c) for c in info.consumers])
     lines.append(f"- **topic read by**: {readers_phrase(info.topic.readers)}")
     lines += _bullets("tests naming it", [f"`{t}`" for t in info.tests])

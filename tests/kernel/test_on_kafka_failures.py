@@ -22,7 +22,7 @@ from chorus_contracts.envelope import Envelope
 from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_contracts.registry import Registry
 from tests.support.events import TaskSubmitted
-from tests.support.kafka import envelope, events_of, publish, read_topic
+from tests.support.kafka import envelope, events_of, publish, read_topic, stated_by
 from tests.support.onkafka import in_process
 from tests.support.registry import isolated_registry
 from tests.support.sealed import opened
@@ -190,14 +190,19 @@ async def test_a_workflow_that_ends_stops_its_timers_and_later_events_are_record
     waiting = envelope(TaskSubmitted(task="waiting"), workflow_id=wf)
     await publish(kafka_bootstrap, topic, [remind, blocker, waiting])
     await services.read_until(wf, "event.dead_lettered")
-    ended = envelope(
-        WorkflowEnded(outcome="timed_out", reason="deadline", ended_by="gateway"), workflow_id=wf
+    # The end of a workflow is a signed fact: stated here by the gateway, which signs it.
+    ended = stated_by(
+        envelope(WorkflowEnded(outcome="timed_out", reason="deadline", ended_by="gateway"), workflow_id=wf),
+        "gateway",
     )
     await publish(kafka_bootstrap, services.registry.physical_topic("workflow.ended"), [ended])
     after = envelope(TaskSubmitted(task="after"), workflow_id=wf)
     await publish(kafka_bootstrap, topic, [after])
     # A different end crossing the first (a completion after a timeout): the first stands.
-    crossed = envelope(WorkflowEnded(outcome="completed", ended_by="test_service"), workflow_id=wf)
+    crossed = stated_by(
+        envelope(WorkflowEnded(outcome="completed", ended_by="payment_agent"), workflow_id=wf),
+        "payment_agent",
+    )
     await publish(kafka_bootstrap, services.registry.physical_topic("workflow.ended"), [crossed])
     schema = f"svc_{unique}"
 

@@ -40,6 +40,7 @@ from payment_agent.domain import payment_key
 from tests.reliability.deployment import SERVICES, Deployment, FaultLog, subscriptions
 from tests.reliability.driver import TERMINAL, Tracked, customer_id, invoice_id, report_topic
 from tests.reliability.observe import group_lag, read_all
+from tests.support.kafka import local_verifier
 
 log = logging.getLogger("reliability.reconciler")
 
@@ -385,6 +386,7 @@ async def replay_equals_live(dep: Deployment, notes: list[str], attempts: int = 
             pool=dep.pool,
             live_schema=AUDIT_SCHEMA,
             max_event_bytes=dep.config.max_event_bytes or DEFAULT_MAX_BYTES,
+            verifier=local_verifier(dep.registry),
         )
         try:
             lag = await wait_for_live(

@@ -17,7 +17,7 @@ from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy
 
 from chorus.kernel.codec import encode
 from chorus.kernel.kafka import make_admin, make_consumer, make_producer, stop_client
-from chorus.privacy.signing import load_keys
+from chorus.privacy.signing import Verifier, load_keys
 from chorus.testing import make_event
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, Priority, ProducerRef
@@ -118,13 +118,20 @@ async def refused_by(
     await read_topic(bootstrap, [topic], until=refused, timeout_s=timeout_s)
 
 
+def local_verifier(registry: Registry) -> Verifier:
+    """What a runtime consumer of ``registry`` checks signed types with: the local public
+    keys (CHORUS_SIGNING_DIR)."""
+    signing_dir = os.environ.get("CHORUS_SIGNING_DIR", "")
+    return load_keys(signing_dir, "tests", signs=set(), checks=registry.signed_by()).verifier
+
+
 def signed(value: Envelope, headers: list[tuple[str, bytes]] | None) -> list[tuple[str, bytes]] | None:
     """``headers`` plus the producer's signature when ``value`` is a signed (decision) event
     that names its real producer: the test plays that producer, with the local key
     (CHORUS_SIGNING_DIR holds every local private key). A forger's envelope (another
     producer) is left unsigned."""
-    producer = _registry().signer_of(value.event_type)
-    if producer is None or value.producer.service != producer:
+    producer = value.producer.service
+    if producer not in _registry().signers_of(value.event_type):
         return headers
     keys = load_keys(os.environ.get("CHORUS_SIGNING_DIR", ""), producer, signs={value.event_type}, checks={})
     assert keys.signer is not None

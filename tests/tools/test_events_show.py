@@ -103,10 +103,12 @@ def test_json_output_parses_and_has_every_field() -> None:
         "workflows": [],
     }
     assert scheduled in body["producers"]
-    assert body["signed_by"] is None
+    assert body["signed_by"] == []
     assert {c["service"]: c["reads_version"] for c in body["consumers"]}["approval_gate"] == 1
     assert "tests/services/approval_gate/test_handlers.py" in body["tests"]
-    assert json.loads(shown("approval.decided", "--json"))["signed_by"] == "approval_gate"
+    assert json.loads(shown("approval.decided", "--json"))["signed_by"] == ["approval_gate"]
+    ended = json.loads(shown("workflow.ended", "--json"))["signed_by"]
+    assert {"gateway", "payment_agent", "audit_projector"} <= set(ended)  # several state it
 
 
 def test_list_names_every_type_of_the_union_registry() -> None:

@@ -32,18 +32,18 @@ def outbox_message(registry: Registry, envelope: Envelope, signer: Signer | None
 
     Headers repeat the trace context and type so header-only tools can route and trace;
     an event type the registry marks ``signed_by`` gets ``signer``'s signature (which must
-    be that producer's: anything else is a bug, refused here rather than by every consumer).
+    be one of its signers': anything else is a bug, refused here rather than by every consumer).
     Raises :class:`EventTooLargeError` (naming the largest field) when the record would be
     larger than its topic takes: refused here, at the source, rather than by the broker
     after it was committed.
     """
     value = encode(envelope)
     headers = envelope_headers(envelope)
-    signed_by = registry.signer_of(envelope.event_type)
-    if signed_by is not None:
-        if signer is None or signer.service != signed_by:
+    signed_by = registry.signers_of(envelope.event_type)
+    if signed_by:
+        if signer is None or signer.service not in signed_by:
             raise SigningConfigError(
-                f"{envelope.event_type} is signed by {signed_by}; "
+                f"{envelope.event_type} is signed by {', '.join(sorted(signed_by))}; "
                 f"{signer.service if signer else 'this code'} cannot publish it"
             )
         headers.append(signer.header(value))

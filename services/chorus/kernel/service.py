@@ -174,6 +174,9 @@ class RuntimeHandle:
     """chorus.kernel.outbox.OutboxWriter: how code outside handlers publishes (and wakes the relay)."""
     signer: Any = None
     """chorus.privacy.signing.Signer of the decision events this service produces (or None)."""
+    verifier: Any = None
+    """chorus.privacy.signing.Verifier: the runtime's check of signed types (a replay of the
+    topics believes what the live consumer believed)."""
     sealer: Any = None
     """chorus.privacy.crypto.Sealer: opens the personal data an API shows (and logs the access)."""
     rollouts: Any = None

@@ -74,7 +74,7 @@ class PrivacySettings(ChorusSettings):
 def service_keys(spec: ServiceSpec[Any, Any], registry: Registry, signing_dir: str) -> Keys:
     """The service's signer (of the types the registry says it signs) and the verifier of
     every signed type; SigningConfigError when a key is missing (the service does not start)."""
-    signs = {t for t in spec.produces if registry.signer_of(t) == spec.name}
+    signs = {t for t in spec.produces if spec.name in registry.signers_of(t)}
     return load_keys(signing_dir, spec.name, signs=signs, checks=registry.signed_by())
 
 

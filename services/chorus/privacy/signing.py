@@ -5,13 +5,17 @@ Kafka's ACLs say which principal may write a *topic*; several services share a t
 timer and dead-letter services relay records onto topics they do not own. Nothing in a
 Kafka record says which principal wrote it, so a consumer cannot ask the broker.
 
-So the events that carry authority — the registry marks them with ``signed_by: <service>``
-(an approval's decision, a reviewer's submitted decision, an operator's discard) — are
-signed by their producer with its own Ed25519 key, and every runtime consumer checks, before
-any handler runs, that
+So the events that carry authority — the registry marks them with ``signed_by`` (an
+approval's decision, a reviewer's submitted decision, an operator's discard, an erasure,
+the end of a workflow) — are signed by their producer with its own Ed25519 key, and every
+runtime consumer checks, before any handler runs, that
 
-- the envelope names the registry's producer (``producer.service``), and
+- the envelope names one of the registry's signers of its type (``producer.service``), and
 - the ``chorus-signature`` header is that producer's signature of the envelope.
+
+Most such types have one signer; ``workflow.ended`` has several (whoever takes a workflow's
+last step, the gateway for cancels and deadlines, the audit projector for erasures), each
+proving its own.
 
 Anything else is a dead letter of category ``unauthorized``. The signature covers the whole
 envelope (ids, type, workflow, producer, payload, times) except ``attempt``, which a
@@ -31,7 +35,7 @@ import base64
 import binascii
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,23 +75,25 @@ class Signer:
 class Verifier:
     """Checks signed event types against their registered producer's public key."""
 
-    signed_by: Mapping[str, str]
-    """event type -> the only service that may produce it (the registry's ``signed_by``)."""
+    signed_by: Mapping[str, Collection[str]]
+    """event type -> the services that may state it (the registry's ``signed_by``)."""
     public_keys: Mapping[str, Ed25519PublicKey]
 
     def check(
         self, event_type: str, claimed_producer: str, value: bytes | None, headers: Iterable[tuple[str, Any]]
     ) -> None:
         """Raise :class:`UnauthorizedError` unless a signed ``event_type`` is proven to come
-        from its registered producer; other types pass."""
-        producer = self.signed_by.get(event_type)
-        if producer is None:
+        from one of its registered signers (the one it names); other types pass."""
+        signers = self.signed_by.get(event_type)
+        if not signers:
             return
-        if claimed_producer != producer:
+        if claimed_producer not in signers:
+            named, verb = ", ".join(sorted(signers)), "produces" if len(signers) == 1 else "produce"
             raise UnauthorizedError(
-                f"{event_type} claims producer {claimed_producer!r}; only {producer} produces it",
+                f"{event_type} claims producer {claimed_producer!r}; only {named} {verb} it",
                 pointer="/producer/service",
             )
+        producer = claimed_producer
         found = [v for k, v in headers if k == HEADER]
         if value is None or len(found) != 1 or not isinstance(found[0], bytes):
             raise UnauthorizedError(f"{event_type} without exactly one {HEADER} header from {producer}")
@@ -106,9 +112,11 @@ class Keys:
     verifier: Verifier
 
 
-def load_keys(directory: str, service: str, *, signs: set[str], checks: Mapping[str, str]) -> Keys:
+def load_keys(
+    directory: str, service: str, *, signs: set[str], checks: Mapping[str, Collection[str]]
+) -> Keys:
     """The service's signer (when it produces any of ``signs``) and a verifier for
-    ``checks`` (event type -> producer), from ``directory``; :class:`SigningConfigError`
+    ``checks`` (event type -> its signers), from ``directory``; :class:`SigningConfigError`
     naming what is missing."""
     if not signs and not checks:
         return Keys(None, Verifier({}, {}))
@@ -119,7 +127,8 @@ def load_keys(directory: str, service: str, *, signs: set[str], checks: Mapping[
         )
     root = Path(directory)
     signer = Signer(service, _private_key(root / f"{service}.key")) if signs else None
-    public = {producer: _public_key(root / f"{producer}.pub") for producer in sorted(set(checks.values()))}
+    producers = sorted({p for signers in checks.values() for p in signers})
+    public = {producer: _public_key(root / f"{producer}.pub") for producer in producers}
     return Keys(signer, Verifier(dict(checks), public))
 
 

@@ -107,7 +107,7 @@ class ServiceRunner(KernelRunner):
                 signer=self.keys.signer,
                 sealer=self.sealer,
                 features=[self.privacy, self.releases, Breakers()],
-                handle_extras={"rollouts": self.rollouts},
+                handle_extras={"rollouts": self.rollouts, "verifier": self.keys.verifier},
             )
         )
 

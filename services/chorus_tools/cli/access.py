@@ -146,7 +146,7 @@ def signing_keys_command(
     """Make an Ed25519 key pair (<service>.key, mode 600, and <service>.pub) for every
     service the registry names as the signer of a decision event, unless it has one.
     For a local stack or a first deployment; services read them from CHORUS_SIGNING_DIR."""
-    signers = sorted(set(registry_of("access", schemas_dir).signed_by().values()))
+    signers = registry_of("access", schemas_dir).signers()
     made = make_keys(signing_dir, signers)
     typer.echo(f"signing keys: {len(signers)} signer(s) in {signing_dir}; made: {', '.join(made) or 'none'}")
 

@@ -202,11 +202,12 @@ def build_envelope(
     """
     if not registry.knows(event_type):
         raise CliError(unknown_name_message("event type", event_type, registry.event_types()), EX_DATAERR)
-    signer = registry.signer_of(event_type)
-    if signer is not None:
-        # Its consumers dead-letter it from anyone but its signer (chorus.privacy.signing).
+    signers = registry.signers_of(event_type)
+    if signers:
+        # Its consumers dead-letter it from anyone but its signers (chorus.privacy.signing).
+        named = ", ".join(sorted(signers))
         raise CliError(
-            f"{event_type} carries authority and is signed by {signer}: consumers refuse it from "
+            f"{event_type} carries authority and is signed by {named}: consumers refuse it from "
             "anyone else. Decide through the gateway's API (approvals) or the dead-letter service "
             "(discards) instead",
             EX_DATAERR,

@@ -86,7 +86,7 @@ def list_command(
     for event_type in types:
         brief = _brief(registry, event_type)
         versions = ", ".join(f"v{v}" for v in registry.versions(event_type))
-        table.add_row(event_type, brief["topic"], versions, brief["signed_by"] or "")
+        table.add_row(event_type, brief["topic"], versions, ", ".join(brief["signed_by"]))
     console.print(table)
 
 
@@ -112,7 +112,7 @@ def print_event(info: EventInfo) -> None:
         files += [f"    example {e}" for e in v.examples] or ["    no example"]
     _block("versions", files)
     _block("producers", [producer_phrase(p) for p in info.producers])
-    _block("signed by", [info.signed_by or "not signed"])
+    _block("signed by", [", ".join(info.signed_by) or "not signed"])
     _block("handled by", [consumer_phrase(c) for c in info.consumers])
     _block("topic read by", [readers_phrase(info.topic.readers)])
     _block("tests", info.tests)
@@ -132,5 +132,5 @@ def _brief(registry: Registry, event_type: str) -> dict[str, Any]:
         "event_type": event_type,
         "topic": registry.topic_for(event_type).topic,
         "versions": registry.versions(event_type),
-        "signed_by": registry.signer_of(event_type),
+        "signed_by": sorted(registry.signers_of(event_type)),
     }

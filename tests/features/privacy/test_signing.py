@@ -13,8 +13,9 @@ from chorus.kernel.codec import encode
 from chorus.kernel.outbox import outbox_message
 from chorus.privacy.signing import HEADER, load_keys, make_keys
 from chorus_contracts.envelope import Envelope
+from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_contracts.registry import load_registry
-from tests.support.kafka import approval
+from tests.support.kafka import approval, envelope, stated_by
 
 ROOT = Path(__file__).resolve().parents[3]
 REGISTRY = load_registry(ROOT / "schemas")
@@ -24,7 +25,7 @@ CHECKS = REGISTRY.signed_by()
 @pytest.fixture(scope="module")
 def keys_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("signing")
-    make_keys(directory, sorted(set(load_registry().signed_by().values())))
+    make_keys(directory, load_registry().signers())
     return directory
 
 
@@ -76,6 +77,39 @@ def test_anything_but_the_registered_producers_signature_is_unauthorized(
     with pytest.raises(UnauthorizedError, match=says) as refused:
         gate.verifier.check("approval.decided", producer, value, headers)
     assert refused.value.category == "unauthorized"
+
+
+def test_a_type_several_services_state_is_taken_from_each_only_under_its_own_signature(
+    keys_dir: Path,
+) -> None:
+    """workflow.ended: the payment agent's end and the gateway's end both hold; an end naming
+    the payment agent but signed by the gateway does not, nor one from a service that never
+    ends workflows (the approval gate), even signed by it."""
+    keys = {
+        name: load_keys(str(keys_dir), name, signs={"workflow.ended"}, checks=CHECKS)
+        for name in ("payment_agent", "gateway")
+    }
+    checker = keys["gateway"].verifier
+
+    def ended(producer: str) -> bytes:
+        return encode(stated_by(envelope(WorkflowEnded(outcome="completed", ended_by=producer)), producer))
+
+    for name, own in keys.items():
+        assert own.signer is not None
+        value = ended(name)
+        checker.check("workflow.ended", name, value, [own.signer.header(value)])
+    gateway_signer = keys["gateway"].signer
+    assert gateway_signer is not None
+    with pytest.raises(UnauthorizedError, match="not payment_agent's signature"):
+        value = ended("payment_agent")
+        checker.check("workflow.ended", "payment_agent", value, [gateway_signer.header(value)])
+    gate = load_keys(str(keys_dir), "approval_gate", signs={"approval.decided"}, checks=CHECKS).signer
+    assert gate is not None
+    with pytest.raises(
+        UnauthorizedError, match=r"only audit_projector, budget_agent, gateway, .* produce it"
+    ):
+        value = ended("approval_gate")
+        checker.check("workflow.ended", "approval_gate", value, [gate.header(value)])
 
 
 def test_unsigned_types_pass_and_the_outbox_signs_only_with_the_registered_signer(keys_dir: Path) -> None:

@@ -41,7 +41,7 @@ from chorus_contracts.base import CATALOG
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.registry import Registry, load_registry
 from tests.support.events import TaskSubmitted
-from tests.support.kafka import envelope, events_of, publish, read_topic
+from tests.support.kafka import envelope, events_of, local_verifier, publish, read_topic
 from tests.support.processes import ServiceProcess, chorus, infra_env
 from tests.support.registry import isolated_registry, isolated_schemas, provision
 from tests.support.testservice import make_spec as make_test_service
@@ -173,13 +173,14 @@ async def as_the_projector(
     tmp_path: Path, kafka_bootstrap: str, unique: str
 ) -> AsyncIterator[tuple[Registry, str]]:
     """The test's registry and the name its projector runs under (``audit_<unique>``, so that
-    no two tests share a projection). Erasures and retirements are only the projector's to
-    state (signed_by), so that name takes audit_projector's place on chorus.data and gets a
-    signing key of its own, deleted after."""
+    no two tests share a projection). Erasures, retirements and an erased workflow's end are
+    the projector's to state (signed_by), so that name takes audit_projector's place on
+    chorus.data and workflows.lifecycle and gets a signing key of its own, deleted after."""
     name = f"audit_{unique}"
     root = isolated_schemas(tmp_path, unique)
-    data = root / "topics" / f"chorus.data.t{unique}.yaml"
-    data.write_text(data.read_text().replace("audit_projector", name))
+    for topic in ("chorus.data", "workflows.lifecycle"):
+        path = root / "topics" / f"{topic}.t{unique}.yaml"
+        path.write_text(path.read_text().replace("audit_projector", name))
     registry = load_registry(root)
     await provision(registry, kafka_bootstrap)
     keys = Path(os.environ["CHORUS_SIGNING_DIR"])
@@ -521,7 +522,11 @@ async def test_an_erased_subject_is_nowhere_in_projections_or_state_and_the_audi
         pool = await create_pool(database_url)
         try:
             replayed = await rebuild(
-                registry=registry, bootstrap=kafka_bootstrap, pool=pool, live_schema=name
+                registry=registry,
+                bootstrap=kafka_bootstrap,
+                pool=pool,
+                live_schema=name,
+                verifier=local_verifier(registry),
             )
         finally:
             await pool.close()
@@ -606,7 +611,13 @@ async def test_an_erased_subject_is_nowhere_in_projections_or_state_and_the_audi
         # A replay after the erasure rebuilds the redacted projection, not the original.
         pool = await create_pool(database_url)
         try:
-            again = await rebuild(registry=registry, bootstrap=kafka_bootstrap, pool=pool, live_schema=name)
+            again = await rebuild(
+                registry=registry,
+                bootstrap=kafka_bootstrap,
+                pool=pool,
+                live_schema=name,
+                verifier=local_verifier(registry),
+            )
             async with pool.acquire() as conn:
                 comparison = await compare(conn, live=name, replay=again.target.schema)
         finally:

@@ -9,9 +9,10 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,19 +21,31 @@ import pytest
 import yaml
 
 from audit_projector.config import Settings as AuditSettings
+from audit_projector.domain import TERMINAL
+from audit_projector.replay import rebuild
 from audit_projector.service import SPEC as AUDIT_SPEC
+from chorus.base.db import create_pool
 from chorus.runtime.runner import running
 from chorus_contracts.base import SEALED_PREFIX
-from chorus_contracts.lifecycle import WorkflowCancelRequested
+from chorus_contracts.lifecycle import WorkflowCancelRequested, WorkflowEnded
 from chorus_contracts.registry import Registry, load_registry
 from chorus_tools.devstack import free_port
 from gateway.config import Settings as GatewaySettings
 from gateway.service import SPEC as GATEWAY_SPEC
 from tests.support.database import create_database, drop_database
-from tests.support.kafka import envelope, events_of, publish, read_topic, refused_by, stated_by
+from tests.support.kafka import (
+    envelope,
+    events_of,
+    local_verifier,
+    publish,
+    read_topic,
+    refused_by,
+    stated_by,
+)
 from tests.support.onkafka import in_process
 from tests.support.registry import isolated_schemas, provision
 from tests.support.sealed import opened
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -53,6 +66,8 @@ BODY_TIMEOUT_S = 3.0
 class Gateway:
     url: str
     registry: Registry
+    database_url: str
+    """Of the gateway and the audit projector beside it (its projection in ``audit_projector``)."""
 
 
 def invoice(document_text: str = "INVOICE INV-1\nTotal: 10.00 EUR", run: str | None = None) -> dict[str, Any]:
@@ -119,7 +134,7 @@ async def start_gateway(
                 break
             except httpx.HTTPError:
                 await asyncio.sleep(0.1)
-    return Gateway(url, registry)
+    return Gateway(url, registry, db)
 
 
 @pytest.fixture(scope="module")
@@ -327,6 +342,62 @@ async def test_a_cancel_the_gateway_did_not_sign_ends_nothing(
     )
     [ended] = _ended(records, workflow_id)  # by the cancel the gateway signed
     assert ended["payload"]["outcome"] == "cancelled"
+
+
+async def test_an_end_its_producer_did_not_sign_ends_nothing_and_a_signed_one_does(
+    gateway: Gateway, http: httpx.AsyncClient, kafka_bootstrap: str
+) -> None:
+    """A workflow.ended stops every service and makes the gateway call the submitter back
+    saying how it ended. Any writer of workflows.lifecycle (or a timer firing onto it) could
+    claim the payment agent ended a pending workflow "completed"; neither the gateway nor
+    the audit projection acts on it, nor does an auditor's replay of the topics. The same
+    end, signed by the payment agent, does."""
+    since = datetime.now(UTC) - timedelta(seconds=1)
+    accepted = await http.post("/v1/workflows/procurement", json=invoice("text"), headers=SUBMITTER)
+    workflow_id = accepted.json()["workflow_id"]
+    lifecycle = gateway.registry.physical_topic("workflow.ended")
+    paid = WorkflowEnded(outcome="completed", result={"paid": True}, ended_by="payment_agent")
+    claim = stated_by(envelope(paid, workflow_id=workflow_id, workflow_type="procurement"), "payment_agent")
+    await publish(kafka_bootstrap, lifecycle, [claim], sign=False)
+    await refused_by(kafka_bootstrap, gateway.registry, claim, {"gateway", "audit_projector"})
+
+    async def status() -> str:
+        answer = await http.get(f"/v1/workflows/{workflow_id}", headers=SUBMITTER)
+        assert answer.status_code == 200, answer.text
+        return str(answer.json()["status"])
+
+    assert await status() not in TERMINAL
+    assert await replayed_status(gateway, kafka_bootstrap, workflow_id, since) not in TERMINAL
+    signed = claim.model_copy(update={"event_id": uuid.uuid4()})
+    await publish(kafka_bootstrap, lifecycle, [signed])  # the payment agent's key signs it
+    await wait_until(lambda: _is(status(), "completed"), what="the signed end to end the workflow")
+
+
+async def replayed_status(gateway: Gateway, bootstrap: str, workflow_id: str, since: datetime) -> str | None:
+    """The workflow's status in a replay of the topics (from ``since``) into a fresh schema."""
+    pool = await create_pool(gateway.database_url)
+    try:
+        replay = await rebuild(
+            registry=gateway.registry,
+            bootstrap=bootstrap,
+            pool=pool,
+            live_schema="audit_projector",
+            since=since,
+            verifier=local_verifier(gateway.registry),
+        )
+        async with pool.acquire() as conn:
+            schema = replay.target.schema
+            status: str | None = await conn.fetchval(
+                f"SELECT status FROM {schema}.workflow_status WHERE workflow_id = $1", workflow_id
+            )
+            await conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    finally:
+        await pool.close()
+    return status
+
+
+async def _is(value: Awaitable[str], wanted: str) -> bool:
+    return await value == wanted
 
 
 def _ended(records: list[Any], workflow_id: str) -> list[dict[str, Any]]:

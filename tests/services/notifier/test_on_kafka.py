@@ -28,7 +28,7 @@ from notifier.config import Reviewer, Settings
 from notifier.service import SPEC
 from sandbox.app import SandboxConfig, create_app
 from tests.support.events import approval_decided
-from tests.support.kafka import envelope, publish
+from tests.support.kafka import envelope, publish, stated_by
 from tests.support.onkafka import in_process
 from tests.support.registry import isolated_registry
 from tests.support.wait import wait_until
@@ -223,7 +223,7 @@ async def test_a_channel_that_is_down_is_retried_recorded_and_given_up_without_h
     await publish(
         runner.settings.kafka_bootstrap,
         registry.physical_topic("workflow.ended"),
-        [envelope(ended, workflow_id=workflow_id)],
+        [stated_by(envelope(ended, workflow_id=workflow_id), "payment_agent")],
     )
     other = f"wf-withdrawn-{unique}"
     await publish(runner.settings.kafka_bootstrap, topic, [from_gate(routed, other)])
@@ -232,7 +232,7 @@ async def test_a_channel_that_is_down_is_retried_recorded_and_given_up_without_h
     await publish(
         runner.settings.kafka_bootstrap,
         registry.physical_topic("workflow.ended"),
-        [envelope(cancelled, workflow_id=other)],
+        [stated_by(envelope(cancelled, workflow_id=other), "gateway")],
     )
     withdrawn = await wait_until(
         lambda: _subject(outside.mail_about(other), "No longer needed", 2),
