@@ -99,17 +99,20 @@ def stated_by(value: Envelope, service: str) -> Envelope:
 
 
 async def refused_by(
-    bootstrap: str, registry: Registry, value: Envelope, services: set[str], timeout_s: float = 60.0
+    bootstrap: str,
+    registry: Registry,
+    value: Envelope,
+    services: set[str],
+    timeout_s: float = 60.0,
+    category: str = "unauthorized",
 ) -> None:
-    """Until each of ``services`` dead-lettered ``value`` as ``unauthorized``: it read the
+    """Until each of ``services`` dead-lettered ``value`` as ``category``: it read the
     record and did not act on it."""
     forged = encode(value)
 
     def refused(records: list[ConsumerRecord[bytes, bytes]]) -> bool:
         letters = [e["payload"] for e in events_of(records, "event.dead_lettered")]
-        refusals = [
-            p for p in letters if p["error"]["category"] == "unauthorized" and p["service"] in services
-        ]
+        refusals = [p for p in letters if p["error"]["category"] == category and p["service"] in services]
         return services <= {
             p["service"] for p in refusals if base64.b64decode(opened(p["original"])["value_b64"]) == forged
         }

@@ -353,6 +353,43 @@ class Sealer:
                 found.append(ptr)
         return found
 
+    def misplaced(self, envelope: Envelope) -> list[str]:
+        """Where ``envelope`` holds a sealed value outside its personal fields. Sealing puts
+        a token only in a personal field of the event it is sealed for, so one anywhere else
+        was pasted there; a reader shown the event would have it opened for them, someone
+        else's data under another event's name. An envelope carried whole (the event a timer
+        fires) is judged by its own type's personal fields."""
+        return self._misplaced(envelope.event_type, envelope.schema_version, envelope.payload, "")
+
+    def _misplaced(self, event_type: str, version: int, payload: Mapping[str, Any], prefix: str) -> list[str]:
+        # Only a known type's pointers: a carried envelope may name any type and version,
+        # and each would otherwise stay in the cache of pointers.
+        known = (event_type, version) in self.registry.schemas or (event_type, version) in CATALOG
+        personal = set(self.pointers(event_type, version)) if known else set()
+        found: list[str] = []
+
+        def walk(item: Any, where: str) -> None:
+            if is_sealed(item):
+                found.append(where)
+            elif isinstance(item, dict) and _carried_envelope(item):
+                found.extend(
+                    self._misplaced(
+                        item["event_type"], item["schema_version"], item["payload"], f"{where}/payload"
+                    )
+                )
+            elif isinstance(item, dict):
+                for k, v in item.items():
+                    walk(v, f"{where}/{escape(str(k))}")
+            elif isinstance(item, list):
+                for i, v in enumerate(item):
+                    walk(v, f"{where}/{i}")
+
+        for name, value in payload.items():
+            pointer = f"/{escape(str(name))}"
+            if pointer not in personal:
+                walk(value, prefix + pointer)
+        return found
+
     async def data_key(self, scope: Scope) -> DataKey:
         cache_key = scope.cache_key
         cached = self._data_keys.get(cache_key)
@@ -488,3 +525,12 @@ class Sealer:
 
 
 SealFn = Callable[[Envelope], Awaitable[Envelope]]
+
+
+def _carried_envelope(value: Mapping[str, Any]) -> bool:
+    """``value`` is an envelope carried whole (a timer's fire), shaped enough to judge."""
+    return (
+        isinstance(value.get("event_type"), str)
+        and isinstance(value.get("schema_version"), int)
+        and isinstance(value.get("payload"), dict)
+    )

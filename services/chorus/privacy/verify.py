@@ -1,7 +1,8 @@
 """verify: who says so. A record of a signed event type is acted on only when it is proven
 to come from the producer the registry names (a signature of its bytes by that producer's
-key); a personal field may not hold a value sealed for another event (whoever pasted it
-there could not open it, and no reader may open it on their behalf). Anything else is
+key); a personal field may not hold a value sealed for another event, nor any other field a
+sealed value at all (whoever pasted it there could not open it, and no reader may open it on
+their behalf). Anything else is
 dead-lettered by its position as ``unauthorized``, never under the id the forged event
 names (which could shadow the real one), and it never parks the workflow it names."""
 
@@ -30,9 +31,13 @@ class Verify:
         except UnauthorizedError as exc:
             await self.letters.record(rec, exc, parked_id=item.parked_id)
             return Done(Finish.DEAD_LETTERED)
-        unbound = self.sealer.unbound(env) if self.sealer is not None and item.route is not None else []
-        if unbound:
-            error = PersistentError(f"{', '.join(unbound)}: sealed for another event")
+        if self.sealer is None or item.route is None:
+            return item
+        unbound, misplaced = self.sealer.unbound(env), self.sealer.misplaced(env)
+        if unbound or misplaced:
+            why = [f"{', '.join(unbound)}: sealed for another event"] if unbound else []
+            why += [f"{', '.join(misplaced)}: sealed, in a field not marked personal"] if misplaced else []
+            error = PersistentError("; ".join(why))
             await self.letters.record(rec, error, parked_id=item.parked_id)
             return Done(Finish.DEAD_LETTERED)
         return item

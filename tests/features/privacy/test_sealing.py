@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from chorus.base.errors import KeyDestroyedError, KeyUnreachableError, PersistentError
 from chorus.base.logs import hide_in_logs, personal_scope
+from chorus.kernel.codec import encode
 from chorus.kernel.envelopes import start_envelope
 from chorus.observability.logs import JsonFormatter, RedactSecrets
 from chorus.privacy.crypto import (
@@ -29,6 +30,7 @@ from chorus.privacy.crypto import (
 from chorus_contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
 from chorus_contracts.base import SEALED_PREFIX, Sealed, is_sealed
 from chorus_contracts.envelope import Envelope, ProducerRef
+from chorus_contracts.platform import FireTarget, TimerSchedule
 from chorus_contracts.procurement import InvoiceReceived
 from chorus_contracts.registry import load_registry
 from tests.support.sealed import personal_invoice
@@ -228,6 +230,35 @@ async def test_a_token_of_another_subject_pasted_into_an_event_is_refused_not_re
     # A consumer refuses such an event before any handler or reader sees it.
     assert s.unbound(pasted) == ["/document_text"]
     assert s.unbound(victims) == []
+
+
+async def test_a_sealed_value_anywhere_but_a_personal_field_is_found_wherever_it_sits() -> None:
+    """Sealing puts a token only in a personal field of its own event; a reader shown an
+    event would have any other token opened for them, so a consumer refuses the event."""
+    s = sealer()
+    victims = await s.seal(received("wf-victim", subject="subject:victim"))
+    token = victims.payload["document_text"]
+    mine = received("wf-mine", subject="subject:attacker")
+    assert s.misplaced(victims) == []  # its own personal field: where a token belongs
+    for payload, where in [
+        ({"vendor_id": token}, ["/vendor_id"]),
+        ({"notes": {"a/b": [1, token]}}, ["/notes/a~1b/1"]),
+    ]:
+        pasted = mine.model_copy(update={"payload": {**mine.payload, **payload}})
+        assert s.misplaced(pasted) == where
+    # A timer carries the event it will fire whole: that event's own personal fields hold
+    # tokens, and only a token elsewhere in it is out of place.
+    for fired, where in [(victims, []), (pasted, ["/fire/value/payload/notes/a~1b/1"])]:
+        fire = FireTarget(topic="t", key=fired.workflow_id, value=json.loads(encode(fired)))
+        timer = start_envelope(
+            TimerSchedule(timer_id="t-1", due_at=datetime.now(UTC), fire=fire),
+            workflow_id="wf-mine",
+            workflow_type="procurement",
+            producer=ProducerRef(service="invoice_agent", version="1"),
+            now=datetime.now(UTC),
+            idempotency_key="t-1",
+        )
+        assert s.misplaced(timer) == where
 
 
 @pytest.mark.parametrize(

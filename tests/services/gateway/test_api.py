@@ -338,9 +338,12 @@ async def test_a_cancel_the_gateway_did_not_sign_ends_nothing(
     )
     assert cancel.status_code == 202, cancel.text
     records = await read_topic(
-        kafka_bootstrap, [lifecycle], until=lambda rs: bool(_ended(rs, workflow_id)), timeout_s=60
+        kafka_bootstrap,
+        [lifecycle],
+        until=lambda rs: bool(_of(rs, "workflow.ended", workflow_id)),
+        timeout_s=60,
     )
-    [ended] = _ended(records, workflow_id)  # by the cancel the gateway signed
+    [ended] = _of(records, "workflow.ended", workflow_id)  # by the cancel the gateway signed
     assert ended["payload"]["outcome"] == "cancelled"
 
 
@@ -373,6 +376,41 @@ async def test_an_end_its_producer_did_not_sign_ends_nothing_and_a_signed_one_do
     await wait_until(lambda: _is(status(), "completed"), what="the signed end to end the workflow")
 
 
+async def test_a_sealed_value_pasted_outside_a_personal_field_is_refused_never_opened(
+    gateway: Gateway, http: httpx.AsyncClient, kafka_bootstrap: str
+) -> None:
+    """The read API opens sealed values for its reader. One workflow's end carrying another
+    workflow's sealed submitter in its free-form result (a field not marked personal) would
+    have the second workflow's reader shown the first one's submitter; every consumer
+    refuses the event instead, even signed by the service that may end workflows."""
+    submitted = [
+        (await http.post("/v1/workflows/procurement", json=invoice("text"), headers=SUBMITTER)).json()
+        for _ in range(2)
+    ]
+    victim, mine = (s["workflow_id"] for s in submitted)
+    lifecycle = gateway.registry.physical_topic("workflow.started")
+    records = await read_topic(
+        kafka_bootstrap, [lifecycle], until=lambda rs: bool(_of(rs, "workflow.started", victim)), timeout_s=60
+    )
+    [started] = _of(records, "workflow.started", victim)
+    token = started["payload"]["submitted_by"]
+    assert token.startswith(SEALED_PREFIX)
+    ended = WorkflowEnded(outcome="completed", result={"receipt": token}, ended_by="payment_agent")
+    pasted = stated_by(envelope(ended, workflow_id=mine, workflow_type="procurement"), "payment_agent")
+    await publish(kafka_bootstrap, lifecycle, [pasted])  # signed by the payment agent's key
+    await refused_by(
+        kafka_bootstrap, gateway.registry, pasted, {"gateway", "audit_projector"}, category="persistent"
+    )
+    shown = await http.get(f"/v1/workflows/{mine}", headers=SUBMITTER)
+    assert shown.status_code == 200, shown.text
+    assert shown.json()["status"] not in TERMINAL
+    assert "receipt" not in shown.text
+
+
+def _of(records: list[Any], event_type: str, workflow_id: str) -> list[dict[str, Any]]:
+    return [e for e in events_of(records, event_type) if e["workflow_id"] == workflow_id]
+
+
 async def replayed_status(gateway: Gateway, bootstrap: str, workflow_id: str, since: datetime) -> str | None:
     """The workflow's status in a replay of the topics (from ``since``) into a fresh schema."""
     pool = await create_pool(gateway.database_url)
@@ -398,10 +436,6 @@ async def replayed_status(gateway: Gateway, bootstrap: str, workflow_id: str, si
 
 async def _is(value: Awaitable[str], wanted: str) -> bool:
     return await value == wanted
-
-
-def _ended(records: list[Any], workflow_id: str) -> list[dict[str, Any]]:
-    return [e for e in events_of(records, "workflow.ended") if e["workflow_id"] == workflow_id]
 
 
 async def test_a_caller_cannot_hand_the_gateway_a_sealed_value_to_open(http: httpx.AsyncClient) -> None:
