@@ -12,6 +12,7 @@ import contextlib
 import importlib
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -114,15 +115,27 @@ def release_proc(service: str, release: str) -> str:
     return f"{service}@{release}"
 
 
+PICKED_PORTS = range(20000, 32768)
+"""Where a stack picks its servers' ports: below Linux's ephemeral range (32768-60999 by
+default), from which every outgoing connection takes its local port. A port the kernel hands
+out for a bind to 0 comes from that range, and a connection made before the server binds it
+may take it (a test's notifier failed to start so: "Address already in use")."""
+
+
 def free_ports(n: int) -> list[int]:
     """``n`` different free ports: every socket stays bound until all are chosen (one
     closed before the next bind may be handed out again, and two services would then
     share a port, the second failing to start while the first answers its health checks)."""
-    sockets = []
+    sockets: list[socket.socket] = []
+    pick = random.SystemRandom()
     try:
-        for _ in range(n):
+        while len(sockets) < n:
             sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
+            try:
+                sock.bind(("127.0.0.1", pick.choice(PICKED_PORTS)))
+            except OSError:  # in use: pick another
+                sock.close()
+                continue
             sockets.append(sock)
         return [sock.getsockname()[1] for sock in sockets]
     finally:
@@ -131,10 +144,8 @@ def free_ports(n: int) -> list[int]:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    [port] = free_ports(1)
+    return port
 
 
 def service_password(users_dir: Path, name: str) -> str:

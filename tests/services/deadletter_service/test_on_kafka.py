@@ -42,9 +42,10 @@ from chorus_contracts.platform import (
 )
 from chorus_contracts.registry import Registry
 from chorus_tools.cli.main import app as cli
+from chorus_tools.devstack import free_port
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, publish, read_topic
-from tests.support.processes import ServiceProcess, free_port, infra_env
+from tests.support.processes import ServiceProcess, infra_env
 from tests.support.registry import isolated_registry
 from tests.support.wait import wait_until
 
