@@ -27,7 +27,7 @@ from audit_projector.adapters.queries import (
 )
 from audit_projector.config import Settings
 from audit_projector.domain import ERASURE_RECORDED, WORKFLOW_PURGED
-from audit_projector.replay import compare, rebuild
+from audit_projector.replay import ReplayResult, compare, rebuild
 from audit_projector.service import make_spec
 from chorus.base.clock import ManualClock, OffsetFileClock
 from chorus.base.db import create_pool
@@ -191,6 +191,20 @@ async def as_the_projector(
         for made_name in made:
             for suffix in (".key", ".pub"):
                 (keys / f"{made_name}{suffix}").unlink(missing_ok=True)
+
+
+async def replay_all(
+    registry: Registry, bootstrap: str, pool: asyncpg.Pool, live_schema: str
+) -> ReplayResult:
+    """Every topic of ``registry`` replayed into a fresh schema beside ``live_schema``, with
+    the live projector's check of signed types."""
+    return await rebuild(
+        registry=registry,
+        bootstrap=bootstrap,
+        pool=pool,
+        live_schema=live_schema,
+        verifier=local_verifier(registry),
+    )
 
 
 def projector_settings(kafka_bootstrap: str, database_url: str, name: str, **extra: Any) -> Settings:
@@ -521,13 +535,7 @@ async def test_an_erased_subject_is_nowhere_in_projections_or_state_and_the_audi
         )
         pool = await create_pool(database_url)
         try:
-            replayed = await rebuild(
-                registry=registry,
-                bootstrap=kafka_bootstrap,
-                pool=pool,
-                live_schema=name,
-                verifier=local_verifier(registry),
-            )
+            replayed = await replay_all(registry, kafka_bootstrap, pool, name)
         finally:
             await pool.close()
         # A service may hold a published row of a workflow without a checkpoint of it (the
@@ -611,13 +619,7 @@ async def test_an_erased_subject_is_nowhere_in_projections_or_state_and_the_audi
         # A replay after the erasure rebuilds the redacted projection, not the original.
         pool = await create_pool(database_url)
         try:
-            again = await rebuild(
-                registry=registry,
-                bootstrap=kafka_bootstrap,
-                pool=pool,
-                live_schema=name,
-                verifier=local_verifier(registry),
-            )
+            again = await replay_all(registry, kafka_bootstrap, pool, name)
             async with pool.acquire() as conn:
                 comparison = await compare(conn, live=name, replay=again.target.schema)
         finally:
