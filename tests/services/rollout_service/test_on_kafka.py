@@ -21,6 +21,7 @@ import pytest
 
 from chorus.releases.rollouts import MAIN_RELEASE
 from chorus.web.apikeys import DEMO_KEYS
+from chorus.web.http import api_client
 from chorus_tools.devstack import SERVICES as DEV_SERVICES
 from chorus_tools.devstack import DevStack, release_proc
 from tests.support.database import connected
@@ -199,7 +200,9 @@ async def rollouts(
             service_env=service_env,
             releases={"invoice_agent": (CANARY, FLAKY)},
         ) as own,
-        httpx.AsyncClient(timeout=10.0) as http,
+        # Idle connections go before the server's keep-alive closes them (api_client): this
+        # client polls for minutes, and a request on a connection being closed is a ReadError.
+        api_client(timeout=10.0) as http,
     ):
         yield Rollouts(own.stack, http, own.database_url)
 
