@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse
 from chorus.base.metrics import Metrics
 from chorus.base.settings import ChorusSettings
 from chorus.web.apikeys import ApiKey
+from chorus.web.heads import BoundedHeads
 from chorus.web.webapi import create_api, problems
 
 HealthCheck = Callable[[], Awaitable[dict[str, Any]]]
@@ -67,6 +68,9 @@ def server_config(
         limit_concurrency=max_connections,
         timeout_keep_alive=int(keep_alive_s),
         timeout_graceful_shutdown=5,
+        # uvicorn's h11 parser, so that this bound holds (httptools takes a head of any size),
+        # with heads bounded in time and idle connections left out of the limit (web.heads).
+        http=BoundedHeads,
         h11_max_incomplete_event_size=16 * 1024,
         **more,
     )

@@ -26,6 +26,7 @@ from audit_projector.replay import rebuild
 from audit_projector.service import SPEC as AUDIT_SPEC
 from chorus.base.db import create_pool
 from chorus.runtime.runner import running
+from chorus.web.heads import HEAD_TIMEOUT_S
 from chorus_contracts.base import SEALED_PREFIX
 from chorus_contracts.lifecycle import WorkflowCancelRequested, WorkflowEnded
 from chorus_contracts.registry import Registry, load_registry
@@ -157,6 +158,32 @@ def problem(response: httpx.Response, status: int) -> dict[str, Any]:
     body: dict[str, Any] = response.json()
     assert body["status"] == status
     return body
+
+
+async def test_idle_connections_lock_nobody_out_and_heads_are_bounded_in_size_and_time(
+    gateway: Gateway, http: httpx.AsyncClient
+) -> None:
+    """Two hundred connections that never send a byte (the API's limit is 100 at a time);
+    one header block of 40 kB; one request head sent half and never finished."""
+    port = int(gateway.url.rsplit(":", 1)[1])
+    idle = [await asyncio.open_connection("127.0.0.1", port) for _ in range(200)]
+    half = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        half[1].write(b"GET /openapi.json HTTP/1.1\r\nHost: x\r\n")
+        await half[1].drain()  # ... and nothing more
+        accepted = await http.post("/v1/workflows/procurement", json=invoice("text"), headers=SUBMITTER)
+        assert accepted.status_code == 202, accepted.text
+        big = await http.get("/openapi.json", headers={"X-Padding": "a" * 40_000})
+        assert "exceeds 16384 bytes" in problem(big, 431)["detail"]
+        started = asyncio.get_running_loop().time()
+        answer = await asyncio.wait_for(half[0].read(), timeout=HEAD_TIMEOUT_S + 30)
+        assert answer.startswith(b"HTTP/1.1 408 ") and b"did not arrive within" in answer
+        assert asyncio.get_running_loop().time() - started < HEAD_TIMEOUT_S + 5
+        # The idle ones are closed by then too (EOF), their slots never taken.
+        assert [await r.read() for r, _ in idle[:5]] == [b""] * 5
+    finally:
+        for _, writer in [*idle, half]:
+            writer.close()
 
 
 async def test_a_body_that_trickles_in_is_408_and_frees_its_connection(
