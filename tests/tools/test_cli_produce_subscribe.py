@@ -185,6 +185,21 @@ def test_an_unknown_event_type_suggests_the_closest_names(cli_env: dict[str, str
     assert "did you mean workflow.ended" in unknown_target.stderr.decode()
 
 
+@pytest.mark.parametrize(
+    ("event_type", "topic"),
+    [("timer.cancel", "chorus.timers"), ("retry.due", "chorus.control"), ("data.removed", "chorus.data")],
+)
+def test_platform_commands_are_refused_naming_where_to_act_instead(
+    cli_env: dict[str, str], event_type: str, topic: str
+) -> None:
+    """An operator's login may write every topic; a hand-made timer cancel, retry or data
+    request would bypass the services that check and record them."""
+    result = chorus(cli_env, "produce", event_type, "--data", "{}")
+    assert result.returncode == EX_DATAERR
+    # The test stack suffixes its topics: chorus.timers.t1234…
+    assert f"{event_type} is a platform command ({topic}" in result.stderr.decode()
+
+
 def test_dry_run_prints_a_valid_envelope_and_publishes_nothing(
     registry: Registry, cli_env: dict[str, str], kafka_bootstrap: str
 ) -> None:

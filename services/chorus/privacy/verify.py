@@ -1,10 +1,10 @@
 """verify: who says so. A record of a signed event type is acted on only when it is proven
-to come from the producer the registry names (a signature of its bytes by that producer's
-key); a personal field may not hold a value sealed for another event, nor any other field a
-sealed value at all (whoever pasted it there could not open it, and no reader may open it on
-their behalf). Anything else is
-dead-lettered by its position as ``unauthorized``, never under the id the forged event
-names (which could shadow the real one), and it never parks the workflow it names."""
+to come from a producer the registry names (a signature of its bytes by that producer's
+key): else it is dead-lettered by its position as ``unauthorized``, never under the id the
+forged event names (which could shadow the real one), and it never parks the workflow it
+names. A personal field may not hold a value sealed for another event, nor any other field
+a sealed value at all (whoever pasted it there could not open it, and no reader may open it
+on their behalf): such an event is a ``persistent`` dead letter."""
 
 from __future__ import annotations
 

@@ -79,6 +79,10 @@ class Lane(StrEnum):
     low = "low"
 
 
+PLATFORM_TOPICS = "chorus."
+"""The platform's own topics (chorus.control, chorus.timers, chorus.data, ...)."""
+
+
 class CliError(Exception):
     """A message for the user and the exit code that goes with it."""
 
@@ -210,6 +214,16 @@ def build_envelope(
             f"{event_type} carries authority and is signed by {named}: consumers refuse it from "
             "anyone else. Decide through the gateway's API (approvals) or the dead-letter service "
             "(discards) instead",
+            EX_DATAERR,
+        )
+    topic = registry.topic_for(event_type).topic
+    if topic.startswith(PLATFORM_TOPICS):
+        # Timers, retries, dead letters, data requests: the runtime's and the platform
+        # services' own commands, each with its own API where a person may act on them.
+        raise CliError(
+            f"{event_type} is a platform command ({topic}): `chorus produce` publishes workflow "
+            "events only. Redrive or discard dead letters with `chorus dlq`, erase with "
+            "`chorus erase`, roll out with `chorus rollout`",
             EX_DATAERR,
         )
     versions = registry.versions(event_type)
