@@ -162,9 +162,9 @@ def test_a_projects_service_joins_the_signers_of_what_it_says_it_states() -> Non
     ("signs", "writes", "refused"),
     [
         (
-            "invoice.validated",
-            "procurement.events",
-            "signs invoice.validated, which is not a signed event type",
+            "review.requested",
+            "chorus.reviews",
+            "signs review.requested, which is not a signed event type",
         ),
         ("workflow.ended", "approvals.events", "signs workflow.ended but does not write workflows.lifecycle"),
     ],

@@ -74,12 +74,10 @@ async def on_approval_requested(
         policy_version=gate.policy_version,
         rule=gate.rule,
     )
-    # The first window runs from the request, not from when this gate got to it: the
-    # deadline the reviewer and the status page were shown is the one enforced, and a
-    # gate that was down or slow does not stretch it.
-    return Outcome(
-        state=gate, emit=[routed], timers=[*timers, _window_timer(gate, event.envelope.occurred_at)]
-    )
+    # The first window runs on this gate's clock, from when it routed the request: the time
+    # a request states is its requester's word, and a backdated one would skip a reviewer's
+    # window (nor does a gate that was down shorten it).
+    return Outcome(state=gate, emit=[routed], timers=[*timers, _window_timer(gate, ctx.clock.now())])
 
 
 async def on_approval_window_elapsed(

@@ -78,12 +78,23 @@ class Failure(Model):
     )
 
 
+SIGNATURE_HEADER = "chorus-signature"
+"""The Kafka header that carries a signed event's signature (chorus.privacy.signing)."""
+
+
 class FireTarget(Model):
     """What a timer publishes when it falls due: an envelope, verbatim, to a topic."""
 
     topic: Name
     key: Name
     value: dict[str, Any] = Field(description="the envelope (JSON object) to publish", max_length=50)
+    signature: str | None = Field(
+        default=None,
+        max_length=200,
+        description=f"the {SIGNATURE_HEADER} header to publish it with: its producer's "
+        "signature of the envelope, for a signed event type (the timer service relays it, "
+        "and cannot make one)",
+    )
 
 
 @event("timer.schedule", 1)

@@ -40,6 +40,35 @@ def render(registry: Registry) -> str:
     return "\n".join(parts) + "\n"
 
 
+README = "README.md"
+AUTHORITY_BEGIN = "<!-- authority table: written by make docs from the registry -->"
+AUTHORITY_END = "<!-- end of the authority table -->"
+
+
+def authority_table(registry: Registry) -> str:
+    """Every event type: who states it and whether consumers check that (a signature). An
+    unsigned type names the services that produce it (a timer's target: its scheduler)."""
+    catalog = Catalog(registry)
+    rows = ["| event | topic | stated by | signed |", "|---|---|---|---|"]
+    for event_type in catalog.event_types():
+        info = catalog.describe(event_type)
+        makers = sorted({p.service for p in info.producers if p.route is not Route.REDRIVES})
+        stated_by = ", ".join(info.signed_by or makers)
+        signed = "yes" if info.signed_by else "no"
+        rows.append(f"| `{event_type}` | `{info.topic.name}` | {stated_by} | {signed} |")
+    return "\n".join(rows)
+
+
+def with_authority_table(readme: str, registry: Registry) -> str:
+    """``readme`` with the block between the authority markers rewritten (unchanged when it
+    has none: a project's README need not carry the table)."""
+    if AUTHORITY_BEGIN not in readme or AUTHORITY_END not in readme:
+        return readme
+    head, rest = readme.split(AUTHORITY_BEGIN, 1)
+    tail = rest.split(AUTHORITY_END, 1)[1]
+    return f"{head}{AUTHORITY_BEGIN}\n{authority_table(registry)}\n{AUTHORITY_END}{tail}"
+
+
 def index_row(info: EventInfo) -> str:
     """One line of the index: who makes it (redrives left to the section), who handles it."""
     producers = ", ".join(

@@ -3,19 +3,10 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 PENDING = "pending"
 FIRED = "fired"
 CANCELLED = "cancelled"
-
-
-def stamp_fired(envelope: dict[str, Any], fired_at: datetime) -> dict[str, Any]:
-    """The stored envelope as published: unchanged but for ``occurred_at`` = when it fired.
-
-    The event id stays, so a consumer that already saw an earlier copy drops it.
-    """
-    return {**envelope, "occurred_at": fired_at.isoformat()}
 
 
 def lateness_s(due_at: datetime, fired_at: datetime) -> float:

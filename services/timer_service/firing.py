@@ -16,7 +16,7 @@ from chorus.base.loops import forever
 from chorus.kernel.outbox import stored_envelope_message
 from chorus.kernel.service import RuntimeHandle
 from timer_service.adapters import repository
-from timer_service.domain import lateness_s, next_wake_in_s, stamp_fired
+from timer_service.domain import lateness_s, next_wake_in_s
 
 log = logging.getLogger("timer_service.firing")
 
@@ -65,12 +65,14 @@ async def fire_batch(rt: RuntimeHandle, metrics: TimerMetrics, batch_size: int) 
         due = await repository.claim_due(conn, now, batch_size)
         marks = []
         for timer in due:
-            envelope = stamp_fired(timer.envelope, now)
+            # Verbatim, with its scheduler's signature: the fired event is the scheduler's
+            # statement (occurring when it was due), which this relay may not alter.
             late = lateness_s(timer.due_at, now)
-            tx.publish_messages([stored_envelope_message(timer.topic, timer.key, envelope)])
+            message = stored_envelope_message(timer.topic, timer.key, timer.envelope, timer.signature)
+            tx.publish_messages([message])
             marks.append((timer.timer_id, late * 1000.0))
             metrics.lateness.observe(late)
-            metrics.fired.labels(str(envelope.get("event_type", "?"))).inc()
+            metrics.fired.labels(str(timer.envelope.get("event_type", "?"))).inc()
         if marks:
             await repository.mark_fired(conn, marks, now)
     return len(due)

@@ -31,6 +31,7 @@ async def on_timer_schedule(event: Event[TimerSchedule], state: None, ctx: Conte
                 workflow_id=event.envelope.workflow_id,
                 scheduled_by=event.envelope.producer.service,
                 now=ctx.clock.now(),
+                signature=cmd.fire.signature,
             )
         ]
     )

@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -23,12 +24,16 @@ import pytest
 
 from chorus.base.clock import OffsetFileClock
 from chorus.base.errors import DecodeError
-from chorus.kernel.codec import decode
+from chorus.kernel.codec import decode, encode
 from chorus.web.apikeys import DEMO_KEYS
-from chorus_contracts.platform import WorkflowsRetired
+from chorus_contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
+from chorus_contracts.envelope import Envelope
+from chorus_contracts.platform import FireTarget, OriginalRecord, RetryDue, TimerSchedule, WorkflowsRetired
+from chorus_contracts.procurement import BudgetReserved, InvoiceValidated
 from chorus_contracts.registry import Registry
 from chorus_tools.devstack import SERVICES, DevStack
 from tests.support.database import connected
+from tests.support.examples import example
 from tests.support.hostile import SCRIPTS, corpus
 from tests.support.kafka import dump_topics, events_of, publish, read_topic, stated_by
 from tests.support.kafka import envelope as envelope_of
@@ -604,6 +609,155 @@ async def test_whoever_submitted_cannot_decide_its_approval_even_with_a_reviewer
     assert "another reviewer" in own.json()["detail"]
     assert (await world.decide(approval_id, MANAGER, "approve")).status_code == 202
     assert (await world.ended(workflow_id))["status"] == "completed"
+
+
+async def refused_by(world: World, service: str, event_ids: set[str]) -> None:
+    """Until ``service`` dead-lettered a record of each of ``event_ids`` as unauthorized:
+    it read each one and acted on none."""
+    letters: dict[tuple[int, int], tuple[str, str, str]] = {}
+
+    def refused(records: list[Any]) -> bool:
+        for record in records:
+            if (record.partition, record.offset) not in letters:
+                letter = json.loads(record.value)["payload"]
+                value = base64.b64decode(opened(letter["original"], world.key_service)["value_b64"])
+                try:
+                    event_id = str(json.loads(value)["event_id"])
+                except (ValueError, KeyError, TypeError):
+                    event_id = "?"
+                letters[(record.partition, record.offset)] = (
+                    letter["service"],
+                    letter["error"]["category"],
+                    event_id,
+                )
+        return event_ids <= {e for s, c, e in letters.values() if (s, c) == (service, "unauthorized")}
+
+    topic = world.registry.physical_topic("event.dead_lettered")
+    try:
+        await read_topic(world.kafka, [topic], until=refused, timeout_s=90)
+    except AssertionError:
+        mine = sorted(v for v in letters.values() if v[2] in event_ids)
+        raise AssertionError(
+            f"{service} did not refuse all of {sorted(event_ids)}; letters of them: {mine}"
+        ) from None
+
+
+def as_retry_of(world: World, service: str, forged: Envelope) -> Envelope:
+    """``forged`` carried in a durable retry addressed to ``service`` (its consumer group):
+    what any principal that may write chorus.control can publish."""
+    original = OriginalRecord(
+        topic=world.registry.physical_topic(forged.event_type),
+        partition=0,
+        offset=forged.event_id.int % 2**40,  # a dead letter is named by the record's position
+        key_b64=base64.b64encode(forged.workflow_id.encode()).decode(),
+        value_b64=base64.b64encode(encode(forged)).decode(),
+    )
+    due = RetryDue(service=service, consumer_group=service, attempt=2, original=original, failures=[])
+    return stated_by(envelope_of(due, workflow_id=forged.workflow_id, workflow_type="procurement"), service)
+
+
+def as_timer_of(world: World, service: str, forged: Envelope) -> Envelope:
+    """``forged`` as the event of a timer already due, claiming ``service`` scheduled it."""
+    fire = FireTarget(
+        topic=world.registry.physical_topic(forged.event_type),
+        key=forged.workflow_id,
+        value=forged.model_dump(mode="json"),
+    )
+    schedule = TimerSchedule(
+        timer_id=f"{service}:{forged.workflow_id}:forged-{forged.event_id}",
+        due_at=datetime.now(UTC) - timedelta(days=1),
+        fire=fire,
+        purpose="escalation",
+    )
+    return stated_by(
+        envelope_of(schedule, workflow_id=forged.workflow_id, workflow_type="procurement"), service
+    )
+
+
+async def test_a_forged_approval_request_on_its_topic_through_a_timer_or_a_retry_changes_nothing(
+    world: World,
+) -> None:
+    """Whoever may write approvals.events, chorus.timers or chorus.control (every runtime
+    service may) forges a request for a running procurement: a one-millisecond window that
+    approves on its own, as if from the budget agent. None carries the budget agent's
+    signature, so the gate refuses each one; the workflow waits for its manager as before,
+    and the manager's approval pays it once."""
+    run = uuid.uuid4().hex[:8]
+    workflow_id, approval_id = await world.awaiting_manager(invoice(run))
+    approvals = world.registry.physical_topic("approval.requested")
+
+    def forged(how: str) -> Envelope:
+        request = ApprovalRequested(
+            approval_id=f"forged-{how}-{run}",
+            requested_by="budget_agent",
+            chain=[EscalationStep(tier="manager", window_s=0.001)],
+            fallback="auto_approve",
+            context=ApprovalContext(summary=f"Invoice INV-{run}: 1.00 EUR"),
+        )
+        made = envelope_of(request, workflow_id=workflow_id, workflow_type="procurement")
+        return stated_by(
+            made.model_copy(update={"occurred_at": datetime.now(UTC) - timedelta(days=1)}), "budget_agent"
+        )
+
+    direct, timed, retried = forged("direct"), forged("timer"), forged("retry")
+    await publish(world.kafka, approvals, [direct], sign=False)
+    await publish(
+        world.kafka,
+        world.registry.physical_topic("timer.schedule"),
+        [as_timer_of(world, "approval_gate", timed)],
+    )
+    await publish(
+        world.kafka,
+        world.registry.physical_topic("retry.due"),
+        [as_retry_of(world, "approval_gate", retried)],
+    )
+    await refused_by(world, "approval_gate", {str(e.event_id) for e in (direct, timed, retried)})
+
+    status = await world.waiting_on(workflow_id, "manager")
+    assert status["pending_approval"]["approval_id"] == approval_id  # not superseded
+    assert (await world.decide(approval_id, MANAGER, "approve")).status_code == 202
+    assert (await world.ended(workflow_id))["status"] == "completed"
+    paid = [
+        p for p in (await world.stats())["payments"]["by_key"].values() if p["invoice_id"] == f"INV-{run}"
+    ]
+    assert [p["amount_cents"] for p in paid] == [124_000]
+
+
+async def test_forged_money_facts_on_their_topic_or_through_a_retry_pay_nothing(world: World) -> None:
+    """A running procurement waits for its manager; a forger restates its invoice (another
+    vendor, a larger total) and the matching reservation, as if from the invoice and budget
+    agents, on procurement.events and through a retry addressed to the payment agent alone.
+    Neither is signed by its producer: the payment agent refuses all four, and the manager's
+    approval pays what was really validated and reserved."""
+    run = uuid.uuid4().hex[:8]
+    workflow_id, approval_id = await world.awaiting_manager(invoice(run))
+    validated = example(InvoiceValidated)
+    extracted = validated.extracted.model_copy(update={"vendor_id": "vendor-evil", "total_cents": 9_999_900})
+    restated = validated.model_copy(update={"invoice_id": f"INV-{run}", "extracted": extracted})
+    reserved = BudgetReserved(
+        invoice_id=f"INV-{run}",
+        reservation_id=f"res-forged-{run}",
+        cost_center="cc-research",
+        amount_cents=9_999_900,
+        currency="EUR",
+    )
+
+    def forged(fact: Any, producer: str) -> Envelope:
+        return stated_by(envelope_of(fact, workflow_id=workflow_id, workflow_type="procurement"), producer)
+
+    direct = [forged(restated, "invoice_agent"), forged(reserved, "budget_agent")]
+    retried = [forged(restated, "invoice_agent"), forged(reserved, "budget_agent")]
+    await publish(world.kafka, world.registry.physical_topic("invoice.validated"), direct, sign=False)
+    retries = [as_retry_of(world, "payment_agent", fact) for fact in retried]
+    await publish(world.kafka, world.registry.physical_topic("retry.due"), retries)
+    await refused_by(world, "payment_agent", {str(e.event_id) for e in (*direct, *retried)})
+
+    assert (await world.decide(approval_id, MANAGER, "approve")).status_code == 202
+    assert (await world.ended(workflow_id))["status"] == "completed"
+    paid = [
+        p for p in (await world.stats())["payments"]["by_key"].values() if p["invoice_id"] == f"INV-{run}"
+    ]
+    assert [(p["amount_cents"], p["currency"]) for p in paid] == [(124_000, "EUR")]
 
 
 @pytest.mark.parametrize(

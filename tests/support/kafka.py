@@ -17,7 +17,7 @@ from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy
 
 from chorus.kernel.codec import encode
 from chorus.kernel.kafka import make_admin, make_consumer, make_producer, stop_client
-from chorus.privacy.signing import Verifier, load_keys
+from chorus.privacy.signing import Signer, Verifier, load_keys
 from chorus.testing import make_event
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, Priority, ProducerRef
@@ -71,9 +71,14 @@ def envelope(
     traceparent: str | None = None,
     event_id: uuid.UUID | None = None,
 ) -> Envelope:
-    """``event`` in a fresh envelope of its own workflow (chorus.testing.make_event's)."""
+    """``event`` in a fresh envelope of its own workflow (chorus.testing.make_event's). The
+    test plays the service that states it: a signed type names its one signer (and
+    ``publish`` signs it as that service); with several, ``stated_by`` names one."""
     env = make_event(event, workflow_id=workflow_id, workflow_type=workflow_type, priority=priority).envelope
     updates: dict[str, Any] = {}
+    signers = _registry().signers_of(event.event_type)
+    if len(signers) == 1:
+        updates["producer"] = ProducerRef(service=next(iter(signers)), version="test")
     if traceparent is not None:
         updates["traceparent"] = traceparent
     if event_id is not None:
@@ -136,9 +141,15 @@ def signed(value: Envelope, headers: list[tuple[str, bytes]] | None) -> list[tup
     producer = value.producer.service
     if producer not in _registry().signers_of(value.event_type):
         return headers
-    keys = load_keys(os.environ.get("CHORUS_SIGNING_DIR", ""), producer, signs={value.event_type}, checks={})
+    return [*(headers or []), local_signer(producer).header(encode(value))]
+
+
+def local_signer(service: str) -> Signer:
+    """``service``'s signer with its local key (CHORUS_SIGNING_DIR holds every local
+    private key): a test that plays that service."""
+    keys = load_keys(os.environ.get("CHORUS_SIGNING_DIR", ""), service, signs={"*"}, checks={})
     assert keys.signer is not None
-    return [*(headers or []), keys.signer.header(encode(value))]
+    return keys.signer
 
 
 async def publish(

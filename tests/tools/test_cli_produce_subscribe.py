@@ -36,15 +36,12 @@ EX_UNAVAILABLE = 69
 
 # Canonical JSON (compact, fields in the model's order, every default spelled out), so
 # that what the model sends is exactly these bytes: non-ASCII text, floats, nesting.
-APPROVAL_PAYLOAD = (
-    '{"approval_id":"ap-7","requested_by":"budget_agent",'
-    '"chain":[{"tier":"manager","window_s":3600.0},{"tier":"cfo","window_s":86400.5}],'
-    '"fallback":"auto_reject",'
-    '"context":{"summary":"Budget überschritten — 12 % ✓",'
-    '"inputs":{"amount_cents":129900,"vendor":"Zoë & Co","lines":[1,2.5,null,true]},'
-    '"steps_taken":["validated","budget checked"],"options":["approve","reject"],'
-    '"why":"over the cost center\'s threshold"},'
-    '"facts":{"amount_cents":129900,"business_unit":"cc-7","confidence":0.93,"risk_flags":["new_vendor"]}}'
+REPORT_PAYLOAD = (
+    '{"topic":"Durable execution — überall ✓ 12 %",'
+    '"sources":[{"name":"alpha","url":"http://127.0.0.1:9000/sources/alpha"},'
+    '{"name":"Zoë & Co","url":"http://127.0.0.1:9000/sources/zo%C3%AB"}],'
+    '"required_sections":["Summary","Findings"],"min_words":80,'
+    '"delivery_url":"http://127.0.0.1:9000/deliveries","sources_within_s":90.5,"sources_policy":"degrade"}'
 ).encode()
 
 INVOICE_PAYLOAD = {
@@ -107,27 +104,27 @@ def end_offsets(bootstrap: str, topic: str) -> int:
 def test_produce_then_subscribe_round_trips_the_payload_byte_for_byte(
     tmp_path: Path, registry: Registry, cli_env: dict[str, str], kafka_bootstrap: str, unique: str
 ) -> None:
-    data = tmp_path / "approval.json"
-    data.write_bytes(APPROVAL_PAYLOAD)
+    data = tmp_path / "report.json"
+    data.write_bytes(REPORT_PAYLOAD)
     workflow_id = f"wf-cli-{unique}"
     result = chorus(
         cli_env,
         "produce",
-        "approval.requested",
+        "report.requested",
         "--data",
         f"@{data}",
         "--workflow-id",
         workflow_id,
         "--workflow-type",
-        "procurement",
+        "research",
     )
     event_id, topic, partition, offset = published(result)
-    assert topic == registry.physical_topic("approval.requested")
+    assert topic == registry.physical_topic("report.requested")
 
     tail = chorus(
         cli_env,
         "subscribe",
-        "approval.requested",
+        "report.requested",
         "--from-beginning",
         "--json",
         "--filter",
@@ -140,11 +137,11 @@ def test_produce_then_subscribe_round_trips_the_payload_byte_for_byte(
     assert tail.returncode == 0, tail.stderr.decode()
     [line] = tail.stdout.splitlines()
     # The payload inside the printed envelope is the file's bytes, unchanged.
-    assert line.endswith(b'"payload":' + APPROVAL_PAYLOAD + b"}")
+    assert line.endswith(b'"payload":' + REPORT_PAYLOAD + b"}")
     envelope = json.loads(line)
     assert envelope["event_id"] == event_id
     assert envelope["workflow_id"] == workflow_id
-    assert envelope["workflow_type"] == "procurement"
+    assert envelope["workflow_type"] == "research"
     assert envelope["producer"]["service"] == "chorus-cli"
     # ... and the printed line is the record on the topic, byte for byte, where produce said.
     [record] = asyncio.run(read_topic(kafka_bootstrap, [topic], until=lambda rs: len(rs) >= 1))
@@ -154,24 +151,24 @@ def test_produce_then_subscribe_round_trips_the_payload_byte_for_byte(
         offset,
         workflow_id.encode(),
     )
-    assert dict(record.headers)["event_type"] == b"approval.requested"
-    assert decode(record.value, registry).payload.model_dump(mode="json") == json.loads(APPROVAL_PAYLOAD)
+    assert dict(record.headers)["event_type"] == b"report.requested"
+    assert decode(record.value, registry).payload.model_dump(mode="json") == json.loads(REPORT_PAYLOAD)
 
 
 def test_an_invalid_payload_names_the_field_and_publishes_nothing(
     registry: Registry, cli_env: dict[str, str], kafka_bootstrap: str
 ) -> None:
-    bad = json.loads(APPROVAL_PAYLOAD)
-    bad["chain"][0]["window_s"] = "soon"
-    del bad["context"]["summary"]
-    result = chorus(cli_env, "produce", "approval.requested", "--data", "-", stdin=json.dumps(bad).encode())
+    bad = json.loads(REPORT_PAYLOAD)
+    bad["sources_within_s"] = "soon"
+    del bad["sources"][1]["url"]
+    result = chorus(cli_env, "produce", "report.requested", "--data", "-", stdin=json.dumps(bad).encode())
     assert result.returncode == EX_DATAERR
     err = result.stderr.decode()
-    assert "approval.requested v1 payload is invalid" in err
-    assert '/chain/0/window_s: Input should be a valid number (expected a number, got "soon")' in err
-    assert "/context/summary: required field is missing" in err
+    assert "report.requested v1 payload is invalid" in err
+    assert '/sources_within_s: Input should be a valid number (expected a number, got "soon")' in err
+    assert "/sources/1/url: required field is missing" in err
     assert result.stdout == b""
-    assert end_offsets(kafka_bootstrap, registry.physical_topic("approval.requested")) == 0
+    assert end_offsets(kafka_bootstrap, registry.physical_topic("report.requested")) == 0
 
 
 def test_an_unknown_event_type_suggests_the_closest_names(cli_env: dict[str, str]) -> None:
@@ -258,15 +255,15 @@ def test_priority_picks_the_lane_and_a_topic_name_subscribes_to_every_lane(
 def test_subscribe_shows_undecodable_records_and_starts_where_asked(
     registry: Registry, cli_env: dict[str, str], kafka_bootstrap: str, unique: str
 ) -> None:
-    topic = registry.physical_topic("workflow.started")
+    topic = registry.physical_topic("invoice.received")
     key = f"wf-{unique}".encode()
     asyncio.run(publish(kafka_bootstrap, topic, [b"\x00 not an event"], key=key))
     first = chorus(
         cli_env,
         "produce",
-        "workflow.started",
+        "invoice.received",
         "--data",
-        '{"submitted_by": "cli", "start_event_type": "invoice.received"}',
+        json.dumps(INVOICE_PAYLOAD),
         "--workflow-id",
         key.decode(),
     )
@@ -278,9 +275,9 @@ def test_subscribe_shows_undecodable_records_and_starts_where_asked(
         chorus(
             cli_env,
             "produce",
-            "workflow.started",
+            "invoice.received",
             "--data",
-            '{"submitted_by": "cli", "start_event_type": "report.requested"}',
+            json.dumps({**INVOICE_PAYLOAD, "invoice_id": "inv-2"}),
             "--workflow-id",
             key.decode(),
         )
@@ -300,7 +297,7 @@ def test_subscribe_shows_undecodable_records_and_starts_where_asked(
     assert readable.returncode == 0, readable.stderr.decode()
     lines = readable.stdout.decode().splitlines()
     assert lines[0].startswith("undecodable ") and "NotJSONError" in lines[0]
-    assert all("workflow.started v1" in line and key.decode() in line for line in lines[1:])
+    assert all("invoice.received v2" in line and key.decode() in line for line in lines[1:])
 
     since = chorus(cli_env, "subscribe", topic, "--since", between.isoformat(), "--json", "--timeout", "8")
     assert since.returncode == 0, since.stderr.decode()
@@ -334,20 +331,20 @@ def test_no_broker_or_no_topic_says_where_and_what_to_do(
     tmp_path: Path, kafka_bootstrap: str, unique: str
 ) -> None:
     registry = load_registry(isolated_schemas(tmp_path, f"{unique}x"))
-    payload = '{"submitted_by": "cli", "start_event_type": "invoice.received"}'
+    payload = json.dumps(INVOICE_PAYLOAD)
     env = {"CHORUS_SCHEMAS_DIR": str(registry.root), "CHORUS_KAFKA_BOOTSTRAP": "127.0.0.1:1"}
-    down = chorus(env, "produce", "workflow.started", "--data", payload)
+    down = chorus(env, "produce", "invoice.received", "--data", payload)
     assert down.returncode == EX_UNAVAILABLE
     assert "cannot reach Kafka at 127.0.0.1:1" in down.stderr.decode()
     assert "make up" in down.stderr.decode()
-    also_down = chorus(env, "subscribe", "workflow.started", "--timeout", "1")
+    also_down = chorus(env, "subscribe", "invoice.received", "--timeout", "1")
     assert also_down.returncode == EX_UNAVAILABLE
 
     # A broker, but the registry's topics were never created on it.
     env["CHORUS_KAFKA_BOOTSTRAP"] = kafka_bootstrap
-    missing = chorus(env, "produce", "workflow.started", "--data", payload)
+    missing = chorus(env, "produce", "invoice.received", "--data", payload)
     assert missing.returncode == EX_UNAVAILABLE
-    assert f"topic {registry.physical_topic('workflow.started')} does not exist" in (missing.stderr.decode())
+    assert f"topic {registry.physical_topic('invoice.received')} does not exist" in (missing.stderr.decode())
     assert "chorus topics apply" in missing.stderr.decode()
 
 
@@ -355,13 +352,13 @@ def test_subscribe_reads_to_the_end_then_stops_from_any_offset_with_keys_and_hea
     registry: Registry, cli_env: dict[str, str], unique: str
 ) -> None:
     """kcat's -e, -p and -o: what an operator reaches for to look at a partition."""
-    payload = '{"deadline_at": "2026-01-01T00:00:00Z"}'
+    payload = json.dumps(INVOICE_PAYLOAD)
     produced = [
         published(
             chorus(
                 cli_env,
                 "produce",
-                "workflow.deadline_reached",
+                "invoice.received",
                 "--data",
                 payload,
                 "--workflow-id",
@@ -379,7 +376,7 @@ def test_subscribe_reads_to_the_end_then_stops_from_any_offset_with_keys_and_hea
     assert "4 record(s)" in everything.stderr.decode()
     for n in range(4):
         assert f"key='wf-{n}-{unique}'" in out
-    assert out.count('"event_type": "workflow.deadline_reached"') == 4  # the headers every producer sets
+    assert out.count('"event_type": "invoice.received"') == 4  # the headers every producer sets
 
     # One partition, from its last record (offset -1), as JSON: exactly that record.
     _, _, partition, offset = produced[-1]

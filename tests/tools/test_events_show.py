@@ -46,7 +46,7 @@ def test_a_plain_event_shows_its_topic_files_producer_consumers_and_tests(valida
     assert "invoice_agent: emits it" in validated
     assert "budget_agent reads v3: budget_agent.handlers.on_invoice_validated" in validated
     assert "tests/services/budget_agent/test_handlers.py" in validated
-    assert "not signed" in validated
+    assert any(line.split() == ["signed", "by", "invoice_agent"] for line in validated.splitlines())
 
 
 def test_every_path_it_shows_is_a_file_of_the_checkout(validated: str) -> None:
@@ -103,7 +103,7 @@ def test_json_output_parses_and_has_every_field() -> None:
         "workflows": [],
     }
     assert scheduled in body["producers"]
-    assert body["signed_by"] == []
+    assert body["signed_by"] == ["approval_gate"]  # fired by the timer service, stated by the gate
     assert {c["service"]: c["reads_version"] for c in body["consumers"]}["approval_gate"] == 1
     assert "tests/services/approval_gate/test_handlers.py" in body["tests"]
     assert json.loads(shown("approval.decided", "--json"))["signed_by"] == ["approval_gate"]
@@ -124,6 +124,21 @@ def test_docs_events_md_is_what_the_registry_and_code_say() -> None:
     assert committed.read_text() == eventsdoc.render(load_registry(ROOT / "schemas")), (
         "docs/events.md is stale: run make docs"
     )
+
+
+def test_the_readmes_authority_table_is_what_the_registry_says() -> None:
+    readme = (ROOT / eventsdoc.README).read_text()
+    registry = load_registry(ROOT / "schemas")
+    assert readme == eventsdoc.with_authority_table(readme, registry), (
+        "README.md's table is stale: run make docs"
+    )
+    rows = {
+        line.split(" | ")[0].strip("| `"): line
+        for line in eventsdoc.authority_table(registry).splitlines()[2:]
+    }
+    assert set(rows) == set(registry.event_types())
+    assert rows["invoice.validated"].endswith("| invoice_agent | yes |")
+    assert rows["timer.schedule"].endswith("| chorus-runtime | no |")
 
 
 def test_the_scan_finds_timers_through_variables_and_helpers(tmp_path: Path) -> None:

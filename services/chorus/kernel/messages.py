@@ -14,7 +14,7 @@ from typing import Any
 from chorus.base.errors import Category
 from chorus.kernel.deadletters import dead_letter_envelope
 from chorus.kernel.envelopes import child_envelope
-from chorus.kernel.outbox import outbox_message
+from chorus.kernel.outbox import fire_target, outbox_message
 from chorus.kernel.ports import Sealing, Signer
 from chorus.kernel.records import Record, to_original
 from chorus.kernel.service import CancelTimer, Emit, Outcome, RescheduleTimer, ScheduleTimer, ServiceSpec
@@ -23,7 +23,6 @@ from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.platform import (
     Failure,
-    FireTarget,
     RetryDue,
     ReviewRequested,
     TimerCancel,
@@ -90,18 +89,15 @@ class Messages:
             timer_id = f"{self.spec.name}:{env.workflow_id}:{timer.timer_id}"
             command: EventModel
             if isinstance(timer, ScheduleTimer):
-                # Sealed now: the timer service keeps it, and publishes it, as it is.
+                # Sealed and signed now: the timer service keeps it, and publishes it, as it
+                # is; it occurs when it is due.
                 fired = await self._sealed(
-                    self._child(env, timer.event, now, f"timer/{timer.timer_id}", traceparent)
+                    self._child(env, timer.event, timer.due_at, f"timer/{timer.timer_id}", traceparent)
                 )
                 command = TimerSchedule(
                     timer_id=timer_id,
                     due_at=timer.due_at,
-                    fire=FireTarget(
-                        topic=self.registry.physical_topic(fired.event_type, fired.priority),
-                        key=fired.workflow_id,
-                        value=fired.model_dump(mode="json"),
-                    ),
+                    fire=fire_target(self.registry, fired, self.signer),
                     purpose=timer.purpose if timer.purpose in _PURPOSES else "other",  # type: ignore[arg-type]
                 )
             elif isinstance(timer, CancelTimer):
@@ -131,15 +127,12 @@ class Messages:
             original=to_original(rec),
             failures=failures,
         )
-        fired = await self._sealed(self._child(env, due, now, f"retry/{attempt + 1}", traceparent))
+        due_at = now + timedelta(seconds=wait_s)
+        fired = await self._sealed(self._child(env, due, due_at, f"retry/{attempt + 1}", traceparent))
         schedule = TimerSchedule(
             timer_id=f"retry:{self.group}:{env.event_id}:{attempt + 1}",
-            due_at=now + timedelta(seconds=wait_s),
-            fire=FireTarget(
-                topic=self.registry.physical_topic("retry.due"),
-                key=env.workflow_id,
-                value=fired.model_dump(mode="json"),
-            ),
+            due_at=due_at,
+            fire=fire_target(self.registry, fired, self.signer),
             purpose="retry",
         )
         return await self.message(self._child(env, schedule, now, f"retry-timer/{attempt + 1}", traceparent))

@@ -23,6 +23,7 @@ from chorus.kernel.ports import Sealing, Signer
 from chorus.kernel.store import OutboxMessage
 from chorus.kernel.store.postgres import ServiceStore
 from chorus_contracts.envelope import Envelope
+from chorus_contracts.platform import SIGNATURE_HEADER, FireTarget
 from chorus_contracts.registry import Registry
 from chorus_contracts.strictjson import escape
 
@@ -39,14 +40,9 @@ def outbox_message(registry: Registry, envelope: Envelope, signer: Signer | None
     """
     value = encode(envelope)
     headers = envelope_headers(envelope)
-    signed_by = registry.signers_of(envelope.event_type)
-    if signed_by:
-        if signer is None or signer.service not in signed_by:
-            raise SigningConfigError(
-                f"{envelope.event_type} is signed by {', '.join(sorted(signed_by))}; "
-                f"{signer.service if signer else 'this code'} cannot publish it"
-            )
-        headers.append(signer.header(value))
+    signature = signature_header(registry, envelope.event_type, value, signer)
+    if signature is not None:
+        headers.append(signature)
     message = OutboxMessage(
         topic=registry.physical_topic(envelope.event_type, envelope.priority),
         key=envelope.workflow_id.encode(),
@@ -69,6 +65,38 @@ def outbox_message(registry: Registry, envelope: Envelope, signer: Signer | None
     return message
 
 
+def signature_header(
+    registry: Registry, event_type: str, value: bytes, signer: Signer | None
+) -> tuple[str, bytes] | None:
+    """``signer``'s signature header for a record of a signed ``event_type`` (None for a
+    type the registry does not sign); :class:`SigningConfigError` when ``signer`` is not
+    one of its signers (a bug, refused here rather than by every consumer)."""
+    signed_by = registry.signers_of(event_type)
+    if not signed_by:
+        return None
+    if signer is None or signer.service not in signed_by:
+        raise SigningConfigError(
+            f"{event_type} is signed by {', '.join(sorted(signed_by))}; "
+            f"{signer.service if signer else 'this code'} cannot publish it"
+        )
+    return signer.header(value)
+
+
+def fire_target(registry: Registry, fired: Envelope, signer: Signer | None) -> FireTarget:
+    """What a timer publishes when it falls due: ``fired`` on its topic, verbatim, with its
+    producer's signature when its type is signed. The timer service relays the signature
+    and never signs (so it can fire a decision its scheduler made, but never make one);
+    ``fired.occurred_at`` is the time it is due (the scheduler states it, and signs it)."""
+    value = fired.model_dump(mode="json")
+    header = signature_header(registry, fired.event_type, encode(fired), signer)
+    return FireTarget(
+        topic=registry.physical_topic(fired.event_type, fired.priority),
+        key=fired.workflow_id,
+        value=value,
+        signature=header[1].decode() if header else None,
+    )
+
+
 def envelope_headers(envelope: Envelope) -> list[tuple[str, bytes]]:
     """The Kafka headers every Chorus producer sets."""
     return _headers(envelope.traceparent, envelope.event_type, envelope.schema_version)
@@ -82,9 +110,11 @@ def _headers(traceparent: object, event_type: object, schema_version: object) ->
     ]
 
 
-def stored_envelope_message(topic: str, key: str, envelope: dict[str, Any]) -> OutboxMessage:
+def stored_envelope_message(
+    topic: str, key: str, envelope: dict[str, Any], signature: str | None = None
+) -> OutboxMessage:
     """The row for an envelope kept as JSON (a timer's target), published verbatim, with
-    the same headers as every other event."""
+    the same headers as every other event and the signature its producer made of it."""
     event_id = envelope.get("event_id")
     try:
         parsed_id: uuid.UUID | None = uuid.UUID(str(event_id))
@@ -94,11 +124,14 @@ def stored_envelope_message(topic: str, key: str, envelope: dict[str, Any]) -> O
         topic=topic,
         key=key.encode(),
         value=json.dumps(envelope).encode(),
-        headers=_headers(
-            envelope.get("traceparent", ""),
-            envelope.get("event_type", ""),
-            envelope.get("schema_version", ""),
-        ),
+        headers=[
+            *_headers(
+                envelope.get("traceparent", ""),
+                envelope.get("event_type", ""),
+                envelope.get("schema_version", ""),
+            ),
+            *([(SIGNATURE_HEADER, signature.encode())] if signature else []),
+        ],
         event_id=parsed_id,
         workflow_id=str(envelope.get("workflow_id", key)),
     )

@@ -45,8 +45,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from chorus.base.errors import SigningConfigError, UnauthorizedError
+from chorus_contracts.platform import SIGNATURE_HEADER
 
-HEADER = "chorus-signature"
+HEADER = SIGNATURE_HEADER
 _DOMAIN = b"chorus-signature-v1\x00"
 """Prefix of every signed message, so a signature made here means nothing elsewhere."""
 

@@ -92,9 +92,20 @@ def list_command(
 
 @app.command("docs")
 def docs_command(schemas_dir: SchemasDir = None, check_only: CheckOnly = False) -> None:
-    """Write docs/events.md (beside the registry's folder): every event type, one section each."""
+    """Write docs/events.md (beside the registry's folder): every event type, one section each;
+    and the README's table of who states each type, where it has one."""
     root = schemas_dir or default_schemas_dir()
     write_document("events docs", root, root.parent / eventsdoc.DOCUMENT, eventsdoc.render, check_only)
+    readme = root.parent / eventsdoc.README
+    if readme.exists():
+        text = readme.read_text()
+        write_document(
+            "events docs",
+            root,
+            readme,
+            lambda registry: eventsdoc.with_authority_table(text, registry),
+            check_only,
+        )
 
 
 def print_event(info: EventInfo) -> None:

@@ -18,7 +18,7 @@ from pydantic import Field, create_model
 from chorus.base.errors import EventTooLargeError
 from chorus.base.tracing import request_span
 from chorus.kernel.envelopes import child_envelope, start_envelope
-from chorus.kernel.outbox import outbox_message
+from chorus.kernel.outbox import fire_target, outbox_message
 from chorus.kernel.service import RuntimeHandle
 from chorus.kernel.store import OutboxMessage
 from chorus.outside.egress import EgressRefusedError, check_egress
@@ -29,7 +29,7 @@ from chorus_contracts.api.gateway import Submission, SubmissionAccepted
 from chorus_contracts.base import plain_input
 from chorus_contracts.envelope import Envelope
 from chorus_contracts.lifecycle import WorkflowDeadlineReached, WorkflowStarted
-from chorus_contracts.platform import FireTarget, TimerSchedule
+from chorus_contracts.platform import TimerSchedule
 from gateway.adapters import repository
 from gateway.domain import WorkflowType as WorkflowKind
 from gateway.domain import request_hash, submitter_urls
@@ -245,18 +245,14 @@ def _deadline_timer(rt: RuntimeHandle, started: Envelope, deadline_at: datetime,
         started,
         WorkflowDeadlineReached(deadline_at=deadline_at),
         producer=rt.producer,
-        now=now,
+        now=deadline_at,  # when it occurs: the gateway states (and signs) it now
         position="deadline",
         traceparent=started.traceparent,  # made by the accepting request's span, as the rest
     )
     command = TimerSchedule(
         timer_id=f"gateway:{started.workflow_id}:deadline",
         due_at=deadline_at,
-        fire=FireTarget(
-            topic=rt.registry.physical_topic(fired.event_type, fired.priority),
-            key=started.workflow_id,
-            value=fired.model_dump(mode="json"),
-        ),
+        fire=fire_target(rt.registry, fired, rt.signer),
         purpose="deadline",
     )
     return child_envelope(

@@ -62,6 +62,17 @@ MIGRATIONS = [
             f"CREATE INDEX IF NOT EXISTS timers_by_workflow ON {SCHEMA}.timers (workflow_id)",
         ),
     ),
+    # A fired envelope may be signed by its scheduler: it is kept as the text that was
+    # signed (jsonb would rewrite numbers, 1e+20 as 100000000000000000000, and break the
+    # signature), with the signature beside it.
+    migrations.Migration(
+        4,
+        "signed_fires",
+        (
+            f"ALTER TABLE {SCHEMA}.timers ALTER COLUMN envelope TYPE text USING envelope::text",
+            f"ALTER TABLE {SCHEMA}.timers ADD COLUMN IF NOT EXISTS signature text",
+        ),
+    ),
 ]
 
 
@@ -82,13 +93,14 @@ class ScheduleTimerRow:
     workflow_id: str
     scheduled_by: str
     now: datetime
+    signature: str | None = None
 
     async def apply(self, conn: asyncpg.Connection) -> None:
         await conn.execute(
             f"""INSERT INTO {SCHEMA}.timers
                   (timer_id, due_at, status, topic, key, envelope, purpose, workflow_id,
-                   scheduled_by, created_at, updated_at)
-                VALUES ($1, $2, '{PENDING}', $3, $4, $5::jsonb, $6, $7, $8, $9, $9)
+                   scheduled_by, created_at, updated_at, signature)
+                VALUES ($1, $2, '{PENDING}', $3, $4, $5, $6, $7, $8, $9, $9, $10)
                 ON CONFLICT (timer_id) DO NOTHING""",
             self.timer_id,
             self.due_at,
@@ -99,6 +111,7 @@ class ScheduleTimerRow:
             self.workflow_id,
             self.scheduled_by,
             self.now,
+            self.signature,
         )
 
 
@@ -170,12 +183,13 @@ class DueTimer:
     topic: str
     key: str
     envelope: dict[str, Any]
+    signature: str | None
 
 
 async def claim_due(conn: asyncpg.Connection, now: datetime, limit: int) -> list[DueTimer]:
     """Lock a batch of due timers; rows another replica holds are skipped, not waited for."""
     rows = await conn.fetch(
-        f"""SELECT timer_id, due_at, topic, key, envelope::text AS envelope
+        f"""SELECT timer_id, due_at, topic, key, envelope, signature
             FROM {SCHEMA}.timers
             WHERE status = '{PENDING}' AND due_at <= $1
             ORDER BY due_at
@@ -185,7 +199,8 @@ async def claim_due(conn: asyncpg.Connection, now: datetime, limit: int) -> list
         limit,
     )
     return [
-        DueTimer(r["timer_id"], r["due_at"], r["topic"], r["key"], json.loads(r["envelope"])) for r in rows
+        DueTimer(r["timer_id"], r["due_at"], r["topic"], r["key"], json.loads(r["envelope"]), r["signature"])
+        for r in rows
     ]
 
 

@@ -114,7 +114,7 @@ def test_a_type_several_services_state_is_taken_from_each_only_under_its_own_sig
 
 def test_unsigned_types_pass_and_the_outbox_signs_only_with_the_registered_signer(keys_dir: Path) -> None:
     gate = load_keys(str(keys_dir), "approval_gate", signs={"approval.decided"}, checks=CHECKS)
-    gate.verifier.check("invoice.received", "anyone", b"{}", [])  # not a signed type
+    gate.verifier.check("retry.due", "anyone", b"{}", [])  # not a signed type
     made = Envelope.model_validate(json.loads(decided()))
     message = outbox_message(REGISTRY, made, gate.signer)
     assert [k for k, _ in message.headers].count(HEADER) == 1

@@ -52,11 +52,11 @@ def submitted(tier: str, decision: Decision = "approve") -> ApprovalDecisionSubm
     )
 
 
-async def test_a_request_opens_the_first_tiers_window_from_the_request_time(gate: WorkflowHarness) -> None:
+async def test_a_request_opens_the_first_tiers_window_on_the_gates_clock(gate: WorkflowHarness) -> None:
     step = await gate.deliver(REQUEST, "wf-1")
     [timer] = step.outcome.timers
     assert isinstance(timer, ScheduleTimer)
-    assert timer.due_at == step.event.envelope.occurred_at + timedelta(hours=8)
+    assert timer.due_at == gate.clock.now() + timedelta(hours=8)
     assert timer.event == ApprovalWindowElapsed(approval_id="appr-1", level=0)
 
 

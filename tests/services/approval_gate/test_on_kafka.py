@@ -5,7 +5,7 @@ timer service, measured from the request."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -20,7 +20,7 @@ from chorus_contracts.approvals import (
     EscalationStep,
 )
 from tests.support.database import own_database
-from tests.support.kafka import envelope
+from tests.support.kafka import envelope, stated_by
 from tests.support.onkafka import OnKafka
 
 pytestmark = pytest.mark.integration
@@ -51,12 +51,16 @@ async def test_a_large_procurement_is_routed_to_the_director_and_its_window_sche
         context=ApprovalContext(summary="Invoice INV-9 from vendor-acme: 12400.00 EUR against PO-7781"),
         facts=ApprovalFacts(amount_cents=1_240_000, business_unit="cc-research"),
     )
-    sent = envelope(requested, workflow_id=workflow_id, workflow_type="procurement")
+    sent = stated_by(
+        envelope(requested, workflow_id=workflow_id, workflow_type="procurement"), "budget_agent"
+    )
     settings = on_kafka.settings(Settings, SPEC.name, database_url=gate_database)
     async with running(SPEC, settings, registry=on_kafka.registry):
+        before = datetime.now(UTC)
         await on_kafka.publish(sent, sent)  # the same request again: a redelivery
         [routed] = await on_kafka.read("approval.routed", workflow_id, settle_s=2.0)
         [window] = await on_kafka.read("timer.schedule", workflow_id)
+        after = datetime.now(UTC)
     # The built-in policy (version 1): 10,000.00 or more skips the manager.
     assert routed.payload == ApprovalRouted(
         approval_id=approval_id,
@@ -68,7 +72,8 @@ async def test_a_large_procurement_is_routed_to_the_director_and_its_window_sche
     timer = window.payload
     assert timer.timer_id == f"approval_gate:{workflow_id}:window-{approval_id}-0"
     assert timer.purpose == "escalation"
-    assert timer.due_at == sent.occurred_at + timedelta(hours=8)  # from the request, not from its reading
+    # On the gate's clock, from when it routed the request (not from the time it states).
+    assert before + timedelta(hours=8) <= timer.due_at <= after + timedelta(hours=8)
     fires = timer.fire.value
     assert timer.fire.topic == on_kafka.registry.physical_topic("approval.window_elapsed")
     assert (fires["event_type"], fires["workflow_id"]) == ("approval.window_elapsed", workflow_id)

@@ -846,13 +846,16 @@ async def test_the_read_api_answers_what_other_services_may_know(
 
 
 async def test_a_workflow_parked_behind_a_dead_letter_too_long_raises_one_alert_until_its_end(
-    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    database_url: str,
+    unique: str,
+    as_the_projector: tuple[Registry, str],
 ) -> None:
     """Bounded parking, on simulated time: a workflow stopped by a dead letter lists as
     ``attention`` with why and since when; an hour later (parked_alert_after_s) the projector
     raises workflow.attention_needed, once, and the list says so; its deadline still ends it."""
-    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
-    name = f"audit_{unique}"
+    registry, name = as_the_projector  # it states workflow.attention_needed (signed)
     clock_file = tmp_path / "clock"
     parked, fine = f"wf-parked-{unique}", f"wf-fine-{unique}"
     t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)

@@ -14,12 +14,14 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from approval_gate.bootstrap import Deps
 from approval_gate.service import SPEC as GATE
 from chorus.kernel.codec import Event, decode
 from chorus.kernel.messages import Messages
 from chorus.kernel.service import Outcome, RescheduleTimer, TimerCommand
+from chorus.privacy.signing import Signer, Verifier
 from chorus.testing import Step, WorkflowHarness
 from chorus_contracts.approvals import (
     ApprovalContext,
@@ -39,10 +41,10 @@ from timer_service.adapters.repository import (
     RescheduleTimerRow,
     ScheduleTimerRow,
 )
-from timer_service.domain import stamp_fired
 from timer_service.service import SPEC as TIMERS
 
 REGISTRY = default_registry()
+GATE_KEY = Ed25519PrivateKey.generate()
 WINDOW = timedelta(hours=8)
 REQUEST = ApprovalRequested(
     approval_id="appr-1",
@@ -71,7 +73,8 @@ async def published(scheduler: WorkflowHarness, step: Step, *instead: TimerComma
     """The timer commands the runtime publishes for ``step``'s timers (or for ``instead``),
     decoded from chorus.timers as the timer service reads them."""
     spec, env = scheduler.spec, step.event.envelope
-    messages = Messages(spec, REGISTRY, ProducerRef(service=spec.name, version=spec.version), spec.name)
+    producer = ProducerRef(service=spec.name, version=spec.version)
+    messages = Messages(spec, REGISTRY, producer, spec.name, Signer(spec.name, GATE_KEY))
     timers = Outcome[Any](timers=instead or step.outcome.timers)
     return [
         decode(row.value, REGISTRY)
@@ -92,7 +95,7 @@ async def test_a_schedule_keeps_the_timer_for_the_workflow_and_service_that_aske
     [row] = await rows(timers, await published(gate, step))
     assert isinstance(row, ScheduleTimerRow)
     assert row.timer_id == "approval_gate:wf-1:window-appr-1-0"
-    assert row.due_at == step.event.envelope.occurred_at + WINDOW
+    assert row.due_at == gate.clock.now() + WINDOW
     assert (row.workflow_id, row.scheduled_by, row.purpose) == ("wf-1", "approval_gate", "escalation")
     assert row.now == timers.clock.now()
     assert timers.state("wf-1") is None  # rows only: the timer service keeps no checkpoint
@@ -106,13 +109,17 @@ async def test_a_fire_target_is_the_schedulers_event_in_its_workflow_on_that_eve
     assert isinstance(row, ScheduleTimerRow)
     assert row.topic == REGISTRY.physical_topic(ApprovalWindowElapsed.event_type, "high")
     assert row.key == "wf-1"  # the workflow's partition, behind its earlier events
-    fired_at = row.due_at + timedelta(milliseconds=40)
-    fired = decode(json.dumps(stamp_fired(row.envelope, fired_at)).encode(), REGISTRY)
+    value = json.dumps(row.envelope).encode()  # as the firing loop publishes it, verbatim
+    fired = decode(value, REGISTRY)
     assert fired.payload == ApprovalWindowElapsed(approval_id="appr-1", level=0)
     env = fired.envelope
     assert (env.workflow_id, env.priority, env.producer.service) == ("wf-1", "high", "approval_gate")
     assert env.causation_id == str(step.event.envelope.event_id)  # the request that opened the window
-    assert env.occurred_at == fired_at
+    assert env.occurred_at == row.due_at  # the window elapsed when it was due, however late it fired
+    # The gate's own signature rides along: the timer service relays it and cannot make one.
+    assert row.signature is not None
+    gate_only = Verifier(REGISTRY.signed_by(), {"approval_gate": GATE_KEY.public_key()})
+    gate_only.check(env.event_type, "approval_gate", value, [("chorus-signature", row.signature.encode())])
 
 
 async def test_a_step_that_runs_again_asks_for_the_same_timer_once_more(

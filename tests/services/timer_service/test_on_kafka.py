@@ -7,11 +7,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from chorus.kernel.outbox import fire_target
 from chorus.runtime.runner import running
 from chorus_contracts.approvals import ApprovalWindowElapsed
 from chorus_contracts.envelope import Envelope
-from chorus_contracts.platform import FireTarget, TimerCancel, TimerSchedule
-from tests.support.kafka import envelope
+from chorus_contracts.platform import TimerCancel, TimerSchedule
+from tests.support.kafka import envelope, local_signer, local_verifier, read_topic
 from tests.support.onkafka import OnKafka
 from timer_service.config import Settings
 from timer_service.service import SPEC
@@ -20,18 +21,15 @@ pytestmark = pytest.mark.integration
 
 
 def window(on_kafka: OnKafka, workflow_id: str, due_at: datetime) -> tuple[Envelope, Envelope]:
-    """A gate's approval window as its runtime asks for it: (the event to fire, the command)."""
+    """A gate's approval window as its runtime asks for it: (the event to fire, signed by
+    the gate and occurring when it is due; the command)."""
     elapsed = envelope(
         ApprovalWindowElapsed(approval_id=f"appr-{workflow_id}", level=0), workflow_id=workflow_id
-    )
+    ).model_copy(update={"occurred_at": due_at})
     command = TimerSchedule(
         timer_id=f"approval_gate:{workflow_id}:window-0",
         due_at=due_at,
-        fire=FireTarget(
-            topic=on_kafka.registry.physical_topic(elapsed.event_type),
-            key=workflow_id,
-            value=elapsed.model_dump(mode="json"),
-        ),
+        fire=fire_target(on_kafka.registry, elapsed, local_signer("approval_gate")),
         purpose="escalation",
     )
     return elapsed, envelope(command, workflow_id=workflow_id)
@@ -56,4 +54,11 @@ async def test_a_due_timer_fires_its_event_once_and_a_cancelled_one_never(on_kaf
     [fired] = everything_fired
     assert fired.payload == ApprovalWindowElapsed(approval_id=f"appr-{schedule.workflow_id}", level=0)
     assert fired.envelope.event_id == elapsed.event_id  # the scheduler's event, as it was stored
-    assert fired.envelope.occurred_at >= due_at  # never early
+    # Verbatim: the gate's event as it stated and signed it (the timer service cannot sign),
+    # published once it was due, never early.
+    assert fired.envelope == elapsed
+    [record] = await read_topic(
+        on_kafka.bootstrap, [on_kafka.registry.physical_topic(elapsed.event_type)], until=bool
+    )
+    local_verifier(on_kafka.registry).check(elapsed.event_type, "approval_gate", record.value, record.headers)
+    assert datetime.fromtimestamp(record.timestamp / 1000, UTC) >= due_at
