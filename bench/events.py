@@ -37,6 +37,16 @@ class DurablePong(_Hop):
     pass
 
 
+@event("bench.signed_ping", 1)
+class SignedPing(_Hop):
+    """The no-op hop with both events signed (signed_by): the cost of signing everything."""
+
+
+@event("bench.signed_pong", 1)
+class SignedPong(_Hop):
+    pass
+
+
 @event("bench.step", 1)
 class FlowStep(EventModel):
     step: int
@@ -84,13 +94,20 @@ class TimerFired(EventModel):
     due_ns: int
 
 
-def _topic(name: str, *event_types: str) -> str:
-    events = "".join(f"  - type: {t}\n    versions: [1]\n    compatibility: full\n" for t in event_types)
+DRIVER_SIGNER = "bench_driver"
+SIGNED_NOOP = "bench_signed_noop"
+
+
+def _topic(name: str, *event_types: str, signed_by: str = "") -> str:
+    signer = f"    signed_by: {signed_by}\n" if signed_by else ""
+    events = "".join(
+        f"  - type: {t}\n    versions: [1]\n    compatibility: full\n{signer}" for t in event_types
+    )
     return (
         f"topic: {name}\n"
         "description: Benchmark-only topic (bench/).\n"
         "owner: bench\n"
-        "producers: [bench]\n"
+        f"producers: [{signed_by or 'bench'}]\n"
         "consumers: [bench]\n"
         "partitions: 6\n"
         "retention_ms: 3600000\n"
@@ -105,6 +122,9 @@ BENCH_TOPICS: dict[str, str] = {
     "bench.noop.out": _topic("bench.noop.out", "bench.noop_pong"),
     "bench.durable.in": _topic("bench.durable.in", "bench.durable_ping"),
     "bench.durable.out": _topic("bench.durable.out", "bench.durable_pong"),
+    # The driver states the pings (with its key), the signed no-op service its pongs.
+    "bench.signed.in": _topic("bench.signed.in", "bench.signed_ping", signed_by=DRIVER_SIGNER),
+    "bench.signed.out": _topic("bench.signed.out", "bench.signed_pong", signed_by=SIGNED_NOOP),
     "bench.steps": _topic("bench.steps", "bench.step"),
     "bench.done": _topic("bench.done", "bench.flow_done"),
     "bench.sealed.steps": _topic("bench.sealed.steps", "bench.sealed_step"),

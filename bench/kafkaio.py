@@ -37,13 +37,17 @@ class EnvelopeFactory:
     would cost more than the services it feeds, so only ids and payload change."""
 
     def __init__(
-        self, example: EventModel, workflow_type: str = "bench", subject_ref: str | None = None
+        self,
+        example: EventModel,
+        workflow_type: str = "bench",
+        subject_ref: str | None = None,
+        producer: ProducerRef = DRIVER,
     ) -> None:
         env = start_envelope(
             example,
             workflow_id="wf-template",
             workflow_type=workflow_type,
-            producer=DRIVER,
+            producer=producer,
             now=datetime.now(UTC),
             idempotency_key="template",
             subject_ref=subject_ref,
@@ -74,10 +78,17 @@ def pad_for(factory: EnvelopeFactory, payload: dict[str, Any]) -> str:
 
 
 async def produce_all(
-    producer: AIOKafkaProducer, topic: str, messages: Sequence[tuple[bytes, bytes]]
+    producer: AIOKafkaProducer,
+    topic: str,
+    messages: Sequence[tuple[bytes, bytes]],
+    headers: Sequence[list[tuple[str, bytes]]] | None = None,
 ) -> None:
-    """Send (key, value) pairs and wait until the broker acknowledged every one."""
-    futures = [await producer.send(topic, value, key=key) for key, value in messages]
+    """Send (key, value) pairs (with ``headers[i]`` each, if given) and wait until the
+    broker acknowledged every one."""
+    futures = [
+        await producer.send(topic, value, key=key, headers=headers[i] if headers else None)
+        for i, (key, value) in enumerate(messages)
+    ]
     await asyncio.gather(*futures)
 
 

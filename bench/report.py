@@ -81,6 +81,8 @@ def summary_line(r: dict[str, Any]) -> str:
             "R5_sealed_p50_ms=" + val5(lambda: sealed["p50_ms"]["median"], "{:.1f}"),
             "R5_sealed_p99_ms=" + val5(lambda: sealed["p99_ms"]["median"], "{:.1f}"),
             "R5_sealed_ratio=" + val5(lambda: sealed["ratio"]["median"], "{:.2f}"),
+            # The no-op hop with both events signed over unsigned, messages/s per round.
+            "signed_hop_ratio=" + val("signing", lambda: r["signing"]["ratio"]["median"], "{:.2f}"),
         ]
     )
 
@@ -197,6 +199,14 @@ def markdown(r: dict[str, Any], line: str) -> str:
         lines.append(
             f"| R5 sealed: closed loop, 32 in flight: workflows/s | {_m(c['per_s'], '{:.0f}')} "
             f"| plain {_m(pc['per_s'], '{:.0f}')} | ratio {_m(c['ratio'])} | - | - |"
+        )
+    if "signing" in r:
+        g = r["signing"]
+        cpu = g["service_cpu_us_per_message"]
+        lines.append(
+            f"| Signing: no-op hop, both events signed: messages/s | {_m(g['B'], '{:.0f}')} "
+            f"| unsigned {_m(g['A'], '{:.0f}')} | ratio {_m(g['ratio'])}; service CPU/message "
+            f"{cpu['B']['median']:.0f} vs {cpu['A']['median']:.0f} µs | - | - |"
         )
     if "timers" in r:
         t = r["timers"]

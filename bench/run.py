@@ -47,8 +47,10 @@ from bench.stats import percentile, ratio, summary
 from chorus.base.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
 from chorus.kernel.kafka import make_producer
 from chorus.privacy.crypto import DataKey, HttpKeyStore, Scope, keyed_ref, seal_value, subject_hash
+from chorus.privacy.signing import Signer, load_keys, make_keys
 from chorus.runtime.runner import LOCAL_REGION, ServiceSettings
 from chorus_contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
+from chorus_contracts.envelope import ProducerRef
 from chorus_contracts.platform import FireTarget, TimerSchedule
 from chorus_contracts.registry import Registry
 from tests.support.processes import ROOT
@@ -210,6 +212,8 @@ class HopVariant:
     listener: Listener
     factory: EnvelopeFactory
     pad: str
+    signer: Signer | None = None
+    """Signs each input as the driver (a signed event type's producer), before the clock starts."""
 
 
 def hop_listener(b: Bench, topic: str) -> Listener:
@@ -232,7 +236,8 @@ async def hop_throughput(b: Bench, v: HopVariant, n: int) -> dict[str, Any]:
         )
         for s in seqs
     ]
-    await produce_all(b.prod(), v.in_topic, messages)
+    headers = [[v.signer.header(value)] for _, value in messages] if v.signer else None
+    await produce_all(b.prod(), v.in_topic, messages, headers)
     meter = await Meter(b, [v.worker.pid], [BENCH_DB]).open()
     t0 = time.time()
     await v.worker.call("resume")
@@ -885,6 +890,61 @@ async def section_ab(b: Bench) -> None:
     b.log(f"A/B p50 A {out['A']['p50']['median']:.1f} ms, B {out['B']['p50']['median']:.1f} ms")
 
 
+# -- signing ---------------------------------------------------------------------------------------
+
+
+async def section_signing(b: Bench) -> None:
+    """The cost of signing every event: the no-op hop with its two types unsigned (A, R2's
+    service) and signed (B: it checks the driver's Ed25519 signature of each input before
+    its handler and signs its output in the outbox), same-run, interleaved rounds."""
+    s = b.sizes
+    b.log("signing: no-op hop, unsigned (A) vs signed (B)")
+    if not os.environ.get("CHORUS_SIGNING_DIR"):
+        raise RuntimeError("CHORUS_SIGNING_DIR is not set: run through make (it holds the local keys)")
+    signing_dir = Path(os.environ["CHORUS_SIGNING_DIR"])
+    made = make_keys(signing_dir, [bench_events.DRIVER_SIGNER, bench_events.SIGNED_NOOP])
+
+    async def remove_keys() -> None:
+        for name in made:
+            for suffix in (".key", ".pub"):
+                (signing_dir / f"{name}{suffix}").unlink(missing_ok=True)
+
+    b.cleanup.append(remove_keys)
+    driver = load_keys(str(signing_dir), bench_events.DRIVER_SIGNER, signs={"*"}, checks={}).signer
+    reg = b.reg()
+    variants = []
+    for kind, ping, pong, signer in (
+        ("noop", bench_events.NoopPing, "bench.noop_pong", None),
+        ("signed_noop", bench_events.SignedPing, "bench.signed_pong", driver),
+    ):
+        worker = await b.started(bench_worker(f"chorus-{kind}", f"chorus-{kind}", b.chorus_env(), b.logs))
+        await worker.call("ready")
+        factory = EnvelopeFactory(ping(seq=0, sent_ns=0))
+        pad = pad_for(factory, {"seq": 10**9, "sent_ns": run_ns()})
+        listener = hop_listener(b, reg.physical_topic(pong))
+        await listener.start()
+        b.cleanup.append(listener.stop)
+        in_topic = reg.physical_topic(ping.event_type)
+        variants.append(HopVariant(f"chorus-{kind}", worker, in_topic, listener, factory, pad, signer))
+    for v in variants:
+        await hop_throughput(b, v, max(200, s.hop_messages // 5))  # untimed: first connections
+    rounds = await interleaved(s.rounds, variants, lambda v: hop_throughput(b, v, s.hop_messages))
+    rates = [[r[i]["per_s"] for r in rounds] for i in (0, 1)]
+    cpu_us = [[1e6 * r[i]["usage"]["service_cpu_s"] / s.hop_messages for r in rounds] for i in (0, 1)]
+    b.results["signing"] = {
+        "what": "no-op hop, messages/s: A unsigned, B both events signed (verify + sign per hop)",
+        "A": summary(rates[0]),
+        "B": summary(rates[1]),
+        "ratio": ratio(rates[1], rates[0]),
+        "service_cpu_us_per_message": {"A": summary(cpu_us[0]), "B": summary(cpu_us[1])},
+    }
+    b.log(
+        f"signing: A {summary(rates[0])['median']:.0f}/s, B {summary(rates[1])['median']:.0f}/s, "
+        f"ratio {ratio(rates[1], rates[0])['median']:.2f}"
+    )
+    await asyncio.gather(*(v.worker.stop() for v in variants))
+
+
 # -- timers ----------------------------------------------------------------------------------------
 
 
@@ -1049,14 +1109,19 @@ async def section_parked(b: Bench) -> None:
     timers = ServiceProc("timer_service", b.chorus_env(), b.logs)
     b.cleanup.extend([gate.stop, timers.stop])
     await asyncio.gather(gate.start(), timers.start())
+    # Requests as the budget agent states them: signed with its local key (the gate refuses
+    # a request from anyone else).
     factory = EnvelopeFactory(
         ApprovalRequested(
             approval_id="a",
             requested_by="bench",
             chain=[EscalationStep(tier="operator", window_s=3600)],
             context=ApprovalContext(summary="s"),
-        )
+        ),
+        producer=ProducerRef(service="budget_agent", version="bench"),
     )
+    requester = load_keys(os.environ.get("CHORUS_SIGNING_DIR", ""), "budget_agent", signs={"*"}, checks={})
+    assert requester.signer is not None
     topic = reg.physical_topic("approval.requested")
     procs = {"approval_gate": gate, "timer_service": timers}
 
@@ -1091,7 +1156,8 @@ async def section_parked(b: Bench) -> None:
                 "context": {"summary": f"bench parked workflow {i}", "why": "benchmark"},
             }
             messages.append((wf.encode(), factory.encode(wf, payload)))
-        await produce_all(b.prod(), topic, messages)
+        signed = [[requester.signer.header(value)] for _, value in messages]
+        await produce_all(b.prod(), topic, messages, signed)
 
         progress = {"count": -1, "at": time.monotonic()}
 
@@ -1204,6 +1270,7 @@ SECTIONS: dict[str, Callable[[Bench], Awaitable[None]]] = {
     "hops": section_hops,
     "durable": section_durable,
     "workflows": section_workflows,
+    "signing": section_signing,
     "timers": section_timers,
     "parked": section_parked,
     "ab": section_ab,  # only with --ab PATH

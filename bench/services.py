@@ -1,6 +1,8 @@
 """The Chorus services measured by the bench, built on the real runtime.
 
 - ``bench_noop``: handler does no work; it emits one event (R2, R4).
+- ``bench_signed_noop``: the same with both events signed: it checks the driver's signature
+  of each input and signs its output (the cost of signing everything).
 - ``bench_durable``: handler changes the workflow's state (R3): inbox + checkpoint
   + outbox in one transaction.
 - ``bench_flow``: a 5-step workflow, one state change and one Kafka hop per step (R5).
@@ -16,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from bench.events import (
+    SIGNED_NOOP,
     DurablePing,
     DurablePong,
     FlowDone,
@@ -24,6 +27,8 @@ from bench.events import (
     NoopPong,
     SealedDone,
     SealedStep,
+    SignedPing,
+    SignedPong,
 )
 from chorus.kernel.codec import Event
 from chorus.kernel.service import Context, On, Outcome, ServiceSpec
@@ -43,6 +48,11 @@ class FlowState(BaseModel):
 async def on_noop_ping(event: Event[NoopPing], state: None, ctx: Context[Any]) -> Outcome[BaseModel]:
     p = event.payload
     return Outcome(emit=[NoopPong(seq=p.seq, sent_ns=p.sent_ns, pad=p.pad)])
+
+
+async def on_signed_ping(event: Event[SignedPing], state: None, ctx: Context[Any]) -> Outcome[BaseModel]:
+    p = event.payload
+    return Outcome(emit=[SignedPong(seq=p.seq, sent_ns=p.sent_ns, pad=p.pad)])
 
 
 async def on_durable_ping(
@@ -94,6 +104,12 @@ SPECS: dict[str, ServiceSpec[Any, Any]] = {
         version="0",
         handlers=[On(NoopPing, on_noop_ping, timeout_s=30)],
         produces=frozenset({"bench.noop_pong"}),
+    ),
+    "signed_noop": ServiceSpec(
+        name=SIGNED_NOOP,
+        version="0",
+        handlers=[On(SignedPing, on_signed_ping, timeout_s=30)],
+        produces=frozenset({"bench.signed_pong"}),
     ),
     "durable": ServiceSpec(
         name="bench_durable",
