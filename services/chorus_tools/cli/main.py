@@ -20,6 +20,7 @@ from chorus_tools.cli import policy as policy_cli
 from chorus_tools.cli import rollout as rollout_cli
 from chorus_tools.cli import schemas as schemas_cli
 from chorus_tools.cli import status as status_cli
+from chorus_tools.cli import timers as timers_cli
 from chorus_tools.cli import topics as topics_cli
 from chorus_tools.cli import workflows as workflows_cli
 
@@ -31,6 +32,7 @@ app = typer.Typer(
 )
 app.add_typer(schemas_cli.app, name="schemas")
 app.add_typer(topics_cli.app, name="topics")
+app.add_typer(timers_cli.app, name="timers")
 app.add_typer(access_cli.app, name="access")
 app.command("produce")(events_cli.produce)
 app.command("subscribe")(events_cli.subscribe)

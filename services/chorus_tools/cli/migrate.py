@@ -37,6 +37,18 @@ from chorus_tools.cli.options import SchemasDir, fail, registry_of
 URL_VARIABLE = "CHORUS_DATABASE_URL"
 
 
+DatabaseUrl = Annotated[
+    str,
+    typer.Option(
+        "--database-url",
+        envvar=URL_VARIABLE,
+        show_envvar=True,
+        help=f"The DSN of a service without its own {URL_VARIABLE}_<SERVICE>.",
+    ),
+]
+"""The DSN of the services without their own ``CHORUS_DATABASE_URL_<SERVICE>``."""
+
+
 def migrating_services(registry: Registry) -> list[str]:
     """The services that keep data: the registry's runtime principals."""
     return sorted(n for n, s in registry.principals.services.items() if s.kind == "runtime")
@@ -76,15 +88,7 @@ def migrate_command(
             help="Only this service (repeatable). Default: every one that keeps data.",
         ),
     ] = None,
-    database_url_option: Annotated[
-        str,
-        typer.Option(
-            "--database-url",
-            envvar=URL_VARIABLE,
-            show_envvar=True,
-            help=f"The DSN of a service without its own {URL_VARIABLE}_<SERVICE>.",
-        ),
-    ] = LOCAL_DATABASE_URL,
+    database_url_option: DatabaseUrl = LOCAL_DATABASE_URL,
     schemas_dir: SchemasDir = None,
 ) -> None:
     """Run every service's schema migrations (the runtime's, then its own), each as its own
