@@ -13,9 +13,10 @@ import pytest
 
 from audit_projector.service import make_spec as audit_spec
 from chorus.runtime.runner import ServiceSettings, running
+from chorus_contracts.registry import Registry
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, publish, read_topic
-from tests.support.registry import isolated_registry
+from tests.support.registry import as_the_projector, isolated_registry
 from tests.support.sealed import opened
 from tests.support.testservice import make_spec
 from tests.support.wait import wait_until
@@ -101,7 +102,13 @@ async def test_a_poison_record_near_the_broker_limit_still_reaches_the_dead_lett
 ) -> None:
     # Its dead letter is a third larger (base64) than the broker's default 1 MB limit;
     # the dead-letter topic allows more, so the outbox relay does not get stuck on it.
-    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
+    async with as_the_projector(tmp_path, unique, kafka_bootstrap) as (registry, projector_name):
+        await _poison_near_the_limit(registry, projector_name, kafka_bootstrap, database_url, unique)
+
+
+async def _poison_near_the_limit(
+    registry: Registry, projector_name: str, kafka_bootstrap: str, database_url: str, unique: str
+) -> None:
     topic = registry.physical_topic("test.task_submitted")
     dlq = registry.physical_topic("event.dead_lettered")
     big = b"\xff" + bytes(range(256)) * 3500  # ~900 KB, not JSON
@@ -113,7 +120,7 @@ async def test_a_poison_record_near_the_broker_limit_still_reaches_the_dead_lett
     common = settings(kafka_bootstrap, database_url)
     async with (
         running(make_spec(f"svc_{unique}"), common, registry=registry),
-        running(audit_spec(f"audit_{unique}"), common, registry=registry) as projector,
+        running(audit_spec(projector_name), common, registry=registry) as projector,
     ):
         records = await read_topic(
             kafka_bootstrap,

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from chorus.kernel.kafka import kafka_auth, make_admin
+from chorus.privacy.signing import make_keys
 from chorus.testing import stack as teststack
 from chorus_contracts.registry import Registry, load_registry
 from chorus_tools.access import Access, Plan, grants, local_passwords, principals
@@ -97,3 +99,29 @@ async def isolated_registry(
     registry = load_registry(schemas)
     await provision(registry, bootstrap)
     return registry
+
+
+@asynccontextmanager
+async def as_the_projector(
+    tmp_path: Path, unique: str, bootstrap: str
+) -> AsyncIterator[tuple[Registry, str]]:
+    """A test's registry and the name its audit projector runs under (``audit_<unique>``, so
+    that no two tests share a projection). Erasures, retirements, attention alerts and an
+    erased workflow's end are the projector's to state (signed_by), so that name takes
+    audit_projector's place on chorus.data and workflows.lifecycle and gets a signing key of
+    its own, deleted after."""
+    name = f"audit_{unique}"
+    root = isolated_schemas(tmp_path, unique)
+    for topic in ("chorus.data", "workflows.lifecycle"):
+        path = root / "topics" / f"{topic}.t{unique}.yaml"
+        path.write_text(path.read_text().replace("audit_projector", name))
+    registry = load_registry(root)
+    await provision(registry, bootstrap)
+    keys = Path(os.environ["CHORUS_SIGNING_DIR"])
+    made = make_keys(keys, [name])
+    try:
+        yield registry, name
+    finally:
+        for made_name in made:
+            for suffix in (".key", ".pub"):
+                (keys / f"{made_name}{suffix}").unlink(missing_ok=True)

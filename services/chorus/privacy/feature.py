@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import asyncpg
 import httpx
 
+from chorus.base.errors import SigningConfigError
 from chorus.base.logs import fields
 from chorus.base.loops import forever
 from chorus.base.settings import DEMO_SERVICE_KEY, ChorusSettings
@@ -71,9 +72,25 @@ class PrivacySettings(ChorusSettings):
         return found
 
 
+def unstated_types(spec: ServiceSpec[Any, Any], registry: Registry) -> list[str]:
+    """The signed types ``spec`` produces that the registry does not let its service state."""
+    return sorted(
+        t for t in spec.produces if registry.signers_of(t) and spec.name not in registry.signers_of(t)
+    )
+
+
 def service_keys(spec: ServiceSpec[Any, Any], registry: Registry, signing_dir: str) -> Keys:
     """The service's signer (of the types the registry says it signs) and the verifier of
-    every signed type; SigningConfigError when a key is missing (the service does not start)."""
+    every signed type; SigningConfigError when a key is missing, or when the service
+    produces a signed type the registry does not let it state (the service does not start:
+    else the first such event would fail in its outbox, mid-workflow)."""
+    unstated = unstated_types(spec, registry)
+    if unstated:
+        who = "; ".join(f"{t} by {', '.join(sorted(registry.signers_of(t)))}" for t in unstated)
+        raise SigningConfigError(
+            f"{spec.name} produces signed types it may not state ({who}): a project's service "
+            f"that states one lists it in principals.yaml, services.{spec.name}.signs"
+        )
     signs = {t for t in spec.produces if spec.name in registry.signers_of(t)}
     return load_keys(signing_dir, spec.name, signs=signs, checks=registry.signed_by())
 

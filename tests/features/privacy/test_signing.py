@@ -5,16 +5,20 @@ from __future__ import annotations
 import json
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from chorus.base.errors import SigningConfigError, UnauthorizedError
 from chorus.kernel.codec import encode
 from chorus.kernel.outbox import outbox_message
+from chorus.kernel.service import ServiceSpec
+from chorus.privacy.feature import service_keys, unstated_types
 from chorus.privacy.signing import HEADER, load_keys, make_keys
 from chorus_contracts.envelope import Envelope
 from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_contracts.registry import load_registry
+from chorus_tools.cli.migrate import migrating_services, service_spec
 from tests.support.kafka import approval, envelope, stated_by
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -138,3 +142,20 @@ def test_keys_are_made_once_private_ones_unreadable_to_others_and_missing_ones_s
     with pytest.raises(SigningConfigError, match=r"approval_gate\.pub"):
         load_keys(str(tmp_path), "invoice_agent", signs=set(), checks=CHECKS)
     assert load_keys("", "invoice_agent", signs=set(), checks={}).signer is None
+
+
+@pytest.mark.parametrize("service", migrating_services(REGISTRY))
+def test_every_service_may_state_every_signed_type_it_produces(service: str) -> None:
+    """Else it would not start (service_keys): the registry and the code agree. (The
+    support project's triage agent is started for real by tests/e2e/test_support.py.)"""
+    assert unstated_types(service_spec(service), REGISTRY) == []
+
+
+def test_a_service_producing_a_signed_type_it_may_not_state_does_not_start(keys_dir: Path) -> None:
+    helper: ServiceSpec[Any, Any] = ServiceSpec(
+        name="helper", version="0", handlers=[], produces=frozenset({"approval.requested"})
+    )
+    with pytest.raises(
+        SigningConfigError, match=r"approval.requested by approval_gate, budget_agent, report_agent"
+    ):
+        service_keys(helper, REGISTRY, str(keys_dir))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import signal
 import time
@@ -34,16 +33,15 @@ from chorus.base.db import create_pool
 from chorus.base.settings import DEMO_SERVICE_KEY
 from chorus.privacy.crypto import HttpKeyStore, Sealer, keyed_ref, subject_hash
 from chorus.privacy.feature import DEMO_SUBJECT_KEY
-from chorus.privacy.signing import make_keys
 from chorus.runtime.runner import ServiceSettings, running
 from chorus.web.apikeys import DEMO_KEYS, ApiKey, bearer
 from chorus_contracts.base import CATALOG
 from chorus_contracts.envelope import Envelope, ProducerRef
-from chorus_contracts.registry import Registry, load_registry
+from chorus_contracts.registry import Registry
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, local_verifier, publish, read_topic
 from tests.support.processes import ServiceProcess, chorus, infra_env
-from tests.support.registry import isolated_registry, isolated_schemas, provision
+from tests.support.registry import as_the_projector as projector_registry
 from tests.support.testservice import make_spec as make_test_service
 
 pytestmark = pytest.mark.integration
@@ -172,25 +170,10 @@ def scenario(stream: Stream, kind: str, workflow_id: str, t0: datetime, subject:
 async def as_the_projector(
     tmp_path: Path, kafka_bootstrap: str, unique: str
 ) -> AsyncIterator[tuple[Registry, str]]:
-    """The test's registry and the name its projector runs under (``audit_<unique>``, so that
-    no two tests share a projection). Erasures, retirements and an erased workflow's end are
-    the projector's to state (signed_by), so that name takes audit_projector's place on
-    chorus.data and workflows.lifecycle and gets a signing key of its own, deleted after."""
-    name = f"audit_{unique}"
-    root = isolated_schemas(tmp_path, unique)
-    for topic in ("chorus.data", "workflows.lifecycle"):
-        path = root / "topics" / f"{topic}.t{unique}.yaml"
-        path.write_text(path.read_text().replace("audit_projector", name))
-    registry = load_registry(root)
-    await provision(registry, kafka_bootstrap)
-    keys = Path(os.environ["CHORUS_SIGNING_DIR"])
-    made = make_keys(keys, [name])
-    try:
-        yield registry, name
-    finally:
-        for made_name in made:
-            for suffix in (".key", ".pub"):
-                (keys / f"{made_name}{suffix}").unlink(missing_ok=True)
+    """The test's registry and the name its projector runs under, which may sign what the
+    projector states (tests.support.registry.as_the_projector)."""
+    async with projector_registry(tmp_path, unique, kafka_bootstrap) as named:
+        yield named
 
 
 async def replay_all(
@@ -262,9 +245,14 @@ async def all_text(pg: asyncpg.Connection, schemas: Iterable[str]) -> str:
 
 
 async def test_procurement_run_shows_waiting_for_approval_then_completed(
-    tmp_path: Path, kafka_bootstrap: str, database_url: str, pg: asyncpg.Connection, unique: str
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    database_url: str,
+    pg: asyncpg.Connection,
+    unique: str,
+    as_the_projector: tuple[Registry, str],
 ) -> None:
-    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
+    registry, _ = as_the_projector  # its projector states what audit_projector signs
     name = f"audit_{unique}"
     wf = f"wf-proc-{unique}"
     t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=10)
@@ -373,11 +361,16 @@ async def _status_if(pg: asyncpg.Connection, workflow_id: str, schema: str, *, e
 
 
 async def test_replaying_every_topic_rebuilds_the_live_projection_exactly(
-    tmp_path: Path, kafka_bootstrap: str, database_url: str, pg: asyncpg.Connection, unique: str
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    database_url: str,
+    pg: asyncpg.Connection,
+    unique: str,
+    as_the_projector: tuple[Registry, str],
 ) -> None:
     """Duplicates on the topics, a crash between DB commit and offset commit (so every
     record handled before it is redelivered), then a replay from the start: same rows."""
-    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
+    registry, _ = as_the_projector  # its projector states what audit_projector signs
     name = f"audit_{unique}"
     rng = random.Random(unique)
     t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=2)
@@ -766,11 +759,15 @@ async def _len(value: Awaitable[list[asyncpg.Record]]) -> int:
 
 
 async def test_the_read_api_answers_what_other_services_may_know(
-    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    database_url: str,
+    unique: str,
+    as_the_projector: tuple[Registry, str],
 ) -> None:
     """Other services (the gateway) learn status, timeline and approvals over HTTP, never
     from the projector's tables."""
-    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
+    registry, _ = as_the_projector  # its projector states what audit_projector signs
     name, wf = f"audit_{unique}", f"wf-api-{unique}"
     t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
     stream = Stream(registry)
@@ -926,8 +923,9 @@ async def test_every_read_of_personal_data_is_in_the_access_log(
     pg: asyncpg.Connection,
     unique: str,
     key_service: str,
+    as_the_projector: tuple[Registry, str],
 ) -> None:
-    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
+    registry, _ = as_the_projector  # its projector states what audit_projector signs
     name = f"audit_{unique}"
     raw = f"subject:reader-{unique}"
     subject = keyed_ref(DEMO_SUBJECT_KEY, raw)  # as the gateway keeps it
