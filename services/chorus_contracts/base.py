@@ -36,13 +36,19 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 
 
-def _require_utc(value: datetime) -> datetime:
+def in_utc(value: datetime) -> datetime:
+    """``value`` as UTC. ValueError for a time without an offset, or one whose UTC lies
+    outside the years 1 to 9999 (``0001-01-01T00:00:00+01:00``): Python cannot hold it, so
+    nothing after could store or compare it (pydantic lets an OverflowError through)."""
     if value.tzinfo is None:
         raise ValueError("date-time must carry a UTC offset (e.g. 2026-01-01T00:00:00Z)")
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("date-time lies outside the years 1 to 9999 in UTC") from None
 
 
-UtcDateTime = Annotated[datetime, Strict(False), AfterValidator(_require_utc)]
+UtcDateTime = Annotated[datetime, Strict(False), AfterValidator(in_utc)]
 """An RFC 3339 date-time with an offset, normalised to UTC."""
 
 Uuid = Annotated[UUID, Strict(False)]

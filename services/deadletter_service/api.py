@@ -33,7 +33,7 @@ from fastapi import APIRouter, Depends, Request
 from chorus.kernel.service import RuntimeHandle
 from chorus.web.apikeys import ApiKey, role
 from chorus.web.typedclient import bound, provided
-from chorus.web.webapi import Problem, api_router, problems
+from chorus.web.webapi import Problem, api_router, invalid_parameter, problems
 from chorus_contracts.api.deadletter_service import (
     BulkRedriveBody,
     DiscardBody,
@@ -53,13 +53,17 @@ from deadletter_service.answers import (
     operation_answer,
 )
 from deadletter_service.domain import (
+    CATEGORIES,
     LIST_PARAMETERS,
+    MAX_FILTER_CHARS,
     MAX_LIMIT,
     OPEN,
+    STATUSES,
     FilterError,
     LetterFilter,
     parse_filter,
     parse_limit,
+    text_filter,
 )
 
 OPERATION_PARAMETERS = frozenset({"letter_id", "op", "actor", "limit"})
@@ -78,25 +82,54 @@ def routes(rt: RuntimeHandle) -> APIRouter:
     return bound(router, rt=rt)
 
 
-def bad_parameter(parameter: str, message: str) -> Problem:
-    return Problem(400, f"Invalid parameter: {parameter}", message, parameter=parameter)
-
-
 def bad_field(pointer: str, message: str) -> Problem:
     return Problem(
         422, "Invalid request", f"{pointer}: {message}", errors=[{"pointer": pointer, "message": message}]
     )
 
 
+_SCHEMAS: dict[str, dict[str, Any]] = {
+    "service": {"type": "string", "maxLength": MAX_FILTER_CHARS},
+    "category": {"type": "string", "enum": list(CATEGORIES)},
+    "event_type": {"type": "string", "maxLength": MAX_FILTER_CHARS},
+    "status": {"type": "string", "enum": list(STATUSES)},
+    "since": {"type": "string", "format": "date-time", "description": "on dead_lettered_at, inclusive"},
+    "until": {"type": "string", "format": "date-time", "description": "on dead_lettered_at, exclusive"},
+    "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": 100},
+    "letter_id": {"type": "string", "format": "uuid"},
+    "op": {"type": "string", "enum": ["redrive", "discard"]},
+    "actor": {"type": "string", "maxLength": MAX_FILTER_CHARS},
+}
+
+
+def documented(names: frozenset[str]) -> dict[str, Any]:
+    """The OpenAPI parameters of a route that reads its query itself (it refuses names it
+    does not know, which declared parameters would not): clients and schemathesis see them.
+    An empty value is no filter, as the console sends it."""
+    return {
+        "parameters": [
+            {
+                "name": name,
+                "in": "query",
+                "required": False,
+                "schema": {"anyOf": [_SCHEMAS[name], {"type": "string", "maxLength": 0}]},
+            }
+            for name in sorted(names)
+        ]
+    }
+
+
 def query_filter(request: Request, allowed: frozenset[str] = LIST_PARAMETERS) -> LetterFilter:
     try:
         return parse_filter(request.query_params, allowed=allowed)
     except FilterError as exc:
-        raise bad_parameter(exc.parameter, exc.message) from None
+        raise invalid_parameter(exc.parameter, exc.message) from None
 
 
 # Literal paths first: "groups" and "redrive" would otherwise match {id}.
-@router.get("/v1/dead-letters", summary="List dead letters, newest first")
+@router.get(
+    "/v1/dead-letters", summary="List dead letters, newest first", openapi_extra=documented(LIST_PARAMETERS)
+)
 async def list_letters(request: Request, who: Reader, rt: Runtime) -> dict[str, Any]:
     f = query_filter(request)
     async with rt.pool.acquire() as conn:
@@ -105,7 +138,11 @@ async def list_letters(request: Request, who: Reader, rt: Runtime) -> dict[str, 
     return found.model_dump(mode="json")
 
 
-@router.get("/v1/dead-letters/groups", summary="Counts by service, category and status")
+@router.get(
+    "/v1/dead-letters/groups",
+    summary="Counts by service, category and status",
+    openapi_extra=documented(_GROUP_PARAMETERS),
+)
 async def groups(request: Request, who: Reader, rt: Runtime) -> dict[str, Any]:
     f = query_filter(request, _GROUP_PARAMETERS)
     async with rt.pool.acquire() as conn:
@@ -152,29 +189,34 @@ async def discard(letter_id: str, body: DiscardBody, who: Operator, rt: Runtime)
     return done_answer(done).model_dump(mode="json")
 
 
-@router.get("/v1/operations", summary="The audit trail of redrives and discards")
+@router.get(
+    "/v1/operations",
+    summary="The audit trail of redrives and discards",
+    openapi_extra=documented(OPERATION_PARAMETERS),
+)
 async def list_operations(request: Request, who: Reader, rt: Runtime) -> dict[str, Any]:
     query = request.query_params
     unknown = sorted(set(query) - OPERATION_PARAMETERS)
     if unknown:
-        raise bad_parameter(unknown[0], f"unknown parameter; expected one of {sorted(OPERATION_PARAMETERS)}")
+        raise invalid_parameter(
+            unknown[0], f"unknown parameter; expected one of {sorted(OPERATION_PARAMETERS)}"
+        )
     letter_id: uuid.UUID | None = None
     if query.get("letter_id"):
         try:
             letter_id = uuid.UUID(query["letter_id"])
         except ValueError:
-            raise bad_parameter("letter_id", "is not a UUID") from None
+            raise invalid_parameter("letter_id", "is not a UUID") from None
     op = query.get("op") or None
     if op is not None and op not in ("redrive", "discard"):
-        raise bad_parameter("op", f"{op!r} is not one of ['discard', 'redrive']")
+        raise invalid_parameter("op", f"{op!r} is not one of ['discard', 'redrive']")
     try:
         limit = parse_limit(query.get("limit"), MAX_LIMIT)
+        actor = text_filter("actor", query.get("actor"))
     except FilterError as exc:
-        raise bad_parameter(exc.parameter, exc.message) from None
+        raise invalid_parameter(exc.parameter, exc.message) from None
     async with rt.pool.acquire() as conn:
-        rows = await repo.list_operations(
-            conn, letter_id=letter_id, op=op, actor=query.get("actor") or None, limit=limit
-        )
+        rows = await repo.list_operations(conn, letter_id=letter_id, op=op, actor=actor, limit=limit)
     return OperationList(items=[operation_answer(o) for o in rows], count=len(rows)).model_dump(mode="json")
 
 

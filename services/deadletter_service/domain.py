@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, get_args
 
+from chorus_contracts.base import in_utc
 from chorus_contracts.platform import ErrorCategory
 from chorus_contracts.registry import Registry
 
@@ -48,6 +49,7 @@ def resolve(status: str, op: Operation) -> str:
 LIST_PARAMETERS = frozenset({"service", "category", "event_type", "status", "since", "until", "limit"})
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
+MAX_FILTER_CHARS = 200
 
 
 class FilterError(ValueError):
@@ -94,7 +96,7 @@ def parse_filter(
     unknown = sorted(set(params) - allowed)
     if unknown:
         raise FilterError(unknown[0], f"unknown parameter; expected one of {sorted(allowed)}")
-    text = {name: _text(name, value) for name, value in params.items() if name != "limit"}
+    text = {name: text_filter(name, value) for name, value in params.items() if name != "limit"}
     category = text.get("category")
     if category is not None and category not in CATEGORIES:
         raise FilterError("category", f"{category!r} is not one of {list(CATEGORIES)}")
@@ -116,11 +118,14 @@ def parse_filter(
     )
 
 
-def _text(name: str, value: object) -> str | None:
+def text_filter(name: str, value: object) -> str | None:
+    """A filter's text, None when absent or empty; at most MAX_FILTER_CHARS characters."""
     if value is None:
         return None
     if not isinstance(value, str):
         raise FilterError(name, f"must be a string, got {type(value).__name__}")
+    if len(value) > MAX_FILTER_CHARS:
+        raise FilterError(name, f"is {len(value):,} characters long; at most {MAX_FILTER_CHARS}")
     return value.strip() or None
 
 
@@ -134,7 +139,10 @@ def _instant(name: str, value: str | None) -> datetime | None:
     if parsed.tzinfo is None:
         # A naive time means a different instant on every server; refuse to guess.
         raise FilterError(name, f"{value!r} lacks a UTC offset (e.g. 2026-01-01T00:00:00Z)")
-    return parsed
+    try:
+        return in_utc(parsed)
+    except ValueError as exc:
+        raise FilterError(name, f"{value!r}: {exc}") from None
 
 
 def parse_limit(value: object, max_limit: int = MAX_LIMIT) -> int:

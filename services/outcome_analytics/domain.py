@@ -51,7 +51,7 @@ from uuid import UUID
 from pydantic import ValidationError
 
 from chorus_contracts.approvals import ApprovalRequested
-from chorus_contracts.base import EventModel, is_sealed
+from chorus_contracts.base import EventModel, in_utc, is_sealed
 from chorus_contracts.envelope import Envelope
 from chorus_contracts.lifecycle import Outcome, WorkflowEnded, WorkflowStarted
 from chorus_contracts.platform import ErrorCategory, EventDeadLettered, ReviewRequested
@@ -127,12 +127,13 @@ def format_hour(hour: datetime) -> str:
 def parse_hour(text: str) -> datetime:
     """An ISO 8601 date-time (``2026-03-01T10``, ``...T10:30:00Z``, ``...+02:00``) -> its hour.
 
-    A time without an offset is UTC. Raises ValueError for anything else.
+    A time without an offset is UTC. Raises ValueError for anything else, and for an hour
+    outside the years 1 to 9999 in UTC.
     """
     moment = datetime.fromisoformat(text.strip())
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return hour_of(moment)
+    return hour_of(in_utc(moment))
 
 
 def percentile(sorted_values: Sequence[float], p: float) -> float:

@@ -25,13 +25,14 @@ import pytest
 from chorus.base.clock import OffsetFileClock
 from chorus.base.errors import DecodeError
 from chorus.kernel.codec import decode, encode
-from chorus.web.apikeys import DEMO_KEYS
+from chorus.web.apikeys import DEMO_KEYS, bearer
 from chorus_contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
 from chorus_contracts.envelope import Envelope
 from chorus_contracts.platform import FireTarget, OriginalRecord, RetryDue, TimerSchedule, WorkflowsRetired
 from chorus_contracts.procurement import BudgetReserved, InvoiceValidated
 from chorus_contracts.registry import Registry
 from chorus_tools.devstack import SERVICES, DevStack
+from tests.support.apis import BAD_HEADER_LINES, names, probes, raw_head, schemathesis
 from tests.support.database import connected
 from tests.support.examples import example
 from tests.support.hostile import SCRIPTS, corpus
@@ -900,6 +901,84 @@ async def test_invalid_submissions_are_problem_json_naming_the_field(world: Worl
         "/v1/workflows/research_report",
         "/v1/approvals/{approval_id}",
     } <= set(openapi["paths"])
+
+
+# -- hostile parameters and headers, on every API --------------------------------------------
+
+API_SERVICES = (
+    "gateway",
+    "deadletter_service",
+    "audit_projector",
+    "approval_gate",
+    "key_service",
+    "notifier",
+    "rollout_service",
+)
+
+
+def api_of(world: World, name: str) -> tuple[str, str]:
+    """Where ``name``'s API answers, and a key that reads it without changing anything
+    (an auditor's; the key service's callers are services): every other test of this
+    module shares the stack, so nothing here may redrive, re-pin or rewrite a policy."""
+    if name == "gateway":
+        return world.stack.api_url, "demo-auditor-key"
+    url = (world.stack.procs[name].health_url or "").removesuffix("/health")
+    return url, "demo-gateway-key" if name == "key_service" else "demo-auditor-key"
+
+
+async def test_hostile_parameters_and_headers_are_4xx_problems_naming_them_on_every_api(world: World) -> None:
+    """A NUL, an over-long value and a date-time UTC cannot hold, in every query and path
+    parameter every API documents; header lines HTTP does not allow. Before, several ended
+    in 500 (dead letters, audit projector, notifier, rollouts) or 503 (the gateway, whose
+    read model answered 500)."""
+    wrong: list[str] = []
+    probed: dict[str, int] = {}
+    async with httpx.AsyncClient(timeout=30.0) as http:
+        for name in API_SERVICES:
+            url, key = api_of(world, name)
+            document = (await http.get(f"{url}/openapi.json")).json()
+            for probe in probes(document):
+                try:
+                    answer = await http.request(
+                        probe.method, url + probe.path, params=probe.query, headers=bearer(key)
+                    )
+                except httpx.HTTPError as exc:  # a dropped connection is an answer too, a wrong one
+                    wrong.append(f"{name}: {probe} -> {exc!r}")
+                    continue
+                is_problem = answer.headers.get("content-type", "").startswith("application/problem+json")
+                problem = answer.json() if is_problem else {}
+                if answer.status_code not in (400, 422) or not names(problem, probe.parameter):
+                    wrong.append(f"{name}: {probe} -> {answer.status_code} {answer.text[:200]}")
+                probed[name] = probed.get(name, 0) + 1
+            for line in BAD_HEADER_LINES:
+                status, problem = await raw_head(f"{url}/openapi.json", line)
+                if status != 400 or problem.get("header") != line.split(b":")[0].decode():
+                    wrong.append(f"{name}: header line {line!r} -> {status} {problem}")
+    assert wrong == [], "\n".join(wrong)
+    # Every API with string parameters was probed (the approval gate's only one is a number).
+    assert set(probed) == set(API_SERVICES) - {"approval_gate"}, probed
+
+
+@pytest.mark.parametrize("name", API_SERVICES)
+async def test_schemathesis_with_nul_strings_finds_no_server_error_on_any_api(
+    world: World, name: str, tmp_path: Path
+) -> None:
+    """Strings may hold NUL (refused by rule, so the "valid input accepted" check is left
+    out); every other check holds."""
+    url, key = api_of(world, name)
+    summary = await schemathesis(
+        url,
+        key,
+        tmp_path / "schemathesis.txt",
+        "--phases",
+        "examples,coverage,fuzzing",
+        "--generation-allow-x00",
+        "true",
+        "--exclude-checks",
+        "positive_data_acceptance",
+        examples=12,
+    )
+    print(summary)
 
 
 # -- any script, any input -----------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -108,7 +109,13 @@ async def test_records_the_decoder_chokes_on_are_dead_lettered_and_the_next_even
     overflow = encode(envelope(TaskSubmitted(task="again"), workflow_id=good.workflow_id)).replace(
         b'"attempt":1', b'"attempt":3000000000'
     )
-    poison = [*POISON, nul, overflow]
+    # A time UTC cannot hold: pydantic let Python's OverflowError through, naming nothing.
+    early = re.sub(
+        rb'"occurred_at":"[^"]*"',
+        b'"occurred_at":"0001-01-01T00:00:00+01:00"',
+        encode(envelope(TaskSubmitted(task="early"), workflow_id=good.workflow_id)),
+    )
+    poison = [*POISON, nul, overflow, early]
     await publish(kafka_bootstrap, topic, poison, key=key)  # same key, same partition, first
     await publish(kafka_bootstrap, topic, [good])
     records = await done_and_dead_lettered(kafka_bootstrap, registry, done=1, letters=len(poison))
@@ -124,6 +131,9 @@ async def test_records_the_decoder_chokes_on_are_dead_lettered_and_the_next_even
     assert "NUL" in stored["error"]["message"]
     counted = next(letter for letter in letters if original_bytes(letter) == overflow)
     assert counted["error"]["pointer"] == "/attempt"
+    dated = next(letter for letter in letters if original_bytes(letter) == early)
+    assert dated["error"]["pointer"] == "/occurred_at"
+    assert "outside the years 1 to 9999" in dated["error"]["message"]
 
 
 async def test_a_header_key_that_is_not_utf8_is_a_dead_letter_and_the_service_and_its_timers_go_on(

@@ -13,13 +13,18 @@ header block of any size, so ``h11_max_incomplete_event_size`` bounded nothing e
 - a request head (the first, or the next on a kept-alive connection) must arrive within
   ``HEAD_TIMEOUT_S``, else the answer is a 408 problem and the connection is closed;
 - a head larger than the config's ``h11_max_incomplete_event_size`` is a 431 problem, and
-  the connection is closed.
+  the connection is closed;
+- a header line HTTP does not allow (a control character in its value, a name that is not
+  a token) is a 400 problem naming the header, whether or not h11 would take it (it lets
+  ``\x01`` through; for a NUL, uvicorn answered ``text/plain`` naming nothing), and any
+  other head h11 refuses is a 400 problem too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 import h11
@@ -31,9 +36,10 @@ DEFAULT_HEAD_LIMIT = 16 * 1024
 """The largest request head, unless the config's ``h11_max_incomplete_event_size`` says."""
 
 
-def problem_bytes(status: int, reason: str, detail: str) -> bytes:
+def problem_bytes(status: int, reason: str, detail: str, **extra: str) -> bytes:
     """A whole HTTP/1.1 response carrying an RFC 9457 problem, closing the connection."""
-    body = json.dumps({"type": "about:blank", "title": reason, "status": status, "detail": detail}).encode()
+    problem = {"type": "about:blank", "title": reason, "status": status, "detail": detail, **extra}
+    body = json.dumps(problem).encode()
     head = (
         f"HTTP/1.1 {status} {reason}\r\n"
         "content-type: application/problem+json\r\n"
@@ -41,6 +47,25 @@ def problem_bytes(status: int, reason: str, detail: str) -> bytes:
         "connection: close\r\n\r\n"
     )
     return head.encode() + body
+
+
+_TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
+_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+"""What RFC 9110 refuses in a field value (HTAB is allowed)."""
+
+
+def malformed_header(head: bytes) -> str | None:
+    """The first header of ``head`` (a request head's bytes) that HTTP does not allow: its
+    name, printable; None when every header line is well formed."""
+    for line in head.split(b"\r\n")[1:]:
+        if not line:
+            break
+        name, colon, value = line.partition(b":")
+        if not colon or not _TOKEN.fullmatch(name):
+            return name[:60].decode("ascii", "backslashreplace")
+        if _CONTROL.search(value):
+            return name.decode("ascii")
+    return None
 
 
 class BoundedHeads(H11Protocol):
@@ -54,10 +79,18 @@ class BoundedHeads(H11Protocol):
         self._await_head()
 
     def data_received(self, data: bytes) -> None:
-        if self._waiting_for_head() and self._head_too_large(data):
-            detail = f"the request head exceeds {self._head_limit()} bytes"
-            self._refuse(431, "Request Header Fields Too Large", detail)
-            return
+        if self._waiting_for_head():
+            if self._head_too_large(data):
+                detail = f"the request head exceeds {self._head_limit()} bytes"
+                self._refuse(431, "Request Header Fields Too Large", detail)
+                return
+            # Kept (bounded by the check above) to check its header lines once whole.
+            self._head_bytes += data
+            end = self._head_bytes.find(b"\r\n\r\n")
+            header = malformed_header(bytes(self._head_bytes[:end])) if end >= 0 else None
+            if header is not None:
+                self._refuse_header(header)
+                return
         super().data_received(data)
         if self.cycle is not None and not self.cycle.response_complete:
             self._head_arrived()
@@ -91,7 +124,16 @@ class BoundedHeads(H11Protocol):
     def _waiting_for_head(self) -> bool:
         return self.conn.their_state is h11.IDLE and (self.cycle is None or self.cycle.response_complete)
 
+    def send_400_response(self, msg: str) -> None:
+        # h11 refused the request (its headers passed the check above): still a problem.
+        self._refuse(400, "Bad Request", "the request is not valid HTTP/1.1")
+
+    def _refuse_header(self, header: str) -> None:
+        detail = f"header {header}: its name must be a token, its value may hold no control character"
+        self._refuse(400, "Bad Request", detail, header=header)
+
     def _await_head(self) -> None:
+        self._head_bytes = bytearray()
         self._cancel_head_timer()
         self._head_timer = self.loop.call_later(self.head_timeout_s, self._head_timed_out)
 
@@ -116,7 +158,7 @@ class BoundedHeads(H11Protocol):
             else:
                 self.transport.close()
 
-    def _refuse(self, status: int, reason: str, detail: str) -> None:
+    def _refuse(self, status: int, reason: str, detail: str, **extra: str) -> None:
         self._cancel_head_timer()
-        self.transport.write(problem_bytes(status, reason, detail))
+        self.transport.write(problem_bytes(status, reason, detail, **extra))
         self.transport.close()

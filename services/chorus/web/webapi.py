@@ -9,6 +9,9 @@
 - A body that is not ``application/json`` is a 415 (no forms, no text/plain).
 - Bodies are parsed by :mod:`chorus_contracts.strictjson`: NUL, unpaired surrogates, NaN,
   duplicate names and deep nesting are a 422 naming the field, never a 500 later.
+- Query and path parameters get the same strictness (:func:`plain_parameters`): a NUL or a
+  value over ``MAX_PARAMETER_CHARS`` is a 400 naming the parameter, whatever the route
+  declares; a date-time parameter (:data:`QueryDateTime`) must be one UTC can hold.
 """
 
 from __future__ import annotations
@@ -19,17 +22,18 @@ import re
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Annotated, Any
 
-from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
-from pydantic import AwareDatetime, BeforeValidator
+from pydantic import AfterValidator, AwareDatetime, BeforeValidator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from chorus.base.errors import KeyStoreUnavailableError
 from chorus_contracts import strictjson
+from chorus_contracts.base import in_utc
 
 _ISO_DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
 
@@ -42,14 +46,17 @@ def _iso_only(value: Any) -> Any:
     return value
 
 
-QueryDateTime = Annotated[AwareDatetime, BeforeValidator(_iso_only)]
-"""A date-time query parameter: ISO 8601 with a time zone, nothing else."""
+QueryDateTime = Annotated[AwareDatetime, BeforeValidator(_iso_only), AfterValidator(in_utc)]
+"""A date-time query parameter: ISO 8601 with a time zone, nothing else, within the years
+1 to 9999 in UTC (``0001-01-01T00:00:00+01:00`` is refused, not a 500 when stored)."""
 
 PROBLEM = "application/problem+json"
 DEFAULT_MAX_BODY_BYTES = 1_048_576
 DEFAULT_BODY_TIMEOUT_S = 30.0
 DRAIN_FACTOR = 8
 """An oversized body is read and discarded up to this many times the cap before the 413."""
+MAX_PARAMETER_CHARS = 2048
+"""The longest query or path parameter value any route takes (its own limit may be lower)."""
 
 
 class Problem(Exception):
@@ -125,6 +132,31 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
         }
         for status in statuses
     }
+
+
+# -- plain parameters -------------------------------------------------------------------
+
+
+def invalid_parameter(name: str, detail: str) -> Problem:
+    """The 400 for a query or path parameter, naming it (``parameter``)."""
+    return Problem(400, f"Invalid parameter: {name}", detail, parameter=name)
+
+
+async def plain_parameters(request: Request) -> None:
+    """Every query and path parameter of every route, before the route sees it: PostgreSQL
+    cannot hold a NUL (it was a 500 wherever a parameter reached a query), and no value is
+    longer than :data:`MAX_PARAMETER_CHARS` whether or not its route says so. (Headers are
+    checked before any route, in :mod:`chorus.web.heads`.)"""
+    for name, value in (*request.path_params.items(), *request.query_params.multi_items()):
+        if not isinstance(value, str):
+            continue
+        if "\x00" in value:
+            at = value.index("\x00")
+            detail = f"{name} contains a NUL character at character {at}, which cannot be stored"
+            raise invalid_parameter(name, detail)
+        if len(value) > MAX_PARAMETER_CHARS:
+            detail = f"{name} is {len(value):,} characters long; at most {MAX_PARAMETER_CHARS:,}"
+            raise invalid_parameter(name, detail)
 
 
 # -- strict JSON bodies -----------------------------------------------------------------
@@ -271,7 +303,8 @@ def create_api(
     **fastapi_args: Any,
 ) -> FastAPI:
     """A FastAPI app with the shared behaviour above installed."""
-    app = FastAPI(**fastapi_args)
+    dependencies = [Depends(plain_parameters), *fastapi_args.pop("dependencies", ())]
+    app = FastAPI(dependencies=dependencies, **fastapi_args)
     app.router.route_class = StrictJSONRoute
     app.add_middleware(BodyCap, max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
 
@@ -323,6 +356,10 @@ def create_api(
             # FastAPI caches the document it returns; the Problem schema joins it once.
             schema = original_openapi()
             schema.setdefault("components", {}).setdefault("schemas", {})["Problem"] = PROBLEM_SCHEMA
+            # Every route may answer 400 (plain_parameters runs before each).
+            for operations in schema.get("paths", {}).values():
+                for operation in operations.values():
+                    operation.setdefault("responses", {}).setdefault("400", problems(400)[400])
         return app.openapi_schema or {}
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Query
 
 from chorus.web.apikeys import ApiKey, caller
 from chorus.web.typedclient import bound, provided
-from chorus.web.webapi import Problem, api_router, problems
+from chorus.web.webapi import api_router, invalid_parameter, problems
 from chorus_contracts.api.outcome_analytics import Outcomes, Releases
 from outcome_analytics.domain import OutcomeView, parse_hour
 
@@ -49,11 +49,9 @@ async def outcomes(
     try:
         window = parse_hour(hour) if hour else None
     except ValueError:
-        raise Problem(
-            400,
-            "Invalid parameter: hour",
-            f"hour {hour!r} is not an ISO 8601 date-time, e.g. 2026-03-01T10:00:00Z",
-            parameter="hour",
+        raise invalid_parameter(
+            "hour",
+            f"hour {hour!r} is not an ISO 8601 date-time in the years 1 to 9999, e.g. 2026-03-01T10:00:00Z",
         ) from None
     buckets = view.rows(workflow_type=workflow_type or None, hour=window)
     return Outcomes.model_validate({"buckets": buckets}).model_dump(mode="json")

@@ -416,6 +416,8 @@ async def test_list_filters_groups_and_bad_filters(shared: Stack, kafka_bootstra
         ({"status": "closed"}, "status"),
         ({"since": "yesterday"}, "since"),
         ({"until": "2026-01-01T00:00:00"}, "until"),
+        ({"since": "0001-01-01T00:00:00+01:00"}, "since"),  # before the year 1 in UTC
+        ({"service": "a\x00b"}, "service"),
         ({"limit": "0"}, "limit"),
         ({"limit": "many"}, "limit"),
         ({"servce": a}, "servce"),

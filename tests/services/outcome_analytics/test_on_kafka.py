@@ -462,9 +462,15 @@ async def test_the_view_equals_the_numbers_of_a_known_stream(
             bad = await client.get(
                 f"{service.url}/analytics/outcomes?hour=noon", headers=bearer("demo-auditor-key")
             )
+            beyond = await client.get(
+                f"{service.url}/analytics/outcomes",
+                params={"hour": "9999-12-31T23:30:00-01:00"},  # after the year 9999 in UTC
+                headers=bearer("demo-auditor-key"),
+            )
             keyless = await client.get(f"{service.url}/analytics/outcomes")
             unknown = await client.get(f"{service.url}/analytics/outcomes", headers=bearer("guessed"))
         assert bad.status_code == 400 and bad.json()["parameter"] == "hour" and "noon" in bad.json()["detail"]
+        assert beyond.status_code == 400 and beyond.json()["parameter"] == "hour"
         # Any known key reads the counts; without one there is nothing to read.
         assert (keyless.status_code, unknown.status_code) == (401, 401)
         assert "buckets" not in keyless.text
