@@ -30,6 +30,13 @@ class PurchaseOrder(Model):
     currency: Currency
     total_cents: Cents
     cost_center: Ref
+    invoiced_cents: Cents = 0
+    """What reservations not given back hold against it (the ledger's count; an order
+    configured on record starts at 0)."""
+
+    @property
+    def remaining_cents(self) -> int:
+        return self.total_cents - self.invoiced_cents
 
 
 class BudgetState(BaseModel):
@@ -74,6 +81,13 @@ def check_against_po(extracted: ExtractedInvoice, po: PurchaseOrder | None) -> R
     if extracted.total_cents > po.total_cents:
         return Refusal(
             "over_po", f"the invoice totals {extracted.total_cents}, {po.po_number} allows {po.total_cents}"
+        )
+    if extracted.total_cents > po.remaining_cents:
+        # Several invoices against one order: together they may not exceed it.
+        return Refusal(
+            "over_po",
+            f"the invoice totals {extracted.total_cents}, {po.po_number} has {po.remaining_cents} "
+            f"of {po.total_cents} left (the rest is invoiced already)",
         )
     return None
 

@@ -96,12 +96,14 @@ async def on_invoice_validated(
         cost_center=po.cost_center,
         amount_cents=amount,
         currency=extracted.currency,
+        po_number=po.po_number,
+        vendor_id=po.vendor_id,
     )
     request = approval_request(state, validated, workflow_id, ctx.deps.chain, ctx.deps.fallback)
     return Outcome(
         state=state,
         emit=[reserved, request],
-        effects=[Reserve(res_id, workflow_id, po.cost_center, amount, invoice)],
+        effects=[Reserve(res_id, workflow_id, po.cost_center, amount, invoice, po.po_number)],
     )
 
 

@@ -174,6 +174,11 @@ class BudgetReserved(EventModel):
     cost_center: Ref
     amount_cents: Cents
     currency: Currency
+    po_number: Ref | None = None
+    """The purchase order the amount is reserved against."""
+    vendor_id: VendorId | None = None
+    """Its vendor of record: whom the payment agent pays (never the model's reading of the
+    invoice). Absent only from reservations made before it was stated."""
 
 
 @event("budget.rejected", 1)

@@ -15,7 +15,14 @@ from chorus_contracts.procurement import (
     PaymentIssued,
 )
 from payment_agent.bootstrap import Deps
-from payment_agent.domain import SERVICE, PaymentState, amount_mismatch, payment_key
+from payment_agent.domain import (
+    SERVICE,
+    PaymentState,
+    amount_mismatch,
+    payee,
+    payment_key,
+    vendor_mismatch,
+)
 
 
 async def on_invoice_validated(
@@ -43,6 +50,7 @@ async def on_budget_reserved(
             "amount_cents": reserved.amount_cents,
             "currency": reserved.currency,
             "reservation_id": reserved.reservation_id,
+            "vendor_of_record": reserved.vendor_id or "",
         }
     )
     return await pay_when_possible(updated, event.envelope.workflow_id, ctx)
@@ -71,7 +79,7 @@ async def pay_when_possible(
     """
     if not state.payable:
         return Outcome(state=state)
-    mismatch = amount_mismatch(state)
+    mismatch = amount_mismatch(state) or vendor_mismatch(state)
     if mismatch is not None:
         # Two services disagree on what is owed: pay nothing and let a person look, rather
         # than pay either figure (the budget agent gives the reservation back).
@@ -80,7 +88,7 @@ async def pay_when_possible(
         receipt = await ctx.deps.payments.pay(
             key=payment_key(workflow_id, state.invoice_id),
             invoice_id=state.invoice_id,
-            vendor_id=state.vendor_id,
+            vendor_id=payee(state),
             amount_cents=state.amount_cents,
             currency=state.currency,
         )

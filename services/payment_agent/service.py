@@ -6,7 +6,7 @@ from chorus.service import WORKFLOW_END, On, ServiceSpec
 from chorus_contracts.approvals import ApprovalDecided
 from chorus_contracts.procurement import BudgetReserved, InvoiceValidated
 from payment_agent.bootstrap import Deps, bootstrap
-from payment_agent.domain import SERVICE, PaymentState
+from payment_agent.domain import SERVICE, STATE_VERSION, PaymentState, state_v1_to_v2
 from payment_agent.handlers import on_approval_decided, on_budget_reserved, on_invoice_validated
 
 SPEC: ServiceSpec[PaymentState, Deps] = ServiceSpec(
@@ -23,5 +23,7 @@ SPEC: ServiceSpec[PaymentState, Deps] = ServiceSpec(
     ],
     produces=frozenset({"payment.issued", "payment.failed", "workflow.ended"}),
     state=PaymentState,
+    state_version=STATE_VERSION,
+    state_migrations={1: state_v1_to_v2},
     bootstrap=bootstrap,
 )

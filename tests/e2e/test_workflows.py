@@ -143,18 +143,25 @@ class World:
         return await self.stack.sandbox_stats()
 
 
-# The purchase orders on record with the budget agent (its CHORUS_PURCHASE_ORDERS).
+# The purchase orders on record with the budget agent (its CHORUS_PURCHASE_ORDERS). Every
+# test's invoices go against the first two, so they have room for all of them; the third
+# holds one 1,240 EUR invoice.
 PURCHASE_ORDERS: list[dict[str, Any]] = [
     {
         "po_number": po,
         "vendor_id": vendor,
         "currency": "EUR",
-        "total_cents": 150_000,
+        "total_cents": total,
         "cost_center": "cc-research",
     }
-    for po, vendor in (("PO-7781", "vendor-acme"), ("PO-7790", "vendor-closed"))
+    for po, vendor, total in (
+        ("PO-7781", "vendor-acme", 100 * 150_000),
+        ("PO-7790", "vendor-closed", 100 * 150_000),
+        ("PO-7799", "vendor-acme", 150_000),
+    )
 ]
-PO_OF: dict[str, str] = {order["vendor_id"]: order["po_number"] for order in PURCHASE_ORDERS}
+PO_OF = {"vendor-acme": "PO-7781", "vendor-closed": "PO-7790"}
+SMALL_PO = "PO-7799"
 
 
 def invoice(
@@ -535,7 +542,7 @@ async def test_an_invoice_refused_by_the_provider_may_be_submitted_again_and_is_
     [
         ({"po": "PO-0000"}, "unknown_po"),
         ({"vendor": "vendor-evil", "po": "PO-7781"}, "vendor_mismatch"),
-        ({"total": "1600.00"}, "over_po"),
+        ({"total": "1600.00", "po": SMALL_PO}, "over_po"),
     ],
 )
 async def test_an_invoice_its_purchase_order_on_record_does_not_cover_is_rejected(
@@ -549,6 +556,25 @@ async def test_an_invoice_its_purchase_order_on_record_does_not_cover_is_rejecte
     final = await world.ended(workflow_id)
     assert final["status"] == "rejected"
     assert rejection(final)["code"] == code
+
+
+async def test_invoices_against_one_purchase_order_may_not_together_exceed_it(world: World) -> None:
+    """1,500 EUR on the order: a 1,240 EUR invoice waiting for approval holds it, so a second
+    one is refused (before, each was checked against the whole order and both could be
+    paid); once the first is rejected its share is free again."""
+    first_id, first_approval = await world.awaiting_manager(invoice(uuid.uuid4().hex[:8], po=SMALL_PO))
+    second_id = (await world.submit("procurement", invoice(uuid.uuid4().hex[:8], po=SMALL_PO))).json()
+    second = await world.ended(second_id["workflow_id"])
+    assert second["status"] == "rejected"
+    refused = rejection(second)
+    assert refused["code"] == "over_po"
+    assert f"{SMALL_PO} has 26000 of 150000 left" in refused["reasons"][0]
+
+    assert (await world.decide(first_approval, MANAGER, "reject")).status_code == 202
+    assert (await world.ended(first_id))["status"] == "rejected"
+    third_id, third_approval = await world.awaiting_manager(invoice(uuid.uuid4().hex[:8], po=SMALL_PO))
+    assert (await world.decide(third_approval, MANAGER, "reject")).status_code == 202
+    assert (await world.ended(third_id))["status"] == "rejected"
 
 
 async def test_wrong_tier_gets_403_and_the_workflow_stays_paused(world: World) -> None:

@@ -45,6 +45,13 @@ DEAD_LETTER_CONSUMERS = ("deadletter_service", "audit_projector")
 (base64) plus a traceback, so they must accept more than the services that produce them
 (the dead-letter service's own default is 8 MiB for this reason)."""
 BIG_EVENT_BYTES = 8 * 1_048_576
+LARGE_ORDER = {
+    "po_number": "PO-7781",  # what the driver's invoices name (tests.support.submissions)
+    "vendor_id": "vendor-acme",
+    "currency": "EUR",
+    "total_cents": 10**12,
+    "cost_center": "cc-research",
+}
 STARTUP_ATTEMPTS = 5
 
 
@@ -243,6 +250,8 @@ class Deployment:
         }
         # Budgets large enough for every invoice a run submits (the defaults hold ~40).
         service_env["budget_agent"]["CHORUS_BUDGETS"] = json.dumps({"cc-research": 10**12})
+        # And a purchase order they may all be invoiced against (the default's holds one).
+        service_env["budget_agent"]["CHORUS_PURCHASE_ORDERS"] = json.dumps([LARGE_ORDER])
         # The driver stands for many clients behind one key: polling every open workflow at
         # once is its load, not abuse (the per-key limit has its own test).
         service_env["gateway"].update({"CHORUS_API_RATE_PER_S": "2000", "CHORUS_API_BURST": "4000"})

@@ -45,7 +45,9 @@ class RecordingPayments(PaymentClient):
     async def pay(
         self, *, key: str, invoice_id: str, vendor_id: str, amount_cents: int, currency: str
     ) -> PaymentReceipt:
-        self.calls.append({"key": key, "invoice_id": invoice_id, "amount_cents": amount_cents})
+        self.calls.append(
+            {"key": key, "invoice_id": invoice_id, "vendor_id": vendor_id, "amount_cents": amount_cents}
+        )
         if self.outage > 0:
             self.outage -= 1
             raise TransientError("provider down")

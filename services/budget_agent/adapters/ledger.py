@@ -53,6 +53,17 @@ MIGRATIONS = [
                 PRIMARY KEY (vendor_id, invoice_number))""",
         ),
     ),
+    migrations.Migration(
+        3,
+        "what is invoiced against each purchase order",
+        (
+            # Several invoices against one order may not together exceed it. Reservations
+            # made before this migration name no order and count against none.
+            """ALTER TABLE budget_agent.purchase_orders
+                ADD COLUMN invoiced_cents bigint NOT NULL DEFAULT 0""",
+            "ALTER TABLE budget_agent.reservations ADD COLUMN po_number text",
+        ),
+    ),
 ]
 
 
@@ -74,17 +85,18 @@ async def seed_purchase_orders(pool: asyncpg.Pool, orders: list[PurchaseOrder]) 
     """Record configured purchase orders that do not exist; never change existing ones."""
     async with pool.acquire() as conn:
         await conn.executemany(
-            "INSERT INTO budget_agent.purchase_orders VALUES ($1, $2, $3, $4, $5) "
-            "ON CONFLICT (po_number) DO NOTHING",
+            "INSERT INTO budget_agent.purchase_orders (po_number, vendor_id, currency, total_cents, "
+            "cost_center) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (po_number) DO NOTHING",
             [(o.po_number, o.vendor_id, o.currency, o.total_cents, o.cost_center) for o in orders],
         )
 
 
 @dataclass(frozen=True)
 class Reserve:
-    """Take ``amount_cents`` from the cost center and claim the invoice; refuses (and so
-    retries the handler) when a concurrent reservation used the room, or claimed the same
-    invoice, in between."""
+    """Take ``amount_cents`` from the cost center and from what remains on the purchase
+    order, and claim the invoice; refuses (and so retries the handler, which then reads
+    what is left) when a concurrent reservation used the room, or claimed the same invoice,
+    in between."""
 
     reservation_id: str
     workflow_id: str
@@ -92,38 +104,58 @@ class Reserve:
     amount_cents: int
     invoice: tuple[str, str]
     """(vendor id, invoice number) as :func:`budget_agent.domain.invoice_key` makes it."""
+    po_number: str
 
     async def apply(self, conn: asyncpg.Connection) -> None:
-        claimed = await conn.fetchval(
+        await _or_conflict(
+            conn,
+            f"invoice {self.invoice} was claimed while deciding",
             """INSERT INTO budget_agent.invoices VALUES ($1, $2, $3, $4)
                ON CONFLICT DO NOTHING RETURNING 1""",
             *self.invoice,
             self.workflow_id,
             self.reservation_id,
         )
-        if claimed is None:
-            raise ConflictError(f"invoice {self.invoice} was claimed while deciding")
-        updated = await conn.fetchval(
+        await _or_conflict(
+            conn,
+            f"budget {self.cost_center} changed while deciding",
             """UPDATE budget_agent.budgets SET reserved_cents = reserved_cents + $2
                WHERE cost_center = $1 AND reserved_cents + $2 <= limit_cents RETURNING 1""",
             self.cost_center,
             self.amount_cents,
         )
-        if updated is None:
-            raise ConflictError(f"budget {self.cost_center} changed while deciding")
+        await _or_conflict(
+            conn,
+            f"purchase order {self.po_number} was invoiced while deciding",
+            """UPDATE budget_agent.purchase_orders SET invoiced_cents = invoiced_cents + $2
+               WHERE po_number = $1 AND invoiced_cents + $2 <= total_cents RETURNING 1""",
+            self.po_number,
+            self.amount_cents,
+        )
         await conn.execute(
-            """INSERT INTO budget_agent.reservations VALUES ($1, $2, $3, $4, 'reserved')""",
+            """INSERT INTO budget_agent.reservations
+                 (reservation_id, workflow_id, cost_center, amount_cents, status, po_number)
+               VALUES ($1, $2, $3, $4, 'reserved', $5)""",
             self.reservation_id,
             self.workflow_id,
             self.cost_center,
             self.amount_cents,
+            self.po_number,
         )
+
+
+async def _or_conflict(conn: asyncpg.Connection, conflict: str, query: str, *args: object) -> None:
+    """``query`` (which returns a row only when it took what it asks for), or a conflict:
+    the step runs again and decides on what it reads then."""
+    if await conn.fetchval(query, *args) is None:
+        raise ConflictError(conflict)
 
 
 @dataclass(frozen=True)
 class Release:
-    """Give a reservation back, once; and its invoice too unless ``keep_invoice`` (it may
-    have been paid: then only a person who checked with the provider frees it)."""
+    """Give a reservation back, once; and its invoice and its share of the purchase order
+    too unless ``keep_invoice`` (it may have been paid: then only a person who checked with
+    the provider frees them)."""
 
     reservation_id: str
     keep_invoice: bool = False
@@ -136,13 +168,21 @@ class Release:
         row = await conn.fetchrow(
             """UPDATE budget_agent.reservations SET status = 'released'
                WHERE reservation_id = $1 AND status = 'reserved'
-               RETURNING cost_center, amount_cents""",
+               RETURNING cost_center, amount_cents, po_number""",
             self.reservation_id,
         )
-        if row is not None:
+        if row is None:
+            return
+        await conn.execute(
+            "UPDATE budget_agent.budgets SET reserved_cents = reserved_cents - $2 WHERE cost_center = $1",
+            row["cost_center"],
+            row["amount_cents"],
+        )
+        if not self.keep_invoice and row["po_number"] is not None:
             await conn.execute(
-                "UPDATE budget_agent.budgets SET reserved_cents = reserved_cents - $2 WHERE cost_center = $1",
-                row["cost_center"],
+                """UPDATE budget_agent.purchase_orders SET invoiced_cents = invoiced_cents - $2
+                   WHERE po_number = $1""",
+                row["po_number"],
                 row["amount_cents"],
             )
 

@@ -64,9 +64,12 @@ async def test_an_affordable_invoice_reserves_the_amount_and_asks_the_chain(agen
     request = step.first(ApprovalRequested)
     assert [s.tier for s in request.chain] == ["manager", "director"]
     assert request.requested_by == "budget_agent"
+    # Whom to pay is the order's vendor of record, stated in the signed reservation.
+    assert (reserved.po_number, reserved.vendor_id) == ("PO-7781", "vendor-acme")
     [effect] = step.outcome.effects
     assert isinstance(effect, Reserve) and effect.amount_cents == 124_000
     assert effect.invoice == ("vendor-acme", "inv-2026-0042")  # claimed with the reservation
+    assert effect.po_number == "PO-7781"  # and taken from what remains on the order
 
 
 @pytest.mark.parametrize(
@@ -85,6 +88,22 @@ async def test_an_invoice_that_its_purchase_order_on_record_does_not_cover_is_re
     assert (rejected.code, rejected.reasons) == (code, [detail])
     assert step.first(WorkflowEnded).reason == f"{code}: {detail}"
     assert step.outcome.ended == "rejected" and not step.outcome.effects  # nothing reserved
+
+
+async def test_an_invoice_over_what_remains_on_its_purchase_order_is_rejected() -> None:
+    invoiced = PO.model_copy(update={"invoiced_cents": 900_000})  # other invoices hold 9,000 EUR
+    agent = WorkflowHarness(
+        SPEC, Deps(FixedBudgets({"cc-research": 500_000}, [invoiced]), CHAIN, "auto_reject")
+    )
+    step = await agent.deliver(validated(total_cents=124_000), "wf-left")
+    rejected = step.first(InvoiceRejected)
+    assert rejected.code == "over_po"
+    assert rejected.reasons == [
+        "the invoice totals 124000, PO-7781 has 100000 of 1000000 left (the rest is invoiced already)"
+    ]
+    assert not step.outcome.effects
+    fits = await agent.deliver(validated(total_cents=100_000), "wf-fits")
+    assert fits.first(BudgetReserved).amount_cents == 100_000
 
 
 async def test_an_invoice_another_workflow_holds_is_a_duplicate_whatever_its_case_or_hidden_characters() -> (

@@ -46,6 +46,8 @@ async def test_a_validated_invoice_reserves_its_amount_once_and_asks_for_approva
         cost_center=cost_center,
         amount_cents=124_000,
         currency="EUR",
+        po_number=order.po_number,
+        vendor_id="vendor-acme",
     )
     request = asked.payload
     assert (request.approval_id, request.requested_by) == (f"appr-{sent.workflow_id}-1", "budget_agent")
@@ -54,5 +56,7 @@ async def test_a_validated_invoice_reserves_its_amount_once_and_asks_for_approva
     pool = await create_pool(on_kafka.database_url, max_size=1)
     try:
         assert await Ledger(pool).available(cost_center) == 500_000 - 124_000  # taken once
+        on_record = await Ledger(pool).purchase_order(order.po_number)
+        assert on_record is not None and on_record.remaining_cents == 150_000 - 124_000
     finally:
         await pool.close()

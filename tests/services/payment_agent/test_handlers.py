@@ -76,3 +76,37 @@ async def test_a_reservation_that_is_not_the_validated_amount_is_not_paid() -> N
     assert failed.category == "persistent"
     assert failed.reason == "the reservation holds 150000 cents but the validated invoice totals 124000"
     assert payments.calls == []
+
+
+async def test_it_pays_the_purchase_orders_vendor_of_record_not_the_models_reading() -> None:
+    """The model read the vendor in a compatibility form (full-width letters): the budget
+    agent matched it to its order, and the money goes to the vendor on record."""
+    payments = RecordingPayments()
+    agent = harness(payments)
+    full_width = "\uff56\uff45\uff4e\uff44\uff4f\uff52-acme"
+    extracted = VALIDATED.extracted.model_copy(update={"vendor_id": full_width})
+    read = VALIDATED.model_copy(update={"extracted": extracted})
+    on_record = RESERVED.model_copy(update={"po_number": "PO-7781", "vendor_id": "vendor-acme"})
+    for event in (read, on_record):
+        await agent.deliver(event, "wf-5")
+    step = await agent.deliver(APPROVED, "wf-5")
+    assert step.emitted_types() == ["payment.issued", "workflow.ended"]
+    assert [call["vendor_id"] for call in payments.calls] == ["vendor-acme"]
+
+
+async def test_an_invoice_naming_another_vendor_than_its_orders_record_is_not_paid() -> None:
+    payments = RecordingPayments()
+    agent = harness(payments)
+    extracted = VALIDATED.extracted.model_copy(update={"vendor_id": "vendor-acme-ltd"})
+    read = VALIDATED.model_copy(update={"extracted": extracted})
+    on_record = RESERVED.model_copy(update={"po_number": "PO-7781", "vendor_id": "vendor-acme"})
+    for event in (read, on_record):
+        await agent.deliver(event, "wf-6")
+    step = await agent.deliver(APPROVED, "wf-6")
+    failed = step.first(PaymentFailed)
+    assert failed.category == "persistent"
+    assert (
+        failed.reason
+        == "the invoice names 'vendor-acme-ltd'; its purchase order's vendor of record is vendor-acme"
+    )
+    assert payments.calls == []
