@@ -241,7 +241,7 @@ class _Projector:
         try:
             limit = self.registry.size_limit(topic, self.max_bytes)
             event = decode(raw, self.registry, accept=self.accept, max_bytes=limit)
-            self.verifier.check(event.event_type, event.envelope.producer.service, raw, headers)
+            self.verifier.check(event.envelope, raw, headers)
         except (DecodeError, UnauthorizedError):
             return None
         if event.event_type not in self.accept:

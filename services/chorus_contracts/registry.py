@@ -196,12 +196,30 @@ class ProjectFile(BaseModel):
     )
 
 
+WORKFLOW_ENDED = "workflow.ended"
+WorkflowOutcome = Literal[
+    "completed", "rejected", "failed", "compensated", "timed_out", "cancelled", "erased"
+]
+PLATFORM_ENDINGS: dict[str, tuple[WorkflowOutcome, ...]] = {
+    "gateway": ("timed_out", "cancelled"),
+    "audit_projector": ("erased",),
+}
+"""Who ends a workflow of any type, and how: the gateway at its deadline or on a cancel, the
+audit projector when its subject is erased."""
+
+
 class WorkflowDeclaration(BaseModel):
-    """One type of ``workflows.yaml``: what starts it, how long it may run."""
+    """One type of ``workflows.yaml``: what starts it, how long it may run, who ends it."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     start: str = Field(description="the start event type: its payload is the submission's input")
     deadline_s: float = Field(default=86400.0, gt=0, description="the longest a workflow of the type runs")
+    ended_by: dict[str, list[WorkflowOutcome]] = Field(
+        default_factory=dict,
+        description="service -> the outcomes it may end a workflow of this type with (beside the "
+        "platform's: the gateway's timed_out and cancelled, the audit projector's erased); empty: "
+        "any service that signs workflow.ended",
+    )
 
 
 WORKFLOW_TYPE_PATTERN = r"^[a-z][a-z0-9_]{0,62}$"
@@ -243,6 +261,7 @@ class Registry:
                 if ev.signed_by is not None:
                     self._signed_by[ev.type] = ev.signers()
         self._add_principals_signers()
+        self._check_endings()
         for name, workflow in self.workflows.items():
             if not re.match(WORKFLOW_TYPE_PATTERN, name):
                 raise ValueError(
@@ -275,7 +294,33 @@ class Registry:
                     )
                 self._signed_by[event_type] |= {name}
 
+    def _check_endings(self) -> None:
+        """Every service a workflow type says may end it signs workflow.ended."""
+        signers = self._signed_by.get(WORKFLOW_ENDED, frozenset())
+        for name, workflow in self.workflows.items():
+            for service in workflow.ended_by:
+                if service not in signers:
+                    raise ValueError(
+                        f"workflows.yaml: {name} is ended_by {service}, which does not sign "
+                        f"{WORKFLOW_ENDED} (its signers: {', '.join(sorted(signers)) or 'none'})"
+                    )
+
     # -- lookups ---------------------------------------------------------------
+
+    def endings(self) -> dict[str, dict[str, frozenset[str]]]:
+        """Workflow type -> outcome -> the services that may end a workflow of that type with
+        that outcome, for the types whose ``workflows.yaml`` entry says (``ended_by``)."""
+        found: dict[str, dict[str, frozenset[str]]] = {}
+        for name, workflow in self.workflows.items():
+            if not workflow.ended_by:
+                continue
+            by_outcome: dict[str, set[str]] = {}
+            for declared in (PLATFORM_ENDINGS, workflow.ended_by):
+                for service, outcomes in declared.items():
+                    for outcome in outcomes:
+                        by_outcome.setdefault(outcome, set()).add(service)
+            found[name] = {outcome: frozenset(services) for outcome, services in by_outcome.items()}
+        return found
 
     def event_types(self) -> list[str]:
         return sorted(self._topic_of)

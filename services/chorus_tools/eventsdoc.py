@@ -9,8 +9,9 @@ type, no timestamps: the same tree gives the same page.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
-from chorus_contracts.registry import Registry
+from chorus_contracts.registry import WORKFLOW_ENDED, Registry
 from chorus_tools.eventroutes import Route, consumer_phrase, producer_phrase, readers_phrase
 from chorus_tools.events_catalog import Catalog, EventInfo, topic_lines
 
@@ -54,9 +55,19 @@ def authority_table(registry: Registry) -> str:
         info = catalog.describe(event_type)
         makers = sorted({p.service for p in info.producers if p.route is not Route.REDRIVES})
         stated_by = ", ".join(info.signed_by or makers)
+        if event_type == WORKFLOW_ENDED and registry.endings():
+            stated_by += "; of each workflow type, " + "; ".join(
+                f"{name}: {_enders(by_outcome)}" for name, by_outcome in sorted(registry.endings().items())
+            )
         signed = "yes" if info.signed_by else "no"
         rows.append(f"| `{event_type}` | `{info.topic.name}` | {stated_by} | {signed} |")
     return "\n".join(rows)
+
+
+def _enders(by_outcome: Mapping[str, frozenset[str]]) -> str:
+    """``completed`` by payment_agent, ... (workflows.yaml ended_by, the platform's ends too)."""
+    ends = sorted(by_outcome.items())
+    return ", ".join(f"`{outcome}` by {' or '.join(sorted(who))}" for outcome, who in ends)
 
 
 def with_authority_table(readme: str, registry: Registry) -> str:

@@ -28,6 +28,7 @@ from chorus.kernel.codec import decode, encode
 from chorus.web.apikeys import DEMO_KEYS, bearer
 from chorus_contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
 from chorus_contracts.envelope import Envelope
+from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_contracts.platform import FireTarget, OriginalRecord, RetryDue, TimerSchedule, WorkflowsRetired
 from chorus_contracts.procurement import BudgetReserved, InvoiceValidated
 from chorus_contracts.registry import Registry
@@ -787,6 +788,29 @@ async def test_forged_money_facts_on_their_topic_or_through_a_retry_pay_nothing(
     assert [(p["amount_cents"], p["currency"]) for p in paid] == [(124_000, "EUR")]
 
 
+async def test_another_agents_own_signature_on_a_procurements_end_ends_nothing(world: World) -> None:
+    """A compromised report agent states, under its own valid key, that a procurement waiting
+    for its manager completed: the end that stops every service and makes the gateway tell
+    the submitter it was paid. The report agent ends research reports only (workflows.yaml
+    ended_by): the gateway, the payment and budget agents and the audit projection refuse
+    it; the workflow still waits, and the manager's approval pays it once."""
+    workflow_id, approval_id = await world.awaiting_manager(invoice(uuid.uuid4().hex[:8]))
+    claimed = WorkflowEnded(outcome="completed", result={"paid": True}, ended_by="report_agent")
+    ended = stated_by(
+        envelope_of(claimed, workflow_id=workflow_id, workflow_type="procurement"), "report_agent"
+    )
+    await publish(world.kafka, world.registry.physical_topic("workflow.ended"), [ended])  # signed
+    for service in ("gateway", "payment_agent", "budget_agent", "audit_projector"):
+        await refused_by(world, service, {str(ended.event_id)})
+    assert (await world.status(workflow_id))["status"] == "waiting"
+
+    assert (await world.decide(approval_id, MANAGER, "approve")).status_code == 202
+    final = await world.ended(workflow_id)
+    assert final["status"] == "completed"
+    ends = [e for e in final["timeline"] if e["event_type"] == "workflow.ended"]
+    assert [e["payload"]["ended_by"] for e in ends] == ["payment_agent"]
+
+
 @pytest.mark.parametrize(
     ("field", "url", "where", "kind"),
     [
@@ -996,13 +1020,15 @@ async def test_schemathesis_with_nul_strings_finds_no_server_error_on_any_api(
         url,
         key,
         tmp_path / "schemathesis.txt",
+        # The boundary values of the coverage phase, and a little fuzzing: the gateway's own
+        # run (tests/services/gateway) goes deeper, without NUL.
         "--phases",
-        "examples,coverage,fuzzing",
+        "coverage,fuzzing",
         "--generation-allow-x00",
         "true",
         "--exclude-checks",
         "positive_data_acceptance",
-        examples=12,
+        examples=6,
     )
     print(summary)
 

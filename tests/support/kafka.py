@@ -130,7 +130,10 @@ def local_verifier(registry: Registry) -> Verifier:
     """What a runtime consumer of ``registry`` checks signed types with: the local public
     keys (CHORUS_SIGNING_DIR)."""
     signing_dir = os.environ.get("CHORUS_SIGNING_DIR", "")
-    return load_keys(signing_dir, "tests", signs=set(), checks=registry.signed_by()).verifier
+    keys = load_keys(
+        signing_dir, "tests", signs=set(), checks=registry.signed_by(), endings=registry.endings()
+    )
+    return keys.verifier
 
 
 def signed(value: Envelope, headers: list[tuple[str, bytes]] | None) -> list[tuple[str, bytes]] | None:

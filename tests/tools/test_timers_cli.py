@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from chorus_contracts.approvals import ApprovalWindowElapsed
+from chorus_contracts.envelope import Envelope
 from chorus_contracts.registry import default_registry
 from chorus_tools.cli.migrate import migrate_service, service_spec
 from tests.support.database import connected, own_database
@@ -75,10 +76,7 @@ async def test_pending_timers_of_a_newly_signed_type_are_listed_then_signed_by_t
             )
             published = json.dumps(json.loads(text)).encode()
             local_verifier(default_registry()).check(
-                "approval.window_elapsed",
-                "approval_gate",
-                published,
-                [("chorus-signature", signature.encode())],
+                Envelope.model_validate_json(published), published, [("chorus-signature", signature.encode())]
             )
 
             code, out, _ = await chorus("timers", "sign-pending", "--yes", env=env)

@@ -43,5 +43,5 @@ class Verifying(Protocol):
     names (UnauthorizedError otherwise); records of other types pass."""
 
     def check(
-        self, event_type: str, producer: str, value: bytes | None, headers: Sequence[tuple[str, bytes]], /
+        self, envelope: Envelope, value: bytes | None, headers: Sequence[tuple[str, bytes]], /
     ) -> None: ...

@@ -92,7 +92,9 @@ def service_keys(spec: ServiceSpec[Any, Any], registry: Registry, signing_dir: s
             f"that states one lists it in principals.yaml, services.{spec.name}.signs"
         )
     signs = {t for t in spec.produces if spec.name in registry.signers_of(t)}
-    return load_keys(signing_dir, spec.name, signs=signs, checks=registry.signed_by())
+    return load_keys(
+        signing_dir, spec.name, signs=signs, checks=registry.signed_by(), endings=registry.endings()
+    )
 
 
 async def start_sealer(settings: PrivacySettings, registry: Registry, stack: AsyncExitStack) -> Sealer:

@@ -36,7 +36,7 @@ import binascii
 import json
 import os
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from chorus.base.errors import SigningConfigError, UnauthorizedError
+from chorus_contracts.envelope import Envelope
 from chorus_contracts.platform import SIGNATURE_HEADER
+from chorus_contracts.registry import WORKFLOW_ENDED
 
 HEADER = SIGNATURE_HEADER
 _DOMAIN = b"chorus-signature-v1\x00"
@@ -79,12 +81,15 @@ class Verifier:
     signed_by: Mapping[str, Collection[str]]
     """event type -> the services that may state it (the registry's ``signed_by``)."""
     public_keys: Mapping[str, Ed25519PublicKey]
+    endings: Mapping[str, Mapping[str, Collection[str]]] = field(default_factory=dict)
+    """workflow type -> outcome -> who may end a workflow of the type so (the registry's
+    ``endings``): of workflow.ended's signers, only these, for the types it names."""
 
-    def check(
-        self, event_type: str, claimed_producer: str, value: bytes | None, headers: Iterable[tuple[str, Any]]
-    ) -> None:
-        """Raise :class:`UnauthorizedError` unless a signed ``event_type`` is proven to come
-        from one of its registered signers (the one it names); other types pass."""
+    def check(self, envelope: Envelope, value: bytes | None, headers: Iterable[tuple[str, Any]]) -> None:
+        """Raise :class:`UnauthorizedError` unless an envelope of a signed type is proven to
+        come from one of its registered signers (the one it names) that may state this very
+        fact; other types pass."""
+        event_type, claimed_producer = envelope.event_type, envelope.producer.service
         signers = self.signed_by.get(event_type)
         if not signers:
             return
@@ -94,6 +99,7 @@ class Verifier:
                 f"{event_type} claims producer {claimed_producer!r}; only {named} {verb} it",
                 pointer="/producer/service",
             )
+        self._may_end(envelope)
         producer = claimed_producer
         found = [v for k, v in headers if k == HEADER]
         if value is None or len(found) != 1 or not isinstance(found[0], bytes):
@@ -106,6 +112,25 @@ class Verifier:
                 f"{event_type}: the {HEADER} header is not {producer}'s signature of this envelope"
             ) from exc
 
+    def _may_end(self, envelope: Envelope) -> None:
+        """A signer of workflow.ended ends only the workflow types, with the outcomes, the
+        registry gives it: the report agent's signature on a procurement's completed is
+        still a forgery."""
+        if envelope.event_type != WORKFLOW_ENDED:
+            return
+        by_outcome = self.endings.get(envelope.workflow_type)
+        if by_outcome is None:
+            return
+        outcome = envelope.payload.get("outcome")
+        allowed = by_outcome.get(str(outcome), ())
+        if envelope.producer.service not in allowed:
+            who = ", ".join(sorted(allowed)) or "no service"
+            raise UnauthorizedError(
+                f"{WORKFLOW_ENDED}({outcome}) of a {envelope.workflow_type} workflow is stated by {who}, "
+                f"not {envelope.producer.service} (workflows.yaml ended_by)",
+                pointer="/producer/service",
+            )
+
 
 @dataclass(frozen=True)
 class Keys:
@@ -114,11 +139,16 @@ class Keys:
 
 
 def load_keys(
-    directory: str, service: str, *, signs: set[str], checks: Mapping[str, Collection[str]]
+    directory: str,
+    service: str,
+    *,
+    signs: set[str],
+    checks: Mapping[str, Collection[str]],
+    endings: Mapping[str, Mapping[str, Collection[str]]] | None = None,
 ) -> Keys:
     """The service's signer (when it produces any of ``signs``) and a verifier for
-    ``checks`` (event type -> its signers), from ``directory``; :class:`SigningConfigError`
-    naming what is missing."""
+    ``checks`` (event type -> its signers) and ``endings`` (see :class:`Verifier`), from
+    ``directory``; :class:`SigningConfigError` naming what is missing."""
     if not signs and not checks:
         return Keys(None, Verifier({}, {}))
     if not directory:
@@ -130,7 +160,7 @@ def load_keys(
     signer = Signer(service, _private_key(root / f"{service}.key")) if signs else None
     producers = sorted({p for signers in checks.values() for p in signers})
     public = {producer: _public_key(root / f"{producer}.pub") for producer in producers}
-    return Keys(signer, Verifier(dict(checks), public))
+    return Keys(signer, Verifier(dict(checks), public, dict(endings or {})))
 
 
 def _private_key(path: Path) -> Ed25519PrivateKey:

@@ -27,7 +27,7 @@ class Verify:
     async def __call__(self, item: Item) -> Item | Done:
         env, rec = item.decoded.envelope, item.record
         try:
-            self.verifier.check(env.event_type, env.producer.service, rec.value, rec.headers)
+            self.verifier.check(env, rec.value, rec.headers)
         except UnauthorizedError as exc:
             await self.letters.record(rec, exc, parked_id=item.parked_id)
             return Done(Finish.DEAD_LETTERED)

@@ -151,7 +151,7 @@ class RolloutFollower:
             return  # a tombstone: nothing to follow
         try:
             event = decode(value, self.registry, accept={RolloutChanged.event_type: RolloutChanged.version})
-            self.verifier.check(event.event_type, event.envelope.producer.service, value, headers)
+            self.verifier.check(event.envelope, value, headers)
         except (DecodeError, UnauthorizedError) as exc:
             log.error("not the rollout service's policy; skipped", extra=fields(error=str(exc)))
             return

@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 import json
+import shutil
 import stat
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from chorus.base.errors import SigningConfigError, UnauthorizedError
 from chorus.kernel.codec import encode
 from chorus.kernel.outbox import outbox_message
 from chorus.kernel.service import ServiceSpec
 from chorus.privacy.feature import service_keys, unstated_types
-from chorus.privacy.signing import HEADER, load_keys, make_keys
+from chorus.privacy.signing import HEADER, Verifier, load_keys, make_keys
 from chorus_contracts.envelope import Envelope
 from chorus_contracts.lifecycle import WorkflowEnded
+from chorus_contracts.procurement import InvoiceReceived
 from chorus_contracts.registry import load_registry
 from chorus_tools.cli.migrate import migrating_services, service_spec
+from tests.support.examples import example
 from tests.support.kafka import approval, envelope, stated_by
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -37,14 +41,19 @@ def decided(producer: str = "approval_gate") -> bytes:
     return encode(approval("wf-1", producer))
 
 
+def check(verifier: Verifier, value: bytes, headers: list[tuple[str, bytes]]) -> None:
+    """``verifier``'s check of a record whose value is ``value`` (the envelope it decodes to)."""
+    verifier.check(Envelope.model_validate_json(value), value, headers)
+
+
 def test_the_gates_signature_is_accepted_and_survives_a_redrive_raising_the_attempt(keys_dir: Path) -> None:
     gate = load_keys(str(keys_dir), "approval_gate", signs={"approval.decided"}, checks=CHECKS)
     assert gate.signer is not None
     value = decided()
     header = gate.signer.header(value)
-    gate.verifier.check("approval.decided", "approval_gate", value, [header])
+    check(gate.verifier, value, [header])
     redriven = json.dumps({**json.loads(value), "attempt": 7}, separators=(",", ":")).encode()
-    gate.verifier.check("approval.decided", "approval_gate", redriven, [("traceparent", b"x"), header])
+    check(gate.verifier, redriven, [("traceparent", b"x"), header])
 
 
 @pytest.mark.parametrize(
@@ -64,10 +73,10 @@ def test_anything_but_the_registered_producers_signature_is_unauthorized(
     gate = load_keys(str(keys_dir), "approval_gate", signs={"approval.decided"}, checks=CHECKS)
     gateway = load_keys(str(keys_dir), "gateway", signs={"approval.decision_submitted"}, checks=CHECKS)
     assert gate.signer is not None and gateway.signer is not None
-    value, producer = decided(), "approval_gate"
+    value = decided()
     headers = [gate.signer.header(value)]
     if case == "other-producer":
-        value, producer = decided("report_agent"), "report_agent"
+        value = decided("report_agent")
     elif case == "no-header":
         headers = []
     elif case == "two-headers":
@@ -79,7 +88,7 @@ def test_anything_but_the_registered_producers_signature_is_unauthorized(
     elif case == "garbage":
         headers = [(HEADER, b"not base64!")]
     with pytest.raises(UnauthorizedError, match=says) as refused:
-        gate.verifier.check("approval.decided", producer, value, headers)
+        check(gate.verifier, value, headers)
     assert refused.value.category == "unauthorized"
 
 
@@ -101,28 +110,64 @@ def test_a_type_several_services_state_is_taken_from_each_only_under_its_own_sig
     for name, own in keys.items():
         assert own.signer is not None
         value = ended(name)
-        checker.check("workflow.ended", name, value, [own.signer.header(value)])
+        check(checker, value, [own.signer.header(value)])
     gateway_signer = keys["gateway"].signer
     assert gateway_signer is not None
     with pytest.raises(UnauthorizedError, match="not payment_agent's signature"):
         value = ended("payment_agent")
-        checker.check("workflow.ended", "payment_agent", value, [gateway_signer.header(value)])
+        check(checker, value, [gateway_signer.header(value)])
     gate = load_keys(str(keys_dir), "approval_gate", signs={"approval.decided"}, checks=CHECKS).signer
     assert gate is not None
     with pytest.raises(
         UnauthorizedError, match=r"only audit_projector, budget_agent, gateway, .* produce it"
     ):
         value = ended("approval_gate")
-        checker.check("workflow.ended", "approval_gate", value, [gate.header(value)])
+        check(checker, value, [gate.header(value)])
+
+
+@pytest.mark.parametrize(
+    ("workflow_type", "producer", "outcome", "refused"),
+    [
+        ("procurement", "payment_agent", "completed", None),
+        ("procurement", "budget_agent", "compensated", None),
+        ("procurement", "gateway", "timed_out", None),
+        ("procurement", "audit_projector", "erased", None),
+        ("research_report", "report_agent", "completed", None),
+        # Each signs workflow.ended, with a valid signature, but not this end of this type.
+        ("procurement", "report_agent", "completed", "stated by payment_agent, not report_agent"),
+        ("procurement", "gateway", "completed", "stated by payment_agent, not gateway"),
+        ("procurement", "invoice_agent", "compensated", "stated by budget_agent, not invoice_agent"),
+        ("research_report", "payment_agent", "completed", "stated by report_agent, not payment_agent"),
+    ],
+)
+def test_a_workflow_ends_only_by_whom_its_type_names_for_that_outcome(
+    keys_dir: Path, workflow_type: str, producer: str, outcome: str, refused: str | None
+) -> None:
+    """workflows.yaml ``ended_by``: a compromised report agent's own signature on a
+    procurement's "completed" (which makes the gateway tell the submitter it was paid) is
+    refused like a forgery."""
+    signer = load_keys(str(keys_dir), producer, signs={"workflow.ended"}, checks={}).signer
+    checker = load_keys(
+        str(keys_dir), "tests", signs=set(), checks=CHECKS, endings=REGISTRY.endings()
+    ).verifier
+    assert signer is not None
+    made = envelope(WorkflowEnded(outcome=outcome, ended_by=producer), workflow_type=workflow_type)  # type: ignore[arg-type]
+    value = encode(stated_by(made, producer))
+    if refused is None:
+        check(checker, value, [signer.header(value)])
+        return
+    with pytest.raises(UnauthorizedError, match=refused) as caught:
+        check(checker, value, [signer.header(value)])
+    assert caught.value.category == "unauthorized"
 
 
 def test_unsigned_types_pass_and_the_outbox_signs_only_with_the_registered_signer(keys_dir: Path) -> None:
     gate = load_keys(str(keys_dir), "approval_gate", signs={"approval.decided"}, checks=CHECKS)
-    gate.verifier.check("retry.due", "anyone", b"{}", [])  # not a signed type
+    check(gate.verifier, encode(envelope(example(InvoiceReceived))), [])  # not a signed type
     made = Envelope.model_validate(json.loads(decided()))
     message = outbox_message(REGISTRY, made, gate.signer)
     assert [k for k, _ in message.headers].count(HEADER) == 1
-    gate.verifier.check("approval.decided", "approval_gate", message.value, message.headers)
+    check(gate.verifier, message.value, list(message.headers))
     gateway = load_keys(str(keys_dir), "gateway", signs={"approval.decision_submitted"}, checks=CHECKS)
     for signer in (None, gateway.signer):
         with pytest.raises(SigningConfigError, match="signed by approval_gate"):
@@ -159,3 +204,13 @@ def test_a_service_producing_a_signed_type_it_may_not_state_does_not_start(keys_
         SigningConfigError, match=r"approval.requested by approval_gate, budget_agent, report_agent"
     ):
         service_keys(helper, REGISTRY, str(keys_dir))
+
+
+def test_a_workflow_type_ended_by_a_service_that_does_not_sign_ends_is_refused(tmp_path: Path) -> None:
+    schemas = tmp_path / "schemas"
+    shutil.copytree(ROOT / "schemas", schemas)
+    workflows = yaml.safe_load((schemas / "workflows.yaml").read_text())
+    workflows["procurement"]["ended_by"]["source_fetcher"] = ["completed"]
+    (schemas / "workflows.yaml").write_text(yaml.safe_dump(workflows))
+    with pytest.raises(ValueError, match="procurement is ended_by source_fetcher, which does not sign"):
+        load_registry(schemas)

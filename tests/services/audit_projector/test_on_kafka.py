@@ -93,18 +93,24 @@ class Stream:
         envelope of ``workflow_id`` that occurred at ``at``."""
         example = self.registry.examples[(event_type, 1)][0].body
         model = CATALOG[(event_type, 1)].model_validate({**example["payload"], **payload})
-        env = envelope(
-            model, workflow_id=workflow_id, workflow_type=workflow_type, priority=priority
-        ).model_copy(
-            update={
-                "occurred_at": at,
-                "subject_ref": subject,
-                "producer": ProducerRef(**example["producer"]),
-            }
+        env = envelope(model, workflow_id=workflow_id, workflow_type=workflow_type, priority=priority)
+        producer = {**example["producer"], "service": self.producer(env, example)}
+        env = env.model_copy(
+            update={"occurred_at": at, "subject_ref": subject, "producer": ProducerRef(**producer)}
         )
         topic = self.registry.physical_topic(event_type, priority)
         self.items.append((topic, env))
         return env
+
+    def producer(self, env: Envelope, example: dict[str, Any]) -> str:
+        """Who states it: the example's producer, but a workflow's end by whom its type names
+        for that outcome (workflows.yaml ended_by)."""
+        if env.event_type == "workflow.ended":
+            outcome = str(env.payload.get("outcome"))
+            enders = self.registry.endings().get(env.workflow_type, {}).get(outcome)
+            if enders:
+                return sorted(enders)[0]
+        return str(example["producer"]["service"])
 
     async def publish(self, bootstrap: str, items: Iterable[tuple[str, Envelope]] = ()) -> None:
         by_topic: dict[str, list[Envelope]] = defaultdict(list)

@@ -119,7 +119,7 @@ async def test_a_fire_target_is_the_schedulers_event_in_its_workflow_on_that_eve
     # The gate's own signature rides along: the timer service relays it and cannot make one.
     assert row.signature is not None
     gate_only = Verifier(REGISTRY.signed_by(), {"approval_gate": GATE_KEY.public_key()})
-    gate_only.check(env.event_type, "approval_gate", value, [("chorus-signature", row.signature.encode())])
+    gate_only.check(env, value, [("chorus-signature", row.signature.encode())])
 
 
 async def test_a_step_that_runs_again_asks_for_the_same_timer_once_more(

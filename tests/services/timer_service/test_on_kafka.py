@@ -60,5 +60,5 @@ async def test_a_due_timer_fires_its_event_once_and_a_cancelled_one_never(on_kaf
     [record] = await read_topic(
         on_kafka.bootstrap, [on_kafka.registry.physical_topic(elapsed.event_type)], until=bool
     )
-    local_verifier(on_kafka.registry).check(elapsed.event_type, "approval_gate", record.value, record.headers)
+    local_verifier(on_kafka.registry).check(elapsed, record.value, record.headers)
     assert datetime.fromtimestamp(record.timestamp / 1000, UTC) >= due_at
