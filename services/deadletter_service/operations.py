@@ -10,8 +10,11 @@ Discard publishes ``event.discarded`` on the control topic, addressed to the
 failing service and consumer group: that runtime marks the event discarded and
 releases the workflow that was parked behind it.
 
-A redrive goes back only to a topic the letter's service reads (domain.redrive_refusal);
-any other is refused and recorded as such, and the letter stays open for a discard.
+A redrive goes back only to a topic the letter's service reads (domain.redrive_refusal),
+and an original of a signed type only as its stated producer signed it (the runtime's
+verifier); any other is refused and recorded as such, and the letter stays open for a
+discard. A letter is anyone's word (any runtime principal may write one): a redrive must
+not put on a topic, as the dead-letter service, what its writer could not.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 import asyncpg
 
+from chorus.base.errors import UnauthorizedError
 from chorus.kernel.envelopes import child_envelope
 from chorus.kernel.outbox import OutboxTransaction, outbox_message
 from chorus.kernel.service import RuntimeHandle
@@ -65,8 +69,9 @@ class LetterNotOpenError(Exception):
 
 
 class RedriveRefusedError(Exception):
-    """The letter's original topic is not one its service reads; nothing was published,
-    the refusal is ``operation`` in the audit trail and the letter stays open."""
+    """The letter's original topic is not one its service reads, or its original is of a
+    signed type and not signed by who it says stated it; nothing was published, the refusal
+    is ``operation`` in the audit trail and the letter stays open."""
 
     def __init__(self, letter: Letter, operation: OperationRow, why: str) -> None:
         super().__init__(f"dead letter {letter.id} is not redriven: {why}")
@@ -105,13 +110,42 @@ async def redrive_matching(rt: RuntimeHandle, f: LetterFilter, *, actor: str, re
         letters = await repo.lock_open_letters(conn, f)
         for letter in letters:
             status = resolve(letter.status, "redrive")
-            why = redrive_refusal(rt.registry, letter.service, letter.original_topic)
+            why = _why_not_redriven(rt, letter)
             if why is not None:
                 await _refused(conn, letter, "redrive", actor, reason, now, {"refused": why, "bulk": True})
                 continue
             one = _resolved_now(rt, conn, tx, letter, "redrive", status, actor, reason, now, bulk=True)
             done.append(await one)
     return done
+
+
+def _why_not_redriven(rt: RuntimeHandle, letter: Letter) -> str | None:
+    """Why ``letter`` may not go back to its topic, or None when it may."""
+    return redrive_refusal(rt.registry, letter.service, letter.original_topic) or _unsigned(rt, letter)
+
+
+def _unsigned(rt: RuntimeHandle, letter: Letter) -> str | None:
+    """Why the letter's original is not what it claims: an event of a signed type that its
+    stated producer did not sign (what its consumer dead-lettered as ``unauthorized``, or a
+    forged letter's). Bytes that are no event go back as they were (poison stays poison)."""
+    if rt.verifier is None:
+        return None
+    try:
+        original = Envelope.model_validate_json(letter.original_value)
+    except ValueError:
+        return None
+    try:
+        rt.verifier.check(original, letter.original_value, _original_headers(letter))
+    except UnauthorizedError as exc:
+        return f"its original is not signed by who states it ({exc})"
+    return None
+
+
+def _original_headers(letter: Letter) -> list[tuple[str, bytes]]:
+    return [
+        (h["key"] or "", base64.b64decode(h["value_b64"]) if h["value_b64"] else b"")
+        for h in letter.original_headers
+    ]
 
 
 async def _resolve_one(
@@ -124,7 +158,7 @@ async def _resolve_one(
         letter = await repo.get_letter(conn, letter_id, for_update=True)
         if letter is None:
             raise LetterNotFoundError(str(letter_id))
-        why = redrive_refusal(rt.registry, letter.service, letter.original_topic) if op == "redrive" else None
+        why = _why_not_redriven(rt, letter) if op == "redrive" else None
         outcome: Done | LetterNotOpenError | RedriveRefusedError
         try:
             status = resolve(letter.status, op)
@@ -193,10 +227,7 @@ def _redrive_message(letter: Letter) -> tuple[OutboxMessage, dict[str, Any]]:
         topic=letter.original_topic,
         key=letter.original_key,
         value=redriven.value,
-        headers=[
-            (h["key"] or "", base64.b64decode(h["value_b64"]) if h["value_b64"] else b"")
-            for h in letter.original_headers
-        ],
+        headers=_original_headers(letter),
         event_id=_uuid(letter.original_event_id),
         workflow_id=letter.original_workflow_id,
     )

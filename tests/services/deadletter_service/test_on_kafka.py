@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -44,7 +44,7 @@ from chorus_contracts.registry import Registry
 from chorus_tools.cli.main import app as cli
 from chorus_tools.devstack import free_port
 from tests.support.events import TaskSubmitted
-from tests.support.kafka import envelope, events_of, publish, read_topic
+from tests.support.kafka import approval, envelope, events_of, local_signer, publish, read_topic
 from tests.support.processes import ServiceProcess, infra_env
 from tests.support.registry import isolated_registry
 from tests.support.wait import wait_until
@@ -332,6 +332,7 @@ def synthetic_letter(
     offset: int,
     poison: bool = False,
     original: Envelope | None = None,
+    headers: Sequence[tuple[str, bytes]] = (),
 ) -> Envelope:
     """An event.dead_lettered as a service's runtime would publish it, dead-lettered at ``at``
     (of ``original``, which was read from its event type's topic; a test task by default)."""
@@ -348,7 +349,10 @@ def synthetic_letter(
             offset=offset,
             key_b64=base64.b64encode(original.workflow_id.encode()).decode(),
             value_b64=base64.b64encode(raw).decode(),
-            headers=[KafkaHeader(key="x-origin", value_b64=base64.b64encode(b"test").decode())],
+            headers=[
+                KafkaHeader(key=k, value_b64=base64.b64encode(v).decode())
+                for k, v in [("x-origin", b"test"), *headers]
+            ],
         ),
         error=ErrorDetail(
             category=category,
@@ -595,6 +599,46 @@ async def test_a_forged_letter_is_never_redriven_onto_a_topic_its_service_does_n
         "SELECT count(*) FROM deadletter_service.outbox WHERE event_id = $1", timer.event_id
     )
     assert queued == 0, "nothing of the forged letter is queued for the timers' topic"
+
+
+async def test_an_original_its_stated_producer_did_not_sign_is_never_redriven(
+    shared: Stack, kafka_bootstrap: str, pg: asyncpg.Connection
+) -> None:
+    """A letter of an approval "from the gate" that the gate never signed (what a consumer
+    dead-letters as unauthorized, or a forged letter) would have a redrive put it on the
+    approvals topic as the dead-letter service. It is refused, one at a time and in bulk;
+    the same approval with the gate's own signature goes back."""
+    unsigned = approval(f"wf-forged-{shared.suffix}")
+    signed = approval(f"wf-signed-{shared.suffix}")
+    raw = encode(signed)
+    gate = local_signer("approval_gate").header(raw)
+    at = datetime.now(UTC)
+    forged = synthetic_letter(
+        shared.registry, "payment_agent", "unauthorized", at=at, offset=7, original=unsigned
+    )
+    real = synthetic_letter(
+        shared.registry, "payment_agent", "persistent", at=at, offset=8, original=signed, headers=[gate]
+    )
+    await publish_letters(shared, kafka_bootstrap, [forged, real])
+    await eventually(lambda: _letter_of(shared, str(real.event_id)), what="the letters to be stored")
+    await eventually(lambda: _letter_of(shared, str(forged.event_id)), what="the letters to be stored")
+
+    one = await shared.http.post(f"/v1/dead-letters/{forged.event_id}/redrive", json={"reason": "retry"})
+    assert one.status_code == 409, one.text
+    assert "not signed by who states it" in one.json()["detail"]
+    assert "chorus-signature" in one.json()["detail"]
+    bulk = await shared.http.post(
+        "/v1/dead-letters/redrive",
+        json={"filter": {"service": "payment_agent", "event_type": "approval.decided"}, "reason": "all"},
+    )
+    assert bulk.status_code == 200, bulk.text
+    assert {d["letter"]["id"] for d in bulk.json()["items"]} == {str(real.event_id)}
+    assert (await _letter_of(shared, str(forged.event_id)) or {})["status"] == "open"
+    queued = await pg.fetch(
+        "SELECT event_id FROM deadletter_service.outbox WHERE event_id = ANY($1::uuid[])",
+        [unsigned.event_id, signed.event_id],
+    )
+    assert [r["event_id"] for r in queued] == [signed.event_id]
 
 
 async def _letter_of(stack: Stack, letter_id: str) -> dict[str, Any] | None:
