@@ -84,8 +84,9 @@ class BoundedHeads(H11Protocol):
                 detail = f"the request head exceeds {self._head_limit()} bytes"
                 self._refuse(431, "Request Header Fields Too Large", detail)
                 return
-            # Kept (bounded by the check above) to check its header lines once whole.
-            self._head_bytes += data
+            # Kept, up to the head's limit (a body may follow in the same read), to check its
+            # header lines once the head is whole.
+            self._head_bytes += data[: self._head_limit() + 4]
             end = self._head_bytes.find(b"\r\n\r\n")
             header = malformed_header(bytes(self._head_bytes[:end])) if end >= 0 else None
             if header is not None:
