@@ -11,15 +11,22 @@ GET  /v1/data-keys/{kid}  a key by id; 410 Gone once destroyed (its subject was 
 Keys travel to the services that seal and open personal data, over this authenticated
 API, and are cached by them for minutes (chorus.privacy.crypto). They are stored wrapped under the
 region's master key; a destroyed key keeps its row, without its material, as a tombstone.
+
+Every key handed out is on the record: a log line naming the caller's principal, the key
+id and whose key it is (subject hash, workflow), and ``chorus_data_keys_handed_out_total``
+by principal and how it was asked for (``live``: the subject's current key, ``by_id``).
 """
 
 from __future__ import annotations
 
 import base64
+import logging
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path
+from prometheus_client import Counter
 
+from chorus.base.logs import fields
 from chorus.kernel.service import RuntimeHandle
 from chorus.web.apikeys import ApiKey, role
 from chorus.web.typedclient import bound, provided
@@ -29,13 +36,30 @@ from key_service.domain import KID_PATTERN, DataKeyAnswer, DataKeyRequest, new_d
 
 Service = Annotated[ApiKey, Depends(role("service"))]
 Runtime = Annotated[RuntimeHandle, Depends(provided("rt", RuntimeHandle))]
+Handouts = Annotated[Counter, Depends(provided("handouts", Counter))]
+
+log = logging.getLogger("key_service.api")
 
 router = api_router(tags=["data keys"], responses=problems(401, 403, 404, 410, 415, 422))
 
 
 def routes(rt: RuntimeHandle) -> APIRouter:
     """The key store's API (its wrapping keys are the service's dependencies)."""
-    return bound(router, rt=rt)
+    handouts = rt.metrics.counter(
+        "chorus_data_keys_handed_out", "Data keys handed to a caller, by its principal", ["principal", "how"]
+    )
+    return bound(router, rt=rt, handouts=handouts)
+
+
+def handed_out(
+    handouts: Counter, who: ApiKey, how: str, kid: str, *, subject_hash: str | None, workflow_id: str | None
+) -> None:
+    """On the record: who got which key, whose it is."""
+    handouts.labels(who.principal, how).inc()
+    where = fields(
+        principal=who.principal, how=how, kid=kid, subject_hash=subject_hash, workflow_id=workflow_id
+    )
+    log.info("data key handed out", extra=where)
 
 
 def held(rt: RuntimeHandle, region: str) -> None:
@@ -44,15 +68,17 @@ def held(rt: RuntimeHandle, region: str) -> None:
 
 
 @router.post("/v1/data-keys", summary="The live data key of a subject (or workflow)")
-async def data_key(body: DataKeyRequest, who: Service, rt: Runtime) -> DataKeyAnswer:
+async def data_key(body: DataKeyRequest, who: Service, rt: Runtime, handouts: Handouts) -> DataKeyAnswer:
     held(rt, body.region)
     wrapping = rt.deps.wrapping
     async with rt.pool.acquire() as conn:
         existing = await keys.existing_key(
             conn, region=body.region, subject_hash=body.subject_hash, workflow_id=body.workflow_id
         )
+    whose = {"subject_hash": body.subject_hash, "workflow_id": body.workflow_id}
     if existing is not None:  # the common case: no new key to make and wrap
         found, wrapped = existing
+        handed_out(handouts, who, "live", found, **whose)
         return DataKeyAnswer(kid=found, key=base64.b64encode(wrapping.unwrap(found, wrapped)).decode())
     kid = new_kid(body.region)
     key = new_data_key()
@@ -70,11 +96,14 @@ async def data_key(body: DataKeyRequest, who: Service, rt: Runtime) -> DataKeyAn
         except keys.WorkflowErasedError as exc:
             raise Problem(410, "Gone", str(exc)) from None
     material = key if found == kid else wrapping.unwrap(found, wrapped)
+    handed_out(handouts, who, "live", found, **whose)
     return DataKeyAnswer(kid=found, key=base64.b64encode(material).decode())
 
 
 @router.get("/v1/data-keys/{kid}", summary="A data key by id (410 once destroyed)")
-async def by_id(kid: Annotated[str, Path(pattern=KID_PATTERN)], who: Service, rt: Runtime) -> DataKeyAnswer:
+async def by_id(
+    kid: Annotated[str, Path(pattern=KID_PATTERN)], who: Service, rt: Runtime, handouts: Handouts
+) -> DataKeyAnswer:
     held(rt, region_of(kid))
     async with rt.pool.acquire() as conn:
         row = await keys.find(conn, kid)
@@ -82,4 +111,5 @@ async def by_id(kid: Annotated[str, Path(pattern=KID_PATTERN)], who: Service, rt
         raise Problem(404, "Not found", f"no data key {kid}")
     if row["destroyed_at"] is not None:
         raise Problem(410, "Gone", f"data key {kid} was destroyed at {row['destroyed_at'].isoformat()}")
+    handed_out(handouts, who, "by_id", kid, subject_hash=row["subject_hash"], workflow_id=row["workflow_id"])
     return DataKeyAnswer(kid=kid, key=base64.b64encode(rt.deps.wrapping.unwrap(kid, row["wrapped"])).decode())

@@ -114,7 +114,9 @@ async def existing_key(
 
 
 async def find(conn: asyncpg.Connection, kid: str) -> asyncpg.Record | None:
-    return await conn.fetchrow(f"SELECT kid, wrapped, destroyed_at FROM {TABLE} WHERE kid = $1", kid)
+    return await conn.fetchrow(
+        f"SELECT kid, wrapped, destroyed_at, subject_hash, workflow_id FROM {TABLE} WHERE kid = $1", kid
+    )
 
 
 class KeyShredding:

@@ -5,6 +5,7 @@ confirmed once by data.removed even when the request is delivered twice."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import UTC, datetime
 
@@ -24,6 +25,50 @@ from tests.support.onkafka import OnKafka
 pytestmark = pytest.mark.integration
 
 AS_A_SERVICE = {"Authorization": f"Bearer {DEMO_SERVICE_KEY}"}
+
+
+class Kept(logging.Handler):
+    """The records of one logger, as the service wrote them (its log setup does not
+    propagate to pytest's capture)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+async def test_every_key_handed_out_is_on_record_with_who_asked_and_whose_it_is(on_kafka: OnKafka) -> None:
+    """A key opens a subject's personal data: each one handed out is logged with the
+    caller's principal, the key id and whose key it is, and counted by principal."""
+    unique = on_kafka.unique
+    whose = subject_hash(f"subject:logged-{unique}")
+    ask = {"region": "local", "subject_hash": whose, "workflow_id": f"wf-log-{unique}"}
+    kept = Kept()
+    logging.getLogger("key_service.api").addHandler(kept)
+    async with running(SPEC, on_kafka.settings(Settings, SPEC.name), registry=on_kafka.registry) as keys:
+        assert keys.http is not None
+        url = f"http://127.0.0.1:{keys.http.port}"
+        async with httpx.AsyncClient(base_url=url, headers=AS_A_SERVICE, timeout=10) as http:
+            made = (await http.post("/v1/data-keys", json=ask)).json()["kid"]
+            again = (await http.post("/v1/data-keys", json=ask)).json()["kid"]
+            by_id = await http.get(f"/v1/data-keys/{made}")
+            metrics = (await http.get("/metrics")).text
+    logging.getLogger("key_service.api").removeHandler(kept)
+    assert made == again and by_id.status_code == 200
+    handed = [
+        r.fields  # type: ignore[attr-defined]
+        for r in kept.records
+        if r.getMessage() == "data key handed out" and r.fields["kid"] == made  # type: ignore[attr-defined]
+    ]
+    assert [(h["principal"], h["how"], h["subject_hash"], h["workflow_id"]) for h in handed] == [
+        ("chorus-services", "live", whose, f"wf-log-{unique}"),
+        ("chorus-services", "live", whose, f"wf-log-{unique}"),
+        ("chorus-services", "by_id", whose, f"wf-log-{unique}"),
+    ]
+    assert 'chorus_data_keys_handed_out_total{how="live",principal="chorus-services"} 2.0' in metrics
+    assert 'chorus_data_keys_handed_out_total{how="by_id",principal="chorus-services"} 1.0' in metrics
 
 
 async def test_an_erasure_request_destroys_the_subjects_keys_and_is_confirmed_once(on_kafka: OnKafka) -> None:
