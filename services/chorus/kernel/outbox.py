@@ -88,7 +88,9 @@ def fire_target(registry: Registry, fired: Envelope, signer: Signer | None) -> F
     and never signs (so it can fire a decision its scheduler made, but never make one);
     ``fired.occurred_at`` is the time it is due (the scheduler states it, and signs it)."""
     value = fired.model_dump(mode="json")
-    header = signature_header(registry, fired.event_type, encode(fired), signer)
+    # Encoded only to be signed: a retry, the most frequent timer, fires an unsigned type.
+    signed = registry.signers_of(fired.event_type)
+    header = signature_header(registry, fired.event_type, encode(fired), signer) if signed else None
     return FireTarget(
         topic=registry.physical_topic(fired.event_type, fired.priority),
         key=fired.workflow_id,

@@ -80,15 +80,12 @@ class BoundedHeads(H11Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self._waiting_for_head():
-            if self._head_too_large(data):
+            head, whole = self._head_so_far(data)
+            if len(head) > self._head_limit():
                 detail = f"the request head exceeds {self._head_limit()} bytes"
                 self._refuse(431, "Request Header Fields Too Large", detail)
                 return
-            # Kept, up to the head's limit (a body may follow in the same read), to check its
-            # header lines once the head is whole.
-            self._head_bytes += data[: self._head_limit() + 4]
-            end = self._head_bytes.find(b"\r\n\r\n")
-            header = malformed_header(bytes(self._head_bytes[:end])) if end >= 0 else None
+            header = malformed_header(head) if whole else None
             if header is not None:
                 self._refuse_header(header)
                 return
@@ -106,15 +103,15 @@ class BoundedHeads(H11Protocol):
     def _head_limit(self) -> int:
         return int(self.config.h11_max_incomplete_event_size or DEFAULT_HEAD_LIMIT)
 
-    def _head_too_large(self, data: bytes) -> bool:
-        """The head buffered so far (up to its blank line: a body may follow in the same
-        read) is over the limit."""
-        limit = self._head_limit()
+    def _head_so_far(self, data: bytes) -> tuple[bytes, bool]:
+        """The request head as far as it has come: what h11 holds of it and this read, up to
+        its blank line (a body may follow in the same read, and is never copied past the
+        limit); and whether it is whole."""
+        cut = data[: self._head_limit() + 4]
         buffered = self.conn.trailing_data[0]
-        if len(buffered) + len(data) <= limit:
-            return False
-        end = (buffered + data).find(b"\r\n\r\n")
-        return end < 0 or end > limit
+        head = bytes(buffered) + cut if buffered else cut
+        end = head.find(b"\r\n\r\n")
+        return (head[:end], True) if end >= 0 else (head, False)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
@@ -134,7 +131,6 @@ class BoundedHeads(H11Protocol):
         self._refuse(400, "Bad Request", detail, header=header)
 
     def _await_head(self) -> None:
-        self._head_bytes = bytearray()
         self._cancel_head_timer()
         self._head_timer = self.loop.call_later(self.head_timeout_s, self._head_timed_out)
 
