@@ -7,6 +7,7 @@ from pydantic import SecretStr
 from chorus.outside.breaker import BreakerPolicy
 from chorus.runtime.runner import ServiceSettings
 from chorus.web.apikeys import DEMO_GATEWAY_KEY, ApiKeySettings
+from chorus.web.http import KEEP_ALIVE_S
 
 DEMO_WEBHOOK_SECRET = "demo-webhook-secret"
 
@@ -29,8 +30,9 @@ class Settings(ApiKeySettings, ServiceSettings):
     api_burst: float = 40.0
     api_max_connections: int = 200
     """Open connections the API serves at once; beyond, new ones get a 503 at once."""
-    api_keep_alive_s: float = 5.0
-    """An idle keep-alive connection is closed after this."""
+    api_keep_alive_s: float = KEEP_ALIVE_S
+    """An idle keep-alive connection is closed after this (longer than clients keep one:
+    chorus.web.http.KEEP_ALIVE_S)."""
     api_body_timeout_s: float = 30.0
     """A request body must have arrived within this (408 otherwise): a client trickling
     bytes cannot hold one of the API's connections for long."""

@@ -55,8 +55,14 @@ class EmbeddedServer(uvicorn.Server):
         yield
 
 
+KEEP_ALIVE_S = 8.0
+"""How long an idle keep-alive connection stays open: longer than clients keep one for
+reuse (httpx, which every Chorus service and test uses, 5 s). At equal times the server's
+close races the client's next request, which fails with no answer: a POST is not retried."""
+
+
 def server_config(
-    app: FastAPI, *, max_connections: int = 100, keep_alive_s: float = 5.0, **more: Any
+    app: FastAPI, *, max_connections: int = 100, keep_alive_s: float = KEEP_ALIVE_S, **more: Any
 ) -> uvicorn.Config:
     # The API shares its process and event loop with the consumer and relay: a flood of
     # connections, idle keep-alives or huge header blocks must not starve them.
