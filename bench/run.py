@@ -44,7 +44,7 @@ from bench.profile import top_frames
 from bench.registry import bench_registry, delete_topics, raw_topics
 from bench.report import write_reports
 from bench.stats import percentile, ratio, summary
-from chorus.base.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
+from chorus.base.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA, demo_key_service_credential
 from chorus.kernel.kafka import make_producer
 from chorus.privacy.crypto import DataKey, HttpKeyStore, Scope, keyed_ref, seal_value, subject_hash
 from chorus.privacy.signing import Signer, load_keys, make_keys
@@ -629,7 +629,7 @@ async def start_key_service(b: Bench) -> tuple[ServiceProc, HttpKeyStore]:
     client = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=3.0))
     b.cleanup.append(client.aclose)
     url = f"http://127.0.0.1:{service.port}"
-    return service, HttpKeyStore(LOCAL_REGION, url, ServiceSettings().key_service_api_key, client)
+    return service, HttpKeyStore(LOCAL_REGION, url, demo_key_service_credential("gateway"), client)
 
 
 async def section_workflows(b: Bench) -> None:

@@ -41,6 +41,8 @@ JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_ID_BASE = "https://chorus.dev/schemas/"
 RUNTIME_PRODUCER = "chorus-runtime"
 """Pseudo-producer: every service's runtime emits these on the service's behalf."""
+RELAYS = frozenset({"retry.due", "event.dead_lettered"})
+"""Types that carry another record whole (its ``original``): personal when that record is."""
 
 BROKER_MAX_MESSAGE_BYTES = 1_048_588
 """Kafka's default ``message.max.bytes`` (a topic without ``max.message.bytes`` takes this)."""
@@ -349,6 +351,29 @@ class Registry:
         names = {service, RUNTIME_PRODUCER} if runtime else {service}
         beyond = set(principal.reads) if principal is not None else set()
         return {t.topic for t in self.topics.values() if names & set(t.consumers) or t.topic in beyond}
+
+    def writes(self, service: str) -> set[str]:
+        """The topics (by their file's name) ``service`` writes: those whose file names it a
+        producer (or names the runtime, when the service runs it) and those its principal
+        ``writes`` beyond them, as its Kafka ACLs grant them."""
+        principal = self.principals.services.get(service)
+        runtime = principal is not None and principal.kind == "runtime"
+        names = {service, RUNTIME_PRODUCER} if runtime else {service}
+        beyond = set(principal.writes) if principal is not None else set()
+        return {t.topic for t in self.topics.values() if names & set(t.producers) or t.topic in beyond}
+
+    def handles_personal(self, service: str) -> bool:
+        """Whether a topic ``service`` reads or writes carries a type with personal fields
+        (chorus.privacy.crypto), so that it needs data keys. Relays do not count: what they
+        carry is a record of the service's own topics, personal only if those are."""
+        topics = self.reads(service) | self.writes(service)
+        return any(
+            personal_pointers(schema)
+            for (event_type, _), schema in self.schemas.items()
+            if event_type not in RELAYS
+            and (spec := self._topic_of.get(event_type)) is not None
+            and spec.topic in topics
+        )
 
     def topic_of_physical(self, physical: str) -> TopicSpec | None:
         return self._physical.get(physical)

@@ -126,7 +126,10 @@ def service_facts(registry: Registry, service: str, edges: HttpEdges) -> dict[st
     runtime = principal is not None and principal.kind == "runtime"
     partitions = [registry.topic_of_physical(t).partitions for t in topics]  # type: ignore[union-attr]
     urls = url_facts(edges, service, fields)
-    settings = _env_names(cls)
+    # A service the registry gives no personal field asks the key service for nothing: it
+    # gets no credential and no route to it.
+    keys = "key_stores" in fields and registry.handles_personal(service)
+    settings = [s for s in _env_names(cls) if keys or s != ENV_PREFIX + "KEY_SERVICE_API_KEY"]
     if kafka:
         settings += _env_names(KafkaAuth, ENV_PREFIX + "KAFKA_")
     return {
@@ -137,7 +140,7 @@ def service_facts(registry: Registry, service: str, edges: HttpEdges) -> dict[st
         "apiPort": fields["api_port"].default if "api_port" in fields else 0,
         "kafka": kafka,
         "database": service not in WITHOUT_DATABASE,
-        "keyService": "key_stores" in fields,
+        "keyService": keys,
         "signs": service in registry.signers(),
         "checksSignatures": runtime and bool(registry.signed_by()),
         # A runtime service reads in the group of its name; the analytics view reads every

@@ -1,6 +1,9 @@
 """The key service's API (FastAPI; OpenAPI at /openapi.json), for other Chorus services
 only (role ``service``), beside ``/health`` and ``/metrics``.
 
+Each service presents its own credential (CHORUS_KEY_SERVICE_CLIENTS names whose it is);
+a service the registry gives no personal field to read or write gets 403 and no key.
+
 POST /v1/data-keys        {"region", "subject_hash"?, "workflow_id"}: the live data key of
                           the subject (of the workflow, when it names none), made on first
                           use; 404 for a region this store does not hold (residency); 410
@@ -27,20 +30,47 @@ from fastapi import APIRouter, Depends, Path
 from prometheus_client import Counter
 
 from chorus.base.logs import fields
+from chorus.base.settings import demo_key_service_credential
 from chorus.kernel.service import RuntimeHandle
-from chorus.web.apikeys import ApiKey, role
+from chorus.web.apikeys import ApiKey, known_key, presented_key, role
 from chorus.web.typedclient import bound, provided
 from chorus.web.webapi import Problem, api_router, problems
 from key_service.adapters import keys
 from key_service.domain import KID_PATTERN, DataKeyAnswer, DataKeyRequest, new_data_key, new_kid, region_of
 
-Service = Annotated[ApiKey, Depends(role("service"))]
 Runtime = Annotated[RuntimeHandle, Depends(provided("rt", RuntimeHandle))]
 Handouts = Annotated[Counter, Depends(provided("handouts", Counter))]
+Clients = Annotated[dict[str, ApiKey], Depends(provided("clients", dict))]
+
+
+async def client(presented: Annotated[str, Depends(presented_key)], clients: Clients) -> ApiKey:
+    """The service presenting a key-service credential; the services' API keys
+    (CHORUS_API_KEYS) are not accepted here."""
+    return known_key(clients, presented)
+
+
+async def entitled(who: Annotated[ApiKey, Depends(role("service", who=client))], rt: Runtime) -> ApiKey:
+    """The caller, if the registry gives it personal fields to read or write; 403 otherwise."""
+    if not rt.registry.handles_personal(who.principal):
+        raise Problem(
+            403,
+            "Forbidden",
+            f"{who.principal} reads and writes no personal field (schemas/topics): it gets no data keys",
+        )
+    return who
+
+
+Service = Annotated[ApiKey, Depends(entitled)]
 
 log = logging.getLogger("key_service.api")
 
 router = api_router(tags=["data keys"], responses=problems(401, 403, 404, 410, 415, 422))
+
+
+def clients(configured: dict[str, str], services: list[str]) -> dict[str, ApiKey]:
+    """Credential -> its service, as configured (the demo's for ``services`` when empty)."""
+    named = configured or {demo_key_service_credential(s): s for s in services}
+    return {credential: ApiKey(principal=service, role="service") for credential, service in named.items()}
 
 
 def routes(rt: RuntimeHandle) -> APIRouter:
@@ -48,7 +78,8 @@ def routes(rt: RuntimeHandle) -> APIRouter:
     handouts = rt.metrics.counter(
         "chorus_data_keys_handed_out", "Data keys handed to a caller, by its principal", ["principal", "how"]
     )
-    return bound(router, rt=rt, handouts=handouts)
+    callers = clients(rt.settings.key_service_clients, sorted(rt.registry.principals.services))
+    return bound(router, rt=rt, handouts=handouts, clients=callers)
 
 
 def handed_out(

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from chorus.base.settings import DEMO_KEY_SERVICE_CLIENT
 from chorus.runtime.runner import ServiceSettings
-from chorus.web.apikeys import ApiKeySettings
 
 DEMO_MASTER_KEYS = {"local": "ZGVtby1tYXN0ZXIta2V5LW5vdC1mb3ItcHJvZC11c2U="}
 """The published master key of the local demo (32 bytes, base64): refused outside demo mode."""
 
 
-class Settings(ApiKeySettings, ServiceSettings):
+class Settings(ServiceSettings):
     http_port: int = 8117
+    key_service_clients: dict[str, str] = {}
+    """CHORUS_KEY_SERVICE_CLIENTS: credential -> the service presenting it (its registry
+    name), one per service; nothing else is accepted here, and these nowhere else. Empty, in
+    the demo: each registered service's demo credential."""
     master_keys: dict[str, str] = DEMO_MASTER_KEYS
     """CHORUS_MASTER_KEYS: region -> base64 of a 32-byte AES key that wraps that region's
     data keys. This key store holds the regions listed here and no other (residency): give
@@ -20,4 +24,7 @@ class Settings(ApiKeySettings, ServiceSettings):
         found = super().demo_secrets()
         if any(self.master_keys.get(r) == k for r, k in DEMO_MASTER_KEYS.items()):
             found.append("CHORUS_MASTER_KEYS (holds the demo master key)")
+        demo = DEMO_KEY_SERVICE_CLIENT.split("{", 1)[0]
+        if not self.key_service_clients or any(c.startswith(demo) for c in self.key_service_clients):
+            found.append("CHORUS_KEY_SERVICE_CLIENTS (unset, or holding a demo credential)")
         return found

@@ -30,7 +30,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from chorus.base.settings import DEMO_DATABASE_PASSWORD, DEMO_SERVICE_KEY, LOCAL_DATABASE_URL
+from chorus.base.settings import DEMO_DATABASE_PASSWORD, DEMO_KEY_SERVICE_CLIENT, LOCAL_DATABASE_URL
 from chorus.privacy.feature import DEMO_SUBJECT_KEY
 from chorus.web.apikeys import DEMO_KEYS
 from chorus.web.links import DEMO_LINK_KEY
@@ -209,7 +209,7 @@ def demo_secret_values() -> list[str]:
     return sorted(
         {
             *DEMO_KEYS,
-            DEMO_SERVICE_KEY,
+            DEMO_KEY_SERVICE_CLIENT.split("{", 1)[0],  # every service's demo credential
             DEMO_WEBHOOK_SECRET,
             DEMO_PAYMENT_API_KEY,
             *DEMO_MASTER_KEYS.values(),

@@ -24,6 +24,7 @@ import pytest
 
 from chorus.base.clock import OffsetFileClock
 from chorus.base.errors import DecodeError
+from chorus.base.settings import demo_key_service_credential
 from chorus.kernel.codec import decode, encode
 from chorus.web.apikeys import DEMO_KEYS, bearer
 from chorus_contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
@@ -973,7 +974,25 @@ def api_of(world: World, name: str) -> tuple[str, str]:
     if name == "gateway":
         return world.stack.api_url, "demo-auditor-key"
     url = (world.stack.procs[name].health_url or "").removesuffix("/health")
-    return url, "demo-gateway-key" if name == "key_service" else "demo-auditor-key"
+    return url, demo_key_service_credential("gateway") if name == "key_service" else "demo-auditor-key"
+
+
+async def test_a_key_service_credential_opens_no_other_api(world: World) -> None:
+    """What a service presents to the key service is good there only: every other API
+    answers 401 to it, on every route it guards that takes no path parameter."""
+    credential = bearer(demo_key_service_credential("gateway"))
+    answers: dict[str, list[int]] = {}
+    async with httpx.AsyncClient(timeout=30.0) as http:
+        for name in set(API_SERVICES) - {"key_service"}:
+            url, _ = api_of(world, name)
+            document = (await http.get(f"{url}/openapi.json")).json()
+            for path, operations in document["paths"].items():
+                guarded = operations.get("get", {}).get("security")
+                if guarded and "{" not in path:
+                    answer = await http.get(url + path, headers=credential)
+                    answers.setdefault(name, []).append(answer.status_code)
+    assert set(answers) == set(API_SERVICES) - {"key_service"}, answers
+    assert {name: set(codes) for name, codes in answers.items()} == {name: {401} for name in answers}
 
 
 async def test_hostile_parameters_and_headers_are_4xx_problems_naming_them_on_every_api(world: World) -> None:

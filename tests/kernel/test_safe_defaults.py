@@ -12,8 +12,11 @@ import pytest
 from pydantic import ValidationError
 
 from audit_projector.config import Settings as AuditSettings
-from chorus.base.settings import EX_CONFIG
+from chorus.base.errors import ConfigError
+from chorus.base.settings import EX_CONFIG, demo_key_service_credential
+from chorus.privacy.feature import key_service_credential
 from chorus.runtime.runner import ServiceSettings
+from chorus_contracts.registry import default_registry
 from deadletter_service.config import Settings as DeadLetterSettings
 from gateway.config import Settings as GatewaySettings
 from outcome_analytics.config import Settings as AnalyticsSettings
@@ -64,8 +67,8 @@ def test_every_api_refuses_the_demo_keys_outside_demo_mode(
     with pytest.raises(ValidationError, match="CHORUS_API_KEYS"):
         settings()
     production.setenv("CHORUS_API_KEYS", REAL["CHORUS_API_KEYS"])
-    if issubclass(settings, ServiceSettings):  # on the runtime: it seals personal data
-        with pytest.raises(ValidationError, match=r"CHORUS_KEY_SERVICE_API_KEY.*CHORUS_SUBJECT_KEY"):
+    if issubclass(settings, ServiceSettings):  # on the runtime: it keys subject references
+        with pytest.raises(ValidationError, match=r"CHORUS_SUBJECT_KEY"):
             settings()
     for name in ("CHORUS_KEY_SERVICE_API_KEY", "CHORUS_SUBJECT_KEY"):
         production.setenv(name, REAL[name])
@@ -111,3 +114,25 @@ def test_a_service_without_its_signing_keys_exits_78_naming_the_setting(tmp_path
     assert empty.returncode == EX_CONFIG
     assert "approval_gate.key" in empty.stderr
     assert "Traceback" not in unset.stderr + empty.stderr
+
+
+def test_each_service_presents_its_own_key_service_credential_and_a_keyless_one_none(
+    production: pytest.MonkeyPatch,
+) -> None:
+    registry = default_registry()
+    for name, value in REAL.items():
+        production.setenv(name, value)
+    assert key_service_credential(ServiceSettings(), registry, "budget_agent") == "ks-9b2c41"
+    # The source fetcher reads web pages and writes sources: no personal field, no key.
+    assert key_service_credential(ServiceSettings(), registry, "source_fetcher") is None
+    production.delenv("CHORUS_KEY_SERVICE_API_KEY")
+    with pytest.raises(ConfigError, match=r"budget_agent.*CHORUS_KEY_SERVICE_API_KEY"):
+        key_service_credential(ServiceSettings(), registry, "budget_agent")
+    # Another service's demo credential is refused outside the demo like every demo secret.
+    production.setenv("CHORUS_KEY_SERVICE_API_KEY", demo_key_service_credential("budget_agent"))
+    with pytest.raises(ValidationError, match="CHORUS_KEY_SERVICE_API_KEY"):
+        ServiceSettings()
+    production.setenv("CHORUS_ENV", "demo")
+    production.delenv("CHORUS_KEY_SERVICE_API_KEY")
+    demo = key_service_credential(ServiceSettings(), registry, "payment_agent")
+    assert demo == demo_key_service_credential("payment_agent") != demo_key_service_credential("budget_agent")

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from chorus.base.settings import DEMO_SERVICE_KEY
+from chorus.base.settings import demo_key_service_credential
 from chorus.kernel.envelopes import start_envelope
 from chorus.privacy.crypto import Token
 from chorus_contracts.base import is_sealed
@@ -20,6 +20,8 @@ from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.procurement import InvoiceReceived
 
 GATEWAY = ProducerRef(service="gateway", version="test")
+AS_THE_PROJECTOR = demo_key_service_credential("audit_projector")
+"""Tests read sealed values as the audit projector may: it handles every personal field."""
 
 
 def personal_invoice(
@@ -64,7 +66,7 @@ def opened(value: Any, key_service: str | None = None, keys: dict[str, bytes] | 
             url = key_service or json.loads(os.environ["CHORUS_KEY_STORES"])[token.region]
             response = httpx.get(
                 f"{url.rstrip('/')}/v1/data-keys/{token.kid}",
-                headers={"Authorization": f"Bearer {DEMO_SERVICE_KEY}"},
+                headers={"Authorization": f"Bearer {AS_THE_PROJECTOR}"},
                 timeout=10,
             )
             response.raise_for_status()

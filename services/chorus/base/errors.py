@@ -181,5 +181,9 @@ class KeyStoreUnavailableError(ConnectionError):
     tried again (and reported stuck if it lasts), never dead-lettered for it."""
 
 
-class SigningConfigError(Exception):
+class ConfigError(Exception):
+    """The service's configuration cannot work (it does not start)."""
+
+
+class SigningConfigError(ConfigError):
     """The keys this service needs are missing or unreadable (the service does not start)."""

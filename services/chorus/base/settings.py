@@ -19,8 +19,15 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 LOCAL_KAFKA = "127.0.0.1:9092"
 LOCAL_DATABASE_URL = "postgresql://chorus:chorus@127.0.0.1:54329/chorus"
 DEMO_DATABASE_PASSWORD = "chorus"
-DEMO_SERVICE_KEY = "demo-service-key"
-"""The API key services present to each other in the demo (the key service's, say)."""
+DEMO_KEY_SERVICE_CLIENT = "demo-keys-{service}"
+"""The credential a service presents to the key service in the demo (its name filled in):
+each service its own, as in production, so the key service knows who asks."""
+
+
+def demo_key_service_credential(service: str) -> str:
+    return DEMO_KEY_SERVICE_CLIENT.format(service=service)
+
+
 EX_CONFIG = 78
 """sysexits' EX_CONFIG: the process refused its configuration."""
 

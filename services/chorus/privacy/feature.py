@@ -13,10 +13,10 @@ from typing import Any, ClassVar
 import asyncpg
 import httpx
 
-from chorus.base.errors import SigningConfigError
+from chorus.base.errors import ConfigError, SigningConfigError
 from chorus.base.logs import fields
 from chorus.base.loops import forever
-from chorus.base.settings import DEMO_SERVICE_KEY, ChorusSettings
+from chorus.base.settings import DEMO_KEY_SERVICE_CLIENT, ChorusSettings, demo_key_service_credential
 from chorus.kernel.recordpath import Plugs
 from chorus.kernel.runner import Parts
 from chorus.kernel.service import ServiceSpec
@@ -50,8 +50,10 @@ class PrivacySettings(ChorusSettings):
     """Where keys of new subjects are made, unless ``data_regions`` names their workflow type."""
     data_regions: dict[str, str] = {}
     """CHORUS_DATA_REGIONS: workflow type -> region (the same map on every service)."""
-    key_service_api_key: str = DEMO_SERVICE_KEY
-    """What this service presents to the key services (their CHORUS_API_KEYS, role service)."""
+    key_service_api_key: str = ""
+    """What this service presents to the key services: its own credential, which their
+    CHORUS_KEY_SERVICE_CLIENTS maps to this service. Unset, in the demo: the demo's for this
+    service. A service that reads and writes no personal field needs none (it gets no keys)."""
     key_cache_s: float = 60.0
     """How long a data key stays cached. The replica that reads an erasure request forgets
     its keys at once; the service's other replicas within this time."""
@@ -65,8 +67,8 @@ class PrivacySettings(ChorusSettings):
 
     def demo_secrets(self) -> list[str]:
         found = super().demo_secrets()
-        if self.key_service_api_key == DEMO_SERVICE_KEY:
-            found.append("CHORUS_KEY_SERVICE_API_KEY (the demo's)")
+        if self.key_service_api_key.startswith(DEMO_KEY_SERVICE_CLIENT.split("{", 1)[0]):
+            found.append("CHORUS_KEY_SERVICE_API_KEY (a demo credential)")
         if self.subject_key == DEMO_SUBJECT_KEY:
             found.append("CHORUS_SUBJECT_KEY (the demo's)")
         return found
@@ -97,13 +99,32 @@ def service_keys(spec: ServiceSpec[Any, Any], registry: Registry, signing_dir: s
     )
 
 
-async def start_sealer(settings: PrivacySettings, registry: Registry, stack: AsyncExitStack) -> Sealer:
+def key_service_credential(settings: PrivacySettings, registry: Registry, service: str) -> str | None:
+    """What ``service`` presents to the key services; None when the registry gives it no
+    personal field to read or write: it asks for no key (the key service would refuse it),
+    and what it relays (retries, dead letters) is its own topics' data, in clear there too.
+    ConfigError when it needs one and none is set outside the demo."""
+    if not registry.handles_personal(service):
+        return None
+    if settings.key_service_api_key:
+        return settings.key_service_api_key
+    if settings.env != "demo":
+        raise ConfigError(
+            f"{service} reads or writes personal fields, so it needs data keys: set "
+            f"CHORUS_KEY_SERVICE_API_KEY to its own credential (the one the key service's "
+            f"CHORUS_KEY_SERVICE_CLIENTS maps to {service})"
+        )
+    return demo_key_service_credential(service)
+
+
+async def start_sealer(
+    settings: PrivacySettings, registry: Registry, stack: AsyncExitStack, credential: str
+) -> Sealer:
     """The sealer of personal data, with a client of each configured region's key service."""
     client = httpx.AsyncClient(timeout=httpx.Timeout(10.0, connect=3.0))
     stack.push_async_callback(client.aclose)
     stores = {
-        region: HttpKeyStore(region, url, settings.key_service_api_key, client)
-        for region, url in settings.key_stores.items()
+        region: HttpKeyStore(region, url, credential, client) for region, url in settings.key_stores.items()
     }
     return Sealer(
         registry,

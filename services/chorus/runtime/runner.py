@@ -23,7 +23,7 @@ import asyncpg
 from pydantic_settings import SettingsConfigDict
 
 from chorus.base.clock import Clock, clock_from_setting
-from chorus.base.errors import SigningConfigError
+from chorus.base.errors import ConfigError
 from chorus.base.loops import run_main
 from chorus.base.settings import EX_CONFIG, KernelSettings
 from chorus.kernel.recordpath import KERNEL_CONTROLS
@@ -34,7 +34,14 @@ from chorus.observability.logs import setup_logging
 from chorus.observability.tracing import setup_tracing
 from chorus.outside.feature import Breakers
 from chorus.privacy.crypto import Sealer
-from chorus.privacy.feature import LOCAL_REGION, Privacy, PrivacySettings, service_keys, start_sealer
+from chorus.privacy.feature import (
+    LOCAL_REGION,
+    Privacy,
+    PrivacySettings,
+    key_service_credential,
+    service_keys,
+    start_sealer,
+)
 from chorus.releases.feature import Releases, ReleaseSettings, release_identity
 from chorus.releases.rollouts import RolloutView
 from chorus.web.http import HttpServer, WebSettings
@@ -84,6 +91,7 @@ class ServiceRunner(KernelRunner):
         self.release = settings.release or spec.version
         self.keys = service_keys(spec, registry, settings.signing_dir)
         self.sealer = sealer
+        self.key_credential = key_service_credential(settings, registry, spec.name)
         self.releases = Releases(settings, settings.group_id or spec.name, self.keys.verifier)
         self.privacy: Privacy | None = None
         self.http: HttpServer | None = None
@@ -97,7 +105,8 @@ class ServiceRunner(KernelRunner):
         setup_logging(self.spec.name, s.log_level, s.log_json)
         setup_tracing(self.spec.name, self.release)
         try:
-            self.sealer = self.sealer or await start_sealer(s, self.registry, self._stack)
+            if self.sealer is None and self.key_credential is not None:
+                self.sealer = await start_sealer(s, self.registry, self._stack, self.key_credential)
         except BaseException:
             await self._stack.aclose()
             raise
@@ -170,7 +179,7 @@ def main(spec: ServiceSpec[Any, Any], settings: ServiceSettings) -> None:
     """The body of every service's ``__main__``."""
     try:
         runner = ServiceRunner(spec, settings)
-    except SigningConfigError as exc:
+    except ConfigError as exc:
         print(f"refusing to start: {exc}", file=sys.stderr)
         raise SystemExit(EX_CONFIG) from None
     code = run_main(runner.run_until_signalled())

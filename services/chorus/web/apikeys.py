@@ -29,7 +29,7 @@ from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
-from chorus.base.settings import DEMO_SERVICE_KEY, ChorusSettings
+from chorus.base.settings import ChorusSettings
 from chorus.web.webapi import Problem
 
 Role = Literal["submitter", "reviewer", "operator", "auditor", "service"]
@@ -45,7 +45,7 @@ class ApiKey(BaseModel):
 
 
 DEMO_GATEWAY_KEY = "demo-gateway-key"
-"""What every service presents to the key service in the demo (chorus.privacy.crypto)."""
+"""What the gateway presents to the audit projector's read API in the demo."""
 DEMO_KEYS = {
     "demo-submitter-key": ApiKey(principal="demo-submitter", role="submitter"),
     "demo-manager-key": ApiKey(principal="dana.manager", role="reviewer", tier="manager"),
@@ -54,7 +54,6 @@ DEMO_KEYS = {
     "demo-operator-key": ApiKey(principal="sam.operator", role="operator"),
     "demo-auditor-key": ApiKey(principal="ava.auditor", role="auditor"),
     DEMO_GATEWAY_KEY: ApiKey(principal="gateway", role="service"),
-    DEMO_SERVICE_KEY: ApiKey(principal="chorus-services", role="service"),
 }
 """Published keys of the local demo: refused outside ``CHORUS_ENV=demo``."""
 
@@ -76,14 +75,17 @@ _bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: 
 _api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="An API key")
 
 
-async def caller(
-    request: Request,
+async def presented_key(
     bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)] = None,
     x_api_key: Annotated[str | None, Security(_api_key_header)] = None,
-) -> ApiKey:
-    """The caller, from ``Authorization: Bearer <key>`` or ``X-API-Key``; 401 otherwise.
-    The app's keys are ``app.state.api_keys``."""
-    return known_key(request.app.state.api_keys, x_api_key or (bearer.credentials if bearer else ""))
+) -> str:
+    """The key sent in ``Authorization: Bearer <key>`` or ``X-API-Key`` ("" when none)."""
+    return x_api_key or (bearer.credentials if bearer else "")
+
+
+async def caller(request: Request, presented: Annotated[str, Depends(presented_key)]) -> ApiKey:
+    """The caller, by the app's keys (``app.state.api_keys``); 401 otherwise."""
+    return known_key(request.app.state.api_keys, presented)
 
 
 def known_key(keys: Mapping[str, ApiKey], presented: str) -> ApiKey:

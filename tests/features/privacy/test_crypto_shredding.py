@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from chorus.base.errors import KeyUnreachableError
-from chorus.base.settings import DEMO_SERVICE_KEY
+from chorus.base.settings import demo_key_service_credential
 from chorus.kernel.envelopes import start_envelope
 from chorus.privacy.crypto import (
     ELSEWHERE,
@@ -34,7 +34,8 @@ from tests.support.wait import wait_until
 pytestmark = pytest.mark.integration
 
 REGISTRY = load_registry()
-AUTH = {"Authorization": f"Bearer {DEMO_SERVICE_KEY}"}
+CREDENTIAL = demo_key_service_credential("budget_agent")
+AUTH = {"Authorization": f"Bearer {CREDENTIAL}"}
 
 
 async def test_one_live_key_per_subject_until_its_erasure_destroys_it(
@@ -51,11 +52,11 @@ async def test_one_live_key_per_subject_until_its_erasure_destroys_it(
         own = (await http.post("/v1/data-keys", json=alone)).json()
         assert own["kid"] != first["kid"]  # a workflow without a subject has its own
         assert (await http.get(f"/v1/data-keys/{first['kid']}")).json() == first
-        # Not a service: no key.
+        # An operator's API key is no key-service credential: no key.
         anon = await http.get(
             f"/v1/data-keys/{first['kid']}", headers={"Authorization": "Bearer demo-operator-key"}
         )
-        assert anon.status_code == 403
+        assert anon.status_code == 401
         held = await http.post("/v1/data-keys", json={**ask, "region": "mars"})
         assert held.status_code == 404 and "mars" in held.json()["detail"]
 
@@ -120,7 +121,7 @@ async def test_a_service_configured_for_one_region_cannot_read_the_other_regions
     async with httpx.AsyncClient(timeout=10) as client:
 
         def sealer(*names: str) -> Sealer:
-            stores = {r: HttpKeyStore(r, regions[r], DEMO_SERVICE_KEY, client) for r in names}
+            stores = {r: HttpKeyStore(r, regions[r], CREDENTIAL, client) for r in names}
             # Procurement's subjects live in the US store, research's in the EU one.
             return Sealer(REGISTRY, stores, region="eu", regions={"procurement": "us"})
 

@@ -30,7 +30,7 @@ from audit_projector.replay import ReplayResult, compare, rebuild
 from audit_projector.service import make_spec
 from chorus.base.clock import ManualClock, OffsetFileClock
 from chorus.base.db import create_pool
-from chorus.base.settings import DEMO_SERVICE_KEY
+from chorus.base.settings import demo_key_service_credential
 from chorus.privacy.crypto import HttpKeyStore, Sealer, keyed_ref, subject_hash
 from chorus.privacy.feature import DEMO_SUBJECT_KEY
 from chorus.runtime.runner import ServiceSettings, running
@@ -948,7 +948,7 @@ async def test_every_read_of_personal_data_is_in_the_access_log(
     )
     stream.add("workflow.deadline_reached", f"wf-none-{unique}", t0, subject=None)  # nothing personal
     async with httpx.AsyncClient(timeout=10) as client:
-        store = HttpKeyStore("local", key_service, DEMO_SERVICE_KEY, client)
+        store = HttpKeyStore("local", key_service, demo_key_service_credential("gateway"), client)
         sealer = Sealer(registry, {"local": store}, region="local")
         sealed = [(topic, await sealer.seal(env)) for topic, env in stream.items]
     settings = projector_settings(kafka_bootstrap, database_url, name)

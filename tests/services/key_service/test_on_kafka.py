@@ -12,9 +12,10 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from chorus.base.settings import DEMO_SERVICE_KEY
+from chorus.base.settings import demo_key_service_credential
 from chorus.privacy.crypto import subject_hash
 from chorus.runtime.runner import running
+from chorus.web.apikeys import DEMO_GATEWAY_KEY, bearer
 from chorus_contracts.envelope import ProducerRef
 from chorus_contracts.platform import SubjectErasureRequested
 from key_service.config import Settings
@@ -24,7 +25,7 @@ from tests.support.onkafka import OnKafka
 
 pytestmark = pytest.mark.integration
 
-AS_A_SERVICE = {"Authorization": f"Bearer {DEMO_SERVICE_KEY}"}
+AS_A_SERVICE = bearer(demo_key_service_credential("budget_agent"))
 
 
 class Kept(logging.Handler):
@@ -63,12 +64,51 @@ async def test_every_key_handed_out_is_on_record_with_who_asked_and_whose_it_is(
         if r.getMessage() == "data key handed out" and r.fields["kid"] == made  # type: ignore[attr-defined]
     ]
     assert [(h["principal"], h["how"], h["subject_hash"], h["workflow_id"]) for h in handed] == [
-        ("chorus-services", "live", whose, f"wf-log-{unique}"),
-        ("chorus-services", "live", whose, f"wf-log-{unique}"),
-        ("chorus-services", "by_id", whose, f"wf-log-{unique}"),
+        ("budget_agent", "live", whose, f"wf-log-{unique}"),
+        ("budget_agent", "live", whose, f"wf-log-{unique}"),
+        ("budget_agent", "by_id", whose, f"wf-log-{unique}"),
     ]
-    assert 'chorus_data_keys_handed_out_total{how="live",principal="chorus-services"} 2.0' in metrics
-    assert 'chorus_data_keys_handed_out_total{how="by_id",principal="chorus-services"} 1.0' in metrics
+    assert 'chorus_data_keys_handed_out_total{how="live",principal="budget_agent"} 2.0' in metrics
+    assert 'chorus_data_keys_handed_out_total{how="by_id",principal="budget_agent"} 1.0' in metrics
+
+
+async def test_a_service_gets_keys_only_with_its_own_credential_and_only_if_it_handles_personal_data(
+    on_kafka: OnKafka,
+) -> None:
+    """Each credential names its service. The source fetcher reads web pages that submitters
+    choose and handles no personal field: its credential opens nothing (403). The APIs'
+    keys are not key-service credentials (401), whatever their role."""
+    unique = on_kafka.unique
+    ask = {
+        "region": "local",
+        "subject_hash": subject_hash(f"subject:c-{unique}"),
+        "workflow_id": f"wf-c-{unique}",
+    }
+    clients = {f"ks-budget-{unique}": "budget_agent", f"ks-fetcher-{unique}": "source_fetcher"}
+    settings = on_kafka.settings(Settings, SPEC.name, key_service_clients=clients)
+    async with running(SPEC, settings, registry=on_kafka.registry) as keys:
+        assert keys.http is not None
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{keys.http.port}", timeout=10) as http:
+            budget = await http.post("/v1/data-keys", json=ask, headers=bearer(f"ks-budget-{unique}"))
+            kid = budget.json()["kid"]
+            fetcher = bearer(f"ks-fetcher-{unique}")
+            refused = [
+                await http.post("/v1/data-keys", json=ask, headers=fetcher),
+                await http.get(f"/v1/data-keys/{kid}", headers=fetcher),
+            ]
+            # Configured credentials replace the demo's; an API key is no credential here.
+            strangers = [
+                await http.get(f"/v1/data-keys/{kid}", headers=bearer(key))
+                for key in (
+                    demo_key_service_credential("budget_agent"),
+                    DEMO_GATEWAY_KEY,
+                    "demo-operator-key",
+                )
+            ]
+    assert budget.status_code == 200
+    assert [r.status_code for r in refused] == [403, 403]
+    assert all("source_fetcher" in r.json()["detail"] for r in refused)
+    assert [r.status_code for r in strangers] == [401, 401, 401]
 
 
 async def test_an_erasure_request_destroys_the_subjects_keys_and_is_confirmed_once(on_kafka: OnKafka) -> None:

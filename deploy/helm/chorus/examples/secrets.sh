@@ -13,6 +13,7 @@ facts() { awk -v want="$1" '
   $0 == "    " want ": true" && name != "" { print name }' "$REGISTRY"; }
 mapfile -t SERVICES < <(facts database)
 mapfile -t KAFKA_USERS < <(facts kafka)
+mapfile -t KEY_CLIENTS < <(facts keyService)
 read -r -a SIGNERS <<<"$(sed -n 's/^signers: \[\(.*\)\]$/\1/p' "$REGISTRY" | tr -d ',')"
 
 # Kafka: each service's SCRAM password (its principal is its registry name), the admin's, the CA.
@@ -29,7 +30,12 @@ done
 
 # Settings that are secrets.
 k create secret generic chorus-api-keys --from-file=api-keys.json=secrets/api-keys.json
-k create secret generic chorus-key-service-client --from-file=api-key=secrets/key-service-client.key
+# Each service that handles personal fields presents its own credential to the key service,
+# which maps each to its service (secrets/key-service-clients.json: {"<credential>": "<service>"}).
+for s in "${KEY_CLIENTS[@]}"; do
+  k create secret generic "chorus-key-service-client-$s" --from-file=api-key="secrets/key-service/$s.key"
+done
+k create secret generic chorus-key-service-clients --from-file=clients.json=secrets/key-service-clients.json
 k create secret generic chorus-master-keys --from-file=master-keys.json=secrets/master-keys.json
 k create secret generic chorus-subject-key --from-file=subject-key=secrets/subject.key
 k create secret generic chorus-gateway \
