@@ -83,7 +83,9 @@ def test_compose_hands_each_caller_its_generated_file_and_sets_no_service_url_by
         env_files = [f if isinstance(f, str) else f["path"] for f in services[name].get("env_file", [])]
         wanted = f"deploy/docker/http/{module}.env"
         assert (wanted in env_files) == bool(EDGES.of(module)), (name, env_files)
-        assert env_files[-1] == ".env", f"{name}: the user's .env comes last (it may point elsewhere)"
+        assert env_files[-1] == f"deploy/docker/env/{name}.env", (
+            f"{name}: its own settings come last (they may point elsewhere)"
+        )
         by_hand = variables & set(services[name].get("environment") or {})
         assert not by_hand, f"{name} sets {by_hand} by hand: schemas/http.yaml derives them"
     gateway = (ROOT / "deploy" / "docker" / "http" / "gateway.env").read_text()
