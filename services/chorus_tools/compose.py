@@ -3,8 +3,8 @@ people to), from the registry's HTTP edges (``schemas/http.yaml``).
 
 ``python -m chorus_tools.compose`` writes ``deploy/docker/http/<service>.env`` for every
 service that reaches another by URL; docker-compose.yml hands each its file (``env_file``,
-before the user's ``.env``, which may point elsewhere). A test keeps the committed files
-equal to what this writes (``--check`` says whether they are).
+before the service's own ``deploy/docker/env/<service>.env``, which may point elsewhere). A
+test keeps the committed files equal to what this writes (``--check`` says whether they are).
 
 A call goes to the target's compose service on the compose network
 (``http://audit_projector:8103``); a link is followed by a person on this machine, so it
