@@ -148,9 +148,6 @@ ISSUER = "secrets"
 """The one-shot service that makes every secret and fills each service's volume."""
 SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|CREDENTIAL|_KEYS?$|_CLIENTS$")
 PLACEHOLDER = re.compile(r"<[^<>]+>")
-PLANNED_SETTINGS = {"key_service": {"CHORUS_KEY_SERVICE_CLIENTS"}}
-"""Settings an example names before its service reads them: the key service's own
-credential per service (issue 36, item 5) lands beside this change. Remove when it reads it."""
 
 
 @functools.cache
@@ -392,6 +389,27 @@ def test_every_env_file_example_is_production_with_placeholders_and_its_service_
             if module is not None:
                 assert values.get("CHORUS_ENV") == "production", f"{example.name} is not in production mode"
                 reads = {f"CHORUS_{field.upper()}" for field in settings_class(module).model_fields}
-                unknown = set(values) - reads - PLANNED_SETTINGS.get(module, set())
+                unknown = set(values) - reads
                 assert not unknown, f"{example.name} sets {unknown}, which {module} does not read"
     assert examples
+
+
+def test_the_examples_give_a_key_service_credential_to_exactly_the_services_that_need_keys() -> None:
+    """A service whose topics carry no personal field gets no key (the key service answers
+    it 403): its file holds no credential, and the key service's names none for it."""
+    registry = load_registry()
+    env_dir = ROOT / "deploy" / "docker" / "env"
+    holders = {
+        example.name.removesuffix(".env.example")
+        for example in env_dir.glob("*.env.example")
+        if "CHORUS_KEY_SERVICE_API_KEY" in _assignments(example)
+    }
+    named = set(
+        json.loads(_assignments(env_dir / "key_service.env.example")["CHORUS_KEY_SERVICE_CLIENTS"]).values()
+    )
+    needing = {
+        s
+        for s in registry.principals.services
+        if registry.handles_personal(s) and "key_stores" in settings_class(s).model_fields
+    }
+    assert holders == named == needing
