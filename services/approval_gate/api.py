@@ -8,7 +8,8 @@ GET /v1/approval-policy/history   every version, newest first (the audit trail)
 
 Rules are tried in order; the first that matches an approval (workflow type, business
 unit, requester, conditions on amount, confidence, risk flags) gives its chain and
-fallback; when none matches, the requester's own chain applies.
+fallback; when none matches, the workflow type's approval_chain (workflows.yaml), or the
+approval is refused. The chain a request names is never used.
 """
 
 from __future__ import annotations

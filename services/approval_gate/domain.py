@@ -18,9 +18,11 @@ from chorus_contracts.approvals import (
 from chorus_contracts.base import Personal
 
 FALLBACK_ACTOR = "chorus:fallback"
-REQUESTER_FALLBACK: Fallback = "auto_reject"
-"""What an unanswered approval routed by the requester's chain (no rule matched) comes to,
-whatever fallback the request names."""
+POLICY_ACTOR = "chorus:policy"
+"""Who refuses an approval that nothing routes."""
+DECLARED_FALLBACK: Fallback = "auto_reject"
+"""What an unanswered approval routed by its workflow type's declared chain (no rule matched)
+comes to: an automatic approval is only ever a policy rule's."""
 
 
 HOUR = 3600.0
@@ -66,7 +68,16 @@ class Gate(BaseModel):
     context: Personal[ApprovalContext]
     policy_version: int = 0
     rule: str | None = None
-    """The policy rule that routed it (None: the requester's chain)."""
+    """The policy rule that routed it (None: the workflow type's declared chain, or the
+    gate's own review chain)."""
+
+
+def unrouted(workflow_type: str, policy_version: int) -> str:
+    """Why an approval was refused: nothing the gate trusts says who decides it."""
+    return (
+        f"no rule of approval policy version {policy_version} routes a {workflow_type} approval, "
+        f"and workflows.yaml declares no approval_chain for {workflow_type}"
+    )
 
 
 def window_timer_id(approval_id: str, level: int) -> str:

@@ -11,11 +11,13 @@ from datetime import datetime
 
 from approval_gate.bootstrap import Deps
 from approval_gate.domain import (
+    DECLARED_FALLBACK,
     FALLBACK_ACTOR,
-    REQUESTER_FALLBACK,
+    POLICY_ACTOR,
     Gate,
     fallback_decision,
     is_current,
+    unrouted,
     window_end,
     window_timer_id,
 )
@@ -52,17 +54,26 @@ async def on_approval_requested(
     timers: list[CancelTimer | ScheduleTimer] = []
     if state is not None and state.status == "pending":
         timers.append(CancelTimer(window_timer_id(state.approval_id, state.level), "superseded"))
-    # The policy in force now routes it (read for every approval: a change needs no restart).
+    # The policy in force now routes it (read for every approval: a change needs no restart);
+    # where no rule matches, the workflow type's declared chain. Never the chain or fallback
+    # the request names: a requester (or whoever took its key) would pick the tier that
+    # decides, a window that runs out at once, and an approval when it does.
+    workflow_type = event.envelope.workflow_type
     policy = await ctx.deps.policies.current()
-    rule = policy.policy.route(event.envelope.workflow_type, request.requested_by, request.facts)
+    rule = policy.policy.route(workflow_type, request.requested_by, request.facts)
+    if rule is not None:
+        chain, fallback = rule.chain, rule.fallback
+    elif event.envelope.producer.service == ctx.service:
+        chain, fallback = request.chain, request.fallback  # a review the gate asked for: its own
+    elif workflow_type in ctx.deps.chains:
+        chain, fallback = list(ctx.deps.chains[workflow_type]), DECLARED_FALLBACK
+    else:
+        return _refused(request, workflow_type, policy.version, timers)
     gate = Gate(
         approval_id=request.approval_id,
         requested_by=request.requested_by,
-        chain=rule.chain if rule else request.chain,
-        # An automatic approval is the policy's to grant, never the requester's: whoever can
-        # write approval.requested (any producer of its topic) would otherwise pick a
-        # fallback that approves a payment when a short window of its choosing runs out.
-        fallback=rule.fallback if rule else REQUESTER_FALLBACK,
+        chain=chain,
+        fallback=fallback,
         context=request.context,
         policy_version=policy.version,
         rule=rule.name if rule else None,
@@ -78,6 +89,36 @@ async def on_approval_requested(
     # a request states is its requester's word, and a backdated one would skip a reviewer's
     # window (nor does a gate that was down shorten it).
     return Outcome(state=gate, emit=[routed], timers=[*timers, _window_timer(gate, ctx.clock.now())])
+
+
+def _refused(
+    request: ApprovalRequested,
+    workflow_type: str,
+    policy_version: int,
+    timers: list[CancelTimer | ScheduleTimer],
+) -> Outcome[Gate]:
+    """Nothing the gate trusts says who decides: rejected at once, saying so, so the requester
+    compensates instead of waiting on a tier nobody chose."""
+    why = unrouted(workflow_type, policy_version)
+    decided = ApprovalDecided(
+        approval_id=request.approval_id,
+        decision="reject",
+        comment=why,
+        decided_by=POLICY_ACTOR,
+        tier="none",
+        automatic=True,
+        requested_by=request.requested_by,
+    )
+    gate = Gate(
+        approval_id=request.approval_id,
+        requested_by=request.requested_by,
+        chain=[],
+        fallback=DECLARED_FALLBACK,
+        status="decided",
+        context=request.context,
+        policy_version=policy_version,
+    )
+    return Outcome(state=gate, emit=[decided], timers=timers)
 
 
 async def on_approval_window_elapsed(

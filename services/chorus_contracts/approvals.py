@@ -39,8 +39,9 @@ class ApprovalFacts(Model):
 @event("approval.requested", 1)
 class ApprovalRequested(EventModel):
     """A workflow pauses here until a person decides (no compute runs while it waits).
-    ``chain`` and ``fallback`` are the requester's default; the gate's approval policy
-    may route it otherwise (approval.routed says how)."""
+    ``chain`` and ``fallback`` are what the requester proposes, for the record: the gate
+    routes by its approval policy and the workflow type's declared chain (approval.routed
+    says how)."""
 
     approval_id: Ref
     requested_by: Name
@@ -53,7 +54,8 @@ class ApprovalRequested(EventModel):
 @event("approval.routed", 1)
 class ApprovalRouted(EventModel):
     """The chain and fallback that decide this approval: the policy's (``rule``, at
-    ``policy_version``), or the requester's when no rule matched (``rule`` null)."""
+    ``policy_version``), or the workflow type's declared chain when no rule matched
+    (``rule`` null)."""
 
     approval_id: Ref
     chain: list[EscalationStep] = Field(min_length=1, max_length=10)
@@ -153,7 +155,8 @@ class PolicyRule(Model):
 
 
 class ApprovalPolicy(Model):
-    """Rules in order, the first that matches routes the approval; none: the requester's chain."""
+    """Rules in order, the first that matches routes the approval; none: the workflow
+    type's declared chain (workflows.yaml), else the approval is refused."""
 
     model_config = API_BODY
 

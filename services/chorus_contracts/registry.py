@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.json_schema import GenerateJsonSchema
 
 import chorus_contracts
+from chorus_contracts.approvals import EscalationStep
 from chorus_contracts.base import CATALOG, PERSONAL_MARK, UPCASTERS, EventModel
 from chorus_contracts.envelope import Envelope, Priority
 
@@ -221,6 +222,13 @@ class WorkflowDeclaration(BaseModel):
         description="service -> the outcomes it may end a workflow of this type with (beside the "
         "platform's: the gateway's timed_out and cancelled, the audit projector's erased); empty: "
         "any service that signs workflow.ended",
+    )
+    approval_chain: list[EscalationStep] = Field(
+        default_factory=list,
+        max_length=10,
+        description="who approves for a workflow of the type, tier by tier, when no rule of the "
+        "approval gate's policy matches (unanswered, it is rejected); empty: such an approval is "
+        "refused. Never the chain a request names: that is its requester's word",
     )
 
 

@@ -33,6 +33,8 @@ DIRECTOR = "demo-director-key"
 EDITOR = "demo-editor-key"
 OPERATOR = "demo-operator-key"
 MANAGER_WINDOW_S = 4
+DEMO_RULE = "make demo,"
+"""How the approval-policy rule each demo adds begins (the next demo replaces it)."""
 REPLY_WITHIN_S = 3
 """The support ticket's reply-due timer: it fires while the refund waits for the manager."""
 TERMINAL = {"completed", "rejected", "failed", "compensated", "timed_out", "cancelled", "erased"}
@@ -107,6 +109,9 @@ class Client:
     async def post(self, path: str, key: str, body: dict[str, Any], **headers: str) -> httpx.Response:
         return await self.http.post(path, json=body, headers={"Authorization": f"Bearer {key}", **headers})
 
+    async def put(self, path: str, key: str, body: dict[str, Any]) -> httpx.Response:
+        return await self.http.put(path, json=body, headers={"Authorization": f"Bearer {key}"})
+
     async def get(self, path: str, key: str) -> dict[str, Any]:
         response = await self.http.get(path, headers={"Authorization": f"Bearer {key}"})
         response.raise_for_status()
@@ -126,6 +131,25 @@ class Client:
         raise RuntimeError(
             f"{workflow_id}: timed out waiting for {what}; last status: {json.dumps(last)[:500]}"
         )
+
+
+async def give_the_manager_seconds(client: Client, run: str) -> None:
+    """The manager gets a few seconds instead of 8 hours, so the demo escalates: an operator
+    adds a rule for this run's cost center to the approval policy (the gate routes by its
+    policy, never by the chain a request names). Earlier demos' rules are replaced, so the
+    policy does not grow with every run; their cost centers see no new invoices."""
+    current = await client.get("/v1/approval-policy", OPERATOR)
+    kept = [r for r in current["rules"] if not str(r["name"]).startswith(DEMO_RULE)]
+    rule = {
+        "name": f"{DEMO_RULE} {run}: the manager has {MANAGER_WINDOW_S} s",
+        "workflow_type": "procurement",
+        "business_unit": demo_cost_center(run),
+        "chain": [{"tier": "manager", "window_s": MANAGER_WINDOW_S}, {"tier": "director", "window_s": 3600}],
+    }
+    changed = await client.put(
+        "/v1/approval-policy", OPERATOR, {"rules": [rule, *kept], "reason": f"make demo, run {run}"}
+    )
+    changed.raise_for_status()
 
 
 def waiting_on(tier: str) -> Any:
@@ -171,16 +195,9 @@ async def run_demo(workdir: Path) -> int:
         project=REFERENCE_PROJECT,  # the support workflow's services beside the platform's
         service_env={
             "triage_agent": {"CHORUS_REPLY_WITHIN_S": str(REPLY_WITHIN_S)},
-            # The manager gets a few seconds instead of 8 hours, so the demo escalates.
             "budget_agent": {
                 "CHORUS_BUDGETS": json.dumps({demo_cost_center(run): 1_000_000}),
                 "CHORUS_PURCHASE_ORDERS": json.dumps([demo_purchase_order(run)]),
-                "CHORUS_APPROVAL_CHAIN": json.dumps(
-                    [
-                        {"tier": "manager", "window_s": MANAGER_WINDOW_S},
-                        {"tier": "director", "window_s": 3600},
-                    ]
-                ),
             },
         },
     )
@@ -193,6 +210,7 @@ async def run_demo(workdir: Path) -> int:
             f"console at {stack.console_url}\n"
         )
         client = Client(stack.api_url)
+        await give_the_manager_seconds(client, run)
 
         # 1. Submit both workflows; the procurement twice with one Idempotency-Key.
         first = await client.post(

@@ -23,6 +23,7 @@ from chorus.outside.external import ExternalRejection
 from chorus.outside.llm import OfflineModel
 from chorus.testing import Unguarded
 from chorus_contracts.approvals import ApprovalPolicy
+from chorus_contracts.registry import default_registry
 from chorus_contracts.research import GatheredSource, SourceRef
 from payment_agent.adapters.payments import PaymentClient, PaymentReceipt
 from report_agent.adapters.delivery import Delivery
@@ -175,10 +176,12 @@ def _deps(service: str, client: httpx.AsyncClient) -> Any:
         return PaymentDeps(PaymentClient(client, UNREACHABLE, "none", 0.5, Unguarded()))
     if service == "approval_gate":
         from approval_gate.bootstrap import Deps as GateDeps
+        from approval_gate.bootstrap import approval_chains
         from approval_gate.config import Settings as GateSettings
 
         gate = GateSettings()
-        return GateDeps(list(gate.review_chain), gate.review_fallback, InMemoryPolicies())
+        chains = approval_chains(default_registry())
+        return GateDeps(list(gate.review_chain), gate.review_fallback, InMemoryPolicies(), chains)
     if service == "gateway":
         from gateway.adapters.webhooks import WebhookSender
 

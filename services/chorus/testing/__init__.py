@@ -43,13 +43,15 @@ def make_event(
     at: datetime | None = None,
     attempt: int = 1,
     subject_ref: str | None = None,
+    producer: ProducerRef = TEST_PRODUCER,
 ) -> Event[Any]:
-    """``payload`` in a fresh envelope of its own (as if just read from its topic)."""
+    """``payload`` in a fresh envelope of its own (as if just read from its topic), stated
+    by ``producer`` (a handler that trusts some producers more than others tests both)."""
     envelope = start_envelope(
         payload,
         workflow_id=workflow_id or f"wf-{uuid.uuid4().hex[:12]}",
         workflow_type=workflow_type,
-        producer=TEST_PRODUCER,
+        producer=producer,
         now=at or datetime.now(UTC),
         idempotency_key=f"test-{uuid.uuid4()}",
         priority=priority,

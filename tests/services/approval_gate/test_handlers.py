@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from pydantic import ValidationError
 
-from approval_gate.bootstrap import Deps
+from approval_gate.bootstrap import Deps, approval_chains
 from approval_gate.domain import DEFAULT_POLICY
 from approval_gate.service import SPEC
 from chorus.kernel.service import CancelTimer, ScheduleTimer
@@ -26,7 +26,9 @@ from chorus_contracts.approvals import (
     EscalationStep,
     PolicyRule,
 )
+from chorus_contracts.envelope import ProducerRef
 from chorus_contracts.platform import ReviewRequested
+from chorus_contracts.registry import default_registry
 from tests.support.examples import example
 from tests.support.fakes import InMemoryPolicies
 
@@ -40,10 +42,15 @@ REQUEST = ApprovalRequested(
 )
 
 
+REVIEW = [EscalationStep(tier="manager", window_s=86400)]
+
+
 @pytest.fixture
 def gate() -> WorkflowHarness:
-    review = [EscalationStep(tier="manager", window_s=86400)]
-    return WorkflowHarness(SPEC, Deps(review, "auto_reject", InMemoryPolicies(ApprovalPolicy())))
+    """No policy rule; the harness's workflow type ("test") declares CHAIN."""
+    return WorkflowHarness(
+        SPEC, Deps(REVIEW, "auto_reject", InMemoryPolicies(ApprovalPolicy()), {"test": CHAIN})
+    )
 
 
 def submitted(tier: str, decision: Decision = "approve") -> ApprovalDecisionSubmitted:
@@ -87,17 +94,46 @@ async def test_an_unanswered_window_escalates_then_the_fallback_decides(gate: Wo
     assert (decided.decision, decided.automatic, decided.decided_by) == ("reject", True, "chorus:fallback")
 
 
-async def test_a_request_cannot_choose_to_be_approved_when_nobody_answers(gate: WorkflowHarness) -> None:
-    """A forged request with a fallback of its own and a window of one second: no rule
-    matches, so the requester's chain is used, but never its automatic approval."""
+async def test_a_request_chooses_neither_who_decides_nor_how_long_nor_an_automatic_approval(
+    gate: WorkflowHarness,
+) -> None:
+    """A request (its requester's key in a forger's hands) names an editor with a
+    one-second window that approves on its own. No rule matches: the workflow type's
+    declared chain decides, manager then director, and unanswered it is rejected."""
     forged = REQUEST.model_copy(
-        update={"chain": [EscalationStep(tier="manager", window_s=1)], "fallback": "auto_approve"}
+        update={"chain": [EscalationStep(tier="editor", window_s=1)], "fallback": "auto_approve"}
     )
-    routed = (await gate.deliver(forged, "wf-forged")).first(ApprovalRouted)
-    assert (routed.rule, routed.fallback) == (None, "auto_reject")
-    gate.clock.advance(1)
-    final = await gate.deliver(ApprovalWindowElapsed(approval_id="appr-1", level=0), "wf-forged")
+    step = await gate.deliver(forged, "wf-forged")
+    routed = step.first(ApprovalRouted)
+    assert (routed.rule, routed.chain, routed.fallback) == (None, CHAIN, "auto_reject")
+    [timer] = step.outcome.timers
+    assert isinstance(timer, ScheduleTimer) and timer.due_at == gate.clock.now() + timedelta(hours=8)
+    assert (await gate.deliver(submitted("editor"), "wf-forged")).emitted == []
+    gate.clock.advance(8 * 3600)
+    await gate.deliver(ApprovalWindowElapsed(approval_id="appr-1", level=0), "wf-forged")
+    gate.clock.advance(3600)
+    final = await gate.deliver(ApprovalWindowElapsed(approval_id="appr-1", level=1), "wf-forged")
     assert final.first(ApprovalDecided).decision == "reject"
+
+
+async def test_an_approval_nothing_routes_is_refused_at_once_saying_why(gate: WorkflowHarness) -> None:
+    """A workflow type with no rule and no declared chain: no tier was chosen by anyone the
+    gate trusts, so nobody is asked and the requester hears no at once."""
+    step = await gate.deliver(REQUEST, "wf-nobody", workflow_type="unplanned")
+    decided = step.first(ApprovalDecided)
+    assert (decided.decision, decided.automatic, decided.decided_by) == ("reject", True, "chorus:policy")
+    assert "unplanned" in decided.comment and "approval_chain" in decided.comment
+    assert step.outcome.timers == [] and step.emitted_types() == ["approval.decided"]
+    assert (await gate.deliver(submitted("manager"), "wf-nobody")).emitted == []
+
+
+async def test_a_review_the_gate_asked_for_keeps_the_gates_own_chain(gate: WorkflowHarness) -> None:
+    """Review requests are the gate's own (review.requested, CHORUS_REVIEW_CHAIN): stated by
+    the gate, their chain is its word."""
+    own = REQUEST.model_copy(update={"chain": REVIEW})
+    by_gate = ProducerRef(service="approval_gate", version="0")
+    step = await gate.deliver(gate.event(own, "wf-review", producer=by_gate))
+    assert step.first(ApprovalRouted).chain == REVIEW
 
 
 async def test_output_no_handler_could_get_right_becomes_an_approval_for_a_person(
@@ -124,7 +160,7 @@ def policies() -> InMemoryPolicies:
 
 @pytest.fixture
 def routed_gate(policies: InMemoryPolicies) -> WorkflowHarness:
-    return WorkflowHarness(SPEC, Deps([], "auto_reject", policies))
+    return WorkflowHarness(SPEC, Deps([], "auto_reject", policies, approval_chains(default_registry())))
 
 
 async def test_the_default_policy_sends_a_large_procurement_to_the_director_at_once(
@@ -136,7 +172,11 @@ async def test_the_default_policy_sends_a_large_procurement_to_the_director_at_o
     assert (routed.rule, routed.policy_version) == ("large procurement: director", 1)
     small = await routed_gate.deliver(procurement(124_000), "wf-p2", workflow_type="procurement")
     assert small.first(ApprovalRouted).rule is None
-    assert small.first(ApprovalRouted).chain == CHAIN  # the requester's own
+    # workflows.yaml's chain for procurement, not the requester's
+    assert small.first(ApprovalRouted).chain == [
+        EscalationStep(tier="manager", window_s=8 * 3600),
+        EscalationStep(tier="director", window_s=8 * 3600),
+    ]
     unsure = await routed_gate.deliver(
         procurement(124_000, confidence=0.4), "wf-p3", workflow_type="procurement"
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -22,6 +23,7 @@ from chorus_contracts.approvals import (
 from tests.support.database import own_database
 from tests.support.kafka import envelope, stated_by
 from tests.support.onkafka import OnKafka
+from tests.support.sealed import opened
 
 pytestmark = pytest.mark.integration
 
@@ -78,3 +80,54 @@ async def test_a_large_procurement_is_routed_to_the_director_and_its_window_sche
     assert timer.fire.topic == on_kafka.registry.physical_topic("approval.window_elapsed")
     assert (fires["event_type"], fires["workflow_id"]) == ("approval.window_elapsed", workflow_id)
     assert fires["payload"] == {"approval_id": approval_id, "level": 0}
+
+
+async def test_a_signed_request_is_routed_by_the_declared_chain_and_one_nothing_routes_is_refused(
+    on_kafka: OnKafka, gate_database: str
+) -> None:
+    """Signed by its requester, a request still chooses nothing: one naming an editor with a
+    millisecond window that approves on its own waits for the manager, 8 hours, as
+    workflows.yaml declares for procurement; one of a type no rule and no declaration
+    routes is rejected at once, saying why."""
+    unique = on_kafka.unique
+
+    def request(workflow_id: str, workflow_type: str) -> Any:
+        asked = ApprovalRequested(
+            approval_id=f"appr-{workflow_id}",
+            requested_by="budget_agent",
+            chain=[EscalationStep(tier="editor", window_s=0.001)],
+            fallback="auto_approve",
+            context=ApprovalContext(summary="Invoice INV-10 from vendor-acme: 10.00 EUR"),
+            facts=ApprovalFacts(amount_cents=1_000, business_unit="cc-research"),
+        )
+        return stated_by(
+            envelope(asked, workflow_id=workflow_id, workflow_type=workflow_type), "budget_agent"
+        )
+
+    routed_one, refused_one = (
+        request(f"wf-chain-{unique}", "procurement"),
+        request(f"wf-none-{unique}", "unplanned"),
+    )
+    settings = on_kafka.settings(Settings, SPEC.name, database_url=gate_database)
+    async with running(SPEC, settings, registry=on_kafka.registry):
+        before = datetime.now(UTC)
+        await on_kafka.publish(routed_one, refused_one)
+        [routed] = await on_kafka.read("approval.routed", routed_one.workflow_id)
+        [window] = await on_kafka.read("timer.schedule", routed_one.workflow_id)
+        [refused] = await on_kafka.read("approval.decided", refused_one.workflow_id)
+        nothing = await on_kafka.read("approval.decided", routed_one.workflow_id, count=0, settle_s=1.0)
+    assert (routed.payload.rule, routed.payload.fallback) == (None, "auto_reject")
+    assert [(s.tier, s.window_s) for s in routed.payload.chain] == [
+        ("manager", 8 * HOUR),
+        ("director", 8 * HOUR),
+    ]
+    assert window.payload.due_at >= before + timedelta(hours=8)
+    assert nothing == []
+    decided = refused.payload
+    assert (decided.decision, decided.automatic, opened(decided.decided_by)) == (
+        "reject",
+        True,
+        "chorus:policy",
+    )
+    assert "unplanned" in opened(decided.comment)
+    assert refused.envelope.producer.service == "approval_gate"  # the gate's signed word

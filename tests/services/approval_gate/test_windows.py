@@ -7,7 +7,7 @@ import logging
 from datetime import timedelta
 from typing import Any
 
-from approval_gate.bootstrap import Deps
+from approval_gate.bootstrap import Deps, approval_chains
 from approval_gate.handlers import on_approval_requested, on_approval_window_elapsed
 from chorus.base.clock import ManualClock
 from chorus.kernel.codec import decode
@@ -23,7 +23,7 @@ def _ctx(event: Any, clock: ManualClock) -> Context[Any]:
 
     return Context(
         service="approval_gate",
-        deps=Deps([], "auto_reject", InMemoryPolicies(ApprovalPolicy())),
+        deps=Deps([], "auto_reject", InMemoryPolicies(ApprovalPolicy()), approval_chains(default_registry())),
         clock=clock,
         envelope=event.envelope,
         attempt=1,
@@ -40,10 +40,11 @@ async def test_the_first_window_runs_from_when_the_gate_routes_it_whatever_time_
     raw = registry.examples[("approval.requested", 1)][0].body
     requested = decode(json.dumps(raw).encode(), registry)
     requested_at = requested.envelope.occurred_at
-    window = timedelta(seconds=requested.payload.chain[0].window_s)  # type: ignore[attr-defined]
     clock = ManualClock(requested_at + timedelta(hours=9))
 
     outcome = await on_approval_requested(requested, None, _ctx(requested, clock))  # type: ignore[arg-type]
+    assert outcome.state is not None
+    window = timedelta(seconds=outcome.state.chain[0].window_s)  # the chain it was routed by
     (timer,) = [t for t in outcome.timers if isinstance(t, ScheduleTimer)]
     assert timer.due_at == clock.now() + window  # not requested_at + window, long past
     clock.advance(window.total_seconds())  # the manager's window runs out
@@ -58,7 +59,7 @@ async def test_the_first_window_runs_from_when_the_gate_routes_it_whatever_time_
     escalated = await on_approval_window_elapsed(elapsed, outcome.state, _ctx(elapsed, clock))  # type: ignore[arg-type]
     (next_timer,) = [t for t in escalated.timers if isinstance(t, ScheduleTimer)]
     # The director is told now, so the director's whole window starts now.
-    director_window = timedelta(seconds=requested.payload.chain[1].window_s)  # type: ignore[attr-defined]
+    director_window = timedelta(seconds=outcome.state.chain[1].window_s)
     assert next_timer.due_at == clock.now() + director_window
     (notice,) = escalated.emit
     assert isinstance(notice, ApprovalEscalated) and notice.waiting_until == next_timer.due_at

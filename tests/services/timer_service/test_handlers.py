@@ -60,8 +60,11 @@ DECIDED = ApprovalDecisionSubmitted(
 
 @pytest.fixture
 def gate() -> WorkflowHarness:
-    """A service that schedules timers: the approval gate, one window per tier."""
-    return WorkflowHarness(GATE, Deps([], "auto_reject", InMemoryPolicies(ApprovalPolicy())))
+    """A service that schedules timers: the approval gate, one window per tier (the
+    harness's workflow type declares the request's chain)."""
+    return WorkflowHarness(
+        GATE, Deps([], "auto_reject", InMemoryPolicies(ApprovalPolicy()), {"test": REQUEST.chain})
+    )
 
 
 @pytest.fixture
