@@ -67,6 +67,14 @@ class TopicEvent(BaseModel):
         "last step); a project's service joins them with principals.yaml's signs",
     )
 
+    owner_field: str | None = Field(
+        default=None,
+        description="for a command every service's runtime states for itself (signed_by: "
+        "chorus-runtime): the payload field naming what it commands, whose value begins with "
+        "the name of the service it belongs to (a timer id); consumers refuse a command for "
+        "another service's",
+    )
+
     def signers(self) -> frozenset[str]:
         """Who states this type (empty: anyone who may write its topic)."""
         if self.signed_by is None:
@@ -256,6 +264,7 @@ class Registry:
     _topic_of: dict[str, TopicSpec] = field(default_factory=dict)
     _physical: dict[str, TopicSpec] = field(default_factory=dict)
     _signed_by: dict[str, frozenset[str]] = field(default_factory=dict)
+    _own_commands: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for spec in self.topics.values():
@@ -269,7 +278,14 @@ class Registry:
                     )
                 self._topic_of[ev.type] = spec
                 if ev.signed_by is not None:
-                    self._signed_by[ev.type] = ev.signers()
+                    self._signed_by[ev.type] = self._expanded(ev.signers())
+                    if RUNTIME_PRODUCER in ev.signers():
+                        if ev.owner_field is None:
+                            raise ValueError(
+                                f"{ev.type} is signed by {RUNTIME_PRODUCER}: name its owner_field "
+                                "(what it commands, which begins with its service's name)"
+                            )
+                        self._own_commands[ev.type] = ev.owner_field
         self._add_principals_signers()
         self._check_endings()
         for name, workflow in self.workflows.items():
@@ -287,6 +303,14 @@ class Registry:
                     f"workflows.yaml: {name} starts with {workflow.start}, but {start_topic.topic} does "
                     "not list the gateway among its producers (it publishes the start event)"
                 )
+
+    def _expanded(self, signers: frozenset[str]) -> frozenset[str]:
+        """``signers`` with the runtime (a command every service's runtime writes for
+        itself, a timer's) standing for each service that runs it: each signs its own."""
+        if RUNTIME_PRODUCER not in signers:
+            return signers
+        runtime = {name for name, p in self.principals.services.items() if p.kind == "runtime"}
+        return frozenset(signers - {RUNTIME_PRODUCER} | runtime)
 
     def _add_principals_signers(self) -> None:
         """A project's services that state a signed platform type (principals.yaml's
@@ -338,6 +362,11 @@ class Registry:
     def signed_by(self) -> dict[str, frozenset[str]]:
         """Event type -> the services that may state it, for the signed types."""
         return dict(self._signed_by)
+
+    def own_commands(self) -> dict[str, str]:
+        """The signed types every service's runtime states for itself (timer commands), each
+        with the payload field naming whose it is (``owner_field``)."""
+        return dict(self._own_commands)
 
     def signers_of(self, event_type: str) -> frozenset[str]:
         """The services that state ``event_type`` (empty when it is not signed)."""

@@ -130,7 +130,9 @@ class Messages:
         due_at = now + timedelta(seconds=wait_s)
         fired = await self._sealed(self._child(env, due, due_at, f"retry/{attempt + 1}", traceparent))
         schedule = TimerSchedule(
-            timer_id=f"retry:{self.group}:{env.event_id}:{attempt + 1}",
+            # In its service's namespace, as every timer: the timer service takes a command
+            # only for a timer of the service that signed it.
+            timer_id=f"{self.spec.name}:retry:{self.group}:{env.event_id}:{attempt + 1}",
             due_at=due_at,
             fire=fire_target(self.registry, fired, self.signer),
             purpose="retry",

@@ -93,9 +93,15 @@ def service_keys(spec: ServiceSpec[Any, Any], registry: Registry, signing_dir: s
             f"{spec.name} produces signed types it may not state ({who}): a project's service "
             f"that states one lists it in principals.yaml, services.{spec.name}.signs"
         )
-    signs = {t for t in spec.produces if spec.name in registry.signers_of(t)}
+    # What its handlers produce, and the commands its runtime writes for it (timers).
+    signs = {t for t, signers in registry.signed_by().items() if spec.name in signers}
     return load_keys(
-        signing_dir, spec.name, signs=signs, checks=registry.signed_by(), endings=registry.endings()
+        signing_dir,
+        spec.name,
+        signs=signs,
+        checks=registry.signed_by(),
+        endings=registry.endings(),
+        own_commands=registry.own_commands(),
     )
 
 

@@ -84,6 +84,13 @@ class Verifier:
     endings: Mapping[str, Mapping[str, Collection[str]]] = field(default_factory=dict)
     """workflow type -> outcome -> who may end a workflow of the type so (the registry's
     ``endings``): of workflow.ended's signers, only these, for the types it names."""
+    own_commands: Mapping[str, str] = field(default_factory=dict)
+    """Types each runtime service states for itself (the registry's ``own_commands``: timer
+    commands), each with the payload field naming whose it is: its value begins with the
+    producer's name, or the command is refused (timer ids are predictable, and another
+    service must not cancel, move or take first a window or deadline). A registered service
+    signs its own; a service the registry does not name (a test's, a benchmark's) has no key
+    and states them unsigned, which reaches nothing but its own."""
 
     def check(self, envelope: Envelope, value: bytes | None, headers: Iterable[tuple[str, Any]]) -> None:
         """Raise :class:`UnauthorizedError` unless an envelope of a signed type is proven to
@@ -93,6 +100,11 @@ class Verifier:
         signers = self.signed_by.get(event_type)
         if not signers:
             return
+        owner_field = self.own_commands.get(event_type)
+        if owner_field is not None:
+            self._own(envelope, owner_field)
+            if claimed_producer not in signers:
+                return
         if claimed_producer not in signers:
             named, verb = ", ".join(sorted(signers)), "produces" if len(signers) == 1 else "produce"
             raise UnauthorizedError(
@@ -111,6 +123,17 @@ class Verifier:
             raise UnauthorizedError(
                 f"{event_type}: the {HEADER} header is not {producer}'s signature of this envelope"
             ) from exc
+
+    @staticmethod
+    def _own(envelope: Envelope, owner_field: str) -> None:
+        named = str(envelope.payload.get(owner_field, ""))
+        owner, producer = named.split(":", 1)[0], envelope.producer.service
+        if owner != producer:
+            raise UnauthorizedError(
+                f"{envelope.event_type} from {producer} names {owner_field} {named[:200]!r}, "
+                f"which is {owner}'s: a service commands only its own",
+                pointer=f"/payload/{owner_field}",
+            )
 
     def _may_end(self, envelope: Envelope) -> None:
         """A signer of workflow.ended ends only the workflow types, with the outcomes, the
@@ -145,6 +168,7 @@ def load_keys(
     signs: set[str],
     checks: Mapping[str, Collection[str]],
     endings: Mapping[str, Mapping[str, Collection[str]]] | None = None,
+    own_commands: Mapping[str, str] | None = None,
 ) -> Keys:
     """The service's signer (when it produces any of ``signs``) and a verifier for
     ``checks`` (event type -> its signers) and ``endings`` (see :class:`Verifier`), from
@@ -160,7 +184,7 @@ def load_keys(
     signer = Signer(service, _private_key(root / f"{service}.key")) if signs else None
     producers = sorted({p for signers in checks.values() for p in signers})
     public = {producer: _public_key(root / f"{producer}.pub") for producer in producers}
-    return Keys(signer, Verifier(dict(checks), public, dict(endings or {})))
+    return Keys(signer, Verifier(dict(checks), public, dict(endings or {}), dict(own_commands or {})))
 
 
 def _private_key(path: Path) -> Ed25519PrivateKey:

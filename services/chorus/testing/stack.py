@@ -41,6 +41,7 @@ from aiokafka.errors import TopicAlreadyExistsError
 from chorus.kernel.codec import decode, encode
 from chorus.kernel.envelopes import start_envelope
 from chorus.kernel.kafka import make_admin, make_consumer, make_producer, stop_client
+from chorus.privacy.signing import make_keys
 from chorus.runtime.runner import LOCAL_REGION
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, ProducerRef
@@ -220,7 +221,16 @@ async def key_store(timeout_s: float = 60.0) -> AsyncIterator[str]:
     """The platform's key service in a process of its own on a free port, and
     ``CHORUS_KEY_STORES`` naming it while it runs (settings made meanwhile find it): services
     under test seal personal data as in production. It keeps its keys in the database of
-    ``CHORUS_DATABASE_URL``. Yields its URL."""
+    ``CHORUS_DATABASE_URL``. Yields its URL.
+
+    First, the signing keys the registry (of the working directory, or
+    ``CHORUS_SCHEMAS_DIR``) needs and ``CHORUS_SIGNING_DIR`` lacks are made, as ``chorus
+    access signing-keys`` makes them: every service of a project signs its own timer
+    commands, so a new service needs a key pair before anything runs."""
+    signing_dir = os.environ.get("CHORUS_SIGNING_DIR")
+    if signing_dir:
+        schemas = os.environ.get("CHORUS_SCHEMAS_DIR")
+        make_keys(Path(signing_dir), load_registry(Path(schemas) if schemas else None).signers())
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

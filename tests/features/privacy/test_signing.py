@@ -19,6 +19,7 @@ from chorus.privacy.feature import service_keys, unstated_types
 from chorus.privacy.signing import HEADER, Verifier, load_keys, make_keys
 from chorus_contracts.envelope import Envelope
 from chorus_contracts.lifecycle import WorkflowEnded
+from chorus_contracts.platform import TimerCancel
 from chorus_contracts.procurement import InvoiceReceived
 from chorus_contracts.registry import load_registry
 from chorus_tools.cli.migrate import migrating_services, service_spec
@@ -214,3 +215,33 @@ def test_a_workflow_type_ended_by_a_service_that_does_not_sign_ends_is_refused(t
     (schemas / "workflows.yaml").write_text(yaml.safe_dump(workflows))
     with pytest.raises(ValueError, match="procurement is ended_by source_fetcher, which does not sign"):
         load_registry(schemas)
+
+
+def test_a_timer_command_reaches_only_its_signers_own_timers(keys_dir: Path) -> None:
+    """Each service signs its own timer commands; a command for a timer whose id begins with
+    another service's name is refused however it is signed. A service no registry names (a
+    test's) has no key: unsigned, it reaches its own timers and nobody else's."""
+    keys = load_keys(
+        str(keys_dir),
+        "source_fetcher",
+        signs={"timer.cancel"},
+        checks=CHECKS,
+        own_commands=REGISTRY.own_commands(),
+    )
+    assert keys.signer is not None
+
+    def cancel(timer_id: str, producer: str) -> bytes:
+        return encode(
+            stated_by(envelope(TimerCancel(timer_id=timer_id, reason="x"), workflow_id="wf-1"), producer)
+        )
+
+    own = cancel("source_fetcher:wf-1:fetch-0", "source_fetcher")
+    check(keys.verifier, own, [keys.signer.header(own)])
+    theirs = cancel("approval_gate:wf-1:window-appr-1-0", "source_fetcher")
+    with pytest.raises(UnauthorizedError, match="approval_gate's: a service commands only its own"):
+        check(keys.verifier, theirs, [keys.signer.header(theirs)])
+    with pytest.raises(UnauthorizedError, match="exactly one"):  # the gate's name, not its key
+        check(keys.verifier, cancel("approval_gate:wf-1:window-appr-1-0", "approval_gate"), [])
+    check(keys.verifier, cancel("svc_test:wf-1:t", "svc_test"), [])
+    with pytest.raises(UnauthorizedError, match="approval_gate's"):
+        check(keys.verifier, cancel("approval_gate:wf-1:window-appr-1-0", "svc_test"), [])
