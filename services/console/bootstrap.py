@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from urllib.parse import quote
 
-from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from chorus.base.metrics import process_registry
 from chorus.web.http import api_client
+from chorus.web.webapi import Problem, plain_parameters
 from console.adapters.apis import ApiProblem, Apis, ApiUnavailable
 from console.adapters.cookies import COOKIE, SessionCookies
 from console.config import Settings
@@ -62,7 +63,15 @@ class PageMetrics:
 
 
 def create_app(settings: Settings, apis: Apis) -> FastAPI:
-    app = FastAPI(title="Chorus console", docs_url=None, redoc_url=None, openapi_url=None)
+    # Query and path parameters as strict as every API's (no NUL, none over-long): refused
+    # here with a page naming them, never passed on for an API to refuse.
+    app = FastAPI(
+        title="Chorus console",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        dependencies=[Depends(plain_parameters)],
+    )
     templates = Jinja2Templates(directory=HERE / "templates")
     app.state.console = ConsoleDeps(settings, apis, templates)
     app.state.metrics = PageMetrics.create()
@@ -137,6 +146,11 @@ async def _refused(request: Request, exc: Exception) -> Response:
     return error_page(request, status, exc.title, exc.detail)
 
 
+async def _parameter(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, Problem)
+    return error_page(request, exc.status, exc.title, exc.detail)
+
+
 async def _unavailable(request: Request, exc: Exception) -> Response:
     return error_page(request, 503, "Service unavailable", f"{exc} Try again in a moment.")
 
@@ -160,6 +174,7 @@ ERROR_PAGES: dict[type[Exception], Callable[[Request, Exception], Awaitable[Resp
     CsrfRefused: _csrf,
     ApiProblem: _refused,
     ApiUnavailable: _unavailable,
+    Problem: _parameter,
     RequestValidationError: _invalid,
     StarletteHTTPException: _http,
 }

@@ -9,11 +9,14 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
+from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
+from chorus.web.webapi import MAX_PARAMETER_CHARS
 from chorus_contracts.api.audit_projector import ApprovalTask, PendingApproval, TimelineEntry
 from chorus_contracts.api.deadletter_service import (
     LetterDetail,
@@ -36,6 +39,7 @@ from chorus_contracts.platform import Failure
 from console.adapters.apis import Apis
 from console.bootstrap import create_app
 from console.config import Settings
+from console.pages import ROUTERS
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 OPERATOR = Me(principal="sam.operator", role="operator", tier=None)
@@ -242,3 +246,40 @@ async def test_an_answer_that_is_not_the_published_model_is_a_503_page_naming_th
         answer = await browser.get("/workflows/wf-1")
     assert answer.status_code == 503
     assert "Service unavailable" in answer.text and "/events" in answer.text
+
+
+def console_parameters() -> list[tuple[str, str]]:
+    """(page with every path parameter filled in, the parameter to make hostile) for every
+    query and path parameter of every page the console serves."""
+    found: list[tuple[str, str]] = []
+    for route in (r for router in ROUTERS for r in router.routes):
+        if not isinstance(route, APIRoute) or "GET" not in route.methods:
+            continue
+        for param in [*route.dependant.path_params, *route.dependant.query_params]:
+            found.append((route.path, param.name))
+    return found
+
+
+@pytest.mark.parametrize(("template", "parameter"), console_parameters())
+@pytest.mark.parametrize("hostile", ["a\x00b", "x" * (MAX_PARAMETER_CHARS + 1)], ids=["nul", "long"])
+async def test_a_hostile_parameter_is_a_page_naming_it_and_never_reaches_an_api(
+    template: str, parameter: str, hostile: str
+) -> None:
+    """As every API refuses them: a NUL or an over-long value in any query or path
+    parameter is a 4xx page naming the parameter; the console passes nothing on."""
+    asked: list[str] = []
+
+    def answers(path: str) -> Any:
+        asked.append(path)
+        return ANSWERS.get(path)
+
+    path = re.sub(
+        r"\{(\w+)\}", lambda m: quote(hostile if m.group(1) == parameter else "x", safe=""), template
+    )
+    query = {} if "{" + parameter + "}" in template else {parameter: hostile}
+    async with signed_in(answers) as browser:
+        before = len(asked)
+        answer = await browser.get(path, params=query)
+    assert answer.status_code in (400, 422), (template, parameter, answer.status_code)
+    assert parameter in answer.text
+    assert not any(hostile in p or quote(hostile) in p for p in asked[before:]), asked[before:]
