@@ -51,6 +51,16 @@ async def on_approval_requested(
     request = event.payload
     if state is not None and state.approval_id == request.approval_id:
         return Outcome()  # the same request again
+    producer = event.envelope.producer.service
+    if producer not in (ctx.service, request.requested_by):
+        # Its signer asks in another service's name (the decision would resume that one).
+        ctx.log.warning("approval.requested by %s in the name of %s; ignored", producer, request.requested_by)
+        return Outcome()
+    if state is not None and state.status == "pending" and state.requested_by != request.requested_by:
+        # A new round supersedes its own requester's approval, never another's: a review
+        # asked for in passing must not take away the manager's pending payment approval.
+        why = f"an approval {state.requested_by} asked for is pending in this workflow"
+        return Outcome(emit=[_refusal(request, why)])
     timers: list[CancelTimer | ScheduleTimer] = []
     if state is not None and state.status == "pending":
         timers.append(CancelTimer(window_timer_id(state.approval_id, state.level), "superseded"))
@@ -99,16 +109,7 @@ def _refused(
 ) -> Outcome[Gate]:
     """Nothing the gate trusts says who decides: rejected at once, saying so, so the requester
     compensates instead of waiting on a tier nobody chose."""
-    why = unrouted(workflow_type, policy_version)
-    decided = ApprovalDecided(
-        approval_id=request.approval_id,
-        decision="reject",
-        comment=why,
-        decided_by=POLICY_ACTOR,
-        tier="none",
-        automatic=True,
-        requested_by=request.requested_by,
-    )
+    decided = _refusal(request, unrouted(workflow_type, policy_version))
     gate = Gate(
         approval_id=request.approval_id,
         requested_by=request.requested_by,
@@ -119,6 +120,18 @@ def _refused(
         policy_version=policy_version,
     )
     return Outcome(state=gate, emit=[decided], timers=timers)
+
+
+def _refusal(request: ApprovalRequested, why: str) -> ApprovalDecided:
+    return ApprovalDecided(
+        approval_id=request.approval_id,
+        decision="reject",
+        comment=why,
+        decided_by=POLICY_ACTOR,
+        tier="none",
+        automatic=True,
+        requested_by=request.requested_by,
+    )
 
 
 async def on_approval_window_elapsed(

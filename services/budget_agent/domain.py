@@ -16,7 +16,7 @@ from chorus_contracts.approvals import (
     Fallback,
 )
 from chorus_contracts.base import Cents, Currency, Model, Ref, VendorId, invisible_characters, is_invisible
-from chorus_contracts.procurement import ExtractedInvoice, InvoiceValidated
+from chorus_contracts.procurement import ExtractedInvoice, InvoiceValidated, budget_approval_id
 
 SERVICE = "budget_agent"
 """The name this service publishes under (its ServiceSpec name, its consumer group)."""
@@ -113,7 +113,7 @@ def approval_request(
 ) -> ApprovalRequested:
     amount = f"{state.amount_cents / 100:.2f} {state.currency}"
     return ApprovalRequested(
-        approval_id=f"appr-{workflow_id}-{state.approval_rounds}",
+        approval_id=budget_approval_id(workflow_id, state.approval_rounds),
         requested_by=SERVICE,
         chain=chain,
         fallback=fallback,

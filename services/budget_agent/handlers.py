@@ -27,6 +27,7 @@ from chorus_contracts.procurement import (
     InvoiceValidated,
     PaymentFailed,
     RequesterNotified,
+    budget_approval_id,
 )
 
 
@@ -120,7 +121,10 @@ async def on_approval_decided(
     event: Event[ApprovalDecided], state: BudgetState | None, ctx: Context[Deps]
 ) -> Outcome[BudgetState]:
     decision = event.payload
-    if state is None or decision.requested_by != SERVICE:
+    asked = budget_approval_id(event.envelope.workflow_id, state.approval_rounds) if state else None
+    if state is None or decision.requested_by != SERVICE or decision.approval_id != asked:
+        # Only the answer to what it asked, this round: a decision on another approval of
+        # the workflow (a review someone else asked for, a superseded round) decides nothing.
         return Outcome()
     if decision.decision == "approve":  # the payment agent pays; remembered for the end
         return Outcome(state=state.model_copy(update={"approved": True}))

@@ -181,6 +181,18 @@ class BudgetReserved(EventModel):
     invoice). Absent only from reservations made before it was stated."""
 
 
+def budget_approval_id(workflow_id: str, round_: int) -> str:
+    """The id of the budget agent's approval request for a procurement, round by round (a
+    revised reading asks again). The payment agent pays on one of these only: an approval
+    anyone else asked for (a review, say) approves nothing that moves money."""
+    return f"appr-{workflow_id}-{round_}"
+
+
+def is_budget_approval(approval_id: str, workflow_id: str) -> bool:
+    prefix = budget_approval_id(workflow_id, 0)[:-1]
+    return approval_id.startswith(prefix) and approval_id.removeprefix(prefix).isdigit()
+
+
 @event("budget.rejected", 1)
 class BudgetRejected(EventModel):
     invoice_id: Ref

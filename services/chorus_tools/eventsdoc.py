@@ -55,8 +55,9 @@ def authority_table(registry: Registry) -> str:
         info = catalog.describe(event_type)
         makers = sorted({p.service for p in info.producers if p.route is not Route.REDRIVES})
         stated_by = ", ".join(info.signed_by or makers)
-        if event_type in registry.own_commands():
-            stated_by = "every runtime service, for its own timers (the id begins with its name)"
+        owner_field = registry.own_commands().get(event_type)
+        if owner_field is not None:
+            stated_by = f"every runtime service, each its own (`{owner_field}` begins with its name)"
         if event_type == WORKFLOW_ENDED and registry.endings():
             stated_by += "; of each workflow type, " + "; ".join(
                 f"{name}: {_enders(by_outcome)}" for name, by_outcome in sorted(registry.endings().items())

@@ -13,6 +13,7 @@ from chorus_contracts.procurement import (
     InvoiceValidated,
     PaymentFailed,
     PaymentIssued,
+    is_budget_approval,
 )
 from payment_agent.bootstrap import Deps
 from payment_agent.domain import (
@@ -60,7 +61,14 @@ async def on_approval_decided(
     event: Event[ApprovalDecided], state: PaymentState | None, ctx: Context[Deps]
 ) -> Outcome[PaymentState]:
     decision = event.payload
-    if decision.requested_by != "budget_agent" or decision.decision != "approve":
+    workflow_id = event.envelope.workflow_id
+    if (
+        decision.requested_by != "budget_agent"
+        or decision.decision != "approve"
+        or not is_budget_approval(decision.approval_id, workflow_id)
+    ):
+        # Money moves on the budget agent's own approval request only: an approval of a
+        # review (anyone's runtime may ask for one) pays nothing.
         return Outcome()
     state = state or PaymentState()
     if state.approved_by is not None:

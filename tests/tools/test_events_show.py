@@ -139,7 +139,7 @@ def test_the_readmes_authority_table_is_what_the_registry_says() -> None:
     assert set(rows) == set(registry.event_types())
     assert rows["invoice.validated"].endswith("| invoice_agent | yes |")
     assert rows["timer.schedule"].endswith(
-        "| every runtime service, for its own timers (the id begins with its name) | yes |"
+        "| every runtime service, each its own (`timer_id` begins with its name) | yes |"
     )
     assert rows["retry.due"].endswith("| chorus-runtime | no |")
 

@@ -33,6 +33,8 @@ async def test_pending_timers_of_a_newly_signed_type_are_listed_then_signed_by_t
         "approval_gate:wf-1:window-0": window.model_dump(mode="json"),
         "retry:x:1": unsigned_type,
         "source_fetcher:wf-1:window-0": forged.model_dump(mode="json"),
+        # The gate's event in a timer the source fetcher scheduled: not the gate's to vouch for.
+        "source_fetcher:wf-1:planted": window.model_dump(mode="json"),
     }
     async with own_database(database_url, f"chorus_timers_{uuid.uuid4().hex[:8]}") as url:
         await migrate_service(service_spec("timer_service"), url)
@@ -60,6 +62,7 @@ async def test_pending_timers_of_a_newly_signed_type_are_listed_then_signed_by_t
             assert code == 0, err
             assert "to sign: 1 approval.window_elapsed of approval_gate" in out
             assert "refused: 1 approval.window_elapsed naming source_fetcher" in out
+            assert "refused: 1 approval.window_elapsed naming approval_gate" in out
             assert set((await signatures()).values()) == {None}  # listed, nothing written
 
             code, out, err = await chorus("timers", "sign-pending", "--yes", env=env)
@@ -67,6 +70,7 @@ async def test_pending_timers_of_a_newly_signed_type_are_listed_then_signed_by_t
             assert "signed 1 timer(s)" in out
             signed = await signatures()
             assert signed["retry:x:1"] is None and signed["source_fetcher:wf-1:window-0"] is None
+            assert signed["source_fetcher:wf-1:planted"] is None
             signature = signed["approval_gate:wf-1:window-0"]
             assert signature is not None
             # What the firing loop publishes (the stored text, verbatim) now passes the check

@@ -8,9 +8,10 @@ is, every consumer refuses it (``unauthorized``), so an approval window would ne
 and a workflow's deadline never end it. Nothing proves who scheduled such a timer (that is
 what was missing), so this lists them, per scheduler and type, and with ``--yes`` the
 operator vouches for them: each is signed with the key of the service its event names
-(``CHORUS_SIGNING_DIR``), which the registry must name as a signer of its type. An event
-that names anyone else is never signed (it cannot be that service's), and is listed as
-refused: it is dead-lettered when it fires.
+(``CHORUS_SIGNING_DIR``), which the registry must name as a signer of its type, and only
+when that service is the one that scheduled it, in its own namespace (the timer id begins
+with its name): a timer anyone else scheduled with another service's event inside is never
+signed. Everything else is listed as refused: it is dead-lettered when it fires.
 
 It reads and writes the timer service's table as the timer service
 (``CHORUS_DATABASE_URL_TIMER_SERVICE``, else ``CHORUS_DATABASE_URL``), as ``chorus migrate``
@@ -51,24 +52,25 @@ class Plan:
     sign: dict[str, tuple[str, str]] = field(default_factory=dict)
     """timer id -> (the service its event names, the envelope as stored)."""
     refused: Counter[tuple[str, str]] = field(default_factory=Counter)
-    """(the service its event names, event type) -> timers whose type that service does not state."""
+    """(the service its event names, event type) -> timers that service may not be vouched
+    for: it does not state the type, or someone else scheduled the timer."""
 
     def by_scheduler(self) -> Counter[tuple[str, str]]:
         return Counter((service, json.loads(text)["event_type"]) for service, text in self.sign.values())
 
 
-def plan(registry: Registry, rows: list[tuple[str, str]]) -> Plan:
-    """What to do with each (timer id, stored envelope): types the registry does not sign
-    fire as they are and are left out."""
+def plan(registry: Registry, rows: list[tuple[str, str, str]]) -> Plan:
+    """What to do with each (timer id, stored envelope, who scheduled it): types the registry
+    does not sign fire as they are and are left out."""
     out = Plan()
-    for timer_id, text in rows:
+    for timer_id, text, scheduled_by in rows:
         envelope = json.loads(text)
         event_type = str(envelope.get("event_type", ""))
         signers = registry.signers_of(event_type)
         if not signers:
             continue
         named = str((envelope.get("producer") or {}).get("service", ""))
-        if named in signers:
+        if named in signers and scheduled_by == named and timer_id.startswith(f"{named}:"):
             out.sign[timer_id] = (named, text)
         else:
             out.refused[(named, event_type)] += 1
@@ -79,12 +81,12 @@ async def pending_unsigned(url: str) -> list[tuple[str, str]]:
     conn = await asyncpg.connect(url)
     try:
         rows = await conn.fetch(
-            f"""SELECT timer_id, envelope FROM {TIMERS}.timers
+            f"""SELECT timer_id, envelope, scheduled_by FROM {TIMERS}.timers
                 WHERE status = 'pending' AND signature IS NULL AND envelope IS NOT NULL"""
         )
     finally:
         await conn.close()
-    return [(r["timer_id"], r["envelope"]) for r in rows]
+    return [(r["timer_id"], r["envelope"], r["scheduled_by"] or "") for r in rows]
 
 
 async def write_signatures(url: str, signatures: Mapping[str, str]) -> int:
@@ -128,7 +130,7 @@ def sign_pending(
     for (service, event_type), count in sorted(found.refused.items()):
         typer.echo(
             f"refused: {count} {event_type} naming {service or 'nobody'}, who does not state it "
-            "(dead-lettered when it fires)"
+            "or did not schedule it (dead-lettered when it fires)"
         )
     if not found.sign:
         typer.echo("no pending timer to sign")

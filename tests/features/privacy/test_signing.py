@@ -19,7 +19,7 @@ from chorus.privacy.feature import service_keys, unstated_types
 from chorus.privacy.signing import HEADER, Verifier, load_keys, make_keys
 from chorus_contracts.envelope import Envelope
 from chorus_contracts.lifecycle import WorkflowEnded
-from chorus_contracts.platform import TimerCancel
+from chorus_contracts.platform import ReviewRequested, TimerCancel
 from chorus_contracts.procurement import InvoiceReceived
 from chorus_contracts.registry import load_registry
 from chorus_tools.cli.migrate import migrating_services, service_spec
@@ -245,3 +245,25 @@ def test_a_timer_command_reaches_only_its_signers_own_timers(keys_dir: Path) -> 
     check(keys.verifier, cancel("svc_test:wf-1:t", "svc_test"), [])
     with pytest.raises(UnauthorizedError, match="approval_gate's"):
         check(keys.verifier, cancel("approval_gate:wf-1:window-appr-1-0", "svc_test"), [])
+
+
+def test_a_review_is_asked_for_by_the_service_it_names_only(keys_dir: Path) -> None:
+    """The gate makes an approval "requested by" the service a review names: a runtime asks
+    for reviews of its own output, signed, and names no other service."""
+    keys = load_keys(
+        str(keys_dir),
+        "source_fetcher",
+        signs={"review.requested"},
+        checks=CHECKS,
+        own_commands=REGISTRY.own_commands(),
+    )
+    assert keys.signer is not None
+    own, other = (
+        encode(
+            stated_by(envelope(example(ReviewRequested).model_copy(update={"service": s})), "source_fetcher")
+        )
+        for s in ("source_fetcher", "budget_agent")
+    )
+    check(keys.verifier, own, [keys.signer.header(own)])
+    with pytest.raises(UnauthorizedError, match="budget_agent's"):
+        check(keys.verifier, other, [keys.signer.header(other)])

@@ -33,6 +33,8 @@ from tests.support.examples import example
 from tests.support.fakes import InMemoryPolicies
 
 CHAIN = [EscalationStep(tier="manager", window_s=8 * 3600), EscalationStep(tier="director", window_s=3600)]
+BY_BUDGET = ProducerRef(service="budget_agent", version="0")
+"""Who states the requests: the service they are requested by."""
 REQUEST = ApprovalRequested(
     approval_id="appr-1",
     requested_by="budget_agent",
@@ -60,7 +62,7 @@ def submitted(tier: str, decision: Decision = "approve") -> ApprovalDecisionSubm
 
 
 async def test_a_request_opens_the_first_tiers_window_on_the_gates_clock(gate: WorkflowHarness) -> None:
-    step = await gate.deliver(REQUEST, "wf-1")
+    step = await gate.deliver(REQUEST, "wf-1", producer=BY_BUDGET)
     [timer] = step.outcome.timers
     assert isinstance(timer, ScheduleTimer)
     assert timer.due_at == gate.clock.now() + timedelta(hours=8)
@@ -68,7 +70,7 @@ async def test_a_request_opens_the_first_tiers_window_on_the_gates_clock(gate: W
 
 
 async def test_the_tier_that_waits_decides_and_its_window_is_cancelled(gate: WorkflowHarness) -> None:
-    await gate.deliver(REQUEST, "wf-2")
+    await gate.deliver(REQUEST, "wf-2", producer=BY_BUDGET)
     ignored = await gate.deliver(submitted("director"), "wf-2")  # not its turn yet
     assert ignored.emitted == []
     step = await gate.deliver(submitted("manager"), "wf-2")
@@ -80,7 +82,7 @@ async def test_the_tier_that_waits_decides_and_its_window_is_cancelled(gate: Wor
 
 
 async def test_an_unanswered_window_escalates_then_the_fallback_decides(gate: WorkflowHarness) -> None:
-    await gate.deliver(REQUEST, "wf-3")
+    await gate.deliver(REQUEST, "wf-3", producer=BY_BUDGET)
     gate.clock.advance(8 * 3600)
     step = await gate.deliver(ApprovalWindowElapsed(approval_id="appr-1", level=0), "wf-3")
     escalated = step.first(ApprovalEscalated)
@@ -103,7 +105,7 @@ async def test_a_request_chooses_neither_who_decides_nor_how_long_nor_an_automat
     forged = REQUEST.model_copy(
         update={"chain": [EscalationStep(tier="editor", window_s=1)], "fallback": "auto_approve"}
     )
-    step = await gate.deliver(forged, "wf-forged")
+    step = await gate.deliver(forged, "wf-forged", producer=BY_BUDGET)
     routed = step.first(ApprovalRouted)
     assert (routed.rule, routed.chain, routed.fallback) == (None, CHAIN, "auto_reject")
     [timer] = step.outcome.timers
@@ -119,7 +121,7 @@ async def test_a_request_chooses_neither_who_decides_nor_how_long_nor_an_automat
 async def test_an_approval_nothing_routes_is_refused_at_once_saying_why(gate: WorkflowHarness) -> None:
     """A workflow type with no rule and no declared chain: no tier was chosen by anyone the
     gate trusts, so nobody is asked and the requester hears no at once."""
-    step = await gate.deliver(REQUEST, "wf-nobody", workflow_type="unplanned")
+    step = await gate.deliver(REQUEST, "wf-nobody", producer=BY_BUDGET, workflow_type="unplanned")
     decided = step.first(ApprovalDecided)
     assert (decided.decision, decided.automatic, decided.decided_by) == ("reject", True, "chorus:policy")
     assert "unplanned" in decided.comment and "approval_chain" in decided.comment
@@ -166,11 +168,15 @@ def routed_gate(policies: InMemoryPolicies) -> WorkflowHarness:
 async def test_the_default_policy_sends_a_large_procurement_to_the_director_at_once(
     routed_gate: WorkflowHarness,
 ) -> None:
-    step = await routed_gate.deliver(procurement(1_500_000), "wf-p1", workflow_type="procurement")
+    step = await routed_gate.deliver(
+        procurement(1_500_000), "wf-p1", producer=BY_BUDGET, workflow_type="procurement"
+    )
     routed = step.first(ApprovalRouted)
     assert [s.tier for s in routed.chain] == ["director"]
     assert (routed.rule, routed.policy_version) == ("large procurement: director", 1)
-    small = await routed_gate.deliver(procurement(124_000), "wf-p2", workflow_type="procurement")
+    small = await routed_gate.deliver(
+        procurement(124_000), "wf-p2", producer=BY_BUDGET, workflow_type="procurement"
+    )
     assert small.first(ApprovalRouted).rule is None
     # workflows.yaml's chain for procurement, not the requester's
     assert small.first(ApprovalRouted).chain == [
@@ -178,7 +184,7 @@ async def test_the_default_policy_sends_a_large_procurement_to_the_director_at_o
         EscalationStep(tier="director", window_s=8 * 3600),
     ]
     unsure = await routed_gate.deliver(
-        procurement(124_000, confidence=0.4), "wf-p3", workflow_type="procurement"
+        procurement(124_000, confidence=0.4), "wf-p3", workflow_type="procurement", producer=BY_BUDGET
     )
     assert unsure.first(ApprovalRouted).rule == "uncertain reading: manager reviews first"
 
@@ -195,7 +201,9 @@ async def test_a_policy_change_applies_to_the_next_approval(
     await policies.change(
         ApprovalPolicy(rules=[rule]), by="sam.operator", reason="test", now=routed_gate.clock.now()
     )
-    step = await routed_gate.deliver(procurement(100), "wf-p4", workflow_type="procurement")
+    step = await routed_gate.deliver(
+        procurement(100), "wf-p4", producer=BY_BUDGET, workflow_type="procurement"
+    )
     assert step.first(ApprovalRouted).policy_version == 2
     escalated = await routed_gate.deliver(ApprovalWindowElapsed(approval_id="appr-1", level=0), "wf-p4")
     assert escalated.first(ApprovalDecided).decision == "approve"  # the rule's fallback
@@ -206,3 +214,26 @@ def test_a_rule_with_a_condition_it_does_not_know_is_refused() -> None:
         PolicyRule.model_validate(
             {"name": "typo", "when": {"amount_at_least": 5}, "chain": [{"tier": "director", "window_s": 60}]}
         )
+
+
+async def test_a_request_in_another_services_name_or_over_anothers_pending_approval_changes_nothing(
+    gate: WorkflowHarness,
+) -> None:
+    """The report agent signs a request the budget agent would resume on: ignored. A review
+    asked for while the budget agent's approval waits does not take its place: the review
+    is refused, and the manager still decides the payment."""
+    by_report = ProducerRef(service="report_agent", version="0")
+    assert (await gate.deliver(REQUEST, "wf-names", producer=by_report)).emitted == []
+    await gate.deliver(REQUEST, "wf-names", producer=BY_BUDGET)
+    review = REQUEST.model_copy(update={"approval_id": "review-wf-names-1", "requested_by": "invoice_agent"})
+    by_gate = ProducerRef(service="approval_gate", version="0")
+    refused = await gate.deliver(gate.event(review, "wf-names", producer=by_gate))
+    assert list(refused.outcome.timers) == []  # the manager's window stands
+    decided = refused.first(ApprovalDecided)
+    assert (decided.approval_id, decided.decision, decided.requested_by) == (
+        "review-wf-names-1",
+        "reject",
+        "invoice_agent",
+    )
+    approved = (await gate.deliver(submitted("manager"), "wf-names")).first(ApprovalDecided)
+    assert (approved.approval_id, approved.decision) == ("appr-1", "approve")

@@ -20,6 +20,7 @@ from chorus_contracts.procurement import (
     InvoiceRejected,
     InvoiceValidated,
     PaymentFailed,
+    budget_approval_id,
 )
 from tests.support.events import approval_decided
 from tests.support.fakes import FixedBudgets
@@ -166,7 +167,11 @@ async def test_a_payment_given_up_on_keeps_the_invoice_claimed(agent: WorkflowHa
 async def test_a_rejected_approval_releases_the_budget(agent: WorkflowHarness) -> None:
     await agent.deliver(validated(), "wf-4")
     decided = approval_decided(
-        "reject", approval_id="appr-4", decided_by="chorus:fallback", tier="director", automatic=True
+        "reject",
+        approval_id=budget_approval_id("wf-4", 1),
+        decided_by="chorus:fallback",
+        tier="director",
+        automatic=True,
     )
     step = await agent.deliver(decided, "wf-4")
     assert step.emitted_types() == ["budget.released", "workflow.ended"]
@@ -186,7 +191,7 @@ async def test_a_workflow_cancelled_after_its_approval_keeps_the_invoice_claimed
     """Once approved, the payment may have reached the provider when the end cut its retry
     short: the budget comes back, the invoice stays claimed until a person checks."""
     await agent.deliver(validated(), "wf-7")
-    approved = approval_decided(approval_id="appr-7", decided_by="dana")
+    approved = approval_decided(approval_id=budget_approval_id("wf-7", 1), decided_by="dana")
     await agent.deliver(approved, "wf-7")
     ended = WorkflowEnded(outcome="cancelled", reason="cancelled by sam", ended_by="gateway")
     step = await agent.deliver(ended, "wf-7")

@@ -46,6 +46,8 @@ from timer_service.service import SPEC as TIMERS
 REGISTRY = default_registry()
 GATE_KEY = Ed25519PrivateKey.generate()
 WINDOW = timedelta(hours=8)
+BY_BUDGET = ProducerRef(service="budget_agent", version="0")
+"""Who states the requests: the service they are requested by."""
 REQUEST = ApprovalRequested(
     approval_id="appr-1",
     requested_by="budget_agent",
@@ -93,7 +95,7 @@ async def rows(timers: WorkflowHarness, commands: list[Event[Any]]) -> list[Any]
 async def test_a_schedule_keeps_the_timer_for_the_workflow_and_service_that_asked(
     gate: WorkflowHarness, timers: WorkflowHarness
 ) -> None:
-    step = await gate.deliver(REQUEST, "wf-1")
+    step = await gate.deliver(REQUEST, "wf-1", producer=BY_BUDGET)
     timers.clock.advance(2)  # the command is read a little later
     [row] = await rows(timers, await published(gate, step))
     assert isinstance(row, ScheduleTimerRow)
@@ -107,7 +109,7 @@ async def test_a_schedule_keeps_the_timer_for_the_workflow_and_service_that_aske
 async def test_a_fire_target_is_the_schedulers_event_in_its_workflow_on_that_events_topic(
     gate: WorkflowHarness, timers: WorkflowHarness
 ) -> None:
-    step = await gate.deliver(REQUEST, "wf-1", priority="high")
+    step = await gate.deliver(REQUEST, "wf-1", producer=BY_BUDGET, priority="high")
     [row] = await rows(timers, await published(gate, step))
     assert isinstance(row, ScheduleTimerRow)
     assert row.topic == REGISTRY.physical_topic(ApprovalWindowElapsed.event_type, "high")
@@ -131,7 +133,7 @@ async def test_a_step_that_runs_again_asks_for_the_same_timer_once_more(
     """A step that runs again from the same checkpoint (its first run crashed before the
     commit) publishes the same command (the inbox keeps one copy), for the same timer id
     (the row's key: the first schedule wins) and the same event to fire."""
-    request = gate.event(REQUEST, "wf-1")
+    request = gate.event(REQUEST, "wf-1", producer=BY_BUDGET)
     rerun = WorkflowHarness(GATE, gate.deps, clock=gate.clock)
     [first] = await published(gate, await gate.deliver(request))
     [again] = await published(rerun, await rerun.deliver(request))
@@ -145,8 +147,8 @@ async def test_a_cancel_names_the_timer_of_its_own_workflow_only(
     gate: WorkflowHarness, timers: WorkflowHarness
 ) -> None:
     """Two workflows wait on the same approval id: deciding one cancels its window alone."""
-    [one] = await rows(timers, await published(gate, await gate.deliver(REQUEST, "wf-1")))
-    [two] = await rows(timers, await published(gate, await gate.deliver(REQUEST, "wf-2")))
+    [one] = await rows(timers, await published(gate, await gate.deliver(REQUEST, "wf-1", producer=BY_BUDGET)))
+    [two] = await rows(timers, await published(gate, await gate.deliver(REQUEST, "wf-2", producer=BY_BUDGET)))
     assert isinstance(one, ScheduleTimerRow) and isinstance(two, ScheduleTimerRow)
     assert one.timer_id != two.timer_id
     timers.clock.advance(600)
@@ -159,7 +161,7 @@ async def test_a_cancel_names_the_timer_of_its_own_workflow_only(
 async def test_a_reschedule_moves_that_timer_to_its_new_due_time(
     gate: WorkflowHarness, timers: WorkflowHarness
 ) -> None:
-    step = await gate.deliver(REQUEST, "wf-1")
+    step = await gate.deliver(REQUEST, "wf-1", producer=BY_BUDGET)
     [scheduled] = await rows(timers, await published(gate, step))
     assert isinstance(scheduled, ScheduleTimerRow)
     later = scheduled.due_at + timedelta(hours=2)
