@@ -8,6 +8,7 @@ import os
 import re
 import shlex
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -413,3 +414,33 @@ def test_the_examples_give_a_key_service_credential_to_exactly_the_services_that
         if registry.handles_personal(s) and "key_stores" in settings_class(s).model_fields
     }
     assert holders == named == needing
+
+
+def test_the_outside_world_shares_no_network_with_the_key_service_kafka_or_postgres() -> None:
+    """The sandbox stands in for what agents call out to: it reaches no data key, broker or
+    database, and the key service is on no network the outside world shares."""
+    services = _resolved()["services"]
+
+    def networks(name: str) -> set[str]:
+        return set(services[name].get("networks") or {"default"})
+
+    outside = networks("sandbox")
+    for inside in ("key_service", "kafka", "postgres"):
+        assert not networks(inside) & outside, inside
+    assert networks("payment_agent") & outside  # the agents do reach it
+
+
+PUBLIC_FILES = re.compile(r"(\.pub|ca\.pem)$")
+"""What the issuer may leave readable to others: public keys and certificates."""
+
+
+def test_every_issued_secret_is_readable_by_its_owner_only(issued: dict[str, Path]) -> None:
+    """Passwords, logins and private keys: mode 600 (folders 700), so that another user in
+    the container, or on the host reading the volume, sees none of them."""
+    loose = []
+    for volume, folder in issued.items():
+        for path in [folder, *folder.rglob("*")]:
+            mode = stat.S_IMODE(path.stat().st_mode)
+            if path.is_file() and not PUBLIC_FILES.search(path.name) and mode & 0o077:
+                loose.append(f"{volume}/{path.relative_to(folder)}: {oct(mode)}")
+    assert issued and loose == []
