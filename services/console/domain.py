@@ -194,6 +194,8 @@ def _detail(event_type: str, payload: dict[str, Any], decision: str | None, call
         until = str(payload.get("waiting_until", ""))[:16]
         return f"escalated {payload.get('from_tier')} → {payload.get('to_tier')}, until {until}"
     if event_type == "approval.decided":
+        if payload.get("automatic") and payload.get("tier") == "none":  # the gate's refusal
+            return f"{payload.get('decision')}: no approval policy rule or chain routes it"
         how = " (automatic: no answer in time)" if payload.get("automatic") else ""
         return f"{payload.get('decision')} by tier {payload.get('tier')}{how}"
     if event_type == "workflow.ended":

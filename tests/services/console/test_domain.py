@@ -10,12 +10,13 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
+from chorus_contracts.api.audit_projector import TimelineEntry
 from chorus_contracts.api.gateway import Me
 from console.adapters.apis import Apis
 from console.adapters.cookies import COOKIE, SessionCookies
 from console.bootstrap import create_app
 from console.config import Settings
-from console.domain import anonymous, sign_in, still_valid
+from console.domain import anonymous, sign_in, still_valid, timeline
 
 ME = Me(principal="dana.manager", role="reviewer", tier="manager")
 
@@ -127,3 +128,23 @@ def test_an_idle_session_and_a_too_old_one_are_signed_out() -> None:
         busy = still_valid(busy, t0 + timedelta(minutes=minute), idle_s=1800, max_s=43200)
     assert not busy.signed_in
     assert not still_valid(anonymous(), t0, idle_s=1, max_s=1).signed_in
+
+
+def test_the_timeline_tells_a_refused_approval_from_one_nobody_answered() -> None:
+    def entry(payload: dict[str, object]) -> TimelineEntry:
+        now = datetime.now(UTC)
+        return TimelineEntry(
+            event_id="e-1", origin="topic", event_type="approval.decided", schema_version=1,
+            producer="approval_gate", producer_version="0.1.0", occurred_at=now, recorded_at=now,
+            trace_id=None, causation_id=None, decision="reject", actor=None, external_call=None,
+            payload=payload,
+        )  # fmt: skip
+
+    refused, elapsed = timeline(
+        [
+            entry({"decision": "reject", "tier": "none", "automatic": True}),
+            entry({"decision": "reject", "tier": "director", "automatic": True}),
+        ]
+    )
+    assert refused.detail == "reject: no approval policy rule or chain routes it"
+    assert elapsed.detail == "reject by tier director (automatic: no answer in time)"
