@@ -16,7 +16,7 @@ from chorus.kernel.codec import encode
 from chorus.kernel.outbox import outbox_message
 from chorus.kernel.service import ServiceSpec
 from chorus.privacy.feature import service_keys, unstated_types
-from chorus.privacy.signing import HEADER, Verifier, load_keys, make_keys
+from chorus.privacy.signing import HEADER, Keys, Verifier, load_keys, make_keys
 from chorus_contracts.envelope import Envelope
 from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_contracts.platform import ReviewRequested, TimerCancel
@@ -217,17 +217,18 @@ def test_a_workflow_type_ended_by_a_service_that_does_not_sign_ends_is_refused(t
         load_registry(schemas)
 
 
+def fetcher_keys(keys_dir: Path) -> Keys:
+    """The source fetcher's keys, as its runtime loads them: it signs its own commands."""
+    return load_keys(
+        str(keys_dir), "source_fetcher", signs={"*"}, checks=CHECKS, own_commands=REGISTRY.own_commands()
+    )
+
+
 def test_a_timer_command_reaches_only_its_signers_own_timers(keys_dir: Path) -> None:
     """Each service signs its own timer commands; a command for a timer whose id begins with
     another service's name is refused however it is signed. A service no registry names (a
     test's) has no key: unsigned, it reaches its own timers and nobody else's."""
-    keys = load_keys(
-        str(keys_dir),
-        "source_fetcher",
-        signs={"timer.cancel"},
-        checks=CHECKS,
-        own_commands=REGISTRY.own_commands(),
-    )
+    keys = fetcher_keys(keys_dir)
     assert keys.signer is not None
 
     def cancel(timer_id: str, producer: str) -> bytes:
@@ -250,13 +251,7 @@ def test_a_timer_command_reaches_only_its_signers_own_timers(keys_dir: Path) -> 
 def test_a_review_is_asked_for_by_the_service_it_names_only(keys_dir: Path) -> None:
     """The gate makes an approval "requested by" the service a review names: a runtime asks
     for reviews of its own output, signed, and names no other service."""
-    keys = load_keys(
-        str(keys_dir),
-        "source_fetcher",
-        signs={"review.requested"},
-        checks=CHECKS,
-        own_commands=REGISTRY.own_commands(),
-    )
+    keys = fetcher_keys(keys_dir)
     assert keys.signer is not None
     own, other = (
         encode(
