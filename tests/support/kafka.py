@@ -21,6 +21,7 @@ from chorus.privacy.signing import Signer, Verifier, load_keys
 from chorus.testing import make_event
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, Priority, ProducerRef
+from chorus_contracts.procurement import budget_approval_id
 from chorus_contracts.registry import Registry, default_registry
 from tests.support.events import approval_decided
 from tests.support.sealed import opened
@@ -89,7 +90,7 @@ def envelope(
 def approval(workflow_id: str, producer: str = "approval_gate") -> Envelope:
     """A manager's approval of ``workflow_id``'s payment (approval.decided), claiming to
     come from ``producer``: the gate, or a forger."""
-    decided = approval_decided(approval_id=f"appr-{workflow_id}")
+    decided = approval_decided(approval_id=budget_approval_id(workflow_id, 1))
     made = envelope(decided, workflow_id=workflow_id, workflow_type="procurement")
     return made.model_copy(update={"producer": ProducerRef(service=producer, version="0.1.0")})
 

@@ -206,16 +206,6 @@ def build_envelope(
     """
     if not registry.knows(event_type):
         raise CliError(unknown_name_message("event type", event_type, registry.event_types()), EX_DATAERR)
-    signers = registry.signers_of(event_type)
-    if signers:
-        # Its consumers dead-letter it from anyone but its signers (chorus.privacy.signing).
-        named = ", ".join(sorted(signers))
-        raise CliError(
-            f"{event_type} carries authority and is signed by {named}: consumers refuse it from "
-            "anyone else. Decide through the gateway's API (approvals) or the dead-letter service "
-            "(discards) instead",
-            EX_DATAERR,
-        )
     topic = registry.topic_for(event_type).topic
     if topic.startswith(PLATFORM_TOPICS):
         # Timers, retries, dead letters, data requests: the runtime's and the platform
@@ -224,6 +214,16 @@ def build_envelope(
             f"{event_type} is a platform command ({topic}): `chorus produce` publishes workflow "
             "events only. Redrive or discard dead letters with `chorus dlq`, erase with "
             "`chorus erase`, roll out with `chorus rollout`",
+            EX_DATAERR,
+        )
+    signers = registry.signers_of(event_type)
+    if signers:
+        # Its consumers dead-letter it from anyone but its signers (chorus.privacy.signing).
+        named = ", ".join(sorted(signers))
+        raise CliError(
+            f"{event_type} carries authority and is signed by {named}: consumers refuse it from "
+            "anyone else. Decide through the gateway's API (approvals) or the dead-letter service "
+            "(discards) instead",
             EX_DATAERR,
         )
     versions = registry.versions(event_type)

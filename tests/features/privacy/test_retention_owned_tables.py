@@ -40,7 +40,7 @@ async def test_retired_workflows_take_their_timers_and_dead_letters_with_them(
     def timer(workflow_id: str) -> Any:
         fire = envelope(WorkflowDeadlineReached(deadline_at=later), workflow_id=workflow_id)
         schedule = TimerSchedule(
-            timer_id=f"deadline-{workflow_id}",
+            timer_id=f"test:{workflow_id}:deadline",  # its (unregistered) producer's namespace
             due_at=later,
             fire=FireTarget(
                 topic=registry.physical_topic("workflow.deadline_reached"),

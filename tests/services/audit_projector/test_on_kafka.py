@@ -951,7 +951,9 @@ async def test_every_read_of_personal_data_is_in_the_access_log(
         store = HttpKeyStore("local", key_service, demo_key_service_credential("gateway"), client)
         sealer = Sealer(registry, {"local": store}, region="local")
         sealed = [(topic, await sealer.seal(env)) for topic, env in stream.items]
-    settings = projector_settings(kafka_bootstrap, database_url, name)
+    # Renamed for this test, it reads keys with the audit projector's credential.
+    own = demo_key_service_credential("audit_projector")
+    settings = projector_settings(kafka_bootstrap, database_url, name, key_service_api_key=own)
     async with running(make_spec(name), settings, registry=registry) as projector:
         assert projector.http is not None
         api = f"http://127.0.0.1:{projector.http.port}"
