@@ -77,7 +77,7 @@ def plan(registry: Registry, rows: list[tuple[str, str, str]]) -> Plan:
     return out
 
 
-async def pending_unsigned(url: str) -> list[tuple[str, str]]:
+async def pending_unsigned(url: str) -> list[tuple[str, str, str]]:
     conn = await asyncpg.connect(url)
     try:
         rows = await conn.fetch(

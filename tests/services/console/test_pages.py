@@ -253,7 +253,7 @@ def console_parameters() -> list[tuple[str, str]]:
     query and path parameter of every page the console serves."""
     found: list[tuple[str, str]] = []
     for route in (r for router in ROUTERS for r in router.routes):
-        if not isinstance(route, APIRoute) or "GET" not in route.methods:
+        if not isinstance(route, APIRoute) or "GET" not in (route.methods or set()):
             continue
         for param in [*route.dependant.path_params, *route.dependant.query_params]:
             found.append((route.path, param.name))
