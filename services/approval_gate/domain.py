@@ -72,6 +72,14 @@ class Gate(BaseModel):
     gate's own review chain)."""
 
 
+REVIEW = "review-"
+"""How the id of an approval the gate asks for on a service's output (a review) begins."""
+
+
+def is_review(approval_id: str) -> bool:
+    return approval_id.startswith(REVIEW)
+
+
 def unrouted(workflow_type: str, policy_version: int) -> str:
     """Why an approval was refused: nothing the gate trusts says who decides it."""
     return (

@@ -14,9 +14,11 @@ from approval_gate.domain import (
     DECLARED_FALLBACK,
     FALLBACK_ACTOR,
     POLICY_ACTOR,
+    REVIEW,
     Gate,
     fallback_decision,
     is_current,
+    is_review,
     unrouted,
     window_end,
     window_timer_id,
@@ -56,11 +58,16 @@ async def on_approval_requested(
         # Its signer asks in another service's name (the decision would resume that one).
         ctx.log.warning("approval.requested by %s in the name of %s; ignored", producer, request.requested_by)
         return Outcome()
+    emit: list[ApprovalDecided] = []
     if state is not None and state.status == "pending" and state.requested_by != request.requested_by:
-        # A new round supersedes its own requester's approval, never another's: a review
-        # asked for in passing must not take away the manager's pending payment approval.
-        why = f"an approval {state.requested_by} asked for is pending in this workflow"
-        return Outcome(emit=[_refusal(request, why)])
+        # A new round supersedes its own requester's approval. Across requesters a service's
+        # own request outranks a review (any runtime may ask for one about its own output,
+        # for any workflow): a review never takes the slot of the manager's payment approval,
+        # nor can one taken first keep it.
+        if not is_review(state.approval_id) or is_review(request.approval_id):
+            why = f"an approval {state.requested_by} asked for is pending in this workflow"
+            return Outcome(emit=[_refusal(request, why)])
+        emit.append(_refusal(state, f"superseded by the approval {request.requested_by} asked for"))
     timers: list[CancelTimer | ScheduleTimer] = []
     if state is not None and state.status == "pending":
         timers.append(CancelTimer(window_timer_id(state.approval_id, state.level), "superseded"))
@@ -78,7 +85,8 @@ async def on_approval_requested(
     elif workflow_type in ctx.deps.chains:
         chain, fallback = list(ctx.deps.chains[workflow_type]), DECLARED_FALLBACK
     else:
-        return _refused(request, workflow_type, policy.version, timers)
+        refused = _refused(request, workflow_type, policy.version, timers)
+        return Outcome(state=refused.state, emit=[*emit, *refused.emit], timers=refused.timers)
     gate = Gate(
         approval_id=request.approval_id,
         requested_by=request.requested_by,
@@ -98,7 +106,7 @@ async def on_approval_requested(
     # The first window runs on this gate's clock, from when it routed the request: the time
     # a request states is its requester's word, and a backdated one would skip a reviewer's
     # window (nor does a gate that was down shorten it).
-    return Outcome(state=gate, emit=[routed], timers=[*timers, _window_timer(gate, ctx.clock.now())])
+    return Outcome(state=gate, emit=[*emit, routed], timers=[*timers, _window_timer(gate, ctx.clock.now())])
 
 
 def _refused(
@@ -122,7 +130,7 @@ def _refused(
     return Outcome(state=gate, emit=[decided], timers=timers)
 
 
-def _refusal(request: ApprovalRequested, why: str) -> ApprovalDecided:
+def _refusal(request: ApprovalRequested | Gate, why: str) -> ApprovalDecided:
     return ApprovalDecided(
         approval_id=request.approval_id,
         decision="reject",
@@ -197,7 +205,7 @@ async def on_review_requested(
     """Output a handler could not get right becomes an approval for a person."""
     review = event.payload
     request = ApprovalRequested(
-        approval_id=f"review-{event.envelope.workflow_id}-{review.original_event_id[:8]}",
+        approval_id=f"{REVIEW}{event.envelope.workflow_id}-{review.original_event_id[:8]}",
         requested_by=review.service,
         chain=ctx.deps.review_chain,
         fallback=ctx.deps.review_fallback,

@@ -237,3 +237,21 @@ async def test_a_request_in_another_services_name_or_over_anothers_pending_appro
     )
     approved = (await gate.deliver(submitted("manager"), "wf-names")).first(ApprovalDecided)
     assert (approved.approval_id, approved.decision) == ("appr-1", "approve")
+
+
+async def test_a_services_own_request_takes_the_slot_of_a_review_taken_first(gate: WorkflowHarness) -> None:
+    """Any runtime may ask for a review of its own output, for any workflow: one that came
+    first does not keep the budget agent's request out. The review is refused, saying why."""
+    review = REQUEST.model_copy(update={"approval_id": "review-wf-slot-1", "requested_by": "source_fetcher"})
+    by_gate = ProducerRef(service="approval_gate", version="0")
+    await gate.deliver(gate.event(review, "wf-slot", producer=by_gate))
+    step = await gate.deliver(REQUEST, "wf-slot", producer=BY_BUDGET)
+    superseded = step.first(ApprovalDecided)
+    assert (superseded.approval_id, superseded.decision, superseded.requested_by) == (
+        "review-wf-slot-1",
+        "reject",
+        "source_fetcher",
+    )
+    assert step.first(ApprovalRouted).approval_id == "appr-1"
+    approved = (await gate.deliver(submitted("manager"), "wf-slot")).first(ApprovalDecided)
+    assert (approved.approval_id, approved.requested_by) == ("appr-1", "budget_agent")
