@@ -26,6 +26,7 @@ from approval_gate.domain import (
 from chorus.kernel.codec import Event
 from chorus.kernel.service import CancelTimer, Context, Outcome, ScheduleTimer
 from chorus_contracts.approvals import (
+    NO_TIER,
     ApprovalContext,
     ApprovalDecided,
     ApprovalDecisionSubmitted,
@@ -80,13 +81,15 @@ async def on_approval_requested(
     rule = policy.policy.route(workflow_type, request.requested_by, request.facts)
     if rule is not None:
         chain, fallback = rule.chain, rule.fallback
-    elif event.envelope.producer.service == ctx.service:
+    elif producer == ctx.service:
         chain, fallback = request.chain, request.fallback  # a review the gate asked for: its own
     elif workflow_type in ctx.deps.chains:
         chain, fallback = list(ctx.deps.chains[workflow_type]), DECLARED_FALLBACK
     else:
-        refused = _refused(request, workflow_type, policy.version, timers)
-        return Outcome(state=refused.state, emit=[*emit, *refused.emit], timers=refused.timers)
+        # Nothing the gate trusts says who decides: rejected at once, saying so, so the
+        # requester compensates instead of waiting on a tier nobody chose.
+        refused = _refusal(request, unrouted(workflow_type, policy.version))
+        return Outcome(state=_closed(request, policy.version), emit=[*emit, refused], timers=timers)
     gate = Gate(
         approval_id=request.approval_id,
         requested_by=request.requested_by,
@@ -109,16 +112,9 @@ async def on_approval_requested(
     return Outcome(state=gate, emit=[*emit, routed], timers=[*timers, _window_timer(gate, ctx.clock.now())])
 
 
-def _refused(
-    request: ApprovalRequested,
-    workflow_type: str,
-    policy_version: int,
-    timers: list[CancelTimer | ScheduleTimer],
-) -> Outcome[Gate]:
-    """Nothing the gate trusts says who decides: rejected at once, saying so, so the requester
-    compensates instead of waiting on a tier nobody chose."""
-    decided = _refusal(request, unrouted(workflow_type, policy_version))
-    gate = Gate(
+def _closed(request: ApprovalRequested, policy_version: int) -> Gate:
+    """The workflow's approval once refused: decided, with no tier to wait on."""
+    return Gate(
         approval_id=request.approval_id,
         requested_by=request.requested_by,
         chain=[],
@@ -127,7 +123,6 @@ def _refused(
         context=request.context,
         policy_version=policy_version,
     )
-    return Outcome(state=gate, emit=[decided], timers=timers)
 
 
 def _refusal(request: ApprovalRequested | Gate, why: str) -> ApprovalDecided:
@@ -136,7 +131,7 @@ def _refusal(request: ApprovalRequested | Gate, why: str) -> ApprovalDecided:
         decision="reject",
         comment=why,
         decided_by=POLICY_ACTOR,
-        tier="none",
+        tier=NO_TIER,
         automatic=True,
         requested_by=request.requested_by,
     )

@@ -92,6 +92,11 @@ class ApprovalDecisionSubmitted(EventModel):
     reviewer_tier: Name
 
 
+NO_TIER = "none"
+"""The ``tier`` of an approval.decided no tier decided: the gate refused the request, because
+nothing it trusts routes it (see the approval gate's README)."""
+
+
 @event("approval.decided", 1)
 class ApprovalDecided(EventModel):
     approval_id: Ref

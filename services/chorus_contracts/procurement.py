@@ -185,12 +185,17 @@ def budget_approval_id(workflow_id: str, round_: int) -> str:
     """The id of the budget agent's approval request for a procurement, round by round (a
     revised reading asks again). The payment agent pays on one of these only: an approval
     anyone else asked for (a review, say) approves nothing that moves money."""
-    return f"appr-{workflow_id}-{round_}"
+    return f"{_budget_approvals(workflow_id)}{round_}"
 
 
 def is_budget_approval(approval_id: str, workflow_id: str) -> bool:
-    prefix = budget_approval_id(workflow_id, 0)[:-1]
-    return approval_id.startswith(prefix) and approval_id.removeprefix(prefix).isdigit()
+    """Whether ``approval_id`` is one of the budget agent's rounds for ``workflow_id``."""
+    round_ = approval_id.removeprefix(_budget_approvals(workflow_id))
+    return round_ != approval_id and round_.isdigit()
+
+
+def _budget_approvals(workflow_id: str) -> str:
+    return f"appr-{workflow_id}-"
 
 
 @event("budget.rejected", 1)

@@ -23,9 +23,9 @@ import json
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -363,10 +363,11 @@ class Registry:
         """Event type -> the services that may state it, for the signed types."""
         return dict(self._signed_by)
 
-    def own_commands(self) -> dict[str, str]:
+    def own_commands(self) -> Mapping[str, str]:
         """The signed types every service's runtime states for itself (timer commands), each
-        with the payload field naming whose it is (``owner_field``)."""
-        return dict(self._own_commands)
+        with the payload field naming whose it is (``owner_field``). Not a copy: the outbox
+        asks for every signed record it writes."""
+        return self._own_commands
 
     def signers_of(self, event_type: str) -> frozenset[str]:
         """The services that state ``event_type`` (empty when it is not signed)."""
@@ -403,13 +404,18 @@ class Registry:
         """Whether a topic ``service`` reads or writes carries a type with personal fields
         (chorus.privacy.crypto), so that it needs data keys. Relays do not count: what they
         carry is a record of the service's own topics, personal only if those are."""
-        topics = self.reads(service) | self.writes(service)
-        return any(
-            personal_pointers(schema)
+        return bool((self.reads(service) | self.writes(service)) & self._personal_topics)
+
+    @cached_property
+    def _personal_topics(self) -> frozenset[str]:
+        """The topics (by their file's name) that carry a type with personal fields, relays
+        aside: worked out once (the key service asks on every key it hands out)."""
+        return frozenset(
+            spec.topic
             for (event_type, _), schema in self.schemas.items()
             if event_type not in RELAYS
             and (spec := self._topic_of.get(event_type)) is not None
-            and spec.topic in topics
+            and personal_pointers(schema)
         )
 
     def topic_of_physical(self, physical: str) -> TopicSpec | None:

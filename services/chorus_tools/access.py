@@ -34,7 +34,7 @@ from confluent_kafka.admin import (
 )
 
 from chorus.kernel.kafka import KafkaAuth
-from chorus_contracts.registry import RUNTIME_PRODUCER, Registry
+from chorus_contracts.registry import Registry
 
 AUDITOR_GROUP_PREFIX = "chorus-auditor"
 SCRAM_ITERATIONS = 8192
@@ -86,12 +86,11 @@ def grants(registry: Registry) -> list[Grant]:
     """The ACLs that follow from the registry, sorted by principal."""
     out: set[Grant] = set()
     every_topic = physical_topics(registry)
-    for name, service in registry.principals.services.items():
-        as_names = {name, RUNTIME_PRODUCER} if service.kind == "runtime" else {name}
-        reads = registry.reads(name)
+    for name in registry.principals.services:
+        reads, writes = registry.reads(name), registry.writes(name)
         for spec in registry.topics.values():
             ops: list[Op] = []
-            if as_names & set(spec.producers) or spec.topic in service.writes:
+            if spec.topic in writes:
                 ops.append(Op.WRITE)
             if spec.topic in reads:
                 ops.append(Op.READ)

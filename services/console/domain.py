@@ -11,6 +11,7 @@ from typing import Any
 from chorus_contracts.api.audit_projector import TimelineEntry
 from chorus_contracts.api.gateway import Me
 from chorus_contracts.api.outcome_analytics import OutcomeBucket
+from chorus_contracts.approvals import NO_TIER
 
 SERVICE = "console"
 
@@ -194,7 +195,7 @@ def _detail(event_type: str, payload: dict[str, Any], decision: str | None, call
         until = str(payload.get("waiting_until", ""))[:16]
         return f"escalated {payload.get('from_tier')} → {payload.get('to_tier')}, until {until}"
     if event_type == "approval.decided":
-        if payload.get("automatic") and payload.get("tier") == "none":  # the gate's refusal
+        if payload.get("automatic") and payload.get("tier") == NO_TIER:  # the gate's refusal
             return f"{payload.get('decision')}: no approval policy rule or chain routes it"
         how = " (automatic: no answer in time)" if payload.get("automatic") else ""
         return f"{payload.get('decision')} by tier {payload.get('tier')}{how}"

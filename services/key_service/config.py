@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chorus.base.settings import DEMO_KEY_SERVICE_CLIENT
+from chorus.base.settings import is_demo_key_service_credential
 from chorus.runtime.runner import ServiceSettings
 
 DEMO_MASTER_KEYS = {"local": "ZGVtby1tYXN0ZXIta2V5LW5vdC1mb3ItcHJvZC11c2U="}
@@ -24,7 +24,7 @@ class Settings(ServiceSettings):
         found = super().demo_secrets()
         if any(self.master_keys.get(r) == k for r, k in DEMO_MASTER_KEYS.items()):
             found.append("CHORUS_MASTER_KEYS (holds the demo master key)")
-        demo = DEMO_KEY_SERVICE_CLIENT.split("{", 1)[0]
-        if not self.key_service_clients or any(c.startswith(demo) for c in self.key_service_clients):
+        clients = self.key_service_clients
+        if not clients or any(is_demo_key_service_credential(c) for c in clients):
             found.append("CHORUS_KEY_SERVICE_CLIENTS (unset, or holding a demo credential)")
         return found

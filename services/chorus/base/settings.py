@@ -28,6 +28,10 @@ def demo_key_service_credential(service: str) -> str:
     return DEMO_KEY_SERVICE_CLIENT.format(service=service)
 
 
+def is_demo_key_service_credential(credential: str) -> bool:
+    return credential.startswith(DEMO_KEY_SERVICE_CLIENT.split("{", 1)[0])
+
+
 EX_CONFIG = 78
 """sysexits' EX_CONFIG: the process refused its configuration."""
 

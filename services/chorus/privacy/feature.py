@@ -16,7 +16,7 @@ import httpx
 from chorus.base.errors import ConfigError, SigningConfigError
 from chorus.base.logs import fields
 from chorus.base.loops import forever
-from chorus.base.settings import DEMO_KEY_SERVICE_CLIENT, ChorusSettings, demo_key_service_credential
+from chorus.base.settings import ChorusSettings, demo_key_service_credential, is_demo_key_service_credential
 from chorus.kernel.recordpath import Plugs
 from chorus.kernel.runner import Parts
 from chorus.kernel.service import ServiceSpec
@@ -67,7 +67,7 @@ class PrivacySettings(ChorusSettings):
 
     def demo_secrets(self) -> list[str]:
         found = super().demo_secrets()
-        if self.key_service_api_key.startswith(DEMO_KEY_SERVICE_CLIENT.split("{", 1)[0]):
+        if is_demo_key_service_credential(self.key_service_api_key):
             found.append("CHORUS_KEY_SERVICE_API_KEY (a demo credential)")
         if self.subject_key == DEMO_SUBJECT_KEY:
             found.append("CHORUS_SUBJECT_KEY (the demo's)")
