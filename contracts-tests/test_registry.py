@@ -162,9 +162,9 @@ def test_a_projects_service_joins_the_signers_of_what_it_says_it_states() -> Non
     ("signs", "writes", "refused"),
     [
         (
-            "release.reported",
-            "chorus.releases",
-            "signs release.reported, which is not a signed event type",
+            "invoice.received",
+            "procurement.events",
+            "signs invoice.received, which is not a signed event type",
         ),
         ("workflow.ended", "approvals.events", "signs workflow.ended but does not write workflows.lifecycle"),
     ],

@@ -33,6 +33,7 @@ against:
 from __future__ import annotations
 
 import logging
+import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
@@ -43,7 +44,9 @@ import mode
 from faust.exceptions import ConsumerNotStarted
 from faust.types import Message
 
+from chorus.base.errors import ConfigError
 from chorus.base.logs import fields
+from chorus.base.settings import EX_CONFIG
 from chorus.kernel.kafka import KafkaAuth, kafka_auth
 from chorus.kernel.records import Record
 from chorus.observability.logs import setup_logging
@@ -178,7 +181,11 @@ def run(settings: Settings) -> None:
             "reading topics whose yaml does not list this service as a consumer",
             extra=fields(topics=undeclared),
         )
-    deps, dead_letters = bootstrap(settings, registry)
+    try:
+        deps, dead_letters = bootstrap(settings, registry)
+    except ConfigError as exc:
+        print(f"refusing to start: {exc}", file=sys.stderr)
+        raise SystemExit(EX_CONFIG) from None
     group_id, view, metrics = deps.consumer_group, deps.view, deps.metrics
 
     async def handle(record: Record) -> None:

@@ -9,6 +9,7 @@ import uuid
 from chorus import __version__
 from chorus.base.clock import clock_from_setting
 from chorus.base.metrics import Metrics
+from chorus.privacy.signing import Signer, load_keys
 from chorus_contracts.envelope import ProducerRef
 from chorus_contracts.platform import EventDeadLettered
 from chorus_contracts.registry import Registry
@@ -24,6 +25,14 @@ def unique_group(base: str) -> str:
     return f"{base}.{uuid.uuid4().hex[:12]}"
 
 
+def dead_letter_signer(settings: Settings) -> Signer:
+    """Its signer of dead letters (principals.yaml: it signs event.dead_lettered, as every
+    runtime service does its own); SigningConfigError naming what is missing."""
+    signer = load_keys(settings.signing_dir, SERVICE, signs={EventDeadLettered.event_type}, checks={}).signer
+    assert signer is not None  # load_keys makes one when it signs anything
+    return signer
+
+
 def bootstrap(settings: Settings, registry: Registry) -> tuple[Deps, KafkaDeadLetters]:
     """The handler's dependencies, and the dead-letter publisher the process starts and stops."""
     view = OutcomeView()
@@ -32,6 +41,7 @@ def bootstrap(settings: Settings, registry: Registry) -> tuple[Deps, KafkaDeadLe
     dead_letters = KafkaDeadLetters(
         settings.kafka_bootstrap,
         registry.physical_topic(EventDeadLettered.event_type),
+        dead_letter_signer(settings),
         retry_max_s=settings.dead_letter_retry_max_s,
     )
     deps = Deps(

@@ -26,3 +26,7 @@ class Settings(ApiKeySettings):
     """Records larger than this are dead-lettered as decode errors."""
     dead_letter_retry_max_s: float = 30.0
     """Cap of the backoff between attempts to publish a dead letter (it is retried forever)."""
+    signing_dir: str = ""
+    """Directory of Ed25519 keys (chorus.privacy.signing) holding ``outcome_analytics.key``:
+    its dead letters are signed like every runtime service's, so nobody else can post one
+    in its name (a redrive would publish the letter's record onto the topics it reads)."""

@@ -31,14 +31,14 @@ from chorus_contracts.approvals import ApprovalContext, ApprovalRequested, Escal
 from chorus_contracts.envelope import Envelope
 from chorus_contracts.lifecycle import WorkflowEnded
 from chorus_contracts.platform import FireTarget, OriginalRecord, RetryDue, TimerSchedule, WorkflowsRetired
-from chorus_contracts.procurement import BudgetReserved, InvoiceValidated
+from chorus_contracts.procurement import BudgetReserved, InvoiceReceived, InvoiceValidated
 from chorus_contracts.registry import Registry
 from chorus_tools.devstack import SERVICES, DevStack
 from tests.support.apis import BAD_HEADER_LINES, names, probes, raw_head, schemathesis
 from tests.support.database import connected
 from tests.support.examples import example
 from tests.support.hostile import SCRIPTS, corpus
-from tests.support.kafka import dump_topics, events_of, publish, read_topic, stated_by
+from tests.support.kafka import dump_topics, events_of, publish, read_to_end, read_topic, stated_by
 from tests.support.kafka import envelope as envelope_of
 from tests.support.processes import chorus
 from tests.support.sealed import opened
@@ -787,6 +787,37 @@ async def test_forged_money_facts_on_their_topic_or_through_a_retry_pay_nothing(
         p for p in (await world.stats())["payments"]["by_key"].values() if p["invoice_id"] == f"INV-{run}"
     ]
     assert [(p["amount_cents"], p["currency"]) for p in paid] == [(124_000, "EUR")]
+
+
+async def test_a_retry_from_another_service_starts_nothing_in_the_service_it_names(world: World) -> None:
+    """The source fetcher (its daily input is pages submitters choose) may write chorus.control
+    but not procurement.events. A retry it addresses to the invoice agent, carrying an invoice
+    of a workflow nobody submitted, would have the invoice agent alone read and validate it.
+    A retry is its addressee's own record, signed by it: the invoice agent refuses the
+    fetcher's, signed with the fetcher's key or claiming the agent's name, and nothing is
+    stated about that workflow."""
+    workflow_id = f"wf-forged-{uuid.uuid4().hex[:8]}"
+    received = envelope_of(example(InvoiceReceived), workflow_id=workflow_id, workflow_type="procurement")
+    in_its_own_name = stated_by(as_retry_of(world, "invoice_agent", received), "source_fetcher")
+    in_the_agents_name = as_retry_of(world, "invoice_agent", received).model_copy(
+        update={"event_id": uuid.uuid4()}
+    )
+    control = world.registry.physical_topic("retry.due")
+    await publish(world.kafka, control, [in_its_own_name])  # signed by source_fetcher
+    await publish(world.kafka, control, [in_the_agents_name], sign=False)
+    await refused_by(
+        world, "invoice_agent", {str(in_its_own_name.event_id), str(in_the_agents_name.event_id)}
+    )
+
+    # Everything on the topic up to now: the agent was past both retries before the refusals.
+    records = await read_to_end(world.kafka, world.registry.physical_topic("invoice.validated"))
+    stated = [
+        e["event_type"]
+        for t in ("invoice.validated", "invoice.rejected")
+        for e in events_of(records, t)
+        if e["workflow_id"] == workflow_id
+    ]
+    assert stated == []
 
 
 async def test_another_agents_own_signature_on_a_procurements_end_ends_nothing(world: World) -> None:

@@ -74,11 +74,19 @@ def envelope(
 ) -> Envelope:
     """``event`` in a fresh envelope of its own workflow (chorus.testing.make_event's). The
     test plays the service that states it: a signed type names its one signer (and
-    ``publish`` signs it as that service); with several, ``stated_by`` names one."""
+    ``publish`` signs it as that service), a runtime's own command (a retry, a dead letter)
+    the service it names; with several, ``stated_by`` names one."""
     env = make_event(event, workflow_id=workflow_id, workflow_type=workflow_type, priority=priority).envelope
     updates: dict[str, Any] = {}
-    signers = _registry().signers_of(event.event_type)
-    if len(signers) == 1:
+    registry = _registry()
+    signers, owner_field = (
+        registry.signers_of(event.event_type),
+        registry.own_commands().get(event.event_type),
+    )
+    if owner_field is not None:  # a runtime's command for itself: the service it names states it
+        owner = str(env.payload[owner_field]).split(":", 1)[0]
+        updates["producer"] = ProducerRef(service=owner, version="test")
+    elif len(signers) == 1:
         updates["producer"] = ProducerRef(service=next(iter(signers)), version="test")
     if traceparent is not None:
         updates["traceparent"] = traceparent
@@ -181,6 +189,20 @@ async def publish(
         await producer.flush()
     finally:
         await stop_client(producer)
+
+
+async def read_to_end(bootstrap: str, topic: str) -> list[ConsumerRecord[bytes, bytes]]:
+    """Every record of ``topic`` written before this call (a check that something was
+    never stated, once whoever would have stated it is known to be past it)."""
+    consumer = make_consumer(bootstrap, topic, group_id=None)
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        starts, ends = await consumer.beginning_offsets(partitions), await consumer.end_offsets(partitions)
+    finally:
+        await stop_client(consumer)
+    total = sum(ends[p] - starts[p] for p in partitions)  # no compacted topic carries events
+    return await read_topic(bootstrap, [topic], until=lambda records: len(records) >= total)
 
 
 async def read_topic(

@@ -141,7 +141,9 @@ def test_the_readmes_authority_table_is_what_the_registry_says() -> None:
     assert rows["timer.schedule"].endswith(
         "| every runtime service, each its own (`timer_id` begins with its name) | yes |"
     )
-    assert rows["retry.due"].endswith("| chorus-runtime | no |")
+    assert rows["retry.due"].endswith(
+        "| every runtime service, each its own (`service` begins with its name) | yes |"
+    )
 
 
 def test_the_scan_finds_timers_through_variables_and_helpers(tmp_path: Path) -> None:

@@ -181,7 +181,7 @@ class KernelRunner:
         if self.deps is None:
             self.deps = await self._stack.enter_async_context(self.spec.bootstrap(s))
         client_id = f"{self.spec.name}{'-' + s.instance if s.instance else ''}"
-        relay = await self._start_relay(pool, client_id, ports.sealer)
+        relay = await self._start_relay(pool, client_id, ports)
         store = PgStore(self.store, pool)
         wiring = Wiring(
             self.spec, self.registry, store, self.clock, self.metrics, self.identity, self.deps,
@@ -261,7 +261,7 @@ class KernelRunner:
                 await migration(conn)
         return pool
 
-    async def _start_relay(self, pool: asyncpg.Pool, client_id: str, sealer: Sealing | None) -> OutboxRelay:
+    async def _start_relay(self, pool: asyncpg.Pool, client_id: str, ports: Ports) -> OutboxRelay:
         """The outbox relay with its started producer (stopped with the runner)."""
         s = self.settings
         producer = make_producer(s.kafka_bootstrap, client_id=client_id)
@@ -274,7 +274,7 @@ class KernelRunner:
             clock=self.clock,
             metrics=self.metrics,
             size_limit=self.registry.publish_limit,
-            dead_letter=functools.partial(self._refused_row_dead_letter, sealer),
+            dead_letter=functools.partial(self._refused_row_dead_letter, ports.sealer, ports.signer),
             new_producer=functools.partial(make_producer, s.kafka_bootstrap, client_id=client_id),
         )
 
@@ -337,7 +337,9 @@ class KernelRunner:
     async def _unserve(self) -> None:
         """Stop serving HTTP (nothing in the kernel alone)."""
 
-    async def _refused_row_dead_letter(self, sealer: Sealing | None, row: Any, error: BaseException) -> Any:
+    async def _refused_row_dead_letter(
+        self, sealer: Sealing | None, signer: Signer | None, row: Any, error: BaseException
+    ) -> Any:
         if row.topic == self.registry.physical_topic("event.dead_lettered"):
             return None  # its own dead letter would be refused the same way; the row keeps the bytes
         record = Record(row.topic, 0, 0, row.key, row.value, tuple(row.headers))
@@ -350,7 +352,7 @@ class KernelRunner:
             )
             sealed = await sealer.seal(letter) if sealer is not None else letter
             try:
-                return outbox_message(self.registry, sealed)
+                return outbox_message(self.registry, sealed, signer)
             except EventTooLargeError:
                 if omit_value:
                     raise

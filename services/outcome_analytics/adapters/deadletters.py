@@ -18,6 +18,7 @@ from chorus.base.logs import fields
 from chorus.kernel.codec import encode
 from chorus.kernel.kafka import make_producer, stop_client
 from chorus.kernel.outbox import envelope_headers
+from chorus.privacy.signing import Signer
 from chorus_contracts.envelope import Envelope
 
 log = logging.getLogger(__name__)
@@ -39,9 +40,10 @@ class KafkaDeadLetters:
     letter cannot serve the input topics either.
     """
 
-    def __init__(self, bootstrap: str, topic: str, *, retry_max_s: float = 30.0) -> None:
+    def __init__(self, bootstrap: str, topic: str, signer: Signer, *, retry_max_s: float = 30.0) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
+        self.signer = signer
         self.retry_max_s = retry_max_s
         self.published = 0
         self._producer: AIOKafkaProducer | None = None
@@ -59,6 +61,7 @@ class KafkaDeadLetters:
         if self._producer is None:
             raise RuntimeError("KafkaDeadLetters.publish before start")
         value = encode(envelope)
+        headers = [*envelope_headers(envelope), self.signer.header(value)]
         attempt = 0
         while True:
             attempt += 1
@@ -67,7 +70,7 @@ class KafkaDeadLetters:
                     self.topic,
                     value,
                     key=envelope.workflow_id.encode(),
-                    headers=envelope_headers(envelope),
+                    headers=headers,
                 )
             except Exception as exc:  # anything but cancellation: retried, never dropped
                 wait_s = random.uniform(0, min(self.retry_max_s, 0.2 * 2**attempt))

@@ -17,11 +17,13 @@ from chorus.kernel.outbox import outbox_message
 from chorus.kernel.service import ServiceSpec
 from chorus.privacy.feature import service_keys, unstated_types
 from chorus.privacy.signing import HEADER, Keys, Verifier, load_keys, make_keys
+from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope
 from chorus_contracts.lifecycle import WorkflowEnded
-from chorus_contracts.platform import ReviewRequested, TimerCancel
+from chorus_contracts.platform import DataRemoved, EventDeadLettered, RetryDue, ReviewRequested, TimerCancel
 from chorus_contracts.procurement import InvoiceReceived
 from chorus_contracts.registry import load_registry
+from chorus_contracts.rollouts import ReleaseReported, RepinAnswered
 from chorus_tools.cli.migrate import migrating_services, service_spec
 from tests.support.examples import example
 from tests.support.kafka import approval, envelope, stated_by
@@ -262,3 +264,41 @@ def test_a_review_is_asked_for_by_the_service_it_names_only(keys_dir: Path) -> N
     check(keys.verifier, own, [keys.signer.header(own)])
     with pytest.raises(UnauthorizedError, match="budget_agent's"):
         check(keys.verifier, other, [keys.signer.header(other)])
+
+
+@pytest.mark.parametrize("model", [RetryDue, EventDeadLettered, DataRemoved, ReleaseReported, RepinAnswered])
+def test_what_a_runtime_states_of_its_own_service_is_taken_from_that_service_only(
+    keys_dir: Path, model: type[EventModel]
+) -> None:
+    """A retry, a dead letter, a data removal's confirmation, a release's report and its
+    answer to a re-pin each name the service they are about (``service``): only that
+    service's signature counts. A compromised service cannot hand another a retry (whose
+    record that service alone would then act on), file letters or confirm an erasure in its
+    name, or skew a rollout with its reports."""
+    keys = fetcher_keys(keys_dir)
+    assert keys.signer is not None
+    own, other = (
+        encode(stated_by(envelope(example(model).model_copy(update={"service": s})), "source_fetcher"))
+        for s in ("source_fetcher", "payment_agent")
+    )
+    check(keys.verifier, own, [keys.signer.header(own)])
+    with pytest.raises(UnauthorizedError, match="payment_agent's: a service commands only its own"):
+        check(keys.verifier, other, [keys.signer.header(other)])
+    unsigned = encode(
+        stated_by(envelope(example(model).model_copy(update={"service": "payment_agent"})), "payment_agent")
+    )
+    with pytest.raises(UnauthorizedError, match="exactly one"):  # its name, not its key
+        check(keys.verifier, unsigned, [])
+
+
+def test_the_analytics_streams_dead_letters_are_signed_by_it(keys_dir: Path) -> None:
+    """The analytics view runs no runtime but dead-letters what it cannot read: it signs its
+    letters, so nobody files one unsigned in its name (principals.yaml ``signs``)."""
+    assert "outcome_analytics" in REGISTRY.signers_of("event.dead_lettered")
+    analytics = load_keys(str(keys_dir), "outcome_analytics", signs={"event.dead_lettered"}, checks={}).signer
+    assert analytics is not None
+    letter = example(EventDeadLettered).model_copy(update={"service": "outcome_analytics"})
+    value = encode(stated_by(envelope(letter), "outcome_analytics"))
+    check(fetcher_keys(keys_dir).verifier, value, [analytics.header(value)])
+    with pytest.raises(UnauthorizedError, match="exactly one"):
+        check(fetcher_keys(keys_dir).verifier, value, [])
