@@ -76,9 +76,12 @@ async def test_prometheus_scrapes_every_service_and_loads_the_alert_rules(
 
         async def targets() -> list[dict[str, Any]] | None:
             try:
-                body = (await http.get(f"{prometheus}/api/v1/targets")).json()
+                answer = await http.get(f"{prometheus}/api/v1/targets")
             except httpx.TransportError:
                 return None  # still starting
+            if answer.status_code == 503:
+                return None  # up, its storage not yet ready (seen on a loaded machine)
+            body = answer.json()
             active: list[dict[str, Any]] = body["data"]["activeTargets"]
             up = [t for t in active if t["health"] == "up"]
             return active if len(up) == len(PROCESSES) == len(active) else None
