@@ -19,12 +19,17 @@ PYTEST_ARGS ?=
 # Decision events are signed (chorus.privacy.signing); `chorus access signing-keys` makes local keys.
 KAFKA_USERS_DIR := $(CURDIR)/.local/kafka/secrets/users
 SIGNING_DIR := $(CURDIR)/.local/kafka/secrets/signing
+# The key service's data-key API is TLS only; `chorus access key-service-tls` makes a local
+# certificate authority and its certificate here, which every local service trusts.
+TLS_DIR := $(CURDIR)/.local/tls
 # The third reference workflow is a project of its own (examples/support, written by following
 # docs/tutorial.md): the local stack's topics, ACLs and database roles are those of the union of
 # its registry with the platform's, and `make services` and the demo run its services beside.
 PROJECT_SCHEMAS := --schemas-dir $(CURDIR)/examples/support/schemas
 LOCAL_ENV = set -a && . $(CURDIR)/.local/kafka/admin.env && set +a && \
-	CHORUS_KAFKA_USERS_DIR=$(KAFKA_USERS_DIR) CHORUS_SIGNING_DIR=$(SIGNING_DIR) CHORUS_ENV=demo
+	CHORUS_KAFKA_USERS_DIR=$(KAFKA_USERS_DIR) CHORUS_SIGNING_DIR=$(SIGNING_DIR) CHORUS_ENV=demo \
+	CHORUS_KEY_SERVICE_TLS_CERT_FILE=$(TLS_DIR)/key_service.pem CHORUS_KEY_SERVICE_TLS_KEY_FILE=$(TLS_DIR)/key_service.key \
+	CHORUS_KEY_SERVICE_CA_FILE=$(TLS_DIR)/ca.pem
 
 .PHONY: help setup up down status demo services test test-fast test-service test-deploy lint fmt bench lock clean \
 	schemas docs topics bench-quick test-reliability observe
@@ -55,6 +60,7 @@ up: setup
 	$(LOCAL_ENV) $(VENV)/bin/chorus topics apply $(PROJECT_SCHEMAS)
 	$(LOCAL_ENV) $(VENV)/bin/chorus access apply $(PROJECT_SCHEMAS)
 	$(LOCAL_ENV) $(VENV)/bin/chorus access signing-keys $(PROJECT_SCHEMAS)
+	$(VENV)/bin/chorus access key-service-tls --dir $(TLS_DIR)
 	$(LOCAL)/postgres.sh start
 	$(LOCAL_ENV) $(VENV)/bin/chorus access database $(PROJECT_SCHEMAS)
 

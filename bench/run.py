@@ -47,13 +47,16 @@ from bench.stats import percentile, ratio, summary
 from chorus.base.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA, demo_key_service_credential
 from chorus.kernel.kafka import make_producer
 from chorus.privacy.crypto import DataKey, HttpKeyStore, Scope, keyed_ref, seal_value, subject_hash
+from chorus.privacy.feature import KEY_SERVICE_CA, key_service_trust
 from chorus.privacy.signing import Signer, load_keys, make_keys
 from chorus.runtime.runner import LOCAL_REGION, ServiceSettings
+from chorus.testing.stack import key_service_tls
 from chorus_contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
 from chorus_contracts.envelope import ProducerRef
 from chorus_contracts.platform import FireTarget, TimerSchedule
 from chorus_contracts.registry import Registry
-from tests.support.processes import ROOT
+from tests.support.apis import key_api
+from tests.support.processes import ROOT, free_port
 
 T = TypeVar("T")
 RESULTS = ROOT / ".local" / "bench-results"
@@ -617,19 +620,29 @@ class Flow:
         return [self.worker.pid, *self.helpers]
 
 
-async def start_key_service(b: Bench) -> tuple[ServiceProc, HttpKeyStore]:
+async def start_key_service(b: Bench) -> tuple[ServiceProc, HttpKeyStore, str]:
     """The key service of the sealed flow, on this run's database and topics, and a client
     of it for the driver."""
     # Its own consumer group: the default name is shared with every dev stack and test
     # session on this broker, whose key services would rebalance with this one.
-    env = {**b.chorus_env(), "CHORUS_GROUP_ID": f"key_service-{b.suffix}"}
+    api_port, tls = free_port(), key_service_tls(b.chorus_env())
+    env = {
+        **b.chorus_env(),
+        **tls,
+        "CHORUS_GROUP_ID": f"key_service-{b.suffix}",
+        "CHORUS_API_PORT": str(api_port),
+    }
     service = ServiceProc("key_service", env, b.logs)
     b.cleanup.append(service.stop)
     await service.start()
-    client = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=3.0))
+    trust = key_service_trust(tls[KEY_SERVICE_CA])
+    async with key_api(api_port, verify=trust):
+        pass  # its TLS API answers
+    client = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=3.0), verify=trust)
     b.cleanup.append(client.aclose)
-    url = f"http://127.0.0.1:{service.port}"
-    return service, HttpKeyStore(LOCAL_REGION, url, demo_key_service_credential("gateway"), client)
+    url = f"https://127.0.0.1:{api_port}"
+    keys = HttpKeyStore(LOCAL_REGION, url, demo_key_service_credential("gateway"), client)
+    return service, keys, tls[KEY_SERVICE_CA]
 
 
 async def section_workflows(b: Bench) -> None:
@@ -638,9 +651,13 @@ async def section_workflows(b: Bench) -> None:
     python = DBOS_VENV / "bin" / "python"
     if not python.exists():
         raise RuntimeError(f"{python} missing: run bench/dbos/make-venv.sh (make bench does)")
-    key_service, keys = await start_key_service(b)
+    key_service, keys, ca_file = await start_key_service(b)
     # Only the sealed flow is told where the key service is: the plain one runs as before.
-    sealed_env = {**b.chorus_env(), "CHORUS_KEY_STORES": json.dumps({keys.region: keys.url})}
+    sealed_env = {
+        **b.chorus_env(),
+        "CHORUS_KEY_STORES": json.dumps({keys.region: keys.url}),
+        KEY_SERVICE_CA: ca_file,
+    }
     flow_worker, sealed_worker, dbos = await asyncio.gather(
         b.started(bench_worker("chorus-flow", "chorus-flow", b.chorus_env(), b.logs)),
         b.started(bench_worker("chorus-sealed-flow", "chorus-sealed_flow", sealed_env, b.logs)),

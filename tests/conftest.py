@@ -20,6 +20,9 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from chorus.base.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
+from chorus.privacy.feature import KEY_SERVICE_CA
+from chorus.testing.stack import key_service_tls
+from chorus_tools.devstack import free_port
 from tests.support.database import connected
 from tests.support.processes import ServiceProcess, run_captured
 from tests.support.registry import delete_created_topics, ensure_service_users
@@ -139,20 +142,29 @@ async def key_service(kafka_bootstrap: str, database_url: str) -> AsyncIterator[
     reaches through CHORUS_KEY_STORES. Started only once a test on the infrastructure runs
     (a run of handler tests starts none); dev stacks started by a test run their own."""
     log_dir = Path(tempfile.mkdtemp(prefix="chorus-key-service-"))
+    tls, api_port = key_service_tls(), free_port()
     proc = ServiceProcess(
         "key_service",
-        {"CHORUS_KAFKA_BOOTSTRAP": kafka_bootstrap, "CHORUS_DATABASE_URL": database_url},
+        {
+            "CHORUS_KAFKA_BOOTSTRAP": kafka_bootstrap,
+            "CHORUS_DATABASE_URL": database_url,
+            "CHORUS_API_PORT": str(api_port),
+            **tls,
+        },
         log_dir,
     )
     proc.start()
     await proc.wait_healthy()
-    previous = os.environ.get("CHORUS_KEY_STORES")
-    os.environ["CHORUS_KEY_STORES"] = json.dumps({"local": proc.url})
+    url = f"https://127.0.0.1:{api_port}"
+    changed = {"CHORUS_KEY_STORES": json.dumps({"local": url}), KEY_SERVICE_CA: tls[KEY_SERVICE_CA]}
+    previous = {name: os.environ.get(name) for name in changed}
+    os.environ.update(changed)
     try:
-        yield proc.url
+        yield url
     finally:
-        if previous is None:
-            os.environ.pop("CHORUS_KEY_STORES", None)
-        else:
-            os.environ["CHORUS_KEY_STORES"] = previous
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         await proc.terminate()

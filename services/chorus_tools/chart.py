@@ -129,7 +129,8 @@ def service_facts(registry: Registry, service: str, edges: HttpEdges) -> dict[st
     # A service the registry gives no personal field asks the key service for nothing: it
     # gets no credential and no route to it.
     keys = "key_stores" in fields and registry.handles_personal(service)
-    settings = [s for s in _env_names(cls) if keys or s != ENV_PREFIX + "KEY_SERVICE_API_KEY"]
+    callers_only = {ENV_PREFIX + "KEY_SERVICE_API_KEY", ENV_PREFIX + "KEY_SERVICE_CA_FILE"}
+    settings = [s for s in _env_names(cls) if keys or s not in callers_only]
     if kafka:
         settings += _env_names(KafkaAuth, ENV_PREFIX + "KAFKA_")
     return {

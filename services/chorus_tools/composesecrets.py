@@ -12,10 +12,13 @@ Every volume it writes is mounted by it and by the one container the volume is f
 - ``provisioning`` (the ``setup`` service's): every registry principal's password (its
   SCRAM user and, for a runtime service, its PostgreSQL role: ``chorus access apply`` and
   ``chorus access database`` create them) and the admin logins (``admin.env``);
-- ``signing``, its own: every signer's key pair, from which each service gets its share;
+- ``signing``, its own: every signer's key pair, from which each service gets its share, and
+  (in ``key-service-tls/``) the authority of the key service's TLS certificate;
 - ``services/<service>``, one per service volume mounted there: ``login.env`` (that
-  service's own Kafka principal and PostgreSQL role), the CA, and ``signing/``: every
-  signer's public key and, when the service signs, its own private key and no other.
+  service's own Kafka principal and PostgreSQL role), the CA, ``key-service-ca.pem`` (what
+  the key service's certificate is verified with; the key service also gets that
+  certificate and its key, for ``key_service``), and ``signing/``: every signer's public
+  key and, when the service signs, its own private key and no other.
 
 The image's entrypoint (deploy/docker/entrypoint.sh) loads ``login.env`` into the service's
 environment.
@@ -40,6 +43,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from chorus.privacy.signing import make_keys
+from chorus.web.tls import LocalTls, make_local_tls
 from chorus_contracts.registry import Registry, load_registry
 from chorus_tools.access import local_passwords, principals
 from chorus_tools.dbroles import role_url
@@ -51,6 +55,10 @@ BROKER_CN = "chorus-kafka-broker"
 (mutual TLS on the controller listener), so the broker names it a super user."""
 BROKER_NAMES = ("kafka", "localhost")
 BROKER_IPS = ("127.0.0.1",)
+KEY_SERVICE_NAMES = ("key_service", "localhost", "127.0.0.1")
+"""What the key service's certificate is for: its compose name (CHORUS_KEY_STORES), and
+its own container (a check from inside it)."""
+KEY_SERVICE_CA_FILE = "key-service-ca.pem"
 LOGIN_FILE = "login.env"
 ADMIN_FILE = "admin.env"
 
@@ -178,6 +186,7 @@ def issue(layout: Layout, registry: Registry, database_url: str, owners: Owners)
     passwords = local_passwords(users, principals(registry))
     signing = layout.signing
     make_keys(signing, registry.signers())
+    key_tls = make_local_tls(signing / "key-service-tls", "key_service", KEY_SERVICE_NAMES)
     shutil.copyfile(layout.kafka / "ca.pem", layout.provisioning / "ca.pem")
     _write(
         layout.provisioning / ADMIN_FILE,
@@ -190,7 +199,7 @@ def issue(layout: Layout, registry: Registry, database_url: str, owners: Owners)
         ),
     )
     written = [
-        _service_volume(folder, registry, passwords, signing, layout.kafka / "ca.pem", database_url)
+        _service_volume(folder, registry, passwords, signing, layout.kafka / "ca.pem", key_tls, database_url)
         for folder in sorted(p for p in layout.services.glob("*") if p.is_dir())
     ]
     for folder in (layout.provisioning, *(layout.services / name for name in written)):
@@ -205,6 +214,7 @@ def _service_volume(
     passwords: Mapping[str, str],
     signing: Path,
     ca: Path,
+    key_tls: LocalTls,
     database_url: str,
 ) -> str:
     """Fill the volume of the service named like ``folder``; returns that name."""
@@ -218,6 +228,10 @@ def _service_volume(
         login["CHORUS_DATABASE_URL"] = role_url(database_url, service, passwords[service])
     _write(folder / LOGIN_FILE, env_lines(login))
     shutil.copyfile(ca, folder / "ca.pem")
+    shutil.copyfile(key_tls.ca_file, folder / KEY_SERVICE_CA_FILE)
+    if service == "key_service":  # its data-key API is TLS only
+        shutil.copyfile(key_tls.cert_file, folder / key_tls.cert_file.name)
+        _write(folder / key_tls.key_file.name, key_tls.key_file.read_bytes())
     own = folder / "signing"
     own.mkdir(mode=0o700, exist_ok=True)
     # Keys of signers no longer in the registry, or another's key left by hand, go.

@@ -27,6 +27,7 @@ import httpx
 
 from chorus.base.settings import LOCAL_DATABASE_URL
 from chorus.releases.rollouts import MAIN_RELEASE
+from chorus.testing.stack import key_service_tls
 from chorus_contracts.envelope import RELEASE_PATTERN
 from chorus_contracts.registry import read_project
 from chorus_tools.access import local_password
@@ -79,6 +80,8 @@ keeps nothing)."""
 WITHOUT_KAFKA = ("console",)
 """Processes with no Kafka login: the console is a client of the HTTP APIs only."""
 API_PORT = 8080
+KEY_API_PORT = 8127
+"""The key service's data-key API (TLS only; its /health and /metrics are on 8117)."""
 SANDBOX_PORT = 9400
 SMTP_PORT = 9425
 """The sandbox's mail server stand-in (the notifier's e-mail lands there: GET /mail)."""
@@ -223,6 +226,7 @@ class DevStack:
     """service -> password of its PostgreSQL role, provisioned by :meth:`start`."""
     admin_database_url: str = ""
     api_port: int = 0
+    key_api_port: int = 0
     sandbox_port: int = 0
     smtp_port: int = 0
     console_port: int = 0
@@ -269,12 +273,15 @@ class DevStack:
             # Before the gateway, so that a workflow it accepts finds its consumers running.
             platform = [name for name in self.services if name != "gateway"]
             self.services = (*platform, *own, *(("gateway",) if "gateway" in self.services else ()))
-        spare = iter(free_ports(len(self.services) + sum(map(len, self.releases.values())) + 4))
+        spare = iter(free_ports(len(self.services) + sum(map(len, self.releases.values())) + 5))
         self.api_port = self.api_port or next(spare)
+        self.key_api_port = self.key_api_port or (KEY_API_PORT if self.documented_ports else next(spare))
         self.sandbox_port = self.sandbox_port or next(spare)
         self.smtp_port = self.smtp_port or (SMTP_PORT if self.documented_ports else next(spare))
         self.console_port = self.console_port or (CONSOLE_PORT if self.documented_ports else next(spare))
         base = {**os.environ, "PYTHONUNBUFFERED": "1", "CHORUS_LOG_JSON": "true", **self.env}
+        if "key_service" in self.services:
+            base = {**key_service_tls(base), **base}  # make up's certificate, else one of its own
         project_env = self._project_env(base)
         users_dir = self._logins(base)
         self._add_sandbox(base)
@@ -291,7 +298,7 @@ class DevStack:
                 **self._database_env(name),
                 "CHORUS_HTTP_PORT": str(ports[name]),
                 "CHORUS_PAYMENT_API_URL": self.sandbox_url,
-                **self._key_stores(ports),
+                **self._key_stores(),
                 **self.service_env.get(name, {}),
             }
             # The APIs it calls and the pages it links to, where this stack runs them; a
@@ -301,6 +308,8 @@ class DevStack:
             endpoint = edges.endpoints.get(name)
             if endpoint is not None and endpoint.port == "api":
                 env["CHORUS_API_PORT"] = str(self.api_port)
+            if name == "key_service":
+                env["CHORUS_API_PORT"] = str(self.key_api_port)
             self._outside_world(name, env, model_user=name in MODEL_USERS or name in own)
             if name in own:
                 env = {**env, **project_env, **self.service_env.get(name, {})}
@@ -373,12 +382,16 @@ class DevStack:
             f"{self.sandbox_url}/stats",
         )
 
-    @staticmethod
-    def _key_stores(ports: Mapping[str, int]) -> dict[str, str]:
+    @property
+    def key_service_url(self) -> str:
+        """Where this stack's key service serves data keys (TLS only)."""
+        return f"https://127.0.0.1:{self.key_api_port}"
+
+    def _key_stores(self) -> dict[str, str]:
         """Every service seals and opens personal data with this stack's key service."""
-        if "key_service" not in ports:
+        if "key_service" not in self.services:
             return {}
-        return {"CHORUS_KEY_STORES": json.dumps({"local": f"http://127.0.0.1:{ports['key_service']}"})}
+        return {"CHORUS_KEY_STORES": json.dumps({"local": self.key_service_url})}
 
     def _address(self, edge: Edge, ports: Mapping[str, int]) -> str | None:
         """Where this stack serves ``edge``'s target: its public API on the stack's API port,

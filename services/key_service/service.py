@@ -7,9 +7,9 @@ from typing import Any
 
 from chorus.kernel.service import ServiceSpec
 from key_service.adapters.keys import KeyShredding, migrate
-from key_service.api import routes
 from key_service.bootstrap import Deps, bootstrap
 from key_service.handlers import HANDLERS
+from key_service.server import serve_keys
 
 VERSION = "0.1.0"
 
@@ -20,5 +20,5 @@ SPEC: ServiceSpec[Any, Deps] = ServiceSpec(
     migrations=[migrate],
     owned_data=[KeyShredding()],
     bootstrap=bootstrap,
-    http_routes=routes,
+    workers=[serve_keys],
 )

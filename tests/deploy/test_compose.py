@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from cryptography import x509
 
 from chorus_contracts.registry import load_registry
 from chorus_tools import composesecrets
@@ -430,7 +431,7 @@ def test_the_outside_world_shares_no_network_with_the_key_service_kafka_or_postg
     assert networks("payment_agent") & outside  # the agents do reach it
 
 
-PUBLIC_FILES = re.compile(r"(\.pub|ca\.pem)$")
+PUBLIC_FILES = re.compile(r"(\.pub|ca\.pem|key_service\.pem)$")
 """What the issuer may leave readable to others: public keys and certificates."""
 
 
@@ -444,3 +445,28 @@ def test_every_issued_secret_is_readable_by_its_owner_only(issued: dict[str, Pat
             if path.is_file() and not PUBLIC_FILES.search(path.name) and mode & 0o077:
                 loose.append(f"{volume}/{path.relative_to(folder)}: {oct(mode)}")
     assert issued and loose == []
+
+
+def test_data_keys_travel_over_tls_to_a_certificate_every_caller_can_verify(issued: dict[str, Path]) -> None:
+    """Every caller of the key service reaches it by https and holds the authority its
+    certificate is verified with; the key service holds that certificate (for the name the
+    callers use) and its private key, in its own volume."""
+    services = _resolved()["services"]
+    callers = 0
+    for name, service in services.items():
+        env = service.get("environment") or {}
+        if "CHORUS_KEY_STORES" in env and name != ISSUER:
+            callers += 1
+            urls = json.loads(env["CHORUS_KEY_STORES"]).values()
+            assert all(urlsplit(url).scheme == "https" for url in urls), name
+            assert env["CHORUS_KEY_SERVICE_CA_FILE"] in _visible(service, issued), name
+    assert callers >= len(SERVICES) - 1
+    keys = services["key_service"]
+    visible, env = _visible(keys, issued), keys["environment"]
+    ca = x509.load_pem_x509_certificate(visible[env["CHORUS_KEY_SERVICE_CA_FILE"]].read_bytes())
+    cert = x509.load_pem_x509_certificate(visible[env["CHORUS_KEY_SERVICE_TLS_CERT_FILE"]].read_bytes())
+    cert.verify_directly_issued_by(ca)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "key_service" in names.get_values_for_type(x509.DNSName)
+    assert env["CHORUS_KEY_SERVICE_TLS_KEY_FILE"] in visible
+    assert stat.S_IMODE(visible[env["CHORUS_KEY_SERVICE_TLS_KEY_FILE"]].stat().st_mode) == 0o600

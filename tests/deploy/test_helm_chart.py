@@ -541,6 +541,48 @@ def test_network_policies_deny_by_default_and_open_only_the_implied_paths(render
     assert not any("ipBlock" in str(r) for r in policies[f"{RELEASE}-budget-agent"]["egress"])
 
 
+def test_data_keys_travel_over_tls_to_the_key_services_api_port_only(rendered: dict[str, str]) -> None:
+    """The key service serves data keys over TLS only, with the certificate of
+    keyServiceTls.secret; its callers reach it by https on its api port, verify it with that
+    Secret's ca.crt (and get nothing else of it), and the network policy opens that port to
+    them; a service that handles no personal field gets no route and no certificate."""
+    docs = parse(rendered["default"])
+    pods = {service_of(d): d["spec"]["template"]["spec"] for d in of_kind(docs, "Deployment")}
+
+    def env(service: str) -> dict[str, str]:
+        return {e["name"]: e.get("value", "") for e in pods[service]["containers"][0]["env"]}
+
+    def tls_items(service: str) -> list[str]:
+        volumes = [v for v in pods[service]["volumes"] if v["name"] == "key-service-tls"]
+        return [
+            i["key"]
+            for v in volumes
+            for i in v["secret"]["items"]
+            if v["secret"]["secretName"] == "chorus-key-service-tls"
+        ]
+
+    mount = "/etc/chorus/key-service-tls"
+    assert env("key_service")["CHORUS_KEY_SERVICE_TLS_CERT_FILE"] == f"{mount}/tls.crt"
+    assert env("key_service")["CHORUS_KEY_SERVICE_TLS_KEY_FILE"] == f"{mount}/tls.key"
+    assert env("key_service")["CHORUS_API_PORT"] == "8127"
+    assert tls_items("key_service") == ["tls.crt", "tls.key"]
+    budget = env("budget_agent")
+    assert json.loads(budget["CHORUS_KEY_STORES"]) == {"local": f"https://{RELEASE}-key-service:8127"}
+    assert budget["CHORUS_KEY_SERVICE_CA_FILE"] == f"{mount}/ca.crt"
+    assert tls_items("budget_agent") == ["ca.crt"]
+    assert "CHORUS_KEY_STORES" not in env("source_fetcher") and tls_items("source_fetcher") == []
+    policies = {p["metadata"]["name"]: p["spec"] for p in of_kind(docs, "NetworkPolicy")}
+    to_keys = [
+        port["port"]
+        for rule in policies[f"{RELEASE}-budget-agent"]["egress"]
+        for peer in rule.get("to", [])
+        if (peer.get("podSelector") or {}).get("matchLabels", {}).get("app.kubernetes.io/component")
+        == "key-service"
+        for port in rule["ports"]
+    ]
+    assert to_keys == [8127]
+
+
 # -- chorus migrate (the migration job's command) -------------------------------------------------
 
 

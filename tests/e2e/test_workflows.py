@@ -34,7 +34,7 @@ from chorus_contracts.platform import FireTarget, OriginalRecord, RetryDue, Time
 from chorus_contracts.procurement import BudgetReserved, InvoiceReceived, InvoiceValidated
 from chorus_contracts.registry import Registry
 from chorus_tools.devstack import SERVICES, DevStack
-from tests.support.apis import BAD_HEADER_LINES, names, probes, raw_head, schemathesis
+from tests.support.apis import BAD_HEADER_LINES, names, probes, raw_head, schemathesis, trust
 from tests.support.database import connected
 from tests.support.examples import example
 from tests.support.hostile import SCRIPTS, corpus
@@ -79,9 +79,8 @@ class World:
 
     @property
     def key_service(self) -> str:
-        """The stack's own key service: its keys open what its services sealed."""
-        health = self.stack.procs["key_service"].health_url or ""
-        return health.removesuffix("/health")
+        """The stack's own key service (its TLS API): its keys open what its services sealed."""
+        return self.stack.key_service_url
 
     def advance(self, seconds: float) -> None:
         OffsetFileClock.advance(self.clock_file, seconds)
@@ -1004,8 +1003,10 @@ def api_of(world: World, name: str) -> tuple[str, str]:
     module shares the stack, so nothing here may redrive, re-pin or rewrite a policy."""
     if name == "gateway":
         return world.stack.api_url, "demo-auditor-key"
+    if name == "key_service":
+        return world.stack.key_service_url, demo_key_service_credential("gateway")
     url = (world.stack.procs[name].health_url or "").removesuffix("/health")
-    return url, demo_key_service_credential("gateway") if name == "key_service" else "demo-auditor-key"
+    return url, "demo-auditor-key"
 
 
 async def test_a_key_service_credential_opens_no_other_api(world: World) -> None:
@@ -1033,7 +1034,7 @@ async def test_hostile_parameters_and_headers_are_4xx_problems_naming_them_on_ev
     read model answered 500)."""
     wrong: list[str] = []
     probed: dict[str, int] = {}
-    async with httpx.AsyncClient(timeout=30.0) as http:
+    async with httpx.AsyncClient(timeout=30.0, verify=trust()) as http:
         for name in API_SERVICES:
             url, key = api_of(world, name)
             document = (await http.get(f"{url}/openapi.json")).json()

@@ -16,6 +16,7 @@ from chorus.base.errors import ConfigError
 from chorus.base.settings import EX_CONFIG, demo_key_service_credential
 from chorus.privacy.feature import key_service_credential
 from chorus.runtime.runner import ServiceSettings
+from chorus.web.tls import make_local_tls
 from chorus_contracts.registry import default_registry
 from deadletter_service.config import Settings as DeadLetterSettings
 from gateway.config import Settings as GatewaySettings
@@ -136,3 +137,26 @@ def test_each_service_presents_its_own_key_service_credential_and_a_keyless_one_
     production.delenv("CHORUS_KEY_SERVICE_API_KEY")
     demo = key_service_credential(ServiceSettings(), registry, "payment_agent")
     assert demo == demo_key_service_credential("payment_agent") != demo_key_service_credential("budget_agent")
+
+
+def test_the_key_service_does_not_start_without_its_certificate_nor_a_caller_with_plain_http(
+    tmp_path: Path,
+) -> None:
+    """Data keys travel over TLS only, in the demo too: the key service without a certificate,
+    or a service told to fetch keys over plain http, exits 78 naming the setting."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CHORUS_")}
+    env = {**base, "CHORUS_ENV": "demo", "CHORUS_KAFKA_SECURITY_PROTOCOL": "PLAINTEXT"}
+    keyless = run_service("key_service", env)
+    assert keyless.returncode == EX_CONFIG
+    assert "CHORUS_KEY_SERVICE_TLS_CERT_FILE and CHORUS_KEY_SERVICE_TLS_KEY_FILE" in keyless.stderr
+    made = make_local_tls(tmp_path, "key_service")
+    swapped = {
+        "CHORUS_KEY_SERVICE_TLS_CERT_FILE": str(made.key_file),
+        "CHORUS_KEY_SERVICE_TLS_KEY_FILE": str(made.cert_file),
+    }
+    wrong = run_service("key_service", {**env, **swapped})
+    assert wrong.returncode == EX_CONFIG and "not a certificate and its key" in wrong.stderr
+    plain = run_service("budget_agent", {**env, "CHORUS_KEY_STORES": '{"local": "http://127.0.0.1:8117"}'})
+    assert plain.returncode == EX_CONFIG
+    assert "CHORUS_KEY_STORES: the key service of local is not an https:// URL" in plain.stderr
+    assert "Traceback" not in keyless.stderr + wrong.stderr + plain.stderr

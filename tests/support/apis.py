@@ -11,13 +11,18 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import ssl
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+import httpx
+
+from chorus.privacy.feature import KEY_SERVICE_CA, key_service_trust
 from chorus.web.webapi import MAX_PARAMETER_CHARS
 
 HOSTILE_INSTANTS = ("0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00")
@@ -36,6 +41,32 @@ class Probe:
 
     def __str__(self) -> str:
         return f"{self.method} {self.path} {self.parameter}={self.value[:40]!r}"
+
+
+def trust() -> ssl.SSLContext:
+    """What a test verifies the local stack's TLS APIs with (the key service's): the
+    certificate authority the session's services trust (CHORUS_KEY_SERVICE_CA_FILE)."""
+    return key_service_trust(os.environ.get(KEY_SERVICE_CA, ""))
+
+
+@asynccontextmanager
+async def key_api(port: int, **client_args: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of a key service's data-key API on ``port`` (TLS, verified as the services
+    verify it), once it answers: its server starts beside the runtime, a moment after."""
+    url = f"https://127.0.0.1:{port}"
+    client_args.setdefault("verify", trust())
+    async with httpx.AsyncClient(base_url=url, timeout=10, **client_args) as http:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while True:
+            try:
+                await http.get("/openapi.json")
+                break
+            except httpx.TransportError:
+                if loop.time() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+        yield http
 
 
 def _schema(parameter: dict[str, Any]) -> dict[str, Any]:
@@ -87,7 +118,8 @@ async def raw_head(url: str, header_line: bytes) -> tuple[int, dict[str, Any]]:
     """GET ``url`` with ``header_line`` as sent, on a socket of its own (an HTTP client
     would refuse to send it): the status, and the problem answered (empty if none)."""
     parts = urlsplit(url)
-    reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+    tls = trust() if parts.scheme == "https" else None
+    reader, writer = await asyncio.open_connection(parts.hostname, parts.port, ssl=tls)
     try:
         writer.write(
             b"GET " + (parts.path or "/").encode() + b" HTTP/1.1\r\nHost: x\r\n" + header_line + b"\r\n"
@@ -131,6 +163,7 @@ async def schemathesis(url: str, key: str, report: Path, *options: str, examples
         "--report-dir",
         str(report.with_suffix("")),
         "--no-color",
+        *(["--tls-verify", os.environ[KEY_SERVICE_CA]] if url.startswith("https:") else []),
         *options,
     ]
     process = await asyncio.create_subprocess_exec(

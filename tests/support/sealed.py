@@ -18,6 +18,7 @@ from chorus.privacy.crypto import Token
 from chorus_contracts.base import is_sealed
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.procurement import InvoiceReceived
+from tests.support.apis import trust
 
 GATEWAY = ProducerRef(service="gateway", version="test")
 AS_THE_PROJECTOR = demo_key_service_credential("audit_projector")
@@ -68,6 +69,7 @@ def opened(value: Any, key_service: str | None = None, keys: dict[str, bytes] | 
                 f"{url.rstrip('/')}/v1/data-keys/{token.kid}",
                 headers={"Authorization": f"Bearer {AS_THE_PROJECTOR}"},
                 timeout=10,
+                verify=trust(),
             )
             response.raise_for_status()
             key = base64.b64decode(response.json()["key"])

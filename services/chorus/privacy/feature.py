@@ -4,14 +4,17 @@ verify step, the erasure and retirement requests it answers, and time-based rete
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 import asyncpg
 import httpx
+from pydantic import field_validator
 
 from chorus.base.errors import ConfigError, SigningConfigError
 from chorus.base.logs import fields
@@ -35,7 +38,11 @@ from chorus_contracts.registry import Registry
 log = logging.getLogger("chorus.privacy")
 
 LOCAL_REGION = "local"
-LOCAL_KEY_SERVICE = "http://127.0.0.1:8117"
+LOCAL_KEY_SERVICE = "https://127.0.0.1:8127"
+KEY_SERVICE_TLS = ("CHORUS_KEY_SERVICE_TLS_CERT_FILE", "CHORUS_KEY_SERVICE_TLS_KEY_FILE")
+"""The key service's certificate and private key (PEM files): its API is served over TLS only."""
+KEY_SERVICE_CA = "CHORUS_KEY_SERVICE_CA_FILE"
+"""The certificate authority its callers verify it with."""
 DEMO_SUBJECT_KEY = "demo-subject-key-not-for-production"
 
 
@@ -44,8 +51,12 @@ class PrivacySettings(ChorusSettings):
     """Directory of Ed25519 keys (chorus.privacy.signing): every signer's ``<service>.pub``, and
     this service's ``<service>.key`` when it produces a signed (decision) event type."""
     key_stores: dict[str, str] = {LOCAL_REGION: LOCAL_KEY_SERVICE}
-    """CHORUS_KEY_STORES: region -> URL of that region's key service. This service seals
-    and opens personal data of these regions only (residency, chorus.privacy.crypto)."""
+    """CHORUS_KEY_STORES: region -> URL of that region's key service (https: its API). This
+    service seals and opens personal data of these regions only (residency,
+    chorus.privacy.crypto)."""
+    key_service_ca_file: str = ""
+    """CHORUS_KEY_SERVICE_CA_FILE: the certificate authority (PEM) the key services'
+    certificates are verified with; unset, the system's."""
     data_region: str = LOCAL_REGION
     """Where keys of new subjects are made, unless ``data_regions`` names their workflow type."""
     data_regions: dict[str, str] = {}
@@ -64,6 +75,17 @@ class PrivacySettings(ChorusSettings):
     """Rows a retirement archived (``<service>.archive``) are kept this long, then deleted."""
     purge_interval_s: float = 3600.0
     """How often time-based retention runs (the archive, ServiceSpec.owned_data's purge)."""
+
+    @field_validator("key_stores")
+    @classmethod
+    def _over_tls(cls, stores: dict[str, str]) -> dict[str, str]:
+        plain = sorted(region for region, url in stores.items() if urlsplit(url).scheme != "https")
+        if plain:
+            raise ValueError(
+                f"CHORUS_KEY_STORES: the key service of {', '.join(plain)} is not an https:// URL "
+                "(data keys travel over TLS only)"
+            )
+        return stores
 
     def demo_secrets(self) -> list[str]:
         found = super().demo_secrets()
@@ -123,11 +145,24 @@ def key_service_credential(settings: PrivacySettings, registry: Registry, servic
     return demo_key_service_credential(service)
 
 
+def key_service_trust(ca_file: str) -> ssl.SSLContext:
+    """What the key services' certificates are verified with: ``ca_file`` (PEM;
+    CHORUS_KEY_SERVICE_CA_FILE), or the system's authorities when it is empty. Hostnames are
+    checked, as always."""
+    try:
+        return ssl.create_default_context(cafile=ca_file or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(
+            f"{KEY_SERVICE_CA}: cannot read the certificate authority {ca_file} ({exc})"
+        ) from None
+
+
 async def start_sealer(
     settings: PrivacySettings, registry: Registry, stack: AsyncExitStack, credential: str
 ) -> Sealer:
     """The sealer of personal data, with a client of each configured region's key service."""
-    client = httpx.AsyncClient(timeout=httpx.Timeout(10.0, connect=3.0))
+    trust = key_service_trust(settings.key_service_ca_file)
+    client = httpx.AsyncClient(timeout=httpx.Timeout(10.0, connect=3.0), verify=trust)
     stack.push_async_callback(client.aclose)
     stores = {
         region: HttpKeyStore(region, url, credential, client) for region, url in settings.key_stores.items()

@@ -27,7 +27,7 @@ import socket
 import sys
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,8 +41,10 @@ from aiokafka.errors import TopicAlreadyExistsError
 from chorus.kernel.codec import decode, encode
 from chorus.kernel.envelopes import start_envelope
 from chorus.kernel.kafka import make_admin, make_consumer, make_producer, stop_client
+from chorus.privacy.feature import KEY_SERVICE_CA, KEY_SERVICE_TLS, key_service_trust
 from chorus.privacy.signing import make_keys
 from chorus.runtime.runner import LOCAL_REGION
+from chorus.web.tls import make_local_tls
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.registry import (
@@ -231,29 +233,38 @@ async def key_store(timeout_s: float = 60.0) -> AsyncIterator[str]:
     if signing_dir:
         schemas = os.environ.get("CHORUS_SCHEMAS_DIR")
         make_keys(Path(signing_dir), load_registry(Path(schemas) if schemas else None).signers())
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
+    port, api_port = _free_port(), _free_port()
+    url = f"https://127.0.0.1:{api_port}"
+    tls = key_service_tls()
     log = tempfile.NamedTemporaryFile(prefix="chorus-key-service-", suffix=".log", delete=False)  # noqa: SIM115
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "key_service",  # a platform service: the runtime starts it, never imports it
-        env={**os.environ, "CHORUS_HTTP_PORT": str(port), "PYTHONUNBUFFERED": "1"},
+        env={
+            **os.environ,
+            **tls,
+            "CHORUS_HTTP_PORT": str(port),
+            "CHORUS_API_PORT": str(api_port),
+            "PYTHONUNBUFFERED": "1",
+        },
         stdout=log,
         stderr=asyncio.subprocess.STDOUT,
     )
-    previous = os.environ.get("CHORUS_KEY_STORES")
+    changed = {"CHORUS_KEY_STORES": json.dumps({LOCAL_REGION: url}), KEY_SERVICE_CA: tls[KEY_SERVICE_CA]}
+    previous = {name: os.environ.get(name) for name in changed}
     try:
-        await _healthy(url, process, Path(log.name), timeout_s)
-        os.environ["CHORUS_KEY_STORES"] = json.dumps({LOCAL_REGION: url})
+        await _healthy(
+            f"http://127.0.0.1:{port}", url, tls[KEY_SERVICE_CA], process, Path(log.name), timeout_s
+        )
+        os.environ.update(changed)
         yield url
     finally:
-        if previous is None:
-            os.environ.pop("CHORUS_KEY_STORES", None)
-        else:
-            os.environ["CHORUS_KEY_STORES"] = previous
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         if process.returncode is None:
             process.terminate()
             await process.wait()
@@ -265,20 +276,41 @@ def _tail(log: Path) -> str:
     return log.read_text(errors="replace")[-3000:]
 
 
-async def _healthy(url: str, process: asyncio.subprocess.Process, log: Path, timeout_s: float) -> None:
+async def _healthy(
+    url: str, api: str, ca_file: str, process: asyncio.subprocess.Process, log: Path, timeout_s: float
+) -> None:
+    """Until the key service is up and its API answers over TLS (refusing no credential)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
-    async with httpx.AsyncClient(timeout=2.0) as client:
+    async with httpx.AsyncClient(timeout=2.0, verify=key_service_trust(ca_file)) as client:
         while loop.time() < deadline:
             if process.returncode is not None:
                 raise RuntimeError(f"the key service exited with {process.returncode}:\n{_tail(log)}")
             try:
-                if (await client.get(f"{url}/health")).status_code == 200:
+                healthy = (await client.get(f"{url}/health")).status_code == 200
+                if healthy and (await client.get(f"{api}/v1/data-keys/local-0")).status_code < 500:
                     return
             except httpx.TransportError:
                 pass
             await asyncio.sleep(0.2)
     raise RuntimeError(f"the key service was not healthy within {timeout_s}s:\n{_tail(log)}")
+
+
+def key_service_tls(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The key service's certificate and its callers' trust, as environment variables: the
+    environment's own (``make up`` sets them for the local stack), else a local certificate
+    authority's made for this run (chorus.web.tls.make_local_tls)."""
+    names = (*KEY_SERVICE_TLS, KEY_SERVICE_CA)
+    if all(environ.get(name) for name in names):
+        return {name: environ[name] for name in names}
+    made = make_local_tls(Path(tempfile.mkdtemp(prefix="chorus-tls-")), "key_service")
+    return dict(zip(names, (str(made.cert_file), str(made.key_file), str(made.ca_file)), strict=True))
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 async def ensure_topics(

@@ -19,6 +19,7 @@ from chorus.base.logs import redact
 from chorus.base.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
 from chorus.kernel.kafka import KafkaAuth, kafka_auth
 from chorus.privacy.signing import make_keys
+from chorus.web.tls import LOCAL_NAMES, make_local_tls
 from chorus_tools.access import (
     Access,
     client_env,
@@ -149,6 +150,24 @@ def signing_keys_command(
     signers = registry_of("access", schemas_dir).signers()
     made = make_keys(signing_dir, signers)
     typer.echo(f"signing keys: {len(signers)} signer(s) in {signing_dir}; made: {', '.join(made) or 'none'}")
+
+
+@app.command("key-service-tls")
+def key_service_tls_command(
+    directory: Annotated[Path, typer.Option("--dir", help="Where the certificates live (made if missing).")],
+    host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--host", help="A name callers reach the key service by (repeatable; default: this machine)."
+        ),
+    ] = None,
+) -> None:
+    """Make a local certificate authority (ca.pem) and the key service's certificate from it
+    (key_service.pem, key_service.key, mode 600), unless they are there: its data-key API
+    is served over TLS only. For a local stack; a deployment brings its own (the Helm chart
+    makes them, compose's secrets service makes them)."""
+    made = make_local_tls(directory, "key_service", tuple(host) if host else LOCAL_NAMES)
+    typer.echo(f"key service TLS: {made.cert_file} (authority {made.ca_file})")
 
 
 @app.command("client-config")

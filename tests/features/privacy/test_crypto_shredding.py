@@ -26,6 +26,8 @@ from chorus.privacy.crypto import (
 from chorus_contracts.envelope import ProducerRef
 from chorus_contracts.platform import SubjectErasureRequested
 from chorus_contracts.registry import load_registry
+from chorus_tools.devstack import free_port
+from tests.support.apis import key_api, trust
 from tests.support.kafka import publish
 from tests.support.processes import ServiceProcess
 from tests.support.sealed import personal_invoice
@@ -42,7 +44,7 @@ async def test_one_live_key_per_subject_until_its_erasure_destroys_it(
     key_service: str, kafka_bootstrap: str, unique: str
 ) -> None:
     subject = subject_hash(f"subject:keys-{unique}")
-    async with httpx.AsyncClient(base_url=key_service, headers=AUTH, timeout=10) as http:
+    async with httpx.AsyncClient(base_url=key_service, headers=AUTH, timeout=10, verify=trust()) as http:
         ask = {"region": "local", "subject_hash": subject, "workflow_id": f"wf-a-{unique}"}
         first = (await http.post("/v1/data-keys", json=ask)).json()
         # Another workflow of the same subject, asked by another service: the same key.
@@ -97,19 +99,26 @@ async def test_one_live_key_per_subject_until_its_erasure_destroys_it(
 async def regions(kafka_bootstrap: str, database_url: str, tmp_path: Path) -> AsyncIterator[dict[str, str]]:
     """Two key stores, one per region, each holding only its own region's master key."""
     stores: dict[str, ServiceProcess] = {}
+    ports: dict[str, int] = {}
     for region in ("eu", "us"):
+        api_port = free_port()
         master = base64.b64encode(os.urandom(32)).decode()
         env = {
             "CHORUS_KAFKA_BOOTSTRAP": kafka_bootstrap,
             "CHORUS_DATABASE_URL": database_url,
             "CHORUS_MASTER_KEYS": json.dumps({region: master}),
             "CHORUS_GROUP_ID": f"key_service-{region}-{uuid.uuid4().hex[:6]}",
+            "CHORUS_API_PORT": str(api_port),
         }
+        ports[region] = api_port
         stores[region] = ServiceProcess("key_service", env, tmp_path, name=f"key_service-{region}").start()
     try:
         for proc in stores.values():
             await proc.wait_healthy()
-        yield {region: proc.url for region, proc in stores.items()}
+        for port in ports.values():  # its API starts beside the runtime, a moment after
+            async with key_api(port):
+                pass
+        yield {region: f"https://127.0.0.1:{port}" for region, port in ports.items()}
     finally:
         for proc in stores.values():
             await proc.terminate()
@@ -118,7 +127,7 @@ async def regions(kafka_bootstrap: str, database_url: str, tmp_path: Path) -> As
 async def test_a_service_configured_for_one_region_cannot_read_the_other_regions_fields(
     regions: dict[str, str], unique: str
 ) -> None:
-    async with httpx.AsyncClient(timeout=10) as client:
+    async with httpx.AsyncClient(timeout=10, verify=trust()) as client:
 
         def sealer(*names: str) -> Sealer:
             stores = {r: HttpKeyStore(r, regions[r], CREDENTIAL, client) for r in names}

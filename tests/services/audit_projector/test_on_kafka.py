@@ -38,6 +38,7 @@ from chorus.web.apikeys import DEMO_KEYS, ApiKey, bearer
 from chorus_contracts.base import CATALOG
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.registry import Registry
+from tests.support.apis import trust
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, local_verifier, publish, read_topic
 from tests.support.processes import ServiceProcess, chorus, infra_env
@@ -947,7 +948,7 @@ async def test_every_read_of_personal_data_is_in_the_access_log(
         document_text=f"Invoice for Ada {unique}",
     )
     stream.add("workflow.deadline_reached", f"wf-none-{unique}", t0, subject=None)  # nothing personal
-    async with httpx.AsyncClient(timeout=10) as client:
+    async with httpx.AsyncClient(timeout=10, verify=trust()) as client:
         store = HttpKeyStore("local", key_service, demo_key_service_credential("gateway"), client)
         sealer = Sealer(registry, {"local": store}, region="local")
         sealed = [(topic, await sealer.seal(env)) for topic, env in stream.items]

@@ -18,8 +18,10 @@ from chorus.runtime.runner import running
 from chorus.web.apikeys import DEMO_GATEWAY_KEY, bearer
 from chorus_contracts.envelope import ProducerRef
 from chorus_contracts.platform import SubjectErasureRequested
+from chorus_tools.devstack import free_port
 from key_service.config import Settings
 from key_service.service import SPEC
+from tests.support.apis import key_api
 from tests.support.kafka import envelope, publish, refused_by
 from tests.support.onkafka import OnKafka
 
@@ -48,14 +50,15 @@ async def test_every_key_handed_out_is_on_record_with_who_asked_and_whose_it_is(
     ask = {"region": "local", "subject_hash": whose, "workflow_id": f"wf-log-{unique}"}
     kept = Kept()
     logging.getLogger("key_service.api").addHandler(kept)
-    async with running(SPEC, on_kafka.settings(Settings, SPEC.name), registry=on_kafka.registry) as keys:
+    settings = on_kafka.settings(Settings, SPEC.name, api_port=free_port())
+    async with running(SPEC, settings, registry=on_kafka.registry) as keys:
         assert keys.http is not None
-        url = f"http://127.0.0.1:{keys.http.port}"
-        async with httpx.AsyncClient(base_url=url, headers=AS_A_SERVICE, timeout=10) as http:
+        async with key_api(settings.api_port, headers=AS_A_SERVICE) as http:
             made = (await http.post("/v1/data-keys", json=ask)).json()["kid"]
             again = (await http.post("/v1/data-keys", json=ask)).json()["kid"]
             by_id = await http.get(f"/v1/data-keys/{made}")
-            metrics = (await http.get("/metrics")).text
+        async with httpx.AsyncClient(timeout=10) as plain:
+            metrics = (await plain.get(f"http://127.0.0.1:{keys.http.port}/metrics")).text
     logging.getLogger("key_service.api").removeHandler(kept)
     assert made == again and by_id.status_code == 200
     handed = [
@@ -85,10 +88,10 @@ async def test_a_service_gets_keys_only_with_its_own_credential_and_only_if_it_h
         "workflow_id": f"wf-c-{unique}",
     }
     clients = {f"ks-budget-{unique}": "budget_agent", f"ks-fetcher-{unique}": "source_fetcher"}
-    settings = on_kafka.settings(Settings, SPEC.name, key_service_clients=clients)
+    settings = on_kafka.settings(Settings, SPEC.name, key_service_clients=clients, api_port=free_port())
     async with running(SPEC, settings, registry=on_kafka.registry) as keys:
         assert keys.http is not None
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{keys.http.port}", timeout=10) as http:
+        async with key_api(settings.api_port) as http:
             budget = await http.post("/v1/data-keys", json=ask, headers=bearer(f"ks-budget-{unique}"))
             kid = budget.json()["kid"]
             fetcher = bearer(f"ks-fetcher-{unique}")
@@ -129,19 +132,20 @@ async def test_an_erasure_request_destroys_the_subjects_keys_and_is_confirmed_on
     sent = envelope(request, workflow_id=f"erasure-{unique}", workflow_type="chorus.data").model_copy(
         update={"producer": ProducerRef(service="audit_projector", version="0.1.0")}
     )
-    async with running(SPEC, on_kafka.settings(Settings, SPEC.name), registry=on_kafka.registry) as keys:
-        assert keys.http is not None
-        url = f"http://127.0.0.1:{keys.http.port}"
-        async with httpx.AsyncClient(base_url=url, headers=AS_A_SERVICE, timeout=10) as http:
-            kids = [(await http.post("/v1/data-keys", json=ask)).json()["kid"] for ask in asks]
-            # Forged first: a writer of chorus.data claiming to be the projector, unsigned.
-            topic = on_kafka.registry.physical_topic(request.event_type)
-            await publish(on_kafka.bootstrap, topic, [sent], sign=False)
-            await refused_by(on_kafka.bootstrap, on_kafka.registry, sent, {"key_service"})
-            assert [(await http.get(f"/v1/data-keys/{kid}")).status_code for kid in kids] == [200, 200, 200]
-            await on_kafka.publish(sent, sent)  # the same request again: a redelivery
-            [confirmed] = await on_kafka.read("data.removed", sent.workflow_id, settle_s=2.0)
-            answers = [(await http.get(f"/v1/data-keys/{kid}")).status_code for kid in kids]
+    settings = on_kafka.settings(Settings, SPEC.name, api_port=free_port())
+    async with (
+        running(SPEC, settings, registry=on_kafka.registry),
+        key_api(settings.api_port, headers=AS_A_SERVICE) as http,
+    ):
+        kids = [(await http.post("/v1/data-keys", json=ask)).json()["kid"] for ask in asks]
+        # Forged first: a writer of chorus.data claiming to be the projector, unsigned.
+        topic = on_kafka.registry.physical_topic(request.event_type)
+        await publish(on_kafka.bootstrap, topic, [sent], sign=False)
+        await refused_by(on_kafka.bootstrap, on_kafka.registry, sent, {"key_service"})
+        assert [(await http.get(f"/v1/data-keys/{kid}")).status_code for kid in kids] == [200, 200, 200]
+        await on_kafka.publish(sent, sent)  # the same request again: a redelivery
+        [confirmed] = await on_kafka.read("data.removed", sent.workflow_id, settle_s=2.0)
+        answers = [(await http.get(f"/v1/data-keys/{kid}")).status_code for kid in kids]
     assert answers == [410, 410, 200]  # the subject's keys are gone for good, the other's lives
     removed = confirmed.payload
     assert (removed.request, removed.request_id, removed.service) == (
@@ -150,3 +154,26 @@ async def test_an_erasure_request_destroys_the_subjects_keys_and_is_confirmed_on
         "key_service",
     )
     assert removed.rows["key_service.data_keys (destroyed)"] == 2
+
+
+async def test_data_keys_travel_over_tls_only_and_never_on_the_plain_port(on_kafka: OnKafka) -> None:
+    """A data key opens a subject's personal data: whoever can read the network between a
+    service and the key service must not see one. The API answers over TLS only, with a
+    certificate its callers verify; plain HTTP to its port gets no answer, and the plain
+    port (/health and /metrics, for probes and Prometheus) serves no key. Before, every key
+    crossed the network in clear on the plain port."""
+    unique = on_kafka.unique
+    ask = {"region": "local", "workflow_id": f"wf-tls-{unique}"}
+    settings = on_kafka.settings(Settings, SPEC.name, api_port=free_port())
+    async with running(SPEC, settings, registry=on_kafka.registry) as keys:
+        assert keys.http is not None
+        async with key_api(settings.api_port, headers=AS_A_SERVICE) as http:
+            assert (await http.post("/v1/data-keys", json=ask)).status_code == 200
+        async with httpx.AsyncClient(headers=AS_A_SERVICE, timeout=10) as plain:
+            on_the_plain_port = await plain.post(f"http://127.0.0.1:{keys.http.port}/v1/data-keys", json=ask)
+            with pytest.raises(httpx.HTTPError):  # the TLS port speaks no plain HTTP
+                await plain.post(f"http://127.0.0.1:{settings.api_port}/v1/data-keys", json=ask)
+        async with httpx.AsyncClient(headers=AS_A_SERVICE, timeout=10) as untrusting:  # the system's CAs
+            with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+                await untrusting.post(f"https://127.0.0.1:{settings.api_port}/v1/data-keys", json=ask)
+    assert on_the_plain_port.status_code == 404

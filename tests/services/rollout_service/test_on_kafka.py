@@ -392,5 +392,12 @@ async def test_a_canary_failing_a_third_of_its_workflows_is_rolled_back_by_the_r
     # New workflows go to stable again, and complete there.
     await rollouts.followed(status["policy"]["revision"])
     later = await rollouts.submit(10)
-    assert set((await rollouts.pins(services_pg, later)).values()) == {CANARY}
     assert {b["status"] for b in (await rollouts.all_end(later)).values()} == {"completed"}
+    # The rollout service learns where each went from workflow.started, on its own time.
+    pins = await wait_until(
+        lambda: rollouts.pins(services_pg, later),
+        until=lambda found: set(found) == set(later),
+        timeout_s=60,
+        what="the rollout service's record of where the new workflows went",
+    )
+    assert set(pins.values()) == {CANARY}

@@ -36,6 +36,13 @@ for s in "${KEY_CLIENTS[@]}"; do
   k create secret generic "chorus-key-service-client-$s" --from-file=api-key="secrets/key-service/$s.key"
 done
 k create secret generic chorus-key-service-clients --from-file=clients.json=secrets/key-service-clients.json
+# The key service's data-key API is TLS only: its certificate for its in-cluster name, and the
+# authority its callers verify it with (or let cert-manager make chorus-key-service-tls). With
+# a release named chorus, e.g.:
+#   chorus access key-service-tls --dir secrets/key-service-tls \
+#     --host chorus-key-service --host "chorus-key-service.$NS.svc"
+k create secret generic chorus-key-service-tls --from-file=tls.crt=secrets/key-service-tls/key_service.pem \
+  --from-file=tls.key=secrets/key-service-tls/key_service.key --from-file=ca.crt=secrets/key-service-tls/ca.pem
 k create secret generic chorus-master-keys --from-file=master-keys.json=secrets/master-keys.json
 k create secret generic chorus-subject-key --from-file=subject-key=secrets/subject.key
 k create secret generic chorus-gateway \
