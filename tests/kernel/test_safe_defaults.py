@@ -143,7 +143,8 @@ def test_the_key_service_does_not_start_without_its_certificate_nor_a_caller_wit
     tmp_path: Path,
 ) -> None:
     """Data keys travel over TLS only, in the demo too: the key service without a certificate,
-    or a service told to fetch keys over plain http, exits 78 naming the setting."""
+    or a service told to fetch keys over plain http or to trust an authority it cannot read,
+    exits 78 naming the setting."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("CHORUS_")}
     env = {**base, "CHORUS_ENV": "demo", "CHORUS_KAFKA_SECURITY_PROTOCOL": "PLAINTEXT"}
     keyless = run_service("key_service", env)
@@ -156,7 +157,12 @@ def test_the_key_service_does_not_start_without_its_certificate_nor_a_caller_wit
     }
     wrong = run_service("key_service", {**env, **swapped})
     assert wrong.returncode == EX_CONFIG and "not a certificate and its key" in wrong.stderr
+    unreadable = run_service(
+        "budget_agent", {**env, "CHORUS_KEY_SERVICE_CA_FILE": str(tmp_path / "none.pem")}
+    )
+    assert unreadable.returncode == EX_CONFIG
+    assert "CHORUS_KEY_SERVICE_CA_FILE: cannot read the certificate authority" in unreadable.stderr
     plain = run_service("budget_agent", {**env, "CHORUS_KEY_STORES": '{"local": "http://127.0.0.1:8117"}'})
     assert plain.returncode == EX_CONFIG
     assert "CHORUS_KEY_STORES: the key service of local is not an https:// URL" in plain.stderr
-    assert "Traceback" not in keyless.stderr + wrong.stderr + plain.stderr
+    assert "Traceback" not in keyless.stderr + wrong.stderr + unreadable.stderr + plain.stderr

@@ -87,6 +87,15 @@ class PrivacySettings(ChorusSettings):
             )
         return stores
 
+    @field_validator("key_service_ca_file")
+    @classmethod
+    def _readable_authority(cls, ca_file: str) -> str:
+        try:
+            key_service_trust(ca_file)  # at start, a one-line refusal; not at the first seal
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return ca_file
+
     def demo_secrets(self) -> list[str]:
         found = super().demo_secrets()
         if is_demo_key_service_credential(self.key_service_api_key):
