@@ -20,6 +20,7 @@ from chorus_contracts.registry import (
     personal_pointers,
     upcaster_gaps,
 )
+from tests.support.registry import unsigned_starts
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMAS = ROOT / "schemas"
@@ -176,6 +177,8 @@ def test_a_service_may_not_sign_an_unsigned_type_or_one_whose_topic_it_does_not_
 
     copy = tmp_path / "schemas"
     shutil.copytree(SCHEMAS, copy)
+    # Every type of the platform is signed: a project's may leave its start request unsigned.
+    unsigned_starts(copy)
     principals = yaml.safe_load((copy / "principals.yaml").read_text())
     principals["services"]["source_fetcher"] = {"kind": "runtime", "writes": [writes], "signs": [signs]}
     (copy / "principals.yaml").write_text(yaml.safe_dump(principals))

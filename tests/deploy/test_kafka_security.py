@@ -68,9 +68,9 @@ def forged_decision(registry: Registry) -> tuple[str, bytes]:
     return registry.physical_topic("approval.decided"), encode(forged)
 
 
-async def granted(tmp_path: Path, unique: str, bootstrap: str) -> Registry:
+async def granted(tmp_path: Path, unique: str, bootstrap: str, *, signed_starts: bool = True) -> Registry:
     """A registry of this test's own topics, with the ACLs its principals get from it."""
-    registry = await isolated_registry(tmp_path, unique, bootstrap)
+    registry = await isolated_registry(tmp_path, unique, bootstrap, signed_starts=signed_starts)
     await grant_access(registry, bootstrap)
     return registry
 
@@ -225,8 +225,8 @@ def log_in_as(person: str, bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> d
 
 
 async def cli_produce(registry: Registry, bootstrap: str, run: str) -> Result:
-    """`chorus produce invoice.received` as the README shows it (off this event loop: the
-    CLI runs its own)."""
+    """`chorus produce invoice.received` (off this event loop: the CLI runs its own), of a
+    registry that leaves it unsigned as a project may its own start requests."""
     args = ["produce", "invoice.received", "--data", json.dumps(procurement(run)["input"])]
     args += ["--schemas-dir", str(registry.root), "--bootstrap", bootstrap]
     return await asyncio.to_thread(CliRunner().invoke, app, args)
@@ -235,7 +235,7 @@ async def cli_produce(registry: Registry, bootstrap: str, run: str) -> Result:
 async def test_an_operator_gets_its_own_login_for_the_cli_and_may_produce(
     tmp_path: Path, kafka_bootstrap: str, unique: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    registry = await granted(tmp_path, unique, kafka_bootstrap)
+    registry = await granted(tmp_path, unique, kafka_bootstrap, signed_starts=False)
     lines = log_in_as("chorus-operator", kafka_bootstrap, monkeypatch)
     assert lines["CHORUS_KAFKA_SASL_USERNAME"] == "chorus-operator"
     assert lines["CHORUS_KAFKA_SSL_CAFILE"].endswith("ca.pem")
@@ -250,7 +250,7 @@ async def test_an_operator_gets_its_own_login_for_the_cli_and_may_produce(
 async def test_a_login_the_broker_refuses_is_told_so_in_one_line_and_exit_77(
     tmp_path: Path, kafka_bootstrap: str, unique: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    registry = await granted(tmp_path, unique, kafka_bootstrap)
+    registry = await granted(tmp_path, unique, kafka_bootstrap, signed_starts=False)
     log_in_as("chorus-auditor", kafka_bootstrap, monkeypatch)
     result = await cli_produce(registry, kafka_bootstrap, unique)
     assert result.exit_code == 77, f"{result.output}{result.exception!r}"

@@ -38,7 +38,15 @@ from tests.support.apis import BAD_HEADER_LINES, names, probes, raw_head, schema
 from tests.support.database import connected
 from tests.support.examples import example
 from tests.support.hostile import SCRIPTS, corpus
-from tests.support.kafka import dump_topics, events_of, publish, read_to_end, read_topic, stated_by
+from tests.support.kafka import (
+    dump_topics,
+    events_of,
+    local_signer,
+    publish,
+    read_to_end,
+    read_topic,
+    stated_by,
+)
 from tests.support.kafka import envelope as envelope_of
 from tests.support.processes import chorus
 from tests.support.sealed import opened
@@ -819,6 +827,38 @@ async def test_a_retry_from_another_service_starts_nothing_in_the_service_it_nam
     assert stated == []
 
 
+async def test_a_start_request_not_from_the_gateway_starts_nothing(world: World) -> None:
+    """The payment agent may write procurement.events (it states payments there). An invoice
+    it published itself would start a procurement nobody submitted: no submitter, no
+    deadline, nothing in the gateway, yet the invoice agent would validate it and the budget
+    agent reserve for it. The start is the gateway's to state: under the payment agent's own
+    signature or in the gateway's name unsigned, the invoice agent and the audit projection
+    refuse it, and nothing is stated about either workflow."""
+    forged = [
+        envelope_of(
+            example(InvoiceReceived),
+            workflow_id=f"wf-unsubmitted-{uuid.uuid4().hex[:8]}",
+            workflow_type="procurement",
+        )
+        for _ in range(2)
+    ]
+    own = stated_by(forged[0], "payment_agent")
+    topic = world.registry.physical_topic("invoice.received")
+    await publish(world.kafka, topic, [own], headers=[local_signer("payment_agent").header(encode(own))])
+    await publish(world.kafka, topic, [forged[1]], sign=False)  # claims the gateway
+    ids = {str(own.event_id), str(forged[1].event_id)}
+    for service in ("invoice_agent", "audit_projector"):
+        await refused_by(world, service, ids)
+
+    records = await read_to_end(world.kafka, world.registry.physical_topic("invoice.validated"))
+    workflows = {own.workflow_id, forged[1].workflow_id}
+    stated = [e for t in ("invoice.validated", "invoice.rejected") for e in events_of(records, t)]
+    assert [e["event_type"] for e in stated if e["workflow_id"] in workflows] == []
+    for workflow_id in workflows:
+        unknown = await world.http.get(f"/v1/workflows/{workflow_id}", headers=OPERATOR)
+        assert unknown.status_code == 404, unknown.text
+
+
 async def test_another_agents_own_signature_on_a_procurements_end_ends_nothing(world: World) -> None:
     """A compromised report agent states, under its own valid key, that a procurement waiting
     for its manager completed: the end that stops every service and makes the gateway tell
@@ -1455,11 +1495,34 @@ async def test_the_workflow_list_filters_searches_and_pages_without_repeats(worl
 
 
 async def test_operators_and_reviewers_work_from_the_cli(world: World) -> None:
-    """chorus workflows list|show and chorus approvals list|decide, table and json."""
+    """chorus workflows start|list|show and chorus approvals list|decide, table and json."""
     run = uuid.uuid4().hex[:8]
     key = f"cli-{run}"
-    workflow_id = (await world.submit("procurement", invoice(run), key=key)).json()["workflow_id"]
+    body = invoice(run)
+    submitter = {"CHORUS_GATEWAY_URL": world.stack.api_url, "CHORUS_API_KEY": "demo-submitter-key"}
+    start = (
+        "workflows",
+        "start",
+        "procurement",
+        "--subject-ref",
+        body["subject_ref"],
+        "--idempotency-key",
+        key,
+    )
+    code, out, err = await chorus(
+        *start, "--data", json.dumps(body["input"]), "--output", "json", env=submitter
+    )
+    assert code == 0, err
+    workflow_id = json.loads(out)["workflow_id"]
+    # Asked again with the same key: the same workflow, not a second one.
+    code, out, err = await chorus(*start, "--data", json.dumps(body["input"]), env=submitter)
+    assert (code, out.split(":")[0]) == (0, workflow_id), err
+    # The services act on the start the gateway signed for it: it reaches its manager.
     await world.waiting_on(workflow_id, "manager")
+    code, out, err = await chorus(
+        *start[:3], "--data", json.dumps({**body["input"], "total_cents": "many"}), env=submitter
+    )
+    assert code == 2 and "total_cents" in err and out == "", err
 
     code, out, err = await chorus_cli(world, "workflows", "list", "--search", key, "--output", "json")
     assert code == 0, err

@@ -26,7 +26,7 @@ from chorus.kernel.codec import decode
 from chorus.kernel.kafka import make_consumer
 from chorus_contracts.registry import Registry, load_registry
 from tests.support.kafka import publish, read_topic
-from tests.support.registry import isolated_registry, isolated_schemas
+from tests.support.registry import isolated_registry, isolated_schemas, unsigned_starts
 
 pytestmark = pytest.mark.integration
 
@@ -57,7 +57,9 @@ INVOICE_PAYLOAD = {
 
 @pytest.fixture
 def registry(tmp_path: Path, kafka_bootstrap: str, unique: str) -> Registry:
-    return asyncio.run(isolated_registry(tmp_path, unique, kafka_bootstrap))
+    """The registry with its start requests unsigned, as a project's may be: the platform's
+    are the gateway's to state, and `chorus produce` publishes unsigned workflow events only."""
+    return asyncio.run(isolated_registry(tmp_path, unique, kafka_bootstrap, signed_starts=False))
 
 
 @pytest.fixture
@@ -197,6 +199,25 @@ def test_platform_commands_are_refused_naming_where_to_act_instead(
     assert f"{event_type} is a platform command ({topic}" in result.stderr.decode()
 
 
+def test_a_request_that_starts_a_workflow_is_refused_naming_the_gateways_command(
+    tmp_path: Path, unique: str
+) -> None:
+    """The gateway signs the platform's start requests (and records who submitted, the
+    deadline and the callback): its services refuse one from anyone else, so the CLI does
+    not publish one (no broker is reached: this one is down)."""
+    registry = load_registry(isolated_schemas(tmp_path, unique))
+    env = {"CHORUS_SCHEMAS_DIR": str(registry.root), "CHORUS_KAFKA_BOOTSTRAP": "127.0.0.1:1"}
+    for event_type, workflow_type, payload in (
+        ("invoice.received", "procurement", json.dumps(INVOICE_PAYLOAD)),
+        ("report.requested", "research_report", REPORT_PAYLOAD.decode()),
+    ):
+        result = chorus(env, "produce", event_type, "--data", payload)
+        assert result.returncode == EX_DATAERR
+        err = result.stderr.decode()
+        assert f"{event_type} starts a {workflow_type} workflow and is signed by gateway" in err
+        assert f"`chorus workflows start {workflow_type} --data ...`" in err
+
+
 def test_dry_run_prints_a_valid_envelope_and_publishes_nothing(
     registry: Registry, cli_env: dict[str, str], kafka_bootstrap: str
 ) -> None:
@@ -330,7 +351,7 @@ def test_subscribe_shows_undecodable_records_and_starts_where_asked(
 def test_no_broker_or_no_topic_says_where_and_what_to_do(
     tmp_path: Path, kafka_bootstrap: str, unique: str
 ) -> None:
-    registry = load_registry(isolated_schemas(tmp_path, f"{unique}x"))
+    registry = load_registry(unsigned_starts(isolated_schemas(tmp_path, f"{unique}x")))
     payload = json.dumps(INVOICE_PAYLOAD)
     env = {"CHORUS_SCHEMAS_DIR": str(registry.root), "CHORUS_KAFKA_BOOTSTRAP": "127.0.0.1:1"}
     down = chorus(env, "produce", "invoice.received", "--data", payload)

@@ -217,6 +217,14 @@ def build_envelope(
             EX_DATAERR,
         )
     signers = registry.signers_of(event_type)
+    starts = sorted(name for name, workflow in registry.workflows.items() if workflow.start == event_type)
+    if signers and starts:
+        # Only the gateway's start counts: it records the submitter, the deadline and the callback.
+        raise CliError(
+            f"{event_type} starts a {starts[0]} workflow and is signed by {', '.join(sorted(signers))}: "
+            f"start one through the gateway with `chorus workflows start {starts[0]} --data ...`",
+            EX_DATAERR,
+        )
     if signers:
         # Its consumers dead-letter it from anyone but its signers (chorus.privacy.signing).
         named = ", ".join(sorted(signers))

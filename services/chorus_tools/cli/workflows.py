@@ -1,11 +1,12 @@
-"""``chorus workflows``: list, show and cancel workflows through the gateway's API.
+"""``chorus workflows``: start, list, show and cancel workflows through the gateway's API.
 
 ``--url`` (else CHORUS_GATEWAY_URL, else http://127.0.0.1:8080) and your API key
 (``--api-key``, else CHORUS_API_KEY): an operator's or auditor's lists every workflow, a
 submitter's its own.
 
-Exit codes: 0 ok; 1 refused (unknown workflow, or it ended otherwise first); 2 bad
-input; 69 the gateway is unreachable; 77 the key or its role may not do this.
+Exit codes: 0 ok; 1 refused (unknown workflow, or it ended otherwise first; an
+Idempotency-Key used for another request); 2 bad input; 65 unreadable --data; 66 no
+--data file; 69 the gateway is unreachable; 77 the key or its role may not do this.
 """
 
 from __future__ import annotations
@@ -15,21 +16,81 @@ from typing import Annotated, Any
 from urllib.parse import quote
 
 import typer
+from pydantic import JsonValue
 from rich.console import Console
 from rich.markup import escape
 
 from chorus_contracts.api.audit_projector import WorkflowSummary
-from chorus_contracts.api.gateway import CancelAccepted, CancelBody, WorkflowPage, WorkflowState
+from chorus_contracts.api.gateway import (
+    CancelAccepted,
+    CancelBody,
+    SubmissionAccepted,
+    WorkflowPage,
+    WorkflowState,
+)
 from chorus_contracts.lifecycle import WORKFLOW_STATUSES
 from chorus_tools.cli.audit import at_utc, print_workflow
-from chorus_tools.cli.options import GATEWAY, ApiCall, api_command, table_of
+from chorus_tools.cli.events import CliError, Lane, read_data
+from chorus_tools.cli.options import GATEWAY, ApiCall, api_command, fail, table_of
 
-app = typer.Typer(name="workflows", help="Workflows: list, show, cancel.", no_args_is_help=True)
+app = typer.Typer(name="workflows", help="Workflows: start, list, show, cancel.", no_args_is_help=True)
 console = Console(highlight=False)
 
 
 def _status_names(incomplete: str) -> list[str]:
     return [s for s in WORKFLOW_STATUSES if s.startswith(incomplete)]
+
+
+@api_command(app, "start", GATEWAY)
+def start_command(
+    call: ApiCall,
+    workflow_type: Annotated[
+        str, typer.Argument(help="A workflow type the gateway starts (workflows.yaml), e.g. procurement.")
+    ],
+    data: Annotated[
+        str,
+        typer.Option(
+            "--data", "-d", help="Its start event's payload: @file.json, - for stdin, or inline JSON."
+        ),
+    ],
+    priority: Annotated[
+        Lane, typer.Option("--priority", case_sensitive=False, help="Priority (its events' lane).")
+    ] = Lane.normal,
+    subject_ref: Annotated[
+        str | None, typer.Option("--subject-ref", help="The data subject it concerns (for erasure).")
+    ] = None,
+    callback_url: Annotated[
+        str | None, typer.Option("--callback-url", help="POSTed the result, signed, when it ends.")
+    ] = None,
+    deadline_s: Annotated[
+        float | None, typer.Option("--deadline-s", help="Seconds until it times out (at most its type's).")
+    ] = None,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option("--idempotency-key", help="Asking again with it answers the same workflow."),
+    ] = None,
+) -> None:
+    """Start a workflow as a submission to the gateway (POST /v1/workflows/TYPE): the gateway
+    records your key's principal as its submitter and signs the request that starts it, the
+    only start its services act on. Prints the new workflow's id."""
+    try:
+        payload: JsonValue = read_data(data)
+    except CliError as exc:
+        fail("workflows start", str(exc), exc.code)
+    body = {
+        "input": payload,
+        "priority": priority.value,
+        "subject_ref": subject_ref,
+        "callback_url": callback_url,
+        "deadline_s": deadline_s,
+    }
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+    path = f"/v1/workflows/{quote(workflow_type, safe='')}"
+    sent = {k: v for k, v in body.items() if v is not None}
+    answer = call.answer(SubmissionAccepted, "POST", path, json=sent, headers=headers)
+    if call.printed(answer):
+        return
+    typer.echo(f"{answer.workflow_id}: {answer.status} ({answer.status_url})")
 
 
 @api_command(app, "list", GATEWAY)
