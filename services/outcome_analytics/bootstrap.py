@@ -9,7 +9,7 @@ import uuid
 from chorus import __version__
 from chorus.base.clock import clock_from_setting
 from chorus.base.metrics import Metrics
-from chorus.privacy.signing import Signer, load_keys
+from chorus.privacy.signing import Signer, Verifier, load_keys
 from chorus_contracts.envelope import ProducerRef
 from chorus_contracts.platform import EventDeadLettered
 from chorus_contracts.registry import Registry
@@ -25,12 +25,20 @@ def unique_group(base: str) -> str:
     return f"{base}.{uuid.uuid4().hex[:12]}"
 
 
-def dead_letter_signer(settings: Settings) -> Signer:
+def analytics_keys(settings: Settings, registry: Registry) -> tuple[Signer, Verifier]:
     """Its signer of dead letters (principals.yaml: it signs event.dead_lettered, as every
-    runtime service does its own); SigningConfigError naming what is missing."""
-    signer = load_keys(settings.signing_dir, SERVICE, signs={EventDeadLettered.event_type}, checks={}).signer
-    assert signer is not None  # load_keys makes one when it signs anything
-    return signer
+    runtime service does its own) and the verifier of what it counts, as every consumer
+    checks it; SigningConfigError naming what is missing."""
+    keys = load_keys(
+        settings.signing_dir,
+        SERVICE,
+        signs={EventDeadLettered.event_type},
+        checks=registry.signed_by(),
+        endings=registry.endings(),
+        own_commands=registry.own_commands(),
+    )
+    assert keys.signer is not None  # load_keys makes one when it signs anything
+    return keys.signer, keys.verifier
 
 
 def bootstrap(settings: Settings, registry: Registry) -> tuple[Deps, KafkaDeadLetters]:
@@ -38,14 +46,16 @@ def bootstrap(settings: Settings, registry: Registry) -> tuple[Deps, KafkaDeadLe
     view = OutcomeView()
     metrics = Metrics(SERVICE)
     metrics.registry.register(ViewCollector(view))
+    signer, verifier = analytics_keys(settings, registry)
     dead_letters = KafkaDeadLetters(
         settings.kafka_bootstrap,
         registry.physical_topic(EventDeadLettered.event_type),
-        dead_letter_signer(settings),
+        signer,
         retry_max_s=settings.dead_letter_retry_max_s,
     )
     deps = Deps(
         registry=registry,
+        verifier=verifier,
         view=view,
         dead_letters=dead_letters,
         metrics=metrics,

@@ -11,13 +11,14 @@ import logging
 from dataclasses import dataclass, field
 
 from chorus.base.clock import Clock
-from chorus.base.errors import DecodeError
+from chorus.base.errors import DecodeError, UnauthorizedError
 from chorus.base.logs import fields, log_context
 from chorus.base.metrics import Metrics
 from chorus.kernel.codec import Event, decode
 from chorus.kernel.deadletters import dead_letter_envelope, failure
 from chorus.kernel.kafka_records import check_headers
 from chorus.kernel.records import Record
+from chorus.privacy.signing import Verifier
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, ProducerRef
 from chorus_contracts.platform import ErrorCategory, EventDeadLettered
@@ -33,6 +34,8 @@ class Deps:
     """Everything :func:`on_record` needs, wired once by the app."""
 
     registry: Registry
+    verifier: Verifier
+    """Checks signed types as every consumer does: the view counts only what was stated."""
     view: OutcomeView
     dead_letters: DeadLetterSink
     metrics: Metrics
@@ -79,6 +82,15 @@ async def _handle(record: Record, deps: Deps) -> None:
         return
     envelope = event.envelope
     deps.metrics.events_in.labels(record.topic, envelope.event_type).inc()
+    try:
+        deps.verifier.check(envelope, record.value, record.headers)
+    except UnauthorizedError as exc:
+        # A forged end or dead letter counts for nothing. Its own letters are signed with
+        # its key; one that fails anyway (a key replaced under it) is not lettered again,
+        # which would read it back and fail forever.
+        if not _is_own_dead_letter(event, deps):
+            await _dead_letter(record, exc, "unauthorized", envelope, deps)
+        return
     with log_context(
         event_id=str(envelope.event_id),
         workflow_id=envelope.workflow_id,

@@ -9,6 +9,7 @@ import random
 import statistics
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -20,6 +21,7 @@ from chorus.kernel.codec import decode, encode
 from chorus.kernel.deadletters import dead_letter_envelope
 from chorus.kernel.envelopes import child_envelope, start_envelope
 from chorus.kernel.records import Record
+from chorus.privacy.signing import Verifier, load_keys, make_keys
 from chorus_contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
 from chorus_contracts.base import EventModel
 from chorus_contracts.envelope import Envelope, ProducerRef
@@ -30,6 +32,8 @@ from chorus_contracts.platform import (
     ReviewRequested,
 )
 from chorus_contracts.registry import Registry, default_registry
+from outcome_analytics.bootstrap import analytics_keys
+from outcome_analytics.config import Settings
 from outcome_analytics.domain import (
     OutcomeView,
     format_hour,
@@ -328,11 +332,19 @@ def registry() -> Registry:
     return default_registry()
 
 
-def deps(registry: Registry, view: OutcomeView | None = None) -> tuple[Deps, RecordingSink]:
+NO_CHECKS = Verifier({}, {})
+"""For the counting rules: these records are the view's cases, not forgeries (the
+signature check has its own test below)."""
+
+
+def deps(
+    registry: Registry, view: OutcomeView | None = None, verifier: Verifier = NO_CHECKS
+) -> tuple[Deps, RecordingSink]:
     sink = RecordingSink()
     return (
         Deps(
             registry=registry,
+            verifier=verifier,
             view=view or OutcomeView(),
             dead_letters=sink,
             metrics=Metrics("outcome_analytics"),
@@ -344,14 +356,20 @@ def deps(registry: Registry, view: OutcomeView | None = None) -> tuple[Deps, Rec
     )
 
 
-def record(value: bytes | None, *, key: bytes | None = b"wf-1", offset: int = 3) -> Record:
+def record(
+    value: bytes | None,
+    *,
+    key: bytes | None = b"wf-1",
+    offset: int = 3,
+    headers: tuple[tuple[str, bytes], ...] = (),
+) -> Record:
     return Record(
         topic="workflows.lifecycle",
         partition=2,
         offset=offset,
         key=key,
         value=value,
-        headers=(("traceparent", b"00-" + b"1" * 32 + b"-" + b"2" * 16 + b"-01"),),
+        headers=(("traceparent", b"00-" + b"1" * 32 + b"-" + b"2" * 16 + b"-01"), *headers),
         timestamp_ms=1_700_000_000_000,
     )
 
@@ -414,6 +432,36 @@ async def test_own_dead_letters_that_fail_are_not_dead_lettered_again(registry: 
     await on_record(record(encode(own), key=own.workflow_id.encode(), offset=9), d)
     assert sink.published == []
     assert d.positions == {("workflows.lifecycle", 2): 10}
+
+
+async def test_the_view_counts_only_what_the_registry_lets_its_producer_state(
+    registry: Registry, tmp_path: Path
+) -> None:
+    """A procurement's end unsigned in the budget agent's name, or under the report agent's
+    own key, is a dead letter ``unauthorized`` and counts for nothing, as in every service
+    that reads it; the payment agent's signed end counts."""
+    make_keys(tmp_path, registry.signers())
+    _, verifier = analytics_keys(Settings(signing_dir=str(tmp_path)), registry)
+    d, sink = deps(registry, verifier=verifier)
+
+    def by(service: str, made: tuple[Envelope, EventModel], *, sign: bool = True) -> Record:
+        envelope = made[0].model_copy(update={"producer": ProducerRef(service=service, version="1")})
+        signer = load_keys(str(tmp_path), service, signs={"*"}, checks={}).signer
+        assert signer is not None
+        value = encode(envelope)
+        return record(value, key=b"wf-9", headers=(signer.header(value),) if sign else ())
+
+    await on_record(by("gateway", start("wf-9", "procurement", at(0))), d)
+    await on_record(by("budget_agent", end("wf-9", "procurement", at(5), "compensated"), sign=False), d)
+    await on_record(by("report_agent", end("wf-9", "procurement", at(6), "rejected")), d)
+    await on_record(by("payment_agent", end("wf-9", "procurement", at(7), "completed")), d)
+
+    row = only(d.view, "procurement", at(0))
+    assert (row["started"], {o: n for o, n in row["ended"].items() if n}) == (1, {"completed": 1})
+    letters = [EventDeadLettered.model_validate(letter.payload) for letter in sink.published]
+    assert [letter.error.category for letter in letters] == ["unauthorized", "unauthorized"]
+    assert "chorus-signature header" in letters[0].error.message
+    assert "not report_agent" in letters[1].error.message
 
 
 async def test_an_event_the_view_does_not_count_is_read_and_ignored(registry: Registry) -> None:

@@ -37,7 +37,7 @@ from chorus_contracts.platform import (
     ErrorCategory,
     ReviewRequested,
 )
-from chorus_contracts.registry import Registry
+from chorus_contracts.registry import Registry, default_registry
 from tests.support.events import dead_lettered
 from tests.support.kafka import events_of, publish, publish_with_raw_header_key, read_topic
 from tests.support.processes import ServiceProcess
@@ -89,6 +89,19 @@ class Planned:
         return self.started_at + timedelta(seconds=self.duration_s)
 
 
+ENDINGS = default_registry().endings()
+
+
+def ender(workflow_type: str, outcome: Outcome) -> str | None:
+    """Who may end a workflow of this type so (workflows.yaml ended_by; any signer of
+    workflow.ended for a type it does not declare), None when nobody may: the view counts
+    only ends their producer may state, as every service that reads them."""
+    allowed = ENDINGS.get(workflow_type)
+    if allowed is None:
+        return AGENT.service
+    return min(allowed.get(outcome, ()), default=None)
+
+
 def plan(unique: str) -> list[Planned]:
     """Two types x two hours; all times fixed, so the expected numbers are too."""
     plans: list[Planned] = []
@@ -100,6 +113,8 @@ def plan(unique: str) -> list[Planned]:
                 hour = H0 + timedelta(hours=hour_index)
                 started_at = hour + timedelta(minutes=(n * 7) % 30, seconds=(n * 13) % 60)
                 outcome = OUTCOME_CYCLE[index % len(OUTCOME_CYCLE)]
+                if outcome is not None and ender(workflow_type, outcome) is None:
+                    outcome = None  # a procurement never "fails": it is rejected or compensated
                 # Hour-0 workflows may end in hour 1 (up to ~58 min); hour-1 ones stay in it.
                 longest = 3500 if hour_index == 0 else 1700
                 duration = 45 + (index * 397) % longest if outcome else None
@@ -214,7 +229,8 @@ def build_stream(registry: Registry, plans: Iterable[Planned]) -> Stream:
         stream.add(lifecycle, started)
         one_minute_in = p.started_at + timedelta(minutes=1)
         if p.approval:
-            stream.add(approvals, child(started, approval_requested(), one_minute_in, "approval"))
+            asked = child(started, approval_requested(), one_minute_in, "approval", by="budget_agent")
+            stream.add(approvals, asked)
         if p.review:
             stream.add(reviews, child(started, review_requested(started), one_minute_in, "review"))
         for i, (category, poison) in enumerate(p.dead_letters):
@@ -225,15 +241,21 @@ def build_stream(registry: Registry, plans: Iterable[Planned]) -> Stream:
                 letter = runtime_letter(started, category, when)
             stream.add(deadletters, letter)
         if p.outcome is not None and p.ended_at is not None:
-            ended = WorkflowEnded(outcome=p.outcome, ended_by="payment_agent")
-            stream.add(lifecycle, child(started, ended, p.ended_at, "end"))
+            by = ender(p.workflow_type, p.outcome)
+            assert by is not None  # the plan has no end nobody may state
+            ended = WorkflowEnded(outcome=p.outcome, ended_by=by)
+            stream.add(lifecycle, child(started, ended, p.ended_at, "end", by=by))
     for n, when in enumerate(ORPHAN_DEAD_LETTERS):
         stream.add(deadletters, orphan_letter(when, "decode", key=None, n=100 + n))
     return stream
 
 
-def child(parent: Envelope, event: EventModel, now: datetime, position: str) -> Envelope:
-    return child_envelope(parent, event, producer=AGENT, now=now, position=position)
+def child(
+    parent: Envelope, event: EventModel, now: datetime, position: str, *, by: str = AGENT.service
+) -> Envelope:
+    """``event`` stated by ``by`` (``publish`` signs it with that service's local key)."""
+    producer = ProducerRef(service=by, version="1")
+    return child_envelope(parent, event, producer=producer, now=now, position=position)
 
 
 def approval_requested() -> ApprovalRequested:
@@ -479,16 +501,31 @@ async def test_the_view_equals_the_numbers_of_a_known_stream(
         assert logged_errors(service) == []
 
 
-def poisons(started: Envelope, now: datetime, unique: str) -> tuple[bytes, bytes, bytes]:
+async def letters_by_original(bootstrap: str, topic: str, count: int) -> dict[bytes, dict[str, Any]]:
+    """The first ``count`` dead letters on ``topic``, by their original record's bytes."""
+    records = await read_topic(
+        bootstrap, [topic], until=lambda rs: len(events_of(rs, "event.dead_lettered")) >= count
+    )
+    return {
+        base64.b64decode(opened(d["payload"]["original"])["value_b64"]): d
+        for d in events_of(records, "event.dead_lettered")
+    }
+
+
+def poisons(started: Envelope, now: datetime, unique: str) -> tuple[bytes, bytes, bytes, bytes]:
     """Records of ``started``'s workflow that no consumer may count: not JSON, an outcome no
-    schema has, and a valid end sent with a header key that is not UTF-8 (which used to stop
-    faust's consumer inside aiokafka, before any of our code saw it)."""
+    schema has, a valid end sent with a header key that is not UTF-8 (which used to stop
+    faust's consumer inside aiokafka, before any of our code saw it), and a forgery: the
+    budget agent's name on an end it never signed."""
     not_json = b"\x00\xffnot json at all" + unique.encode()
     bad_payload = encode(child(started, WorkflowEnded(outcome="failed", ended_by="x"), now, "bad"))
     bad_payload = bad_payload.replace(b'"outcome":"failed"', b'"outcome":"exploded"')
     assert b"exploded" in bad_payload
     bad_header = encode(child(started, WorkflowEnded(outcome="failed", ended_by="x"), now, "header"))
-    return not_json, bad_payload, bad_header
+    forged = child(
+        started, WorkflowEnded(outcome="compensated", ended_by="x"), now, "forged", by="budget_agent"
+    )
+    return not_json, bad_payload, bad_header, encode(forged)
 
 
 async def test_a_poison_record_is_dead_lettered_with_its_bytes_and_the_view_keeps_going(
@@ -507,8 +544,8 @@ async def test_a_poison_record_is_dead_lettered_with_its_bytes_and_the_view_keep
         now=now,
         idempotency_key=f"start-{workflow_id}",
     )
-    ended = child(started, WorkflowEnded(outcome="completed", ended_by="x"), now, "end")
-    not_json, bad_payload, bad_header = poisons(started, now, unique)
+    ended = child(started, WorkflowEnded(outcome="completed", ended_by="x"), now, "end", by="payment_agent")
+    not_json, bad_payload, bad_header, forged = poisons(started, now, unique)
 
     service = analytics_process(registry, kafka_bootstrap, tmp_path, unique)
     with service:
@@ -521,19 +558,14 @@ async def test_a_poison_record_is_dead_lettered_with_its_bytes_and_the_view_keep
         await publish_with_raw_header_key(
             kafka_bootstrap, lifecycle, bad_header, key=key, header_key=b"\xc3("
         )
+        await publish(kafka_bootstrap, lifecycle, [forged], key=key)
         await publish(kafka_bootstrap, lifecycle, [ended])
 
-        records = await read_topic(
-            kafka_bootstrap,
-            [deadletters],
-            until=lambda rs: len(events_of(rs, "event.dead_lettered")) >= 3,
-        )
-        letters = {
-            base64.b64decode(opened(d["payload"]["original"])["value_b64"]): d
-            for d in events_of(records, "event.dead_lettered")
-        }
-        assert set(letters) == {not_json, bad_payload, bad_header}  # the original bytes, exactly
-        inputs = await read_topic(kafka_bootstrap, [lifecycle], until=lambda rs: len(rs) >= 5)
+        letters = await letters_by_original(kafka_bootstrap, deadletters, 4)
+        # The original bytes, exactly.
+        assert set(letters) == {not_json, bad_payload, bad_header, forged}
+        assert letters.pop(forged)["payload"]["error"]["category"] == "unauthorized"
+        inputs = await read_topic(kafka_bootstrap, [lifecycle], until=lambda rs: len(rs) >= 6)
         poison = next(r for r in inputs if r.value == not_json)
         original = opened(letters[not_json]["payload"]["original"])
         assert (original["topic"], original["partition"], original["offset"]) == (
@@ -555,13 +587,15 @@ async def test_a_poison_record_is_dead_lettered_with_its_bytes_and_the_view_keep
         assert {row["workflow_type"] for row in rows} == {"procurement"}
         assert sum(row["started"] for row in rows) == 1
         # The end after the poison was counted: the agent kept going on that partition.
+        # The forged end was not.
         assert sum(row["ended"]["completed"] for row in rows) == 1
         assert sum(sum(row["ended"].values()) for row in rows) == 1
         assert sum(row["duration_s"]["count"] for row in rows) == 1
-        # Its own three dead letters are read back and, the original keyed by the
+        # Its own four dead letters are read back and, the original keyed by the
         # workflow, counted under its type; nothing else is.
-        assert sum(row["dead_lettered"]["decode"] for row in rows) == 3
-        assert sum(sum(row["dead_lettered"].values()) for row in rows) == 3
+        counted = [sum(row["dead_lettered"][c] for row in rows) for c in ("decode", "unauthorized")]
+        assert counted == [3, 1]
+        assert sum(sum(row["dead_lettered"].values()) for row in rows) == 4
 
         # A restart rebuilds the same view from the beginning (fresh group). It dead-letters
         # the poison records again, under the same event ids, and counts them once.
@@ -570,9 +604,9 @@ async def test_a_poison_record_is_dead_lettered_with_its_bytes_and_the_view_keep
         await service.wait_healthy()
         await wait_caught_up(service, kafka_bootstrap)
         assert (await get_json(f"{service.url}/analytics/outcomes"))["buckets"] == rows
-        again = await read_topic(kafka_bootstrap, [deadletters], until=lambda rs: len(rs) >= 6)
-        assert len(again) == 6
-        assert len({d["event_id"] for d in events_of(again, "event.dead_lettered")}) == 3
+        again = await read_topic(kafka_bootstrap, [deadletters], until=lambda rs: len(rs) >= 8)
+        assert len(again) == 8
+        assert len({d["event_id"] for d in events_of(again, "event.dead_lettered")}) == 4
         assert await service.terminate() == 0
         # Caught inside the agent, not survived by faust restarting a crashed one.
         assert logged_errors(service) == []
