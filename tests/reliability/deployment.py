@@ -477,6 +477,11 @@ class Deployment:
 
     # -- time --------------------------------------------------------------------------------------
 
-    def advance_clock(self, seconds: float) -> None:
-        """Move every process's clock forward at once (the offset file they all read)."""
+    async def advance_clock(self, seconds: float) -> None:
+        """Move every process's clock forward (the offset file they all read), and return
+        once each has had time to see it: a process re-reads the file at most every 50 ms, so
+        a workflow submitted at once could start on the old time in one service and be judged
+        on the new one in the next (seen once: a report's sources stage opened 8 h in the
+        past, so its fetch was "too late" and the report failed)."""
         OffsetFileClock.advance(self.clock_file, seconds)
+        await asyncio.sleep(0.25)

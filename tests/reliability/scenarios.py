@@ -323,7 +323,7 @@ async def timers_while_down(ctx: Ctx) -> None:
         return
     await injectors.kill(ctx.dep, ctx.faults, "timer_service")
     fault = ctx.faults.faults[-1]
-    ctx.dep.advance_clock(8 * HOUR + 300)  # past the manager's (8h) and the editor's (4h) window
+    await ctx.dep.advance_clock(8 * HOUR + 300)  # past the manager's (8h) and the editor's (4h) window
     # Submitted while it is down: its flaky source's durable retry falls due meanwhile too.
     await driver.submit("research_report", ctx.scenario)
     await asyncio.sleep(6.0)
