@@ -8,7 +8,6 @@ Nothing is ever skipped for missing infrastructure.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import uuid
@@ -21,7 +20,7 @@ from hypothesis import HealthCheck, settings
 
 from chorus.base.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
 from chorus.privacy.feature import KEY_SERVICE_CA
-from chorus.testing.stack import key_service_tls
+from chorus.testing.stack import key_service_tls, reaching_key_service
 from chorus_tools.devstack import free_port
 from tests.support.database import connected
 from tests.support.processes import ServiceProcess, run_captured
@@ -156,15 +155,8 @@ async def key_service(kafka_bootstrap: str, database_url: str) -> AsyncIterator[
     proc.start()
     await proc.wait_healthy()
     url = f"https://127.0.0.1:{api_port}"
-    changed = {"CHORUS_KEY_STORES": json.dumps({"local": url}), KEY_SERVICE_CA: tls[KEY_SERVICE_CA]}
-    previous = {name: os.environ.get(name) for name in changed}
-    os.environ.update(changed)
     try:
-        yield url
+        with reaching_key_service(url, tls[KEY_SERVICE_CA]):
+            yield url
     finally:
-        for name, value in previous.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
         await proc.terminate()

@@ -27,8 +27,8 @@ import socket
 import sys
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -218,6 +218,24 @@ async def read_events(
     return found
 
 
+@contextmanager
+def reaching_key_service(url: str, ca_file: str) -> Iterator[None]:
+    """``CHORUS_KEY_STORES`` naming the key service at ``url`` (for the local region) and
+    ``CHORUS_KEY_SERVICE_CA_FILE`` the CA that signed its certificate, while the block runs;
+    then both as they were. Settings made meanwhile seal through it."""
+    changed = {"CHORUS_KEY_STORES": json.dumps({LOCAL_REGION: url}), KEY_SERVICE_CA: ca_file}
+    previous = {name: os.environ.get(name) for name in changed}
+    os.environ.update(changed)
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 @asynccontextmanager
 async def key_store(timeout_s: float = 60.0) -> AsyncIterator[str]:
     """The platform's key service in a process of its own on a free port, and
@@ -251,20 +269,13 @@ async def key_store(timeout_s: float = 60.0) -> AsyncIterator[str]:
         stdout=log,
         stderr=asyncio.subprocess.STDOUT,
     )
-    changed = {"CHORUS_KEY_STORES": json.dumps({LOCAL_REGION: url}), KEY_SERVICE_CA: tls[KEY_SERVICE_CA]}
-    previous = {name: os.environ.get(name) for name in changed}
     try:
         await _healthy(
             f"http://127.0.0.1:{port}", url, tls[KEY_SERVICE_CA], process, Path(log.name), timeout_s
         )
-        os.environ.update(changed)
-        yield url
+        with reaching_key_service(url, tls[KEY_SERVICE_CA]):
+            yield url
     finally:
-        for name, value in previous.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
         if process.returncode is None:
             process.terminate()
             await process.wait()
