@@ -252,15 +252,13 @@ async def all_text(pg: asyncpg.Connection, schemas: Iterable[str]) -> str:
 
 
 async def test_procurement_run_shows_waiting_for_approval_then_completed(
-    tmp_path: Path,
     kafka_bootstrap: str,
     database_url: str,
     pg: asyncpg.Connection,
     unique: str,
     as_the_projector: tuple[Registry, str],
 ) -> None:
-    registry, _ = as_the_projector  # its projector states what audit_projector signs
-    name = f"audit_{unique}"
+    registry, name = as_the_projector  # its projector states what audit_projector signs
     wf = f"wf-proc-{unique}"
     t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=10)
     first = Stream(registry)
@@ -377,8 +375,7 @@ async def test_replaying_every_topic_rebuilds_the_live_projection_exactly(
 ) -> None:
     """Duplicates on the topics, a crash between DB commit and offset commit (so every
     record handled before it is redelivered), then a replay from the start: same rows."""
-    registry, _ = as_the_projector  # its projector states what audit_projector signs
-    name = f"audit_{unique}"
+    registry, name = as_the_projector  # its projector states what audit_projector signs
     rng = random.Random(unique)
     t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=2)
     wave1 = Stream(registry)
@@ -766,7 +763,6 @@ async def _len(value: Awaitable[list[asyncpg.Record]]) -> int:
 
 
 async def test_the_read_api_answers_what_other_services_may_know(
-    tmp_path: Path,
     kafka_bootstrap: str,
     database_url: str,
     unique: str,
@@ -774,8 +770,8 @@ async def test_the_read_api_answers_what_other_services_may_know(
 ) -> None:
     """Other services (the gateway) learn status, timeline and approvals over HTTP, never
     from the projector's tables."""
-    registry, _ = as_the_projector  # its projector states what audit_projector signs
-    name, wf = f"audit_{unique}", f"wf-api-{unique}"
+    registry, name = as_the_projector  # its projector states what audit_projector signs
+    wf = f"wf-api-{unique}"
     t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
     stream = Stream(registry)
     stream.add("workflow.started", wf, t0)
@@ -924,7 +920,6 @@ async def _none(found: Awaitable[list[Any]]) -> bool:
 
 
 async def test_every_read_of_personal_data_is_in_the_access_log(
-    tmp_path: Path,
     kafka_bootstrap: str,
     database_url: str,
     pg: asyncpg.Connection,
@@ -932,8 +927,7 @@ async def test_every_read_of_personal_data_is_in_the_access_log(
     key_service: str,
     as_the_projector: tuple[Registry, str],
 ) -> None:
-    registry, _ = as_the_projector  # its projector states what audit_projector signs
-    name = f"audit_{unique}"
+    registry, name = as_the_projector  # its projector states what audit_projector signs
     raw = f"subject:reader-{unique}"
     subject = keyed_ref(DEMO_SUBJECT_KEY, raw)  # as the gateway keeps it
     workflow_id = f"wf-read-{unique}"
