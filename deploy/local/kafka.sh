@@ -27,6 +27,7 @@
 # stop/status/reset need only KAFKA_CLUSTER. Example (the reliability suite's):
 #   KAFKA_CLUSTER=reliability3 KAFKA_NODES=3 KAFKA_PORT_BASE=19192 deploy/local/kafka.sh start
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+source "$CHORUS_ROOT/deploy/shared/kafka-security.sh"
 
 KAFKA_HOME="$CHORUS_LOCAL/kafka"
 KAFKA_LIB="$KAFKA_HOME/lib"
@@ -156,14 +157,7 @@ inter.broker.listener.name=CLIENT
 sasl.enabled.mechanisms=SCRAM-SHA-512
 sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
 listener.name.client.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="$ADMIN_USER" password="$(cat "$SECRETS/admin.password")";
-ssl.keystore.type=PEM
-ssl.keystore.location=$SECRETS/broker.keystore.pem
-ssl.truststore.type=PEM
-ssl.truststore.location=$SECRETS/ca.pem
-listener.name.controller.ssl.client.auth=required
-authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
-allow.everyone.if.no.acl.found=false
-super.users=User:$ADMIN_USER;User:CN=$BROKER_CN
+$(broker_security_properties "$SECRETS" "$ADMIN_USER" "$BROKER_CN")
 log.dirs=$dir/data
 num.partitions=3
 default.replication.factor=$rf

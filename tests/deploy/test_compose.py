@@ -187,8 +187,9 @@ def _assignments(path: Path) -> dict[str, str]:
 
 
 def _broker_properties() -> dict[str, str]:
-    """The broker's settings: its KAFKA_* environment, and the properties a script it runs
-    from a mounted file writes."""
+    """The broker's settings: its KAFKA_* environment, and the properties the script it runs
+    from a mounted file writes, with the shared ones of the file that script sources
+    (deploy/shared/kafka-security.sh, mounted beside it)."""
     kafka = _resolved()["services"]["kafka"]
     found = {
         name.removeprefix("KAFKA_").lower().replace("_", "."): str(value)
@@ -196,12 +197,14 @@ def _broker_properties() -> dict[str, str]:
         if name.startswith("KAFKA_")
     }
     binds = {m["target"]: Path(m["source"]) for m in kafka.get("volumes", []) if m["type"] == "bind"}
-    for arg in kafka.get("command") or []:
-        if arg in binds:
-            for line in binds[arg].read_text().splitlines():
-                if re.fullmatch(r"[a-z][a-z0-9.-]*=.*", line):
-                    key, value = line.split("=", 1)
-                    found[key] = value
+    [script] = [binds[arg] for arg in kafka.get("command") or [] if arg in binds]
+    text = script.read_text()
+    for sourced in re.findall(r"^source (\S+)", text, flags=re.MULTILINE):
+        text += binds[sourced].read_text()
+    for line in text.splitlines():
+        if re.fullmatch(r"[a-z][a-z0-9.-]*=.*", line):
+            key, value = line.split("=", 1)
+            found[key] = value
     return found
 
 

@@ -8,6 +8,7 @@
 # `setup` service). The admin's SCRAM credential goes in at format time, the only way a
 # KRaft cluster takes its first user.
 set -euo pipefail
+source /opt/chorus/kafka-security.sh  # deploy/shared/kafka-security.sh
 SECRETS=/etc/kafka/chorus
 CONFIG=/opt/kafka/config/chorus-server.properties
 CLIENT=/opt/kafka/config/chorus-admin.properties
@@ -31,14 +32,7 @@ sasl.enabled.mechanisms=SCRAM-SHA-512
 sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
 listener.name.internal.scram-sha-512.sasl.jaas.config=$jaas username="$ADMIN" password="$password";
 listener.name.host.scram-sha-512.sasl.jaas.config=$jaas;
-ssl.keystore.type=PEM
-ssl.keystore.location=$SECRETS/broker.keystore.pem
-ssl.truststore.type=PEM
-ssl.truststore.location=$SECRETS/ca.pem
-listener.name.controller.ssl.client.auth=required
-authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
-allow.everyone.if.no.acl.found=false
-super.users=User:$ADMIN;User:CN=$BROKER_CN
+$(broker_security_properties "$SECRETS" "$ADMIN" "$BROKER_CN")
 log.dirs=$DATA
 num.partitions=3
 offsets.topic.replication.factor=1
