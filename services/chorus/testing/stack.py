@@ -26,10 +26,8 @@ import shutil
 import socket
 import sys
 import tempfile
-import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,14 +37,14 @@ from aiokafka.admin import NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
 from chorus.kernel.codec import decode, encode
-from chorus.kernel.envelopes import start_envelope
 from chorus.kernel.kafka import make_admin, make_consumer, make_producer, stop_client
 from chorus.privacy.feature import KEY_SERVICE_CA, KEY_SERVICE_TLS, key_service_trust
 from chorus.privacy.signing import make_keys
 from chorus.runtime.runner import LOCAL_REGION
+from chorus.testing import make_event
 from chorus.web.tls import make_local_tls
 from chorus_contracts.base import EventModel
-from chorus_contracts.envelope import Envelope, ProducerRef
+from chorus_contracts.envelope import Envelope
 from chorus_contracts.registry import (
     PROJECT_FILE,
     Registry,
@@ -55,8 +53,6 @@ from chorus_contracts.registry import (
     platform_schemas_dir,
     read_project,
 )
-
-TEST_PRODUCER = ProducerRef(service="test", version="0")
 
 __all__ = ["isolated_registry", "isolated_schemas", "key_store", "provision", "publish", "read_events"]
 
@@ -154,14 +150,7 @@ async def publish(
     envelope = (
         event
         if isinstance(event, Envelope)
-        else start_envelope(
-            event,
-            workflow_id=workflow_id or f"wf-{uuid.uuid4().hex[:12]}",
-            workflow_type=workflow_type,
-            producer=TEST_PRODUCER,
-            now=datetime.now(UTC),
-            idempotency_key=f"test-{uuid.uuid4()}",
-        )
+        else make_event(event, workflow_id=workflow_id, workflow_type=workflow_type).envelope
     )
     producer = make_producer(bootstrap)
     await producer.start()
