@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # tomllib is 3.11's; tomli is the same parser, packaged for older versions
+    import tomli as tomllib
 
 from tests.support.processes import run_captured
 
