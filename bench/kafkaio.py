@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
@@ -48,7 +48,7 @@ class EnvelopeFactory:
             workflow_id="wf-template",
             workflow_type=workflow_type,
             producer=producer,
-            now=datetime.now(UTC),
+            now=datetime.now(timezone.utc),
             idempotency_key="template",
             subject_ref=subject_ref,
         )
@@ -62,7 +62,7 @@ class EnvelopeFactory:
             workflow_id=workflow_id,
             correlation_id=workflow_id,
             idempotency_key=event_id,
-            occurred_at=datetime.now(UTC).isoformat(),
+            occurred_at=datetime.now(timezone.utc).isoformat(),
             payload=payload,
         )
         return body

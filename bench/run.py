@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any, TypeVar
@@ -987,7 +987,7 @@ async def wait_for(
 
 
 def iso(ns: int) -> str:
-    return datetime.fromtimestamp(ns / 1e9, UTC).isoformat()
+    return datetime.fromtimestamp(ns / 1e9, timezone.utc).isoformat()
 
 
 async def section_timers(b: Bench) -> None:
@@ -1001,7 +1001,7 @@ async def section_timers(b: Bench) -> None:
     command = EnvelopeFactory(
         TimerSchedule(
             timer_id="t",
-            due_at=datetime.now(UTC),
+            due_at=datetime.now(timezone.utc),
             fire=FireTarget(topic=fired_topic, key="k", value={}),
         )
     )
@@ -1296,7 +1296,7 @@ SECTIONS: dict[str, Callable[[Bench], Awaitable[None]]] = {
 
 async def run(mode: str, only: list[str], ab: Path | None = None) -> Path:
     sizes = QUICK if mode == "quick" else FULL
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = RESULTS / f"{stamp}-{mode}"
     (out / "logs").mkdir(parents=True)
     b = Bench(

@@ -23,7 +23,7 @@ import os
 import sys
 import time
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any, Protocol
 
 import asyncpg
@@ -89,7 +89,7 @@ class RawLoop:
             "event_id": str(uuid.uuid4()),
             "causation_id": body["event_id"],
             "workflow_id": body["workflow_id"],
-            "occurred_at": datetime.now(UTC).isoformat(),
+            "occurred_at": datetime.now(timezone.utc).isoformat(),
             "payload": {"seq": p["seq"], "sent_ns": p["sent_ns"], "pad": p["pad"]},
         }
         return body, json.dumps(out).encode()
@@ -105,7 +105,7 @@ class RawLoop:
                     uuid.UUID(body["event_id"]),
                     body["workflow_id"],
                     record.value,
-                    datetime.now(UTC),
+                    datetime.now(timezone.utc),
                 )
             fut: asyncio.Future[Any] = await self.producer.send(self.out_topic, out, key=record.key)
             return fut

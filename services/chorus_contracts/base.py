@@ -15,7 +15,7 @@ import copy
 import re
 import unicodedata
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Annotated, Any, ClassVar, TypeGuard, TypeVar
 from uuid import UUID
 
@@ -43,7 +43,7 @@ def in_utc(value: datetime) -> datetime:
     if value.tzinfo is None:
         raise ValueError("date-time must carry a UTC offset (e.g. 2026-01-01T00:00:00Z)")
     try:
-        return value.astimezone(UTC)
+        return value.astimezone(timezone.utc)
     except OverflowError:
         raise ValueError("date-time lies outside the years 1 to 9999 in UTC") from None
 

@@ -104,7 +104,7 @@ def make_pki(folder: Path) -> None:
     wanted = ("ca.pem", "broker.keystore.pem", "admin.password")
     if all((folder / name).is_file() for name in wanted):
         return
-    now = datetime.datetime.now(datetime.UTC)
+    now = datetime.datetime.now(datetime.timezone.utc)
     ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Chorus compose CA")])
     ca = (

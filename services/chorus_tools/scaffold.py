@@ -21,7 +21,7 @@ import subprocess
 import sys
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from importlib.metadata import version as installed_version
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
@@ -397,7 +397,7 @@ def write_examples(schemas: Path) -> list[str]:
             workflow_id=f"wf-{project.name}-0001",
             workflow_type=project.name,
             producer=ProducerRef(service=project.name, version="0.1.0"),
-            now=datetime(2026, 1, 15, 9, 30, tzinfo=UTC),
+            now=datetime(2026, 1, 15, 9, 30, tzinfo=timezone.utc),
             idempotency_key=EXAMPLE_KEY.format(event_type=event_type),
             event_id=example_id,
             traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",

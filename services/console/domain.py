@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from chorus_contracts.api.audit_projector import TimelineEntry
@@ -261,7 +261,7 @@ def outcome_series(buckets: list[OutcomeBucket], workflow_type: str) -> dict[str
     rows = sorted((b for b in buckets if b.workflow_type == workflow_type), key=lambda b: b.hour)
     series: dict[str, list[tuple[str, float]]] = {}
     for b in rows:
-        hour = b.hour.astimezone(UTC).strftime("%H:%M")
+        hour = b.hour.astimezone(timezone.utc).strftime("%H:%M")
         values = {
             "started": b.started,
             "completed": b.ended.get("completed", 0),

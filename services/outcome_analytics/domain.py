@@ -44,7 +44,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple, get_args
 from uuid import UUID
 
@@ -117,11 +117,11 @@ def hour_of(moment: datetime) -> datetime:
     """The start of the UTC hour containing ``moment`` (which must be tz-aware)."""
     if moment.tzinfo is None:
         raise ValueError("hour_of needs a timezone-aware datetime")
-    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    return moment.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
 
 
 def format_hour(hour: datetime) -> str:
-    return hour.astimezone(UTC).strftime("%Y-%m-%dT%H:00:00Z")
+    return hour.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:00:00Z")
 
 
 def parse_hour(text: str) -> datetime:
@@ -132,7 +132,7 @@ def parse_hour(text: str) -> datetime:
     """
     moment = datetime.fromisoformat(text.strip())
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
+        moment = moment.replace(tzinfo=timezone.utc)
     return hour_of(in_utc(moment))
 
 

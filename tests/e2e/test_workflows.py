@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -701,7 +701,7 @@ def as_timer_of(world: World, service: str, forged: Envelope) -> Envelope:
     )
     schedule = TimerSchedule(
         timer_id=f"{service}:{forged.workflow_id}:forged-{forged.event_id}",
-        due_at=datetime.now(UTC) - timedelta(days=1),
+        due_at=datetime.now(timezone.utc) - timedelta(days=1),
         fire=fire,
         purpose="escalation",
     )
@@ -732,7 +732,8 @@ async def test_a_forged_approval_request_on_its_topic_through_a_timer_or_a_retry
         )
         made = envelope_of(request, workflow_id=workflow_id, workflow_type="procurement")
         return stated_by(
-            made.model_copy(update={"occurred_at": datetime.now(UTC) - timedelta(days=1)}), "budget_agent"
+            made.model_copy(update={"occurred_at": datetime.now(timezone.utc) - timedelta(days=1)}),
+            "budget_agent",
         )
 
     direct, timed, retried = forged("direct"), forged("timer"), forged("retry")

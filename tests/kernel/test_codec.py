@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +89,7 @@ def test_naive_timestamps_are_refused(registry: Registry) -> None:
     with pytest.raises(SchemaValidationError) as err:
         decode(json.dumps(body).encode(), registry)
     assert err.value.pointer == "/payload/due_at"
-    assert datetime.now(UTC)  # UTC offsets are what the error asks for
+    assert datetime.now(timezone.utc)  # UTC offsets are what the error asks for
 
 
 def test_dead_letter_topics_take_records_as_large_as_the_topic_allows(registry: Registry) -> None:

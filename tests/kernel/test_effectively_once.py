@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -121,7 +121,9 @@ def moved_on(workflow_id: str, loaded: Loaded) -> Checkpoint:
     """The checkpoint's next revision, as another replica's step would write it."""
     assert loaded.state is not None and loaded.state.state is not None
     state = {**loaded.state.state, "tasks": [*loaded.state.state["tasks"], "elsewhere"]}
-    return Checkpoint(workflow_id, "test", state, 1, loaded.state.revision, None, None, datetime.now(UTC))
+    return Checkpoint(
+        workflow_id, "test", state, 1, loaded.state.revision, None, None, datetime.now(timezone.utc)
+    )
 
 
 async def test_a_step_resumes_after_its_last_checkpoint_when_retried(kernel: KernelUnderTest) -> None:
@@ -160,7 +162,7 @@ def ended(workflow_id: str) -> Envelope:
         workflow_id=workflow_id,
         workflow_type="test",
         producer=ProducerRef(service="gateway", version="1"),
-        now=datetime.now(UTC),
+        now=datetime.now(timezone.utc),
         idempotency_key=f"end-{workflow_id}",
     )
 
@@ -178,7 +180,7 @@ def discard(kernel: KernelUnderTest, letter_of: Envelope) -> Envelope:
         workflow_id=letter_of.workflow_id,
         workflow_type="test",
         producer=ProducerRef(service="deadletter_service", version="1"),
-        now=datetime.now(UTC),
+        now=datetime.now(timezone.utc),
         idempotency_key=f"discard-{letter_of.event_id}",
     )
 

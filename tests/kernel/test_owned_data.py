@@ -3,7 +3,7 @@ retired (or erased) workflows' rows, and says how many rows left each."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -24,7 +24,7 @@ class Connection:
         return f"DELETE {len(self.statements)}"
 
 
-REQUEST = DataRequest("r-1", datetime(2026, 1, 1, tzinfo=UTC))
+REQUEST = DataRequest("r-1", datetime(2026, 1, 1, tzinfo=timezone.utc))
 
 
 async def test_retiring_deletes_the_workflows_rows_of_each_named_table() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import httpx
@@ -90,7 +90,7 @@ class InMemoryPolicies(PolicyStore):
     """The approval gate's policy versions, in memory (version 1: the built-in default)."""
 
     def __init__(self, policy: ApprovalPolicy = DEFAULT_POLICY) -> None:
-        at = datetime(2026, 1, 1, tzinfo=UTC)
+        at = datetime(2026, 1, 1, tzinfo=timezone.utc)
         self.versions = [PolicyVersion(1, policy, DEFAULTS_ACTOR, "the built-in default", at)]
 
     async def current(self) -> PolicyVersion:

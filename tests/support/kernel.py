@@ -13,7 +13,7 @@ import base64
 import itertools
 import json
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from chorus.base.clock import ManualClock
@@ -36,7 +36,9 @@ class KernelUnderTest:
     spec: ServiceSpec[Any, Any]
     registry: Registry
     store: Store = field(default_factory=MemoryStore)
-    clock: ManualClock = field(default_factory=lambda: ManualClock(datetime(2026, 3, 2, 9, 0, tzinfo=UTC)))
+    clock: ManualClock = field(
+        default_factory=lambda: ManualClock(datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc))
+    )
     plugs: Plugs = field(default_factory=Plugs)
     guard_after: int = 25
     committed: list[OutboxRow] = field(default_factory=list)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import os
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import httpx
@@ -49,7 +49,7 @@ def personal_invoice(
         workflow_id=workflow_id,
         workflow_type=workflow_type,
         producer=GATEWAY,
-        now=now or datetime.now(UTC),
+        now=now or datetime.now(timezone.utc),
         idempotency_key=workflow_id,
         subject_ref=subject,
     )

@@ -16,7 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -290,7 +290,7 @@ def test_subscribe_shows_undecodable_records_and_starts_where_asked(
     )
     first_id = published(first)[0]
     time.sleep(1.5)  # record timestamps are milliseconds: leave a clear gap
-    between = datetime.now(UTC)
+    between = datetime.now(timezone.utc)
     time.sleep(0.5)
     second_id = published(
         chorus(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -28,7 +28,7 @@ async def test_pending_timers_of_a_newly_signed_type_are_listed_then_signed_by_t
     window = envelope(ApprovalWindowElapsed(approval_id="appr-1", level=0), workflow_id="wf-1")
     unsigned_type = {**window.model_dump(mode="json"), "event_type": "retry.due"}
     forged = stated_by(window, "source_fetcher")
-    now = datetime.now(UTC)
+    now = datetime.now(timezone.utc)
     stored = {
         "approval_gate:wf-1:window-0": window.model_dump(mode="json"),
         "retry:x:1": unsigned_type,

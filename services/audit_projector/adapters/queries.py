@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from enum import StrEnum
 from typing import Any
 
@@ -85,7 +85,7 @@ class WorkflowFilter:
     """A workflow id, or a business key (exact match on either)."""
 
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def _cursor(order: Order, at: datetime, workflow_id: str) -> str:

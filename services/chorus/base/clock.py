@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import os
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Protocol
 
@@ -31,7 +31,7 @@ class Clock(Protocol):
 
 class SystemClock:
     def now(self) -> datetime:
-        return datetime.now(UTC)
+        return datetime.now(timezone.utc)
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))
@@ -41,7 +41,7 @@ class ManualClock:
     """Time stands still until :meth:`advance`; sleepers wake when their time comes."""
 
     def __init__(self, start: datetime | None = None) -> None:
-        self._now = start or datetime(2026, 1, 1, tzinfo=UTC)
+        self._now = start or datetime(2026, 1, 1, tzinfo=timezone.utc)
         self._changed = asyncio.Event()
 
     def now(self) -> datetime:
@@ -88,7 +88,7 @@ class OffsetFileClock:
         return self._offset
 
     def now(self) -> datetime:
-        return datetime.now(UTC) + timedelta(seconds=self._current_offset())
+        return datetime.now(timezone.utc) + timedelta(seconds=self._current_offset())
 
     async def sleep(self, seconds: float) -> None:
         start_offset = self._current_offset()

@@ -18,7 +18,7 @@ import logging
 import uuid
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from pydantic import BaseModel
@@ -52,7 +52,7 @@ def make_event(
         workflow_id=workflow_id or f"wf-{uuid.uuid4().hex[:12]}",
         workflow_type=workflow_type,
         producer=producer,
-        now=at or datetime.now(UTC),
+        now=at or datetime.now(timezone.utc),
         idempotency_key=f"test-{uuid.uuid4()}",
         priority=priority,
         subject_ref=subject_ref,
@@ -91,7 +91,9 @@ class WorkflowHarness:
 
     spec: ServiceSpec[Any, Any]
     deps: Any = None
-    clock: ManualClock = field(default_factory=lambda: ManualClock(datetime(2026, 1, 5, 9, 0, tzinfo=UTC)))
+    clock: ManualClock = field(
+        default_factory=lambda: ManualClock(datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc))
+    )
     states: dict[str, BaseModel | None] = field(default_factory=dict)
     steps: list[Step] = field(default_factory=list)
 

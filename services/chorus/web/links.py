@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from enum import StrEnum
 from urllib.parse import urlencode
 
@@ -51,7 +51,7 @@ def check_link(key: str, path: str, recipient: str, expires: str, signature: str
     expected = _signature(key, path, recipient, int(expires))
     if not hmac.compare_digest(expected, signature):
         return LinkCheck.FORGED
-    if datetime.fromtimestamp(int(expires), UTC) <= now:
+    if datetime.fromtimestamp(int(expires), timezone.utc) <= now:
         return LinkCheck.EXPIRED
     return LinkCheck.VALID
 

@@ -75,7 +75,7 @@ def make_local_tls(directory: Path, name: str, hosts: Sequence[str] = LOCAL_NAME
     directory.mkdir(parents=True, exist_ok=True)
     ca_file, ca_key_file = directory / "ca.pem", directory / "ca.key"
     cert_file, key_file = directory / f"{name}.pem", directory / f"{name}.key"
-    now = datetime.datetime.now(datetime.UTC)
+    now = datetime.datetime.now(datetime.timezone.utc)
     if not (ca_file.exists() and ca_key_file.exists()):
         ca_key = ec.generate_private_key(ec.SECP256R1())
         subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Chorus local CA")])

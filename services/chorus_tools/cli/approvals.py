@@ -11,7 +11,7 @@ tier's approval, or one you submitted).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from enum import StrEnum
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -46,7 +46,7 @@ def list_command(
     answer = call.answer(ApprovalQueue, "GET", "/v1/approvals", params={"assignee": assignee})
     if call.printed(answer):
         return
-    now = datetime.now(UTC)
+    now = datetime.now(timezone.utc)
     table = table_of("approval", "workflow", "tier", "step", "window left", "summary", wrap={"summary"})
     for a in answer.approvals:
         table.add_row(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, TypeVar, overload
 from urllib.parse import quote
 
@@ -88,7 +88,7 @@ def _parse_since(value: str | None) -> datetime | None:
         parsed = datetime.fromisoformat(value)
     except ValueError:
         raise _fail(f"--since {value!r} is not an ISO 8601 date-time", 2) from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
 # -- replay ------------------------------------------------------------------------------------
@@ -276,7 +276,7 @@ def at_utc(value: datetime | None) -> str:
     """A time from an API, in UTC, to the second."""
     if value is None:
         return "-"
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def span(seconds: float) -> str:

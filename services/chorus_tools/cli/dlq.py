@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Annotated, NoReturn
 
 import typer
@@ -249,7 +249,7 @@ def _instant(option: str, value: str | None, now: datetime | None = None) -> str
     if match is None:
         return value
     seconds = int(match.group(1)) * _UNIT_S[match.group(2)]
-    return ((now or datetime.now(UTC)) - timedelta(seconds=seconds)).isoformat()
+    return ((now or datetime.now(timezone.utc)) - timedelta(seconds=seconds)).isoformat()
 
 
 def _iso(value: datetime | None) -> str:

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -148,7 +148,7 @@ def produce(
             priority=priority.value,
             schema_version=schema_version,
             idempotency_key=idempotency_key,
-            now=datetime.now(UTC),
+            now=datetime.now(timezone.utc),
         )
         for pointer in ignored:
             typer.echo(
@@ -465,7 +465,7 @@ def subscribe(
         # offset are about partitions this command reads on its own.
         raise typer.BadParameter("--exit-at-end, --partition and --offset read without --group")
     try:
-        start_at = parse_since(since, datetime.now(UTC)) if since is not None else None
+        start_at = parse_since(since, datetime.now(timezone.utc)) if since is not None else None
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--since") from None
     try:
@@ -530,7 +530,7 @@ def parse_since(text: str, now: datetime) -> datetime:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:
         raise ValueError(f"{text!r} is neither a duration (90s, 15m, 1h, 2d) nor an ISO time") from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
 
 
 def parse_filters(specs: Sequence[str]) -> dict[str, str]:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from chorus.outside.stages import Stage, StagePolicy, StageStatus, open_stage
 from chorus_contracts.lifecycle import StageDeadlineReached
 from chorus_contracts.research import GatheredSource, SourceFetchRequested, SourceRef
 
-NOW = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+NOW = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
 DEADLINE = NOW + timedelta(minutes=2)
 
 

@@ -8,7 +8,7 @@ import json
 import os
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
@@ -66,7 +66,7 @@ async def test_one_live_key_per_subject_until_its_erasure_destroys_it(
             erasure_id=str(uuid.uuid4()),
             subject_hash=subject,
             actor="test",
-            requested_at=datetime.now(UTC),
+            requested_at=datetime.now(timezone.utc),
             workflow_ids=[f"wf-c-{unique}"],
         )
         erasure = start_envelope(
@@ -74,7 +74,7 @@ async def test_one_live_key_per_subject_until_its_erasure_destroys_it(
             workflow_id=f"erasure-{unique}",
             workflow_type="chorus.data",
             producer=ProducerRef(service="audit_projector", version="test"),
-            now=datetime.now(UTC),
+            now=datetime.now(timezone.utc),
             idempotency_key=f"erasure-{unique}",
         )
         await publish(kafka_bootstrap, REGISTRY.physical_topic(request.event_type), [erasure])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from contextlib import AsyncExitStack
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ async def test_retired_workflows_take_their_timers_and_dead_letters_with_them(
     registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
     common = in_process(kafka_bootstrap, database_url)
     retired, kept = f"wf-old-{unique}", f"wf-new-{unique}"
-    later = datetime.now(UTC) + timedelta(days=30)
+    later = datetime.now(timezone.utc) + timedelta(days=30)
 
     def timer(workflow_id: str) -> Any:
         fire = envelope(WorkflowDeadlineReached(deadline_at=later), workflow_id=workflow_id)
@@ -57,7 +57,7 @@ async def test_retired_workflows_take_their_timers_and_dead_letters_with_them(
             topic="procurement.events",
             value=b'{"document_text": "Jane Roe"}',
             category="persistent",
-            at=datetime.now(UTC),
+            at=datetime.now(timezone.utc),
             original_workflow_id=workflow_id,
         )
         return envelope(payload, workflow_id=workflow_id)
@@ -134,7 +134,7 @@ async def test_what_no_retirement_reaches_goes_after_its_own_keep_time(
     (365 days): each owner removes them on its own, on its own clock; the rest stays."""
     registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
     common = in_process(kafka_bootstrap, database_url)
-    now = datetime.now(UTC)
+    now = datetime.now(timezone.utc)
     day = timedelta(days=1)
     service = f"svc-purge-{unique}"
     names = ("resolved-long-ago", "open", "poison", "resolved-yesterday")

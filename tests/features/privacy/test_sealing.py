@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -37,7 +37,7 @@ from tests.support.sealed import personal_invoice
 
 REGISTRY = load_registry()
 PRODUCER = ProducerRef(service="gateway", version="1")
-NOW = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
+NOW = datetime(2026, 12, 2, 9, 0, tzinfo=timezone.utc)
 MARKER = "Zoë Marker-7f3a"
 
 
@@ -251,11 +251,11 @@ async def test_a_sealed_value_anywhere_but_a_personal_field_is_found_wherever_it
     for fired, where in [(victims, []), (pasted, ["/fire/value/payload/notes/a~1b/1"])]:
         fire = FireTarget(topic="t", key=fired.workflow_id, value=json.loads(encode(fired)))
         timer = start_envelope(
-            TimerSchedule(timer_id="t-1", due_at=datetime.now(UTC), fire=fire),
+            TimerSchedule(timer_id="t-1", due_at=datetime.now(timezone.utc), fire=fire),
             workflow_id="wf-mine",
             workflow_type="procurement",
             producer=ProducerRef(service="invoice_agent", version="1"),
-            now=datetime.now(UTC),
+            now=datetime.now(timezone.utc),
             idempotency_key="t-1",
         )
         assert s.misplaced(timer) == where

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import uuid
 from contextlib import AsyncExitStack
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,7 @@ def policy(service: str, revision: int, **fields: Any) -> Envelope:
         workflow_id=rollout_workflow_id(service),
         workflow_type=ROLLOUT_WORKFLOW_TYPE,
         producer=ProducerRef(service="rollout_service", version="0.1.0"),
-        now=datetime.now(UTC),
+        now=datetime.now(timezone.utc),
         idempotency_key=f"{service}:{revision}",
     )
 
@@ -66,7 +66,7 @@ def repin_request(workflow_id: str, to: str, from_release: str | None, service: 
         workflow_id=workflow_id,
         workflow_type="test",
         producer=ProducerRef(service="rollout_service", version="0.1.0"),
-        now=datetime.now(UTC),
+        now=datetime.now(timezone.utc),
         idempotency_key=str(uuid.uuid4()),
     )
 
@@ -259,7 +259,7 @@ async def test_a_move_waits_until_nothing_of_the_workflow_is_in_flight_at_either
     await store.migrate(pg)
     canary_group = f"{name}.{NEW}"
     workflow_id = f"wf-{unique}"
-    now = datetime.now(UTC)
+    now = datetime.now(timezone.utc)
     await pg.execute(
         f"""INSERT INTO {name}.state (workflow_id, workflow_type, state, state_version, revision,
                                       created_at, updated_at, release)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -19,7 +19,7 @@ from rollout_service.domain import Change, ChangeRefused, Outcomes, apply_change
 from sandbox.model import NOT_JSON, flaky_answer
 from tests.support.events import TaskSubmitted
 
-NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+NOW = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
 
 
 def canary(percent: float = 20, **more: object) -> RolloutChanged:

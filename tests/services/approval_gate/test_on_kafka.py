@@ -5,7 +5,7 @@ timer service, measured from the request."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -58,11 +58,11 @@ async def test_a_large_procurement_is_routed_to_the_director_and_its_window_sche
     )
     settings = on_kafka.settings(Settings, SPEC.name, database_url=gate_database)
     async with running(SPEC, settings, registry=on_kafka.registry):
-        before = datetime.now(UTC)
+        before = datetime.now(timezone.utc)
         await on_kafka.publish(sent, sent)  # the same request again: a redelivery
         [routed] = await on_kafka.read("approval.routed", workflow_id, settle_s=2.0)
         [window] = await on_kafka.read("timer.schedule", workflow_id)
-        after = datetime.now(UTC)
+        after = datetime.now(timezone.utc)
     # The built-in policy (version 1): 10,000.00 or more skips the manager.
     assert routed.payload == ApprovalRouted(
         approval_id=approval_id,
@@ -110,7 +110,7 @@ async def test_a_signed_request_is_routed_by_the_declared_chain_and_one_nothing_
     )
     settings = on_kafka.settings(Settings, SPEC.name, database_url=gate_database)
     async with running(SPEC, settings, registry=on_kafka.registry):
-        before = datetime.now(UTC)
+        before = datetime.now(timezone.utc)
         await on_kafka.publish(routed_one, refused_one)
         [routed] = await on_kafka.read("approval.routed", routed_one.workflow_id)
         [window] = await on_kafka.read("timer.schedule", routed_one.workflow_id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -33,7 +33,7 @@ from chorus_contracts.envelope import Envelope
 from chorus_contracts.registry import default_registry
 
 REGISTRY = default_registry()
-T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+T0 = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
 WF = "wf-unit-1"
 
 

@@ -9,7 +9,7 @@ import signal
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -260,7 +260,7 @@ async def test_procurement_run_shows_waiting_for_approval_then_completed(
 ) -> None:
     registry, name = as_the_projector  # its projector states what audit_projector signs
     wf = f"wf-proc-{unique}"
-    t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=10)
+    t0 = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(minutes=10)
     first = Stream(registry)
     common: dict[str, Any] = {"workflow_id": wf, "subject": f"subject:{unique}"}
     first.add("workflow.started", at=t0, **common)
@@ -377,7 +377,7 @@ async def test_replaying_every_topic_rebuilds_the_live_projection_exactly(
     record handled before it is redelivered), then a replay from the start: same rows."""
     registry, name = as_the_projector  # its projector states what audit_projector signs
     rng = random.Random(unique)
-    t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=2)
+    t0 = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=2)
     wave1 = Stream(registry)
     for i in range(105):
         kind = KINDS[i % len(KINDS)]
@@ -401,7 +401,7 @@ async def test_replaying_every_topic_rebuilds_the_live_projection_exactly(
         assert await service.wait_exit() == -signal.SIGKILL
         service.start()
         await service.wait_healthy()
-        since = datetime.now(UTC)
+        since = datetime.now(timezone.utc)
         await asyncio.sleep(1.0)  # Kafka timestamps of wave 2 fall after ``since``
         wave2 = Stream(registry)
         t1 = since + timedelta(seconds=5)
@@ -490,7 +490,7 @@ async def test_an_erased_subject_is_nowhere_in_projections_or_state_and_the_audi
     # puts the reference itself in an envelope; erasing by either form finds the same subject.
     erased, kept = (keyed_ref(DEMO_SUBJECT_KEY, f"subject:{s}-{unique}") for s in ("erase", "keep"))
     pii = {erased: "Jane Roe <jane.roe@example.test>", kept: "John Poe <john.poe@example.test>"}
-    t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=30)
+    t0 = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(minutes=30)
     stream = Stream(registry)
     tasks = []
     for n, subject in enumerate((erased, kept)):
@@ -642,7 +642,7 @@ async def test_the_janitor_removes_expired_workflows_everywhere_and_records_it(
 ) -> None:
     registry, name = as_the_projector
     svc = f"svc_{unique}"
-    now = datetime.now(UTC)
+    now = datetime.now(timezone.utc)
     clock = ManualClock(now)
     research, procurement = f"wf-r-{unique}", f"wf-p-{unique}"
     subject = f"subject:{unique}"
@@ -772,7 +772,7 @@ async def test_the_read_api_answers_what_other_services_may_know(
     from the projector's tables."""
     registry, name = as_the_projector  # its projector states what audit_projector signs
     wf = f"wf-api-{unique}"
-    t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
+    t0 = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(minutes=5)
     stream = Stream(registry)
     stream.add("workflow.started", wf, t0)
     stream.add("invoice.received", wf, t0 + timedelta(seconds=1))
@@ -858,7 +858,7 @@ async def test_a_workflow_parked_behind_a_dead_letter_too_long_raises_one_alert_
     registry, name = as_the_projector  # it states workflow.attention_needed (signed)
     clock_file = tmp_path / "clock"
     parked, fine = f"wf-parked-{unique}", f"wf-fine-{unique}"
-    t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
+    t0 = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(minutes=5)
     stream = Stream(registry)
     scenario(stream, "dead_lettered", parked, t0, f"subject:{unique}")
     scenario(stream, "completed", fine, t0, f"subject:{unique}")
@@ -898,7 +898,7 @@ async def test_a_workflow_parked_behind_a_dead_letter_too_long_raises_one_alert_
         await eventually(alerted, what="the alert")
         await asyncio.sleep(3)  # three more looks: none raises it again
         # Then its deadline ends it (the end, on the same one-partition topic, is read last).
-        ended = stream.add("workflow.ended", parked, datetime.now(UTC), outcome="timed_out")
+        ended = stream.add("workflow.ended", parked, datetime.now(timezone.utc), outcome="timed_out")
         lifecycle = registry.physical_topic("workflow.ended")
         await stream.publish(kafka_bootstrap, [(lifecycle, ended)])
         records = await read_topic(
@@ -931,7 +931,7 @@ async def test_every_read_of_personal_data_is_in_the_access_log(
     raw = f"subject:reader-{unique}"
     subject = keyed_ref(DEMO_SUBJECT_KEY, raw)  # as the gateway keeps it
     workflow_id = f"wf-read-{unique}"
-    t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
+    t0 = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(minutes=5)
     stream = Stream(registry)
     stream.add("workflow.started", workflow_id, t0, subject=subject, submitted_by=f"Ada {unique}")
     stream.add(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import httpx
 import pytest
@@ -109,7 +109,7 @@ async def test_pages_carry_security_headers_and_a_sealed_http_only_cookie(consol
 
 def test_a_tampered_or_foreign_cookie_opens_as_no_session() -> None:
     cookies = SessionCookies(Settings(env="demo").session_key.get_secret_value())
-    sealed = cookies.seal(sign_in(ME, "good-key", datetime.now(UTC)))
+    sealed = cookies.seal(sign_in(ME, "good-key", datetime.now(timezone.utc)))
     assert cookies.open(sealed) is not None and cookies.open(sealed).principal == "dana.manager"  # type: ignore[union-attr]
     assert cookies.open(sealed[:-2] + ("A" if sealed[-2] != "A" else "B") + sealed[-1]) is None
     other = SessionCookies("b3RoZXItY29uc29sZS1zZXNzaW9uLWtleS0zMmJ5dGU=")
@@ -117,7 +117,7 @@ def test_a_tampered_or_foreign_cookie_opens_as_no_session() -> None:
 
 
 def test_an_idle_session_and_a_too_old_one_are_signed_out() -> None:
-    t0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+    t0 = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
     session = sign_in(ME, "good-key", t0)
     kept = still_valid(session, t0 + timedelta(minutes=29), idle_s=1800, max_s=43200)
     assert kept.signed_in and kept.seen_at == t0 + timedelta(minutes=29)
@@ -132,7 +132,7 @@ def test_an_idle_session_and_a_too_old_one_are_signed_out() -> None:
 
 def test_the_timeline_tells_a_refused_approval_from_one_nobody_answered() -> None:
     def entry(payload: dict[str, object]) -> TimelineEntry:
-        now = datetime.now(UTC)
+        now = datetime.now(timezone.utc)
         return TimelineEntry(
             event_id="e-1", origin="topic", event_type="approval.decided", schema_version=1,
             producer="approval_gate", producer_version="0.1.0", occurred_at=now, recorded_at=now,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import quote
 
@@ -41,7 +41,7 @@ from console.bootstrap import create_app
 from console.config import Settings
 from console.pages import ROUTERS
 
-NOW = datetime.now(UTC).replace(microsecond=0)
+NOW = datetime.now(timezone.utc).replace(microsecond=0)
 OPERATOR = Me(principal="sam.operator", role="operator", tier=None)
 CONTEXT = {
     "summary": "Invoice INV-7 from vendor-acme",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -72,8 +72,8 @@ def test_every_filter_parameter_is_parsed() -> None:
         category="persistent",
         event_type="invoice.received",
         status="open",
-        since=datetime(2026, 1, 1, tzinfo=UTC),
-        until=datetime(2026, 1, 1, 23, tzinfo=UTC),
+        since=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        until=datetime(2026, 1, 1, 23, tzinfo=timezone.utc),
         limit=7,
     )
     assert f.narrows
@@ -212,6 +212,6 @@ def test_json_null_is_told_apart_from_not_json() -> None:
 
 
 def test_age_is_never_negative() -> None:
-    now = datetime(2026, 1, 1, tzinfo=UTC)
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
     assert age_s(now, now - timedelta(minutes=2)) == 120.0
     assert age_s(now, now + timedelta(seconds=5)) == 0.0

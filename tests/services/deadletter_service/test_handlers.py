@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -25,7 +25,7 @@ from deadletter_service.service import SPEC
 
 REGISTRY = default_registry()
 GATE = ProducerRef(service="approval_gate", version="1.4.0")
-FAILED_AT = datetime(2026, 1, 5, 8, 30, tzinfo=UTC)
+FAILED_AT = datetime(2026, 1, 5, 8, 30, tzinfo=timezone.utc)
 BINARY_HEADER = ("x-signature", b"\xff\x00\x10")
 
 

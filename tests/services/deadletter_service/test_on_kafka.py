@@ -17,7 +17,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -374,7 +374,7 @@ async def publish_letters(stack: Stack, kafka: str, letters_: list[Envelope]) ->
 
 
 async def test_list_filters_groups_and_bad_filters(shared: Stack, kafka_bootstrap: str) -> None:
-    now = datetime.now(UTC)
+    now = datetime.now(timezone.utc)
     a, b = f"svc_a_{uuid.uuid4().hex[:8]}", f"svc_b_{uuid.uuid4().hex[:8]}"
     a1 = synthetic_letter(shared.registry, a, "persistent", at=now - timedelta(hours=3), offset=1)
     a2 = synthetic_letter(shared.registry, a, "decode", at=now - timedelta(hours=2), offset=2, poison=True)
@@ -498,7 +498,7 @@ async def test_unknown_ids_and_bad_requests_are_answered_as_problems(shared: Sta
 async def test_bulk_redrive_publishes_each_matching_open_letter_once(
     shared: Stack, kafka_bootstrap: str
 ) -> None:
-    now = datetime.now(UTC)
+    now = datetime.now(timezone.utc)
     target, other = f"svc_bulk_{shared.suffix}", f"svc_keep_{uuid.uuid4().hex[:8]}"
     hits = [
         synthetic_letter(shared.registry, target, "persistent", at=now - timedelta(minutes=m), offset=m)
@@ -568,9 +568,11 @@ async def test_a_forged_letter_is_never_redriven_onto_a_topic_its_service_does_n
         key=fired.workflow_id,
         value=json.loads(encode(fired)),
     )
-    timer = envelope(TimerSchedule(timer_id=f"t-{uuid.uuid4().hex[:8]}", due_at=datetime.now(UTC), fire=fire))
+    timer = envelope(
+        TimerSchedule(timer_id=f"t-{uuid.uuid4().hex[:8]}", due_at=datetime.now(timezone.utc), fire=fire)
+    )
     forged = synthetic_letter(
-        shared.registry, service, "persistent", at=datetime.now(UTC), offset=99, original=timer
+        shared.registry, service, "persistent", at=datetime.now(timezone.utc), offset=99, original=timer
     )
     await publish_letters(shared, kafka_bootstrap, [forged])
     letter = await eventually(
@@ -612,7 +614,7 @@ async def test_an_original_its_stated_producer_did_not_sign_is_never_redriven(
     signed = approval(f"wf-signed-{shared.suffix}")
     raw = encode(signed)
     gate = local_signer("approval_gate").header(raw)
-    at = datetime.now(UTC)
+    at = datetime.now(timezone.utc)
     forged = synthetic_letter(
         shared.registry, "payment_agent", "unauthorized", at=at, offset=7, original=unsigned
     )
@@ -662,7 +664,7 @@ def samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
 async def test_metrics_show_depth_by_category_and_service_and_the_oldest_age(
     shared: Stack, kafka_bootstrap: str
 ) -> None:
-    now = datetime.now(UTC)
+    now = datetime.now(timezone.utc)
     svc = f"svc_metrics_{uuid.uuid4().hex[:8]}"
     old = synthetic_letter(shared.registry, svc, "persistent", at=now - timedelta(hours=5), offset=1)
     new = synthetic_letter(shared.registry, svc, "persistent", at=now, offset=2)
@@ -725,7 +727,7 @@ async def test_every_route_needs_a_key_reads_need_an_operator_or_auditor_and_cha
     shared: Stack, kafka_bootstrap: str
 ) -> None:
     svc = f"svc_auth_{uuid.uuid4().hex[:8]}"
-    letter = synthetic_letter(shared.registry, svc, "persistent", at=datetime.now(UTC), offset=1)
+    letter = synthetic_letter(shared.registry, svc, "persistent", at=datetime.now(timezone.utc), offset=1)
     await publish_letters(shared, kafka_bootstrap, [letter])
     await eventually(lambda: _count(shared, svc, 1), what="the letter to be stored")
     one = f"/v1/dead-letters/{letter.event_id}"

@@ -10,7 +10,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -381,7 +381,7 @@ async def test_an_end_its_producer_did_not_sign_ends_nothing_and_a_signed_one_do
     claim the payment agent ended a pending workflow "completed"; neither the gateway nor
     the audit projection acts on it, nor does an auditor's replay of the topics. The same
     end, signed by the payment agent, does."""
-    since = datetime.now(UTC) - timedelta(seconds=1)
+    since = datetime.now(timezone.utc) - timedelta(seconds=1)
     accepted = await http.post("/v1/workflows/procurement", json=invoice("text"), headers=SUBMITTER)
     workflow_id = accepted.json()["workflow_id"]
     lifecycle = gateway.registry.physical_topic("workflow.ended")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 import httpx
 import pytest
@@ -126,7 +126,7 @@ async def test_an_erasure_request_destroys_the_subjects_keys_and_is_confirmed_on
         erasure_id=str(uuid.uuid4()),
         subject_hash=erased,
         actor="dpo@example.test",
-        requested_at=datetime.now(UTC),
+        requested_at=datetime.now(timezone.utc),
         workflow_ids=[f"wf-a-{unique}", f"wf-b-{unique}"],
     )
     sent = envelope(request, workflow_id=f"erasure-{unique}", workflow_type="chorus.data").model_copy(

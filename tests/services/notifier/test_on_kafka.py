@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -156,7 +156,7 @@ async def test_each_reviewer_of_the_tier_is_mailed_and_its_channel_posted_a_sign
     )
     assert posted["channel"] == "managers"
 
-    now = datetime.now(UTC)
+    now = datetime.now(timezone.utc)
     for mail in mails:
         link = next(word for word in mail["text"].split() if word.startswith("https://console.example/"))
         parts = urlsplit(link)
@@ -168,7 +168,7 @@ async def test_each_reviewer_of_the_tier_is_mailed_and_its_channel_posted_a_sign
         # It holds until the manager's window ends, not longer.
         assert (
             timedelta(hours=7, minutes=59)
-            < datetime.fromtimestamp(int(query["exp"]), UTC) - now
+            < datetime.fromtimestamp(int(query["exp"]), timezone.utc) - now
             <= timedelta(hours=8)
         )
         assert "Approval needed" in mail["subject"] and "manager tier" in mail["text"]
@@ -193,7 +193,7 @@ async def test_a_channel_that_is_down_is_retried_recorded_and_given_up_without_h
     routed = ApprovalRouted(
         approval_id=f"appr-{unique}", chain=CHAIN, fallback="auto_reject", policy_version=0
     )
-    until = datetime.now(UTC) + timedelta(hours=1)
+    until = datetime.now(timezone.utc) + timedelta(hours=1)
     escalated = ApprovalEscalated(
         approval_id=f"appr-{unique}", level=1, from_tier="manager", to_tier="director", waiting_until=until
     )

@@ -8,7 +8,7 @@ import json
 import random
 import statistics
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -45,7 +45,7 @@ from outcome_analytics.handlers import Deps, on_record
 from tests.support.events import dead_lettered
 from tests.support.examples import example
 
-T0 = datetime(2026, 3, 1, 10, 0, tzinfo=UTC)
+T0 = datetime(2026, 3, 1, 10, 0, tzinfo=timezone.utc)
 GATEWAY = ProducerRef(service="gateway", version="1")
 RUNTIME = ProducerRef(service="payment_agent", version="1")
 
@@ -137,12 +137,14 @@ def only(view: OutcomeView, workflow_type: str, hour: datetime) -> dict[str, Any
 
 
 def test_hours_are_utc_windows_of_the_event_time() -> None:
-    local = datetime(2026, 3, 1, 12, 59, 59, 999999, tzinfo=UTC).astimezone(ZoneInfo("Europe/Berlin"))
-    assert hour_of(local) == datetime(2026, 3, 1, 12, tzinfo=UTC)
+    local = datetime(2026, 3, 1, 12, 59, 59, 999999, tzinfo=timezone.utc).astimezone(
+        ZoneInfo("Europe/Berlin")
+    )
+    assert hour_of(local) == datetime(2026, 3, 1, 12, tzinfo=timezone.utc)
     assert format_hour(hour_of(local)) == "2026-03-01T12:00:00Z"
-    assert parse_hour("2026-03-01T12") == datetime(2026, 3, 1, 12, tzinfo=UTC)
-    assert parse_hour("2026-03-01T12:30:00Z") == datetime(2026, 3, 1, 12, tzinfo=UTC)
-    assert parse_hour("2026-03-01T14:10:00+02:00") == datetime(2026, 3, 1, 12, tzinfo=UTC)
+    assert parse_hour("2026-03-01T12") == datetime(2026, 3, 1, 12, tzinfo=timezone.utc)
+    assert parse_hour("2026-03-01T12:30:00Z") == datetime(2026, 3, 1, 12, tzinfo=timezone.utc)
+    assert parse_hour("2026-03-01T14:10:00+02:00") == datetime(2026, 3, 1, 12, tzinfo=timezone.utc)
     with pytest.raises(ValueError):
         parse_hour("yesterday")
     with pytest.raises(ValueError):

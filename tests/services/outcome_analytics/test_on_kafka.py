@@ -16,7 +16,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, get_args
 
@@ -46,7 +46,7 @@ from tests.support.sealed import opened
 
 pytestmark = pytest.mark.integration
 
-H0 = datetime(2026, 2, 1, 8, tzinfo=UTC)
+H0 = datetime(2026, 2, 1, 8, tzinfo=timezone.utc)
 H1 = H0 + timedelta(hours=1)
 GATEWAY = ProducerRef(service="gateway", version="1")
 AGENT = ProducerRef(service="invoice_agent", version="1")
@@ -535,7 +535,7 @@ async def test_a_poison_record_is_dead_lettered_with_its_bytes_and_the_view_keep
     lifecycle = registry.physical_topic("workflow.started")
     deadletters = registry.physical_topic("event.dead_lettered")
     workflow_id = f"wf-poisoned-{unique}"
-    now = datetime.now(UTC)
+    now = datetime.now(timezone.utc)
     started = start_envelope(
         WorkflowStarted(submitted_by="analyst", start_event_type="invoice.received"),
         workflow_id=workflow_id,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -48,7 +48,7 @@ def fetched(name: str) -> SourceFetched:
         stage_id="sources",
         task=name,
         source=GatheredSource(name=name, excerpt=EXCERPTS[name]),
-        started_at=datetime(2026, 1, 5, 9, 0, tzinfo=UTC),
+        started_at=datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc),
     )
 
 

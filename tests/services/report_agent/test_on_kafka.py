@@ -5,7 +5,7 @@ language model (the sandbox's) and an editor is asked, and the deadline is cance
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 import pytest
 
@@ -44,7 +44,7 @@ async def test_a_report_request_opens_the_sources_stage_and_drafts_when_all_answ
                         stage_id="sources",
                         task=name,
                         source=GatheredSource(name=name, excerpt=excerpt),
-                        started_at=datetime.now(UTC),
+                        started_at=datetime.now(timezone.utc),
                     ),
                     workflow_id=workflow_id,
                     workflow_type="research_report",

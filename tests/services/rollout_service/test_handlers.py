@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -61,7 +61,7 @@ async def test_a_workflows_end_is_recorded_with_its_outcome(rollouts: WorkflowHa
 async def test_a_dead_letter_counts_against_the_failing_release_in_the_workflow_it_stopped(
     rollouts: WorkflowHarness,
 ) -> None:
-    at = datetime(2026, 1, 5, 8, 59, tzinfo=UTC)
+    at = datetime(2026, 1, 5, 8, 59, tzinfo=timezone.utc)
     letter = dead_lettered(
         service="invoice_agent", topic="procurement.events", value=b"{}", category="persistent", at=at,
         original_workflow_id="wf-1",

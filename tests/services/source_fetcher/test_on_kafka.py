@@ -4,7 +4,7 @@ once, even when the request is delivered twice."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -25,7 +25,7 @@ async def test_a_fetch_request_reads_the_source_and_answers_once(on_kafka: OnKaf
         task="arxiv",
         source=SourceRef(name="arxiv", url=f"{sandbox.url}/sources/arxiv"),
         topic=topic,
-        answer_by=datetime.now(UTC) + timedelta(minutes=2),
+        answer_by=datetime.now(timezone.utc) + timedelta(minutes=2),
     )
     sent = envelope(asked, workflow_id=f"wf-fetch-{on_kafka.unique}", workflow_type="research_report")
     async with running(SPEC, on_kafka.settings(Settings, SPEC.name), registry=on_kafka.registry):

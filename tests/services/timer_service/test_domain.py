@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from timer_service.domain import lateness_s, next_wake_in_s
 
-DUE = datetime(2026, 1, 5, 17, 0, tzinfo=UTC)
+DUE = datetime(2026, 1, 5, 17, 0, tzinfo=timezone.utc)
 
 
 def test_lateness_is_how_long_after_its_due_time_a_timer_fired_and_never_negative() -> None:

@@ -3,7 +3,7 @@ topic once, when it is due; a cancelled one never fires."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -47,7 +47,7 @@ async def test_a_due_timer_fires_its_event_once_and_a_cancelled_one_never(on_kaf
     async with running(SPEC, on_kafka.settings(Settings, SPEC.name), registry=on_kafka.registry):
         # Due a few seconds after the service is up (its start can take longer than that on a
         # busy machine): the cancel right behind the doomed schedule comes well before then.
-        due_at = datetime.now(UTC) + timedelta(seconds=3)
+        due_at = datetime.now(timezone.utc) + timedelta(seconds=3)
         elapsed, schedule = window(on_kafka, f"wf-timer-{on_kafka.unique}", due_at)
         _, doomed = window(on_kafka, f"wf-cancelled-{on_kafka.unique}", due_at)
         cancel = stated_by(
@@ -72,7 +72,7 @@ async def test_a_due_timer_fires_its_event_once_and_a_cancelled_one_never(on_kaf
         on_kafka.bootstrap, [on_kafka.registry.physical_topic(elapsed.event_type)], until=bool
     )
     local_verifier(on_kafka.registry).check(elapsed, record.value, record.headers)
-    assert datetime.fromtimestamp(record.timestamp / 1000, UTC) >= due_at
+    assert datetime.fromtimestamp(record.timestamp / 1000, timezone.utc) >= due_at
 
 
 async def test_another_service_cannot_cancel_move_or_take_first_a_timer_of_the_gates(
@@ -83,7 +83,7 @@ async def test_another_service_cannot_cancel_move_or_take_first_a_timer_of_the_g
     claims to be the gate without its signature. Each command is refused as unauthorized,
     the gate's window fires on time, and the gate's own next timer is its own."""
     unique = on_kafka.unique
-    due_at = datetime.now(UTC) + timedelta(seconds=4)
+    due_at = datetime.now(timezone.utc) + timedelta(seconds=4)
     elapsed, schedule = window(on_kafka, f"wf-owned-{unique}", due_at)
     timer_id = f"approval_gate:{schedule.workflow_id}:window-0"
     _, taken = window(on_kafka, f"wf-taken-{unique}", due_at)
@@ -111,4 +111,4 @@ async def test_another_service_cannot_cancel_move_or_take_first_a_timer_of_the_g
         await on_kafka.publish(taken)  # the gate's own, after the fetcher tried to take its id
         fired = await on_kafka.read(elapsed.event_type, count=2, settle_s=1.0)
     assert sorted(e.envelope.workflow_id for e in fired) == sorted([schedule.workflow_id, taken.workflow_id])
-    assert all(datetime.fromtimestamp(0, UTC) < e.envelope.occurred_at <= due_at for e in fired)
+    assert all(datetime.fromtimestamp(0, timezone.utc) < e.envelope.occurred_at <= due_at for e in fired)
