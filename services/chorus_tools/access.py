@@ -16,7 +16,6 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
+from chorus.base.compat import StrEnum
 from chorus.kernel.kafka import KafkaAuth
 from chorus_contracts.registry import Registry
 

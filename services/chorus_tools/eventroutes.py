@@ -19,10 +19,10 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 
 import chorus
+from chorus.base.compat import StrEnum
 from chorus.runtime.runner import RUNTIME_CONTROLS
 from chorus_contracts.base import CATALOG
 from chorus_contracts.platform import EventDeadLettered, TimerSchedule

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
+
+from chorus.base.compat import StrEnum
 
 SERVICE = "notifier"
 

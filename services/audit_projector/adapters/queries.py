@@ -15,13 +15,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from enum import StrEnum
 from typing import Any
 
 import asyncpg
 
 from audit_projector.adapters.projection import SCHEMA
 from audit_projector.domain import ATTENTION, TERMINAL, WorkflowFacts, approval_state, attention
+from chorus.base.compat import StrEnum
 from chorus.base.db import ident
 from chorus_contracts.api.audit_projector import (
     ApprovalTask,

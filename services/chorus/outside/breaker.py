@@ -24,7 +24,6 @@ import logging
 import random
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from enum import StrEnum
 
 import asyncpg
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -32,6 +31,7 @@ from prometheus_client.registry import Collector
 from pydantic import BaseModel, ConfigDict, Field
 
 from chorus.base.clock import Clock
+from chorus.base.compat import StrEnum
 from chorus.base.errors import TransientError
 from chorus.base.migrations import baseline, migrate
 

@@ -21,11 +21,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from chorus.base.compat import StrEnum
 from chorus.kernel.service import CancelTimer, ScheduleTimer
 from chorus_contracts.base import EventModel
 from chorus_contracts.lifecycle import StageDeadlineReached

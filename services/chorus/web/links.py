@@ -14,8 +14,9 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from enum import StrEnum
 from urllib.parse import urlencode
+
+from chorus.base.compat import StrEnum
 
 DEMO_LINK_KEY = "demo-link-key-not-for-production"
 """The published link key of the local demo: refused outside demo mode."""

@@ -12,7 +12,6 @@ tier's approval, or one you submitted).
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from enum import StrEnum
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -20,6 +19,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from chorus.base.compat import StrEnum
 from chorus_contracts.api.gateway import ApprovalQueue, DecisionAccepted, DecisionBody
 from chorus_tools.cli.audit import span
 from chorus_tools.cli.options import GATEWAY, ApiCall, api_command, table_of

@@ -24,7 +24,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -44,6 +43,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from chorus import __version__
+from chorus.base.compat import StrEnum
 from chorus.base.errors import DecodeError
 from chorus.base.settings import LOCAL_KAFKA
 from chorus.kernel.codec import decode, encode, pointer

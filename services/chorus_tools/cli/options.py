@@ -11,7 +11,6 @@ import logging
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
 
@@ -20,6 +19,7 @@ import typer
 from pydantic import BaseModel, ValidationError
 from rich.table import Table
 
+from chorus.base.compat import StrEnum
 from chorus.web.typedclient import UnexpectedAnswerError, answer, answer_as
 from chorus_contracts.api.base import ProblemDetails
 from chorus_contracts.registry import Registry, default_schemas_dir, load_registry

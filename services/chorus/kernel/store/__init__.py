@@ -21,9 +21,10 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from enum import IntEnum, StrEnum
+from enum import IntEnum
 from typing import Any, Protocol
 
+from chorus.base.compat import StrEnum
 from chorus.kernel.records import Record
 from chorus.kernel.service import Effect
 
