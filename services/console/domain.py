@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from chorus.base.compat import fromisoformat
 from chorus_contracts.api.audit_projector import TimelineEntry
 from chorus_contracts.api.gateway import Me
 from chorus_contracts.api.outcome_analytics import OutcomeBucket
@@ -47,7 +48,7 @@ class Session:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Session:
         def at(key: str) -> datetime | None:
-            return datetime.fromisoformat(data[key]) if data.get(key) else None
+            return fromisoformat(data[key]) if data.get(key) else None
 
         return cls(
             csrf=str(data["csrf"]),

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hmac
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
@@ -17,6 +16,7 @@ from fastapi import Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
+from chorus.base.compat import fromisoformat
 from console.adapters.apis import Apis
 from console.config import Settings
 from console.domain import NAV, Session, anonymous
@@ -113,7 +113,7 @@ def as_utc(value: str) -> str:
     if not value:
         return ""
     try:
-        moment = datetime.fromisoformat(value)
+        moment = fromisoformat(value)
     except ValueError:
         return value  # the API names it in its answer
     return moment.isoformat() if moment.tzinfo else moment.isoformat() + "+00:00"

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, get_args
 
+from chorus.base.compat import fromisoformat
 from chorus_contracts.base import in_utc
 from chorus_contracts.platform import ErrorCategory
 from chorus_contracts.registry import Registry
@@ -133,7 +134,7 @@ def _instant(name: str, value: str | None) -> datetime | None:
     if value is None:
         return None
     try:
-        parsed = datetime.fromisoformat(value)
+        parsed = fromisoformat(value)
     except ValueError:
         raise FilterError(name, f"{value!r} is not an ISO 8601 date-time") from None
     if parsed.tzinfo is None:

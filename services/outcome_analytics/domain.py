@@ -50,6 +50,7 @@ from uuid import UUID
 
 from pydantic import ValidationError
 
+from chorus.base.compat import fromisoformat
 from chorus_contracts.approvals import ApprovalRequested
 from chorus_contracts.base import EventModel, in_utc, is_sealed
 from chorus_contracts.envelope import Envelope
@@ -130,7 +131,7 @@ def parse_hour(text: str) -> datetime:
     A time without an offset is UTC. Raises ValueError for anything else, and for an hour
     outside the years 1 to 9999 in UTC.
     """
-    moment = datetime.fromisoformat(text.strip())
+    moment = fromisoformat(text.strip())
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return hour_of(in_utc(moment))

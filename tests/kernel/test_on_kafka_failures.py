@@ -8,7 +8,6 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import asyncpg
 import pytest
 
 from chorus.base.clock import OffsetFileClock
+from chorus.base.compat import fromisoformat
 from chorus.kernel.backoff import backoff_cap
 from chorus.runtime.runner import ServiceRunner, ServiceSettings, running
 from chorus_contracts.envelope import Envelope
@@ -119,8 +119,8 @@ async def test_transient_twice_then_success_on_attempt_three(services: Stack) ->
     assert len(retries) == 2
     waits = []
     for n, schedule in enumerate(retries, start=1):
-        due = datetime.fromisoformat(schedule["payload"]["due_at"])
-        at = datetime.fromisoformat(schedule["occurred_at"])
+        due = fromisoformat(schedule["payload"]["due_at"])
+        at = fromisoformat(schedule["occurred_at"])
         wait = (due - at).total_seconds()
         fired = schedule["payload"]["fire"]["value"]["payload"]
         assert fired["attempt"] == n + 1

@@ -27,6 +27,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from chorus.base.compat import fromisoformat
 from chorus.web.typedclient import UnexpectedAnswerError, answer
 from chorus_contracts.api.audit_projector import (
     AccessLog,
@@ -85,7 +86,7 @@ def _parse_since(value: str | None) -> datetime | None:
     if value is None:
         return None
     try:
-        parsed = datetime.fromisoformat(value)
+        parsed = fromisoformat(value)
     except ValueError:
         raise _fail(f"--since {value!r} is not an ISO 8601 date-time", 2) from None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)

@@ -43,7 +43,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from chorus import __version__
-from chorus.base.compat import StrEnum
+from chorus.base.compat import StrEnum, fromisoformat
 from chorus.base.errors import DecodeError
 from chorus.base.settings import LOCAL_KAFKA
 from chorus.kernel.codec import decode, encode, pointer
@@ -527,7 +527,7 @@ def parse_since(text: str, now: datetime) -> datetime:
     if match:
         return now - timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
     try:
-        moment = datetime.fromisoformat(text.strip())
+        moment = fromisoformat(text.strip())
     except ValueError:
         raise ValueError(f"{text!r} is neither a duration (90s, 15m, 1h, 2d) nor an ISO time") from None
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)

@@ -29,6 +29,7 @@ from audit_projector.domain import ERASURE_RECORDED, WORKFLOW_PURGED
 from audit_projector.replay import ReplayResult, compare, rebuild
 from audit_projector.service import make_spec
 from chorus.base.clock import ManualClock, OffsetFileClock
+from chorus.base.compat import fromisoformat
 from chorus.base.db import create_pool
 from chorus.base.settings import demo_key_service_credential
 from chorus.privacy.crypto import HttpKeyStore, Sealer, keyed_ref, subject_hash
@@ -304,7 +305,7 @@ async def test_procurement_run_shows_waiting_for_approval_then_completed(
         # The JSON the gateway answers with.
         [task] = _json(await approval_tasks(pg, "manager", schema=name))
         assert task["approval_id"] == "appr-1"
-        assert datetime.fromisoformat(task["waiting_until"]) == status.waiting_until
+        assert fromisoformat(task["waiting_until"]) == status.waiting_until
         gate = _json(await approval_view(pg, "appr-1", schema=name))
         assert gate is not None
         assert (gate["status"], gate["tier"], gate["workflow_id"]) == ("pending", "manager", wf)
@@ -887,7 +888,7 @@ async def test_a_workflow_parked_behind_a_dead_letter_too_long_raises_one_alert_
         assert listed["workflow_id"] == parked
         why = listed["attention"]
         assert "dead-lettered" in why["why"] and why["alerted_at"] is None
-        assert datetime.fromisoformat(why["since"]) == t0 + timedelta(seconds=2)
+        assert fromisoformat(why["since"]) == t0 + timedelta(seconds=2)
 
         OffsetFileClock.advance(clock_file, 3600)
 
