@@ -10,11 +10,12 @@ to start with them anywhere else.
 
 from __future__ import annotations
 
-from typing import Literal, Self
+from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from typing_extensions import Self
 
 LOCAL_KAFKA = "127.0.0.1:9092"
 LOCAL_DATABASE_URL = "postgresql://chorus:chorus@127.0.0.1:54329/chorus"
