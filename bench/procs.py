@@ -68,7 +68,7 @@ class Worker:
         while True:
             try:
                 line = await asyncio.wait_for(self.proc.stdout.readline(), timeout_s)
-            except TimeoutError:
+            except asyncio.TimeoutError:
                 raise WorkerError(
                     f"{self.name}: no answer within {timeout_s}s\n{tail(self.log_path)}"
                 ) from None
@@ -94,7 +94,7 @@ class Worker:
         try:
             await self.call("stop", timeout_s)
             await asyncio.wait_for(self.proc.wait(), timeout_s)
-        except (WorkerError, TimeoutError, BrokenPipeError, ConnectionResetError):
+        except (WorkerError, asyncio.TimeoutError, BrokenPipeError, ConnectionResetError):
             self.kill()
 
     def kill(self) -> None:
@@ -183,6 +183,6 @@ class ServiceProc:
         self.proc.send_signal(signal.SIGTERM)
         try:
             await asyncio.wait_for(self.proc.wait(), timeout_s)
-        except TimeoutError:
+        except asyncio.TimeoutError:
             self.proc.kill()
             await self.proc.wait()

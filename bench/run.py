@@ -1276,7 +1276,7 @@ async def check_infrastructure(bootstrap: str, admin_url: str) -> asyncpg.Connec
     try:
         _, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 10)
         writer.close()
-    except (OSError, TimeoutError) as exc:
+    except (OSError, asyncio.TimeoutError) as exc:
         raise SystemExit(f"bench: Kafka at {bootstrap} is not reachable ({exc}); `make up`") from exc
     if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", RUN_LOCK):
         raise SystemExit("bench: another bench run holds the bench databases; wait for it")

@@ -611,7 +611,7 @@ async def supervise(stack: DevStack, stop: asyncio.Event, *, max_backoff_s: floa
                 proc.start()
                 started[name] = now
                 print(f"{name} restarted (start #{proc.starts})", flush=True)
-        with contextlib.suppress(TimeoutError):
+        with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), 0.5)
 
 

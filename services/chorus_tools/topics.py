@@ -9,6 +9,7 @@ differ are altered, and nothing is deleted.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -400,7 +401,7 @@ async def _admin(bootstrap: str) -> AsyncIterator[AIOKafkaAdminClient]:
     try:
         await admin.start()
         yield admin
-    except (TimeoutError, KafkaConnectionError, KafkaTimeoutError) as exc:
+    except (TimeoutError, asyncio.TimeoutError, KafkaConnectionError, KafkaTimeoutError) as exc:
         raise BrokerUnavailableError(bootstrap, type(exc).__name__) from None
     finally:
         await admin.close()

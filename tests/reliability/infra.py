@@ -40,7 +40,7 @@ async def run_script(script: str, command: str, env: dict[str, str], timeout_s: 
     )
     try:
         out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
-    except TimeoutError:
+    except asyncio.TimeoutError:
         proc.kill()
         await proc.wait()
         raise InfraError(f"{script} {command} did not finish within {timeout_s}s") from None

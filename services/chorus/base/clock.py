@@ -55,7 +55,7 @@ class ManualClock:
     async def sleep(self, seconds: float) -> None:
         until = self._now + timedelta(seconds=seconds)
         while self._now < until:
-            with contextlib.suppress(TimeoutError):
+            with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout=0.05)
 
 

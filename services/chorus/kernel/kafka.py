@@ -177,7 +177,7 @@ async def stop_client(
     """
     try:
         await asyncio.wait_for(client.stop(), timeout_s)
-    except TimeoutError:
+    except asyncio.TimeoutError:
         log.warning(
             "kafka client %s took over %.0fs to close its connections; left to close",
             type(client).__name__,

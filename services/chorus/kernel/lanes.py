@@ -90,7 +90,7 @@ class Dispatcher:
         try:
             await asyncio.wait_for(self._idle.wait(), limit_s)
             return True
-        except TimeoutError:
+        except asyncio.TimeoutError:
             return False
 
     def run_exclusive(self, key: str, job: Callable[[], Awaitable[object]]) -> None:

@@ -168,7 +168,7 @@ class OutboxRelay:
                 sent = await self.publish_batch()
                 if sent == 0:
                     self._wake.clear()
-                    with contextlib.suppress(TimeoutError):
+                    with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(self._wake.wait(), self.poll_interval_s)
         finally:
             self.is_leader = False

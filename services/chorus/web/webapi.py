@@ -239,12 +239,12 @@ class BodyCap:
             return
         body = bytearray()
         size = 0
-        deadline = asyncio.get_running_loop().time() + self.body_timeout_s
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.body_timeout_s
         while True:
             try:
-                async with asyncio.timeout_at(deadline):
-                    message = await receive()
-            except TimeoutError:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
                 detail = f"the body did not arrive within {self.body_timeout_s:g} s"
                 await self._refuse(scope, receive, send, 408, "Request timeout", detail)
                 return

@@ -371,7 +371,7 @@ async def publish_envelope(bootstrap: str, topic: str, envelope: Envelope) -> tu
             key=envelope.workflow_id.encode(),
             headers=envelope_headers(envelope),
         )
-    except (KafkaConnectionError, KafkaTimeoutError, TimeoutError) as exc:
+    except (KafkaConnectionError, KafkaTimeoutError, TimeoutError, asyncio.TimeoutError) as exc:
         raise _unavailable(bootstrap, exc) from None
     finally:
         await stop_client(producer)
@@ -800,7 +800,7 @@ async def _require_topics(bootstrap: str, topics: Sequence[str]) -> list[TopicPa
         # Partitions only: a topic's configs are an administrator's to read, and produce or
         # subscribe as an operator or auditor must not need them.
         actual = await described_topics(admin, topics)
-    except (KafkaConnectionError, KafkaTimeoutError, TimeoutError) as exc:
+    except (KafkaConnectionError, KafkaTimeoutError, TimeoutError, asyncio.TimeoutError) as exc:
         raise _unavailable(bootstrap, exc) from None
     finally:
         await admin.close()
