@@ -44,7 +44,7 @@ help:
 	@echo "make schemas | docs | topics   regenerate JSON Schemas | AsyncAPI doc; create Kafka topics"
 
 $(STAMP): requirements.lock pyproject.toml
-	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: Chorus needs Python 3.11" >&2; exit 1; }
+	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: requirements.lock is resolved for Python 3.11" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q --require-hashes -r requirements.lock

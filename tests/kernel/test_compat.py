@@ -18,11 +18,11 @@ class Colour(StrEnum):
 
 def test_a_str_enum_member_is_its_value_wherever_it_is_shown() -> None:
     assert isinstance(Colour.RED, str)
-    assert Colour.RED == "red"
+    assert {"red": 1}[Colour.RED] == 1  # equal to its value, and hashed as it is
     assert Colour("red") is Colour.RED
     assert str(Colour.RED) == f"{Colour.RED}" == format(Colour.RED) == "%s" % Colour.RED == "red"  # noqa: UP031
     assert f"[{Colour.RED:>5}]" == "[  red]"
-    assert Colour.DARK_BLUE == "dark_blue"
+    assert Colour.DARK_BLUE.value == "dark_blue"
     assert repr(Colour.RED) == "<Colour.RED: 'red'>"
 
 
