@@ -193,11 +193,19 @@ _INVISIBLE_CLASS = (
     r"\u115f-\u1160\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\u3164\ufeff"
     r"\uffa0\ufff9-\ufffb"
 )
+# The categories come from the interpreter's Unicode database, which is older on older
+# Pythons (3.10 has Unicode 13, where U+0890 and U+0891 are not yet format characters):
+# the class is refused as well, so every service refuses the same ids whatever it runs on.
+_INVISIBLE_IN_CLASS = re.compile(f"[{_INVISIBLE_CLASS}]")
 
 
 def is_invisible(char: str) -> bool:
     """A control, format (zero-width, bidi), line or paragraph separator, or filler character."""
-    return unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp") or char in _INVISIBLE_LETTERS
+    return (
+        unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp")
+        or char in _INVISIBLE_LETTERS
+        or _INVISIBLE_IN_CLASS.match(char) is not None
+    )
 
 
 def invisible_characters(value: str) -> list[str]:
