@@ -31,7 +31,7 @@ LOCAL_ENV = set -a && . $(CURDIR)/.local/kafka/admin.env && set +a && \
 	CHORUS_KEY_SERVICE_TLS_CERT_FILE=$(TLS_DIR)/key_service.pem CHORUS_KEY_SERVICE_TLS_KEY_FILE=$(TLS_DIR)/key_service.key \
 	CHORUS_KEY_SERVICE_CA_FILE=$(TLS_DIR)/ca.pem
 
-.PHONY: help setup up down status demo services test test-fast test-service test-deploy lint fmt bench lock clean \
+.PHONY: help setup up down status demo services test test-fast test-service test-deploy test-pythons lint fmt bench lock clean \
 	schemas docs topics bench-quick test-reliability observe
 
 help:
@@ -39,6 +39,7 @@ help:
 	@echo "make test   start what is needed and run every test against real Kafka and PostgreSQL"
 	@echo "make test-fast   handlers, kernel steps, contracts, tools: no Kafka, no binaries (< 2 min)"
 	@echo "make test-service S=NAME   one service's tests (tests/services/NAME), on the local stack"
+	@echo "make test-pythons   the wheel on Python 3.10, 3.11, 3.12 and 3.13: its fast tier and a new project's tests"
 	@echo "make up | down | status | lint | fmt | bench | setup | lock | clean"
 	@echo "make services | observe   every service on its documented port | Prometheus on them (:9090)"
 	@echo "make schemas | docs | topics   regenerate JSON Schemas | AsyncAPI doc; create Kafka topics"
@@ -106,7 +107,13 @@ test: up
 	$(LOCAL)/browser.sh ensure
 	$(LOCAL)/prometheus.sh ensure
 	$(LOCAL)/helm.sh ensure
-	$(LOCAL_ENV) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --timeout=900 --durations=25 $(PYTEST_ARGS)
+	$(LOCAL_ENV) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --timeout=900 --durations=25 -m "not pythons" $(PYTEST_ARGS)
+
+# Every Python Chorus supports (3.10 to 3.13, from pyenv or PATH): the wheel built once and
+# installed from .local/wheelhouse into a virtualenv per version, its fast tier run there,
+# and a project `chorus new` starts there tested on the local stack. CI runs it after test.
+test-pythons: up
+	$(LOCAL_ENV) $(PY) -m pytest tests/deploy/test_pythons.py -m pythons --timeout=1800 --durations=5 $(PYTEST_ARGS)
 
 # The fast tier: what needs neither Kafka, PostgreSQL nor any binary beyond the venv —
 # handler tests (the testing kit), the kernel's steps on the memory store, the feature

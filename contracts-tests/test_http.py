@@ -81,6 +81,7 @@ def undeclared(edges: HttpEdges, settings: Mapping[str, type[BaseSettings]]) -> 
     return sorted(problems)
 
 
+@pytest.mark.checkout
 @pytest.mark.parametrize("registry", sorted(REGISTRIES))
 def test_every_setting_holding_another_services_url_is_a_declared_edge(registry: str) -> None:
     root, services = REGISTRIES[registry]

@@ -22,8 +22,10 @@ from chorus_contracts.registry import (
     load_registry,
     read_project,
 )
-from chorus_tools.devstack import REFERENCE_PROJECT, project_services
+from chorus_tools.devstack import project_services
 
+# The checkout's (not a path derived from where chorus is installed: the wheel ships no examples).
+REFERENCE_PROJECT = Path(__file__).resolve().parents[1] / "examples" / "support"
 SCHEMAS = REFERENCE_PROJECT / "schemas"
 REGISTRY = load_registry(SCHEMAS)  # imports the project's event models (its services/ on the path)
 FOUND = read_project(SCHEMAS)

@@ -311,10 +311,12 @@ INVARIANTS: dict[str, Callable[[Docs, str, Registry], list[str]]] = {
 # -- the generated registry file ----------------------------------------------------------------
 
 
+@pytest.mark.checkout
 def test_the_committed_registry_file_is_what_the_generator_writes(registry: Registry) -> None:
     assert chart.CHART_FILE.read_text() == chart.render(registry), "run: python -m chorus_tools.chart"
 
 
+@pytest.mark.checkout
 def test_the_registry_file_has_every_service_and_its_partition_ceiling(registry: Registry) -> None:
     facts = yaml.safe_load(chart.CHART_FILE.read_text())
     assert set(facts["services"]) == {*registry.principals.services, "console"}

@@ -37,6 +37,7 @@ def validated() -> str:
     return shown("invoice.validated", "--schemas-dir", str(ROOT / "schemas"))
 
 
+@pytest.mark.checkout
 def test_a_plain_event_shows_its_topic_files_producer_consumers_and_tests(validated: str) -> None:
     assert "procurement.events (priority lanes: procurement.events.high, procurement.events," in validated
     assert "6 partitions, retention 30 days" in validated
@@ -49,6 +50,7 @@ def test_a_plain_event_shows_its_topic_files_producer_consumers_and_tests(valida
     assert any(line.split() == ["signed", "by", "invoice_agent"] for line in validated.splitlines())
 
 
+@pytest.mark.checkout
 def test_every_path_it_shows_is_a_file_of_the_checkout(validated: str) -> None:
     paths = [w for line in validated.splitlines() for w in line.split() if w.endswith((".py", ".json"))]
     assert len(paths) > 10
@@ -70,6 +72,7 @@ def test_a_signed_event_names_its_signer() -> None:
     assert "approval_gate: emits it" in decided
 
 
+@pytest.mark.checkout
 def test_a_project_event_with_the_project_registry() -> None:
     due = shown("ticket.reply_due", "--schemas-dir", str(SUPPORT))
     assert "examples/support/schemas/events/ticket.reply_due.v1.schema.json" in due
@@ -90,6 +93,7 @@ def test_an_unknown_type_exits_65_with_close_matches() -> None:
     assert "--schemas-dir" in elsewhere.output
 
 
+@pytest.mark.checkout
 def test_json_output_parses_and_has_every_field() -> None:
     body: dict[str, Any] = json.loads(shown("approval.window_elapsed", "--output", "json"))
     assert body["event_type"] == "approval.window_elapsed"
@@ -118,6 +122,7 @@ def test_list_names_every_type_of_the_union_registry() -> None:
     assert types == sorted(types)
 
 
+@pytest.mark.checkout
 def test_docs_events_md_is_what_the_registry_and_code_say() -> None:
     committed = ROOT / eventsdoc.DOCUMENT
     assert committed.exists(), "docs/events.md is missing: run make docs"

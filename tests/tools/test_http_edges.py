@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import pytest
 import yaml
 
 from chorus_contracts.registry import load_registry
@@ -41,6 +42,7 @@ def test_the_dev_stack_points_each_caller_at_the_process_it_calls(tmp_path: Path
     assert handed == declared
 
 
+@pytest.mark.checkout
 def test_with_a_project_the_platforms_edges_hold_and_a_service_env_still_wins(tmp_path: Path) -> None:
     dev = stack(
         tmp_path / "project",
@@ -71,6 +73,7 @@ def test_the_chart_hands_each_caller_the_declared_urls_and_nothing_else() -> Non
         assert svc["links"] == {e.variable: e.target for e in EDGES.of(name) if e.link}, name
 
 
+@pytest.mark.checkout
 def test_compose_hands_each_caller_its_generated_file_and_sets_no_service_url_by_hand() -> None:
     text = (ROOT / "docker-compose.yml").read_text()
     services: dict[str, Any] = yaml.safe_load(text)["services"]

@@ -1,0 +1,70 @@
+"""The runtime as a user gets it: the wheel built from this checkout, installed into a
+virtualenv of its own outside it, and a project that ``chorus new`` starts there."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+EXTRAS = "analytics,otlp,dev"
+"""What a wheel's own tests need beside the runtime (the tests use the dev tools)."""
+
+
+def run(*args: str | Path, cwd: Path, env: dict[str, str] | None = None, timeout_s: float = 900) -> str:
+    """Run a command; its stdout, or an assertion naming the command, its exit and output."""
+    done = subprocess.run(
+        [str(a) for a in args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    assert done.returncode == 0, (
+        f"{' '.join(map(str, args))} (exit {done.returncode}):\n{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
+    )
+    return done.stdout
+
+
+def build_wheel(tmp: Path) -> Path:
+    """The wheel, built from a copy of the sources (pip builds in the tree it is given)."""
+    source = tmp / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    # symlinks=True keeps the link that ships the platform's registry inside chorus_contracts.
+    for folder in ("services", "schemas"):
+        shutil.copytree(ROOT / folder, source / folder, symlinks=True, ignore=ignore)
+    run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp / "dist", source, cwd=tmp)
+    (wheel,) = (tmp / "dist").glob("chorus-*.whl")
+    return wheel
+
+
+def outside_env(venv: Path, **settings: str) -> dict[str, str]:
+    """This process's environment as a user's shell in ``venv`` has it: nothing of this
+    checkout (no PYTHONPATH, no registry path, no other virtualenv), plus ``settings``."""
+    drop = {"PYTHONPATH", "CHORUS_SCHEMAS_DIR", "VIRTUAL_ENV"}
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env['PATH']}"
+    env.update(settings)
+    return env
+
+
+def scaffold_and_test(venv: Path, project: Path, env: dict[str, str], version: str) -> None:
+    """In an empty folder, ``chorus new service`` starts a project whose generated tests
+    pass on the real Kafka and PostgreSQL ``env`` names, with ``venv``'s chorus only."""
+    project.mkdir()
+    python = venv / "bin" / "python"
+    where = run(python, "-c", "import chorus, chorus_tools; print(chorus.__file__)", cwd=project, env=env)
+    assert where.startswith(str(venv)), where
+    assert run(venv / "bin" / "chorus", "--version", cwd=project, env=env).strip() == f"chorus {version}"
+    made = run(venv / "bin" / "chorus", "new", "service", "triage", cwd=project, env=env)
+    assert "wrote services/triage/handlers.py" in made
+    tests = run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=project, env=env)
+    assert "2 passed" in tests, tests
