@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
+
+from tests.support.processes import run_captured, user_env
 
 ROOT = Path(__file__).resolve().parents[2]
 EXTRAS = "analytics,otlp,dev"
@@ -16,15 +17,7 @@ EXTRAS = "analytics,otlp,dev"
 
 def run(*args: str | Path, cwd: Path, env: dict[str, str] | None = None, timeout_s: float = 900) -> str:
     """Run a command; its stdout, or an assertion naming the command, its exit and output."""
-    done = subprocess.run(
-        [str(a) for a in args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
+    done = run_captured([str(a) for a in args], cwd=cwd, env=env, timeout_s=timeout_s)
     assert done.returncode == 0, (
         f"{' '.join(map(str, args))} (exit {done.returncode}):\n{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
     )
@@ -49,8 +42,7 @@ def build_wheel(tmp: Path) -> Path:
 def outside_env(venv: Path, **settings: str) -> dict[str, str]:
     """This process's environment as a user's shell in ``venv`` has it: nothing of this
     checkout (no PYTHONPATH, no registry path, no other virtualenv), plus ``settings``."""
-    drop = {"PYTHONPATH", "CHORUS_SCHEMAS_DIR", "VIRTUAL_ENV"}
-    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env = {k: v for k, v in user_env().items() if k != "VIRTUAL_ENV"}
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env['PATH']}"
     env.update(settings)
     return env
