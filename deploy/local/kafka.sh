@@ -93,10 +93,21 @@ ensure_jars() {
   echo "$want" >"$stamp"
 }
 
+# Python 3.13 verifies certificates strictly (VERIFY_X509_STRICT) and refuses a CA without
+# keyUsage, which the CA an older kafka.sh made lacks.
+ca_is_strict() {
+  [[ ! -f "$SECRETS/ca.pem" ]] \
+    || openssl x509 -in "$SECRETS/ca.pem" -noout -ext keyUsage 2>/dev/null | grep -q "Certificate Sign"
+}
+
 ensure_secrets() {
   # A local CA, the broker's key and certificate (for 127.0.0.1 and localhost), and the
   # admin password: made once, kept across restarts and resets (clients keep trusting,
   # formatted nodes keep the admin credential they were formatted with).
+  if ! ca_is_strict; then
+    log "the local CA has no keyUsage (Python 3.13 refuses it): making it and the broker certificate again"
+    rm -f "$SECRETS/broker.keystore.pem"
+  fi
   if [[ ! -f "$SECRETS/broker.keystore.pem" || ! -f "$SECRETS/admin.password" ]]; then
     command -v openssl >/dev/null || die "openssl not found: install it (Debian: openssl)"
     log "generating the local CA, the broker certificate and the admin password in $SECRETS"
@@ -107,7 +118,7 @@ ensure_secrets() {
       set -euo pipefail
       umask 077; mkdir "$SECRETS/.new"; cd "$SECRETS/.new"
       openssl req -x509 -newkey rsa:2048 -nodes -sha256 -days 3650 -subj "/CN=Chorus local CA" \
-        -keyout ca.key -out ca.pem 2>/dev/null
+        -addext "keyUsage=critical,keyCertSign,cRLSign" -keyout ca.key -out ca.pem 2>/dev/null
       openssl req -newkey rsa:2048 -nodes -sha256 -subj "/CN=$BROKER_CN" \
         -keyout broker.key -out broker.csr 2>/dev/null
       printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n' >broker.ext
@@ -115,7 +126,8 @@ ensure_secrets() {
         -extfile broker.ext -out broker.pem 2>/dev/null
       # Kafka's PEM keystore: the (PKCS#8) private key, then the certificate chain.
       cat broker.key broker.pem ca.pem >broker.keystore.pem
-      openssl rand -hex 24 >admin.password
+      # Kept when there is one: formatted nodes hold the admin credential made from it.
+      [[ -f ../admin.password ]] || openssl rand -hex 24 >admin.password
       rm -f broker.csr broker.ext
       mv -f ./* ..
     ) || { rm -rf "$SECRETS/.new"; die "could not generate the local TLS material"; }
@@ -208,6 +220,10 @@ start_node() {
   dir="$(node_dir "$n")"; port="$(client_port "$n")"
   if pid_alive "$dir/kafka.pid" && [[ "$(cat "$dir/security.stamp" 2>/dev/null)" != "$SECURITY_STAMP" ]]; then
     log "node $n runs unsecured (started by an older kafka.sh); restarting it secured"
+    stop_pid "$dir/kafka.pid" "kafka node $n" 120
+  fi
+  if pid_alive "$dir/kafka.pid" && ! ca_is_strict; then
+    log "node $n serves a certificate of a CA Python 3.13 refuses; restarting it with a new one"
     stop_pid "$dir/kafka.pid" "kafka node $n" 120
   fi
   if pid_alive "$dir/kafka.pid"; then return 0; fi

@@ -116,6 +116,11 @@ def make_pki(folder: Path) -> None:
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=3650))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        # What Python 3.13's strict verification asks of an authority and what it issues.
+        .add_extension(
+            x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     broker_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -134,6 +139,10 @@ def make_pki(folder: Path) -> None:
         .add_extension(
             x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
             critical=False,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(broker_key.public_key()), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
         )
         .sign(ca_key, hashes.SHA256())
     )

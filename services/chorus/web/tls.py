@@ -76,19 +76,25 @@ def make_local_tls(directory: Path, name: str, hosts: Sequence[str] = LOCAL_NAME
     ca_file, ca_key_file = directory / "ca.pem", directory / "ca.key"
     cert_file, key_file = directory / f"{name}.pem", directory / f"{name}.key"
     now = datetime.datetime.now(datetime.timezone.utc)
-    if not (ca_file.exists() and ca_key_file.exists()):
+    # Python 3.13 verifies strictly (RFC 5280: key identifiers, key usage); an authority an
+    # older version made without them is made anew, with its certificates.
+    if not (ca_file.exists() and ca_key_file.exists() and _identified(ca_file)):
         ca_key = ec.generate_private_key(ec.SECP256R1())
         subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Chorus local CA")])
         ca = (
             _builder(subject, subject, ca_key.public_key(), now, days=3650)
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .add_extension(_key_usage(ca=True), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
             .sign(ca_key, hashes.SHA256())
         )
         _write_key(ca_key_file, ca_key)
         ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
         cert_file.unlink(missing_ok=True)  # issued by a CA that is gone
-    if not (cert_file.exists() and key_file.exists() and _covers(cert_file, hosts)):
+    current = (
+        cert_file.exists() and key_file.exists() and _covers(cert_file, hosts) and _identified(cert_file)
+    )
+    if not current:
         ca = x509.load_pem_x509_certificate(ca_file.read_bytes())
         loaded = serialization.load_pem_private_key(ca_key_file.read_bytes(), password=None)
         assert isinstance(loaded, ec.EllipticCurvePrivateKey)
@@ -100,6 +106,10 @@ def make_local_tls(directory: Path, name: str, hosts: Sequence[str] = LOCAL_NAME
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(_key_usage(ca=False), critical=True)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(loaded.public_key()), critical=False
+            )
             .sign(loaded, hashes.SHA256())
         )
         _write_key(key_file, key)
@@ -123,6 +133,18 @@ def _builder(
         .not_valid_before(now - datetime.timedelta(minutes=5))  # clocks a little behind
         .not_valid_after(now + datetime.timedelta(days=days))
     )
+
+
+def _identified(path: Path) -> bool:
+    """Whether the certificate at ``path`` names its key (a subject key identifier), as
+    strict verification asks of an authority and of what it issued."""
+    try:
+        x509.load_pem_x509_certificate(path.read_bytes()).extensions.get_extension_for_class(
+            x509.SubjectKeyIdentifier
+        )
+    except (x509.ExtensionNotFound, ValueError):
+        return False
+    return True
 
 
 def _key_usage(*, ca: bool) -> x509.KeyUsage:
