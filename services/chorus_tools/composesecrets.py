@@ -43,7 +43,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from chorus.privacy.signing import make_keys
-from chorus.web.tls import LocalTls, make_local_tls
+from chorus.web.tls import LocalTls, key_usage, make_local_tls
 from chorus_contracts.registry import Registry, load_registry
 from chorus_tools.access import local_passwords, principals
 from chorus_tools.dbroles import role_url
@@ -117,9 +117,7 @@ def make_pki(folder: Path) -> None:
         .not_valid_after(now + datetime.timedelta(days=3650))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         # What Python 3.13's strict verification asks of an authority and what it issues.
-        .add_extension(
-            x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
-        )
+        .add_extension(key_usage(ca=True), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )

@@ -61,9 +61,14 @@ def test_what_python_3_11_refuses_is_refused(text: str) -> None:
         fromisoformat(text)
 
 
-@pytest.mark.skipif(sys.version_info < (3, 11), reason="the standard library's own from 3.11 on")
-def test_from_python_3_11_on_they_are_the_standard_librarys() -> None:
+def test_they_are_the_standard_librarys_wherever_it_has_them() -> None:
+    """From 3.11 on the standard library's own; on 3.10 (which has no StrEnum and a
+    narrower fromisoformat) the equivalents above."""
     import enum
 
-    assert StrEnum is enum.StrEnum  # type: ignore[attr-defined,unused-ignore]
-    assert fromisoformat == datetime.fromisoformat
+    if sys.version_info >= (3, 11):
+        assert StrEnum is enum.StrEnum  # type: ignore[attr-defined,unused-ignore]
+        assert fromisoformat == datetime.fromisoformat
+    else:
+        assert not hasattr(enum, "StrEnum")
+        assert fromisoformat != datetime.fromisoformat

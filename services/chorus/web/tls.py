@@ -84,7 +84,7 @@ def make_local_tls(directory: Path, name: str, hosts: Sequence[str] = LOCAL_NAME
         ca = (
             _builder(subject, subject, ca_key.public_key(), now, days=3650)
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(_key_usage(ca=True), critical=True)
+            .add_extension(key_usage(ca=True), critical=True)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
             .sign(ca_key, hashes.SHA256())
         )
@@ -104,7 +104,7 @@ def make_local_tls(directory: Path, name: str, hosts: Sequence[str] = LOCAL_NAME
             _builder(subject, ca.subject, key.public_key(), now, days=VALID_DAYS)
             .add_extension(x509.SubjectAlternativeName([_general_name(h) for h in hosts]), critical=False)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(_key_usage(ca=False), critical=True)
+            .add_extension(key_usage(ca=False), critical=True)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
             .add_extension(
@@ -147,7 +147,9 @@ def _identified(path: Path) -> bool:
     return True
 
 
-def _key_usage(*, ca: bool) -> x509.KeyUsage:
+def key_usage(*, ca: bool) -> x509.KeyUsage:
+    """What an authority's (``ca``) or a server's certificate may sign: strict verification
+    (Python 3.13's default) refuses an authority without it."""
     return x509.KeyUsage(
         digital_signature=not ca,
         content_commitment=False,
