@@ -74,12 +74,12 @@ status:
 	-$(LOCAL)/postgres.sh status
 
 demo: up
-	$(LOCAL_ENV) $(PY) -m chorus_tools.demo
+	$(LOCAL_ENV) $(PY) -m chorus.tools.demo
 
 # Every service in the foreground (API on :8080, sandbox on :9400) until Ctrl-C.
 # RELEASES="invoice_agent@0.2.0 ..." also runs those releases beside (versioned rollouts).
 services: up
-	$(LOCAL_ENV) $(PY) -m chorus_tools.devstack $(foreach r,$(RELEASES),--release $(r))
+	$(LOCAL_ENV) $(PY) -m chorus.tools.devstack $(foreach r,$(RELEASES),--release $(r))
 
 # Prometheus (Debian's package) on http://127.0.0.1:$(PROMETHEUS_PORT), scraping what
 # `make services` runs (it writes .local/observe/targets.json) with the alert rules of
@@ -150,29 +150,30 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy services tests contracts-tests
 	cd services && ../$(VENV)/bin/lint-imports --config ../pyproject.toml
-	$(VENV)/bin/deptry services
+	$(VENV)/bin/deptry services --extend-exclude "services/chorus/reference"
+	cd services/chorus/reference && $(CURDIR)/$(VENV)/bin/deptry .
 
 fmt: setup
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-# JSON Schemas under schemas/ from the models in services/chorus_contracts.
+# JSON Schemas under schemas/ from the models in services/chorus/contracts.
 schemas: setup
 	$(VENV)/bin/chorus schemas generate
 	$(PY) contracts-tests/state_schemas.py
 
 # schemas/asyncapi.yaml, docs/architecture.md (event-flow pictures) and docs/events.md (each
 # event's producers, consumers and tests) from the registry (after regenerating the schemas
-# they document); the Grafana dashboards from services/chorus_tools/dashboards.py; the Helm
+# they document); the Grafana dashboards from services/chorus/tools/dashboards.py; the Helm
 # chart's registry file (services, ports, topics, ACLs, HTTP calls) and docker-compose.yml's
 # URL files (deploy/docker/http) from the registry.
 docs: schemas
 	$(VENV)/bin/chorus schemas asyncapi
 	$(VENV)/bin/chorus schemas diagrams
 	$(VENV)/bin/chorus events docs
-	$(PY) -m chorus_tools.dashboards
-	$(PY) -m chorus_tools.chart
-	$(PY) -m chorus_tools.compose
+	$(PY) -m chorus.tools.dashboards
+	$(PY) -m chorus.tools.chart
+	$(PY) -m chorus.tools.compose
 
 # Every topic of schemas/topics on CHORUS_KAFKA_BOOTSTRAP (created, or partitions and
 # configs brought in line; never shrunk). `make up` runs it after starting Kafka.

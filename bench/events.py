@@ -6,7 +6,7 @@ preloaded for one variant is never read by another one's consumer group.
 
 from __future__ import annotations
 
-from chorus_contracts.base import EventModel, Personal, Text, event
+from chorus.contracts.base import EventModel, Personal, Text, event
 
 
 class _Hop(EventModel):

@@ -13,10 +13,10 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 
+from chorus.contracts.base import EventModel
+from chorus.contracts.envelope import ProducerRef
 from chorus.kernel.envelopes import start_envelope
 from chorus.kernel.kafka import make_consumer
-from chorus_contracts.base import EventModel
-from chorus_contracts.envelope import ProducerRef
 
 DRIVER = ProducerRef(service="bench_driver", version="0")
 TARGET_BYTES = 1024

@@ -12,10 +12,10 @@ from pathlib import Path
 import yaml
 
 from bench.events import BENCH_TOPICS
+from chorus.contracts.base import CATALOG
+from chorus.contracts.registry import Registry, event_schema, load_registry
 from chorus.kernel.kafka import make_admin
 from chorus.testing.stack import ensure_topics
-from chorus_contracts.base import CATALOG
-from chorus_contracts.registry import Registry, event_schema, load_registry
 from tests.support.registry import isolated_schemas, provision
 
 PARTITIONS = 6

@@ -45,16 +45,16 @@ from bench.registry import bench_registry, delete_topics, raw_topics
 from bench.report import write_reports
 from bench.stats import percentile, ratio, summary
 from chorus.base.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA, demo_key_service_credential
+from chorus.contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
+from chorus.contracts.envelope import ProducerRef
+from chorus.contracts.platform import FireTarget, TimerSchedule
+from chorus.contracts.registry import Registry
 from chorus.kernel.kafka import make_producer
 from chorus.privacy.crypto import DataKey, HttpKeyStore, Scope, keyed_ref, seal_value, subject_hash
 from chorus.privacy.feature import KEY_SERVICE_CA, key_service_trust
 from chorus.privacy.signing import Signer, load_keys, make_keys
 from chorus.runtime.runner import LOCAL_REGION, ServiceSettings
 from chorus.testing.stack import key_service_tls
-from chorus_contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
-from chorus_contracts.envelope import ProducerRef
-from chorus_contracts.platform import FireTarget, TimerSchedule
-from chorus_contracts.registry import Registry
 from tests.support.apis import key_api
 from tests.support.processes import ROOT, free_port
 

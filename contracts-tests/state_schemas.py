@@ -5,7 +5,7 @@ version: ``schemas/state/<service>.v<N>.schema.json``.
 files stay: they are what checkpoints of those versions hold). The contract tests hold the
 files to the models; ``chorus schemas check`` fails when a committed file changes in place
 (a release still on that version would drop or misread the fields: a changed state needs a
-new state version and a migration). It lives here, not in chorus_tools, because it imports
+new state version and a migration). It lives here, not in chorus.tools, because it imports
 the services and the tooling never does.
 """
 
@@ -13,24 +13,22 @@ from __future__ import annotations
 
 import importlib
 import json
-import pkgutil
 from pathlib import Path
 from typing import Any
 
 from chorus.kernel.service import ServiceSpec
+from chorus.tools.declarations import own_services, service_module
 
 ROOT = Path(__file__).resolve().parents[1]
 STATE_DIR = ROOT / "schemas" / "state"
-LIBRARIES = {"chorus", "chorus_contracts", "chorus_tools"}
+LIBRARIES = {"chorus", "chorus.contracts", "chorus.tools"}
 
 
 def state_specs() -> dict[str, ServiceSpec[Any, Any]]:
     """Every service whose SPEC keeps workflow state, by name."""
     found: dict[str, ServiceSpec[Any, Any]] = {}
-    for module in pkgutil.iter_modules([str(ROOT / "services")]):
-        if module.name in LIBRARIES or not (ROOT / "services" / module.name / "service.py").exists():
-            continue
-        spec = getattr(importlib.import_module(f"{module.name}.service"), "SPEC", None)
+    for name in own_services():
+        spec = getattr(importlib.import_module(f"{service_module(name)}.service"), "SPEC", None)
         if isinstance(spec, ServiceSpec) and spec.state is not None:
             found[spec.name] = spec
     return found

@@ -25,9 +25,9 @@ from referencing import Resource
 from referencing.jsonschema import DRAFT7
 from typer.testing import CliRunner
 
-from chorus_contracts.registry import RUNTIME_PRODUCER, Registry, load_registry
-from chorus_tools.asyncapi import DOCUMENT_FILE, message_id, operation_id, render
-from chorus_tools.cli.main import app
+from chorus.contracts.registry import RUNTIME_PRODUCER, Registry, load_registry
+from chorus.tools.asyncapi import DOCUMENT_FILE, message_id, operation_id, render
+from chorus.tools.cli.main import app
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMAS = ROOT / "schemas"
@@ -216,7 +216,7 @@ def all_refs(node: Any) -> Iterator[str]:
 
 
 def test_the_architecture_pictures_are_what_the_registry_draws() -> None:
-    from chorus_tools import diagrams
+    from chorus.tools import diagrams
 
     committed = ROOT / diagrams.DOCUMENT
     assert committed.exists(), "docs/architecture.md is missing: run make docs"

@@ -20,16 +20,14 @@ from urllib.parse import urlsplit
 import pytest
 from pydantic_settings import BaseSettings
 
-from chorus_contracts.api.base import ApiModel
-from chorus_tools.chart import settings_class
-from chorus_tools.devstack import REFERENCE_PROJECT, project_services
-from chorus_tools.httpedges import Edge, HttpEdges, load_http_edges
+from chorus.contracts.api.base import ApiModel
+from chorus.tools.chart import settings_class
+from chorus.tools.declarations import own_services
+from chorus.tools.devstack import REFERENCE_PROJECT, project_services
+from chorus.tools.httpedges import Edge, HttpEdges, load_http_edges
 
 ROOT = Path(__file__).resolve().parents[1]
-LIBRARIES = {"chorus", "chorus_contracts", "chorus_tools"}
-PLATFORM = sorted(
-    p.name for p in (ROOT / "services").iterdir() if (p / "service.py").is_file() and p.name not in LIBRARIES
-)
+PLATFORM = sorted(own_services())
 if str(REFERENCE_PROJECT / "services") not in sys.path:
     sys.path.append(str(REFERENCE_PROJECT / "services"))
 PROJECT = project_services(REFERENCE_PROJECT)
@@ -98,7 +96,7 @@ def test_every_endpoint_is_a_service_serving_what_it_is_declared_to(name: str) -
     if endpoint.kind == "api":
         # An API of Chorus authenticates its callers (chorus.web.apikeys) and publishes its models.
         assert "api_keys" in fields, f"{name} serves no API (its settings take no API keys)"
-        module = importlib.import_module(endpoint.models or f"chorus_contracts.api.{name}")
+        module = importlib.import_module(endpoint.models or f"chorus.contracts.api.{name}")
         published = [
             m
             for _, m in inspect.getmembers(module, inspect.isclass)

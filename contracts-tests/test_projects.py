@@ -13,16 +13,16 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator, FormatChecker
 
-from chorus.kernel.codec import decode
-from chorus.kernel.service import ServiceSpec
-from chorus_contracts.registry import (
+from chorus.contracts.registry import (
     RUNTIME_PRODUCER,
     contract_catalog,
     generated_files,
     load_registry,
     read_project,
 )
-from chorus_tools.devstack import project_services
+from chorus.kernel.codec import decode
+from chorus.kernel.service import ServiceSpec
+from chorus.tools.devstack import project_services
 
 # The checkout's (not a path derived from where chorus is installed: the wheel ships no examples).
 REFERENCE_PROJECT = Path(__file__).resolve().parents[1] / "examples" / "support"

@@ -10,9 +10,8 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator, FormatChecker
 
-from chorus.kernel.codec import decode
-from chorus_contracts.base import EventModel
-from chorus_contracts.registry import (
+from chorus.contracts.base import EventModel
+from chorus.contracts.registry import (
     RUNTIME_PRODUCER,
     contract_catalog,
     generated_files,
@@ -20,6 +19,7 @@ from chorus_contracts.registry import (
     personal_pointers,
     upcaster_gaps,
 )
+from chorus.kernel.codec import decode
 from tests.support.registry import unsigned_starts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +45,7 @@ def test_committed_schema_is_what_the_models_generate(name: str) -> None:
     path = SCHEMAS / name
     assert path.exists(), f"{name} is missing: run make schemas"
     assert path.read_text() == generated_files()[name], (
-        f"schemas/{name} differs from its model in services/chorus_contracts: "
+        f"schemas/{name} differs from its model in services/chorus/contracts: "
         "change the model, then run make schemas (the JSON Schema is generated)"
     )
 
@@ -107,7 +107,7 @@ def test_every_topic_event_has_a_model() -> None:
         for v in ev.versions
         if (ev.type, v) not in models
     ]
-    assert missing == [], f"declared on a topic but no model in chorus_contracts: {missing}"
+    assert missing == [], f"declared on a topic but no model in chorus.contracts: {missing}"
 
 
 @pytest.mark.parametrize("topic", sorted(REGISTRY.topics))

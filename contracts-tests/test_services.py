@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import json
 import logging
-import pkgutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -14,12 +13,13 @@ import pytest
 
 from chorus.base.clock import ManualClock
 from chorus.base.errors import ChorusError
+from chorus.contracts.edges import ServiceEdges
+from chorus.contracts.envelope import ProducerRef
+from chorus.contracts.registry import RUNTIME_PRODUCER, load_registry
 from chorus.kernel.codec import decode, encode
 from chorus.kernel.envelopes import child_envelope
 from chorus.kernel.service import Context, ServiceSpec
-from chorus_contracts.edges import ServiceEdges
-from chorus_contracts.envelope import ProducerRef
-from chorus_contracts.registry import RUNTIME_PRODUCER, load_registry
+from chorus.tools.declarations import own_services, service_module
 from tests.support.fakes import handler_deps
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,23 +30,22 @@ the rollout policies (chorus.rollouts.RolloutFollower)."""
 TABLE_TOPICS = {"chorus.rollouts"}
 """Read as a table (the latest record per key), never handled: nothing read there is
 dead-lettered (a record that is not the rollout service's signed policy is skipped)."""
-LIBRARIES = {"chorus", "chorus_contracts", "chorus_tools"}  # imported by services, not deployed
+OWN = own_services()
+"""Chorus's own services (the platform's and the reference workflows'): name -> folder."""
 
 
 def discover() -> dict[str, tuple[ServiceEdges, ServiceSpec[Any, Any] | None]]:
-    """Every services/<name>/service.py exposing SPEC (runtime) or EDGES (other)."""
+    """Every service.py of Chorus's own services exposing SPEC (runtime) or EDGES (other)."""
     found: dict[str, tuple[ServiceEdges, ServiceSpec[Any, Any] | None]] = {}
-    for module in pkgutil.iter_modules([str(ROOT / "services")]):
-        if module.name in LIBRARIES or not (ROOT / "services" / module.name / "service.py").exists():
-            continue
-        mod = importlib.import_module(f"{module.name}.service")
+    for name, folder in OWN.items():
+        mod = importlib.import_module(f"{service_module(name)}.service")
         spec = getattr(mod, "SPEC", None)
         if isinstance(spec, ServiceSpec):
             found[spec.name] = (spec.edges(), spec)
         elif isinstance(getattr(mod, "EDGES", None), ServiceEdges):
             found[mod.EDGES.name] = (mod.EDGES, None)
         else:
-            raise AssertionError(f"services/{module.name}/service.py declares neither SPEC nor EDGES")
+            raise AssertionError(f"{folder}/service.py declares neither SPEC nor EDGES")
     return found
 
 
@@ -207,16 +206,14 @@ SKELETON = (
     "__main__.py",
     "README.md",
 )
-SERVICE_DIRS = sorted(
-    p.name for p in (ROOT / "services").iterdir() if (p / "service.py").exists() and p.name not in LIBRARIES
-)
+SERVICE_DIRS = sorted(OWN)
 
 
 @pytest.mark.parametrize("name", SERVICE_DIRS)
 def test_every_service_has_the_same_skeleton(name: str) -> None:
-    folder = ROOT / "services" / name
+    folder = OWN[name]
     missing = [part for part in SKELETON if not (folder / part).exists()]
-    assert missing == [], f"services/{name} lacks {missing} (see ../shared/STYLE.md)"
+    assert missing == [], f"{folder.relative_to(ROOT)} lacks {missing} (see ../shared/STYLE.md)"
 
 
 def _strings(path: Path) -> list[str]:
@@ -239,7 +236,7 @@ def test_no_service_names_another_services_tables(name: str) -> None:
     pattern = re.compile(rf"\b({'|'.join(others)})\.[a-z_]+")
     found = [
         f"{path.relative_to(ROOT)}: {match.group()}"
-        for path in sorted((ROOT / "services" / name).rglob("*.py"))
+        for path in sorted(OWN[name].rglob("*.py"))
         for text in _strings(path)
         for match in pattern.finditer(text)
         if not text.startswith(("python -m", "from ", "import "))
@@ -248,7 +245,7 @@ def test_no_service_names_another_services_tables(name: str) -> None:
 
 
 def test_the_audit_projector_waits_for_every_runtime_service_to_confirm_an_erasure() -> None:
-    from audit_projector.config import Settings
+    from chorus.platform.audit_projector.config import Settings
 
     runtime = {name for name, (edges, _) in SERVICES.items() if edges.runtime}
     assert set(Settings().data_holders) == runtime

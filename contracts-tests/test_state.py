@@ -6,7 +6,7 @@ import json
 
 from state_schemas import STATE_DIR, state_files, state_specs
 
-from chorus_tools.compat import STATE_FILE
+from chorus.tools.compat import STATE_FILE
 
 
 def test_each_stateful_service_commits_the_schema_of_its_current_state_version() -> None:

@@ -8,7 +8,7 @@ import unicodedata
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from chorus_contracts.base import VendorId, invisible_characters
+from chorus.contracts.base import VendorId, invisible_characters
 
 VENDOR: TypeAdapter[str] = TypeAdapter(VendorId)
 

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, settings
 from chorus.base.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
 from chorus.privacy.feature import KEY_SERVICE_CA
 from chorus.testing.stack import key_service_tls, reaching_key_service
-from chorus_tools.devstack import free_port
+from chorus.tools.devstack import free_port
 from tests.support.database import connected
 from tests.support.processes import ServiceProcess, run_captured
 from tests.support.registry import delete_created_topics, ensure_service_users

@@ -2,7 +2,7 @@
 # The chorus image's entrypoint: runs the command with this container's own logins.
 #
 # In docker-compose.yml the `secrets` service writes each service's Kafka principal and
-# PostgreSQL role into that service's volume (chorus_tools.composesecrets), and
+# PostgreSQL role into that service's volume (chorus.tools.composesecrets), and
 # CHORUS_CREDENTIALS_FILE names the file; it is loaded here so that no password sits in the
 # compose file or in an environment another container can read. Without the variable the
 # command runs as it is (the Helm chart hands each pod its secrets itself).

@@ -3,7 +3,7 @@ versioning (``docs/runtime-api.md`` says what each name is for). Within a major 
 public name keeps its meaning and its signature accepts what it accepted; anything not
 listed here is private to Chorus and may change in any release.
 
-The platform's event models (``chorus_contracts`` lifecycle, approvals, platform, envelope)
+The platform's event models (``chorus.contracts`` lifecycle, approvals, platform, envelope)
 are public as whole modules: they are contracts, versioned by the registry as every event.
 """
 
@@ -13,9 +13,70 @@ from collections.abc import Mapping
 
 # Every public name is importable from here too (``from chorus.public import ServiceSpec``):
 # each public module's ``__all__`` is its list; ``X as X`` marks a name re-exported.
+from chorus import __version__ as __version__
 from chorus.breaker import *  # noqa: F403
 from chorus.clock import *  # noqa: F403
 from chorus.codec import *  # noqa: F403
+from chorus.contracts.base import (
+    Cents as Cents,
+)
+from chorus.contracts.base import (
+    Comment as Comment,
+)
+from chorus.contracts.base import (
+    Count as Count,
+)
+from chorus.contracts.base import (
+    Currency as Currency,
+)
+from chorus.contracts.base import (
+    EventModel as EventModel,
+)
+from chorus.contracts.base import (
+    KeyedRef as KeyedRef,
+)
+from chorus.contracts.base import (
+    LongText as LongText,
+)
+from chorus.contracts.base import (
+    Model as Model,
+)
+from chorus.contracts.base import (
+    Name as Name,
+)
+from chorus.contracts.base import (
+    Personal as Personal,
+)
+from chorus.contracts.base import (
+    Ref as Ref,
+)
+from chorus.contracts.base import (
+    Text as Text,
+)
+from chorus.contracts.base import (
+    Url as Url,
+)
+from chorus.contracts.base import (
+    UtcDateTime as UtcDateTime,
+)
+from chorus.contracts.base import (
+    Uuid as Uuid,
+)
+from chorus.contracts.base import (
+    VendorId as VendorId,
+)
+from chorus.contracts.base import (
+    event as event,
+)
+from chorus.contracts.base import (
+    invisible_characters as invisible_characters,
+)
+from chorus.contracts.base import (
+    is_invisible as is_invisible,
+)
+from chorus.contracts.base import (
+    upcaster as upcaster,
+)
 from chorus.db import *  # noqa: F403
 from chorus.dependencies import *  # noqa: F403
 from chorus.errors import *  # noqa: F403
@@ -31,71 +92,13 @@ from chorus.stages import *  # noqa: F403
 from chorus.store import *  # noqa: F403
 from chorus.testing import *  # noqa: F403
 from chorus.teststack import *  # noqa: F403
-from chorus_contracts.base import (
-    Cents as Cents,
-)
-from chorus_contracts.base import (
-    Comment as Comment,
-)
-from chorus_contracts.base import (
-    Count as Count,
-)
-from chorus_contracts.base import (
-    Currency as Currency,
-)
-from chorus_contracts.base import (
-    EventModel as EventModel,
-)
-from chorus_contracts.base import (
-    KeyedRef as KeyedRef,
-)
-from chorus_contracts.base import (
-    LongText as LongText,
-)
-from chorus_contracts.base import (
-    Model as Model,
-)
-from chorus_contracts.base import (
-    Name as Name,
-)
-from chorus_contracts.base import (
-    Personal as Personal,
-)
-from chorus_contracts.base import (
-    Ref as Ref,
-)
-from chorus_contracts.base import (
-    Text as Text,
-)
-from chorus_contracts.base import (
-    Url as Url,
-)
-from chorus_contracts.base import (
-    UtcDateTime as UtcDateTime,
-)
-from chorus_contracts.base import (
-    Uuid as Uuid,
-)
-from chorus_contracts.base import (
-    VendorId as VendorId,
-)
-from chorus_contracts.base import (
-    event as event,
-)
-from chorus_contracts.base import (
-    invisible_characters as invisible_characters,
-)
-from chorus_contracts.base import (
-    is_invisible as is_invisible,
-)
-from chorus_contracts.base import (
-    upcaster as upcaster,
-)
 
 WHOLE_MODULE = frozenset[str]()
 """Marks a module every public name of which is public (its contracts)."""
 
 PUBLIC: Mapping[str, frozenset[str]] = {
+    # Which Chorus (a service states it as its version, as Chorus's own services do)
+    "chorus": frozenset({"__version__"}),
     # Writing a service
     "chorus.service": frozenset(
         {
@@ -147,7 +150,7 @@ PUBLIC: Mapping[str, frozenset[str]] = {
         {"isolated_registry", "isolated_schemas", "key_store", "provision", "publish", "read_events"}
     ),
     # Events
-    "chorus_contracts.base": frozenset(
+    "chorus.contracts.base": frozenset(
         {
             "EventModel",
             "Model",
@@ -171,10 +174,10 @@ PUBLIC: Mapping[str, frozenset[str]] = {
             "is_invisible",
         }
     ),
-    "chorus_contracts.envelope": WHOLE_MODULE,
-    "chorus_contracts.lifecycle": WHOLE_MODULE,
-    "chorus_contracts.approvals": WHOLE_MODULE,
-    "chorus_contracts.platform": WHOLE_MODULE,
+    "chorus.contracts.envelope": WHOLE_MODULE,
+    "chorus.contracts.lifecycle": WHOLE_MODULE,
+    "chorus.contracts.approvals": WHOLE_MODULE,
+    "chorus.contracts.platform": WHOLE_MODULE,
 }
 
 

@@ -18,10 +18,11 @@ import pytest
 import yaml
 from cryptography import x509
 
-from chorus_contracts.registry import load_registry
-from chorus_tools import composesecrets
-from chorus_tools.chart import settings_class
-from chorus_tools.devstack import DOCUMENTED_PORTS, SERVICES
+from chorus.contracts.registry import load_registry
+from chorus.tools import composesecrets
+from chorus.tools.chart import settings_class
+from chorus.tools.declarations import service_module
+from chorus.tools.devstack import DOCUMENTED_PORTS, SERVICES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,7 +84,7 @@ def test_every_service_runs_in_compose_on_the_port_the_readme_documents() -> Non
     for name in (*SERVICES, "outcome_analytics", "console"):
         service = services[COMPOSE_NAME.get(name, name)]
         port = DOCUMENTED_PORTS[name]
-        assert service["command"][-1] == name, name
+        assert service["command"][-1] == service_module(name), name
         assert f"127.0.0.1:{port}/health" in service["healthcheck"]["test"][-1], name
         published = [str(p) for p in service.get("ports", [])]
         if name == "key_service":  # data keys: reached inside the compose network only
@@ -166,9 +167,12 @@ def _resolved() -> dict[str, Any]:
 
 
 def _module(service: dict[str, Any]) -> str | None:
-    """The Chorus service a compose service runs (``python -m <module>``), if it runs one."""
+    """The Chorus service a compose service runs (``python -m <its package>``), if it runs one."""
     command = service.get("command") or []
-    return command[2] if command[:2] == ["python", "-m"] else None
+    if command[:2] != ["python", "-m"]:
+        return None
+    name = command[2].rpartition(".")[2]
+    return name if command[2] == service_module(name) else None  # else a tool (chorus.tools.*)
 
 
 def _named_volumes(service: dict[str, Any]) -> dict[str, str]:

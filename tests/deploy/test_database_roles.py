@@ -1,5 +1,5 @@
 """PostgreSQL least privilege on the real server: each service its own role, owning its
-schema and nothing else; passwords on TCP; no superuser at run time (chorus_tools.dbroles)."""
+schema and nothing else; passwords on TCP; no superuser at run time (chorus.tools.dbroles)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from budget_agent.adapters.ledger import migrate as migrate_budget_tables
 from chorus.kernel.store.postgres import ServiceStore
-from chorus_tools.access import local_passwords
-from chorus_tools.dbroles import provision_database, role_url
+from chorus.reference.budget_agent.adapters.ledger import migrate as migrate_budget_tables
+from chorus.tools.access import local_passwords
+from chorus.tools.dbroles import provision_database, role_url
 from tests.support.database import connected, own_database
 
 pytestmark = pytest.mark.integration

@@ -30,18 +30,20 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from chorus import __version__
 from chorus.base.settings import DEMO_DATABASE_PASSWORD, DEMO_KEY_SERVICE_CLIENT, LOCAL_DATABASE_URL
+from chorus.contracts.registry import RUNTIME_PRODUCER, Registry, load_registry
+from chorus.platform.console.config import DEMO_SESSION_KEY
+from chorus.platform.gateway.config import DEMO_WEBHOOK_SECRET
+from chorus.platform.key_service.config import DEMO_MASTER_KEYS
 from chorus.privacy.feature import DEMO_SUBJECT_KEY
+from chorus.reference.payment_agent.config import DEMO_PAYMENT_API_KEY
+from chorus.tools import chart, dashboards
+from chorus.tools.cli import migrate
+from chorus.tools.cli.main import app
+from chorus.tools.declarations import read_declarations, service_module
 from chorus.web.apikeys import DEMO_KEYS
 from chorus.web.links import DEMO_LINK_KEY
-from chorus_contracts.registry import RUNTIME_PRODUCER, Registry, load_registry
-from chorus_tools import chart, dashboards
-from chorus_tools.cli import migrate
-from chorus_tools.cli.main import app
-from console.config import DEMO_SESSION_KEY
-from gateway.config import DEMO_WEBHOOK_SECRET
-from key_service.config import DEMO_MASTER_KEYS
-from payment_agent.config import DEMO_PAYMENT_API_KEY
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "chorus"
@@ -143,10 +145,12 @@ def of_kind(docs: Docs, kind: str) -> Docs:
 
 
 def service_of(deployment: dict[str, Any]) -> str:
-    """The registry name of the service a Deployment runs (`python -m <service>`)."""
+    """The registry name of the service a Deployment runs (`python -m <its package>`)."""
     command: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
     assert command[:2] == ["python", "-m"], command
-    return command[2]
+    name = command[2].rpartition(".")[2]
+    assert command[2] == service_module(name), command
+    return name
 
 
 def security_problems(where: str, pod: dict[str, Any]) -> list[str]:
@@ -313,7 +317,7 @@ INVARIANTS: dict[str, Callable[[Docs, str, Registry], list[str]]] = {
 
 @pytest.mark.checkout
 def test_the_committed_registry_file_is_what_the_generator_writes(registry: Registry) -> None:
-    assert chart.CHART_FILE.read_text() == chart.render(registry), "run: python -m chorus_tools.chart"
+    assert chart.CHART_FILE.read_text() == chart.render(registry), "run: python -m chorus.tools.chart"
 
 
 @pytest.mark.checkout
@@ -601,6 +605,40 @@ def test_the_job_migrates_exactly_the_services_chorus_migrate_knows(
     assert {f"CHORUS_DATABASE_URL_{s.upper()}" for s in named} <= env
     for service in named:  # each one's declaration loads by name, as the job will load it
         assert migrate.service_spec(service).name == service
+
+
+def test_production_pods_run_the_platform_image_and_only_the_reference_services_the_reference_one(
+    helm: str,
+) -> None:
+    """The platform's image leaves the reference workflows out (deploy/docker/Dockerfile): a
+    reference service on it would not start. Both images are tagged with the one version."""
+    docs = parse(template(helm, VALUES["default"]))
+    pods = {
+        service_of(d): d["spec"]["template"]["spec"]["containers"][0]["image"]
+        for d in of_kind(docs, "Deployment")
+    }
+    reference = {s for s in pods if service_module(s).startswith("chorus.reference.")}
+    assert reference == AGENTS
+    assert {s: pods[s] for s in reference} == dict.fromkeys(reference, f"chorus-reference:{__version__}")
+    platform = set(pods) - reference
+    assert {s: pods[s] for s in platform} == dict.fromkeys(platform, f"chorus:{__version__}")
+    # The job migrates the reference agents' tables too: it runs from the image that has their code.
+    [job] = of_kind(docs, "Job")
+    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == f"chorus-reference:{__version__}"
+    without = parse(template(helm, VALUES["default"], *(f"services.{s}.enabled=false" for s in AGENTS)))
+    [job] = of_kind(without, "Job")
+    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == f"chorus:{__version__}"
+
+
+def test_the_chart_package_and_services_carry_one_version(registry: Registry) -> None:
+    """chorus.__version__ is the one source: the package's (pyproject.toml reads it), the
+    chart's and its default image tag, and the version every service states as producer."""
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["version"] == chart["appVersion"] == __version__
+    declared = read_declarations(registry)
+    specs = {name: d.spec.version for name, d in declared.services.items() if d.spec is not None}
+    assert len(specs) >= 12, declared.missing
+    assert specs == dict.fromkeys(specs, __version__)
 
 
 def test_chorus_migrate_takes_each_services_own_dsn_and_refuses_unknown_services() -> None:

@@ -32,15 +32,15 @@ from confluent_kafka.admin import (
 from pydantic import SecretStr
 from typer.testing import CliRunner, Result
 
+from chorus.contracts.registry import Registry, load_registry
 from chorus.kernel.codec import encode
 from chorus.kernel.kafka import KafkaAuth, kafka_auth, make_consumer, make_producer
 from chorus.privacy.signing import load_keys
+from chorus.reference.payment_agent.config import Settings as PaymentSettings
+from chorus.reference.payment_agent.service import SPEC as PAYMENT
 from chorus.runtime.runner import running
-from chorus_contracts.registry import Registry, load_registry
-from chorus_tools.access import Access, local_passwords
-from chorus_tools.cli.main import app
-from payment_agent.config import Settings as PaymentSettings
-from payment_agent.service import SPEC as PAYMENT
+from chorus.tools.access import Access, local_passwords
+from chorus.tools.cli.main import app
 from tests.support.events import approval_decided
 from tests.support.kafka import approval, envelope, events_of, read_topic, signed
 from tests.support.processes import run_captured

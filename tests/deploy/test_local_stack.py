@@ -11,7 +11,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from chorus_tools.devstack import DevStack, Proc, free_port, supervise
+from chorus.tools.devstack import DevStack, Proc, free_port, supervise
 from tests.support.processes import run_captured
 
 pytestmark = pytest.mark.integration

@@ -16,8 +16,8 @@ import httpx
 import pytest
 import yaml
 
-from chorus_tools import dashboards
-from chorus_tools.devstack import SERVICES, DevStack, free_port
+from chorus.tools import dashboards
+from chorus.tools.devstack import SERVICES, DevStack, free_port
 from tests.support.stacks import own_stack
 from tests.support.wait import wait_until
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from chorus_tools import dashboards
+from chorus.tools import dashboards
 from tests.support.processes import run_captured
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from chorus import __version__
-from tests.support.wheel import EXTRAS, ROOT, build_wheel, outside_env, run, scaffold_and_test
+from tests.support.wheel import EXTRAS, ROOT, Wheels, build_wheels, outside_env, run, scaffold_and_test
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.pythons]
 
@@ -42,22 +42,26 @@ def interpreter(version: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    yield build_wheel(tmp_path_factory.mktemp("wheel"))
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wheels]:
+    yield build_wheels(tmp_path_factory.mktemp("wheels"))
 
 
 @pytest.mark.parametrize("version", VERSIONS)
 async def test_the_wheel_installs_and_passes_its_tests_on_every_supported_python(
-    version: str, wheel: Path, tmp_path: Path, kafka_bootstrap: str, database_url: str
+    version: str, wheels: Wheels, tmp_path: Path, kafka_bootstrap: str, database_url: str
 ) -> None:
     venv = tmp_path / "venv"
     run(interpreter(version), "-m", "venv", venv, cwd=tmp_path)
     pip: list[str | Path] = [venv / "bin" / "python", "-m", "pip", "--disable-pip-version-check"]
-    wanted = f"{wheel}[{EXTRAS}]"
+    # Both distributions: the fast tier tests the reference workflows' agents too (their
+    # dependency on chorus-workflows is met by the wheel beside them, not by an index).
+    wanted = [f"{wheels.chorus}[{EXTRAS}]", str(wheels.reference)]
     house = WHEELHOUSE / version
-    run(*pip, "download", "-q", "-d", house, wanted, cwd=tmp_path)
-    run(*pip, "install", "-q", "--no-index", "--find-links", house, wanted, cwd=tmp_path)
+    run(*pip, "download", "-q", "-d", house, *wanted, cwd=tmp_path)
+    run(*pip, "install", "-q", "--no-index", "--find-links", house, *wanted, cwd=tmp_path)
     run(*pip, "check", cwd=tmp_path)
+    shown = run(*pip, "show", "chorus-workflows", "chorus-workflows-reference", cwd=tmp_path)
+    assert shown.count(f"Version: {__version__}") == 2, shown
 
     env = outside_env(venv, CHORUS_ENV="demo")
     # The unit tests of this checkout against the installed wheel: nothing puts services/

@@ -22,7 +22,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from chorus_tools.devstack import SERVICES, DevStack, free_port
+from chorus.tools.devstack import SERVICES, DevStack, free_port
 from tests.support.stacks import own_stack
 from tests.support.submissions import procurement
 from tests.support.wait import wait_until

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from chorus_tools.devstack import REFERENCE_PROJECT, DevStack
+from chorus.tools.devstack import REFERENCE_PROJECT, DevStack
 from tests.support.stacks import own_stack
 from tests.support.wait import wait_until
 

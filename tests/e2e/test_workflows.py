@@ -25,15 +25,15 @@ import pytest
 from chorus.base.clock import OffsetFileClock
 from chorus.base.errors import DecodeError
 from chorus.base.settings import demo_key_service_credential
+from chorus.contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
+from chorus.contracts.envelope import Envelope
+from chorus.contracts.lifecycle import WorkflowEnded
+from chorus.contracts.platform import FireTarget, OriginalRecord, RetryDue, TimerSchedule, WorkflowsRetired
+from chorus.contracts.procurement import BudgetReserved, InvoiceReceived, InvoiceValidated
+from chorus.contracts.registry import Registry
 from chorus.kernel.codec import decode, encode
+from chorus.tools.devstack import SERVICES, DevStack
 from chorus.web.apikeys import DEMO_KEYS, bearer
-from chorus_contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
-from chorus_contracts.envelope import Envelope
-from chorus_contracts.lifecycle import WorkflowEnded
-from chorus_contracts.platform import FireTarget, OriginalRecord, RetryDue, TimerSchedule, WorkflowsRetired
-from chorus_contracts.procurement import BudgetReserved, InvoiceReceived, InvoiceValidated
-from chorus_contracts.registry import Registry
-from chorus_tools.devstack import SERVICES, DevStack
 from tests.support.apis import BAD_HEADER_LINES, names, probes, raw_head, schemathesis, trust
 from tests.support.database import connected
 from tests.support.examples import example

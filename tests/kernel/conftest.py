@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
+from chorus.contracts.registry import Registry, load_registry
 from chorus.kernel.store import Store
 from chorus.kernel.store.postgres import PgStore, ServiceStore
 from chorus.testing.memory import MemoryStore
-from chorus_contracts.registry import Registry, load_registry
 from tests.support.registry import isolated_schemas
 
 

@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from chorus.base.errors import DecodeError
+from chorus.contracts.registry import Registry
 from chorus.kernel.codec import decode
 from chorus.kernel.records import Record
 from chorus.runtime.runner import ServiceRunner, ServiceSettings, running
-from chorus_contracts.registry import Registry
 from tests.support.events import TaskSubmitted
 from tests.support.hostile import _paths, hostile_numbers, hostile_strings, json_trees, replace_at
 from tests.support.kafka import envelope

@@ -17,8 +17,8 @@ from chorus.base.errors import (
     UnknownEventTypeError,
     UnknownVersionError,
 )
+from chorus.contracts.registry import Registry, default_registry, default_schemas_dir
 from chorus.kernel.codec import decode
-from chorus_contracts.registry import Registry, default_registry, default_schemas_dir
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chorus.base.errors import DecodeError
+from chorus.contracts.base import EventModel
+from chorus.contracts.registry import default_registry
+from chorus.contracts.strictjson import unstorable
 from chorus.kernel.codec import Event, decode, encode
-from chorus_contracts.base import EventModel
-from chorus_contracts.registry import default_registry
-from chorus_contracts.strictjson import unstorable
 from tests.support.hostile import _paths, hostile_numbers, hostile_strings, json_trees, nested, replace_at
 
 REGISTRY = default_registry()

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
+from chorus.contracts.envelope import Envelope, ProducerRef
+from chorus.contracts.lifecycle import WorkflowEnded
+from chorus.contracts.platform import EventDiscarded
+from chorus.contracts.registry import Registry
 from chorus.kernel.envelopes import start_envelope
 from chorus.kernel.store import Checkpoint, InboxOutcome, Loaded, OutboxRow, StepWrite, Store
 from chorus.testing import make_event
-from chorus_contracts.envelope import Envelope, ProducerRef
-from chorus_contracts.lifecycle import WorkflowEnded
-from chorus_contracts.platform import EventDiscarded
-from chorus_contracts.registry import Registry
 from tests.support.events import TaskSubmitted
 from tests.support.kernel import KernelUnderTest, original_bytes
 from tests.support.testservice import make_spec

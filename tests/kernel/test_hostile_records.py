@@ -18,12 +18,14 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from chorus.contracts.envelope import ProducerRef
+from chorus.contracts.platform import EventDiscarded, OriginalRecord, RetryDue
+from chorus.contracts.registry import Registry
 from chorus.kernel.codec import encode
+from chorus.platform.timer_service.config import Settings as TimerSettings
+from chorus.platform.timer_service.service import SPEC as TIMER_SPEC
 from chorus.runtime.runner import ServiceRunner, ServiceSettings, running
-from chorus_contracts.envelope import ProducerRef
-from chorus_contracts.platform import EventDiscarded, OriginalRecord, RetryDue
-from chorus_contracts.registry import Registry
-from chorus_tools.cli.main import app as cli
+from chorus.tools.cli.main import app as cli
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, publish, publish_with_raw_header_key, read_topic
 from tests.support.onkafka import in_process
@@ -31,8 +33,6 @@ from tests.support.registry import isolated_registry
 from tests.support.sealed import opened
 from tests.support.testservice import make_spec
 from tests.support.wait import wait_until
-from timer_service.config import Settings as TimerSettings
-from timer_service.service import SPEC as TIMER_SPEC
 
 pytestmark = pytest.mark.integration
 

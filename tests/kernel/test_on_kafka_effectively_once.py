@@ -11,9 +11,9 @@ from typing import Any
 import asyncpg
 import pytest
 
-from audit_projector.service import make_spec as audit_spec
+from chorus.contracts.registry import Registry
+from chorus.platform.audit_projector.service import make_spec as audit_spec
 from chorus.runtime.runner import ServiceSettings, running
-from chorus_contracts.registry import Registry
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, publish, read_topic
 from tests.support.registry import as_the_projector, isolated_registry

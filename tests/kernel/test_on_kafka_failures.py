@@ -16,11 +16,13 @@ import pytest
 
 from chorus.base.clock import OffsetFileClock
 from chorus.base.compat import fromisoformat
+from chorus.contracts.envelope import Envelope
+from chorus.contracts.lifecycle import WorkflowEnded
+from chorus.contracts.registry import Registry
 from chorus.kernel.backoff import backoff_cap
+from chorus.platform.timer_service.config import Settings as TimerSettings
+from chorus.platform.timer_service.service import SPEC as TIMER_SPEC
 from chorus.runtime.runner import ServiceRunner, ServiceSettings, running
-from chorus_contracts.envelope import Envelope
-from chorus_contracts.lifecycle import WorkflowEnded
-from chorus_contracts.registry import Registry
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, publish, read_topic, stated_by
 from tests.support.onkafka import in_process
@@ -28,8 +30,6 @@ from tests.support.registry import isolated_registry
 from tests.support.sealed import opened
 from tests.support.testservice import make_spec
 from tests.support.wait import wait_until
-from timer_service.config import Settings as TimerSettings
-from timer_service.service import SPEC as TIMER_SPEC
 
 pytestmark = pytest.mark.integration
 

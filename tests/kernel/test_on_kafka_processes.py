@@ -80,8 +80,8 @@ async def test_handler_blocked_for_twice_max_poll_interval_causes_no_rebalance(
 async def test_trace_id_of_the_first_event_is_on_every_later_event(
     tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str
 ) -> None:
-    from timer_service.config import Settings as TimerSettings
-    from timer_service.service import SPEC as TIMER_SPEC
+    from chorus.platform.timer_service.config import Settings as TimerSettings
+    from chorus.platform.timer_service.service import SPEC as TIMER_SPEC
 
     registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
     topic = registry.physical_topic("test.task_submitted")

@@ -12,6 +12,8 @@ import asyncpg
 import httpx
 import pytest
 
+from chorus.platform.timer_service.config import Settings as TimerSettings
+from chorus.platform.timer_service.service import SPEC as TIMER_SPEC
 from chorus.runtime.runner import ServiceSettings, running
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, publish, read_topic
@@ -19,8 +21,6 @@ from tests.support.onkafka import in_process
 from tests.support.registry import isolated_registry
 from tests.support.testservice import make_spec
 from tests.support.wait import wait_until
-from timer_service.config import Settings as TimerSettings
-from timer_service.service import SPEC as TIMER_SPEC
 
 pytestmark = pytest.mark.integration
 

@@ -21,11 +21,11 @@ from typing import Any
 import asyncpg
 import pytest
 
+from chorus.contracts.registry import Registry
 from chorus.kernel.store import OutboxMessage, OutboxRow
 from chorus.kernel.store.postgres import ServiceStore
 from chorus.runtime.runner import ServiceRunner, ServiceSettings, running
 from chorus.testing.stack import ensure_topics
-from chorus_contracts.registry import Registry
 from tests.support.kafka import events_of, read_topic
 from tests.support.registry import CREATED_TOPICS, isolated_registry
 from tests.support.sealed import opened

@@ -11,17 +11,18 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from audit_projector.config import Settings as AuditSettings
 from chorus.base.errors import ConfigError
 from chorus.base.settings import EX_CONFIG, demo_key_service_credential
+from chorus.contracts.registry import default_registry
+from chorus.platform.audit_projector.config import Settings as AuditSettings
+from chorus.platform.deadletter_service.config import Settings as DeadLetterSettings
+from chorus.platform.gateway.config import Settings as GatewaySettings
+from chorus.platform.outcome_analytics.config import Settings as AnalyticsSettings
 from chorus.privacy.feature import key_service_credential
+from chorus.reference.payment_agent.config import Settings as PaymentSettings
 from chorus.runtime.runner import ServiceSettings
+from chorus.tools.declarations import service_module
 from chorus.web.tls import make_local_tls
-from chorus_contracts.registry import default_registry
-from deadletter_service.config import Settings as DeadLetterSettings
-from gateway.config import Settings as GatewaySettings
-from outcome_analytics.config import Settings as AnalyticsSettings
-from payment_agent.config import Settings as PaymentSettings
 from tests.support.processes import run_captured
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,7 +90,7 @@ def test_real_secrets_start_and_demo_mode_accepts_the_demo_ones(production: pyte
 
 
 def run_service(name: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return run_captured([sys.executable, "-m", name], env=env, cwd=ROOT, timeout_s=60)
+    return run_captured([sys.executable, "-m", service_module(name)], env=env, cwd=ROOT, timeout_s=60)
 
 
 def test_a_service_with_demo_secrets_or_no_kafka_login_exits_78_saying_why() -> None:

@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 import pytest
 
 from chorus.base.errors import NewerStateError, PersistentError
+from chorus.contracts.envelope import Envelope
+from chorus.contracts.registry import Registry
 from chorus.kernel.chain import MAX_AGAIN, Again, Chain, Done, Drain, Finish, Item, Via
 from chorus.kernel.records import Record
 from chorus.kernel.results import DeadLetter, Dropped, Review, Succeeded
 from chorus.kernel.store import Claim, InboxOutcome
 from chorus.testing import make_event
 from chorus.testing.memory import MemoryStore
-from chorus_contracts.envelope import Envelope
-from chorus_contracts.registry import Registry
 from tests.kernel.test_effectively_once import discard, ended
 from tests.support.events import TaskDone, TaskSubmitted
 from tests.support.kernel import KernelUnderTest

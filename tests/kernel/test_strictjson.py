@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chorus_contracts import strictjson
-from chorus_contracts.strictjson import (
+from chorus.contracts import strictjson
+from chorus.contracts.strictjson import (
     MAX_DEPTH,
     MAX_SAFE_INTEGER,
     StrictJSONError,

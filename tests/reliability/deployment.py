@@ -4,7 +4,7 @@ Topics come from a copy of the registry renamed with a unique suffix (as every
 integration test does); the database is a fresh one on the server, so every service
 schema (inboxes, timers, dead letters, the audit projection, budgets) holds this
 deployment's rows alone and the reconciler can count them exactly. Services run as
-separate OS processes through :class:`chorus_tools.devstack.DevStack`; extra replicas of a
+separate OS processes through :class:`chorus.tools.devstack.DevStack`; extra replicas of a
 service are clones of its process with their own HTTP port and instance name, in the
 same consumer group.
 """
@@ -27,12 +27,13 @@ import asyncpg
 import httpx
 
 from chorus.base.clock import OffsetFileClock
+from chorus.contracts.registry import Registry, load_registry
 from chorus.kernel.kafka import make_admin
 from chorus.kernel.service import ServiceSpec
-from chorus_contracts.registry import Registry, load_registry
-from chorus_tools import devstack
-from chorus_tools.devstack import REFERENCE_PROJECT, DevStack, Proc, free_port, project_services
-from chorus_tools.topics import apply_topics, read_topics
+from chorus.tools import devstack
+from chorus.tools.declarations import service_module
+from chorus.tools.devstack import REFERENCE_PROJECT, DevStack, Proc, free_port, project_services
+from chorus.tools.topics import apply_topics, read_topics
 from tests.reliability.driver import Driver
 from tests.reliability.infra import KafkaCluster, PostgresServer
 from tests.support.registry import ensure_service_users, grant_access, isolated_schemas
@@ -143,7 +144,7 @@ SERVICES: tuple[str, ...] = (*devstack.SERVICES, *project_services(REFERENCE_PRO
 
 
 def service_spec(name: str) -> ServiceSpec[Any, Any]:
-    spec: ServiceSpec[Any, Any] = importlib.import_module(f"{name}.service").SPEC
+    spec: ServiceSpec[Any, Any] = importlib.import_module(f"{service_module(name)}.service").SPEC
     return spec
 
 

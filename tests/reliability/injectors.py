@@ -21,8 +21,8 @@ from typing import Any
 
 from aiokafka.errors import KafkaError
 
-from audit_projector.replay import partitions
 from chorus.kernel.kafka import make_consumer, make_producer, stop_client
+from chorus.platform.audit_projector.replay import partitions
 from tests.reliability.deployment import Deployment, FaultLog, Poison, subscriptions
 from tests.reliability.observe import group_lag, read_all
 

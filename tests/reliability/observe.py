@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 from aiokafka import ConsumerRecord, TopicPartition
 
-from audit_projector.replay import partitions
 from chorus.kernel.kafka import make_admin, make_consumer, stop_client
+from chorus.platform.audit_projector.replay import partitions
 from tests.reliability.deployment import Deployment, subscriptions
 
 

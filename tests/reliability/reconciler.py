@@ -31,12 +31,12 @@ from typing import Any
 import asyncpg
 from aiokafka import TopicPartition
 
-from audit_projector.adapters.projection import SCHEMA as AUDIT_SCHEMA
-from audit_projector.replay import compare, rebuild, replay_topics, wait_for_live
 from chorus.base.errors import DecodeError
 from chorus.kernel.codec import DEFAULT_MAX_BYTES, decode
 from chorus.kernel.kafka import make_admin
-from payment_agent.domain import payment_key
+from chorus.platform.audit_projector.adapters.projection import SCHEMA as AUDIT_SCHEMA
+from chorus.platform.audit_projector.replay import compare, rebuild, replay_topics, wait_for_live
+from chorus.reference.payment_agent.domain import payment_key
 from tests.reliability.deployment import SERVICES, Deployment, FaultLog, subscriptions
 from tests.reliability.driver import TERMINAL, Tracked, customer_id, invoice_id, report_topic
 from tests.reliability.observe import group_lag, read_all

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from payment_agent.domain import payment_key
+from chorus.reference.payment_agent.domain import payment_key
 from tests.reliability.deployment import Deployment, DeploymentConfig, FaultLog
 from tests.reliability.driver import Tracked, customer_id, invoice_id, report_topic
 from tests.reliability.infra import KafkaCluster, PostgresServer

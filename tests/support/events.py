@@ -7,9 +7,9 @@ import base64
 from datetime import datetime
 from typing import Literal
 
-from chorus_contracts.approvals import ApprovalDecided, Decision
-from chorus_contracts.base import EventModel, event
-from chorus_contracts.platform import ErrorCategory, ErrorDetail, EventDeadLettered, Failure, OriginalRecord
+from chorus.contracts.approvals import ApprovalDecided, Decision
+from chorus.contracts.base import EventModel, event
+from chorus.contracts.platform import ErrorCategory, ErrorDetail, EventDeadLettered, Failure, OriginalRecord
 
 
 @event("test.task_submitted", 1)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from chorus_contracts.base import EventModel
-from chorus_contracts.registry import Registry, default_registry
+from chorus.contracts.base import EventModel
+from chorus.contracts.registry import Registry, default_registry
 
 M = TypeVar("M", bound=EventModel)
 

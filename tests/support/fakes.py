@@ -14,21 +14,21 @@ from typing import Any
 
 import httpx
 
-from approval_gate.adapters.policies import DEFAULTS_ACTOR, PolicyStore, PolicyVersion
-from approval_gate.domain import DEFAULT_POLICY
-from budget_agent.domain import PurchaseOrder
 from chorus.base.errors import TransientError
+from chorus.contracts.approvals import ApprovalPolicy
+from chorus.contracts.registry import default_registry
+from chorus.contracts.research import GatheredSource, SourceRef
 from chorus.outside.dependencies import Dependency
 from chorus.outside.external import ExternalRejection
 from chorus.outside.llm import OfflineModel
+from chorus.platform.approval_gate.adapters.policies import DEFAULTS_ACTOR, PolicyStore, PolicyVersion
+from chorus.platform.approval_gate.domain import DEFAULT_POLICY
+from chorus.reference.budget_agent.domain import PurchaseOrder
+from chorus.reference.payment_agent.adapters.payments import PaymentClient, PaymentReceipt
+from chorus.reference.report_agent.adapters.delivery import Delivery
+from chorus.reference.sandbox.model import SKILLS
+from chorus.reference.source_fetcher.adapters.sources import Sources
 from chorus.testing import Unguarded
-from chorus_contracts.approvals import ApprovalPolicy
-from chorus_contracts.registry import default_registry
-from chorus_contracts.research import GatheredSource, SourceRef
-from payment_agent.adapters.payments import PaymentClient, PaymentReceipt
-from report_agent.adapters.delivery import Delivery
-from sandbox.model import SKILLS
-from source_fetcher.adapters.sources import Sources
 
 UNREACHABLE = "http://127.0.0.1:9"  # nothing listens there: every call is a transient failure
 
@@ -142,12 +142,12 @@ async def handler_deps(service: str) -> AsyncIterator[Any]:
 
 def _deps(service: str, client: httpx.AsyncClient) -> Any:
     if service == "invoice_agent":
-        from invoice_agent.bootstrap import Deps as InvoiceDeps
+        from chorus.reference.invoice_agent.bootstrap import Deps as InvoiceDeps
 
         return InvoiceDeps(llm=model())
     if service == "report_agent":
-        from report_agent.bootstrap import Deps as ReportDeps
-        from report_agent.config import Settings as ReportSettings
+        from chorus.reference.report_agent.bootstrap import Deps as ReportDeps
+        from chorus.reference.report_agent.config import Settings as ReportSettings
 
         report = ReportSettings()
         return ReportDeps(
@@ -157,12 +157,12 @@ def _deps(service: str, client: httpx.AsyncClient) -> Any:
             fallback=report.approval_fallback,
         )
     if service == "source_fetcher":
-        from source_fetcher.bootstrap import Deps as FetcherDeps
+        from chorus.reference.source_fetcher.bootstrap import Deps as FetcherDeps
 
         return FetcherDeps(sources=Sources(client, 0.5, Unguarded(), Dependency(name="sources")))
     if service == "budget_agent":
-        from budget_agent.bootstrap import Deps as BudgetDeps
-        from budget_agent.config import Settings as BudgetSettings
+        from chorus.reference.budget_agent.bootstrap import Deps as BudgetDeps
+        from chorus.reference.budget_agent.config import Settings as BudgetSettings
 
         budget = BudgetSettings()
         return BudgetDeps(
@@ -171,27 +171,27 @@ def _deps(service: str, client: httpx.AsyncClient) -> Any:
             budget.approval_fallback,
         )
     if service == "payment_agent":
-        from payment_agent.bootstrap import Deps as PaymentDeps
+        from chorus.reference.payment_agent.bootstrap import Deps as PaymentDeps
 
         return PaymentDeps(PaymentClient(client, UNREACHABLE, "none", 0.5, Unguarded()))
     if service == "approval_gate":
-        from approval_gate.bootstrap import Deps as GateDeps
-        from approval_gate.bootstrap import approval_chains
-        from approval_gate.config import Settings as GateSettings
+        from chorus.platform.approval_gate.bootstrap import Deps as GateDeps
+        from chorus.platform.approval_gate.bootstrap import approval_chains
+        from chorus.platform.approval_gate.config import Settings as GateSettings
 
         gate = GateSettings()
         chains = approval_chains(default_registry())
         return GateDeps(list(gate.review_chain), gate.review_fallback, InMemoryPolicies(), chains)
     if service == "gateway":
-        from gateway.adapters.webhooks import WebhookSender
+        from chorus.platform.gateway.adapters.webhooks import WebhookSender
 
         return WebhookSender(
             client, "contract-secret", 0.5, guards=Unguarded(), receivers=Dependency(name="webhooks")
         )
     if service == "notifier":
-        from notifier.adapters.channels import Channels
-        from notifier.bootstrap import Deps as NotifierDeps
-        from notifier.config import Settings as NotifierSettings
+        from chorus.platform.notifier.adapters.channels import Channels
+        from chorus.platform.notifier.bootstrap import Deps as NotifierDeps
+        from chorus.platform.notifier.config import Settings as NotifierSettings
 
         notifier = NotifierSettings()
         return NotifierDeps(
@@ -200,7 +200,7 @@ def _deps(service: str, client: httpx.AsyncClient) -> Any:
             {"manager": f"{UNREACHABLE}/hook"},
         )
     if service == "audit_projector":
-        from audit_projector.handlers import ProjectorDeps
+        from chorus.platform.audit_projector.handlers import ProjectorDeps
 
         return ProjectorDeps(schema=service, ledger=service)
     return None

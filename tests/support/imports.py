@@ -8,8 +8,12 @@ from pathlib import Path
 from chorus.public import PUBLIC, is_public
 
 
-def private_imports(folder: Path, allowed_modules: frozenset[str] = frozenset()) -> list[str]:
-    """``file: module.name`` for every import of Chorus from ``folder`` that is not public."""
+def private_imports(
+    folder: Path, allowed_modules: frozenset[str] = frozenset(), own_package: str | None = None
+) -> list[str]:
+    """``file: module.name`` for every import of Chorus from ``folder`` that is not public
+    (the code's own package, ``own_package``, aside: a service inside the namespace)."""
+    assert any(folder.rglob("*.py")), f"{folder} holds no Python code"
     found: list[str] = []
     for path in sorted(folder.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -20,9 +24,11 @@ def private_imports(folder: Path, allowed_modules: frozenset[str] = frozenset())
             else:
                 continue
             for module, name in pairs:
-                if module.split(".")[0] not in {"chorus", "chorus_contracts", "chorus_tools"}:
+                if module.split(".")[0] != "chorus":
                     continue
                 if module in allowed_modules or is_public(module, name):
+                    continue
+                if own_package and (module == own_package or module.startswith(f"{own_package}.")):
                     continue
                 if f"{module}.{name}" in PUBLIC:  # ``from chorus import migrations``
                     continue

@@ -15,14 +15,14 @@ from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy
 
+from chorus.contracts.base import EventModel
+from chorus.contracts.envelope import Envelope, Priority, ProducerRef
+from chorus.contracts.procurement import budget_approval_id
+from chorus.contracts.registry import Registry, default_registry
 from chorus.kernel.codec import encode
 from chorus.kernel.kafka import make_admin, make_consumer, make_producer, stop_client
 from chorus.privacy.signing import Signer, Verifier, load_keys
 from chorus.testing import make_event
-from chorus_contracts.base import EventModel
-from chorus_contracts.envelope import Envelope, Priority, ProducerRef
-from chorus_contracts.procurement import budget_approval_id
-from chorus_contracts.registry import Registry, default_registry
 from tests.support.events import approval_decided
 from tests.support.sealed import opened
 

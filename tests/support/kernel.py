@@ -18,6 +18,8 @@ from typing import Any
 
 from chorus.base.clock import ManualClock
 from chorus.base.metrics import Metrics
+from chorus.contracts.envelope import Envelope, ProducerRef
+from chorus.contracts.registry import Registry
 from chorus.kernel.codec import encode
 from chorus.kernel.guard import DeadLetterGuard
 from chorus.kernel.outbox import envelope_headers
@@ -27,8 +29,6 @@ from chorus.kernel.service import ServiceSpec
 from chorus.kernel.store import OutboxRow, Store
 from chorus.kernel.store.postgres import PgStore
 from chorus.testing.memory import MemoryStore
-from chorus_contracts.envelope import Envelope, ProducerRef
-from chorus_contracts.registry import Registry
 
 
 @dataclass

@@ -13,11 +13,11 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from chorus.contracts.envelope import Envelope
+from chorus.contracts.registry import Registry
+from chorus.reference.sandbox.app import SANDBOX, Sandbox, SandboxConfig, create_app
 from chorus.runtime.runner import ServiceSettings
 from chorus.teststack import read_events
-from chorus_contracts.envelope import Envelope
-from chorus_contracts.registry import Registry
-from sandbox.app import SANDBOX, Sandbox, SandboxConfig, create_app
 from tests.support.kafka import publish
 
 S = TypeVar("S", bound=ServiceSettings)

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import httpx
 
-from chorus_tools.devstack import exit_code, free_port
+from chorus.tools.declarations import service_module
+from chorus.tools.devstack import exit_code, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,7 +43,7 @@ class ServiceProcess:
         log = self.log_path.open("ab")
         log.write(f"--- start #{self.starts} ---\n".encode())
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", self.module],
+            [sys.executable, "-m", service_module(self.module)],
             env={**self.env, **extra_env},
             cwd=ROOT,
             stdout=log,

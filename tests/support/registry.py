@@ -14,11 +14,11 @@ from pathlib import Path
 
 import yaml
 
+from chorus.contracts.registry import Registry, load_registry
 from chorus.kernel.kafka import kafka_auth, make_admin
 from chorus.privacy.signing import make_keys
 from chorus.testing import stack as teststack
-from chorus_contracts.registry import Registry, load_registry
-from chorus_tools.access import Access, Plan, grants, local_passwords, principals
+from chorus.tools.access import Access, Plan, grants, local_passwords, principals
 from tests.support.events import TEST_TOPIC_YAML
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"

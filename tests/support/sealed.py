@@ -13,11 +13,11 @@ from typing import Any
 import httpx
 
 from chorus.base.settings import demo_key_service_credential
+from chorus.contracts.base import is_sealed
+from chorus.contracts.envelope import Envelope, ProducerRef
+from chorus.contracts.procurement import InvoiceReceived
 from chorus.kernel.envelopes import start_envelope
 from chorus.privacy.crypto import Token
-from chorus_contracts.base import is_sealed
-from chorus_contracts.envelope import Envelope, ProducerRef
-from chorus_contracts.procurement import InvoiceReceived
 from tests.support.apis import trust
 
 GATEWAY = ProducerRef(service="gateway", version="test")

@@ -9,8 +9,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from chorus_contracts.registry import Registry
-from chorus_tools.devstack import DevStack
+from chorus.contracts.registry import Registry
+from chorus.tools.devstack import DevStack
 from tests.support.database import create_database, drop_database
 from tests.support.registry import SCHEMAS, ensure_service_users, grant_access, isolated_registry
 

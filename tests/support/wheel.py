@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import zipfile
 from pathlib import Path
+from typing import NamedTuple
 
 from tests.support.processes import run_captured, user_env
 
@@ -24,19 +26,41 @@ def run(*args: str | Path, cwd: Path, env: dict[str, str] | None = None, timeout
     return done.stdout
 
 
-def build_wheel(tmp: Path) -> Path:
-    """The wheel, built from a copy of the sources (pip builds in the tree it is given)."""
+class Wheels(NamedTuple):
+    chorus: Path
+    """chorus-workflows: the runtime, contracts, tooling and the platform's services."""
+    reference: Path
+    """chorus-workflows-reference: the reference workflows' agents and the sandbox."""
+
+
+def build_wheels(tmp: Path) -> Wheels:
+    """Both wheels, built from a copy of the sources (pip builds in the tree it is given)."""
     source = tmp / "source"
     source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
-    # symlinks=True keeps the link that ships the platform's registry inside chorus_contracts.
+    # symlinks=True keeps the link that ships the platform's registry inside chorus.contracts.
     for folder in ("services", "schemas"):
         shutil.copytree(ROOT / folder, source / folder, symlinks=True, ignore=ignore)
-    run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp / "dist", source, cwd=tmp)
-    (wheel,) = (tmp / "dist").glob("chorus-*.whl")
-    return wheel
+    for project in (source, source / "services" / "chorus" / "reference"):
+        run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp / "dist", project, cwd=tmp)
+    (chorus,) = (tmp / "dist").glob("chorus_workflows-*.whl")
+    (reference,) = (tmp / "dist").glob("chorus_workflows_reference-*.whl")
+    return Wheels(chorus, reference)
+
+
+def top_level(wheel: Path) -> set[str]:
+    """What ``wheel`` installs at the top of site-packages (its metadata folder aside)."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = {name.split("/")[0] for name in archive.namelist()}
+    return {name for name in names if not name.endswith(".dist-info")}
+
+
+def installed(wheel: Path) -> list[str]:
+    """Every file ``wheel`` installs, its metadata folder's too."""
+    with zipfile.ZipFile(wheel) as archive:
+        return archive.namelist()
 
 
 def outside_env(venv: Path, **settings: str) -> dict[str, str]:
@@ -53,7 +77,7 @@ def scaffold_and_test(venv: Path, project: Path, env: dict[str, str], version: s
     pass on the real Kafka and PostgreSQL ``env`` names, with ``venv``'s chorus only."""
     project.mkdir()
     python = venv / "bin" / "python"
-    where = run(python, "-c", "import chorus, chorus_tools; print(chorus.__file__)", cwd=project, env=env)
+    where = run(python, "-c", "import chorus, chorus.tools; print(chorus.__file__)", cwd=project, env=env)
     assert where.startswith(str(venv)), where
     assert run(venv / "bin" / "chorus", "--version", cwd=project, env=env).strip() == f"chorus {version}"
     made = run(venv / "bin" / "chorus", "new", "service", "triage", cwd=project, env=env)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chorus_contracts.registry import load_registry
-from chorus_tools.access import Grant, Op, grants
+from chorus.contracts.registry import load_registry
+from chorus.tools.access import Grant, Op, grants
 
 REGISTRY = load_registry(Path(__file__).resolve().parents[2] / "schemas")
 GRANTS = set(grants(REGISTRY))

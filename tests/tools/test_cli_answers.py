@@ -12,9 +12,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from chorus_contracts.api.gateway import Me
-from chorus_tools.cli.options import EX_NOPERM, EX_UNAVAILABLE, ApiCall, HttpApi, api_answer, api_command
-from chorus_tools.cli.status import dead_letter_depth
+from chorus.contracts.api.gateway import Me
+from chorus.tools.cli.options import EX_NOPERM, EX_UNAVAILABLE, ApiCall, HttpApi, api_answer, api_command
+from chorus.tools.cli.status import dead_letter_depth
 
 
 def client(status: int, body: object, content_type: str = "application/json") -> httpx.Client:

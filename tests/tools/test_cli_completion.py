@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from chorus_tools.cli.options import complete_event_types, complete_topics
+from chorus.tools.cli.options import complete_event_types, complete_topics
 
 CHORUS = Path(sys.executable).parent / "chorus"
 

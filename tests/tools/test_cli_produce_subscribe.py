@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from aiokafka import TopicPartition
 
+from chorus.contracts.registry import Registry, load_registry
 from chorus.kernel.codec import decode
 from chorus.kernel.kafka import make_consumer
-from chorus_contracts.registry import Registry, load_registry
 from tests.support.kafka import publish, read_topic
 from tests.support.registry import isolated_registry, isolated_schemas, unsigned_starts
 
@@ -70,7 +70,7 @@ def cli_env(registry: Registry, kafka_bootstrap: str) -> Iterator[dict[str, str]
 def chorus(env: dict[str, str], *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     """The console script's module, as its own process (what `.venv/bin/chorus` runs)."""
     return subprocess.run(
-        [sys.executable, "-m", "chorus_tools.cli.main", *args],
+        [sys.executable, "-m", "chorus.tools.cli.main", *args],
         env={**os.environ, **env},
         cwd=ROOT,
         input=stdin,

@@ -18,8 +18,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from chorus_tools.cli.main import app
-from chorus_tools.compat import BACKWARD, BOTH, FORWARD, SAFE, Direction, diff_schemas
+from chorus.tools.cli.main import app
+from chorus.tools.compat import BACKWARD, BOTH, FORWARD, SAFE, Direction, diff_schemas
 
 ROOT = Path(__file__).resolve().parents[2]
 GIT_ENV = {

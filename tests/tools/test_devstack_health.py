@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from chorus_tools.devstack import _answers_as
+from chorus.tools.devstack import _answers_as
 
 
 def health(service: str, status: int = 200) -> httpx.Response:

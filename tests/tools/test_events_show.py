@@ -13,10 +13,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner, Result
 
-from chorus_contracts.registry import load_registry
-from chorus_tools import eventsdoc
-from chorus_tools.cli.main import app
-from chorus_tools.codescan import scan_package
+from chorus.contracts.registry import load_registry
+from chorus.tools import eventsdoc
+from chorus.tools.cli.main import app
+from chorus.tools.codescan import scan_package
 
 ROOT = Path(__file__).resolve().parents[2]
 SUPPORT = ROOT / "examples" / "support" / "schemas"
@@ -45,7 +45,7 @@ def test_a_plain_event_shows_its_topic_files_producer_consumers_and_tests(valida
         assert f"schemas/events/invoice.validated.v{version}.schema.json" in validated
         assert f"schemas/examples/invoice.validated/{version}/" in validated
     assert "invoice_agent: emits it" in validated
-    assert "budget_agent reads v3: budget_agent.handlers.on_invoice_validated" in validated
+    assert "budget_agent reads v3: chorus.reference.budget_agent.handlers.on_invoice_validated" in validated
     assert "tests/services/budget_agent/test_handlers.py" in validated
     assert any(line.split() == ["signed", "by", "invoice_agent"] for line in validated.splitlines())
 

@@ -11,10 +11,10 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from chorus_contracts.registry import load_registry
-from chorus_tools import chart, compose
-from chorus_tools.devstack import DOCUMENTED_PORTS, REFERENCE_PROJECT, SERVICES, DevStack
-from chorus_tools.httpedges import load_http_edges
+from chorus.contracts.registry import load_registry
+from chorus.tools import chart, compose
+from chorus.tools.devstack import DOCUMENTED_PORTS, REFERENCE_PROJECT, SERVICES, DevStack
+from chorus.tools.httpedges import load_http_edges
 
 ROOT = Path(__file__).resolve().parents[2]
 EDGES = load_http_edges()
@@ -78,7 +78,7 @@ def test_compose_hands_each_caller_its_generated_file_and_sets_no_service_url_by
     text = (ROOT / "docker-compose.yml").read_text()
     services: dict[str, Any] = yaml.safe_load(text)["services"]
     assert compose.stale_files(compose.env_files(EDGES, yaml.safe_load(text))) == [], (
-        "run python -m chorus_tools.compose"
+        "run python -m chorus.tools.compose"
     )
     names = compose.compose_services({"services": services})
     variables = {e.variable for e in EDGES.edges}

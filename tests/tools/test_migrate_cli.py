@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-from chorus_contracts.registry import default_registry
-from chorus_tools.cli.migrate import migrating_services
+from chorus.contracts.registry import default_registry
+from chorus.tools.cli.migrate import migrating_services
 from tests.support.database import connected, own_database
 from tests.support.processes import chorus
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from chorus.contracts.registry import load_registry
 from chorus.testing.stack import isolated_schemas
-from chorus_contracts.registry import load_registry
 from tests.support.imports import private_imports
 from tests.support.processes import run_captured, user_env
 from tests.support.processes import run_chorus as chorus
@@ -99,7 +99,7 @@ def test_a_second_service_gets_a_port_of_its_own(project: Path) -> None:
     ("args", "says"),
     [
         (("new", "service", "triage"), "exists already"),
-        (("new", "service", "gateway"), "installed already"),  # the platform's own service
+        (("new", "service", "gateway"), "Chorus has a service of that name"),  # the platform's own
         (("new", "service", "Triage-2"), "lowercase"),
         (("new", "event", "workflow.started"), "exists already"),  # the platform's event
         (("new", "event", "ticket.classified"), "exists already"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chorus_tools.cli.status import _print
+from chorus.tools.cli.status import _print
 
 
 def test_chorus_status_names_a_breaker_that_is_not_closed(

@@ -10,14 +10,14 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from chorus_contracts.approvals import ApprovalWindowElapsed
-from chorus_contracts.envelope import Envelope
-from chorus_contracts.registry import default_registry
-from chorus_tools.cli.migrate import migrate_service, service_spec
+from chorus.contracts.approvals import ApprovalWindowElapsed
+from chorus.contracts.envelope import Envelope
+from chorus.contracts.registry import default_registry
+from chorus.platform.timer_service.adapters.repository import ScheduleTimerRow
+from chorus.tools.cli.migrate import migrate_service, service_spec
 from tests.support.database import connected, own_database
 from tests.support.kafka import envelope, local_verifier, stated_by
 from tests.support.processes import chorus
-from timer_service.adapters.repository import ScheduleTimerRow
 
 pytestmark = pytest.mark.integration
 

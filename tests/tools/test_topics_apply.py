@@ -17,8 +17,8 @@ import yaml
 from typer.testing import CliRunner
 
 from chorus.kernel.kafka import make_admin
-from chorus_tools.cli.main import app
-from chorus_tools.topics import EX_UNAVAILABLE, ActualTopic, read_topics
+from chorus.tools.cli.main import app
+from chorus.tools.topics import EX_UNAVAILABLE, ActualTopic, read_topics
 
 pytestmark = pytest.mark.integration
 

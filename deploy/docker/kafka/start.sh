@@ -3,7 +3,7 @@
 # with SASL/SCRAM-SHA-512 over TLS (on kafka:9092 in the compose network and on
 # 127.0.0.1:29092 from the host), the controller listener is mutual TLS, and the
 # StandardAuthorizer denies what no ACL allows. The CA, the broker's certificate and the
-# admin's password come from the `secrets` service (chorus_tools.composesecrets), mounted
+# admin's password come from the `secrets` service (chorus.tools.composesecrets), mounted
 # read-only at $SECRETS; service principals and ACLs are `chorus access apply`'s (the
 # `setup` service). The admin's SCRAM credential goes in at format time, the only way a
 # KRaft cluster takes its first user.

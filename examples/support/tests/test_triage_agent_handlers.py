@@ -7,12 +7,12 @@ from datetime import timedelta
 
 import httpx
 import pytest
+from chorus.contracts.approvals import ApprovalDecided, ApprovalRequested, EscalationStep
+from chorus.contracts.lifecycle import WorkflowEnded
 from chorus.errors import PersistentError, SemanticError
 from chorus.llm import OfflineModel
 from chorus.service import CancelTimer, ScheduleTimer
 from chorus.testing import WorkflowHarness
-from chorus_contracts.approvals import ApprovalDecided, ApprovalRequested, EscalationStep
-from chorus_contracts.lifecycle import WorkflowEnded
 
 from support_contracts.events import TicketAnswered, TicketReceived, TicketReplyDue
 from support_sandbox import SKILLS

@@ -101,7 +101,7 @@ class DecodeError(PersistentError):
 
 
 class NotJSONError(DecodeError):
-    """The bytes are not a UTF-8 JSON object (see chorus_contracts.strictjson for the rules)."""
+    """The bytes are not a UTF-8 JSON object (see chorus.contracts.strictjson for the rules)."""
 
 
 class UnauthorizedError(PersistentError):

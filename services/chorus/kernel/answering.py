@@ -15,12 +15,12 @@ from dataclasses import dataclass
 import asyncpg
 
 from chorus.base.clock import Clock
+from chorus.contracts.base import EventModel
+from chorus.contracts.envelope import Envelope, ProducerRef
 from chorus.kernel.envelopes import child_envelope
 from chorus.kernel.outbox import OutboxTransaction, OutboxWriter
 from chorus.kernel.store import Claim, InboxOutcome
 from chorus.kernel.store.postgres import ServiceStore
-from chorus_contracts.base import EventModel
-from chorus_contracts.envelope import Envelope, ProducerRef
 
 
 @dataclass(frozen=True)

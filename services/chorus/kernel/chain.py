@@ -30,13 +30,13 @@ from typing import Any, Protocol
 
 from chorus.base import hoptrace
 from chorus.base.logs import log_context, personal_scope
+from chorus.contracts.base import EventModel
+from chorus.contracts.platform import Failure
 from chorus.kernel.codec import Event
 from chorus.kernel.records import Record
 from chorus.kernel.results import Frame, Result
 from chorus.kernel.service import On
 from chorus.kernel.store import Loaded
-from chorus_contracts.base import EventModel
-from chorus_contracts.platform import Failure
 
 MAX_AGAIN = 8
 """How often one item may be sent back (conflicting updates in a row) before the chain

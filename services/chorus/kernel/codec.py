@@ -24,10 +24,10 @@ from chorus.base.errors import (
     UnknownEventTypeError,
     UnknownVersionError,
 )
-from chorus_contracts import strictjson
-from chorus_contracts.base import CATALOG, UPCASTERS, EventModel
-from chorus_contracts.envelope import Envelope
-from chorus_contracts.registry import Registry
+from chorus.contracts import strictjson
+from chorus.contracts.base import CATALOG, UPCASTERS, EventModel
+from chorus.contracts.envelope import Envelope
+from chorus.contracts.registry import Registry
 
 DEFAULT_MAX_BYTES = 1_048_576
 P = TypeVar("P", bound=EventModel)
@@ -77,7 +77,7 @@ def validation_error(exc: ValidationError, prefix: str, what: str) -> SchemaVali
 
 
 def parse_json(raw: bytes, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, Any]:
-    """The record's bytes as a JSON object, under the rules of :mod:`chorus_contracts.strictjson`."""
+    """The record's bytes as a JSON object, under the rules of :mod:`chorus.contracts.strictjson`."""
     if len(raw) > max_bytes:
         raise OversizeError(
             "record too large", expected=f"at most {max_bytes} bytes", got=f"{len(raw)} bytes"

@@ -18,12 +18,12 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from chorus.base.logs import scrub
+from chorus.contracts import strictjson
+from chorus.contracts.envelope import Envelope, ProducerRef
+from chorus.contracts.platform import ErrorCategory, ErrorDetail, EventDeadLettered, Failure
+from chorus.contracts.strictjson import storable
 from chorus.kernel.envelopes import child_envelope, derived_event_id, system_envelope
 from chorus.kernel.records import Record, to_original
-from chorus_contracts import strictjson
-from chorus_contracts.envelope import Envelope, ProducerRef
-from chorus_contracts.platform import ErrorCategory, ErrorDetail, EventDeadLettered, Failure
-from chorus_contracts.strictjson import storable
 
 MAX_TRACEBACK_CHARS = 8000
 MAX_MESSAGE_CHARS = 2000

@@ -11,8 +11,8 @@ import uuid
 from datetime import datetime
 
 from chorus.base.tracing import child_traceparent
-from chorus_contracts.base import EventModel
-from chorus_contracts.envelope import Envelope, Priority, ProducerRef
+from chorus.contracts.base import EventModel
+from chorus.contracts.envelope import Envelope, Priority, ProducerRef
 
 _NAMESPACE = uuid.UUID("6b1e0c1e-5a55-4c59-9d0c-63686f727573")
 

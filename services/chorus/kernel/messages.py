@@ -12,16 +12,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from chorus.base.errors import Category
-from chorus.kernel.deadletters import dead_letter_envelope
-from chorus.kernel.envelopes import child_envelope
-from chorus.kernel.outbox import fire_target, outbox_message
-from chorus.kernel.ports import Sealing, Signer
-from chorus.kernel.records import Record, to_original
-from chorus.kernel.service import CancelTimer, Emit, Outcome, RescheduleTimer, ScheduleTimer, ServiceSpec
-from chorus.kernel.store import OutboxMessage
-from chorus_contracts.base import EventModel
-from chorus_contracts.envelope import Envelope, ProducerRef
-from chorus_contracts.platform import (
+from chorus.contracts.base import EventModel
+from chorus.contracts.envelope import Envelope, ProducerRef
+from chorus.contracts.platform import (
     Failure,
     RetryDue,
     ReviewRequested,
@@ -29,10 +22,17 @@ from chorus_contracts.platform import (
     TimerReschedule,
     TimerSchedule,
 )
-from chorus_contracts.registry import Registry
-from chorus_contracts.strictjson import storable
+from chorus.contracts.registry import Registry
+from chorus.contracts.strictjson import storable
+from chorus.kernel.deadletters import dead_letter_envelope
+from chorus.kernel.envelopes import child_envelope
+from chorus.kernel.outbox import fire_target, outbox_message
+from chorus.kernel.ports import Sealing, Signer
+from chorus.kernel.records import Record, to_original
+from chorus.kernel.service import CancelTimer, Emit, Outcome, RescheduleTimer, ScheduleTimer, ServiceSpec
+from chorus.kernel.store import OutboxMessage
 
-MAX_TEXT = 4000  # chorus_contracts.base.Text
+MAX_TEXT = 4000  # chorus.contracts.base.Text
 _PURPOSES = {"retry", "deadline", "escalation", "reminder", "other"}
 
 

@@ -18,14 +18,14 @@ from typing import Any
 import asyncpg
 
 from chorus.base.errors import EventTooLargeError, SigningConfigError
+from chorus.contracts.envelope import Envelope
+from chorus.contracts.platform import SIGNATURE_HEADER, FireTarget
+from chorus.contracts.registry import Registry
+from chorus.contracts.strictjson import escape
 from chorus.kernel.codec import encode
 from chorus.kernel.ports import Sealing, Signer
 from chorus.kernel.store import OutboxMessage
 from chorus.kernel.store.postgres import ServiceStore
-from chorus_contracts.envelope import Envelope
-from chorus_contracts.platform import SIGNATURE_HEADER, FireTarget
-from chorus_contracts.registry import Registry
-from chorus_contracts.strictjson import escape
 
 
 def outbox_message(registry: Registry, envelope: Envelope, signer: Signer | None = None) -> OutboxMessage:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from chorus_contracts.envelope import Envelope
+from chorus.contracts.envelope import Envelope
 
 
 class Sealing(Protocol):

@@ -28,6 +28,10 @@ from typing import Any
 from chorus.base import hoptrace
 from chorus.base.clock import Clock
 from chorus.base.metrics import Metrics
+from chorus.contracts.base import EventModel
+from chorus.contracts.envelope import ProducerRef
+from chorus.contracts.platform import EventDiscarded, RetryDue
+from chorus.contracts.registry import Registry
 from chorus.kernel.chain import Chain, Done, Finish, Item, Observer, Step, Via
 from chorus.kernel.guard import DeadLetterGuard
 from chorus.kernel.messages import Messages
@@ -42,10 +46,6 @@ from chorus.kernel.steps.load import Load
 from chorus.kernel.steps.order import Order
 from chorus.kernel.steps.route import Control, ControlHandler, DiscardControl, RetryDueControl, Route
 from chorus.kernel.store import OutboxRow, Store
-from chorus_contracts.base import EventModel
-from chorus_contracts.envelope import ProducerRef
-from chorus_contracts.platform import EventDiscarded, RetryDue
-from chorus_contracts.registry import Registry
 
 
 @dataclass(frozen=True)

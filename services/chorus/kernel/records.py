@@ -5,8 +5,8 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass, field
 
-from chorus_contracts.platform import MAX_HEADERS, KafkaHeader, OriginalRecord
-from chorus_contracts.strictjson import storable
+from chorus.contracts.platform import MAX_HEADERS, KafkaHeader, OriginalRecord
+from chorus.contracts.strictjson import storable
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,8 @@ from chorus.base.logs import fields
 from chorus.base.loops import forever
 from chorus.base.metrics import Metrics
 from chorus.base.settings import KernelSettings
+from chorus.contracts.envelope import Priority
+from chorus.contracts.registry import Registry
 from chorus.kernel.answering import Answering
 from chorus.kernel.chain import Chain
 from chorus.kernel.deadletters import refused_row_dead_letter
@@ -57,8 +59,6 @@ from chorus.kernel.service import RuntimeHandle, ServiceSpec
 from chorus.kernel.steps.letters import Letters
 from chorus.kernel.store.postgres import PgStore, ServiceStore
 from chorus.kernel.stuck import StuckRecords
-from chorus_contracts.envelope import Priority
-from chorus_contracts.registry import Registry
 
 log = logging.getLogger("chorus.runner")
 

@@ -27,11 +27,11 @@ from pydantic import BaseModel
 from chorus.base.clock import Clock
 from chorus.base.db import rows_affected
 from chorus.base.errors import PersistentError
+from chorus.contracts.base import EventModel, is_sealed
+from chorus.contracts.edges import ServiceEdges
+from chorus.contracts.envelope import Envelope, Priority
+from chorus.contracts.lifecycle import WorkflowEnded
 from chorus.kernel.codec import Event
-from chorus_contracts.base import EventModel, is_sealed
-from chorus_contracts.edges import ServiceEdges
-from chorus_contracts.envelope import Envelope, Priority
-from chorus_contracts.lifecycle import WorkflowEnded
 
 S = TypeVar("S", bound=BaseModel | None)
 D = TypeVar("D")
@@ -265,7 +265,7 @@ class On:
     backoff_cap_s: float = 300.0
     personal: bool = False
     """The handler reads the event's personal fields (``Personal[...]``): the runtime opens
-    them first. Otherwise it finds them sealed (chorus_contracts.base.Sealed)."""
+    them first. Otherwise it finds them sealed (chorus.contracts.base.Sealed)."""
 
 
 async def nothing_to_undo(event: Event[WorkflowEnded], state: Any, ctx: Context[Any]) -> Outcome[Any]:

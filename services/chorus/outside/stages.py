@@ -26,9 +26,9 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from chorus.base.compat import StrEnum
+from chorus.contracts.base import EventModel
+from chorus.contracts.lifecycle import StageDeadlineReached
 from chorus.kernel.service import CancelTimer, ScheduleTimer
-from chorus_contracts.base import EventModel
-from chorus_contracts.lifecycle import StageDeadlineReached
 
 M = TypeVar("M", bound=BaseModel)
 

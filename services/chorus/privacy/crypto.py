@@ -13,7 +13,7 @@ platform service): from then on every copy of its tokens — topics, dead letter
 outbox rows, replays, backups — stays ciphertext, while the rest of every event (ids, types,
 times, decisions, amounts) is replayable as before.
 
-Handlers see tokens (:class:`~chorus_contracts.base.Sealed`) in personal fields unless they
+Handlers see tokens (:class:`~chorus.contracts.base.Sealed`) in personal fields unless they
 declare ``On(..., personal=True)``; then the runtime opens the event's tokens first. Code
 that holds a token (a checkpoint keeps one, an API shows one) opens it with
 :meth:`Sealer.open`. A service reaches only the key stores of the regions it is configured
@@ -48,10 +48,10 @@ from chorus.base.errors import (
     KeyUnreachableError,
     PersistentError,
 )
-from chorus_contracts.base import CATALOG, KEYED_PATTERN, SEALED_PATTERN, SEALED_PREFIX, Sealed, is_sealed
-from chorus_contracts.envelope import Envelope
-from chorus_contracts.registry import Registry, personal_pointers
-from chorus_contracts.strictjson import escape
+from chorus.contracts.base import CATALOG, KEYED_PATTERN, SEALED_PATTERN, SEALED_PREFIX, Sealed, is_sealed
+from chorus.contracts.envelope import Envelope
+from chorus.contracts.registry import Registry, personal_pointers
+from chorus.contracts.strictjson import escape
 
 log = logging.getLogger("chorus.privacy.crypto")
 _TOKEN = re.compile(SEALED_PATTERN)

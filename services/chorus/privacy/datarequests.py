@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from chorus.base.logs import fields
+from chorus.contracts.envelope import Envelope
+from chorus.contracts.platform import DataRemoved, SubjectErasureRequested, WorkflowsRetired
 from chorus.kernel.answering import Answering
 from chorus.kernel.chain import Done, Finish, Item
 from chorus.kernel.service import DataRequest, OwnedData
@@ -25,8 +27,6 @@ from chorus.kernel.steps.letters import Letters
 from chorus.kernel.steps.route import uuid_or_dead_letter
 from chorus.privacy.crypto import Sealer
 from chorus.privacy.store import DataStore
-from chorus_contracts.envelope import Envelope
-from chorus_contracts.platform import DataRemoved, SubjectErasureRequested, WorkflowsRetired
 
 log = logging.getLogger("chorus.datarequests")
 

@@ -20,6 +20,10 @@ from chorus.base.errors import ConfigError, SigningConfigError
 from chorus.base.logs import fields
 from chorus.base.loops import forever
 from chorus.base.settings import ChorusSettings, demo_key_service_credential, is_demo_key_service_credential
+from chorus.contracts.base import EventModel
+from chorus.contracts.lifecycle import WorkflowEnded
+from chorus.contracts.platform import SubjectErasureRequested, WorkflowsRetired
+from chorus.contracts.registry import Registry
 from chorus.kernel.recordpath import Plugs
 from chorus.kernel.runner import Parts
 from chorus.kernel.service import ServiceSpec
@@ -30,10 +34,6 @@ from chorus.privacy.datarequests import DataRequests, Erasure, Retirement
 from chorus.privacy.signing import Keys, load_keys
 from chorus.privacy.store import DataStore
 from chorus.privacy.verify import Verify
-from chorus_contracts.base import EventModel
-from chorus_contracts.lifecycle import WorkflowEnded
-from chorus_contracts.platform import SubjectErasureRequested, WorkflowsRetired
-from chorus_contracts.registry import Registry
 
 log = logging.getLogger("chorus.privacy")
 

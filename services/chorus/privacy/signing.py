@@ -45,9 +45,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from chorus.base.errors import SigningConfigError, UnauthorizedError
-from chorus_contracts.envelope import Envelope
-from chorus_contracts.platform import SIGNATURE_HEADER
-from chorus_contracts.registry import WORKFLOW_ENDED
+from chorus.contracts.envelope import Envelope
+from chorus.contracts.platform import SIGNATURE_HEADER
+from chorus.contracts.registry import WORKFLOW_ENDED
 
 HEADER = SIGNATURE_HEADER
 _DOMAIN = b"chorus-signature-v1\x00"

@@ -13,6 +13,9 @@ from pydantic import Field, field_validator
 
 from chorus.base.loops import forever
 from chorus.base.settings import ChorusSettings
+from chorus.contracts.base import EventModel
+from chorus.contracts.envelope import RELEASE_PATTERN, ProducerRef
+from chorus.contracts.rollouts import RepinRequested, RolloutChanged
 from chorus.kernel.chain import Done, Finish, Item, Via
 from chorus.kernel.ports import Verifying
 from chorus.kernel.recordpath import Identity, Plugs
@@ -24,9 +27,6 @@ from chorus.releases.repin import Repins
 from chorus.releases.report import ReleaseWindow, report_envelope
 from chorus.releases.rollouts import MAIN_RELEASE, RolloutFollower, RolloutView, release_group
 from chorus.releases.store import PinStore
-from chorus_contracts.base import EventModel
-from chorus_contracts.envelope import RELEASE_PATTERN, ProducerRef
-from chorus_contracts.rollouts import RepinRequested, RolloutChanged
 
 
 class ReleaseSettings(ChorusSettings):

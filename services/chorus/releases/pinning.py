@@ -28,12 +28,12 @@ import asyncpg
 from chorus.base.clock import Clock
 from chorus.base.logs import fields
 from chorus.base.metrics import Metrics
+from chorus.contracts.envelope import Envelope
 from chorus.kernel.chain import Again, Done, Finish, Item
 from chorus.kernel.store import StateRow
 from chorus.releases.report import ReleaseWindow
 from chorus.releases.rollouts import RolloutView
 from chorus.releases.store import PinStore
-from chorus_contracts.envelope import Envelope
 
 log = logging.getLogger("chorus.pipeline")
 

@@ -37,13 +37,13 @@ from dataclasses import dataclass
 import asyncpg
 
 from chorus.base.logs import fields
+from chorus.contracts.envelope import Envelope
+from chorus.contracts.rollouts import RepinAnswered, RepinOutcome, RepinRequested
 from chorus.kernel.answering import Answering
 from chorus.kernel.chain import Done, Finish, Item
 from chorus.kernel.store import InboxOutcome
 from chorus.releases.rollouts import MAIN_RELEASE, RolloutView, release_group
 from chorus.releases.store import PinRow, PinStore
-from chorus_contracts.envelope import Envelope
-from chorus_contracts.rollouts import RepinAnswered, RepinOutcome, RepinRequested
 
 log = logging.getLogger("chorus.repin")
 

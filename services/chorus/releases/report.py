@@ -12,9 +12,9 @@ import random
 import uuid
 from datetime import datetime
 
+from chorus.contracts.envelope import Envelope, ProducerRef
+from chorus.contracts.rollouts import ReleaseReported
 from chorus.kernel.envelopes import start_envelope
-from chorus_contracts.envelope import Envelope, ProducerRef
-from chorus_contracts.rollouts import ReleaseReported
 
 MAX_SAMPLES = 10_000
 """Latencies kept per window (a uniform sample of them beyond that: reservoir sampling)."""

@@ -26,11 +26,11 @@ from aiokafka.errors import KafkaError
 
 from chorus.base.errors import DecodeError, UnauthorizedError
 from chorus.base.logs import fields
+from chorus.contracts.registry import Registry
+from chorus.contracts.rollouts import RolloutChanged
 from chorus.kernel.codec import decode
 from chorus.kernel.kafka import make_consumer, stop_client
 from chorus.kernel.ports import Verifying
-from chorus_contracts.registry import Registry
-from chorus_contracts.rollouts import RolloutChanged
 
 log = logging.getLogger("chorus.rollouts")
 

@@ -26,6 +26,8 @@ from chorus.base.clock import Clock, clock_from_setting
 from chorus.base.errors import ConfigError
 from chorus.base.loops import run_main
 from chorus.base.settings import EX_CONFIG, KernelSettings
+from chorus.contracts.base import EventModel
+from chorus.contracts.registry import RUNTIME_PRODUCER, Registry, load_registry
 from chorus.kernel.recordpath import KERNEL_CONTROLS
 from chorus.kernel.runner import KernelRunner, Ports
 from chorus.kernel.service import RuntimeHandle, ServiceSpec
@@ -45,8 +47,6 @@ from chorus.privacy.feature import (
 from chorus.releases.feature import Releases, ReleaseSettings, release_identity
 from chorus.releases.rollouts import RolloutView
 from chorus.web.http import HttpServer, WebSettings
-from chorus_contracts.base import EventModel
-from chorus_contracts.registry import RUNTIME_PRODUCER, Registry, load_registry
 
 log = logging.getLogger("chorus.runner")
 

@@ -24,12 +24,12 @@ from typing import Any
 from pydantic import BaseModel
 
 from chorus.base.clock import ManualClock
+from chorus.contracts.base import EventModel
+from chorus.contracts.envelope import Priority, ProducerRef
 from chorus.kernel.codec import Event
 from chorus.kernel.envelopes import start_envelope
 from chorus.kernel.service import Context, Emit, Outcome, ServiceSpec, check_outcome
 from chorus.outside.dependencies import Dependency
-from chorus_contracts.base import EventModel
-from chorus_contracts.envelope import Priority, ProducerRef
 
 TEST_PRODUCER = ProducerRef(service="test", version="0")
 

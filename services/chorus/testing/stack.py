@@ -36,16 +36,9 @@ import yaml
 from aiokafka.admin import NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
-from chorus.kernel.codec import decode, encode
-from chorus.kernel.kafka import make_admin, make_consumer, make_producer, stop_client
-from chorus.privacy.feature import KEY_SERVICE_CA, KEY_SERVICE_TLS, key_service_trust
-from chorus.privacy.signing import make_keys
-from chorus.runtime.runner import LOCAL_REGION
-from chorus.testing import make_event
-from chorus.web.tls import make_local_tls
-from chorus_contracts.base import EventModel
-from chorus_contracts.envelope import Envelope
-from chorus_contracts.registry import (
+from chorus.contracts.base import EventModel
+from chorus.contracts.envelope import Envelope
+from chorus.contracts.registry import (
     PROJECT_FILE,
     Registry,
     default_schemas_dir,
@@ -53,6 +46,13 @@ from chorus_contracts.registry import (
     platform_schemas_dir,
     read_project,
 )
+from chorus.kernel.codec import decode, encode
+from chorus.kernel.kafka import make_admin, make_consumer, make_producer, stop_client
+from chorus.privacy.feature import KEY_SERVICE_CA, KEY_SERVICE_TLS, key_service_trust
+from chorus.privacy.signing import make_keys
+from chorus.runtime.runner import LOCAL_REGION
+from chorus.testing import make_event
+from chorus.web.tls import make_local_tls
 
 __all__ = ["isolated_registry", "isolated_schemas", "key_store", "provision", "publish", "read_events"]
 
@@ -247,7 +247,7 @@ async def key_store(timeout_s: float = 60.0) -> AsyncIterator[str]:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "key_service",  # a platform service: the runtime starts it, never imports it
+        "chorus.platform.key_service",  # a platform service: the runtime starts it, never imports it
         env={
             **os.environ,
             **tls,

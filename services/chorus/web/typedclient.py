@@ -1,7 +1,7 @@
 """HTTP between services, typed at both ends.
 
 A client reads another service's answer into the model that service publishes
-(``chorus_contracts.api.<service>``) with :func:`answer`: a malformed answer (not JSON,
+(``chorus.contracts.api.<service>``) with :func:`answer`: a malformed answer (not JSON,
 a field missing or of the wrong type) is an :class:`UnexpectedAnswerError` naming the URL
 and the field, which the caller turns into "that service is unavailable" (a 503, a page
 saying so, an exit code), never a ``KeyError`` deep in its own code.

@@ -7,7 +7,7 @@
   authenticated: at once when it declares its length, as soon as it passes the cap
   when it is streamed.
 - A body that is not ``application/json`` is a 415 (no forms, no text/plain).
-- Bodies are parsed by :mod:`chorus_contracts.strictjson`: NUL, unpaired surrogates, NaN,
+- Bodies are parsed by :mod:`chorus.contracts.strictjson`: NUL, unpaired surrogates, NaN,
   duplicate names and deep nesting are a 422 naming the field, never a 500 later.
 - Query and path parameters get the same strictness (:func:`plain_parameters`): a NUL or a
   value over ``MAX_PARAMETER_CHARS`` is a 400 naming the parameter, whatever the route
@@ -32,8 +32,8 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from chorus.base.errors import KeyStoreUnavailableError
-from chorus_contracts import strictjson
-from chorus_contracts.base import in_utc
+from chorus.contracts import strictjson
+from chorus.contracts.base import in_utc
 
 _ISO_DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
 
@@ -186,7 +186,7 @@ def _is_json(request: Request) -> bool:
 
 
 class StrictJSONRoute(APIRoute):
-    """A route whose JSON body is read by :mod:`chorus_contracts.strictjson`."""
+    """A route whose JSON body is read by :mod:`chorus.contracts.strictjson`."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()

@@ -17,7 +17,7 @@ from chorus.outside import breaker
 from chorus.outside.breaker import BreakerOpenError, BreakerPolicy, BreakerState, CircuitBreaker
 from chorus.outside.dependencies import Dependencies, Dependency
 from chorus.outside.external import ExternalRejection
-from payment_agent.adapters.payments import PaymentClient
+from chorus.reference.payment_agent.adapters.payments import PaymentClient
 
 pytestmark = pytest.mark.integration
 

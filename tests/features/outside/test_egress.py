@@ -10,7 +10,7 @@ import pytest
 from chorus.base.errors import TransientError, caused_by_input
 from chorus.outside.egress import EgressPolicy, EgressRefusedError, check_egress, pin
 from chorus.outside.external import call_json
-from gateway.domain import submitter_urls
+from chorus.platform.gateway.domain import submitter_urls
 
 NONE = EgressPolicy()
 

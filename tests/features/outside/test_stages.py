@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+from chorus.contracts.lifecycle import StageDeadlineReached
+from chorus.contracts.research import GatheredSource, SourceFetchRequested, SourceRef
 from chorus.outside.stages import Stage, StagePolicy, StageStatus, open_stage
-from chorus_contracts.lifecycle import StageDeadlineReached
-from chorus_contracts.research import GatheredSource, SourceFetchRequested, SourceRef
 
 NOW = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
 DEADLINE = NOW + timedelta(minutes=2)

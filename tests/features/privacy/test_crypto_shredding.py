@@ -16,6 +16,9 @@ import pytest
 
 from chorus.base.errors import KeyUnreachableError
 from chorus.base.settings import demo_key_service_credential
+from chorus.contracts.envelope import ProducerRef
+from chorus.contracts.platform import SubjectErasureRequested
+from chorus.contracts.registry import load_registry
 from chorus.kernel.envelopes import start_envelope
 from chorus.privacy.crypto import (
     ELSEWHERE,
@@ -23,10 +26,7 @@ from chorus.privacy.crypto import (
     Sealer,
     subject_hash,
 )
-from chorus_contracts.envelope import ProducerRef
-from chorus_contracts.platform import SubjectErasureRequested
-from chorus_contracts.registry import load_registry
-from chorus_tools.devstack import free_port
+from chorus.tools.devstack import free_port
 from tests.support.apis import key_api, trust
 from tests.support.kafka import publish
 from tests.support.processes import ServiceProcess

@@ -13,18 +13,18 @@ from typing import Any
 import asyncpg
 import pytest
 
+from chorus.contracts.lifecycle import WorkflowDeadlineReached
+from chorus.contracts.platform import FireTarget, TimerSchedule, WorkflowsRetired
+from chorus.platform.deadletter_service.config import Settings as LetterSettings
+from chorus.platform.deadletter_service.service import SPEC as LETTER_SPEC
+from chorus.platform.timer_service.config import Settings as TimerSettings
+from chorus.platform.timer_service.service import SPEC as TIMER_SPEC
 from chorus.runtime.runner import running
-from chorus_contracts.lifecycle import WorkflowDeadlineReached
-from chorus_contracts.platform import FireTarget, TimerSchedule, WorkflowsRetired
-from deadletter_service.config import Settings as LetterSettings
-from deadletter_service.service import SPEC as LETTER_SPEC
 from tests.support.events import dead_lettered
 from tests.support.kafka import envelope, events_of, publish, read_topic, refused_by, stated_by
 from tests.support.onkafka import in_process
 from tests.support.registry import isolated_registry
 from tests.support.wait import wait_until
-from timer_service.config import Settings as TimerSettings
-from timer_service.service import SPEC as TIMER_SPEC
 
 pytestmark = pytest.mark.integration
 

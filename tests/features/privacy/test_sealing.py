@@ -14,6 +14,12 @@ from pydantic import ValidationError
 
 from chorus.base.errors import KeyDestroyedError, KeyUnreachableError, PersistentError
 from chorus.base.logs import hide_in_logs, personal_scope
+from chorus.contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
+from chorus.contracts.base import SEALED_PREFIX, Sealed, is_sealed
+from chorus.contracts.envelope import Envelope, ProducerRef
+from chorus.contracts.platform import FireTarget, TimerSchedule
+from chorus.contracts.procurement import InvoiceReceived
+from chorus.contracts.registry import load_registry
 from chorus.kernel.codec import encode
 from chorus.kernel.envelopes import start_envelope
 from chorus.observability.logs import JsonFormatter, RedactSecrets
@@ -27,12 +33,6 @@ from chorus.privacy.crypto import (
     keyed_ref,
     subject_hash,
 )
-from chorus_contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
-from chorus_contracts.base import SEALED_PREFIX, Sealed, is_sealed
-from chorus_contracts.envelope import Envelope, ProducerRef
-from chorus_contracts.platform import FireTarget, TimerSchedule
-from chorus_contracts.procurement import InvoiceReceived
-from chorus_contracts.registry import load_registry
 from tests.support.sealed import personal_invoice
 
 REGISTRY = load_registry()

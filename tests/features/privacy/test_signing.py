@@ -12,19 +12,19 @@ import pytest
 import yaml
 
 from chorus.base.errors import SigningConfigError, UnauthorizedError
+from chorus.contracts.base import EventModel
+from chorus.contracts.envelope import Envelope
+from chorus.contracts.lifecycle import WorkflowEnded
+from chorus.contracts.platform import DataRemoved, EventDeadLettered, RetryDue, ReviewRequested, TimerCancel
+from chorus.contracts.procurement import InvoiceReceived
+from chorus.contracts.registry import load_registry
+from chorus.contracts.rollouts import ReleaseReported, RepinAnswered
 from chorus.kernel.codec import encode
 from chorus.kernel.outbox import outbox_message
 from chorus.kernel.service import ServiceSpec
 from chorus.privacy.feature import service_keys, unstated_types
 from chorus.privacy.signing import HEADER, Keys, Verifier, load_keys, make_keys
-from chorus_contracts.base import EventModel
-from chorus_contracts.envelope import Envelope
-from chorus_contracts.lifecycle import WorkflowEnded
-from chorus_contracts.platform import DataRemoved, EventDeadLettered, RetryDue, ReviewRequested, TimerCancel
-from chorus_contracts.procurement import InvoiceReceived
-from chorus_contracts.registry import load_registry
-from chorus_contracts.rollouts import ReleaseReported, RepinAnswered
-from chorus_tools.cli.migrate import migrating_services, service_spec
+from chorus.tools.cli.migrate import migrating_services, service_spec
 from tests.support.examples import example
 from tests.support.kafka import approval, envelope, stated_by
 

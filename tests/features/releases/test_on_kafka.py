@@ -17,6 +17,8 @@ import asyncpg
 import pytest
 
 from chorus.base.clock import SystemClock
+from chorus.contracts.envelope import Envelope, ProducerRef
+from chorus.contracts.rollouts import RepinRequested, RolloutChanged
 from chorus.kernel.answering import Answering
 from chorus.kernel.envelopes import start_envelope
 from chorus.kernel.outbox import OutboxWriter
@@ -25,8 +27,6 @@ from chorus.releases.repin import Repins
 from chorus.releases.rollouts import MAIN_RELEASE, ROLLOUT_WORKFLOW_TYPE, RolloutView, rollout_workflow_id
 from chorus.releases.store import PinStore
 from chorus.runtime.runner import ServiceRunner, ServiceSettings, running
-from chorus_contracts.envelope import Envelope, ProducerRef
-from chorus_contracts.rollouts import RepinRequested, RolloutChanged
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, publish, read_topic
 from tests.support.onkafka import in_process

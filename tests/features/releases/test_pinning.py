@@ -9,14 +9,21 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from chorus.contracts.rollouts import AutoRollback, RolloutChanged
 from chorus.kernel.store import StateRow
+from chorus.platform.rollout_service.domain import (
+    Change,
+    ChangeRefused,
+    Outcomes,
+    apply_change,
+    judge,
+    repin_request,
+)
+from chorus.reference.sandbox.model import NOT_JSON, flaky_answer
 from chorus.releases.pinning import Pinning, Verdict
 from chorus.releases.report import ReleaseWindow, quantile
 from chorus.releases.rollouts import RolloutView, canary_point, pin_for
 from chorus.testing import make_event
-from chorus_contracts.rollouts import AutoRollback, RolloutChanged
-from rollout_service.domain import Change, ChangeRefused, Outcomes, apply_change, judge, repin_request
-from sandbox.model import NOT_JSON, flaky_answer
 from tests.support.events import TaskSubmitted
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)

@@ -9,11 +9,11 @@ import pytest
 from pydantic import BaseModel
 
 from chorus.base.errors import PersistentError
+from chorus.contracts.lifecycle import WorkflowEnded, WorkflowStarted
 from chorus.kernel.codec import Event
 from chorus.kernel.service import Context, On, Outcome, ServiceSpec
+from chorus.platform.gateway.adapters.readmodel import ReadModel, ReadModelUnavailableError
 from chorus.testing import WorkflowHarness
-from chorus_contracts.lifecycle import WorkflowEnded, WorkflowStarted
-from gateway.adapters.readmodel import ReadModel, ReadModelUnavailableError
 
 
 class Seen(BaseModel):

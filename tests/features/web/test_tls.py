@@ -13,8 +13,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from cryptography.x509.verification import PolicyBuilder, Store
 
+from chorus.tools.composesecrets import make_pki
 from chorus.web.tls import make_local_tls
-from chorus_tools.composesecrets import make_pki
 
 
 def verified(ca_pem: bytes, chain_pem: bytes, host: str) -> None:

@@ -7,12 +7,7 @@ from datetime import timedelta
 import pytest
 from pydantic import ValidationError
 
-from approval_gate.bootstrap import Deps, approval_chains
-from approval_gate.domain import DEFAULT_POLICY
-from approval_gate.service import SPEC
-from chorus.kernel.service import CancelTimer, ScheduleTimer
-from chorus.testing import WorkflowHarness
-from chorus_contracts.approvals import (
+from chorus.contracts.approvals import (
     ApprovalContext,
     ApprovalDecided,
     ApprovalDecisionSubmitted,
@@ -26,9 +21,14 @@ from chorus_contracts.approvals import (
     EscalationStep,
     PolicyRule,
 )
-from chorus_contracts.envelope import ProducerRef
-from chorus_contracts.platform import ReviewRequested
-from chorus_contracts.registry import default_registry
+from chorus.contracts.envelope import ProducerRef
+from chorus.contracts.platform import ReviewRequested
+from chorus.contracts.registry import default_registry
+from chorus.kernel.service import CancelTimer, ScheduleTimer
+from chorus.platform.approval_gate.bootstrap import Deps, approval_chains
+from chorus.platform.approval_gate.domain import DEFAULT_POLICY
+from chorus.platform.approval_gate.service import SPEC
+from chorus.testing import WorkflowHarness
 from tests.support.examples import example
 from tests.support.fakes import InMemoryPolicies
 

@@ -10,16 +10,16 @@ from typing import Any
 
 import pytest
 
-from approval_gate.config import Settings
-from approval_gate.service import SPEC
-from chorus.runtime.runner import running
-from chorus_contracts.approvals import (
+from chorus.contracts.approvals import (
     ApprovalContext,
     ApprovalFacts,
     ApprovalRequested,
     ApprovalRouted,
     EscalationStep,
 )
+from chorus.platform.approval_gate.config import Settings
+from chorus.platform.approval_gate.service import SPEC
+from chorus.runtime.runner import running
 from tests.support.database import own_database
 from tests.support.kafka import envelope, stated_by
 from tests.support.onkafka import OnKafka

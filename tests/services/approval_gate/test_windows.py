@@ -7,13 +7,13 @@ import logging
 from datetime import timedelta
 from typing import Any
 
-from approval_gate.bootstrap import Deps, approval_chains
-from approval_gate.handlers import on_approval_requested, on_approval_window_elapsed
 from chorus.base.clock import ManualClock
+from chorus.contracts.approvals import ApprovalEscalated, ApprovalPolicy
+from chorus.contracts.registry import default_registry
 from chorus.kernel.codec import decode
 from chorus.kernel.service import Context, ScheduleTimer
-from chorus_contracts.approvals import ApprovalEscalated, ApprovalPolicy
-from chorus_contracts.registry import default_registry
+from chorus.platform.approval_gate.bootstrap import Deps, approval_chains
+from chorus.platform.approval_gate.handlers import on_approval_requested, on_approval_window_elapsed
 from tests.support.fakes import InMemoryPolicies
 
 

@@ -9,7 +9,10 @@ from typing import Any
 
 import pytest
 
-from audit_projector.domain import (
+from chorus.contracts.base import CATALOG, EventModel
+from chorus.contracts.envelope import Envelope
+from chorus.contracts.registry import default_registry
+from chorus.platform.audit_projector.domain import (
     ATTENTION,
     ERASED,
     HUMAN_REVIEW,
@@ -25,12 +28,9 @@ from audit_projector.domain import (
     redact_entry,
     redact_facts,
 )
-from audit_projector.service import SPEC
+from chorus.platform.audit_projector.service import SPEC
 from chorus.privacy.crypto import subject_hash
 from chorus.privacy.datarequests import REQUESTS
-from chorus_contracts.base import CATALOG, EventModel
-from chorus_contracts.envelope import Envelope
-from chorus_contracts.registry import default_registry
 
 REGISTRY = default_registry()
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)

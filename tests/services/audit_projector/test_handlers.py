@@ -13,19 +13,19 @@ from typing import Any
 
 import pytest
 
-from audit_projector.adapters.maintenance import RecordConfirmation
-from audit_projector.adapters.projection import SCHEMA as LIVE
-from audit_projector.adapters.projection import ProjectEvent
-from audit_projector.bootstrap import bootstrap_for
-from audit_projector.handlers import PROJECTED
-from audit_projector.service import SPEC, make_spec
+from chorus.contracts.base import EventModel
+from chorus.contracts.envelope import ProducerRef
+from chorus.contracts.platform import DataRemoved
+from chorus.contracts.registry import load_registry
 from chorus.kernel.codec import Event
 from chorus.kernel.service import ServiceSpec
+from chorus.platform.audit_projector.adapters.maintenance import RecordConfirmation
+from chorus.platform.audit_projector.adapters.projection import SCHEMA as LIVE
+from chorus.platform.audit_projector.adapters.projection import ProjectEvent
+from chorus.platform.audit_projector.bootstrap import bootstrap_for
+from chorus.platform.audit_projector.handlers import PROJECTED
+from chorus.platform.audit_projector.service import SPEC, make_spec
 from chorus.testing import WorkflowHarness
-from chorus_contracts.base import EventModel
-from chorus_contracts.envelope import ProducerRef
-from chorus_contracts.platform import DataRemoved
-from chorus_contracts.registry import load_registry
 from tests.support.events import approval_decided
 from tests.support.examples import example
 

@@ -17,28 +17,28 @@ import asyncpg
 import httpx
 import pytest
 
-from audit_projector.adapters.projection import REPLAY_PREFIX
-from audit_projector.adapters.queries import (
+from chorus.base.clock import ManualClock, OffsetFileClock
+from chorus.base.compat import fromisoformat
+from chorus.base.db import create_pool
+from chorus.base.settings import demo_key_service_credential
+from chorus.contracts.base import CATALOG
+from chorus.contracts.envelope import Envelope, ProducerRef
+from chorus.contracts.registry import Registry
+from chorus.platform.audit_projector.adapters.projection import REPLAY_PREFIX
+from chorus.platform.audit_projector.adapters.queries import (
     approval_tasks,
     approval_view,
     status_view,
     timeline_entries,
 )
-from audit_projector.config import Settings
-from audit_projector.domain import ERASURE_RECORDED, WORKFLOW_PURGED
-from audit_projector.replay import ReplayResult, compare, rebuild
-from audit_projector.service import make_spec
-from chorus.base.clock import ManualClock, OffsetFileClock
-from chorus.base.compat import fromisoformat
-from chorus.base.db import create_pool
-from chorus.base.settings import demo_key_service_credential
+from chorus.platform.audit_projector.config import Settings
+from chorus.platform.audit_projector.domain import ERASURE_RECORDED, WORKFLOW_PURGED
+from chorus.platform.audit_projector.replay import ReplayResult, compare, rebuild
+from chorus.platform.audit_projector.service import make_spec
 from chorus.privacy.crypto import HttpKeyStore, Sealer, keyed_ref, subject_hash
 from chorus.privacy.feature import DEMO_SUBJECT_KEY
 from chorus.runtime.runner import ServiceSettings, running
 from chorus.web.apikeys import DEMO_KEYS, ApiKey, bearer
-from chorus_contracts.base import CATALOG
-from chorus_contracts.envelope import Envelope, ProducerRef
-from chorus_contracts.registry import Registry
 from tests.support.apis import trust
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, local_verifier, publish, read_topic

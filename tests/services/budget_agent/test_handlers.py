@@ -7,14 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from budget_agent.adapters.ledger import Release, Reserve
-from budget_agent.bootstrap import Deps
-from budget_agent.domain import PurchaseOrder
-from budget_agent.service import SPEC
-from chorus.testing import WorkflowHarness
-from chorus_contracts.approvals import ApprovalRequested, EscalationStep
-from chorus_contracts.lifecycle import WorkflowEnded
-from chorus_contracts.procurement import (
+from chorus.contracts.approvals import ApprovalRequested, EscalationStep
+from chorus.contracts.lifecycle import WorkflowEnded
+from chorus.contracts.procurement import (
     BudgetRejected,
     BudgetReserved,
     InvoiceRejected,
@@ -22,6 +17,11 @@ from chorus_contracts.procurement import (
     PaymentFailed,
     budget_approval_id,
 )
+from chorus.reference.budget_agent.adapters.ledger import Release, Reserve
+from chorus.reference.budget_agent.bootstrap import Deps
+from chorus.reference.budget_agent.domain import PurchaseOrder
+from chorus.reference.budget_agent.service import SPEC
+from chorus.testing import WorkflowHarness
 from tests.support.events import approval_decided
 from tests.support.fakes import FixedBudgets
 

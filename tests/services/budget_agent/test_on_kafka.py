@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from budget_agent.adapters.ledger import Ledger
-from budget_agent.config import Settings
-from budget_agent.domain import PurchaseOrder
-from budget_agent.service import SPEC
 from chorus.base.db import create_pool
+from chorus.contracts.procurement import BudgetReserved, InvoiceValidated
+from chorus.reference.budget_agent.adapters.ledger import Ledger
+from chorus.reference.budget_agent.config import Settings
+from chorus.reference.budget_agent.domain import PurchaseOrder
+from chorus.reference.budget_agent.service import SPEC
 from chorus.runtime.runner import running
-from chorus_contracts.procurement import BudgetReserved, InvoiceValidated
 from tests.support.examples import example
 from tests.support.kafka import envelope
 from tests.support.onkafka import OnKafka

@@ -10,13 +10,13 @@ from datetime import datetime, timedelta, timezone
 import httpx
 import pytest
 
-from chorus_contracts.api.audit_projector import TimelineEntry
-from chorus_contracts.api.gateway import Me
-from console.adapters.apis import Apis
-from console.adapters.cookies import COOKIE, SessionCookies
-from console.bootstrap import create_app
-from console.config import Settings
-from console.domain import anonymous, sign_in, still_valid, timeline
+from chorus.contracts.api.audit_projector import TimelineEntry
+from chorus.contracts.api.gateway import Me
+from chorus.platform.console.adapters.apis import Apis
+from chorus.platform.console.adapters.cookies import COOKIE, SessionCookies
+from chorus.platform.console.bootstrap import create_app
+from chorus.platform.console.config import Settings
+from chorus.platform.console.domain import anonymous, sign_in, still_valid, timeline
 
 ME = Me(principal="dana.manager", role="reviewer", tier="manager")
 

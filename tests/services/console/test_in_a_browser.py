@@ -31,9 +31,9 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
+from chorus.contracts.registry import Registry
+from chorus.tools.devstack import SERVICES, DevStack
 from chorus.web.apikeys import DEMO_KEYS
-from chorus_contracts.registry import Registry
-from chorus_tools.devstack import SERVICES, DevStack
 from tests.support.kafka import publish
 from tests.support.stacks import own_stack
 from tests.support.submissions import procurement

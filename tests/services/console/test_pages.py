@@ -1,4 +1,4 @@
-"""Every page of the console draws the answers the APIs publish (chorus_contracts.api),
+"""Every page of the console draws the answers the APIs publish (chorus.contracts.api),
 built here with those same models; an answer that does not fit its model is a 503 page
 naming the field, never a server error."""
 
@@ -16,9 +16,8 @@ import pytest
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
-from chorus.web.webapi import MAX_PARAMETER_CHARS
-from chorus_contracts.api.audit_projector import ApprovalTask, PendingApproval, TimelineEntry
-from chorus_contracts.api.deadletter_service import (
+from chorus.contracts.api.audit_projector import ApprovalTask, PendingApproval, TimelineEntry
+from chorus.contracts.api.deadletter_service import (
     LetterDetail,
     LetterError,
     LetterErrorDetail,
@@ -27,19 +26,20 @@ from chorus_contracts.api.deadletter_service import (
     OriginalPosition,
     OriginalRecord,
 )
-from chorus_contracts.api.gateway import ApprovalDetail, ApprovalQueue, Me, WorkflowDetail, WorkflowPage
-from chorus_contracts.api.outcome_analytics import (
+from chorus.contracts.api.gateway import ApprovalDetail, ApprovalQueue, Me, WorkflowDetail, WorkflowPage
+from chorus.contracts.api.outcome_analytics import (
     Durations,
     OutcomeBucket,
     Outcomes,
     ReleaseOutcomes,
     Releases,
 )
-from chorus_contracts.platform import Failure
-from console.adapters.apis import Apis
-from console.bootstrap import create_app
-from console.config import Settings
-from console.pages import ROUTERS
+from chorus.contracts.platform import Failure
+from chorus.platform.console.adapters.apis import Apis
+from chorus.platform.console.bootstrap import create_app
+from chorus.platform.console.config import Settings
+from chorus.platform.console.pages import ROUTERS
+from chorus.web.webapi import MAX_PARAMETER_CHARS
 
 NOW = datetime.now(timezone.utc).replace(microsecond=0)
 OPERATOR = Me(principal="sam.operator", role="operator", tier=None)

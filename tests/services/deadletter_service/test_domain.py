@@ -8,10 +8,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from chorus.contracts.platform import TimerCancel
+from chorus.contracts.registry import default_registry
 from chorus.kernel.codec import decode, encode
-from chorus_contracts.platform import TimerCancel
-from chorus_contracts.registry import default_registry
-from deadletter_service.domain import (
+from chorus.platform.deadletter_service.domain import (
     DISCARDED,
     MAX_LIMIT,
     OPEN,

@@ -12,16 +12,16 @@ from typing import Any
 import pytest
 
 from chorus.base.errors import PersistentError, TransientError
+from chorus.contracts.approvals import ApprovalDecisionSubmitted
+from chorus.contracts.envelope import Envelope, ProducerRef
+from chorus.contracts.platform import ErrorCategory
+from chorus.contracts.registry import default_registry
 from chorus.kernel.codec import Event, decode, encode
 from chorus.kernel.deadletters import dead_letter_envelope, failure
 from chorus.kernel.records import Record
+from chorus.platform.deadletter_service.adapters.repository import StoreLetter
+from chorus.platform.deadletter_service.service import SPEC
 from chorus.testing import WorkflowHarness, make_event
-from chorus_contracts.approvals import ApprovalDecisionSubmitted
-from chorus_contracts.envelope import Envelope, ProducerRef
-from chorus_contracts.platform import ErrorCategory
-from chorus_contracts.registry import default_registry
-from deadletter_service.adapters.repository import StoreLetter
-from deadletter_service.service import SPEC
 
 REGISTRY = default_registry()
 GATE = ProducerRef(service="approval_gate", version="1.4.0")

@@ -27,10 +27,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
-from chorus.kernel.codec import encode
-from chorus.web.apikeys import bearer
-from chorus_contracts.envelope import Envelope
-from chorus_contracts.platform import (
+from chorus.contracts.envelope import Envelope
+from chorus.contracts.platform import (
     ErrorCategory,
     ErrorDetail,
     EventDeadLettered,
@@ -40,9 +38,11 @@ from chorus_contracts.platform import (
     OriginalRecord,
     TimerSchedule,
 )
-from chorus_contracts.registry import Registry
-from chorus_tools.cli.main import app as cli
-from chorus_tools.devstack import free_port
+from chorus.contracts.registry import Registry
+from chorus.kernel.codec import encode
+from chorus.tools.cli.main import app as cli
+from chorus.tools.devstack import free_port
+from chorus.web.apikeys import bearer
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import approval, envelope, events_of, local_signer, publish, read_topic
 from tests.support.processes import ServiceProcess, infra_env

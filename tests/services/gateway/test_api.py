@@ -18,19 +18,19 @@ import httpx
 import pytest
 import yaml
 
-from audit_projector.config import Settings as AuditSettings
-from audit_projector.domain import TERMINAL
-from audit_projector.replay import rebuild
-from audit_projector.service import SPEC as AUDIT_SPEC
 from chorus.base.db import create_pool
+from chorus.contracts.base import SEALED_PREFIX
+from chorus.contracts.lifecycle import WorkflowCancelRequested, WorkflowEnded
+from chorus.contracts.registry import Registry, load_registry
+from chorus.platform.audit_projector.config import Settings as AuditSettings
+from chorus.platform.audit_projector.domain import TERMINAL
+from chorus.platform.audit_projector.replay import rebuild
+from chorus.platform.audit_projector.service import SPEC as AUDIT_SPEC
+from chorus.platform.gateway.config import Settings as GatewaySettings
+from chorus.platform.gateway.service import SPEC as GATEWAY_SPEC
 from chorus.runtime.runner import running
+from chorus.tools.devstack import free_port
 from chorus.web.heads import HEAD_TIMEOUT_S
-from chorus_contracts.base import SEALED_PREFIX
-from chorus_contracts.lifecycle import WorkflowCancelRequested, WorkflowEnded
-from chorus_contracts.registry import Registry, load_registry
-from chorus_tools.devstack import free_port
-from gateway.config import Settings as GatewaySettings
-from gateway.service import SPEC as GATEWAY_SPEC
 from tests.support.apis import schemathesis
 from tests.support.database import create_database, drop_database
 from tests.support.kafka import (

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from chorus_contracts.api.gateway import Submission
-from chorus_contracts.procurement import InvoiceReceived
-from chorus_contracts.registry import default_registry
-from gateway.domain import may_read, request_hash, same_person, workflow_types
+from chorus.contracts.api.gateway import Submission
+from chorus.contracts.procurement import InvoiceReceived
+from chorus.contracts.registry import default_registry
+from chorus.platform.gateway.domain import may_read, request_hash, same_person, workflow_types
 from tests.support.examples import example
 
 

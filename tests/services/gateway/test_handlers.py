@@ -12,17 +12,17 @@ import httpx
 import pytest
 
 from chorus.base.errors import TransientError
-from chorus.outside.dependencies import Dependency
-from chorus.testing import Unguarded, WorkflowHarness
-from chorus_contracts.lifecycle import (
+from chorus.contracts.lifecycle import (
     WorkflowCancelRequested,
     WorkflowDeadlineReached,
     WorkflowEnded,
     WorkflowStarted,
 )
-from gateway.adapters.webhooks import WebhookSender
-from gateway.domain import GatewayState, webhook_signature
-from gateway.service import SPEC
+from chorus.outside.dependencies import Dependency
+from chorus.platform.gateway.adapters.webhooks import WebhookSender
+from chorus.platform.gateway.domain import GatewayState, webhook_signature
+from chorus.platform.gateway.service import SPEC
+from chorus.testing import Unguarded, WorkflowHarness
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 # Loopback is an allowed egress in tests (tests/conftest.py); the transport below answers.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.domain import receiver_secrets, webhook_signature
+from chorus.platform.gateway.domain import receiver_secrets, webhook_signature
 
 # The test vector of the Standard Webhooks specification (standard-webhooks, spec tests).
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

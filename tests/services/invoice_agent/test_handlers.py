@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from chorus.base.errors import SemanticError
+from chorus.contracts.lifecycle import WorkflowEnded
+from chorus.contracts.procurement import InvoiceReceived, InvoiceRejected, InvoiceValidated
+from chorus.reference.invoice_agent.bootstrap import Deps
+from chorus.reference.invoice_agent.domain import state_v1_to_v2
+from chorus.reference.invoice_agent.service import SPEC
 from chorus.testing import WorkflowHarness
-from chorus_contracts.lifecycle import WorkflowEnded
-from chorus_contracts.procurement import InvoiceReceived, InvoiceRejected, InvoiceValidated
-from invoice_agent.bootstrap import Deps
-from invoice_agent.domain import state_v1_to_v2
-from invoice_agent.service import SPEC
 from tests.support.events import approval_decided
 from tests.support.fakes import model
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from chorus.contracts.procurement import ExtractedInvoice, InvoiceLine, InvoiceReceived, Reading
+from chorus.reference.invoice_agent.config import Settings
+from chorus.reference.invoice_agent.service import SPEC
 from chorus.runtime.runner import running
-from chorus_contracts.procurement import ExtractedInvoice, InvoiceLine, InvoiceReceived, Reading
-from invoice_agent.config import Settings
-from invoice_agent.service import SPEC
 from tests.support.examples import example
 from tests.support.kafka import envelope
 from tests.support.onkafka import OnKafka, Outside

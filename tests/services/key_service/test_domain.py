@@ -11,7 +11,14 @@ import pytest
 from cryptography.exceptions import InvalidTag
 from pydantic import ValidationError
 
-from key_service.domain import KID_PATTERN, DataKeyRequest, MasterKeys, new_data_key, new_kid, region_of
+from chorus.platform.key_service.domain import (
+    KID_PATTERN,
+    DataKeyRequest,
+    MasterKeys,
+    new_data_key,
+    new_kid,
+    region_of,
+)
 
 MASTERS = MasterKeys.from_settings(
     {"eu-west": base64.b64encode(b"e" * 32).decode(), "us-east": base64.b64encode(b"u" * 32).decode()}

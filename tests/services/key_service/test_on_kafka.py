@@ -13,14 +13,14 @@ import httpx
 import pytest
 
 from chorus.base.settings import demo_key_service_credential
+from chorus.contracts.envelope import ProducerRef
+from chorus.contracts.platform import SubjectErasureRequested
+from chorus.platform.key_service.config import Settings
+from chorus.platform.key_service.service import SPEC
 from chorus.privacy.crypto import subject_hash
 from chorus.runtime.runner import running
+from chorus.tools.devstack import free_port
 from chorus.web.apikeys import DEMO_GATEWAY_KEY, bearer
-from chorus_contracts.envelope import ProducerRef
-from chorus_contracts.platform import SubjectErasureRequested
-from chorus_tools.devstack import free_port
-from key_service.config import Settings
-from key_service.service import SPEC
 from tests.support.apis import key_api
 from tests.support.kafka import envelope, publish, refused_by
 from tests.support.onkafka import OnKafka
@@ -49,7 +49,7 @@ async def test_every_key_handed_out_is_on_record_with_who_asked_and_whose_it_is(
     whose = subject_hash(f"subject:logged-{unique}")
     ask = {"region": "local", "subject_hash": whose, "workflow_id": f"wf-log-{unique}"}
     kept = Kept()
-    logging.getLogger("key_service.api").addHandler(kept)
+    logging.getLogger("chorus.platform.key_service.api").addHandler(kept)
     settings = on_kafka.settings(Settings, SPEC.name, api_port=free_port())
     async with running(SPEC, settings, registry=on_kafka.registry) as keys:
         assert keys.http is not None
@@ -59,7 +59,7 @@ async def test_every_key_handed_out_is_on_record_with_who_asked_and_whose_it_is(
             by_id = await http.get(f"/v1/data-keys/{made}")
         async with httpx.AsyncClient(timeout=10) as plain:
             metrics = (await plain.get(f"http://127.0.0.1:{keys.http.port}/metrics")).text
-    logging.getLogger("key_service.api").removeHandler(kept)
+    logging.getLogger("chorus.platform.key_service.api").removeHandler(kept)
     assert made == again and by_id.status_code == 200
     handed = [
         r.fields  # type: ignore[attr-defined]

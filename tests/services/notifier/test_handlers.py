@@ -8,17 +8,17 @@ from datetime import timedelta
 import httpx
 import pytest
 
+from chorus.contracts.approvals import ApprovalEscalated, ApprovalRouted, EscalationStep
+from chorus.contracts.lifecycle import WorkflowEnded
+from chorus.platform.notifier.adapters.channels import Channels
+from chorus.platform.notifier.adapters.deliveries import PlanDeliveries, SupersedeDeliveries
+from chorus.platform.notifier.bootstrap import Deps
+from chorus.platform.notifier.config import Settings
+from chorus.platform.notifier.delivery import link_for
+from chorus.platform.notifier.domain import Channel, NoticeKind, Recipient, message_text, webhook_body
+from chorus.platform.notifier.service import SPEC
 from chorus.testing import WorkflowHarness
 from chorus.web.links import LinkCheck, check_link
-from chorus_contracts.approvals import ApprovalEscalated, ApprovalRouted, EscalationStep
-from chorus_contracts.lifecycle import WorkflowEnded
-from notifier.adapters.channels import Channels
-from notifier.adapters.deliveries import PlanDeliveries, SupersedeDeliveries
-from notifier.bootstrap import Deps
-from notifier.config import Settings
-from notifier.delivery import link_for
-from notifier.domain import Channel, NoticeKind, Recipient, message_text, webhook_body
-from notifier.service import SPEC
 from tests.support.events import approval_decided
 
 CHAIN = [EscalationStep(tier="manager", window_s=8 * 3600), EscalationStep(tier="director", window_s=3600)]

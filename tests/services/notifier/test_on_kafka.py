@@ -16,17 +16,17 @@ import httpx
 import pytest
 from aiohttp import web
 
+from chorus.contracts.approvals import ApprovalEscalated, ApprovalRouted, EscalationStep
+from chorus.contracts.envelope import Envelope, ProducerRef
+from chorus.contracts.lifecycle import WorkflowEnded
+from chorus.platform.notifier.adapters.channels import Channels, DeliveryError
+from chorus.platform.notifier.config import Reviewer, Settings
+from chorus.platform.notifier.service import SPEC
+from chorus.reference.sandbox.app import SandboxConfig, create_app
 from chorus.runtime.runner import ServiceRunner, running
+from chorus.tools.devstack import free_ports
 from chorus.web.apikeys import bearer
 from chorus.web.links import LinkCheck, check_link
-from chorus_contracts.approvals import ApprovalEscalated, ApprovalRouted, EscalationStep
-from chorus_contracts.envelope import Envelope, ProducerRef
-from chorus_contracts.lifecycle import WorkflowEnded
-from chorus_tools.devstack import free_ports
-from notifier.adapters.channels import Channels, DeliveryError
-from notifier.config import Reviewer, Settings
-from notifier.service import SPEC
-from sandbox.app import SandboxConfig, create_app
 from tests.support.events import approval_decided
 from tests.support.kafka import envelope, publish, stated_by
 from tests.support.onkafka import in_process

@@ -17,31 +17,31 @@ import pytest
 
 from chorus.base.clock import ManualClock
 from chorus.base.metrics import Metrics
-from chorus.kernel.codec import decode, encode
-from chorus.kernel.deadletters import dead_letter_envelope
-from chorus.kernel.envelopes import child_envelope, start_envelope
-from chorus.kernel.records import Record
-from chorus.privacy.signing import Verifier, load_keys, make_keys
-from chorus_contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
-from chorus_contracts.base import EventModel
-from chorus_contracts.envelope import Envelope, ProducerRef
-from chorus_contracts.lifecycle import Outcome, WorkflowEnded, WorkflowStarted
-from chorus_contracts.platform import (
+from chorus.contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
+from chorus.contracts.base import EventModel
+from chorus.contracts.envelope import Envelope, ProducerRef
+from chorus.contracts.lifecycle import Outcome, WorkflowEnded, WorkflowStarted
+from chorus.contracts.platform import (
     ErrorCategory,
     EventDeadLettered,
     ReviewRequested,
 )
-from chorus_contracts.registry import Registry, default_registry
-from outcome_analytics.bootstrap import analytics_keys
-from outcome_analytics.config import Settings
-from outcome_analytics.domain import (
+from chorus.contracts.registry import Registry, default_registry
+from chorus.kernel.codec import decode, encode
+from chorus.kernel.deadletters import dead_letter_envelope
+from chorus.kernel.envelopes import child_envelope, start_envelope
+from chorus.kernel.records import Record
+from chorus.platform.outcome_analytics.bootstrap import analytics_keys
+from chorus.platform.outcome_analytics.config import Settings
+from chorus.platform.outcome_analytics.domain import (
     OutcomeView,
     format_hour,
     hour_of,
     parse_hour,
     percentile,
 )
-from outcome_analytics.handlers import Deps, on_record
+from chorus.platform.outcome_analytics.handlers import Deps, on_record
+from chorus.privacy.signing import Verifier, load_keys, make_keys
 from tests.support.events import dead_lettered
 from tests.support.examples import example
 

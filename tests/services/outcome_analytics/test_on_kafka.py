@@ -1,4 +1,4 @@
-"""Outcome analytics as its own process (``python -m outcome_analytics``) on real Kafka.
+"""Outcome analytics as its own process (``python -m chorus.platform.outcome_analytics``) on real Kafka.
 
 A synthetic stream with known numbers goes to an isolated copy of the registry;
 the expected per-hour buckets are computed here from the plan (percentiles with
@@ -25,19 +25,19 @@ import pytest
 from aiokafka import TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
+from chorus.contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
+from chorus.contracts.base import EventModel
+from chorus.contracts.envelope import Envelope, ProducerRef
+from chorus.contracts.lifecycle import Outcome, WorkflowEnded, WorkflowStarted
+from chorus.contracts.platform import (
+    ErrorCategory,
+    ReviewRequested,
+)
+from chorus.contracts.registry import Registry, default_registry
 from chorus.kernel.codec import encode
 from chorus.kernel.envelopes import child_envelope, start_envelope, system_envelope
 from chorus.kernel.kafka import make_consumer
 from chorus.web.apikeys import bearer
-from chorus_contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
-from chorus_contracts.base import EventModel
-from chorus_contracts.envelope import Envelope, ProducerRef
-from chorus_contracts.lifecycle import Outcome, WorkflowEnded, WorkflowStarted
-from chorus_contracts.platform import (
-    ErrorCategory,
-    ReviewRequested,
-)
-from chorus_contracts.registry import Registry, default_registry
 from tests.support.events import dead_lettered
 from tests.support.kafka import events_of, publish, publish_with_raw_header_key, read_topic
 from tests.support.processes import ServiceProcess

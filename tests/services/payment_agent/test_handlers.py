@@ -8,18 +8,18 @@ from pathlib import Path
 import pytest
 
 from chorus.base.errors import TransientError
-from chorus.testing import WorkflowHarness
-from chorus_contracts.approvals import ApprovalDecided
-from chorus_contracts.lifecycle import WorkflowEnded
-from chorus_contracts.procurement import (
+from chorus.contracts.approvals import ApprovalDecided
+from chorus.contracts.lifecycle import WorkflowEnded
+from chorus.contracts.procurement import (
     BudgetReserved,
     InvoiceValidated,
     PaymentFailed,
     PaymentIssued,
     budget_approval_id,
 )
-from payment_agent.bootstrap import Deps
-from payment_agent.service import SPEC
+from chorus.reference.payment_agent.bootstrap import Deps
+from chorus.reference.payment_agent.service import SPEC
+from chorus.testing import WorkflowHarness
 from tests.support.events import approval_decided
 from tests.support.fakes import RecordingPayments
 

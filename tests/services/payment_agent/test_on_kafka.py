@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from chorus.contracts.procurement import BudgetReserved, InvoiceValidated, PaymentIssued
+from chorus.reference.payment_agent.config import Settings
+from chorus.reference.payment_agent.service import SPEC
 from chorus.runtime.runner import running
-from chorus_contracts.procurement import BudgetReserved, InvoiceValidated, PaymentIssued
-from payment_agent.config import Settings
-from payment_agent.service import SPEC
 from tests.support.examples import example
 from tests.support.kafka import approval, envelope
 from tests.support.onkafka import OnKafka, Outside

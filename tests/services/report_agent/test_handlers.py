@@ -8,11 +8,9 @@ from typing import Any
 import pytest
 
 from chorus.base.errors import TransientError
-from chorus.kernel.service import CancelTimer, ScheduleTimer
-from chorus.testing import WorkflowHarness
-from chorus_contracts.approvals import ApprovalDecided, ApprovalRequested, Decision, EscalationStep
-from chorus_contracts.lifecycle import StageDeadlineReached, WorkflowEnded
-from chorus_contracts.research import (
+from chorus.contracts.approvals import ApprovalDecided, ApprovalRequested, Decision, EscalationStep
+from chorus.contracts.lifecycle import StageDeadlineReached, WorkflowEnded
+from chorus.contracts.research import (
     GatheredSource,
     ReportDelivered,
     ReportDrafted,
@@ -22,8 +20,10 @@ from chorus_contracts.research import (
     SourceFetchRequested,
     SourceRef,
 )
-from report_agent.bootstrap import Deps
-from report_agent.service import SPEC
+from chorus.kernel.service import CancelTimer, ScheduleTimer
+from chorus.reference.report_agent.bootstrap import Deps
+from chorus.reference.report_agent.service import SPEC
+from chorus.testing import WorkflowHarness
 from tests.support.events import approval_decided
 from tests.support.fakes import FakeDelivery, model
 

@@ -9,10 +9,10 @@ from datetime import datetime, timezone
 
 import pytest
 
+from chorus.contracts.research import GatheredSource, ReportRequested, SourceFetched, SourceRef
+from chorus.reference.report_agent.config import Settings
+from chorus.reference.report_agent.service import SPEC
 from chorus.runtime.runner import running
-from chorus_contracts.research import GatheredSource, ReportRequested, SourceFetched, SourceRef
-from report_agent.config import Settings
-from report_agent.service import SPEC
 from tests.support.kafka import envelope
 from tests.support.onkafka import OnKafka, Outside
 

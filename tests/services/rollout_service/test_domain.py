@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from chorus_contracts.rollouts import RolloutChanged
-from rollout_service.domain import ReleaseStatus, role_of
+from chorus.contracts.rollouts import RolloutChanged
+from chorus.platform.rollout_service.domain import ReleaseStatus, role_of
 
 CANARY = RolloutChanged(
     service="invoice_agent",

@@ -12,20 +12,20 @@ from typing import Any
 import pytest
 
 from chorus.base.errors import PersistentError
+from chorus.contracts.envelope import ProducerRef
+from chorus.contracts.lifecycle import WorkflowEnded, WorkflowStarted
+from chorus.contracts.platform import ReviewRequested
+from chorus.contracts.rollouts import ReleaseReported, RepinAnswered
 from chorus.kernel.codec import Event
-from chorus.testing import WorkflowHarness
-from chorus_contracts.envelope import ProducerRef
-from chorus_contracts.lifecycle import WorkflowEnded, WorkflowStarted
-from chorus_contracts.platform import ReviewRequested
-from chorus_contracts.rollouts import ReleaseReported, RepinAnswered
-from rollout_service.adapters.repository import (
+from chorus.platform.rollout_service.adapters.repository import (
     RecordEnd,
     RecordFailure,
     RecordPins,
     RecordRepinAnswer,
     RecordReport,
 )
-from rollout_service.service import SPEC
+from chorus.platform.rollout_service.service import SPEC
+from chorus.testing import WorkflowHarness
 from tests.support.events import dead_lettered
 from tests.support.examples import example
 

@@ -20,10 +20,10 @@ import httpx
 import pytest
 
 from chorus.releases.rollouts import MAIN_RELEASE
+from chorus.tools.devstack import SERVICES as DEV_SERVICES
+from chorus.tools.devstack import DevStack, release_proc
 from chorus.web.apikeys import DEMO_KEYS
 from chorus.web.http import api_client
-from chorus_tools.devstack import SERVICES as DEV_SERVICES
-from chorus_tools.devstack import DevStack, release_proc
 from tests.support.database import connected
 from tests.support.processes import chorus
 from tests.support.stacks import own_stack

@@ -3,12 +3,12 @@ handlers accept: the prompt format and the model cannot drift apart unnoticed.""
 
 from __future__ import annotations
 
+from chorus.contracts.procurement import ExtractedInvoice
+from chorus.contracts.research import GatheredSource, ReportRequested, SourceRef
 from chorus.outside.llm import ChatMessage, parse_json_output
-from chorus_contracts.procurement import ExtractedInvoice
-from chorus_contracts.research import GatheredSource, ReportRequested, SourceRef
-from invoice_agent.domain import extraction_prompt
-from report_agent.domain import DraftOutput, ReportState, draft_prompt, validation_errors
-from sandbox.model import SKILLS
+from chorus.reference.invoice_agent.domain import extraction_prompt
+from chorus.reference.report_agent.domain import DraftOutput, ReportState, draft_prompt, validation_errors
+from chorus.reference.sandbox.model import SKILLS
 
 DOCUMENT = (
     "INVOICE INV-7\nVendor: vendor-acme\nPO: PO-7781\n"

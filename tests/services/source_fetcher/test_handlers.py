@@ -7,10 +7,10 @@ from datetime import timedelta
 import pytest
 
 from chorus.base.errors import TransientError
+from chorus.contracts.research import SourceFetched, SourceFetchFailed, SourceFetchRequested, SourceRef
+from chorus.reference.source_fetcher.bootstrap import Deps
+from chorus.reference.source_fetcher.service import SPEC
 from chorus.testing import WorkflowHarness
-from chorus_contracts.research import SourceFetched, SourceFetchFailed, SourceFetchRequested, SourceRef
-from source_fetcher.bootstrap import Deps
-from source_fetcher.service import SPEC
 from tests.support.fakes import FakeSources
 
 

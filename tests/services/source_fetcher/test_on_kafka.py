@@ -8,10 +8,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from chorus.contracts.research import SourceFetchRequested, SourceRef
+from chorus.reference.source_fetcher.config import Settings
+from chorus.reference.source_fetcher.service import SPEC
 from chorus.runtime.runner import running
-from chorus_contracts.research import SourceFetchRequested, SourceRef
-from source_fetcher.config import Settings
-from source_fetcher.service import SPEC
 from tests.support.kafka import envelope
 from tests.support.onkafka import OnKafka, Outside
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from timer_service.domain import lateness_s, next_wake_in_s
+from chorus.platform.timer_service.domain import lateness_s, next_wake_in_s
 
 DUE = datetime(2026, 1, 5, 17, 0, tzinfo=timezone.utc)
 

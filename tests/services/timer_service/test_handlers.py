@@ -16,14 +16,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from approval_gate.bootstrap import Deps
-from approval_gate.service import SPEC as GATE
-from chorus.kernel.codec import Event, decode
-from chorus.kernel.messages import Messages
-from chorus.kernel.service import Outcome, RescheduleTimer, TimerCommand
-from chorus.privacy.signing import Signer, Verifier
-from chorus.testing import Step, WorkflowHarness
-from chorus_contracts.approvals import (
+from chorus.contracts.approvals import (
     ApprovalContext,
     ApprovalDecisionSubmitted,
     ApprovalPolicy,
@@ -31,17 +24,24 @@ from chorus_contracts.approvals import (
     ApprovalWindowElapsed,
     EscalationStep,
 )
-from chorus_contracts.envelope import ProducerRef
-from chorus_contracts.lifecycle import WorkflowEnded
-from chorus_contracts.registry import default_registry
-from tests.support.fakes import InMemoryPolicies
-from timer_service.adapters.repository import (
+from chorus.contracts.envelope import ProducerRef
+from chorus.contracts.lifecycle import WorkflowEnded
+from chorus.contracts.registry import default_registry
+from chorus.kernel.codec import Event, decode
+from chorus.kernel.messages import Messages
+from chorus.kernel.service import Outcome, RescheduleTimer, TimerCommand
+from chorus.platform.approval_gate.bootstrap import Deps
+from chorus.platform.approval_gate.service import SPEC as GATE
+from chorus.platform.timer_service.adapters.repository import (
     CancelTimerRow,
     CancelWorkflowTimers,
     RescheduleTimerRow,
     ScheduleTimerRow,
 )
-from timer_service.service import SPEC as TIMERS
+from chorus.platform.timer_service.service import SPEC as TIMERS
+from chorus.privacy.signing import Signer, Verifier
+from chorus.testing import Step, WorkflowHarness
+from tests.support.fakes import InMemoryPolicies
 
 REGISTRY = default_registry()
 GATE_KEY = Ed25519PrivateKey.generate()

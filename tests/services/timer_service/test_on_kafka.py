@@ -7,11 +7,13 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from chorus.contracts.approvals import ApprovalWindowElapsed
+from chorus.contracts.envelope import Envelope
+from chorus.contracts.platform import TimerCancel, TimerReschedule, TimerSchedule
 from chorus.kernel.outbox import fire_target
+from chorus.platform.timer_service.config import Settings
+from chorus.platform.timer_service.service import SPEC
 from chorus.runtime.runner import running
-from chorus_contracts.approvals import ApprovalWindowElapsed
-from chorus_contracts.envelope import Envelope
-from chorus_contracts.platform import TimerCancel, TimerReschedule, TimerSchedule
 from tests.support.kafka import (
     envelope,
     local_signer,
@@ -22,8 +24,6 @@ from tests.support.kafka import (
     stated_by,
 )
 from tests.support.onkafka import OnKafka
-from timer_service.config import Settings
-from timer_service.service import SPEC
 
 pytestmark = pytest.mark.integration
 

@@ -2,14 +2,14 @@
 
 `chorus new event TYPE` adds one here, with its topic and an example; `chorus schemas
 generate` writes its JSON Schema. Within a version only optional fields may be added; a
-breaking change is a new version with an upcaster (``chorus_contracts.base.upcaster``).
+breaking change is a new version with an upcaster (``chorus.contracts.base.upcaster``).
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from chorus_contracts.base import Cents, EventModel, Name, Text, event
+from chorus.contracts.base import Cents, EventModel, Name, Text, event
 
 Category = Literal["billing", "technical", "account", "other"]
 

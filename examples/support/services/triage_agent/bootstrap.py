@@ -8,8 +8,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import httpx
+from chorus.contracts.approvals import EscalationStep
 from chorus.llm import LLM, llm_dependency
-from chorus_contracts.approvals import EscalationStep
 
 from triage_agent.adapters.outside import Crm, Helpdesk
 from triage_agent.config import Settings

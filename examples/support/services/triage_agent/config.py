@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from chorus.contracts.approvals import EscalationStep
 from chorus.llm import LLMSettings
 from chorus.runtime.runner import ServiceSettings
-from chorus_contracts.approvals import EscalationStep
 
 
 class Settings(ServiceSettings, LLMSettings):

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from chorus.llm import ChatMessage, reprompt
-from chorus_contracts.approvals import (
+from chorus.contracts.approvals import (
     ApprovalContext,
     ApprovalFacts,
     ApprovalRequested,
     EscalationStep,
 )
+from chorus.llm import ChatMessage, reprompt
 from pydantic import BaseModel, Field
 
 from support_contracts.events import Category, TicketReceived

@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 from chorus.codec import Event
+from chorus.contracts.approvals import ApprovalDecided
+from chorus.contracts.lifecycle import WorkflowEnded
 from chorus.errors import SemanticError
 from chorus.llm import parse_json_output
 from chorus.service import CancelTimer, Context, Outcome, ScheduleTimer
-from chorus_contracts.approvals import ApprovalDecided
-from chorus_contracts.lifecycle import WorkflowEnded
 
 from support_contracts.events import TicketAnswered, TicketReceived, TicketReplyDue
 from triage_agent.bootstrap import Deps

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from chorus.contracts.approvals import ApprovalDecided
 from chorus.service import WORKFLOW_END, On, ServiceSpec
-from chorus_contracts.approvals import ApprovalDecided
 
 from support_contracts.events import TicketReceived, TicketReplyDue
 from triage_agent.bootstrap import Deps, bootstrap

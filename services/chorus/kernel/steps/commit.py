@@ -24,6 +24,8 @@ from chorus.base.errors import EventTooLargeError, PersistentError, RefusedBySto
 from chorus.base.faults import fault_point
 from chorus.base.logs import fields
 from chorus.base.metrics import Metrics
+from chorus.contracts.envelope import Envelope
+from chorus.contracts.lifecycle import WorkflowEnded
 from chorus.kernel.chain import Again, Done, Drain, Finish, Item, Via
 from chorus.kernel.coalesce import Coalescer
 from chorus.kernel.deadletters import failure
@@ -41,8 +43,6 @@ from chorus.kernel.store import (
     StepWrite,
     Store,
 )
-from chorus_contracts.envelope import Envelope
-from chorus_contracts.lifecycle import WorkflowEnded
 
 log = logging.getLogger("chorus.pipeline")
 

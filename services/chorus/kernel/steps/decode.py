@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 from chorus.base.errors import DecodeError
 from chorus.base.metrics import Metrics
+from chorus.contracts.registry import Registry
 from chorus.kernel.chain import Done, Finish, Item, Via
 from chorus.kernel.codec import decode
 from chorus.kernel.kafka_records import check_headers
 from chorus.kernel.steps.letters import Letters
-from chorus_contracts.registry import Registry
 
 
 @dataclass

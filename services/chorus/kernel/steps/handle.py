@@ -35,6 +35,10 @@ from chorus.base.errors import (
 from chorus.base.logs import fields, hide_in_logs
 from chorus.base.metrics import Metrics
 from chorus.base.tracing import handling_span
+from chorus.contracts.base import EventModel
+from chorus.contracts.envelope import Envelope
+from chorus.contracts.lifecycle import WorkflowEnded
+from chorus.contracts.platform import Failure
 from chorus.kernel.backoff import full_jitter
 from chorus.kernel.chain import Again, Item
 from chorus.kernel.codec import Event, upcast
@@ -42,10 +46,6 @@ from chorus.kernel.ports import Sealing
 from chorus.kernel.results import DeadLetter, Dropped, Frame, Result, Retry, Review, Succeeded
 from chorus.kernel.service import Context, On, ServiceSpec, check_outcome
 from chorus.kernel.store import Checkpoint, ConflictError, StateRow, Store
-from chorus_contracts.base import EventModel
-from chorus_contracts.envelope import Envelope
-from chorus_contracts.lifecycle import WorkflowEnded
-from chorus_contracts.platform import Failure
 
 T = TypeVar("T")
 

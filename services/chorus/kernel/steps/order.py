@@ -9,9 +9,9 @@ import logging
 from dataclasses import dataclass
 
 from chorus.base.clock import Clock
+from chorus.contracts.lifecycle import WorkflowEnded
 from chorus.kernel.chain import Done, Drain, Finish, Item, Via
 from chorus.kernel.store import Claim, InboxOutcome, Store
-from chorus_contracts.lifecycle import WorkflowEnded
 
 log = logging.getLogger("chorus.pipeline")
 

@@ -20,14 +20,14 @@ from pydantic import ValidationError
 from chorus.base.clock import Clock
 from chorus.base.errors import KeyDestroyedError, PersistentError, UndecodableError
 from chorus.base.logs import fields
+from chorus.contracts.base import is_sealed
+from chorus.contracts.platform import EventDiscarded, RetryDue
 from chorus.kernel.chain import Done, Drain, Finish, Item, Via
 from chorus.kernel.ports import Sealing
 from chorus.kernel.records import record_from_original
 from chorus.kernel.service import ServiceSpec
 from chorus.kernel.steps.letters import Letters
 from chorus.kernel.store import Store
-from chorus_contracts.base import is_sealed
-from chorus_contracts.platform import EventDiscarded, RetryDue
 
 log = logging.getLogger("chorus.pipeline")
 

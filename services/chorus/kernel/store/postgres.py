@@ -4,7 +4,7 @@ record path's :class:`~chorus.kernel.store.Store` on a connection pool.
 Every service owns a PostgreSQL schema named after it; nothing outside the service reads
 these tables (the gateway reads the audit projection instead). Deployed, each service
 connects as a role of its name that owns the schema and can reach no other
-(chorus_tools.dbroles), so the rule is the database's, not only the code's. Besides the
+(chorus.tools.dbroles), so the rule is the database's, not only the code's. Besides the
 record path's tables (``chorus.kernel.store``) the schema has ``archive``: rows removed
 at a workflow's retirement in archive mode.
 

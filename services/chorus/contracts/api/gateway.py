@@ -1,0 +1,158 @@
+"""The gateway's public API: what a client (the console, the CLI, a submitter's system)
+sends and gets back. Its reads are the audit projector's answers
+(:mod:`chorus.contracts.api.audit_projector`), each with what the gateway adds.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Generic, Literal, TypeVar
+
+from pydantic import ConfigDict, Discriminator, Field, Tag
+
+from chorus.contracts.api.audit_projector import (
+    ApprovalTask,
+    ApprovalView,
+    TimelineEntry,
+    WorkflowList,
+    WorkflowStatusView,
+)
+from chorus.contracts.api.base import ApiModel, IsoDateTime
+from chorus.contracts.base import Comment, EventModel, InClear, Ref, Url
+from chorus.contracts.envelope import Priority
+
+StartT = TypeVar("StartT", bound=EventModel)
+
+# -- requests ---------------------------------------------------------------------------------
+
+
+class Submission(ApiModel, Generic[StartT]):
+    """The body of POST /v1/workflows/{workflow_type}: ``input`` is the start event's payload."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input: StartT = Field(description="the payload of the workflow type's start event")
+    callback_url: Url | None = Field(default=None, description="POSTed the result, HMAC-signed, when it ends")
+    priority: Priority = "normal"
+    subject_ref: Ref | None = Field(default=None, description="reference to the data subject (for erasure)")
+    deadline_s: float | None = Field(default=None, gt=0, description="bounded per type (see the API)")
+
+
+class DecisionBody(ApiModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    decision: Literal["approve", "reject", "revise"]
+    comment: InClear[Comment] = ""
+
+
+class CancelBody(ApiModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    reason: InClear[Comment] = Field(min_length=1, description="why, for the audit trail and the submitter")
+
+
+# -- answers ----------------------------------------------------------------------------------
+
+
+class SubmissionAccepted(ApiModel):
+    """202 to a submission (and to its retry with the same Idempotency-Key)."""
+
+    workflow_id: str
+    status_url: str
+    status: Literal["accepted"] = "accepted"
+
+
+class WorkflowPage(WorkflowList):
+    next: str | None = Field(description="the next page's URL; null on the last")
+
+
+class WorkflowDetail(WorkflowStatusView):
+    """``GET /v1/workflows/{id}`` once the projection knows the workflow: its status and
+    its timeline."""
+
+    timeline: list[TimelineEntry]
+
+
+class AcceptedWorkflow(ApiModel):
+    """``GET /v1/workflows/{id}`` while only the gateway knows it (just accepted)."""
+
+    workflow_id: str
+    workflow_type: str
+    status: Literal["accepted"] = "accepted"
+    accepted_at: IsoDateTime
+    timeline: list[TimelineEntry] = []
+
+
+def _accepted_or_projected(value: Any) -> str:
+    status = value.get("status") if isinstance(value, dict) else getattr(value, "status", None)
+    return "accepted" if status == "accepted" else "projected"
+
+
+WorkflowState = Annotated[
+    Annotated[AcceptedWorkflow, Tag("accepted")] | Annotated[WorkflowDetail, Tag("projected")],
+    Discriminator(_accepted_or_projected),
+]
+"""What ``GET /v1/workflows/{id}`` answers: its status says which form."""
+
+
+class WorkflowResult(ApiModel):
+    """``GET /v1/workflows/{id}/result`` of an ended workflow."""
+
+    workflow_id: str
+    outcome: str | None
+    result: dict[str, Any] | None
+    ended_at: datetime | None
+
+
+class CancelAccepted(ApiModel):
+    """``POST /v1/workflows/{id}/cancel``: 202 cancelling, or 200 cancelled already."""
+
+    workflow_id: str
+    status: Literal["cancelling", "cancelled"]
+    requested_by: str
+    reason: str
+    requested_at: IsoDateTime
+    status_url: str
+
+
+class Me(ApiModel):
+    """``GET /v1/me``: who a key is."""
+
+    principal: str
+    role: str
+    tier: str | None
+
+
+class ApprovalQueue(ApiModel):
+    """``GET /v1/approvals``: the approvals waiting on a tier (the caller's, or any for an
+    operator)."""
+
+    assignee: str
+    tier: str | None
+    approvals: list[ApprovalTask]
+
+
+class SubmittedDecision(ApiModel):
+    """A reviewer's decision as the gateway took it."""
+
+    level: int
+    reviewer: str
+    decision: str
+    comment: str
+    decided_at: IsoDateTime
+
+
+class ApprovalDetail(ApprovalView):
+    """``GET /v1/approvals/{id}``: the approval, who decided it and what reviewers submitted."""
+
+    decided_by: str | None
+    submitted_decisions: list[SubmittedDecision]
+
+
+class DecisionAccepted(ApiModel):
+    """202 to ``POST /v1/approvals/{id}``: the decision is on its way to the approval gate."""
+
+    approval_id: str
+    decision: str
+    status: Literal["submitted"] = "submitted"
+    workflow_id: str

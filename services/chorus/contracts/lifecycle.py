@@ -1,0 +1,122 @@
+"""Events every workflow has, whatever its type: it started, it ended, its deadline came."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import Field
+
+from chorus.contracts.base import (
+    EventModel,
+    KeyedRef,
+    Name,
+    Personal,
+    Text,
+    Url,
+    UtcDateTime,
+    event,
+    upcaster,
+)
+
+OutcomeV1 = Literal["completed", "rejected", "failed", "compensated", "timed_out", "cancelled"]
+Outcome = Literal["completed", "rejected", "failed", "compensated", "timed_out", "cancelled", "erased"]
+"""v2 adds ``erased``: the workflow's subject was erased while it ran (its compensation runs)."""
+WorkflowStatus = Literal[
+    "attention",
+    "waiting",
+    "running",
+    "completed",
+    "rejected",
+    "failed",
+    "compensated",
+    "timed_out",
+    "cancelled",
+    "erased",
+]
+"""What a workflow is doing as its projection says (the gateway's API, the CLI, the console):
+running, waiting (for a person or a window), attention (parked behind a dead letter), or
+the outcome it ended with."""
+WORKFLOW_STATUSES: tuple[str, ...] = get_args(WorkflowStatus)
+
+
+@event("workflow.started", 1)
+class WorkflowStarted(EventModel):
+    """The gateway accepted work; the domain's first event follows on its own topic."""
+
+    submitted_by: Personal[Name]
+    start_event_type: Name
+    callback_url: Url | None = Field(default=None, description="webhook for the result")
+    deadline_at: UtcDateTime | None = None
+    submitter_ref: KeyedRef | None = Field(
+        default=None,
+        description="the submitter, keyed (HMAC-SHA256 under CHORUS_SUBJECT_KEY): what lists "
+        "filter on without opening submitted_by",
+    )
+    business_key: Annotated[str, Field(min_length=1, max_length=255)] | None = Field(
+        default=None,
+        description="the submitter's Idempotency-Key: its own name for the work (an order number)",
+    )
+
+
+@event("workflow.ended", 1)
+class WorkflowEndedV1(EventModel):
+    """Terminal: nothing more happens in this workflow. ``result`` is what the submitter gets."""
+
+    outcome: OutcomeV1
+    reason: Personal[Text] = Field(default="", description="may quote a reviewer's comment")
+    result: dict[str, Any] = Field(default={}, max_length=100)
+    ended_by: Name
+
+
+@event("workflow.ended", 2)
+class WorkflowEnded(EventModel):
+    """Terminal: nothing more happens in this workflow. ``result`` is what the submitter gets.
+    v2: ``outcome`` may be ``erased``."""
+
+    outcome: Outcome
+    reason: Personal[Text] = Field(default="", description="may quote a reviewer's comment")
+    result: dict[str, Any] = Field(default={}, max_length=100)
+    ended_by: Name
+
+
+@upcaster("workflow.ended", 1)
+def _workflow_ended_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    return payload  # every v1 outcome is a v2 outcome
+
+
+@event("workflow.deadline_reached", 1)
+class WorkflowDeadlineReached(EventModel):
+    """The workflow-level deadline passed (fired by the timer the gateway scheduled)."""
+
+    deadline_at: UtcDateTime
+
+
+@event("workflow.cancel_requested", 1)
+class WorkflowCancelRequested(EventModel):
+    """Someone allowed to (the submitter, an operator) asked to stop the workflow. The gateway
+    ends it as ``cancelled`` unless it has ended already; compensation follows the end."""
+
+    requested_by: Personal[Name]
+    reason: Personal[Text] = Field(min_length=1)
+
+
+@event("stage.deadline_reached", 1)
+class StageDeadlineReached(EventModel):
+    """A stage's deadline passed (fired by the timer its fan-in service scheduled when it
+    opened the stage; see chorus.outside.stages). Only ``service`` acts on it."""
+
+    stage_id: Name
+    service: Name
+    deadline_at: UtcDateTime
+
+
+@event("workflow.attention_needed", 1)
+class WorkflowAttentionNeeded(EventModel):
+    """An alert: the workflow has waited behind a dead letter longer than operators allow
+    (raised once per dead letter by the audit projector, which sees every workflow). The
+    workflow's deadline still ends it; an operator redrives or discards the letter."""
+
+    since: UtcDateTime = Field(description="when the dead letter stopped it")
+    waited_s: float = Field(ge=0)
+    why: Text
+    dead_letter_event_id: Name

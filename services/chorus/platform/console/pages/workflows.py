@@ -1,0 +1,119 @@
+"""Workflows: the filtered list (newest first, a page at a time), one workflow with its
+timeline, and cancelling one."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Form, Query, Request
+from fastapi.responses import HTMLResponse, Response
+
+from chorus.contracts.api.gateway import WorkflowDetail, WorkflowPage
+from chorus.contracts.lifecycle import WORKFLOW_STATUSES
+from chorus.platform.console.adapters.apis import ApiProblem
+from chorus.platform.console.domain import timeline, window_left
+from chorus.platform.console.handlers import Console, as_utc, check_form, key_of, redirect, render, signed_in
+
+router = APIRouter()
+
+
+@router.get("/workflows", response_class=HTMLResponse)
+async def workflows(
+    request: Request,
+    c: Console,
+    status: Annotated[str, Query(max_length=40)] = "",
+    workflow_type: Annotated[str, Query(max_length=200)] = "",
+    stage: Annotated[str, Query(max_length=200)] = "",
+    submitted_by: Annotated[str, Query(max_length=200)] = "",
+    started_after: Annotated[str, Query(max_length=40)] = "",
+    started_before: Annotated[str, Query(max_length=40)] = "",
+    q: Annotated[str, Query(max_length=255)] = "",
+    cursor: Annotated[str, Query(max_length=300)] = "",
+) -> Response:
+    session = signed_in(request)
+    filters = {
+        "status": status,
+        "workflow_type": workflow_type,
+        "stage": stage,
+        "submitted_by": submitted_by,
+        "started_after": as_utc(started_after),
+        "started_before": as_utc(started_before),
+        "q": q,
+    }
+    params = {k: v for k, v in filters.items() if v}
+    # What the form shows and the next page's link repeats: the times as typed.
+    shown = {**filters, "started_after": started_after, "started_before": started_before}
+    error = None
+    try:
+        page = await c.apis.workflows(
+            key_of(session), {**params, **({"cursor": cursor} if cursor else {}), "limit": 25}
+        )
+    except ApiProblem as exc:
+        page = WorkflowPage(workflows=[], next_cursor=None, next=None)
+        error = f"{exc.title}: {exc.detail}"
+    next_url = None
+    if page.next_cursor:
+        kept = {k: v for k, v in shown.items() if v}
+        next_url = "/workflows?" + urlencode({**kept, "cursor": page.next_cursor})
+    template = "_workflow_rows.html" if request.headers.get("hx-request") else "workflows.html"
+    return render(
+        c,
+        request,
+        template,
+        workflows=page.model_dump(mode="json")["workflows"],
+        next_url=next_url,
+        filters=shown,
+        statuses=WORKFLOW_STATUSES,
+        error=error,
+    )
+
+
+@router.get("/workflows/{workflow_id}", response_class=HTMLResponse)
+async def workflow_page(request: Request, workflow_id: str, c: Console) -> Response:
+    session = signed_in(request)
+    found = await c.apis.workflow(key_of(session), workflow_id)
+    running = found.status in ("running", "waiting", "attention", "accepted")
+    waiting_until = found.waiting_until if isinstance(found, WorkflowDetail) else None
+    return render(
+        c,
+        request,
+        "workflow.html",
+        workflow=found.model_dump(mode="json"),
+        items=timeline(found.timeline),
+        traces=sorted({e.trace_id for e in found.timeline if e.trace_id}),
+        may_cancel=running and session.role in ("operator", "submitter"),
+        left=window_left(waiting_until, datetime.now().astimezone()),
+    )
+
+
+@router.get("/workflows/{workflow_id}/cancel", response_class=HTMLResponse)
+async def cancel_page(request: Request, workflow_id: str, c: Console) -> Response:
+    signed_in(request)
+    return render(
+        c,
+        request,
+        "confirm.html",
+        title=f"Cancel workflow {workflow_id}?",
+        consequence="It ends as cancelled and what it did is undone (a reserved budget is released). "
+        "This cannot be taken back.",
+        action=f"/workflows/{workflow_id}/cancel",
+        button="Cancel the workflow",
+        back=f"/workflows/{workflow_id}",
+        reason_required=True,
+    )
+
+
+@router.post("/workflows/{workflow_id}/cancel")
+async def cancel(
+    request: Request,
+    workflow_id: str,
+    c: Console,
+    csrf: Annotated[str, Form(max_length=200)],
+    reason: Annotated[str, Form(min_length=1, max_length=2000)],
+) -> Response:
+    check_form(request, csrf)
+    session = signed_in(request)
+    await c.apis.cancel(key_of(session), workflow_id, reason)
+    return redirect(f"/workflows/{workflow_id}")

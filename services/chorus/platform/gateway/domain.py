@@ -1,0 +1,133 @@
+"""Gateway decisions: which workflow types exist, what starts them, signatures. No I/O."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel
+
+from chorus.contracts.api.gateway import Submission
+from chorus.contracts.base import EventModel
+from chorus.contracts.registry import Registry
+
+SERVICE = "gateway"
+
+
+@dataclass(frozen=True)
+class WorkflowType:
+    name: str
+    start: type[EventModel]
+
+    deadline_s: float
+
+
+def workflow_types(registry: Registry, deadlines_s: Mapping[str, float]) -> dict[str, WorkflowType]:
+    """The types the registry declares (``workflows.yaml``, the platform's and a project's):
+    each started by the latest version of its start event; ``deadlines_s`` overrides the
+    registry's deadline of a type."""
+    return {
+        name: WorkflowType(
+            name,
+            registry.model(declared.start, registry.latest_version(declared.start)),
+            deadlines_s.get(name, declared.deadline_s),
+        )
+        for name, declared in sorted(registry.workflows.items())
+    }
+
+
+IDEMPOTENCY_KEY_MAX = 255
+IDEMPOTENCY_KEY_PATTERN = r"^[!-~]+$"
+"""Visible ASCII: a key travels in headers (ours and the ones Chorus sends onwards)."""
+
+
+class GatewayState(BaseModel):
+    """What the gateway remembers of a workflow it started."""
+
+    callback_url: str | None = None
+    ended: bool = False
+    outcome: str | None = None
+
+
+def request_hash(workflow_type: str, submission: Submission[Any]) -> str:
+    """Same Idempotency-Key with a different request is an error, not a replay."""
+    body = json.dumps([workflow_type, submission.model_dump(mode="json")], sort_keys=True)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+WHSEC = "whsec_"
+
+
+def secret_key(secret: str) -> bytes:
+    """A Standard Webhooks secret as HMAC key: ``whsec_<base64>`` decoded, any other text as
+    its UTF-8 bytes."""
+    if secret.startswith(WHSEC):
+        return base64.b64decode(secret.removeprefix(WHSEC) + "==")
+    return secret.encode()
+
+
+def webhook_signature(secrets: list[str], msg_id: str, timestamp: str, body: bytes) -> str:
+    """The Standard Webhooks ``webhook-signature`` header (standardwebhooks.com): ``v1,`` and
+    the base64 HMAC-SHA256 of ``<webhook-id>.<webhook-timestamp>.<body>``, once per secret,
+    space-separated, so that a receiver in the middle of rotating its secret accepts either.
+    (Three lines of HMAC: the reference library's verify checks wall-clock time, which
+    Chorus's injected clocks cannot share, so both sides are written here.)"""
+    signed = f"{msg_id}.{timestamp}.".encode() + body
+    return " ".join(
+        "v1," + base64.b64encode(hmac.new(secret_key(s), signed, hashlib.sha256).digest()).decode()
+        for s in secrets
+    )
+
+
+def receiver_secrets(url: str, per_receiver: dict[str, str], default: str) -> list[str]:
+    """The secrets a callback to ``url`` is signed with: its receiver's own (by origin,
+    ``https://hooks.example.com``), else the default; several, space-separated, while one
+    rotates (the first is the newest)."""
+    parts = urlsplit(url)
+    origin = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}".lower()
+    return (per_receiver.get(origin) or default).split()
+
+
+def may_read(
+    role: str, principal: str, tier: str | None, *, submitter: str | None, waits_on: str | None, decided: bool
+) -> bool:
+    """Who may read a workflow: an operator or an auditor any; a submitter those it
+    submitted; a reviewer those waiting on its tier or that it decided on. Everyone else
+    learns nothing, not even that it exists (the same 404 as an unknown id)."""
+    if role in ("operator", "auditor"):
+        return True
+    if role == "submitter":
+        return submitter == principal
+    if role == "reviewer":
+        return (tier is not None and waits_on == tier) or decided
+    return False
+
+
+def same_person(submitter: str | None, reviewer: str) -> bool:
+    """Separation of duties: whoever submitted a workflow does not decide its approvals,
+    whatever other key (a reviewer's) they also hold."""
+    return submitter is not None and submitter == reviewer
+
+
+def submitter_urls(body: Any, where: str = "") -> list[tuple[str, str]]:
+    """(JSON pointer, URL) of every URL field (a name ending in ``url``) of a submission:
+    each is a place the workflow will call on the submitter's word (callback_url,
+    delivery_url, sources[n].url). Text that merely looks like a URL is not one."""
+    found: list[tuple[str, str]] = []
+    if isinstance(body, dict):
+        for key, value in body.items():
+            at = f"{where}/{str(key).replace('~', '~0').replace('/', '~1')}"
+            if str(key).lower().endswith("url") and isinstance(value, str) and value:
+                found.append((at, value))
+            else:
+                found.extend(submitter_urls(value, at))
+    elif isinstance(body, list):
+        for i, value in enumerate(body):
+            found.extend(submitter_urls(value, f"{where}/{i}"))
+    return found

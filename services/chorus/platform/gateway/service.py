@@ -1,0 +1,62 @@
+"""The gateway's declaration: an HTTP API beside handlers for webhooks and deadlines."""
+
+from __future__ import annotations
+
+from chorus import __version__
+from chorus.contracts.lifecycle import (
+    WorkflowCancelRequested,
+    WorkflowDeadlineReached,
+    WorkflowEnded,
+    WorkflowStarted,
+)
+from chorus.kernel.service import On, ServiceSpec
+from chorus.platform.gateway.adapters.repository import SubmissionRetention, migrate
+from chorus.platform.gateway.adapters.webhooks import WebhookSender
+from chorus.platform.gateway.bootstrap import bootstrap
+from chorus.platform.gateway.domain import GatewayState
+from chorus.platform.gateway.handlers import (
+    on_workflow_cancel_requested,
+    on_workflow_deadline_reached,
+    on_workflow_ended,
+    on_workflow_started,
+)
+from chorus.platform.gateway.server import serve_api
+
+SPEC: ServiceSpec[GatewayState, WebhookSender] = ServiceSpec(
+    name="gateway",
+    version=__version__,
+    handlers=[
+        On(WorkflowStarted, on_workflow_started, timeout_s=30),
+        # A callback receiver that is down gets retried for about an hour of backoff. The
+        # submitter is told the end's reason in clear (personal: opened for this handler).
+        On(
+            WorkflowEnded,
+            on_workflow_ended,
+            personal=True,
+            timeout_s=60,
+            max_attempts=10,
+            backoff_base_s=2.0,
+            backoff_cap_s=600,
+        ),
+        On(WorkflowDeadlineReached, on_workflow_deadline_reached, timeout_s=30),
+        # Says who cancelled and why in the end's (sealed) reason.
+        On(WorkflowCancelRequested, on_workflow_cancel_requested, timeout_s=30, personal=True),
+    ],
+    # The API (not a handler) emits the start events and decisions through the same outbox.
+    produces=frozenset(
+        {
+            "workflow.started",
+            "workflow.ended",
+            "workflow.deadline_reached",
+            "workflow.cancel_requested",
+            "invoice.received",
+            "report.requested",
+            "approval.decision_submitted",
+        }
+    ),
+    state=GatewayState,
+    migrations=[migrate],
+    owned_data=[SubmissionRetention()],
+    workers=[serve_api],
+    bootstrap=bootstrap,
+)

@@ -1,0 +1,11 @@
+"""``python -m chorus.platform.rollout_service``: run one replica."""
+
+from __future__ import annotations
+
+from chorus.platform.rollout_service.config import Settings
+from chorus.platform.rollout_service.service import SPEC
+from chorus.runtime.runner import main
+from chorus.runtime.settings import load_settings
+
+if __name__ == "__main__":
+    main(SPEC, load_settings(Settings))

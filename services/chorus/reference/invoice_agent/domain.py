@@ -1,0 +1,125 @@
+"""Invoice decisions: the extraction prompt and the checks of a reading against the claim.
+
+No I/O here; handlers call the LLM through the adapter and these functions decide.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from typing import Any
+
+from pydantic import BaseModel
+
+from chorus.codec import upcast
+from chorus.contracts.base import invisible_characters
+from chorus.contracts.procurement import ExtractedInvoice, InvoiceLine, InvoiceReceived
+from chorus.llm import ChatMessage, reprompt
+
+SERVICE = "invoice_agent"
+"""The name this service publishes under (its ServiceSpec name, its consumer group)."""
+
+
+TASK = "extract_invoice"
+DOCUMENT_START = "<<<INVOICE"
+DOCUMENT_END = "INVOICE>>>"
+
+
+class InvoiceState(BaseModel):
+    """The workflow as the invoice agent knows it."""
+
+    invoice: InvoiceReceived
+    readings: int = 0
+    validated: bool = False
+
+
+STATE_VERSION = 2
+
+
+def state_v1_to_v2(state: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint of v1 holds an ``invoice.received`` v1 payload; read it as v2."""
+    return {**state, "invoice": upcast("invoice.received", state["invoice"], 1, 2)}
+
+
+def extraction_prompt(document: str, feedback: list[str], reviewer_comment: str = "") -> list[ChatMessage]:
+    schema = json.dumps(ExtractedInvoice.model_json_schema())
+    system = (
+        f"task: {TASK}\n"
+        "You read supplier invoices. Answer with one JSON object matching this JSON Schema, "
+        f"amounts in minor units (cents), nothing else:\n{schema}"
+    )
+    user = f"{DOCUMENT_START}\n{document}\n{DOCUMENT_END}"
+    return reprompt(system, user, feedback, reviewer_comment)
+
+
+def same_text(a: str, b: str) -> bool:
+    """Equal as a reader would see them: compatibility forms and letter case aside."""
+    return unicodedata.normalize("NFKC", a).casefold() == unicodedata.normalize("NFKC", b).casefold()
+
+
+def shown(text: str) -> str:
+    """``text`` for a reason a person reads: escaped when it hides characters (a look-alike)."""
+    return ascii(text) if invisible_characters(text) else text
+
+
+def check_against_claim(extracted: ExtractedInvoice, claim: InvoiceReceived) -> tuple[list[str], list[str]]:
+    """(checks passed, reasons to reject): the document says what the submitter claims and
+    adds up. Whether the purchase order allows it is the budget agent's check, against its
+    records; an invoice is payable only with no reasons here and there."""
+    passed: list[str] = []
+    reasons: list[str] = []
+
+    def check(ok: bool, good: str, bad: str) -> None:
+        (passed if ok else reasons).append(good if ok else bad)
+
+    check(
+        same_text(extracted.invoice_number, claim.invoice_id),
+        "invoice number matches the claim",
+        f"the invoice is numbered {extracted.invoice_number}, the request says {claim.invoice_id}",
+    )
+    check(
+        # The claim's vendor id is NFKC already (its type normalises it).
+        unicodedata.normalize("NFKC", extracted.vendor_id) == claim.vendor_id,
+        "vendor matches the claim",
+        f"the invoice is from {shown(extracted.vendor_id)}, the request says {claim.vendor_id}",
+    )
+    check(
+        same_text(extracted.po_number, claim.po_number),
+        "PO number matches the claim",
+        f"the invoice cites {extracted.po_number}, the request says {claim.po_number}",
+    )
+    check(
+        extracted.currency == claim.currency,
+        "currency matches the claim",
+        f"the invoice is in {extracted.currency}, the request says {claim.currency}",
+    )
+    check(
+        extracted.total_cents == claim.total_cents,
+        "total matches the claim",
+        f"the invoice totals {extracted.total_cents}, the request says {claim.total_cents}",
+    )
+    line_sum = sum(line.quantity * line.unit_price_cents for line in extracted.lines)
+    check(
+        line_sum == extracted.total_cents,
+        "lines add up to the total",
+        f"lines add up to {line_sum} but the total says {extracted.total_cents}",
+    )
+    return passed, reasons
+
+
+def from_claim(invoice: InvoiceReceived) -> ExtractedInvoice:
+    """What a reviewer vouches for when they approve an invoice the model could not read:
+    the request's claim, amount included. The budget agent still checks it against the
+    purchase order on record, so a reviewer cannot vouch an invoice past its PO."""
+    return ExtractedInvoice(
+        invoice_number=invoice.invoice_id,
+        vendor_id=invoice.vendor_id,
+        po_number=invoice.po_number,
+        currency=invoice.currency,
+        total_cents=invoice.total_cents,
+        lines=[
+            InvoiceLine(
+                description="as approved by reviewer", quantity=1, unit_price_cents=invoice.total_cents
+            )
+        ],
+    )

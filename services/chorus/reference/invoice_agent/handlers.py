@@ -1,0 +1,112 @@
+"""Handlers of the invoice agent."""
+
+from __future__ import annotations
+
+from chorus.codec import Event
+from chorus.contracts.approvals import ApprovalDecided
+from chorus.contracts.base import EventModel
+from chorus.contracts.lifecycle import WorkflowEnded
+from chorus.contracts.procurement import (
+    CheckResult,
+    ExtractedInvoice,
+    InvoiceReceived,
+    InvoiceRejected,
+    InvoiceValidated,
+    InvoiceValidatedV2,
+    Reading,
+)
+from chorus.llm import parse_json_output
+from chorus.reference.invoice_agent.bootstrap import Deps
+from chorus.reference.invoice_agent.domain import (
+    SERVICE,
+    InvoiceState,
+    check_against_claim,
+    extraction_prompt,
+    from_claim,
+)
+from chorus.service import Context, Outcome
+
+
+async def on_invoice_received(
+    event: Event[InvoiceReceived], state: InvoiceState | None, ctx: Context[Deps]
+) -> Outcome[InvoiceState]:
+    if state is not None and state.validated:
+        return Outcome()  # a second start event for the same workflow changes nothing
+    invoice = event.payload
+    # Known before the model reads it: when every reading fails and a person reviews it,
+    # their decision (on_approval_decided) needs the invoice and the submitter's claim.
+    # The document stays sealed in the checkpoint (minimisation): it is opened for each
+    # reading, and erasing the subject leaves only ciphertext here.
+    await ctx.checkpoint(InvoiceState(invoice=invoice))
+    extracted = await read_invoice(invoice, ctx)
+    return decide(InvoiceState(invoice=invoice, readings=1), extracted, ctx.deps, reading_of(ctx))
+
+
+async def on_approval_decided(
+    event: Event[ApprovalDecided], state: InvoiceState | None, ctx: Context[Deps]
+) -> Outcome[InvoiceState]:
+    """A reviewer asked for a revision (budget approval) or answered a review of a reading."""
+    decision = event.payload
+    if state is None or event.envelope.workflow_type != "procurement":
+        return Outcome()
+    own_review = decision.requested_by == SERVICE
+    if decision.decision == "revise" and (own_review or decision.requested_by == "budget_agent"):
+        extracted = await read_invoice(state.invoice, ctx, reviewer_comment=decision.comment)
+        state = state.model_copy(update={"readings": state.readings + 1})
+        return decide(state, extracted, ctx.deps, reading_of(ctx))
+    if own_review and decision.decision == "approve":
+        return decide(state, from_claim(state.invoice), ctx.deps, None, vouched=True)
+    if own_review and decision.decision == "reject":
+        # Who and why are personal data: the end's reason is sealed, the rejection's is not.
+        why = f"rejected in review by {decision.decided_by}: {decision.comment}".strip(": ")
+        return rejected(state, ["rejected in review"], ended_reason=why)
+    return Outcome()
+
+
+async def read_invoice(
+    invoice: InvoiceReceived, ctx: Context[Deps], reviewer_comment: str = ""
+) -> ExtractedInvoice:
+    """Ask the LLM; an answer that fails the schema is a SemanticError (re-prompted with it)."""
+    document = await ctx.open(invoice.document_text)
+    messages = extraction_prompt(document, ctx.feedback, reviewer_comment)
+    answer = await ctx.deps.llm.complete(messages, timeout_s=ctx.deps.llm_timeout_s)
+    return parse_json_output(answer, ExtractedInvoice)
+
+
+def reading_of(ctx: Context[Deps]) -> Reading:
+    """This reading: the model, and the tries it took (earlier ones failed validation)."""
+    return Reading(model=ctx.deps.llm.name, attempts=len(ctx.feedback) + 1)
+
+
+def decide(
+    state: InvoiceState,
+    extracted: ExtractedInvoice,
+    deps: Deps,
+    reading: Reading | None,
+    vouched: bool = False,
+) -> Outcome[InvoiceState]:
+    checks, reasons = check_against_claim(extracted, state.invoice)
+    if reasons:
+        return rejected(state, reasons)
+    if vouched:
+        checks.append("reading confirmed by the reviewer who approved it")
+    invoice_id = state.invoice.invoice_id
+    validated: EventModel = (
+        InvoiceValidatedV2(invoice_id=invoice_id, extracted=extracted, checks=checks)
+        if deps.validated_version == 2
+        else InvoiceValidated(
+            invoice_id=invoice_id,
+            extracted=extracted,
+            checks=[CheckResult(check=c, passed=True) for c in checks],
+            reading=reading,
+        )
+    )
+    return Outcome(state=state.model_copy(update={"validated": True}), emit=[validated])
+
+
+def rejected(state: InvoiceState, reasons: list[str], ended_reason: str = "") -> Outcome[InvoiceState]:
+    events: list[EventModel] = [
+        InvoiceRejected(invoice_id=state.invoice.invoice_id, reasons=reasons),
+        WorkflowEnded(outcome="rejected", reason=ended_reason or "; ".join(reasons), ended_by=SERVICE),
+    ]
+    return Outcome(state=state, emit=events, ended="rejected")

@@ -1,9 +1,0 @@
-"""What the console reads and writes, for contracts-tests: no topic. It is a client of the
-public HTTP APIs only (gateway, dead-letter service, outcome analytics, notifier)."""
-
-from __future__ import annotations
-
-from chorus_contracts.edges import ServiceEdges
-from console.domain import SERVICE
-
-EDGES = ServiceEdges(name=SERVICE, consumes=frozenset(), produces=frozenset(), kafka=False)
