@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from chorus.tools.declarations import service_module
 from tests.support.processes import ROOT, free_port
 
 
@@ -124,7 +125,7 @@ def bench_worker(name: str, kind: str, env: dict[str, str], log_dir: Path, tree:
 
 
 class ServiceProc:
-    """A real service as ``python -m <module>``, healthy when /health answers 200."""
+    """A real service (by name) as ``python -m <its package>``, healthy when /health answers 200."""
 
     def __init__(self, module: str, env: dict[str, str], log_dir: Path) -> None:
         self.module = module
@@ -148,7 +149,7 @@ class ServiceProc:
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            self.module,
+            service_module(self.module),
             cwd=ROOT,
             env=self.env,
             stdout=log,

@@ -28,6 +28,7 @@ class _Alias(importlib.abc.Loader):
 
     def __init__(self, new: str) -> None:
         self.new = new
+        self.spec: importlib.machinery.ModuleSpec | None = None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
         warnings.warn(
@@ -35,10 +36,15 @@ class _Alias(importlib.abc.Loader):
             DeprecationWarning,
             stacklevel=2,
         )
-        return importlib.import_module(self.new)
+        module = importlib.import_module(self.new)
+        self.spec = module.__spec__
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
-        """The new module ran already when it was imported."""
+        """The new module ran already when it was imported. The import system has just set
+        its ``__spec__`` to the old name's: the real one goes back (reloads and
+        importlib.resources read it)."""
+        module.__spec__ = self.spec
 
 
 class RenamedFinder(importlib.abc.MetaPathFinder):

@@ -24,8 +24,9 @@ Per service:
 And the registry's physical topics with their configs (``chorus topics apply``'s) and every
 principal's ACLs (``chorus access show``'s) for the optional Strimzi resources.
 
-Each service's settings class is looked up by name (``<service>.config.Settings``), as
-``python -m <service>`` would: the tooling has no static dependency on any service.
+Each service's settings class is looked up by name (``<its package>.config.Settings``,
+``service_module``), as ``python -m`` would: the tooling has no static dependency on any
+service.
 """
 
 from __future__ import annotations

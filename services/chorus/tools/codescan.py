@@ -58,10 +58,12 @@ class CodeScan:
 
 
 @cache
-def scan_package(folder: Path) -> CodeScan:
-    """Every ``*.py`` under ``folder`` (a package), read once per process."""
+def scan_package(folder: Path, leave_out: frozenset[str] = frozenset()) -> CodeScan:
+    """Every ``*.py`` under ``folder`` (a package), but under its subpackages ``leave_out``."""
     scan = CodeScan()
     for path in sorted(folder.rglob("*.py")):
+        if path.relative_to(folder).parts[0] in leave_out:
+            continue
         text = path.read_text(encoding="utf-8")
         tree = ast.parse(text, filename=str(path))
         scan.called |= {name for node in ast.walk(tree) if (name := _callee(node))}

@@ -95,10 +95,10 @@ def read_declarations(registry: Registry) -> Declarations:
         try:
             declared = _declared(name, importlib.import_module(f"{service_module(name)}.service"), registry)
         except Exception as exc:  # not installed here, or broken: said, and the registry stands
-            missing[name] = f"{name}.service could not be read: {type(exc).__name__}: {exc}"
+            missing[name] = f"{service_module(name)}.service could not be read: {type(exc).__name__}: {exc}"
             continue
         if declared is None:
-            missing[name] = f"{name}.service declares no make_spec, SPEC or EDGES"
+            missing[name] = f"{service_module(name)}.service declares no make_spec, SPEC or EDGES"
         else:
             services[name] = declared
     return Declarations(services, missing)

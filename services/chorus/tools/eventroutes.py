@@ -67,6 +67,10 @@ class Consumer:
     handler_file: str | None
 
 
+NOT_THE_RUNTIME = frozenset({"platform", "reference", "tools", "contracts"})
+"""Subpackages of ``chorus`` that are not the runtime every service runs."""
+
+
 class Routes:
     """Producers and consumers per event type, for one registry and its services' code."""
 
@@ -77,7 +81,9 @@ class Routes:
         self.timer_publisher = self._handler_of(TimerSchedule.event_type)
         self.redriver = self._owner_of(EventDeadLettered.event_type)
         types = {m.__name__: t for (t, _), m in CATALOG.items() if registry.knows(t)}
-        runtime = scan_package(Path(chorus.__file__).resolve().parent)
+        # The runtime, without what shares its namespace: the services, the tooling, the
+        # contracts (what they emit is theirs, not every runtime service's).
+        runtime = scan_package(Path(chorus.__file__).resolve().parent, NOT_THE_RUNTIME)
         self.runtime_emits = {types[n] for n in runtime.called if n in types}
         self.runtime_schedules = {types[n] for n in runtime.own_schedules() if n in types}
         self.scheduled = {

@@ -19,6 +19,7 @@ import asyncpg
 import httpx
 import pytest
 
+from chorus import __version__
 from chorus.releases.rollouts import MAIN_RELEASE
 from chorus.tools.devstack import SERVICES as DEV_SERVICES
 from chorus.tools.devstack import DevStack, release_proc
@@ -37,9 +38,9 @@ OPERATOR = {"Authorization": "Bearer demo-operator-key"}
 OPERATOR_NAME = DEMO_KEYS["demo-operator-key"].principal
 KEYS_BY_TIER = {k.tier: {"Authorization": f"Bearer {key}"} for key, k in DEMO_KEYS.items() if k.tier}
 STABLE, CANARY, FLAKY = MAIN_RELEASE, "0.2.0", "0.3.0"
-"""The release in the service's own group (it runs the service's version, 0.1.0), and two
+"""The release in the service's own group (it runs the service's version, Chorus's), and two
 named ones."""
-VERSION_OF = {STABLE: "0.1.0", CANARY: CANARY, FLAKY: FLAKY}
+VERSION_OF = {STABLE: __version__, CANARY: CANARY, FLAKY: FLAKY}
 """What the audit log names as the producer version of each release's steps."""
 RESEARCH = {"report_agent", "source_fetcher", "notifier"}
 SERVICES = (*(s for s in DEV_SERVICES if s not in RESEARCH), "outcome_analytics")

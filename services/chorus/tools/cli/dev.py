@@ -12,6 +12,7 @@ running; 2 not in a project.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -63,6 +64,11 @@ def up_command(
     pid_file, log_path = state / "dev.pid", state / "dev.log"
     if (pid := _running(pid_file)) is not None:
         fail("dev", f"running already (pid {pid}); `chorus dev down` stops it", 1)
+    if importlib.util.find_spec("chorus.reference") is None:
+        # The dev stack runs the reference workflows and the sandbox (the outside world a
+        # project's sandbox module extends): a distribution production installs leave out.
+        needs = "pip install chorus-workflows-reference"
+        fail("dev", f"the dev stack runs the sandbox and the reference workflows: {needs}", 2)
     with log_path.open("wb") as log:
         command = ["-m", "chorus.tools.devstack", "--project", str(state.parent), "--workdir", str(state)]
         process = subprocess.Popen(

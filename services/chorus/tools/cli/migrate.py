@@ -9,8 +9,8 @@ pod is replaced. Idempotent: a migration already in the ledger is skipped.
 Each service migrates as itself: its DSN from ``CHORUS_DATABASE_URL_<SERVICE>`` (e.g.
 ``CHORUS_DATABASE_URL_INVOICE_AGENT``, the role that owns its schema), else
 ``CHORUS_DATABASE_URL`` (one login for every service). The services are the registry's
-runtime principals; each one's declaration (``<service>.service.SPEC``) is looked up by
-name, as ``python -m <service>`` loads it.
+runtime principals; each one's declaration (``<its package>.service.SPEC``) is looked up
+by name (``service_module``), as ``python -m`` loads it.
 
 Exit codes: 0 ok; 1 the database refused (or a migration failed); 2 usage or registry errors.
 """
