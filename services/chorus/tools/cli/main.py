@@ -12,6 +12,7 @@ from chorus.tools.cli import approvals as approvals_cli
 from chorus.tools.cli import audit as audit_cli
 from chorus.tools.cli import dev as dev_cli
 from chorus.tools.cli import dlq as dlq_cli
+from chorus.tools.cli import doctor as doctor_cli
 from chorus.tools.cli import events as events_cli
 from chorus.tools.cli import events_show as events_show_cli
 from chorus.tools.cli import migrate as migrate_cli
@@ -43,6 +44,7 @@ app.command("timeline")(audit_cli.timeline_command)
 app.command("erase")(audit_cli.erase_command)
 app.add_typer(audit_cli.audit_app, name="audit")
 app.command("status")(status_cli.status_command)
+app.command("doctor")(doctor_cli.doctor_command)
 app.add_typer(workflows_cli.app, name="workflows")
 app.add_typer(approvals_cli.app, name="approvals")
 app.add_typer(policy_cli.app, name="policy")
