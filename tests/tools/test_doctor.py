@@ -20,8 +20,8 @@ from tests.support.registry import isolated_schemas
 ROOT = Path(__file__).resolve().parents[2]
 SUPPORT = ROOT / "examples" / "support" / "schemas"
 """What `make up` provisions: the union of the platform's registry and the support project's."""
-KAFKA_4 = {0: (3, 12), 22: (0, 6)}
-"""Produce v3+ only (Kafka 4 removed v0-v2) and InitProducerId: what a Kafka 4 broker answers."""
+KAFKA_4 = {0: (0, 13), 1: (4, 18), 22: (0, 5)}
+"""Fetch v4+ only (Kafka 4 removed v0-v3) and InitProducerId: what Kafka 4.1 answers."""
 
 
 def doctor(*args: str, **env: str) -> tuple[int, dict[str, Any], str]:
@@ -58,9 +58,9 @@ def closed_port() -> int:
 
 def test_a_broker_older_than_kafka_4_is_a_warning_and_one_without_transactions_a_problem() -> None:
     assert [c.status for c in broker_checks("b:9092", KAFKA_4, 3)] == [Status.OK, Status.OK]
-    older = broker_checks("b:9092", {0: (0, 9), 22: (0, 4)}, 1)
+    older = broker_checks("b:9092", {0: (0, 9), 1: (0, 13), 22: (0, 4)}, 1)
     assert older[0].status is Status.WARNING and "older than Kafka 4.0" in older[0].detail
-    without = broker_checks("b:9092", {0: (3, 12)}, 1)
+    without = broker_checks("b:9092", {0: (0, 13), 1: (4, 18)}, 1)
     assert without[1].status is Status.PROBLEM and "no transactions" in without[1].detail
 
 

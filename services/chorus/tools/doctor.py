@@ -46,10 +46,10 @@ MAX_SKEW_S = 1.0
 a timer fires early or a lease is taken over while its holder is alive."""
 TIMEOUT_S = 10.0
 
-# Protocol versions Kafka 4.0 removed (KIP-896): a broker that still accepts Produce v0-v2
-# is older than 4.0. InitProducerId is how a transactional (exactly-once) producer starts.
-PRODUCE, INIT_PRODUCER_ID = 0, 22
-KAFKA_4_PRODUCE_MIN = 3
+# Protocol versions Kafka 4.0 removed (KIP-896): a broker that still accepts Fetch v0-v3 is
+# older than 4.0. InitProducerId is how a transactional (exactly-once) producer starts.
+FETCH, INIT_PRODUCER_ID = 1, 22
+KAFKA_4_FETCH_MIN = 4
 
 
 class Status(str, Enum):
@@ -140,18 +140,18 @@ async def kafka_checks(target: Target) -> list[Check]:
 
 def broker_checks(bootstrap: str, versions: Mapping[int, tuple[int, int]], brokers: int) -> list[Check]:
     """What the broker's ApiVersions answer says of it."""
-    produce = versions.get(PRODUCE)
-    if produce is None:
-        return [Check("kafka", Status.PROBLEM, f"{bootstrap} does not accept produce requests")]
-    at_least_4 = produce[0] >= KAFKA_4_PRODUCE_MIN
+    fetch = versions.get(FETCH)
+    if fetch is None:
+        return [Check("kafka", Status.PROBLEM, f"{bootstrap} does not accept fetch requests")]
+    at_least_4 = fetch[0] >= KAFKA_4_FETCH_MIN
     found = [
         Check(
             "kafka",
             Status.OK if at_least_4 else Status.WARNING,
             f"{bootstrap}: {brokers} broker(s), Kafka 4.0 or newer"
             if at_least_4
-            else f"{bootstrap}: {brokers} broker(s), older than Kafka 4.0 (it accepts produce "
-            f"v{produce[0]}); Chorus is tested on Kafka 4",
+            else f"{bootstrap}: {brokers} broker(s), older than Kafka 4.0 (it accepts fetch "
+            f"v{fetch[0]}); Chorus is tested on Kafka 4",
         )
     ]
     found.append(
