@@ -204,8 +204,13 @@ PIP_COMPILE = .lockenv/bin/pip-compile -q --generate-hashes --strip-extras --no-
 lock:
 	rm -rf .lockenv && $(PYTHON) -m venv .lockenv
 	.lockenv/bin/pip install -q pip-tools
-	$(PIP_COMPILE) --extra analytics --extra otlp -o requirements-runtime.lock pyproject.toml
-	$(PIP_COMPILE) --extra analytics --extra otlp --extra dev -c requirements-runtime.lock -o requirements.lock pyproject.toml
+	@# The reference distribution's own dependencies (the sandbox's mail server) join both
+	@# locks: the image's reference target and this venv install it. Its dependency on
+	@# chorus-workflows is this tree, which no index has.
+	.lockenv/bin/python -c 'import tomllib, sys; deps = tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]; print("\n".join(d for d in deps if not d.startswith("chorus-workflows")))' \
+		services/chorus/reference/pyproject.toml > .lockenv/reference.in
+	$(PIP_COMPILE) --extra analytics --extra otlp -o requirements-runtime.lock pyproject.toml .lockenv/reference.in
+	$(PIP_COMPILE) --extra analytics --extra otlp --extra dev -c requirements-runtime.lock -o requirements.lock pyproject.toml .lockenv/reference.in
 	rm -rf .lockenv
 
 clean:
