@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 
 from chorus.tools.doctor import Status, broker_checks, postgres_version_check, role_check, skew_check
+from tests.support.processes import run_captured
 from tests.support.registry import isolated_schemas
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,15 +25,8 @@ KAFKA_4 = {0: (0, 13), 1: (4, 18), 22: (0, 5)}
 
 
 def doctor(*args: str, **env: str) -> tuple[int, dict[str, Any], str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "chorus.tools.cli.main", "doctor", "--output", "json", *args],
-        env={**os.environ, **env},
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    command = [sys.executable, "-m", "chorus.tools.cli.main", "doctor", "--output", "json", *args]
+    done = run_captured(command, cwd=ROOT, env={**os.environ, **env}, timeout_s=180)
     assert "Traceback" not in done.stderr, done.stderr
     return done.returncode, json.loads(done.stdout), done.stderr
 
