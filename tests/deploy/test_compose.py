@@ -17,10 +17,12 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 from cryptography import x509
+from typer.testing import CliRunner
 
-from chorus.contracts.registry import load_registry
+from chorus.contracts.registry import Registry, load_registry
 from chorus.tools import composesecrets
 from chorus.tools.chart import settings_class
+from chorus.tools.cli.main import app
 from chorus.tools.declarations import service_module
 from chorus.tools.devstack import DOCUMENTED_PORTS, SERVICES
 
@@ -270,12 +272,15 @@ def test_the_issuer_runs_once_before_the_infrastructure_and_serves_nothing() -> 
 def issued(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Named volume -> its files, as the issuer leaves them: its command run on this
     machine with each of its mounts a folder."""
-    issuer = _resolved()["services"].get(ISSUER)
+    return _issue(_resolved(), load_registry(ROOT / "schemas"), tmp_path_factory.mktemp("issued"))
+
+
+def _issue(resolved: dict[str, Any], registry: Registry, tmp: Path) -> dict[str, Path]:
+    issuer = resolved["services"].get(ISSUER)
     if issuer is None:
         return {}  # nothing is issued: every service's own share is missing
     [root] = [arg.removeprefix("--root=") for arg in issuer["command"] if arg.startswith("--root=")]
     [database] = [arg.split("=", 1)[1] for arg in issuer["command"] if arg.startswith("--database-url=")]
-    tmp = tmp_path_factory.mktemp("issued")
     volumes: dict[str, Path] = {}
     for target, volume in _named_volumes(issuer).items():
         volumes[volume] = tmp / "volumes" / volume
@@ -286,7 +291,7 @@ def issued(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     uid = os.geteuid()
     composesecrets.issue(
         composesecrets.Layout.under(tmp / "root"),
-        load_registry(ROOT / "schemas"),
+        registry,
         database,
         composesecrets.Owners(chorus=uid, kafka=uid),
     )
@@ -477,3 +482,107 @@ def test_data_keys_travel_over_tls_to_a_certificate_every_caller_can_verify(issu
     assert "key_service" in names.get_values_for_type(x509.DNSName)
     assert env["CHORUS_KEY_SERVICE_TLS_KEY_FILE"] in visible
     assert stat.S_IMODE(visible[env["CHORUS_KEY_SERVICE_TLS_KEY_FILE"]].stat().st_mode) == 0o600
+
+
+# -- a project's services (chorus deploy compose) -------------------------------------------------
+
+SUPPORT = ROOT / "examples" / "support"
+VOLUME = "triage_agent_secrets"
+"""The project's service's own volume."""
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """A copy of examples/support, the override `chorus deploy compose` writes into it, and
+    docker-compose.yml with that override as `docker compose config` resolves them."""
+    folder = tmp_path_factory.mktemp("project") / "support"
+    shutil.copytree(SUPPORT, folder, ignore=shutil.ignore_patterns("__pycache__", ".chorus"))
+    command = ["deploy", "compose", "--dir", str(folder), "--compose-file", str(ROOT / "docker-compose.yml")]
+    done = CliRunner().invoke(app, command)
+    assert done.exit_code == 0, done.output
+    override = folder / "docker-compose.support.yml"
+    assert done.output == f"wrote {override}\n"
+    proc = subprocess.run(
+        [*COMPOSE, "-f", str(override), "config", "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return folder, json.loads(proc.stdout)
+
+
+def test_the_projects_override_runs_every_chorus_container_on_the_projects_image(
+    project: tuple[Path, dict[str, Any]],
+) -> None:
+    """Every Chorus container reads the union registry: each builds the project's image
+    (its Dockerfile, on the compose stack's image) from the project's folder."""
+    folder, merged = project
+    base = _resolved()["services"]
+    chorus = [name for name, s in base.items() if (s.get("build") or {}).get("context") == str(ROOT)]
+    assert {"secrets", "setup", "gateway", "sandbox"} <= set(chorus)
+    for name in (*chorus, "triage_agent"):
+        service = merged["services"][name]
+        assert service["image"] == "support:0.1.0", name
+        assert service["build"] == {
+            "context": str(folder),
+            "dockerfile": "Dockerfile",
+            "args": {"CHORUS_IMAGE": base["secrets"]["image"]},
+        }, name
+    # Kafka and PostgreSQL are the stack's own.
+    assert merged["services"]["kafka"]["image"] == base["kafka"]["image"]
+
+
+def test_the_projects_service_runs_in_compose_like_the_platforms(
+    project: tuple[Path, dict[str, Any]],
+) -> None:
+    _, merged = project
+    services = merged["services"]
+    triage, gateway = services["triage_agent"], services["gateway"]
+    assert triage["command"] == ["python", "-m", "triage_agent"]
+    port = settings_class("triage_agent").model_fields["http_port"].default
+    assert f"http://127.0.0.1:{port}/health" in " ".join(triage["healthcheck"]["test"])
+    assert [(p["host_ip"], p["published"], p["target"]) for p in triage["ports"]] == [
+        ("127.0.0.1", str(port), port)
+    ]
+    # The platform's connections (Kafka over SCRAM/TLS, its own login file, keys over TLS),
+    # and its project's dev settings with the compose stack's sandbox in them.
+    env = triage["environment"]
+    for name in ("CHORUS_KAFKA_SECURITY_PROTOCOL", "CHORUS_CREDENTIALS_FILE", "CHORUS_KEY_STORES"):
+        assert env[name] == gateway["environment"][name], name
+    assert env["CHORUS_CRM_URL"] == "http://sandbox:9400/crm"
+    assert env["CHORUS_LLM_BASE_URL"] == "http://sandbox:9400/v1"
+    assert services["sandbox"]["command"][-1] == "--plugin=support_sandbox"
+    assert triage["depends_on"]["setup"]["condition"] == "service_completed_successfully"
+    assert set(triage["networks"]) == set(gateway["networks"])
+    # Its own secrets volume, which the issuer fills and no other container mounts.
+    assert _named_volumes(triage) == {"/var/lib/chorus/secrets": VOLUME}
+    assert _named_volumes(services[ISSUER])["/issue/services/triage_agent"] == VOLUME
+    sharing = [
+        name
+        for name, s in services.items()
+        if name not in ("triage_agent", ISSUER) and VOLUME in _named_volumes(s).values()
+    ]
+    assert sharing == []
+
+
+def test_the_issuer_gives_the_projects_service_its_own_login_and_signing_key(
+    project: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    folder, merged = project
+    issued = _issue(merged, load_registry(folder / "schemas"), tmp_path)
+    visible = _visible(merged["services"]["triage_agent"], issued)
+    login = _assignments(visible["/var/lib/chorus/secrets/login.env"])
+    assert login["CHORUS_KAFKA_SASL_USERNAME"] == "triage_agent"
+    assert urlsplit(login["CHORUS_DATABASE_URL"]).username == "triage_agent"
+    assert "/var/lib/chorus/secrets/signing/triage_agent.key" in visible
+    assert not [p for p in visible if p.endswith(".key") and not p.endswith("/triage_agent.key")]
+
+
+def test_deploy_compose_refuses_a_file_that_is_not_chorus_s(tmp_path: Path) -> None:
+    other = tmp_path / "docker-compose.yml"
+    other.write_text(yaml.safe_dump({"services": {"web": {"image": "nginx"}}}))
+    command = ["deploy", "compose", "--dir", str(SUPPORT), "--compose-file", str(other)]
+    done = CliRunner().invoke(app, command)
+    assert done.exit_code == 2
+    assert "not Chorus's compose file" in done.output

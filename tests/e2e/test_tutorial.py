@@ -20,8 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from chorus.contracts.registry import load_registry
 from chorus.kernel.kafka import make_admin
 from tests.support.database import own_database
+from tests.support.helm import INVARIANTS, ensure_helm, of_kind, parse, service_of, template, validate
 from tests.support.tutorial import run_markdown
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -30,8 +32,9 @@ ROOT = Path(__file__).resolve().parents[2]
 TUTORIAL = ROOT / "docs" / "tutorial.md"
 EXAMPLE = ROOT / "examples" / "support"
 TOPIC = "support.tickets"
-NOT_BUILT = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".chorus"}
-"""What running a project leaves beside what it is (caches, the dev stack's logs)."""
+NOT_BUILT = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".chorus", "deploy"}
+"""What running a project leaves beside what it is (caches, the dev stack's logs), and what
+`chorus deploy helm` generates from it (rendered and validated instead)."""
 
 
 def tutorial_env(database_url: str) -> dict[str, str]:
@@ -97,3 +100,12 @@ async def test_the_tutorial_runs_as_written_and_builds_examples_support(
     built, example = built_files(folder), built_files(EXAMPLE)
     assert sorted(built) == sorted(example)
     assert [name for name in built if built[name] != example[name]] == []
+    # The page's deployment: the chart it wrote renders, every object valid for its API, and
+    # keeps the chart's promises for the reader's service as for the platform's.
+    text = template(ensure_helm(), [], chart=folder / "deploy" / "helm" / "chorus")
+    assert validate(text, tmp_path)["errors"] == []
+    docs = parse(text)
+    assert "triage_agent" in {service_of(d) for d in of_kind(docs, "Deployment")}
+    registry = load_registry(folder / "schemas")
+    for name, check in INVARIANTS.items():
+        assert check(docs, text, registry) == [], name

@@ -10,6 +10,7 @@ import zipfile
 from pathlib import Path
 from typing import NamedTuple
 
+from tests.support.helm import ensure_helm, of_kind, parse, service_of, template
 from tests.support.processes import run_captured, user_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,3 +85,13 @@ def scaffold_and_test(venv: Path, project: Path, env: dict[str, str], version: s
     assert "wrote services/triage/handlers.py" in made
     tests = run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=project, env=env)
     assert "2 passed" in tests, tests
+    # Its deployment, from what the wheel ships: the chart with the project's service in it.
+    written = run(venv / "bin" / "chorus", "deploy", "helm", cwd=project, env=env)
+    assert "the chart of helpdesk" in written, written
+    chart = project / "deploy" / "helm" / "chorus"
+    docs = parse(template(ensure_helm(), [], chart=chart))
+    images = {
+        service_of(d): d["spec"]["template"]["spec"]["containers"][0]["image"]
+        for d in of_kind(docs, "Deployment")
+    }
+    assert images["triage"] == images["gateway"] == "helpdesk:0.1.0", images

@@ -12,6 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10
+    import tomli as tomllib
+
+from chorus import __version__
 from chorus.contracts.registry import load_registry
 from chorus.testing.stack import isolated_schemas
 from tests.support.imports import private_imports
@@ -19,6 +25,7 @@ from tests.support.processes import run_captured, user_env
 from tests.support.processes import run_chorus as chorus
 
 BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def tool(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -59,6 +66,37 @@ def test_a_new_service_has_the_skeleton_of_every_chorus_service(project: Path) -
         "urgency": 1,
         "vip": True,
     }
+
+
+def test_the_projects_dockerfile_builds_on_chorus_image_of_this_release(project: Path) -> None:
+    """The Dockerfile `chorus new` writes (no image is built here: this machine reaches no
+    registry for the base): its base is the image the chart runs for this release, it copies
+    what exists, every process finds the project's code and registry, and its dependency step
+    lists exactly the project's dependencies."""
+    lines = [
+        line
+        for line in (project / "Dockerfile").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
+    instructions = [line.split(" ", 1) for line in lines if not line.startswith(" ")]
+    chart_values = yaml.safe_load((ROOT / "deploy" / "helm" / "chorus" / "values.yaml").read_text())
+    assert ["ARG", f"CHORUS_IMAGE={chart_values['image']['repository']}:{__version__}"] in instructions
+    assert ["FROM", "${CHORUS_IMAGE}"] in instructions
+    assert instructions[-1] == ["USER", "chorus"]  # the base image's user, not root
+    workdir = Path(dict(i for i in instructions if i[0] == "WORKDIR")["WORKDIR"])
+    copied = [i[1].split()[0] for i in instructions if i[0] == "COPY"]
+    assert copied == ["pyproject.toml", "schemas", "services"]
+    assert all((project / path).exists() for path in copied)
+    env = dict(item.split("=", 1) for i in instructions if i[0] == "ENV" for item in i[1].split())
+    assert env == {"PYTHONPATH": str(workdir / "services"), "CHORUS_SCHEMAS_DIR": str(workdir / "schemas")}
+    # The RUN's first command, run here: it prints the project's dependencies, one a line.
+    [run] = [i[1] for i in instructions if i[0] == "RUN"]
+    script = run.split(" > ", 1)[0].removeprefix("python -c ")
+    printed = run_captured([sys.executable, "-c", script.strip('"')], cwd=project, timeout_s=60)
+    declared = tomllib.loads((project / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert printed.stdout.splitlines() == declared
+    ignored = (project / ".dockerignore").read_text().splitlines()
+    assert {".venv/", ".chorus/", "tests/"} <= set(ignored)
 
 
 def test_the_generated_handler_test_passes(project: Path) -> None:

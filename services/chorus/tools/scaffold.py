@@ -157,6 +157,8 @@ def init_project(root: Path, name: str | None = None) -> tuple[Project, list[Pat
     for template, target, keep in (
         ("project/pyproject.toml.j2", root / "pyproject.toml", True),
         ("project/gitignore.j2", root / ".gitignore", True),
+        ("project/Dockerfile.j2", root / "Dockerfile", True),
+        ("project/dockerignore.j2", root / ".dockerignore", True),
         ("project/conftest.py.j2", root / "tests" / "conftest.py", True),
         ("project/project.yaml.j2", root / "schemas" / PROJECT_FILE, False),
         ("project/principals.yaml.j2", root / "schemas" / "principals.yaml", False),

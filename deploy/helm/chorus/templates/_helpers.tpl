@@ -55,14 +55,27 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 {{- end }}
 
-{{/* (list $ reference): the platform's image, or the reference workflows' when reference is true. */}}
+{{/* (list $ kind): the image of a service of that kind (its registry entry's image): the
+platform's, the reference workflows' or, for a project's chart (`chorus deploy helm`), the
+project's, which defaults to <its name>:<its version> (the registry's project). */}}
 {{- define "chorus.image" -}}
 {{- $root := index . 0 }}
-{{- $image := ternary $root.Values.referenceImage $root.Values.image (index . 1) }}
+{{- $kind := index . 1 }}
+{{- $image := get (dict "platform" $root.Values.image "reference" $root.Values.referenceImage "project" $root.Values.projectImage) $kind }}
+{{- if not $image }}
+{{- fail (printf "no image for services of kind %q (files/registry.yaml)" $kind) }}
+{{- end }}
+{{- $repository := $image.repository }}
+{{- $tag := default $root.Chart.AppVersion $image.tag }}
+{{- if eq $kind "project" }}
+{{- $project := (include "chorus.registry" $root | fromYaml).project | default dict }}
+{{- $repository = required "projectImage.repository: this chart's registry names no project" (default $project.name $image.repository) }}
+{{- $tag = default $project.version $image.tag }}
+{{- end }}
 {{- if $image.digest }}
-{{- printf "%s@%s" $image.repository $image.digest }}
+{{- printf "%s@%s" $repository $image.digest }}
 {{- else }}
-{{- printf "%s:%s" $image.repository (default $root.Chart.AppVersion $image.tag) }}
+{{- printf "%s:%s" $repository $tag }}
 {{- end }}
 {{- end }}
 

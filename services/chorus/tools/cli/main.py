@@ -10,6 +10,7 @@ from chorus import __version__
 from chorus.tools.cli import access as access_cli
 from chorus.tools.cli import approvals as approvals_cli
 from chorus.tools.cli import audit as audit_cli
+from chorus.tools.cli import deploy as deploy_cli
 from chorus.tools.cli import dev as dev_cli
 from chorus.tools.cli import dlq as dlq_cli
 from chorus.tools.cli import doctor as doctor_cli
@@ -52,6 +53,7 @@ app.add_typer(rollout_cli.app, name="rollout")
 app.command("migrate")(migrate_cli.migrate_command)
 app.add_typer(new_cli.app, name="new")
 app.add_typer(dev_cli.app, name="dev")
+app.add_typer(deploy_cli.app, name="deploy")
 
 
 def _version(show: bool) -> None:
