@@ -38,7 +38,13 @@ def test_each_distribution_installs_the_chorus_namespace_and_nothing_else_at_the
     assert top_level(wheels.chorus) == top_level(wheels.reference) == {"chorus"}
     platform = installed(wheels.chorus)
     assert not [name for name in platform if name.startswith("chorus/reference/")]
-    for package in ("chorus/platform/gateway/", "chorus/contracts/schemas/", "chorus/tools/templates/"):
+    for package in (
+        "chorus/platform/gateway/",
+        "chorus/contracts/schemas/",
+        "chorus/tools/templates/",
+        "chorus/tools/helm/templates/",  # the chart `chorus deploy helm` writes into a project
+        "chorus/tools/helm/files/dashboards/",
+    ):
         assert any(name.startswith(package) for name in platform), package
     assert f"chorus_workflows-{__version__}.dist-info/licenses/LICENSE" in platform
     reference = installed(wheels.reference)

@@ -114,6 +114,8 @@ def shipped_chart() -> Path:
 def chart_files(project: Project) -> dict[str, bytes]:
     """Path inside the chart -> content: the shipped chart, its registry the project's."""
     source = shipped_chart()
+    if not (source / "Chart.yaml").is_file():
+        raise FileNotFoundError(f"{source}: no Helm chart (this install of Chorus lacks its package data)")
     wanted = {
         path.relative_to(source).as_posix(): path.read_bytes()
         for path in _tree(source)
