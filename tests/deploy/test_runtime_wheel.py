@@ -44,6 +44,8 @@ def test_each_distribution_installs_the_chorus_namespace_and_nothing_else_at_the
         "chorus/tools/templates/",
         "chorus/tools/helm/templates/",  # the chart `chorus deploy helm` writes into a project
         "chorus/tools/helm/files/dashboards/",
+        "chorus/tools/localstack/deploy/local/kafka.sh",  # what `chorus dev infra up` runs
+        "chorus/tools/localstack/deploy/shared/kafka-security.sh",
     ):
         assert any(name.startswith(package) for name in platform), package
     assert f"chorus_workflows-{__version__}.dist-info/licenses/LICENSE" in platform

@@ -42,9 +42,10 @@ def build_wheels(tmp: Path) -> Wheels:
         shutil.copy(ROOT / name, source / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
     # symlinks=True keeps the link that ships the platform's registry inside chorus.contracts.
-    # ... and the chart's (chorus.tools ships deploy/helm/chorus, which links to the alert
-    # rules and dashboards of deploy/observability).
-    for folder in ("services", "schemas", "deploy/helm/chorus", "deploy/observability"):
+    # ... and what chorus.tools ships from deploy/: the chart (which links to the alert rules
+    # and dashboards of deploy/observability) and the local stack's scripts.
+    deploy = ("deploy/helm/chorus", "deploy/observability", "deploy/local", "deploy/shared")
+    for folder in ("services", "schemas", *deploy):
         shutil.copytree(ROOT / folder, source / folder, symlinks=True, ignore=ignore)
     for project in (source, source / "services" / "chorus" / "reference"):
         run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp / "dist", project, cwd=tmp)

@@ -1,13 +1,18 @@
 """``chorus dev``: the platform and a project's services on this machine, in the background.
 
+``infra up`` starts a local Kafka and PostgreSQL for the project (``chorus.tools.infra``:
+the scripts of ``make up``, their state and credentials in the project's ``.chorus/``) and
+provisions its registry; ``infra down`` stops them, ``infra status`` says whether they run,
+``infra env`` prints their settings for a shell, ``infra reset`` deletes their data.
+
 ``up`` starts the dev stack (what ``make services`` runs: every platform service on its
 documented port, the sandbox standing in for the outside world, and the project's own
 services, found in its ``services/``) and returns once every process is healthy; ``down``
-stops it. Kafka and PostgreSQL are not started here: they are what ``make up`` (or yours)
-runs, reached through the usual ``CHORUS_*`` variables.
+stops it. It reaches Kafka and PostgreSQL through the usual ``CHORUS_*`` variables, which
+default to those ``infra up`` recorded (a variable set in the environment wins).
 
 Exit codes: 0 done; 1 the stack did not come up (the end of its log is printed) or was not
-running; 2 not in a project.
+running, or the infrastructure did not start; 2 not in a project, or refused.
 """
 
 from __future__ import annotations
@@ -24,9 +29,16 @@ from typing import Annotated
 import typer
 
 from chorus.tools.cli.options import fail
+from chorus.tools.infra import Infra, infra_env, shell_exports
 from chorus.tools.scaffold import find_project
 
 app = typer.Typer(name="dev", help="The platform and your project's services, in the background.")
+infra_app = typer.Typer(
+    name="infra",
+    help="A local Kafka and PostgreSQL for your project, its credentials in .chorus/.",
+    no_args_is_help=True,
+)
+app.add_typer(infra_app, name="infra")
 
 READY = "Chorus is running:"
 """The line the dev stack prints once every process is healthy."""
@@ -73,7 +85,7 @@ def up_command(
         command = ["-m", "chorus.tools.devstack", "--project", str(state.parent), "--workdir", str(state)]
         process = subprocess.Popen(
             [sys.executable, *command],
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**infra_env(state), **os.environ, "PYTHONUNBUFFERED": "1"},
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -115,3 +127,74 @@ def down_command(here: Here = Path(".")) -> None:
         os.killpg(pid, signal.SIGKILL)
     pid_file.unlink(missing_ok=True)
     typer.echo("stopped")
+
+
+def _infra(here: Path, kafka_port: int | None = None, postgres_port: int | None = None) -> Infra:
+    try:
+        return Infra.of(_state(here), kafka_port, postgres_port)
+    except ValueError as exc:
+        fail("dev", str(exc), 2)
+
+
+@infra_app.command("up")
+def infra_up_command(
+    here: Here = Path("."),
+    kafka_port: Annotated[
+        int | None, typer.Option("--kafka-port", min=1024, max=65534, help="Kafka's (default 9092).")
+    ] = None,
+    postgres_port: Annotated[
+        int | None, typer.Option("--postgres-port", min=1024, max=65535, help="PostgreSQL's (default 54329).")
+    ] = None,
+) -> None:
+    """Start a local Kafka (from Maven Central's jars, on Java 17) and PostgreSQL (the
+    system's, or Debian's package) as `make up` does, and provision the project's registry:
+    topics, a login and the ACLs per principal, signing keys, database roles."""
+    infra = _infra(here, kafka_port, postgres_port)
+    try:
+        infra.up(infra.state.parent / "schemas", echo=typer.echo)
+    except (RuntimeError, FileNotFoundError, OSError) as exc:
+        fail("dev", f"{exc}; the lines above say why", 1)
+    typer.echo(
+        f"Kafka on 127.0.0.1:{infra.kafka_port} and PostgreSQL on 127.0.0.1:{infra.postgres_port} "
+        f"for {infra.state.parent.name}; its settings: {infra.state / 'infra.env'}"
+    )
+    typer.echo('`eval "$(chorus dev infra env)"` gives them to this shell; `chorus dev up` reads them.')
+
+
+@infra_app.command("down")
+def infra_down_command(here: Here = Path(".")) -> None:
+    """Stop the project's Kafka and PostgreSQL (their data stays)."""
+    infra = _infra(here)
+    try:
+        infra.down(echo=typer.echo)
+    except (RuntimeError, FileNotFoundError) as exc:
+        fail("dev", str(exc), 1)
+
+
+@infra_app.command("status")
+def infra_status_command(here: Here = Path(".")) -> None:
+    """Whether the project's Kafka and PostgreSQL run (exit 3 when one does not)."""
+    running, lines = _infra(here).status()
+    for line in lines:
+        typer.echo(line)
+    if not running:
+        raise typer.Exit(3)
+
+
+@infra_app.command("env")
+def infra_env_command(here: Here = Path(".")) -> None:
+    """Print the settings that reach them, as the admins: `eval "$(chorus dev infra env)"`."""
+    state = _state(here)
+    values = infra_env(state)
+    if not values:
+        fail("dev", f"no {state / 'infra.env'}: `chorus dev infra up` first", 1)
+    typer.echo(shell_exports(values), nl=False)
+
+
+@infra_app.command("reset")
+def infra_reset_command(here: Here = Path(".")) -> None:
+    """Stop both and delete their data and credentials (the Kafka jars stay)."""
+    try:
+        _infra(here).reset(echo=typer.echo)
+    except (RuntimeError, FileNotFoundError) as exc:
+        fail("dev", str(exc), 1)
