@@ -99,3 +99,15 @@ def test_infra_up_runs_the_projects_own_kafka_and_postgres_its_tests_pass_on(
     assert dev(folder, env, "down").returncode == 0
     stopped = dev(folder, env, "status")
     assert stopped.returncode == 3 and "stopped" in stopped.stdout
+
+
+def test_a_port_another_stack_holds_is_refused_with_the_remedy(
+    project: tuple[Path, dict[str, str]], kafka_bootstrap: str
+) -> None:
+    """This run's own Kafka answers on its port: infra up does not take it for the project's."""
+    folder, env = project
+    taken = kafka_bootstrap.split(",", maxsplit=1)[0].rpartition(":")[2]
+    refused = dev(folder, env, "up", f"--kafka-port={taken}", f"--postgres-port={free_pair()}")
+    assert refused.returncode == 1
+    assert f"127.0.0.1:{taken} is taken by something this project did not start" in refused.stderr
+    assert "choose another --kafka-port" in refused.stderr

@@ -112,35 +112,25 @@ class Infra:
 
     def script(self, name: str, *args: str, echo: Callable[[str], None]) -> None:
         """Run deploy/local's ``name`` (kafka.sh, postgres.sh); its log lines go to ``echo``."""
-        done = subprocess.run(
-            ["bash", str(scripts() / name), *args],
-            env=self._script_env(),
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=1800,
-        )
-        for line in (done.stdout + done.stderr).splitlines():
-            echo(line)
-        if done.returncode != 0:
-            raise RuntimeError(f"{name} {' '.join(args)} failed (exit {done.returncode})")
+        _run(["bash", str(scripts() / name), *args], self._script_env(), echo, f"{name} {' '.join(args)}")
 
     def _chorus(self, *args: str, schemas: Path | None, echo: Callable[[str], None]) -> None:
+        """A ``chorus`` command as the admins (``schemas``: the registry it provisions)."""
         command = [sys.executable, "-m", "chorus.tools.cli.main", *args]
         if schemas is not None:
             command += ["--schemas-dir", str(schemas)]
-        done = subprocess.run(
-            command, env={**os.environ, **self.settings()}, capture_output=True, text=True, check=False
-        )
-        for line in (done.stdout + done.stderr).splitlines():
-            echo(line)
-        if done.returncode != 0:
-            raise RuntimeError(f"chorus {' '.join(args)} failed (exit {done.returncode})")
+        _run(command, {**os.environ, **self.settings()}, echo, f"chorus {' '.join(args)}")
 
     def up(self, schemas: Path, echo: Callable[[str], None]) -> None:
         """Start both (a no-op for what runs already) and provision ``schemas``'s registry."""
         self.state.mkdir(exist_ok=True)
         self.script("kafka.sh", "start", echo=echo)
+        if not (self.state / "kafka" / "admin.env").is_file():
+            # kafka.sh takes a port that answers for a Kafka it did not start: not ours.
+            raise RuntimeError(
+                f"127.0.0.1:{self.kafka_port} is taken by something this project did not start "
+                "(another stack's Kafka?): choose another --kafka-port"
+            )
         self._chorus("topics", "apply", schemas=schemas, echo=echo)
         self._chorus("access", "apply", schemas=schemas, echo=echo)
         self._chorus("access", "signing-keys", schemas=schemas, echo=echo)
@@ -181,6 +171,16 @@ class Infra:
             lines += (done.stdout + done.stderr).splitlines()
             running = running and done.returncode == 0
         return running, lines
+
+
+def _run(command: list[str], env: Mapping[str, str], echo: Callable[[str], None], what: str) -> None:
+    """Run ``command`` (``what``, to people); every line it writes goes to ``echo``; a
+    failure raises, naming it."""
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=1800)
+    for line in (done.stdout + done.stderr).splitlines():
+        echo(line)
+    if done.returncode != 0:
+        raise RuntimeError(f"{what} failed (exit {done.returncode})")
 
 
 def shell_exports(values: Mapping[str, str]) -> str:
