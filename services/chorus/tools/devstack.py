@@ -628,17 +628,22 @@ def parse_releases(values: list[str]) -> dict[str, tuple[str, ...]]:
 
 
 async def _run_forever(
-    workdir: Path, releases: dict[str, tuple[str, ...]], project: Path | None, targets: Path
+    workdir: Path,
+    releases: dict[str, tuple[str, ...]],
+    project: Path | None,
+    targets: Path,
+    timeout_s: float,
 ) -> None:
     """Every service in the foreground on the documented ports until Ctrl-C (and more
-    releases of some, on free ports); a service that exits is restarted with backoff."""
+    releases of some, on free ports); a service that exits is restarted with backoff. Each
+    has ``timeout_s`` to answer its health check."""
     stack = DevStack.documented(workdir, project=project, releases=releases)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await stack.start()
+        await stack.start(timeout_s)
         stack.write_scrape_targets(targets)
         print(
             f"Chorus is running: API {stack.api_url}, console {stack.console_url} (sign in with "
@@ -678,6 +683,12 @@ if __name__ == "__main__":
     parser.add_argument(
         "--workdir", type=Path, help="where the logs go (default: .local/services/<time> of this checkout)"
     )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=90.0,
+        help="seconds each process has to answer its health check (default: %(default)s)",
+    )
     args = parser.parse_args()
     try:
         extra = parse_releases(args.release)
@@ -687,4 +698,5 @@ if __name__ == "__main__":
     # `make services` lists its processes where `make observe` looks; a stack given a
     # workdir of its own (`chorus dev up`, perhaps from an installed wheel) keeps them there.
     targets = SCRAPE_TARGETS if args.workdir is None else args.workdir / "targets.json"
-    asyncio.run(_run_forever(workdir, extra, args.project.resolve() if args.project else None, targets))
+    project = args.project.resolve() if args.project else None
+    asyncio.run(_run_forever(workdir, extra, project, targets, args.timeout))

@@ -203,7 +203,10 @@ async def rollouts(
         ) as own,
         # Idle connections go before the server's keep-alive closes them (api_client): this
         # client polls for minutes, and a request on a connection being closed is a ReadError.
-        api_client(timeout=10.0) as http,
+        # It polls 50 workflows at once through the gateway to the audit projector: on a
+        # loaded machine (another test's stack starting beside this one) an answer took over
+        # 10 s. The polls' own deadline bounds the test; one slow answer is not a failure.
+        api_client(timeout=60.0) as http,
     ):
         yield Rollouts(own.stack, http, own.database_url)
 

@@ -83,6 +83,8 @@ def up_command(
         fail("dev", f"the dev stack runs the sandbox and the reference workflows: {needs}", 2)
     with log_path.open("wb") as log:
         command = ["-m", "chorus.tools.devstack", "--project", str(state.parent), "--workdir", str(state)]
+        # Each process may take as long as the whole stack may (a loaded machine starts slowly).
+        command += ["--timeout", str(timeout_s)]
         process = subprocess.Popen(
             [sys.executable, *command],
             env={**infra_env(state), **os.environ, "PYTHONUNBUFFERED": "1"},
