@@ -147,7 +147,15 @@ PUBLIC: Mapping[str, frozenset[str]] = {
     # Testing it
     "chorus.testing": frozenset({"WorkflowHarness", "Step", "make_event", "Unguarded"}),
     "chorus.teststack": frozenset(
-        {"isolated_registry", "isolated_schemas", "key_store", "provision", "publish", "read_events"}
+        {
+            "isolated_registry",
+            "isolated_schemas",
+            "key_store",
+            "provision",
+            "publish",
+            "read_events",
+            "use_project_infra",
+        }
     ),
     # Events
     "chorus.contracts.base": frozenset(

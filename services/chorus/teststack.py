@@ -1,5 +1,6 @@
 """Public surface (docs/runtime-api.md), kept at this path; it lives in ``chorus.testing.stack``."""
 
+from chorus.base.localinfra import use_project_infra
 from chorus.testing.stack import (
     isolated_registry,
     isolated_schemas,
@@ -9,4 +10,12 @@ from chorus.testing.stack import (
     read_events,
 )
 
-__all__ = ["isolated_registry", "isolated_schemas", "key_store", "provision", "publish", "read_events"]
+__all__ = [
+    "isolated_registry",
+    "isolated_schemas",
+    "key_store",
+    "provision",
+    "publish",
+    "read_events",
+    "use_project_infra",
+]

@@ -1,7 +1,8 @@
 """``chorus dev infra``: a project's own Kafka and PostgreSQL, started from the scripts the
 package ships, every credential in the project's ``.chorus/``. A new project's tests pass on
-them with nothing of this test run's stack in the environment, and ``chorus dev up`` reaches
-them through the settings ``infra up`` recorded (docs/tutorial.md runs that part)."""
+them with nothing of this test run's stack in the environment, and every ``chorus`` command
+in the project (``chorus dev up`` too) reaches them through the settings ``infra up``
+recorded (docs/tutorial.md runs that part)."""
 
 from __future__ import annotations
 
@@ -84,14 +85,17 @@ def test_infra_up_runs_the_projects_own_kafka_and_postgres_its_tests_pass_on(
     assert (state / "infra.env").stat().st_mode & 0o077 == 0  # the admins' passwords
     assert dev(folder, env, "status").returncode == 0
 
-    # The project's own tests (one of them on Kafka and PostgreSQL) pass on it.
+    # With nothing exported, the project's own tests (one of them on Kafka and PostgreSQL)
+    # pass on it, and every chorus command in the project reaches it.
     tests = run_captured(
         [str(Path(CHORUS).parent / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider"],
-        cwd=folder,
-        env={**env, **settings},
+        cwd=folder / "tests",
+        env=env,
         timeout_s=600,
     )
     assert "2 passed" in tests.stdout, tests.stdout + tests.stderr
+    applied = run_captured([CHORUS, "topics", "apply"], cwd=folder / "services", env=env, timeout_s=120)
+    assert "already match it" in applied.stdout and f"127.0.0.1:{kafka_port}" in applied.stdout, applied
 
     # Its ports hold its data: another is refused until a reset.
     moved = dev(folder, env, "up", f"--kafka-port={kafka_port + 2}")

@@ -1,16 +1,21 @@
 """Where the integration tests find Kafka and PostgreSQL: ``CHORUS_KAFKA_BOOTSTRAP`` and
 ``CHORUS_DATABASE_URL`` (and ``CHORUS_KAFKA_SASL_*`` for a broker that wants a login), as
-every Chorus service reads them. An unreachable broker or database fails a test; it is
-never skipped."""
+every Chorus service reads them; those of ``chorus dev infra up`` when the project started
+its own (a variable set in the environment wins). An unreachable broker or database fails a
+test; it is never skipped."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from chorus.runtime.runner import ServiceSettings
 from chorus.teststack import key_store as platform_key_store
+from chorus.teststack import use_project_infra
+
+use_project_infra(Path(__file__).resolve().parent)
 
 
 @pytest.fixture(scope="session")

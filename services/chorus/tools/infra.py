@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
+from chorus.base.localinfra import INFRA_ENV, project_infra_env, read_env_file
 from chorus.base.settings import DEMO_DATABASE_PASSWORD
 
-ENV_FILE = "infra.env"
+ENV_FILE = INFRA_ENV.name
 KAFKA_PORT = 9092
 POSTGRES_PORT = 54329
 """The ports `make up` uses, which every setting's default points at."""
@@ -42,16 +43,6 @@ def scripts() -> Path:
     return folder
 
 
-def read_env(path: Path) -> dict[str, str]:
-    """NAME=value lines of an env file (comments and blank lines skipped)."""
-    found: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        if line.strip() and not line.lstrip().startswith("#") and "=" in line:
-            name, _, value = line.partition("=")
-            found[name.strip()] = value.strip()
-    return found
-
-
 @dataclass(frozen=True)
 class Infra:
     """The local Kafka and PostgreSQL of the project whose state folder is ``state``."""
@@ -64,7 +55,7 @@ class Infra:
     def of(cls, state: Path, kafka_port: int | None = None, postgres_port: int | None = None) -> Infra:
         """The project's infrastructure: on the ports of its first start (they cannot change
         under data made with them), else the ones given, else the defaults."""
-        saved = read_env(state / ENV_FILE) if (state / ENV_FILE).is_file() else {}
+        saved = read_env_file(state / ENV_FILE) if (state / ENV_FILE).is_file() else {}
         ports = [int(saved[k]) for k in PORT_KEYS if k in saved]
         if len(ports) == 2:
             asked = (kafka_port or ports[0], postgres_port or ports[1])
@@ -99,7 +90,7 @@ class Infra:
             PORT_KEYS[0]: str(self.kafka_port),
             PORT_KEYS[1]: str(self.postgres_port),
             "CHORUS_KAFKA_BOOTSTRAP": f"127.0.0.1:{self.kafka_port}",
-            **read_env(self.state / "kafka" / "admin.env"),
+            **read_env_file(self.state / "kafka" / "admin.env"),
             "CHORUS_KAFKA_USERS_DIR": str(secrets / "users"),
             "CHORUS_SIGNING_DIR": str(secrets / "signing"),
             "CHORUS_DATABASE_URL": self.admin_database_url,
@@ -189,6 +180,5 @@ def shell_exports(values: Mapping[str, str]) -> str:
 
 
 def infra_env(state: Path) -> dict[str, str]:
-    """The settings of the project's infrastructure, when ``chorus dev infra up`` made it."""
-    path = state / ENV_FILE
-    return read_env(path) if path.is_file() else {}
+    """The settings of the infrastructure of the project whose state folder is ``state``."""
+    return project_infra_env(state.parent)

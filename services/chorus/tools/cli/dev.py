@@ -9,7 +9,8 @@ provisions its registry; ``infra down`` stops them, ``infra status`` says whethe
 documented port, the sandbox standing in for the outside world, and the project's own
 services, found in its ``services/``) and returns once every process is healthy; ``down``
 stops it. It reaches Kafka and PostgreSQL through the usual ``CHORUS_*`` variables, which
-default to those ``infra up`` recorded (a variable set in the environment wins).
+default to those ``infra up`` recorded (a variable set in the environment wins), as for
+every ``chorus`` command run in the project (``chorus.base.localinfra``).
 
 Exit codes: 0 done; 1 the stack did not come up (the end of its log is printed) or was not
 running, or the infrastructure did not start; 2 not in a project, or refused.
@@ -160,7 +161,10 @@ def infra_up_command(
         f"Kafka on 127.0.0.1:{infra.kafka_port} and PostgreSQL on 127.0.0.1:{infra.postgres_port} "
         f"for {infra.state.parent.name}; its settings: {infra.state / 'infra.env'}"
     )
-    typer.echo('`eval "$(chorus dev infra env)"` gives them to this shell; `chorus dev up` reads them.')
+    typer.echo(
+        "every chorus command in the project and its generated tests use them; "
+        '`eval "$(chorus dev infra env)"` gives them to other programs'
+    )
 
 
 @infra_app.command("down")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from chorus import __version__
+from chorus.base.localinfra import use_project_infra
 from chorus.tools.cli import access as access_cli
 from chorus.tools.cli import approvals as approvals_cli
 from chorus.tools.cli import audit as audit_cli
@@ -70,6 +72,9 @@ def _options(
     ] = False,
 ) -> None:
     """Chorus: durable agent workflows on Kafka. Produce, subscribe, replay, operate."""
+    # In a project that started its own Kafka and PostgreSQL (`chorus dev infra up`), every
+    # command reaches them with nothing exported; a variable set in the environment wins.
+    use_project_infra(Path.cwd())
 
 
 def main() -> None:
