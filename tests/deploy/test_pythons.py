@@ -14,13 +14,20 @@ from pathlib import Path
 import pytest
 
 from chorus import __version__
-from tests.support.wheel import EXTRAS, ROOT, Wheels, build_wheels, outside_env, run, scaffold_and_test
+from tests.support.wheel import (
+    EXTRAS,
+    ROOT,
+    Wheels,
+    build_wheels,
+    fill_wheelhouse,
+    outside_env,
+    run,
+    scaffold_and_test,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.pythons]
 
 VERSIONS = ("3.10", "3.11", "3.12", "3.13")
-WHEELHOUSE = ROOT / ".local" / "wheelhouse"
-"""Kept between runs, one folder per version: what pip downloaded once installs offline."""
 
 
 def interpreter(version: str) -> Path:
@@ -56,8 +63,7 @@ async def test_the_wheel_installs_and_passes_its_tests_on_every_supported_python
     # Both distributions: the fast tier tests the reference workflows' agents too (their
     # dependency on chorus-workflows is met by the wheel beside them, not by an index).
     wanted = [f"{wheels.chorus}[{EXTRAS}]", str(wheels.reference)]
-    house = WHEELHOUSE / version
-    run(*pip, "download", "-q", "-d", house, *wanted, cwd=tmp_path)
+    house = fill_wheelhouse(venv / "bin" / "python", version, *wanted)
     run(*pip, "install", "-q", "--no-index", "--find-links", house, *wanted, cwd=tmp_path)
     run(*pip, "check", cwd=tmp_path)
     shown = run(*pip, "show", "chorus-workflows", "chorus-workflows-reference", cwd=tmp_path)

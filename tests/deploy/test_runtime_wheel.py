@@ -1,23 +1,16 @@
-"""The runtime as a user gets it: the wheel, installed into a virtualenv of its own outside
-this repository, where ``chorus new service`` starts a project whose generated tests pass on
-the real Kafka broker and PostgreSQL."""
+"""The runtime as a user gets it: what the wheels install. (Installed from a wheelhouse into
+a virtualenv outside this repository, the wheels run the tutorial, tests/e2e/test_tutorial.py,
+and every supported Python's tests, tests/deploy/test_pythons.py.)"""
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import pytest
 
 from chorus import __version__
 from tests.support.wheel import (
-    ROOT,
     Wheels,
     build_wheels,
     installed,
-    outside_env,
-    run,
-    scaffold_and_test,
     top_level,
 )
 
@@ -53,19 +46,3 @@ def test_each_distribution_installs_the_chorus_namespace_and_nothing_else_at_the
     assert all(name.startswith(("chorus/reference/", "chorus_workflows_reference-")) for name in reference)
     assert "chorus/reference/sandbox/app.py" in reference
     assert "chorus/reference/invoice_agent/service.py" in reference
-
-
-@pytest.mark.integration
-async def test_the_wheel_in_a_fresh_virtualenv_scaffolds_a_service_whose_tests_pass_on_kafka(
-    wheels: Wheels, tmp_path: Path, kafka_bootstrap: str, database_url: str
-) -> None:
-    """The platform's wheel alone (no reference workflows) is all a new project needs."""
-    venv = tmp_path / "venv"
-    run(sys.executable, "-m", "venv", venv, cwd=tmp_path)
-    pip = venv / "bin" / "pip"
-    run(pip, "install", "-q", "--require-hashes", "-r", ROOT / "requirements.lock", cwd=tmp_path)
-    run(pip, "install", "-q", "--no-deps", wheels.chorus, cwd=tmp_path)
-
-    # Nothing of this checkout leaks in: no PYTHONPATH, no registry path, another folder.
-    env = outside_env(venv, CHORUS_KAFKA_BOOTSTRAP=kafka_bootstrap, CHORUS_DATABASE_URL=database_url)
-    scaffold_and_test(venv, tmp_path / "helpdesk", env, __version__)

@@ -1,12 +1,16 @@
-"""docs/tutorial.md, run as a reader would: from an empty folder named support, every
-command with the output the page shows, every file it writes; then what it built is
-examples/support, file for file (the third reference workflow is what the tutorial writes).
+"""docs/tutorial.md, run as a reader with none of Chorus but its wheels would: from
+`pip install` in an empty folder named support (under pytest's `mktemp -d`), every command
+with the output the page shows, every file it writes; then what it built is
+examples/support, file for file (the third reference workflow is what the tutorial writes),
+and the chart it wrote renders and validates.
 
-The page's commands use the real topic names and documented ports (`chorus dev up`), as a
-reader's do. The test gives them a database of their own, so that state from earlier runs
-(an approval decided, a dead letter redriven) does not answer for this one, and deletes
-support.tickets first, so that the page's `--from-beginning` reads find this run's events
-only (its `chorus topics apply` makes it again)."""
+The page runs in a network namespace of the test's own: its loopback has the documented
+ports free (the test stack's Kafka and PostgreSQL hold them outside it), so `chorus dev
+infra up` starts the project's own Kafka and PostgreSQL on them, and nothing beyond this
+machine is reachable. So the page's `pip install` is served by a local wheelhouse (the wheels
+built from this checkout and their dependencies, downloaded before), as an index would serve
+a released version, and Kafka's jars come from the local Maven repository that `make up`
+filled. Nothing of the checkout is on the reader's paths."""
 
 from __future__ import annotations
 
@@ -14,42 +18,43 @@ import asyncio
 import os
 import subprocess
 import sys
-import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from chorus.contracts.registry import load_registry
-from chorus.kernel.kafka import make_admin
-from tests.support.database import own_database
 from tests.support.helm import INVARIANTS, ensure_helm, of_kind, parse, service_of, template, validate
+from tests.support.netns import exec_in, network_namespace
 from tests.support.tutorial import run_markdown
+from tests.support.wheel import Wheels, build_wheels, fill_wheelhouse, run
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 TUTORIAL = ROOT / "docs" / "tutorial.md"
 EXAMPLE = ROOT / "examples" / "support"
-TOPIC = "support.tickets"
-NOT_BUILT = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".chorus", "deploy"}
-"""What running a project leaves beside what it is (caches, the dev stack's logs), and what
-`chorus deploy helm` generates from it (rendered and validated instead)."""
+PAGE_INSTALLS = ("pytest", "pytest-asyncio")
+"""What the page's `pip install` names beside the two distributions."""
+NOT_BUILT = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".chorus", ".venv", "deploy"}
+"""What running a project leaves beside what it is (its virtualenv, caches, the dev stack's
+logs and the infrastructure's data), and what `chorus deploy helm` generates from it
+(rendered and validated instead)."""
 
 
-def tutorial_env(database_url: str) -> dict[str, str]:
-    """A reader's shell after the page's "Before you start": the local stack's admin login
-    and secrets, the checkout's tools on PATH; nothing of this test process besides."""
-    passed = {
-        k: v
-        for k, v in os.environ.items()
-        if k.startswith("CHORUS_KAFKA_") or k in ("CHORUS_SIGNING_DIR", "HOME", "LANG")
-    }
+def reader_env(folder: Path, wheels: Wheels, house: Path) -> dict[str, str]:
+    """A root shell's environment after the page's "Before you start" (the virtualenv
+    activated), pip pointed at the local wheelhouse; nothing of this test process besides."""
+    venv = folder / ".venv"
+    # `python3` is this interpreter's base (the virtualenv the tests run in is the checkout's).
+    python = Path(sys.base_prefix) / "bin"
     return {
-        **passed,
-        "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
-        "CHORUS_ENV": "demo",
-        "CHORUS_DATABASE_URL": database_url,
+        "HOME": os.environ["HOME"],  # Maven's local repository, where `make up` put Kafka's jars
+        "LANG": "C.UTF-8",
+        "PATH": f"{venv / 'bin'}:{python}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "VIRTUAL_ENV": str(venv),
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": f"{wheels.chorus.parent} {house}",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         "PYTHONUNBUFFERED": "1",  # stdout and stderr in the order they were written
         "COLUMNS": "120",  # a terminal's width: the tables as a reader sees them
     }
@@ -63,40 +68,42 @@ def built_files(folder: Path) -> dict[str, str]:
     }
 
 
-async def delete_topic(bootstrap: str, topic: str) -> None:
-    admin = make_admin(bootstrap, client_id="chorus-tests-tutorial")
-    await admin.start()
-    try:
-        if topic in await admin.list_topics():
-            await admin.delete_topics([topic])
-        for _ in range(100):  # deletion completes in the background
-            if topic not in await admin.list_topics():
-                return
-            await asyncio.sleep(0.2)
-        raise AssertionError(f"{topic} was not deleted")
-    finally:
-        await admin.close()
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> Wheels:
+    return build_wheels(tmp_path_factory.mktemp("wheels"))
 
 
-@pytest.fixture
-async def reader_database(database_url: str) -> AsyncIterator[str]:
-    async with own_database(database_url, f"chorus_tutorial_{uuid.uuid4().hex[:8]}") as url:
-        yield url
+def _tidy(folder: Path, env: dict[str, str], namespace: str) -> None:
+    """What the page started and did not stop (it failed half-way), stopped; the project's
+    infrastructure's data deleted (its PostgreSQL cluster lives outside the folder)."""
+    chorus = [*exec_in(namespace), str(folder / ".venv" / "bin" / "chorus")]
+    if not Path(chorus[-1]).exists():
+        return  # the page failed before it installed anything
+    if (folder / ".chorus" / "dev.pid").exists():
+        subprocess.run([*chorus, "dev", "down"], cwd=folder, env=env, check=False, timeout=300)
+    subprocess.run([*chorus, "dev", "infra", "reset"], cwd=folder, env=env, check=False, timeout=300)
 
 
-async def test_the_tutorial_runs_as_written_and_builds_examples_support(
-    tmp_path: Path, kafka_bootstrap: str, reader_database: str
+async def test_the_tutorial_runs_from_pip_install_in_an_empty_folder_and_builds_examples_support(
+    tmp_path: Path, wheels: Wheels
 ) -> None:
-    await delete_topic(kafka_bootstrap, TOPIC)
+    version = "{}.{}".format(*sys.version_info[:2])
+    wanted = (str(wheels.chorus), str(wheels.reference), *PAGE_INSTALLS)
+    house = await asyncio.to_thread(fill_wheelhouse, sys.executable, version, *wanted)
     folder = tmp_path / "support"
     folder.mkdir()
-    env = tutorial_env(reader_database)
-    try:
-        await asyncio.to_thread(run_markdown, TUTORIAL, folder, env)
-    finally:
-        if (folder / ".chorus" / "dev.pid").exists():  # the page failed before `chorus dev down`
-            down = ["chorus", "dev", "down"]
-            await asyncio.to_thread(subprocess.run, down, cwd=folder, env=env, check=False, timeout=120)
+    env = reader_env(folder, wheels, house)
+    # Nothing of the checkout on the reader's paths (the wheelhouse stands in for an index).
+    assert str(ROOT) not in env["PATH"] and "PYTHONPATH" not in env
+    with network_namespace("chorus-tutorial") as namespace:
+        try:
+            await asyncio.to_thread(run_markdown, TUTORIAL, folder, env, 600, exec_in(namespace))
+        finally:
+            await asyncio.to_thread(_tidy, folder, env, namespace)
+    python = folder / ".venv" / "bin" / "python"
+    where = run(python, "-c", "import chorus; print(chorus.__file__)", cwd=folder, env=env)
+    assert where.startswith(str(folder / ".venv")), where  # the wheel, installed by the page
+
     built, example = built_files(folder), built_files(EXAMPLE)
     assert sorted(built) == sorted(example)
     assert [name for name in built if built[name] != example[name]] == []

@@ -53,7 +53,7 @@ import re
 import signal
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path, PurePosixPath
@@ -106,19 +106,25 @@ def parse(markdown: str) -> list[Step]:
     return steps
 
 
-def run(steps: list[Step], workdir: Path, env: Mapping[str, str], timeout_s: float = 600) -> None:
+def run(
+    steps: list[Step], workdir: Path, env: Mapping[str, str], timeout_s: float = 600, wrap: Sequence[str] = ()
+) -> None:
     """Execute ``steps`` in order in ``workdir`` (an existing directory), each command with
-    environment ``env`` and at most ``timeout_s`` seconds.
+    environment ``env`` and at most ``timeout_s`` seconds, as ``[*wrap, "bash", "-c", command]``
+    (``wrap``: a program that runs bash somewhere else, e.g. ``ip netns exec NAME``; it must
+    exec it, so that a timeout kills bash's process group).
 
     Raises ``AssertionError`` at the first step that does not do what the page shows (exit
     status, output, timeout, missing file to append to); later steps do not run.
     """
-    _run(steps, workdir, env, timeout_s, source=None)
+    _run(steps, workdir, env, timeout_s, wrap, source=None)
 
 
-def run_markdown(path: Path, workdir: Path, env: Mapping[str, str], timeout_s: float = 600) -> None:
+def run_markdown(
+    path: Path, workdir: Path, env: Mapping[str, str], timeout_s: float = 600, wrap: Sequence[str] = ()
+) -> None:
     """``run(parse(path's text), ...)``; failures name the place as ``path:line``."""
-    _run(parse(path.read_text(encoding="utf-8")), workdir, env, timeout_s, source=path)
+    _run(parse(path.read_text(encoding="utf-8")), workdir, env, timeout_s, wrap, source=path)
 
 
 def matches(expected: list[str], actual: list[str]) -> bool:
@@ -231,12 +237,17 @@ def _split_exit_comment(command: str) -> tuple[str, int]:
 
 
 def _run(
-    steps: list[Step], workdir: Path, env: Mapping[str, str], timeout_s: float, source: Path | None
+    steps: list[Step],
+    workdir: Path,
+    env: Mapping[str, str],
+    timeout_s: float,
+    wrap: Sequence[str],
+    source: Path | None,
 ) -> None:
     for step in steps:
         where = f"{source}:{step.line}" if source is not None else f"line {step.line}"
         if step.action is Action.RUN:
-            _run_command(step, workdir, env, timeout_s, where)
+            _run_command(step, workdir, env, timeout_s, wrap, where)
             continue
         target = workdir / step.path
         if step.action is Action.WRITE:
@@ -249,12 +260,14 @@ def _run(
                 file.write(step.content)
 
 
-def _run_command(step: Step, workdir: Path, env: Mapping[str, str], timeout_s: float, where: str) -> None:
+def _run_command(
+    step: Step, workdir: Path, env: Mapping[str, str], timeout_s: float, wrap: Sequence[str], where: str
+) -> None:
     # Output goes to a file, not a pipe: a server the command starts in the background keeps
     # a pipe open for as long as it lives, and the runner would wait for it until the timeout.
     with tempfile.TemporaryFile() as output_file:
         process = subprocess.Popen(
-            ["bash", "-c", step.command],
+            [*wrap, "bash", "-c", step.command],
             cwd=workdir,
             env=dict(env),
             stdin=subprocess.DEVNULL,

@@ -16,6 +16,8 @@ from tests.support.processes import run_captured, user_env
 ROOT = Path(__file__).resolve().parents[2]
 EXTRAS = "analytics,otlp,dev"
 """What a wheel's own tests need beside the runtime (the tests use the dev tools)."""
+WHEELHOUSE = ROOT / ".local" / "wheelhouse"
+"""Kept between runs, one folder per Python version: what pip downloaded once installs offline."""
 
 
 def run(*args: str | Path, cwd: Path, env: dict[str, str] | None = None, timeout_s: float = 900) -> str:
@@ -52,6 +54,17 @@ def build_wheels(tmp: Path) -> Wheels:
     (chorus,) = (tmp / "dist").glob("chorus_workflows-*.whl")
     (reference,) = (tmp / "dist").glob("chorus_workflows_reference-*.whl")
     return Wheels(chorus, reference)
+
+
+def fill_wheelhouse(python: Path | str, version: str, *wanted: str) -> Path:
+    """WHEELHOUSE's folder for ``version`` (``python``'s), with every dependency of
+    ``wanted`` (requirements, or wheels with extras) in it, downloaded once. Chorus's own
+    wheels are not kept there: an earlier build of the same version would answer for this one."""
+    house = WHEELHOUSE / version
+    run(python, "-m", "pip", "--disable-pip-version-check", "download", "-q", "-d", house, *wanted, cwd=ROOT)
+    for copy in house.glob("chorus_workflows*.whl"):
+        copy.unlink()
+    return house
 
 
 def top_level(wheel: Path) -> set[str]:

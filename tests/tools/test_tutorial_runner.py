@@ -341,6 +341,21 @@ def test_each_command_starts_in_the_working_directory_with_the_given_environment
     run(steps, tmp_path, {**ENV, "GREETING": "hi"}, timeout_s=30)
 
 
+def test_wrap_runs_each_command_through_another_program(tmp_path: Path) -> None:
+    # `env NAME=value` execs bash as `ip netns exec NS` does: the page's commands run inside it.
+    steps = parse(
+        md("""
+        ```console
+        $ echo "$WHERE"
+        wrapped
+        ```
+        """)
+    )
+    run(steps, tmp_path, ENV, timeout_s=30, wrap=["env", "WHERE=wrapped"])
+    with pytest.raises(AssertionError, match="output differs"):
+        run(steps, tmp_path, ENV, timeout_s=30)
+
+
 def test_the_first_failure_stops_the_run(tmp_path: Path) -> None:
     with pytest.raises(AssertionError, match="line 2"):
         run_page(
