@@ -1,8 +1,9 @@
 """Traces end to end: every service exports its spans over OTLP/HTTP (the ``otlp`` extra) to a
 receiver in this test; one procurement workflow is one trace — the gateway accepting it,
-every service's handling, the reviewer's decision, and each call outside (the language
-model, the payment provider, the reviewers' channel) — and the outside systems got the
-trace's ``traceparent`` header."""
+every service's handling and publishing, the reviewer's decision, and each call outside (the
+language model, the payment provider, the reviewers' channel) — with OpenTelemetry's
+messaging, HTTP and GenAI attributes, and the outside systems got the trace's
+``traceparent`` header."""
 
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ pytestmark = pytest.mark.integration
 SUBMITTER = {"Authorization": "Bearer demo-submitter-key"}
 MANAGER = {"Authorization": "Bearer demo-manager-key"}
 PROCUREMENT = tuple(s for s in SERVICES if s not in ("report_agent", "source_fetcher"))
+HOPS = ("invoice_agent", "budget_agent", "approval_gate", "payment_agent", "notifier", "audit_projector")
+SERVER, CLIENT, PRODUCER, CONSUMER = 2, 3, 4, 5
+"""OTLP's span kinds."""
 PO: dict[str, Any] = {
     "po_number": "PO-TRACE",
     "vendor_id": "vendor-acme",
@@ -73,6 +77,10 @@ async def receiver() -> AsyncIterator[Receiver]:
                             "parent": span.parent_span_id.hex(),
                             "name": span.name,
                             "kind": span.kind,
+                            "attributes": {
+                                a.key: getattr(a.value, a.value.WhichOneof("value") or "string_value")
+                                for a in span.attributes
+                            },
                         }
                     )
         return web.Response(
@@ -161,32 +169,46 @@ async def test_one_workflow_is_one_trace_across_every_service_and_external_call(
 
         await wait_until(completed, timeout_s=90, interval_s=0.5, what="the workflow completing")
 
-    # Spans arrive in batches: wait until every hop and call of the workflow has one.
+    # Spans arrive in batches: wait until every hop and call of the workflow has one. The
+    # gateway's request is an HTTP SERVER span; each service's handling a CONSUMER span.
     wanted = {
-        ("gateway", "accept procurement"),
-        ("invoice_agent", "handle"),
-        ("budget_agent", "handle"),
-        ("approval_gate", "handle"),
-        ("payment_agent", "handle"),
-        ("notifier", "handle"),
-        ("audit_projector", "handle"),
+        ("gateway", SERVER, "POST /v1/workflows/procurement"),
+        *((svc, CONSUMER, "process ") for svc in HOPS),
     }
 
     def covered() -> bool:
         spans = receiver.of_trace(trace_id)
-        return all(any(s["service"] == svc and part in s["name"] for s in spans) for svc, part in wanted)
+        return all(
+            any(s["service"] == svc and s["kind"] == kind and s["name"].startswith(name) for s in spans)
+            for svc, kind, name in wanted
+        )
 
     await wait_until(covered, timeout_s=60, interval_s=0.5, what="spans of every hop")
     spans = receiver.of_trace(trace_id)
-    clients = {(s["service"], s["name"]) for s in spans if s["kind"] == 3}  # SPAN_KIND_CLIENT
-    assert any(svc == "invoice_agent" for svc, _ in clients), clients  # the language model
+    clients = {(s["service"], s["name"]) for s in spans if s["kind"] == CLIENT}
     assert any(svc == "payment_agent" for svc, _ in clients), clients  # the payment provider
+
+    # By OpenTelemetry's conventions, as tracing backends read them: consuming and publishing
+    # on Kafka, and the language model's chat with the tokens it used.
+    consumed = [s for s in spans if s["kind"] == CONSUMER]
+    for span in consumed:
+        found = span["attributes"]
+        assert found["messaging.system"] == "kafka" and found["messaging.operation.type"] == "process"
+        assert span["name"] == f"process {found['messaging.destination.name']}", span
+        assert found["messaging.consumer.group.name"] and "messaging.kafka.offset" in found, span
+    sent = [s for s in spans if s["kind"] == PRODUCER]
+    assert {s["service"] for s in sent} >= {"gateway", "invoice_agent", "budget_agent", "payment_agent"}
+    assert all(s["attributes"]["messaging.operation.type"] == "send" for s in sent), sent
+    [chat, *_] = [s for s in spans if s["service"] == "invoice_agent" and s["name"].startswith("chat ")]
+    assert chat["kind"] == CLIENT and chat["attributes"]["gen_ai.operation.name"] == "chat", chat
+    assert chat["attributes"]["gen_ai.usage.input_tokens"] > 0, chat
+    assert chat["attributes"]["gen_ai.usage.output_tokens"] > 0, chat
 
     # One tree: every span's parent is the caller's span or another span of the trace.
     ids = {s["span_id"] for s in spans} | {root}
     orphans = [(s["service"], s["name"], s["parent"]) for s in spans if s["parent"] not in ids]
     assert not orphans, orphans
-    assert {s["service"] for s in spans} >= {svc for svc, _ in wanted}
+    assert {s["service"] for s in spans} >= {svc for svc, _, _ in wanted}
 
     # And the systems outside were called in the same trace.
     calls = (await stack.sandbox_stats())["traces"]

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import zlib
 from collections.abc import Awaitable, Callable
 
@@ -46,13 +47,14 @@ from aiokafka.errors import (
     UnknownTopicOrPartitionError,
 )
 
-from chorus.base import hoptrace
+from chorus.base import hoptrace, tracing
 from chorus.base.clock import Clock
 from chorus.base.errors import PersistentError
 from chorus.base.faults import fault_point
 from chorus.base.logs import fields
 from chorus.base.metrics import Metrics
 from chorus.kernel.kafka import stop_client
+from chorus.kernel.messaging import published
 from chorus.kernel.store import OutboxMessage, OutboxRow
 from chorus.kernel.store.postgres import ServiceStore
 
@@ -245,10 +247,13 @@ class OutboxRelay:
         nothing is marked, all go again."""
         # send() only enqueues; the idempotent producer keeps per-partition order,
         # so all sends go out before any is awaited.
+        started_ns = time.time_ns()  # a span's times are the machine's, as every exporter's
         futures = [await self._send(r) for r in rows]
         self._trace("sent", rows)
         results = await asyncio.gather(*futures, return_exceptions=True)
         self._trace("acked", rows)
+        if tracing.building():
+            _producer_spans(rows, results, started_ns, time.time_ns())
         refusals = [r for r in results if isinstance(r, REFUSALS)]
         if not refusals:
             for result in results:
@@ -339,3 +344,14 @@ class OutboxRelay:
     def stop(self) -> None:
         self._stopping = True
         self._wake.set()
+
+
+def _producer_spans(rows: list[OutboxRow], results: list[object], start_ns: int, end_ns: int) -> None:
+    """A PRODUCER span per published row, child of the span that emitted its event."""
+    for row, result in zip(rows, results, strict=True):
+        if isinstance(result, BaseException):
+            continue
+        traceparent = dict(row.headers).get("traceparent", b"").decode("ascii", "replace")
+        partition, offset = getattr(result, "partition", -1), getattr(result, "offset", -1)
+        name, attributes = published(row.topic, str(row.event_id or ""), partition, offset)
+        tracing.ended_span(name, traceparent, "producer", attributes, start_ns, end_ns)

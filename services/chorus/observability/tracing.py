@@ -8,7 +8,7 @@ span a trace viewer shows hop by hop.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from opentelemetry import trace
@@ -16,9 +16,9 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
-from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, TraceFlags
+from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, TraceFlags
 
-from chorus.base.tracing import SpanKind, TraceContext, build_spans, child_traceparent
+from chorus.base.tracing import Attributes, SpanKind, TraceContext, build_spans, child_traceparent
 
 _provider: TracerProvider | None = None
 
@@ -71,6 +71,8 @@ KINDS = {
     "internal": trace.SpanKind.INTERNAL,
     "server": trace.SpanKind.SERVER,
     "client": trace.SpanKind.CLIENT,
+    "consumer": trace.SpanKind.CONSUMER,
+    "producer": trace.SpanKind.PRODUCER,
 }
 
 
@@ -82,12 +84,39 @@ class OtelSpans:
 
     @contextmanager
     def span(
-        self, name: str, parent: str | None, kind: SpanKind, attributes: dict[str, str]
+        self, name: str, parent: str | None, kind: SpanKind, attributes: Attributes, links: Sequence[str] = ()
     ) -> Iterator[str]:
         with self.tracer.start_as_current_span(
-            name, context=_remote(parent), kind=KINDS[kind], attributes=attributes
+            name, context=_remote(parent), kind=KINDS[kind], attributes=attributes, links=_links(links)
         ) as span:
             yield _span_traceparent(span, parent or "")
+
+    def annotate(self, attributes: Attributes) -> None:
+        trace.get_current_span().set_attributes(attributes)
+
+    def record(
+        self,
+        name: str,
+        parent: str | None,
+        kind: SpanKind,
+        attributes: Attributes,
+        start_ns: int,
+        end_ns: int,
+    ) -> None:
+        span = self.tracer.start_span(
+            name, context=_remote(parent), kind=KINDS[kind], attributes=attributes, start_time=start_ns
+        )
+        span.end(end_time=end_ns)
+
+
+def _links(traceparents: Sequence[str]) -> list[Link]:
+    """Links to the spans ``traceparents`` name (the other causes of a fan-in)."""
+    found = []
+    for traceparent in traceparents:
+        context = _remote(traceparent)
+        if context is not None:
+            found.append(Link(trace.get_current_span(context).get_span_context()))
+    return found
 
 
 def _remote(traceparent: str | None) -> Context | None:

@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -16,7 +18,7 @@ import httpx
 from chorus.base.errors import PersistentError, TransientError
 from chorus.base.faults import fault_point
 from chorus.base.logs import redact
-from chorus.base.tracing import outbound_span
+from chorus.base.tracing import Attributes, annotate, building, outbound_span
 from chorus.outside.egress import pin
 
 
@@ -62,8 +64,12 @@ async def call_json(
     timeout_s: float = 30.0,
     submitter_url: bool = False,
     max_response_bytes: int = 4 * 1024 * 1024,
+    convention: Convention | None = None,
 ) -> httpx.Response:
     """Send one request; return the 2xx response or raise the matching taxonomy error.
+
+    The call is a client span (HTTP's attributes, and ``convention``'s when another one
+    describes it: a model's chat is GenAI's).
 
     ``submitter_url``: the URL came from a submitter (a callback, a source, a delivery
     target), so its failures are the input's, not the service's: they are retried and
@@ -75,8 +81,9 @@ async def call_json(
     ``mid_external_call`` (fault injection) fires after the other side answered and
     before the caller records the answer: the hardest moment to crash.
     """
-    with outbound_span(what, method, urlsplit(url).hostname or "") as traceparent:
-        return await _call(
+    named, described = (convention.name, convention.attributes) if convention else ("", None)
+    with outbound_span(what, method, urlsplit(url).hostname or "", named, described) as traceparent:
+        response = await _call(
             client,
             method,
             url,
@@ -89,6 +96,20 @@ async def call_json(
             submitter_url=submitter_url,
             max_response_bytes=max_response_bytes,
         )
+        more = convention.answered(response) if convention else {}
+        if building():
+            annotate({"http.response.status_code": response.status_code, **more})
+        return response
+
+
+@dataclass(frozen=True)
+class Convention:
+    """What a convention beyond HTTP's says of a call: its span's name and attributes, and
+    those its answer adds (``answered``, called on every answer: it may count it too)."""
+
+    name: str
+    attributes: Attributes
+    answered: Callable[[httpx.Response], Attributes] = lambda _: {}
 
 
 async def _call(

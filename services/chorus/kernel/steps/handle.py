@@ -42,6 +42,7 @@ from chorus.contracts.platform import Failure
 from chorus.kernel.backoff import full_jitter
 from chorus.kernel.chain import Again, Item
 from chorus.kernel.codec import Event, upcast
+from chorus.kernel.messaging import Delivery
 from chorus.kernel.ports import Sealing
 from chorus.kernel.results import DeadLetter, Dropped, Frame, Result, Retry, Review, Succeeded
 from chorus.kernel.service import Context, On, ServiceSpec, check_outcome
@@ -63,6 +64,8 @@ class Handle:
     sealer: Sealing | None = None
     release: str | None = None
     """A workflow's first checkpoint is pinned to this release (chorus.releases)."""
+    group: str = ""
+    """The consumer group it reads as (its spans say so)."""
     name: str = "handle"
 
     async def __call__(self, item: Item) -> Item | Again:
@@ -82,7 +85,16 @@ class Handle:
                 self.metrics.failures.labels(refused.category, env.event_type).inc()
                 result, traceparent = DeadLetter(refused, refused.category), env.traceparent
             else:
-                result, traceparent = await self.run(route, event, frame, item.tries, item.failures)
+                record = item.record
+                delivery = Delivery(
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    self.group,
+                    str(env.event_id),
+                    record.key.decode("utf-8", "replace") if record.key else None,
+                )
+                result, traceparent = await self.run(route, event, frame, item.tries, item.failures, delivery)
         except ConflictError:  # a mid-step checkpoint found the workflow moved on
             log.info("checkpoint moved under us; reloading", extra=fields(via=item.via.value))
             return Again("load")
@@ -155,16 +167,22 @@ class Handle:
         frame: Frame,
         attempt: int,
         failures: list[Failure],
+        delivery: Delivery,
     ) -> tuple[Result, str]:
         """Call the handler, with semantic re-tries; classify how it ended. Returns the
         result and the traceparent of the handling span (its events' parent)."""
         env = event.envelope
         feedback: list[str] = []
         with handling_span(
-            self.spec.name,
-            env.event_type,
+            delivery.span_name,
             env.traceparent,
-            {"workflow.id": env.workflow_id, "event.id": str(env.event_id), "attempt": str(attempt)},
+            {
+                **delivery.attributes(),
+                "chorus.service": self.spec.name,
+                "chorus.event_type": env.event_type,
+                "chorus.workflow_id": env.workflow_id,
+                "chorus.attempt": attempt,
+            },
         ) as traceparent:
             for _ in range(route.semantic_attempts):
                 try:

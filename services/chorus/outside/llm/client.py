@@ -26,9 +26,11 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from chorus.base.errors import PersistentError, SemanticError
+from chorus.base.tracing import Attributes
 from chorus.outside.breaker import BreakerPolicy
 from chorus.outside.dependencies import Dependency, Guarding, dependencies
-from chorus.outside.external import ExternalRejection, call_json
+from chorus.outside.external import Convention, ExternalRejection, call_json
+from chorus.outside.llm import usage
 
 OFFLINE_MODEL_NAME = "chorus-offline-deterministic"
 M = TypeVar("M", bound=BaseModel)
@@ -112,6 +114,9 @@ class OpenAICompatibleLLM:
                     },
                     headers=headers,
                     timeout_s=timeout_s,
+                    convention=Convention(
+                        f"chat {self.name}", usage.chat_attributes(self.name), self._answered
+                    ),
                 )
         except ExternalRejection as exc:
             raise PersistentError(f"LLM request refused ({exc.status}): {exc.body}") from exc
@@ -121,6 +126,13 @@ class OpenAICompatibleLLM:
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise SemanticError("LLM answered without choices[0].message.content", [str(exc)]) from exc
         return content
+
+    def _answered(self, response: httpx.Response) -> Attributes:
+        try:
+            body = response.json()
+        except ValueError:
+            return {}  # complete() says what is wrong with it
+        return usage.answered(self.name, body)
 
 
 def reprompt(

@@ -203,6 +203,12 @@ class Sandbox:
                         "finish_reason": "stop",
                     }
                 ],
+                # What it read and wrote, as OpenAI's API says it (a stand-in's tokens are words).
+                "usage": {
+                    "prompt_tokens": (read := sum(len(m.content.split()) for m in messages)),
+                    "completion_tokens": (wrote := len(content.split())),
+                    "total_tokens": read + wrote,
+                },
             }
         )
 

@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from pydantic import Field, create_model
 
 from chorus.base.errors import EventTooLargeError
-from chorus.base.tracing import request_span
+from chorus.base.tracing import annotate, request_span
 from chorus.contracts.api.gateway import Submission, SubmissionAccepted
 from chorus.contracts.base import plain_input
 from chorus.contracts.envelope import Envelope
@@ -56,8 +56,11 @@ def _submit_route(router: APIRouter, name: str, kind: WorkflowKind) -> None:
         api: Api,
     ) -> JSONResponse:
         # Accepting is the workflow's first span: a child of the caller's trace, if any.
-        with request_span("gateway", f"accept {name}", traceparent) as accepted:
-            return await accept(api, Asked(name, kind, body, who, idempotency_key, accepted))
+        route = f"/v1/workflows/{name}"
+        with request_span("gateway", f"accept {name}", traceparent, method="POST", route=route) as accepted:
+            answer = await accept(api, Asked(name, kind, body, who, idempotency_key, accepted))
+            annotate({"http.response.status_code": answer.status_code})
+            return answer
 
     # The body's model is this type's (FastAPI reads it from the annotation), with its
     # longest deadline as the bound of a shorter one asked for (422 naming /deadline_s).

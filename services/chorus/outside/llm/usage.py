@@ -1,0 +1,64 @@
+"""What language models were asked to read and write, in OpenTelemetry's GenAI terms: the
+``gen_ai.usage.*`` attributes of a chat's span, and the ``gen_ai.client.token.usage``
+histogram (``gen_ai_client_token_usage`` in Prometheus form) by operation, provider, model
+and token type. One histogram per process, which every service's /metrics shows (the
+``outside`` feature registers the collector, as it does the breakers')."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import Histogram
+from prometheus_client.registry import Collector
+
+from chorus.base.tracing import Attributes
+
+TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
+"""The buckets the GenAI conventions advise for gen_ai.client.token.usage."""
+PROVIDER = "openai"
+"""gen_ai.provider.name of an OpenAI-compatible server (its API is OpenAI's)."""
+
+_TOKENS = Histogram(
+    "gen_ai_client_token_usage",
+    "Tokens a language model read (input) and wrote (output), per call",
+    ["gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model", "gen_ai_token_type"],
+    buckets=TOKEN_BUCKETS,
+    registry=None,  # every service's own registry shows it, through the collector below
+)
+
+
+class TokenUsageCollector(Collector):
+    def collect(self) -> Iterator[Any]:
+        yield from _TOKENS.collect()
+
+
+def chat_attributes(model: str) -> dict[str, str | int | float | bool]:
+    """A chat call's attributes, known before it is made."""
+    return {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": PROVIDER,
+        "gen_ai.request.model": model,
+        "gen_ai.request.temperature": 0.0,
+    }
+
+
+def answered(model: str, body: Any) -> Attributes:
+    """What an OpenAI-compatible answer says of the call (its ``usage``, the model that
+    answered, its id), as span attributes; the tokens are counted in the histogram too. An
+    answer without them (some servers leave ``usage`` out) adds nothing."""
+    if not isinstance(body, dict):
+        return {}
+    found: dict[str, str | int | float | bool] = {}
+    usage = body.get("usage")
+    if not isinstance(usage, dict):
+        usage = {}
+    for key, token_type in (("prompt_tokens", "input"), ("completion_tokens", "output")):
+        count = usage.get(key)
+        if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+            found[f"gen_ai.usage.{token_type}_tokens"] = count
+            _TOKENS.labels("chat", PROVIDER, model, token_type).observe(count)
+    for key, attribute in (("model", "gen_ai.response.model"), ("id", "gen_ai.response.id")):
+        if isinstance(body.get(key), str):
+            found[attribute] = body[key][:200]
+    return found
