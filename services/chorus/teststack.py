@@ -1,6 +1,5 @@
 """Public surface (docs/runtime-api.md), kept at this path; it lives in ``chorus.testing.stack``."""
 
-from chorus.base.localinfra import use_project_infra
 from chorus.testing.stack import (
     isolated_registry,
     isolated_schemas,
@@ -9,6 +8,7 @@ from chorus.testing.stack import (
     publish,
     read_events,
 )
+from chorus.tools.infra import use_project_infra
 
 __all__ = [
     "isolated_registry",

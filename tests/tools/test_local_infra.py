@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chorus.base.localinfra import use_project_infra
+from chorus.tools.infra import use_project_infra
 
 
 def project(root: Path) -> Path:

@@ -10,8 +10,11 @@ union with the platform's) is provisioned: topics, a SCRAM user and the ACLs per
 signing keys, the key service's certificate, a database role per service.
 
 ``.chorus/infra.env`` records the ports and says how to reach both (the settings `make up`'s
-``LOCAL_ENV`` gives): ``chorus dev up`` reads it, and ``chorus dev infra env`` prints it for a
-shell (``eval "$(chorus dev infra env)"``).
+``LOCAL_ENV`` gives). Every ``chorus`` command run inside the project and its generated tests'
+``conftest.py`` take them as defaults (``use_project_infra``), so a reader's shell needs
+nothing exported, as ``docker compose`` reads a project's ``.env``; a variable set in the
+environment always wins. ``chorus dev infra env`` prints them for other programs
+(``eval "$(chorus dev infra env)"``).
 """
 
 from __future__ import annotations
@@ -20,15 +23,14 @@ import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
-from chorus.base.localinfra import INFRA_ENV, project_infra_env, read_env_file
 from chorus.base.settings import DEMO_DATABASE_PASSWORD
 
-ENV_FILE = INFRA_ENV.name
+ENV_FILE = "infra.env"
 KAFKA_PORT = 9092
 POSTGRES_PORT = 54329
 """The ports `make up` uses, which every setting's default points at."""
@@ -41,6 +43,34 @@ def scripts() -> Path:
     if not (folder / "kafka.sh").is_file():
         raise FileNotFoundError(f"{folder}: no kafka.sh (this install of Chorus lacks its package data)")
     return folder
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """NAME=value lines of an env file (comments and blank lines skipped)."""
+    found: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#") and "=" in line:
+            name, _, value = line.partition("=")
+            found[name.strip()] = value.strip()
+    return found
+
+
+def project_infra_env(root: Path) -> dict[str, str]:
+    """The settings ``chorus dev infra up`` recorded for the project at ``root`` ({} if none)."""
+    path = root / ".chorus" / ENV_FILE
+    return read_env_file(path) if path.is_file() else {}
+
+
+def use_project_infra(start: Path, environ: MutableMapping[str, str] = os.environ) -> dict[str, str]:
+    """Default ``environ`` to the recorded settings of the project ``start`` is in (the
+    nearest folder up with ``schemas/project.yaml``); what it set, by name. Nothing is
+    parsed but the env file: a broken registry is for the command at hand to report."""
+    root = next((f for f in (start, *start.parents) if (f / "schemas" / "project.yaml").is_file()), None)
+    if root is None:
+        return {}
+    added = {name: value for name, value in project_infra_env(root).items() if name not in environ}
+    environ.update(added)
+    return added
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ documented port, the sandbox standing in for the outside world, and the project'
 services, found in its ``services/``) and returns once every process is healthy; ``down``
 stops it. It reaches Kafka and PostgreSQL through the usual ``CHORUS_*`` variables, which
 default to those ``infra up`` recorded (a variable set in the environment wins), as for
-every ``chorus`` command run in the project (``chorus.base.localinfra``).
+every ``chorus`` command run in the project (``chorus.tools.infra.use_project_infra``).
 
 Exit codes: 0 done; 1 the stack did not come up (the end of its log is printed) or was not
 running, or the infrastructure did not start; 2 not in a project, or refused.

@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from chorus import __version__
-from chorus.base.localinfra import use_project_infra
 from chorus.tools.cli import access as access_cli
 from chorus.tools.cli import approvals as approvals_cli
 from chorus.tools.cli import audit as audit_cli
@@ -27,6 +26,7 @@ from chorus.tools.cli import status as status_cli
 from chorus.tools.cli import timers as timers_cli
 from chorus.tools.cli import topics as topics_cli
 from chorus.tools.cli import workflows as workflows_cli
+from chorus.tools.infra import use_project_infra
 
 app = typer.Typer(
     name="chorus",
