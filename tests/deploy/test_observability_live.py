@@ -6,25 +6,23 @@ exports."""
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import yaml
 
+from chorus import __version__
 from chorus.tools import dashboards
-from chorus.tools.devstack import SERVICES, DevStack, free_port
+from chorus.tools.devstack import SERVICES, DevStack
+from tests.support.prometheus import PROMETHEUS_DIR
+from tests.support.prometheus import prometheus as running_prometheus
 from tests.support.stacks import own_stack
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
-PROMETHEUS_DIR = ROOT / "deploy" / "observability" / "prometheus"
 PROCESSES = (*SERVICES, "outcome_analytics", "console")
 SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created")
 
@@ -40,33 +38,9 @@ async def stack(
 
 @pytest.fixture(scope="module")
 def prometheus(stack: DevStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`make observe`'s configuration, its targets file and rules where this test puts them."""
-    binary = shutil.which("prometheus")
-    assert binary, "no prometheus: `make test` installs it (deploy/local/prometheus.sh)"
-    tmp = tmp_path_factory.mktemp("prometheus")
-    stack.write_scrape_targets(tmp / "targets.json")
-    config = yaml.safe_load((PROMETHEUS_DIR / "prometheus.local.yml").read_text())
-    config["global"]["scrape_interval"] = "1s"
-    config["rule_files"] = [str(PROMETHEUS_DIR / f) for f in config["rule_files"]]
-    [job] = config["scrape_configs"]
-    job["file_sd_configs"][0]["files"] = [str(tmp / "targets.json")]
-    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={tmp / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=(tmp / "prometheus.log").open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+    """`make observe`'s configuration and rules, scraping the targets the dev stack writes."""
+    with running_prometheus(tmp_path_factory.mktemp("prometheus"), stack.scrape_targets()) as url:
+        yield url
 
 
 async def test_prometheus_scrapes_every_service_and_loads_the_alert_rules(
@@ -123,6 +97,14 @@ async def test_prometheus_scrapes_every_service_and_loads_the_alert_rules(
             return services if services == set(PROCESSES) else None
 
         await wait_until(cpu, timeout_s=30, interval_s=1.0, what="process metrics of every service")
+
+        # What runs where: every process's build info, with Chorus's version.
+        query = {"query": "chorus_build_info"}
+        found = (await http.get(f"{prometheus}/api/v1/query", params=query)).json()["data"]["result"]
+        built = {r["metric"]["service"]: r["metric"] for r in found}
+        assert set(built) == set(PROCESSES)
+        assert {m["chorus_version"] for m in built.values()} == {__version__}
+        assert {m["version"] for m in built.values()} == {__version__}  # the platform's own services
 
 
 async def test_every_metric_an_alert_or_a_dashboard_names_is_exported(stack: DevStack) -> None:

@@ -8,6 +8,7 @@ test process without clashing.
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Sequence
 
 from prometheus_client import (
@@ -20,6 +21,8 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
+
+from chorus import __version__
 
 LATENCY_BUCKETS = (
     0.001,
@@ -41,19 +44,28 @@ LATENCY_BUCKETS = (
 )
 
 
-def process_registry() -> CollectorRegistry:
+def process_registry(version: str = __version__) -> CollectorRegistry:
     """A registry of one process's own, with its CPU, memory, file descriptors and garbage
-    collections (prometheus_client puts those only in its default registry)."""
+    collections (prometheus_client puts those only in its default registry), and what runs:
+    ``version``, the service's own (a platform service's is Chorus's)."""
     registry = CollectorRegistry(auto_describe=True)
     ProcessCollector(registry=registry)
     GCCollector(registry=registry)
     PlatformCollector(registry=registry)
+    # The usual build-info series (1, the versions as labels: joined onto any series with
+    # `* on (instance) group_left (version)`). Its release is the scrape target's label.
+    Gauge(
+        "chorus_build_info",
+        "1, labelled with the versions of the service, of Chorus and of Python it runs",
+        ["version", "chorus_version", "python_version"],
+        registry=registry,
+    ).labels(version, __version__, platform.python_version()).set(1)
     return registry
 
 
 class Metrics:
-    def __init__(self, service: str) -> None:
-        self.registry = process_registry()
+    def __init__(self, service: str, version: str = __version__) -> None:
+        self.registry = process_registry(version)
         self.service = service
         self.events_in = self.counter(
             "chorus_events_in", "Records read, by topic and event type", ["topic", "event_type"]

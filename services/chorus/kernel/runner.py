@@ -123,7 +123,7 @@ class KernelRunner:
         self.registry = registry
         self.identity = identity
         self.group = identity.group
-        self.metrics = Metrics(spec.name)
+        self.metrics = Metrics(spec.name, spec.version)
         self.store = ServiceStore(spec.name)
         self.guard = DeadLetterGuard(max_consecutive=settings.dead_letter_guard_consecutive)
         self.pool: asyncpg.Pool | None = None

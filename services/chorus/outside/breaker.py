@@ -250,12 +250,18 @@ def known() -> list[CircuitBreaker]:
 
 
 class BreakerCollector(Collector):
-    """The circuit breakers this process uses, read when Prometheus scrapes."""
+    """The circuit breakers this process uses, read when Prometheus scrapes, one series per
+    dependency. A dependency of many endpoints has a breaker per endpoint (``Dependency.keyed``:
+    ``webhooks:<host>``, a host a submitter chose): labelled by endpoint, the series would be
+    as many as the hosts anyone names. The endpoint's part of the name is dropped: a
+    dependency's state is its worst endpoint's, its rejections their sum, and how many of its
+    endpoints are open is a series of its own (/health and ``chorus status`` name them)."""
 
     def collect(self) -> Iterator[Metric]:
         state = GaugeMetricFamily(
             "chorus_breaker_state",
-            "Circuit breaker of each dependency as this process last saw it: 0 closed, 1 half-open, 2 open",
+            "Circuit breaker of each dependency (its worst endpoint's) as this process last saw it: "
+            "0 closed, 1 half-open, 2 open",
             labels=["dependency"],
         )
         rejected = CounterMetricFamily(
@@ -263,8 +269,18 @@ class BreakerCollector(Collector):
             "Calls not made because the dependency's circuit breaker was open",
             labels=["dependency"],
         )
+        open_endpoints = GaugeMetricFamily(
+            "chorus_breaker_open_endpoints",
+            "Endpoints of each dependency whose circuit breaker is open",
+            labels=["dependency"],
+        )
+        families: dict[str, list[CircuitBreaker]] = {}
         for one in known():
-            state.add_metric([one.name], STATE_VALUE[one.state])
-            rejected.add_metric([one.name], one.rejections)
+            families.setdefault(one.name.partition(":")[0], []).append(one)
+        for dependency, breakers in sorted(families.items()):
+            state.add_metric([dependency], max(STATE_VALUE[b.state] for b in breakers))
+            rejected.add_metric([dependency], sum(b.rejections for b in breakers))
+            open_endpoints.add_metric([dependency], sum(b.state is BreakerState.OPEN for b in breakers))
         yield state
         yield rejected
+        yield open_endpoints

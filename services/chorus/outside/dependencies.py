@@ -40,7 +40,8 @@ class Dependency(BaseModel):
     breaker: BreakerPolicy = BreakerPolicy()
 
     def keyed(self, key: str) -> Dependency:
-        """The same policy for one of many endpoints (a source's host, a webhook receiver)."""
+        """The same policy for one of many endpoints (a source's host, a webhook receiver):
+        ``name:key``. Its metrics stay under ``name`` (a key may be anyone's choice)."""
         return self.model_copy(update={"name": f"{self.name}:{key}"[:200]})
 
 

@@ -222,6 +222,29 @@ PER_SERVICE = Dashboard(
             ),
         ),
         (
+            "HTTP API",
+            (
+                single(
+                    "Requests, by route and status",
+                    rate,
+                    "http_server_request_duration_seconds_count",
+                    "http_request_method, http_route, http_response_status_code",
+                    unit="reqps",
+                ),
+                Panel(
+                    "Request duration p99, by route",
+                    (
+                        q(
+                            quantile(0.99, "http_server_request_duration_seconds", "http_route"),
+                            "{{http_route}}",
+                        ),
+                    ),
+                    unit="s",
+                ),
+                single("Requests in flight", total, "http_server_active_requests", "http_request_method"),
+            ),
+        ),
+        (
             "Process",
             (
                 single("CPU", rate, "process_cpu_seconds_total", "instance", unit="percentunit"),
@@ -259,16 +282,17 @@ DEAD_LETTERS = Dashboard(
                     "Open dead letters",
                     total,
                     "chorus_deadletters_open",
-                    "service, category",
-                    labels="",
+                    "service_name, category",
+                    # The dead-letter service counts every service's: by the one they are of.
+                    labels='service_name=~"$service"',
                     description="Waiting for a redrive or a discard (the dead-letter service's count).",
                 ),
                 single(
                     "Oldest open dead letter",
                     highest,
                     "chorus_deadletters_oldest_open_age_seconds",
-                    "service",
-                    labels="",
+                    "service_name",
+                    labels='service_name=~"$service"',
                     unit="s",
                 ),
                 single(

@@ -96,7 +96,9 @@ class HttpServer:
         self.host, self.port = host, port
         self.metrics = metrics
         self.health = health
-        self.app = create_api(title=title, version="1.0.0", responses=problems(401, 403, 413, 415, 422))
+        self.app = create_api(
+            title=title, version="1.0.0", responses=problems(401, 403, 413, 415, 422), metrics=metrics
+        )
         self.app.state.api_keys = dict(api_keys or {})
         self.app.add_api_route("/health", self._health, methods=["GET"], include_in_schema=False)
         self.app.add_api_route("/health/ready", self._health, methods=["GET"], include_in_schema=False)

@@ -32,8 +32,10 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from chorus.base.errors import KeyStoreUnavailableError
+from chorus.base.metrics import Metrics
 from chorus.contracts import strictjson
 from chorus.contracts.base import in_utc
+from chorus.web.requestmetrics import RequestMetrics
 
 _ISO_DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
 
@@ -300,13 +302,17 @@ def create_api(
     *,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
+    metrics: Metrics | None = None,
     **fastapi_args: Any,
 ) -> FastAPI:
-    """A FastAPI app with the shared behaviour above installed."""
+    """A FastAPI app with the shared behaviour above installed; with ``metrics``, every
+    request is counted in them (chorus.web.requestmetrics)."""
     dependencies = [Depends(plain_parameters), *fastapi_args.pop("dependencies", ())]
     app = FastAPI(dependencies=dependencies, **fastapi_args)
     app.router.route_class = StrictJSONRoute
     app.add_middleware(BodyCap, max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
+    if metrics is not None:
+        app.add_middleware(RequestMetrics, metrics=metrics)  # added last: outermost
 
     @app.exception_handler(Problem)
     async def _problem(request: Request, exc: Problem) -> JSONResponse:

@@ -46,6 +46,7 @@ from chorus.web.apikeys import bearer
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import approval, envelope, events_of, local_signer, publish, read_topic
 from tests.support.processes import ServiceProcess, infra_env
+from tests.support.prometheus import labels_of, panel_query, prometheus
 from tests.support.registry import isolated_registry
 from tests.support.wait import wait_until
 
@@ -662,7 +663,7 @@ def samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
 
 
 async def test_metrics_show_depth_by_category_and_service_and_the_oldest_age(
-    shared: Stack, kafka_bootstrap: str
+    shared: Stack, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     now = datetime.now(timezone.utc)
     svc = f"svc_metrics_{uuid.uuid4().hex[:8]}"
@@ -673,7 +674,7 @@ async def test_metrics_show_depth_by_category_and_service_and_the_oldest_age(
 
     def depth(text: str) -> dict[str, float]:
         found = samples(text, "chorus_deadletters_open")
-        return {dict(k)["category"]: v for k, v in found.items() if dict(k)["service"] == svc}
+        return {dict(k)["category"]: v for k, v in found.items() if dict(k)["service_name"] == svc}
 
     def metrics_when(wanted: dict[str, float]) -> Callable[[], Awaitable[str | None]]:
         async def probe() -> str | None:
@@ -688,9 +689,21 @@ async def test_metrics_show_depth_by_category_and_service_and_the_oldest_age(
     (age,) = [
         v
         for k, v in samples(text, "chorus_deadletters_oldest_open_age_seconds").items()
-        if dict(k)["service"] == svc
+        if dict(k)["service_name"] == svc
     ]
     assert 5 * 3600 <= age < 5 * 3600 + 300
+
+    # The dead-letter dashboard in a deployment's Prometheus: the panel's own query, the
+    # dead-letter service scraped as a target labelled with its own name and release.
+    target = {"service": "deadletter_service", "release": "main"}
+    scraped = [{"targets": [shared.dlq.url.removeprefix("http://")], "labels": target}]
+    panel = panel_query("chorus-dead-letters", "Open dead letters", service=".*")
+    with prometheus(tmp_path / "prometheus", scraped) as url:
+        shown = await labels_of(url, panel, what="the open dead letters panel")
+    assert {(s.get("service_name"), s["category"]) for s in shown if s.get("service_name") == svc} == {
+        (svc, "persistent"),
+        (svc, "decode"),
+    }, shown
 
     for letter in (old, new):
         response = await shared.http.post(

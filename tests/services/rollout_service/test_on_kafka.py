@@ -27,6 +27,7 @@ from chorus.web.apikeys import DEMO_KEYS
 from chorus.web.http import api_client
 from tests.support.database import connected
 from tests.support.processes import chorus
+from tests.support.prometheus import labels_of, prometheus
 from tests.support.stacks import own_stack
 from tests.support.submissions import accepted, procurement
 from tests.support.wait import wait_until
@@ -56,8 +57,10 @@ PO: dict[str, Any] = {
 
 
 class Rollouts:
-    def __init__(self, stack: DevStack, http: httpx.AsyncClient, database_url: str) -> None:
+    def __init__(self, stack: DevStack, http: httpx.AsyncClient, database_url: str, prometheus: str) -> None:
         self.stack, self.http, self.database_url = stack, http, database_url
+        self.prometheus = prometheus
+        """A deployment's Prometheus: every process scraped with its service and release."""
         self.url = (stack.procs["rollout_service"].health_url or "").removesuffix("/health")
         self.analytics_url = (stack.procs["outcome_analytics"].health_url or "").removesuffix("/health")
 
@@ -208,7 +211,8 @@ async def rollouts(
         # 10 s. The polls' own deadline bounds the test; one slow answer is not a failure.
         api_client(timeout=60.0) as http,
     ):
-        yield Rollouts(own.stack, http, own.database_url)
+        with prometheus(tmp / "prometheus", own.stack.scrape_targets(), waits=False) as url:
+            yield Rollouts(own.stack, http, own.database_url, url)
 
 
 @pytest.fixture
@@ -337,8 +341,19 @@ async def test_a_canary_failing_a_third_of_its_workflows_is_rolled_back_by_the_r
     last = status["history"][0]
     assert (last["action"], last["actor"]) == ("auto_rollback", "rollout_service")
     assert f"canary {FLAKY}" in last["reason"] and "failed" in last["reason"], last["reason"]
-    metrics = (await rollouts.http.get(f"{rollouts.url}/metrics")).text
-    assert f'chorus_rollout_auto_rollbacks_total{{release="{FLAKY}",service="invoice_agent"}} 1.0' in metrics
+    # The operators' alerts, in a Prometheus scraping every process as a deployment does
+    # (the rules as shipped): both name the canary's service and release, not the rollout
+    # service that exports the numbers.
+    fired = await labels_of(
+        rollouts.prometheus, 'ALERTS{alertname="ChorusCanaryRolledBack"}', what="the rolled-back alert"
+    )
+    assert [(a["service_name"], a["service_release"]) for a in fired] == [("invoice_agent", FLAKY)], fired
+    worse = await labels_of(
+        rollouts.prometheus,
+        'max_over_time(ALERTS{alertname="ChorusCanaryWorseThanStable", alertstate="firing"}[1h])',
+        what="the canary-worse-than-stable alert, while the canary ran",
+    )
+    assert [a["service_name"] for a in worse] == ["invoice_agent"], worse
 
     # The canary is to go before its workflows end: the operator moves some of those waiting
     # for a reviewer to stable, from the command line; the canary hands each over.

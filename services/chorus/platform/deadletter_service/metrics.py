@@ -22,14 +22,20 @@ log = logging.getLogger("chorus.platform.deadletter_service.metrics")
 
 
 class DeadLetterGauges:
+    """The open dead letters of every service, labelled service_name: a scrape attaches the
+    dead-letter service's own name as the target's service label, which would overwrite a
+    label named service (Prometheus keeps the target's unless honor_labels)."""
+
     def __init__(self, rt: RuntimeHandle) -> None:
         self.open = rt.metrics.gauge(
-            "chorus_deadletters_open", "Dead letters waiting for redrive or discard", ["service", "category"]
+            "chorus_deadletters_open",
+            "Dead letters waiting for redrive or discard",
+            ["service_name", "category"],
         )
         self.oldest_age = rt.metrics.gauge(
             "chorus_deadletters_oldest_open_age_seconds",
             "Age of the oldest open dead letter, since it was dead-lettered",
-            ["service"],
+            ["service_name"],
         )
         self._seen_depth: set[tuple[str, str]] = set()
         self._seen_age: set[str] = set()

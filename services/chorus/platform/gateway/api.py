@@ -44,6 +44,7 @@ def create_app(
         version="1.0.0",
         description="Submit long-running agent workflows, watch them, approve them.",
         responses=problems(400, 401, 403, 413, 422, 429, 503),
+        metrics=rt.metrics,
     )
     app.add_exception_handler(ReadModelUnavailableError, _unavailable)
     app.add_exception_handler(PolicyApiUnavailableError, _unavailable)

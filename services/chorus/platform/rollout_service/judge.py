@@ -26,17 +26,20 @@ RULE = "rollout_service"
 """The actor of a change the rule makes."""
 
 
+# The service and release a metric is about are service_name and service_release: a scrape
+# attaches the rollout service's own as the target's service and release, which would
+# overwrite labels of those names (Prometheus keeps the target's unless honor_labels).
 async def judge_canaries(rt: RuntimeHandle) -> None:
     rollbacks = rt.metrics.counter(
         "chorus_rollout_auto_rollbacks",
         "Canaries the automatic-rollback rule rolled back",
-        ["service", "release"],
+        ["service_name", "service_release"],
     )
     shares = rt.metrics.gauge(
         "chorus_rollout_failure_share",
         "Share of the workflows pinned to each release of a running canary, since it started, "
         "with a persistent, semantic or unexpected failure",
-        ["service", "release", "role"],
+        ["service_name", "service_release", "role"],
     )
 
     async def round_() -> None:
@@ -54,6 +57,10 @@ async def judge_canaries(rt: RuntimeHandle) -> None:
                 shares.labels(policy.service, policy.stable, "stable").set(stable.failure_rate())
                 shares.labels(policy.service, policy.canary, "canary").set(canary.failure_rate())
                 if policy.auto_rollback:
+                    # The rollback counter's series exists at 0 before its first rollback: to
+                    # Prometheus a series that appears at 1 has not increased, and the
+                    # rolled-back alert would stay silent.
+                    rollbacks.labels(policy.service, policy.canary)
                     verdicts.append((policy, judge(policy, stable, canary)))
         for policy, why in verdicts:
             if why is None:
