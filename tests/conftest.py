@@ -52,13 +52,12 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # (make test passes --no-loadscope-reorder: its own order, by number of tests, put the
 # one-test files that take minutes last, and one worker idled while the other ran them).
 # The files that take longest go first, every other file keeps its place after them; the
-# ones that keep a core busy (building the wheel, the tutorial's installs, schemathesis)
+# ones that keep a core busy (building the wheel, schemathesis)
 # alternate with ones that mostly wait on Kafka, so that each worker gets one of each.
 LONGEST_FIRST = (
     "tests/deploy/test_runtime_wheel.py",  # cpu
     "tests/e2e/test_workflows.py",
     "tests/reliability/test_short_suite.py",
-    "tests/e2e/test_tutorial.py",  # cpu
     "tests/services/rollout_service/test_on_kafka.py",
     "tests/services/gateway/test_api.py",  # cpu
     "tests/services/audit_projector/test_on_kafka.py",

@@ -28,7 +28,7 @@ from tests.support.netns import exec_in, network_namespace
 from tests.support.tutorial import run_markdown
 from tests.support.wheel import Wheels, build_wheels, fill_wheelhouse, run
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.wheel]
 
 ROOT = Path(__file__).resolve().parents[2]
 TUTORIAL = ROOT / "docs" / "tutorial.md"
