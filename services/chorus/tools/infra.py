@@ -85,7 +85,7 @@ class Infra:
     def of(cls, state: Path, kafka_port: int | None = None, postgres_port: int | None = None) -> Infra:
         """The project's infrastructure: on the ports of its first start (they cannot change
         under data made with them), else the ones given, else the defaults."""
-        saved = read_env_file(state / ENV_FILE) if (state / ENV_FILE).is_file() else {}
+        saved = project_infra_env(state.parent)
         ports = [int(saved[k]) for k in PORT_KEYS if k in saved]
         if len(ports) == 2:
             asked = (kafka_port or ports[0], postgres_port or ports[1])

@@ -34,7 +34,7 @@ from chorus.base.errors import (
 )
 from chorus.base.logs import fields, hide_in_logs
 from chorus.base.metrics import Metrics
-from chorus.base.tracing import handling_span
+from chorus.base.tracing import Attributes, building, handling_span
 from chorus.contracts.base import EventModel
 from chorus.contracts.envelope import Envelope
 from chorus.contracts.lifecycle import WorkflowEnded
@@ -85,16 +85,7 @@ class Handle:
                 self.metrics.failures.labels(refused.category, env.event_type).inc()
                 result, traceparent = DeadLetter(refused, refused.category), env.traceparent
             else:
-                record = item.record
-                delivery = Delivery(
-                    record.topic,
-                    record.partition,
-                    record.offset,
-                    self.group,
-                    str(env.event_id),
-                    record.key.decode("utf-8", "replace") if record.key else None,
-                )
-                result, traceparent = await self.run(route, event, frame, item.tries, item.failures, delivery)
+                result, traceparent = await self.run(route, event, frame, item, item.failures)
         except ConflictError:  # a mid-step checkpoint found the workflow moved on
             log.info("checkpoint moved under us; reloading", extra=fields(via=item.via.value))
             return Again("load")
@@ -165,25 +156,16 @@ class Handle:
         route: On,
         event: Event[EventModel],
         frame: Frame,
-        attempt: int,
+        item: Item,
         failures: list[Failure],
-        delivery: Delivery,
     ) -> tuple[Result, str]:
         """Call the handler, with semantic re-tries; classify how it ended. Returns the
         result and the traceparent of the handling span (its events' parent)."""
         env = event.envelope
+        attempt = item.tries
         feedback: list[str] = []
-        with handling_span(
-            delivery.span_name,
-            env.traceparent,
-            {
-                **delivery.attributes(),
-                "chorus.service": self.spec.name,
-                "chorus.event_type": env.event_type,
-                "chorus.workflow_id": env.workflow_id,
-                "chorus.attempt": attempt,
-            },
-        ) as traceparent:
+        name, attributes = self._span(item, env) if building() else ("", {})
+        with handling_span(name, env.traceparent, attributes) as traceparent:
             for _ in range(route.semantic_attempts):
                 try:
                     return Succeeded(await self._call(route, event, frame, attempt, feedback)), traceparent
@@ -207,6 +189,20 @@ class Handle:
                     limit = self.spec.unexpected_max_attempts
                     return self._transient(route, limit, exc, "unexpected", attempt), traceparent
             return Review(feedback), traceparent
+
+    def _span(self, item: Item, env: Envelope) -> tuple[str, Attributes]:
+        """The handling span's name and attributes (worked out only when spans are built:
+        this is every record's path)."""
+        record = item.record
+        key = record.key.decode("utf-8", "replace") if record.key else None
+        delivery = Delivery(record.topic, record.partition, record.offset, self.group, str(env.event_id), key)
+        return delivery.span_name, {
+            **delivery.attributes(),
+            "chorus.service": self.spec.name,
+            "chorus.event_type": env.event_type,
+            "chorus.workflow_id": env.workflow_id,
+            "chorus.attempt": item.tries,
+        }
 
     async def _call(
         self, route: On, event: Event[EventModel], frame: Frame, attempt: int, feedback: list[str]
