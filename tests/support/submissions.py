@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 
 UNAVAILABLE_RETRIES = 3
-"""A 503 (the key service slow to answer on a loaded machine) is retried this many times
-after its Retry-After, as a client that honours it would, with the same Idempotency-Key."""
+"""A 503 (the key service or the read model slow to answer on a loaded machine) is retried
+this many times after its Retry-After, as a client that honours it would."""
 
 
 def procurement(
@@ -45,11 +46,18 @@ async def accepted(http: httpx.AsyncClient, url: str, body: dict[str, Any], head
     A 503 is retried after its Retry-After with the same Idempotency-Key, so a retry never
     starts a second workflow; any other answer fails the test with the gateway's problem."""
     headers = {**headers, "Idempotency-Key": f"accepted-{uuid.uuid4().hex}"}
-    for _ in range(UNAVAILABLE_RETRIES):
-        response = await http.post(url, json=body, headers=headers)
-        if response.status_code != 503:
-            break
-        await asyncio.sleep(float(response.headers.get("Retry-After", "1")))
+    response = await honouring_retry_after(lambda: http.post(url, json=body, headers=headers))
     assert response.status_code == 202, response.text
     workflow_id: str = response.json()["workflow_id"]
     return workflow_id
+
+
+async def honouring_retry_after(send: Callable[[], Awaitable[httpx.Response]]) -> httpx.Response:
+    """``send()``'s answer; a 503 is sent again after its Retry-After, up to
+    :data:`UNAVAILABLE_RETRIES` times (then its answer is the last 503)."""
+    for _ in range(UNAVAILABLE_RETRIES):
+        response = await send()
+        if response.status_code != 503:
+            return response
+        await asyncio.sleep(float(response.headers.get("Retry-After", "1")))
+    return await send()

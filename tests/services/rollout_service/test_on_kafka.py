@@ -29,7 +29,7 @@ from tests.support.database import connected
 from tests.support.processes import chorus
 from tests.support.prometheus import labels_of, prometheus
 from tests.support.stacks import own_stack
-from tests.support.submissions import accepted, procurement
+from tests.support.submissions import accepted, honouring_retry_after, procurement
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -105,7 +105,9 @@ class Rollouts:
         return ids
 
     async def workflow(self, workflow_id: str) -> dict[str, Any]:
-        response = await self.http.get(f"{self.stack.api_url}/v1/workflows/{workflow_id}", headers=SUBMITTER)
+        url = f"{self.stack.api_url}/v1/workflows/{workflow_id}"
+        # A poller on a loaded machine may be told 503 (the read model slow): it retries.
+        response = await honouring_retry_after(lambda: self.http.get(url, headers=SUBMITTER))
         assert response.status_code == 200, response.text
         body: dict[str, Any] = response.json()
         return body
@@ -120,7 +122,7 @@ class Rollouts:
             waiting = [w for w in ids if w not in ended]
             if not waiting:
                 return ended
-            batch = waiting[:50]
+            batch = waiting[:20]
             for workflow_id, body in zip(
                 batch, await asyncio.gather(*map(self.workflow, batch)), strict=True
             ):
