@@ -35,6 +35,7 @@ from chorus.tools import chart, dashboards
 from chorus.tools.cli import migrate
 from chorus.tools.cli.main import app
 from chorus.tools.declarations import read_declarations, service_module
+from chorus.tools.topics import overlaid, read_overlay
 from tests.support.helm import (
     AGENTS,
     CHART,
@@ -179,6 +180,45 @@ def test_keda_scales_the_agents_and_never_a_platform_service_to_zero(
         assert ("replicas" in dep["spec"]) == (service_of(dep) not in scaled)
 
 
+def test_a_topics_overlay_lets_the_gate_scale_to_its_partitions_and_the_job_applies_it(
+    helm: str, registry: Registry, tmp_path: Path
+) -> None:
+    overlay = tmp_path / "topics.yaml"
+    overlay.write_text(yaml.safe_dump({"topics": {"approvals.events": {"partitions": 24}}}))
+    sets = ("keda.enabled=true", "services.approval_gate.autoscaling.enabled=true", "strimzi.enabled=true")
+    docs = parse(template(helm, [overlay], *sets))
+
+    gate = next(s for s in of_kind(docs, "ScaledObject") if s["metadata"]["name"].endswith("approval-gate"))
+    assert gate["spec"]["maxReplicaCount"] == 24
+    topic = next(t for t in of_kind(docs, "KafkaTopic") if t["spec"]["topicName"] == "approvals.events")
+    assert topic["spec"]["partitions"] == 24
+    # Every ceiling is the most partitions among the deployed topics its triggers read.
+    partitions = {t["spec"]["topicName"]: t["spec"]["partitions"] for t in of_kind(docs, "KafkaTopic")}
+    grown = {spec.topic: spec for spec in overlaid(list(registry.topics.values()), read_overlay(overlay))}
+    declared = {
+        physical: spec.topic for spec in registry.topics.values() for physical in spec.physical_topics()
+    }
+    assert {name: grown[declared[name]].partitions for name in partitions} == partitions
+    for scaled in of_kind(docs, "ScaledObject"):
+        read = {t["metadata"]["topic"] for t in scaled["spec"]["triggers"]}
+        assert scaled["spec"]["maxReplicaCount"] == max(partitions[t] for t in read)
+    # Above 24 is still refused: a replica beyond the partitions owns nothing.
+    done = run_helm(
+        helm,
+        "template",
+        RELEASE,
+        str(CHART),
+        *values_args([overlay], (*sets, "services.approval_gate.autoscaling.maxReplicaCount=25")),
+    )
+    assert done.returncode != 0 and "maxReplicaCount 25: above 24" in done.stderr, done.stderr
+
+    # Without Strimzi, the migrations job hands the same overlay to `chorus topics apply`.
+    job = of_kind(parse(template(helm, [overlay])), "Job")[0]
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    handed = next(e["value"] for e in container["env"] if e["name"] == "CHORUS_TOPICS_OVERLAY_YAML")
+    assert yaml.safe_load(handed) == yaml.safe_load(overlay.read_text())
+
+
 def test_no_secret_value_is_rendered_even_with_every_secret_configured(helm: str, tmp_path: Path) -> None:
     """Every secret setting named (by Secret and key), the demo values nowhere in the output."""
     secret_values = tmp_path / "secrets.yaml"
@@ -272,6 +312,16 @@ def test_each_invariant_check_reports_a_violation(rendered: dict[str, str], regi
         (("services.invoce_agent.enabled=false",), "no such service in the registry"),
         (("services.gateway.env.CHORUS_NO_SUCH_SETTING=1",), "is not a setting of gateway"),
         (("services.payment_agent.env.CHORUS_PAYMENT_API_KEY=plain",), "is a secret"),
+        # A deployment's topics: never below the registry's, and only the registry's topics.
+        (
+            ("topics.approvals\\.events.partitions=4",),
+            "topics.approvals.events.partitions 4: below the registry's 6",
+        ),
+        (
+            ("topics.approvals\\.events.retention_ms=3600000",),
+            "topics.approvals.events.retention_ms 3600000: shorter than the registry's 2592000000",
+        ),
+        (("topics.approval\\.events.partitions=24",), "topics.approval.events: not a topic of the registry"),
     ],
 )
 def test_the_chart_refuses_values_that_break_an_invariant(
@@ -361,7 +411,7 @@ def test_the_job_migrates_exactly_the_services_chorus_migrate_knows(
     job = of_kind(parse(rendered["default"]), "Job")[0]
     container = job["spec"]["template"]["spec"]["containers"][0]
     script = container["command"][-1]
-    assert script.startswith("chorus topics apply && chorus migrate ")
+    assert "&& chorus topics apply --overlay /tmp/topics.yaml && chorus migrate " in script
     named = re.findall(r"--service (\S+)", script)
     assert named == migrate.migrating_services(registry)
     env = {e["name"] for e in container["env"]}

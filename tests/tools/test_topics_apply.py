@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from chorus.kernel.kafka import make_admin
 from chorus.tools.cli.main import app
 from chorus.tools.topics import EX_UNAVAILABLE, ActualTopic, read_topics
+from tests.support.processes import ROOT
 
 pytestmark = pytest.mark.integration
 
@@ -208,3 +209,83 @@ def test_unreachable_broker_names_the_address_and_the_fix(tmp_path: Path, unique
         assert code == EX_UNAVAILABLE, out
         assert f"cannot reach Kafka at {address}" in out
         assert "make up" in out
+
+
+def test_a_deployment_overlay_grows_topics_past_the_registry_and_never_below_it(
+    registry: TestRegistry, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    where = ["--schemas-dir", str(registry.root)]
+    code, out = chorus(kafka_bootstrap, "topics", "apply", *where)
+    assert code == 0, out
+    overlay = tmp_path / "topics.yaml"
+    # The chart's values file is the overlay: its other keys are the chart's, not the tools'.
+    overlay.write_text(
+        yaml.safe_dump(
+            {
+                "keda": {"enabled": True},
+                "topics": {
+                    registry.plain: {"partitions": 8, "retention_ms": 7_200_000},
+                    registry.laned: {"partitions": 3},
+                },
+            }
+        )
+    )
+
+    code, out = chorus(kafka_bootstrap, "topics", "apply", *where, "--overlay", str(overlay))
+
+    assert code == 0, out
+    assert f"{registry.plain}: partitions 2 -> 8" in out
+    assert f"{registry.plain}: retention.ms 3600000 -> 7200000" in out
+    state = broker_state(kafka_bootstrap, registry.physical())
+    assert {name: topic.partitions for name, topic in state.items()} == {
+        registry.plain: 8,
+        **{lane: 3 for lane in registry.physical()[1:]},
+    }
+    # The same overlay from the environment (as a deployment sets it): the broker matches it...
+    env = {"CHORUS_KAFKA_BOOTSTRAP": kafka_bootstrap, "CHORUS_TOPICS_OVERLAY": str(overlay)}
+    described = CliRunner().invoke(app, ["topics", "describe", *where], env=env)
+    assert f"all 4 topic(s) on {kafka_bootstrap} match the registry" in described.output, described.output
+    # ...and without it, the registry alone says what differs.
+    code, out = chorus(kafka_bootstrap, "topics", "describe", *where)
+    assert "partitions 8, 2 wanted" in out
+
+    for topics, refusal in (
+        (
+            {registry.plain: {"partitions": 1}},
+            f"topics.{registry.plain}.partitions 1: below the registry's 2",
+        ),
+        (
+            {registry.plain: {"retention_ms": 60_000}},
+            f"topics.{registry.plain}.retention_ms 60000: shorter than the registry's 3600000",
+        ),
+        ({"it.nothing.here": {"partitions": 9}}, "topics.it.nothing.here: not a topic of the registry"),
+        ({registry.plain: {"partitions": "many"}}, "partitions"),
+    ):
+        overlay.write_text(yaml.safe_dump({"topics": topics}))
+        code, out = chorus(kafka_bootstrap, "topics", "apply", *where, "--overlay", str(overlay))
+        assert code == 2 and refusal in out, out
+    assert broker_state(kafka_bootstrap, [registry.plain])[registry.plain].partitions == 8
+
+
+def test_the_platforms_approvals_grow_to_24_partitions_with_an_overlay(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """On the platform's own registry (a dry run: the stack's topics are shared)."""
+    overlay = tmp_path / "topics.yaml"
+    overlay.write_text(yaml.safe_dump({"topics": {"approvals.events": {"partitions": 24}}}))
+
+    code, out = chorus(
+        kafka_bootstrap,
+        "topics",
+        "apply",
+        "--dry-run",
+        "--overlay",
+        str(overlay),
+        "--schemas-dir",
+        str(ROOT / "schemas"),
+    )
+
+    assert code == 0, out
+    assert "approvals.events: would change partitions 6 -> 24" in out
+    # Nothing else: every other topic stays as the registry has it.
+    assert "would change 1 of " in out and "0 created, 1 with more partitions, 0 with new configs" in out

@@ -22,7 +22,7 @@ import asyncio
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from enum import Enum
 from typing import Any
@@ -37,7 +37,7 @@ from chorus.contracts.registry import Registry
 from chorus.kernel.kafka import KafkaAuth
 from chorus.tools.access import Access
 from chorus.tools.cli.migrate import migrating_services
-from chorus.tools.topics import describe_topics
+from chorus.tools.topics import TopicOverride, describe_topics, overlaid
 
 MIN_POSTGRES = 14
 """The oldest PostgreSQL Chorus supports (what its migrations and queries use)."""
@@ -79,6 +79,8 @@ class Target:
     key_stores: Mapping[str, str]
     key_service_ca_file: str
     clock: Clock
+    topics_overlay: Mapping[str, TopicOverride] = field(default_factory=dict)
+    """The deployment's partitions and retention where they are not the registry's."""
 
 
 async def diagnose(target: Target) -> list[Check]:
@@ -200,7 +202,8 @@ async def acl_checks(target: Target) -> list[Check]:
 
 
 async def topic_checks(target: Target) -> list[Check]:
-    topics = await describe_topics(target.bootstrap, list(target.registry.topics.values()))
+    specs = overlaid(list(target.registry.topics.values()), target.topics_overlay)
+    topics = await describe_topics(target.bootstrap, specs)
     differing = {status.wanted.name: status.differences() for status in topics if status.differences()}
     if not differing:
         return [Check("topics", Status.OK, f"{len(topics)} topic(s) as the registry declares them")]

@@ -5,6 +5,11 @@ gets the yaml's partitions, ``retention.ms`` and ``cleanup.policy``. Reconciling
 idempotent and only ever adds: a missing topic is created, partitions grow when the
 yaml asks for more and never shrink (Kafka cannot remove partitions), configs that
 differ are altered, and nothing is deleted.
+
+A deployment grows past the registry's partitions and retention with an overlay
+(:func:`read_overlay`): the ``topics:`` of a file that is also the Helm chart's values,
+so the chart's partition ceilings and the broker's topics come from the same numbers.
+The registry's values are the minimums an overlay may ask for.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from aiokafka.errors import (
     TopicAlreadyExistsError,
     for_code,
 )
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from chorus.contracts.registry import TopicSpec, platform_schemas_dir, read_project
 from chorus.kernel.kafka import make_admin
@@ -124,6 +129,68 @@ def _topic_files(root: Path) -> list[TopicSpec]:
             raise ValueError(f"{path}: file name must be the topic name {spec.topic}.yaml")
         specs.append(spec)
     return specs
+
+
+class TopicOverride(BaseModel):
+    """A deployment's partitions and retention for one registry topic (all its lanes)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    partitions: int | None = Field(default=None, ge=1)
+    retention_ms: int | None = Field(default=None, ge=-1)
+
+
+class DeploymentOverlay(BaseModel):
+    # The file is a Helm values file as well: its other keys are the chart's.
+    model_config = ConfigDict(extra="ignore")
+    topics: dict[str, TopicOverride] = Field(default_factory=dict)
+
+
+def read_overlay(path: Path | None) -> dict[str, TopicOverride]:
+    """The ``topics:`` of a deployment overlay (none without a path). ValueError names the
+    file and what is wrong in it; FileNotFoundError when there is no such file."""
+    if path is None:
+        return {}
+    try:
+        loaded = yaml.safe_load(path.read_text()) or {}
+        return DeploymentOverlay.model_validate(loaded).topics
+    except (ValidationError, yaml.YAMLError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+def overlaid(specs: Sequence[TopicSpec], overrides: Mapping[str, TopicOverride]) -> list[TopicSpec]:
+    """``specs`` with a deployment's overrides. The registry's partitions and retention are
+    minimums: its partitions are the parallelism its services were designed for (and Kafka
+    cannot take partitions away), its retention the window replays and days-long waits
+    rely on. ValueError names every override that is not a topic or is below them."""
+    known = {spec.topic: spec for spec in specs}
+    problems: list[str] = []
+    for name, override in sorted(overrides.items()):
+        spec = known.get(name)
+        if spec is None:
+            problems.append(f"topics.{name}: not a topic of the registry")
+            continue
+        if override.partitions is not None and override.partitions < spec.partitions:
+            problems.append(
+                f"topics.{name}.partitions {override.partitions}: below the registry's {spec.partitions}"
+            )
+        if override.retention_ms is not None and not _keeps_longer(override.retention_ms, spec.retention_ms):
+            problems.append(
+                f"topics.{name}.retention_ms {override.retention_ms}: shorter than the registry's"
+                f" {spec.retention_ms}"
+            )
+    if problems:
+        raise ValueError("; ".join(problems))
+    return [
+        spec.model_copy(update=overrides[spec.topic].model_dump(exclude_none=True))
+        if spec.topic in overrides
+        else spec
+        for spec in specs
+    ]
+
+
+def _keeps_longer(retention_ms: int, minimum: int) -> bool:
+    """-1 is forever."""
+    return retention_ms == -1 or (minimum != -1 and retention_ms >= minimum)
 
 
 def wanted_topics(specs: Iterable[TopicSpec]) -> list[WantedTopic]:

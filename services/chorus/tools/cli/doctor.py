@@ -29,6 +29,7 @@ from chorus.tools.cli.options import (
     JsonFlag,
     OutputOption,
     SchemasDir,
+    TopicsOverlay,
     echo_json,
     fail,
     quiet_client_logs,
@@ -37,6 +38,7 @@ from chorus.tools.cli.options import (
     wants_json,
 )
 from chorus.tools.doctor import Status, Target, as_json, diagnose, failed
+from chorus.tools.topics import overlaid, read_overlay
 
 STYLE = {Status.OK: "green", Status.WARNING: "yellow", Status.PROBLEM: "red"}
 
@@ -52,6 +54,7 @@ def doctor_command(
             help="PostgreSQL, as a role that may read pg_roles.",
         ),
     ] = LOCAL_DATABASE_URL,
+    overlay: TopicsOverlay = None,
     output: OutputOption = Format.TABLE,
     as_json_flag: JsonFlag = False,
 ) -> None:
@@ -59,6 +62,8 @@ def doctor_command(
     PostgreSQL (version, roles, clock) and the key services. Changes nothing."""
     registry = registry_of("doctor", schemas_dir)
     try:
+        topics_overlay = read_overlay(overlay)
+        overlaid(list(registry.topics.values()), topics_overlay)
         auth = kafka_auth()
         stores = json.loads(
             os.environ.get("CHORUS_KEY_STORES") or json.dumps({LOCAL_REGION: LOCAL_KEY_SERVICE})
@@ -75,6 +80,7 @@ def doctor_command(
         key_stores={str(k): str(v) for k, v in stores.items()},
         key_service_ca_file=os.environ.get(KEY_SERVICE_CA, ""),
         clock=SystemClock(),
+        topics_overlay=topics_overlay,
     )
     with quiet_client_logs():
         checks = asyncio.run(diagnose(target))

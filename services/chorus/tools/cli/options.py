@@ -45,6 +45,18 @@ SchemasDir = Annotated[
         help="Registry directory (default: schemas/ of the project you stand in).",
     ),
 ]
+TopicsOverlay = Annotated[
+    Path | None,
+    typer.Option(
+        "--overlay",
+        envvar="CHORUS_TOPICS_OVERLAY",
+        show_envvar=True,
+        exists=True,
+        dir_okay=False,
+        help="A deployment's overlay: its topics: (partitions, retention_ms per registry topic,"
+        " at least the registry's) win over the registry's. The chart reads the same file as values.",
+    ),
+]
 AuditUrl = Annotated[
     str,
     typer.Option(

@@ -9,12 +9,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from chorus.base.settings import LOCAL_KAFKA
-from chorus.tools.cli.options import Bootstrap, SchemasDir, fail, quiet_client_logs, read_registry
+from chorus.contracts.registry import TopicSpec
+from chorus.tools.cli.options import (
+    Bootstrap,
+    SchemasDir,
+    TopicsOverlay,
+    fail,
+    quiet_client_logs,
+    read_registry,
+)
 from chorus.tools.topics import (
     EX_UNAVAILABLE,
     BrokerUnavailableError,
@@ -23,6 +32,8 @@ from chorus.tools.topics import (
     apply_topics,
     describe_topics,
     load_topic_specs,
+    overlaid,
+    read_overlay,
 )
 
 app = typer.Typer(
@@ -46,6 +57,7 @@ def apply_command(
         bool, typer.Option("--dry-run", help="Print what would change; change nothing.")
     ] = False,
     schemas_dir: SchemasDir = None,
+    overlay: TopicsOverlay = None,
     bootstrap: Bootstrap = LOCAL_KAFKA,
 ) -> None:
     """Create every topic of schemas/topics/*.yaml, lanes included, or bring it in line.
@@ -54,7 +66,7 @@ def apply_command(
     cleanup.policy are altered when they differ. Idempotent: a second run says
     nothing changed.
     """
-    specs = read_registry("topics", load_topic_specs, schemas_dir)
+    specs = _specs(schemas_dir, overlay)
     with _kafka_errors(bootstrap), quiet_client_logs():
         result = asyncio.run(
             apply_topics(bootstrap, specs, replication_factor=replication_factor, dry_run=dry_run)
@@ -64,9 +76,11 @@ def apply_command(
 
 
 @app.command("describe")
-def describe_command(schemas_dir: SchemasDir = None, bootstrap: Bootstrap = LOCAL_KAFKA) -> None:
+def describe_command(
+    schemas_dir: SchemasDir = None, overlay: TopicsOverlay = None, bootstrap: Bootstrap = LOCAL_KAFKA
+) -> None:
     """Show each topic of the registry next to what the broker has. Changes nothing."""
-    specs = read_registry("topics", load_topic_specs, schemas_dir)
+    specs = _specs(schemas_dir, overlay)
     with _kafka_errors(bootstrap), quiet_client_logs():
         statuses = asyncio.run(describe_topics(bootstrap, specs))
     rows = [("topic", "partitions", "replicas", "retention.ms", "cleanup.policy", "status")]
@@ -92,6 +106,15 @@ def describe_command(schemas_dir: SchemasDir = None, bootstrap: Bootstrap = LOCA
         typer.echo(f"{drifting} topic(s) differ from the registry: run `chorus topics apply`")
     else:
         typer.echo(f"all {len(statuses)} topic(s) on {bootstrap} match the registry")
+
+
+def _specs(schemas_dir: Path | None, overlay: Path | None) -> list[TopicSpec]:
+    """The registry's topics with the deployment's overlay; either one wrong exits 2."""
+    specs = read_registry("topics", load_topic_specs, schemas_dir)
+    try:
+        return overlaid(specs, read_overlay(overlay))
+    except ValueError as exc:
+        fail("topics", str(exc), 2)
 
 
 @contextmanager
