@@ -106,6 +106,7 @@ test: up
 	fi
 	$(LOCAL)/browser.sh ensure
 	$(LOCAL)/prometheus.sh ensure
+	$(LOCAL)/pgbouncer.sh ensure
 	$(LOCAL)/helm.sh ensure
 	$(LOCAL_ENV) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --timeout=900 --durations=25 -m "not pythons and not wheel" $(PYTEST_ARGS)
 

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from chorus.tools.devstack import REFERENCE_PROJECT, DevStack
+from tests.support.pgbouncer import PgBouncer
 from tests.support.stacks import own_stack
 from tests.support.wait import wait_until
 
@@ -40,6 +41,7 @@ SERVICES = (
 class Support:
     stack: DevStack
     http: httpx.AsyncClient
+    pgbouncer: PgBouncer | None
 
     @property
     def sandbox(self) -> str:
@@ -82,6 +84,17 @@ class Support:
     async def ended(self, workflow_id: str) -> dict[str, Any]:
         return await self.wait(workflow_id, lambda s: s.get("status") in TERMINAL, "end")
 
+    async def answered(self, workflow_id: str) -> dict[str, Any]:
+        """Its status once it ended and the audit projection has its answer too (the answer
+        and the end are on two topics: the projection may read them in either order)."""
+
+        def done(status: dict[str, Any]) -> bool:
+            timeline = status.get("timeline", [])
+            has_answer = any(e["event_type"] == "ticket.answered" for e in timeline)
+            return status.get("status") in TERMINAL and has_answer
+
+        return await self.wait(workflow_id, done, "the answer and the end")
+
     async def replies_to(self, customer_id: str) -> list[dict[str, Any]]:
         replies = (await self.http.get(f"{self.sandbox}/helpdesk/replies")).json()
         return [r for r in replies if r["customer_id"] == customer_id]
@@ -106,15 +119,18 @@ async def support(
             services=SERVICES,
             project=REFERENCE_PROJECT,
             service_env={"triage_agent": {"CHORUS_REPLY_WITHIN_S": "2"}},
+            # As a deployment past one database's connections runs: each service's pool
+            # through PgBouncer in transaction mode (the relay's leader lock directly).
+            through_pgbouncer=True,
         ) as own,
         httpx.AsyncClient(base_url=own.stack.api_url, timeout=10.0) as http,
     ):
-        yield Support(own.stack, http)
+        yield Support(own.stack, http, own.pgbouncer)
 
 
 async def test_a_small_refund_is_answered_and_replied_to_once(support: Support) -> None:
     workflow = await support.submit("cust-1001", "Refund for a double charge", refund_cents=1200)
-    status = await support.ended(workflow)
+    status = await support.answered(workflow)
     assert status["status"] == "completed"
     reply = answered(status)
     assert (reply["category"], reply["refund_cents"], reply["overdue"]) == ("billing", 1200, False)
@@ -140,7 +156,7 @@ async def test_a_large_refund_waits_for_the_manager_and_is_late_after_its_reply_
         f"/v1/approvals/{approval}", json={"decision": "approve"}, headers=MANAGER
     )
     assert decided.status_code == 202, decided.text
-    status = await support.ended(workflow)
+    status = await support.answered(workflow)
     assert status["status"] == "completed" and answered(status)["overdue"] is True
     assert len(await support.replies_to("cust-1002")) == 1
 
@@ -161,7 +177,7 @@ async def test_a_rejected_refund_ends_rejected_and_nothing_is_sent(support: Supp
 
 async def test_a_misfiled_answer_is_corrected_by_the_runtimes_semantic_retry(support: Support) -> None:
     workflow = await support.submit("cust-1001", "MISFILED refund", refund_cents=300)
-    status = await support.ended(workflow)
+    status = await support.answered(workflow)
     assert status["status"] == "completed" and answered(status)["category"] == "billing"
 
 
@@ -191,3 +207,13 @@ async def test_an_unknown_customer_is_a_dead_letter_until_redriven_then_answered
     status = await support.ended(workflow)
     assert status["status"] == "completed"
     assert [r["customer_id"] for r in await support.replies_to("cust-unknown")] == ["cust-unknown"]
+
+
+async def test_every_service_reached_postgresql_through_pgbouncer_in_transaction_mode(
+    support: Support,
+) -> None:
+    """The tickets above completed with every service's pool behind PgBouncer."""
+    workflow = await support.submit("cust-1001", "Where is my invoice?")
+    assert (await support.ended(workflow))["status"] == "completed"
+    assert support.pgbouncer is not None
+    assert support.pgbouncer.logins() == set(support.stack.database_roles)

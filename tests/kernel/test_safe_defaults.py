@@ -40,7 +40,7 @@ REAL = {
 @pytest.fixture
 def production(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     monkeypatch.delenv("CHORUS_ENV", raising=False)
-    for name in REAL:
+    for name in (*REAL, "CHORUS_DATABASE_POOL_MODE", "CHORUS_DATABASE_DIRECT_URL"):
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
 
@@ -75,6 +75,23 @@ def test_every_api_refuses_the_demo_keys_outside_demo_mode(
     for name in ("CHORUS_KEY_SERVICE_API_KEY", "CHORUS_SUBJECT_KEY"):
         production.setenv(name, REAL[name])
     assert settings().api_keys["k-7f3a9c"].principal == "alice"
+
+
+def test_behind_pgbouncer_in_transaction_mode_the_relays_direct_url_is_required_and_no_demo_one(
+    production: pytest.MonkeyPatch,
+) -> None:
+    for name, value in REAL.items():
+        production.setenv(name, value)
+    production.setenv("CHORUS_DATABASE_POOL_MODE", "transaction")
+    with pytest.raises(
+        ValidationError, match="CHORUS_DATABASE_POOL_MODE=transaction needs CHORUS_DATABASE_DIRECT_URL"
+    ):
+        GatewaySettings()
+    production.setenv("CHORUS_DATABASE_DIRECT_URL", "postgresql://gateway:chorus@db.internal:5432/chorus")
+    with pytest.raises(ValidationError, match=r"CHORUS_DATABASE_DIRECT_URL \(its password is the demo's\)"):
+        GatewaySettings()
+    production.setenv("CHORUS_DATABASE_DIRECT_URL", REAL["CHORUS_DATABASE_URL"])
+    assert GatewaySettings().database_pool_mode == "transaction"
 
 
 def test_real_secrets_start_and_demo_mode_accepts_the_demo_ones(production: pytest.MonkeyPatch) -> None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 from chorus.contracts.registry import Registry
 from chorus.tools.devstack import DevStack
 from tests.support.database import create_database, drop_database
+from tests.support.pgbouncer import PgBouncer, pgbouncer
 from tests.support.registry import SCHEMAS, ensure_service_users, grant_access, isolated_registry
 
 
@@ -21,6 +22,7 @@ class OwnStack:
     registry: Registry
     database_url: str
     """The URL of its own database."""
+    pgbouncer: PgBouncer | None = None
 
 
 @asynccontextmanager
@@ -36,10 +38,13 @@ async def own_stack(
     releases: Mapping[str, tuple[str, ...]] | None = None,
     project: Path | None = None,
     sandbox_args: Sequence[str] = (),
+    through_pgbouncer: bool = False,
 ) -> AsyncIterator[OwnStack]:
     """``services`` started (and stopped after) with their own registry, ACLs and database
     ``chorus_<name>_<random>`` on the server of ``server_url``; with ``project``, that
-    project's services too, on a copy of its registry's union with the platform's."""
+    project's services too, on a copy of its registry's union with the platform's. With
+    ``through_pgbouncer``, every service's pool reaches the database through a PgBouncer in
+    transaction mode (:attr:`OwnStack.pgbouncer`)."""
     suffix = uuid.uuid4().hex[:8]
     root = project / "schemas" if project is not None else SCHEMAS
     registry = await isolated_registry(tmp, suffix, kafka_bootstrap, root=root)
@@ -48,23 +53,29 @@ async def own_stack(
     await grant_access(registry, kafka_bootstrap)
     database = f"chorus_{name}_{suffix}"
     url = await create_database(server_url, database)
-    stack = DevStack(
-        tmp / "logs",
-        services=services,
-        env={
-            "CHORUS_SCHEMAS_DIR": str(registry.root),
-            "CHORUS_KAFKA_BOOTSTRAP": kafka_bootstrap,
-            "CHORUS_DATABASE_URL": url,
-            **(env or {}),
-        },
-        service_env=dict(service_env or {}),
-        releases=dict(releases or {}),
-        project=project,
-        sandbox_args=list(sandbox_args),
-    )
     try:
-        await stack.start()
-        yield OwnStack(stack, registry, url)
+        with pgbouncer(url) if through_pgbouncer else nullcontext() as bouncer:
+            stack = DevStack(
+                tmp / "logs",
+                services=services,
+                env={
+                    "CHORUS_SCHEMAS_DIR": str(registry.root),
+                    "CHORUS_KAFKA_BOOTSTRAP": kafka_bootstrap,
+                    "CHORUS_DATABASE_URL": url,
+                    **(env or {}),
+                },
+                service_env=dict(service_env or {}),
+                releases=dict(releases or {}),
+                project=project,
+                sandbox_args=list(sandbox_args),
+                database_pooler=bouncer.address if bouncer else "",
+            )
+            if bouncer:
+                bouncer.allow(stack.database_roles)
+            try:
+                await stack.start()
+                yield OwnStack(stack, registry, url, bouncer)
+            finally:
+                await stack.stop()
     finally:
-        await stack.stop()
         await drop_database(server_url, database)

@@ -30,10 +30,15 @@ async def _keep_session(_: asyncpg.Connection) -> None:
     release is pure cost; an open transaction is still rolled back by asyncpg itself."""
 
 
-async def create_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
+async def create_pool(
+    url: str, *, min_size: int = 1, max_size: int = 10, pool_mode: str = "session"
+) -> asyncpg.Pool:
+    """``pool_mode="transaction"``: behind PgBouncer in transaction mode, each transaction may
+    run on another server connection, so asyncpg must not cache named prepared statements."""
+    cache = {"statement_cache_size": 0} if pool_mode == "transaction" else {}
     try:
         pool = await asyncpg.create_pool(
-            url, min_size=min_size, max_size=max_size, command_timeout=60, reset=_keep_session
+            url, min_size=min_size, max_size=max_size, command_timeout=60, reset=_keep_session, **cache
         )
     except (OSError, asyncpg.PostgresError) as exc:
         raise ConnectionError(

@@ -48,6 +48,11 @@ class ChorusSettings(BaseSettings):
     ``production`` (the default) refuses to start while any is still set."""
     kafka_bootstrap: str = LOCAL_KAFKA
     database_url: str = LOCAL_DATABASE_URL
+    database_pool_mode: Literal["session", "transaction"] = "session"
+    """``transaction`` when CHORUS_DATABASE_URL is a PgBouncer in transaction mode: no named
+    prepared statements, and the session lock of the outbox relay's leader goes to
+    CHORUS_DATABASE_DIRECT_URL (PostgreSQL itself), which that mode then needs."""
+    database_direct_url: str = ""
     # Directory of the event registry (topics, schemas, examples).
     schemas_dir: str = ""
     # "system", or "offset-file:<path>" for a simulated clock shared by processes.
@@ -58,12 +63,20 @@ class ChorusSettings(BaseSettings):
     def demo_secrets(self) -> list[str]:
         """The settings that still hold a published demo secret, by environment variable.
         A service with secrets of its own extends this list."""
-        if urlsplit(self.database_url).password == DEMO_DATABASE_PASSWORD:
-            return ["CHORUS_DATABASE_URL (its password is the demo's)"]
-        return []
+        urls = {
+            "CHORUS_DATABASE_URL": self.database_url,
+            "CHORUS_DATABASE_DIRECT_URL": self.database_direct_url,
+        }
+        return [
+            f"{name} (its password is the demo's)"
+            for name, url in urls.items()
+            if urlsplit(url).password == DEMO_DATABASE_PASSWORD
+        ]
 
     @model_validator(mode="after")
     def _no_demo_secrets_outside_demo(self) -> Self:
+        if self.database_pool_mode == "transaction" and not self.database_direct_url:
+            raise ValueError("CHORUS_DATABASE_POOL_MODE=transaction needs CHORUS_DATABASE_DIRECT_URL")
         found = self.demo_secrets() if self.env != "demo" else []
         if found:
             raise ValueError(

@@ -253,7 +253,10 @@ class KernelRunner:
 
     async def _start_database(self) -> asyncpg.Pool:
         """The pool, and every migration (the runtime's, then the service's) applied."""
-        self.pool = pool = await create_pool(self.settings.database_url, max_size=self.settings.db_pool_size)
+        s = self.settings
+        self.pool = pool = await create_pool(
+            s.database_url, max_size=s.db_pool_size, pool_mode=s.database_pool_mode
+        )
         self._stack.push_async_callback(pool.close)
         async with pool.acquire() as conn:
             await self.store.migrate(conn)
@@ -268,7 +271,7 @@ class KernelRunner:
         await start_kafka(producer.start(), s.kafka_bootstrap)
         self.relay = relay = OutboxRelay(
             store=self.store,
-            database_url=s.database_url,
+            database_url=s.database_direct_url or s.database_url,  # its leader lock is a session's
             pool=pool,
             producer=producer,
             clock=self.clock,

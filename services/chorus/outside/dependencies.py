@@ -113,7 +113,7 @@ class Dependencies:
 async def dependencies(settings: Any) -> AsyncIterator[Dependencies]:
     """For a bootstrap: guards on a small pool of their own (two connections), on the
     service's clock (``settings.clock``), against ``settings.database_url``."""
-    pool = await create_pool(settings.database_url, max_size=2)
+    pool = await create_pool(settings.database_url, max_size=2, pool_mode=settings.database_pool_mode)
     try:
         yield Dependencies(pool, clock_from_setting(settings.clock))
     finally:

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -226,6 +227,9 @@ class DevStack:
     database_roles: dict[str, str] = field(default_factory=dict)
     """service -> password of its PostgreSQL role, provisioned by :meth:`start`."""
     admin_database_url: str = ""
+    database_pooler: str = ""
+    """host:port of a PgBouncer in transaction mode in front of the database: every service's
+    pool goes through it, the outbox relay's leader lock to the database directly."""
     api_port: int = 0
     key_api_port: int = 0
     sandbox_port: int = 0
@@ -475,7 +479,16 @@ class DevStack:
             return {}
         if name not in self.database_roles:  # no local passwords (a plaintext opt-out): as given
             return {"CHORUS_DATABASE_URL": self.admin_database_url}
-        return {"CHORUS_DATABASE_URL": role_url(self.admin_database_url, name, self.database_roles[name])}
+        url = role_url(self.admin_database_url, name, self.database_roles[name])
+        if not self.database_pooler:
+            return {"CHORUS_DATABASE_URL": url}
+        parts = urlsplit(url)
+        pooled = parts._replace(netloc=f"{parts.netloc.rsplit('@', 1)[0]}@{self.database_pooler}").geturl()
+        return {
+            "CHORUS_DATABASE_URL": pooled,
+            "CHORUS_DATABASE_POOL_MODE": "transaction",
+            "CHORUS_DATABASE_DIRECT_URL": url,
+        }
 
     async def provision(self) -> None:
         """Each service's database role, owning its schema (before any service starts)."""

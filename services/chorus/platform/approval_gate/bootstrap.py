@@ -33,7 +33,7 @@ def approval_chains(registry: Registry) -> dict[str, list[EscalationStep]]:
 
 @asynccontextmanager
 async def bootstrap(settings: Any) -> AsyncIterator[Deps]:
-    pool = await create_pool(settings.database_url, max_size=2)
+    pool = await create_pool(settings.database_url, max_size=2, pool_mode=settings.database_pool_mode)
     try:
         registry = load_registry(Path(settings.schemas_dir) if settings.schemas_dir else None)
         yield Deps(

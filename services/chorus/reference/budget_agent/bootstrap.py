@@ -25,7 +25,7 @@ class Deps:
 
 @asynccontextmanager
 async def bootstrap(settings: Any) -> AsyncIterator[Deps]:
-    pool = await create_pool(settings.database_url, max_size=4)
+    pool = await create_pool(settings.database_url, max_size=4, pool_mode=settings.database_pool_mode)
     await seed_budgets(pool, settings.budgets)
     await seed_purchase_orders(pool, settings.purchase_orders)
     try:
