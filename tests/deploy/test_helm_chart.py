@@ -45,6 +45,7 @@ from tests.support.helm import (
     ROOT,
     VALUES,
     Docs,
+    containers,
     ensure_helm,
     group_topics,
     keda_problems,
@@ -185,7 +186,12 @@ def test_a_topics_overlay_lets_the_gate_scale_to_its_partitions_and_the_job_appl
 ) -> None:
     overlay = tmp_path / "topics.yaml"
     overlay.write_text(yaml.safe_dump({"topics": {"approvals.events": {"partitions": 24}}}))
-    sets = ("keda.enabled=true", "services.approval_gate.autoscaling.enabled=true", "strimzi.enabled=true")
+    sets = (
+        "keda.enabled=true",
+        "services.approval_gate.autoscaling.enabled=true",
+        "strimzi.enabled=true",
+        "database.maxConnections=5000",  # 24 gates' pools: a server sized for them
+    )
     docs = parse(template(helm, [overlay], *sets))
 
     gate = next(s for s in of_kind(docs, "ScaledObject") if s["metadata"]["name"].endswith("approval-gate"))
@@ -217,6 +223,92 @@ def test_a_topics_overlay_lets_the_gate_scale_to_its_partitions_and_the_job_appl
     container = job["spec"]["template"]["spec"]["containers"][0]
     handed = next(e["value"] for e in container["env"] if e["name"] == "CHORUS_TOPICS_OVERLAY_YAML")
     assert yaml.safe_load(handed) == yaml.safe_load(overlay.read_text())
+
+
+def full_scale_connections(docs: Docs, registry: Registry, per_replica_beside_pool: int) -> int:
+    """PostgreSQL connections of the rendered release at full scale, counted from what it
+    runs: each Deployment of a service with a database at its replicas (KEDA's
+    maxReplicaCount when scaled), each replica its pool and ``per_replica_beside_pool``."""
+    scaled = {
+        s["spec"]["scaleTargetRef"]["name"]: s["spec"]["maxReplicaCount"]
+        for s in of_kind(docs, "ScaledObject")
+    }
+    total = 1  # the migrations job
+    for deployment in of_kind(docs, "Deployment"):
+        env = {e["name"]: e.get("value") for _, c in containers([deployment]) for e in c.get("env", [])}
+        if "CHORUS_DATABASE_URL" not in env:
+            continue
+        replicas = scaled.get(deployment["metadata"]["name"], deployment["spec"].get("replicas", 1))
+        total += replicas * (int(env.get("CHORUS_DB_POOL_SIZE") or 10) + per_replica_beside_pool)
+    return total
+
+
+def test_the_chart_refuses_a_connection_plan_above_the_databases_limit(helm: str, registry: Registry) -> None:
+    sets = (
+        "keda.enabled=true",
+        "services.gateway.env.CHORUS_DB_POOL_SIZE=20",
+        "database.reservedConnections=3",
+    )
+    unlimited = template(helm, [], *sets, "database.maxConnections=100000")
+    needed = full_scale_connections(parse(unlimited), registry, per_replica_beside_pool=5)
+    assert needed > 400  # KEDA's full scale-out on the defaults: more than the default limit
+
+    # Exactly enough renders (template() asserts it), and CloudNativePG gets that limit.
+    rendered = template(
+        helm, [], *sets, f"database.maxConnections={needed + 3}", "cloudnativepg.enabled=true"
+    )
+    assert f'max_connections: "{needed + 3}"' in rendered
+    done = run_helm(
+        helm,
+        "template",
+        RELEASE,
+        str(CHART),
+        *values_args([], (*sets, f"database.maxConnections={needed + 2}")),
+    )
+    assert done.returncode != 0, "one connection over the limit was accepted"
+    assert f"at full scale the release opens {needed} PostgreSQL connections" in done.stderr, done.stderr
+    assert f"allows {needed - 1}" in done.stderr and "database.pgbouncer" in done.stderr
+
+
+def test_behind_the_pooler_services_pool_through_pgbouncer_and_lock_and_migrate_directly(helm: str) -> None:
+    docs = parse(
+        template(
+            helm, [], "cloudnativepg.enabled=true", "database.pgbouncer.enabled=true", "keda.enabled=true"
+        )
+    )
+    (pooler,) = of_kind(docs, "Pooler")
+    assert pooler["spec"]["pgbouncer"]["poolMode"] == "transaction"
+    assert pooler["metadata"]["name"] == "chorus-pg-pooler-rw"
+    for deployment in of_kind(docs, "Deployment"):
+        env = {e["name"]: e.get("value") for _, c in containers([deployment]) for e in c.get("env", [])}
+        if "CHORUS_DATABASE_URL" in env:
+            assert "@chorus-pg-pooler-rw:5432/" in env["CHORUS_DATABASE_URL"]
+            assert "@chorus-pg-rw:5432/" in env["CHORUS_DATABASE_DIRECT_URL"]
+            assert env["CHORUS_DATABASE_POOL_MODE"] == "transaction"
+    job = of_kind(docs, "Job")[0]
+    urls = [
+        e["value"]
+        for _, c in containers([job])
+        for e in c["env"]
+        if e["name"].startswith("CHORUS_DATABASE_URL_")
+    ]
+    assert urls and all("@chorus-pg-rw:5432/" in url for url in urls)
+    # KEDA's full scale-out, refused on the default 400 directly, fits through the pooler.
+    (cluster,) = of_kind(docs, "Cluster")
+    assert cluster["spec"]["postgresql"]["parameters"]["max_connections"] == "400"
+    # An external database: your PgBouncer behind urlSecret, PostgreSQL itself behind directUrlSecret.
+    external = parse(template(helm, [], "database.pgbouncer.enabled=true"))
+    gateway = next(d for d in of_kind(external, "Deployment") if service_of(d) == "gateway")
+    refs = {
+        e["name"]: e["valueFrom"]["secretKeyRef"]["name"]
+        for _, c in containers([gateway])
+        for e in c["env"]
+        if "valueFrom" in e and e["name"].startswith("CHORUS_DATABASE")
+    }
+    assert refs == {
+        "CHORUS_DATABASE_URL": "chorus-db-gateway",
+        "CHORUS_DATABASE_DIRECT_URL": "chorus-db-direct-gateway",
+    }
 
 
 def test_no_secret_value_is_rendered_even_with_every_secret_configured(helm: str, tmp_path: Path) -> None:
@@ -322,6 +414,14 @@ def test_each_invariant_check_reports_a_violation(rendered: dict[str, str], regi
             "topics.approvals.events.retention_ms 3600000: shorter than the registry's 2592000000",
         ),
         (("topics.approval\\.events.partitions=24",), "topics.approval.events: not a topic of the registry"),
+        (
+            (
+                "cloudnativepg.enabled=true",
+                "database.pgbouncer.enabled=true",
+                "database.pgbouncer.maxClientConnections=50",
+            ),
+            "above its 2 instances x 50 maxClientConnections",
+        ),
     ],
 )
 def test_the_chart_refuses_values_that_break_an_invariant(

@@ -237,6 +237,8 @@ key: {{ .Values.kafka.caSecret.key }}
 {{- $root := index . 0 }}
 {{- $svc := index . 1 }}
 {{- $name := index . 2 }}
+{{- /* A service's own DSN goes through database.pgbouncer; the migrations job's do not. */}}
+{{- $pooled := eq $name "CHORUS_DATABASE_URL" }}
 {{- if $root.Values.cloudnativepg.enabled }}
 {{- $pw := printf "CHORUS_DB_PASSWORD_%s" (upper $svc.module) -}}
 - name: {{ $pw }}
@@ -244,14 +246,35 @@ key: {{ .Values.kafka.caSecret.key }}
     secretKeyRef:
       name: {{ include "chorus.subst" (list $root $root.Values.cloudnativepg.rolePasswordSecret $svc) }}
       key: password
+{{- $direct := printf "postgresql://%s:$(%s)@%s-rw:5432/%s?sslmode=require" $svc.module $pw $root.Values.cloudnativepg.clusterName $root.Values.cloudnativepg.database }}
+{{- if and $pooled $root.Values.database.pgbouncer.enabled }}
 - name: {{ $name }}
-  value: {{ printf "postgresql://%s:$(%s)@%s-rw:5432/%s?sslmode=require" $svc.module $pw $root.Values.cloudnativepg.clusterName $root.Values.cloudnativepg.database | quote }}
+  value: {{ printf "postgresql://%s:$(%s)@%s-pooler-rw:5432/%s?sslmode=require" $svc.module $pw $root.Values.cloudnativepg.clusterName $root.Values.cloudnativepg.database | quote }}
+- name: CHORUS_DATABASE_DIRECT_URL
+  value: {{ $direct | quote }}
 {{- else }}
+- name: {{ $name }}
+  value: {{ $direct | quote }}
+{{- end }}
+{{- else }}
+{{- $ref := $root.Values.database.urlSecret }}
+{{- if and (not $pooled) $root.Values.database.pgbouncer.enabled }}{{ $ref = $root.Values.database.directUrlSecret }}{{ end }}
 - name: {{ $name }}
   valueFrom:
     secretKeyRef:
-      name: {{ include "chorus.subst" (list $root $root.Values.database.urlSecret.name $svc) }}
-      key: {{ $root.Values.database.urlSecret.key }}
+      name: {{ include "chorus.subst" (list $root $ref.name $svc) }}
+      key: {{ $ref.key }}
+{{- if and $pooled $root.Values.database.pgbouncer.enabled }}
+- name: CHORUS_DATABASE_DIRECT_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "chorus.subst" (list $root $root.Values.database.directUrlSecret.name $svc) }}
+      key: {{ $root.Values.database.directUrlSecret.key }}
+{{- end }}
+{{- end }}
+{{- if and $pooled $root.Values.database.pgbouncer.enabled }}
+- name: CHORUS_DATABASE_POOL_MODE
+  value: transaction
 {{- end }}
 {{- end }}
 
@@ -295,6 +318,48 @@ httpGet:
 {{/*
 Checks of the values against the registry: fails the render with the reason.
 */}}
+{{- /* The release's PostgreSQL connections at full scale (every KEDA-scaled service at its
+maxReplicaCount). Each replica of a service with a database opens its pool
+(CHORUS_DB_POOL_SIZE, 10 by default), the outbox relay's leader connection and at most
+database.bootstrapConnections in the small pools beside it (dependency guards, the approval
+policy, the budget ledger); the migrations job one. Behind database.pgbouncer the pools go to
+PgBouncer, which opens poolSize server connections per service role and instance, and only
+the leader connections reach PostgreSQL directly. */ -}}
+{{- define "chorus.connectionPlan" -}}
+{{- $root := . }}
+{{- $reg := include "chorus.registry" . | fromYaml }}
+{{- $db := .Values.database }}
+{{- $clients := 0 }}
+{{- $leaders := 0 }}
+{{- $roles := 0 }}
+{{- range $module, $svc := $reg.services }}
+{{- if and $svc.database (eq (include "chorus.enabled" (list $root $module)) "true") }}
+{{- $v := get $root.Values.services $module | default dict }}
+{{- $replicas := 1 }}
+{{- if hasKey $v "replicas" }}{{ $replicas = int $v.replicas }}{{ end }}
+{{- if eq (include "chorus.kedaScaled" (list $root $module)) "true" }}
+{{- $replicas = int (dig "autoscaling" "maxReplicaCount" 0 $v) }}
+{{- if eq $replicas 0 }}{{ $replicas = int $svc.partitions }}{{ end }}
+{{- end }}
+{{- $env := merge (dict) (get $v "env" | default dict) $root.Values.config.env }}
+{{- $pool := int (get $env "CHORUS_DB_POOL_SIZE" | default 10) }}
+{{- $clients = add $clients (mul $replicas (add $pool $db.bootstrapConnections)) }}
+{{- $leaders = add $leaders $replicas }}
+{{- $roles = add1 $roles }}
+{{- end }}
+{{- end }}
+{{- $b := $db.pgbouncer }}
+{{- $server := add $clients $leaders 1 }}
+{{- if $b.enabled }}
+{{- $server = add (mul $b.instances $b.poolSize $roles) $leaders 1 }}
+{{- end }}
+clients: {{ $clients }}
+leaders: {{ $leaders }}
+roles: {{ $roles }}
+server: {{ $server }}
+limit: {{ sub (int $db.maxConnections) (int $db.reservedConnections) }}
+{{- end }}
+
 {{- define "chorus.validate" -}}
 {{- $reg := include "chorus.registry" . | fromYaml }}
 {{- range $name, $v := .Values.services }}
@@ -362,6 +427,15 @@ Checks of the values against the registry: fails the render with the reason.
 {{- end }}
 {{- if and .Values.cloudnativepg.enabled (not .Values.cloudnativepg.owner) }}
 {{- fail "cloudnativepg.owner is required" }}
+{{- end }}
+{{- /* Last: a more specific refusal above says what to change first. */}}
+{{- $plan := include "chorus.connectionPlan" . | fromYaml }}
+{{- if gt (int $plan.server) (int $plan.limit) }}
+{{- fail (printf "database: at full scale the release opens %d PostgreSQL connections; database.maxConnections %d less %d reserved allows %d: lower replicas, maxReplicaCount or CHORUS_DB_POOL_SIZE, raise max_connections, or put database.pgbouncer in front" (int $plan.server) (int .Values.database.maxConnections) (int .Values.database.reservedConnections) (int $plan.limit)) }}
+{{- end }}
+{{- $b := .Values.database.pgbouncer }}
+{{- if and $b.enabled (gt (int $plan.clients) (mul (int $b.instances) (int $b.maxClientConnections))) }}
+{{- fail (printf "database.pgbouncer: at full scale the services open %d connections to PgBouncer, above its %d instances x %d maxClientConnections" (int $plan.clients) (int $b.instances) (int $b.maxClientConnections)) }}
 {{- end }}
 {{- end }}
 
