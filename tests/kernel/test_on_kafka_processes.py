@@ -6,6 +6,7 @@ import asyncio
 import signal
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -17,6 +18,7 @@ from tests.support.onkafka import in_process
 from tests.support.processes import ServiceProcess, infra_env
 from tests.support.registry import isolated_registry
 from tests.support.testservice import make_spec
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -155,3 +157,48 @@ async def test_sigterm_finishes_in_flight_work_and_leaves_the_group(
     )
     assert [d["payload"]["task"] for d in events_of(records, "test.task_done")] == ["long"]
     assert "service stopped" in service.tail(200)
+
+
+@pytest.mark.parametrize("static", [True, False], ids=["static", "dynamic"])
+async def test_a_static_member_restarted_within_the_session_timeout_rebalances_no_one(
+    tmp_path: Path, kafka_bootstrap: str, database_url: str, unique: str, static: bool
+) -> None:
+    """Two replicas; one stops and is back within the session timeout. As static members
+    (CHORUS_STATIC_MEMBERSHIP) the other keeps working through it with no rebalance and the
+    one back gets its own partitions again; as dynamic ones (the default) both rebalance."""
+    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap, partitions=4)
+    topic = registry.physical_topic("test.task_submitted")
+    spec = make_spec(f"svc_{unique}")
+
+    def replica(instance: str) -> ServiceSettings:
+        return ServiceSettings(
+            **in_process(kafka_bootstrap, database_url),
+            instance=instance,
+            static_membership=static,
+            session_timeout_ms=30_000,
+            heartbeat_interval_ms=1_000,
+        )
+
+    def done_tasks(records: list[Any]) -> set[str]:
+        return {d["payload"]["task"] for d in events_of(records, "test.task_done")}
+
+    async with running(spec, replica("b"), registry=registry) as other:
+        async with running(spec, replica("a"), registry=registry) as first:
+            await wait_until(lambda: both_assigned(first, other), what="both replicas assigned")
+            assert first.edge is not None and other.edge is not None
+            before = (other.edge.rebalances, first.edge.assignment)
+        await publish(kafka_bootstrap, topic, [envelope(TaskSubmitted(task=f"t{i}")) for i in range(8)])
+        async with running(spec, replica("a"), registry=registry) as again:
+            await wait_until(lambda: both_assigned(again, other), what="both replicas assigned again")
+            assert again.edge is not None
+            records = await read_topic(kafka_bootstrap, [topic], until=lambda rs: len(done_tasks(rs)) >= 8)
+            after = (other.edge.rebalances, again.edge.assignment)
+    assert done_tasks(records) == {f"t{i}" for i in range(8)}
+    if static:
+        assert after == before  # the same partitions back, and the other never rebalanced
+    else:
+        assert after[0] > before[0]
+
+
+async def both_assigned(*runners: Any) -> bool:
+    return all(r.edge is not None and r.edge.assignment for r in runners)

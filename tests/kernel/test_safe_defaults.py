@@ -184,3 +184,9 @@ def test_the_key_service_does_not_start_without_its_certificate_nor_a_caller_wit
     assert plain.returncode == EX_CONFIG
     assert "CHORUS_KEY_STORES: the key service of local is not an https:// URL" in plain.stderr
     assert "Traceback" not in keyless.stderr + wrong.stderr + unreadable.stderr + plain.stderr
+
+
+def test_static_membership_without_an_instance_name_is_refused_naming_both_settings() -> None:
+    with pytest.raises(ValidationError, match="CHORUS_STATIC_MEMBERSHIP needs CHORUS_INSTANCE"):
+        ServiceSettings(static_membership=True)
+    assert ServiceSettings(static_membership=True, instance="invoice-agent-0").static_membership

@@ -92,7 +92,18 @@ class KernelSettings(ChorusSettings):
 
     group_id: str = ""
     """The service's consumer group; defaults to the service name."""
+
+    @model_validator(mode="after")
+    def _static_members_are_named(self) -> Self:
+        if self.static_membership and not self.instance:
+            raise ValueError("CHORUS_STATIC_MEMBERSHIP needs CHORUS_INSTANCE (stable and unique per replica)")
+        return self
+
     instance: str = ""
+    static_membership: bool = False
+    """Kafka static membership as ``<service>-<CHORUS_INSTANCE>`` (stable, unique per replica):
+    one back within CHORUS_SESSION_TIMEOUT_MS rebalances no one; a stopped one holds its
+    partitions until then."""
     concurrency: int = 32
     max_buffered_per_partition: int = 200
     max_poll_interval_ms: int = 300_000

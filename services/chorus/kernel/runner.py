@@ -299,6 +299,7 @@ class KernelRunner:
             session_timeout_ms=s.session_timeout_ms,
             heartbeat_interval_ms=s.heartbeat_interval_ms,
             max_partition_fetch_bytes=max(1_048_576, s.max_event_bytes * 2),
+            group_instance_id=client_id if s.static_membership else None,
         )
         self.edge = edge = KafkaEdge(
             consumer,
