@@ -142,6 +142,11 @@ class ServicePrincipal(BaseModel):
         description="signed event types it states beside their topic file's signers: a "
         "project's service ending its own workflows (workflow.ended); it must write their topic",
     )
+    observes_groups: bool = Field(
+        default=False,
+        description="describes every service's consumer group and every topic: it reports how "
+        "far behind each group is, members or none (a service scaled to zero)",
+    )
 
 
 class PlatformWrites(BaseModel):

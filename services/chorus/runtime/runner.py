@@ -60,6 +60,19 @@ RUNTIME_CONTROLS: Mapping[type[EventModel], type[ControlHandler]] = {
 the code that answers each."""
 
 
+def group_topics(registry: Registry, service: str) -> list[str]:
+    """The physical topics the consumer group of ``service`` reads: the topics naming it a
+    consumer, and a runtime service's control topics."""
+    spec = registry.principals.services.get(service)
+    if spec is None:
+        return []
+    names = {t.topic for t in registry.topics.values() if service in t.consumers}
+    if spec.kind == "runtime":
+        for event_type in (m.event_type for m in RUNTIME_CONTROLS):
+            names.add(registry.topic_for(event_type).topic)
+    return sorted(p for name in names for p in registry.topics[name].physical_topics())
+
+
 class ServiceSettings(KernelSettings, ReleaseSettings, PrivacySettings, WebSettings):
     """Settings every service has; a service's config.py subclasses this."""
 

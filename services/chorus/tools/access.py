@@ -98,6 +98,12 @@ def grants(registry: Registry) -> list[Grant]:
                 out.update(Grant(name, "topic", topic, op) for op in (*ops, Op.DESCRIBE))
         # Its group, and any named after it (a replica's own group, a version's group).
         out.add(Grant(name, "group", name, Op.READ, prefixed=True))
+        if registry.principals.services[name].observes_groups:
+            out.update(
+                Grant(name, "group", other, Op.DESCRIBE, prefixed=True)
+                for other in registry.principals.services
+            )
+            out.update(Grant(name, "topic", topic, Op.DESCRIBE) for topic in every_topic)
     for name, role in registry.principals.people.items():
         ops = [Op.READ, Op.DESCRIBE] + ([Op.WRITE] if role == "operator" else [])
         out.update(Grant(name, "topic", topic, op) for topic in every_topic for op in ops)

@@ -45,7 +45,7 @@ from pydantic_settings import BaseSettings
 
 from chorus.contracts.registry import RUNTIME_PRODUCER, Registry, load_registry, platform_schemas_dir
 from chorus.kernel.kafka import KafkaAuth
-from chorus.runtime.runner import RUNTIME_CONTROLS
+from chorus.runtime.runner import group_topics
 from chorus.tools.access import Grant, grants
 from chorus.tools.declarations import service_module
 from chorus.tools.devstack import DOCUMENTED_PORTS, WITHOUT_DATABASE, WITHOUT_KAFKA
@@ -92,18 +92,6 @@ def settings_class(service: str) -> type[BaseSettings]:
 
 def _env_names(cls: type[BaseSettings], prefix: str = ENV_PREFIX) -> list[str]:
     return [prefix + name.upper() for name in cls.model_fields]
-
-
-def group_topics(registry: Registry, service: str) -> list[str]:
-    """The physical topics the consumer group of ``service`` reads."""
-    spec = registry.principals.services.get(service)
-    if spec is None:
-        return []
-    names = {t.topic for t in registry.topics.values() if service in t.consumers}
-    if spec.kind == "runtime":
-        for event_type in (m.event_type for m in RUNTIME_CONTROLS):
-            names.add(registry.topic_for(event_type).topic)
-    return sorted(p for name in names for p in registry.topics[name].physical_topics())
 
 
 def _acls(rows: list[Grant]) -> list[dict[str, Any]]:

@@ -178,6 +178,17 @@ PER_SERVICE = Dashboard(
                     "topic, partition",
                     legend="{{topic}}/{{partition}}",
                 ),
+                single(
+                    "Consumer group lag, from Kafka",
+                    highest,
+                    "chorus_consumer_group_lag",
+                    "topic",
+                    # The rollout service reads every group's (each of its replicas the same).
+                    labels='service_name=~"$service"',
+                    legend="{{topic}}",
+                    description="Read from Kafka by the rollout service: there while no replica runs "
+                    "(an agent scaled to zero), when the service's own lag is not.",
+                ),
                 Panel(
                     "In flight, outbox backlog",
                     (

@@ -12,6 +12,7 @@ from chorus.kernel.service import On, ServiceSpec
 from chorus.platform.rollout_service.adapters.repository import RolloutRetention, migrate
 from chorus.platform.rollout_service.api import routes
 from chorus.platform.rollout_service.bootstrap import bootstrap
+from chorus.platform.rollout_service.groups import report_group_lag
 from chorus.platform.rollout_service.handlers import (
     on_event_dead_lettered,
     on_release_reported,
@@ -42,6 +43,6 @@ SPEC: ServiceSpec[Any, None] = ServiceSpec(
     migrations=[migrate],
     owned_data=[RolloutRetention()],
     bootstrap=bootstrap,
-    workers=[judge_canaries],
+    workers=[judge_canaries, report_group_lag],
     http_routes=routes,
 )
