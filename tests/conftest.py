@@ -17,8 +17,13 @@ from pathlib import Path
 import asyncpg
 import pytest
 from hypothesis import HealthCheck, settings
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from chorus.base import tracing
 from chorus.base.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA
+from chorus.observability.tracing import OtelSpans
 from chorus.privacy.feature import KEY_SERVICE_CA
 from chorus.testing.stack import key_service_tls, reaching_key_service
 from chorus.tools.devstack import free_port
@@ -159,3 +164,13 @@ async def key_service(kafka_bootstrap: str, database_url: str) -> AsyncIterator[
             yield url
     finally:
         await proc.terminate()
+
+
+@pytest.fixture
+def exported(monkeypatch: pytest.MonkeyPatch) -> InMemorySpanExporter:
+    """Spans are built, into memory (as with an exporter: OTEL_TRACES_EXPORTER)."""
+    found = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(found))
+    monkeypatch.setattr(tracing, "_spans", OtelSpans(provider.get_tracer("test")))
+    return found

@@ -119,6 +119,7 @@ PUBLIC: Mapping[str, frozenset[str]] = {
     "chorus.codec": frozenset({"Event", "upcast"}),
     "chorus.errors": frozenset({"TransientError", "PersistentError", "SemanticError"}),
     "chorus.clock": frozenset({"Clock", "SystemClock", "ManualClock"}),
+    "chorus.tracing": frozenset({"link"}),
     "chorus.stages": frozenset(
         {"Stage", "StagePolicy", "StageStatus", "Opened", "open_stage", "stop_deadline"}
     ),

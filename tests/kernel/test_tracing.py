@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 from prometheus_client.parser import text_string_to_metric_families
@@ -18,7 +16,7 @@ from chorus.base.tracing import TraceContext, handling_span
 from chorus.kernel.messaging import Delivery, published
 from chorus.llm import ChatMessage
 from chorus.observability import tracing as exporters
-from chorus.observability.tracing import OtelSpans, TracingConfigError, setup_tracing
+from chorus.observability.tracing import TracingConfigError, setup_tracing
 from chorus.outside.llm import usage
 from chorus.outside.llm.client import OpenAICompatibleLLM
 
@@ -39,16 +37,6 @@ def test_without_an_exporter_a_hop_keeps_the_trace_and_gets_a_new_span_id() -> N
 def test_a_missing_or_broken_parent_starts_a_new_trace() -> None:
     with handling_span(DELIVERY.span_name, "garbage", {}) as traceparent:
         assert TraceContext.parse(traceparent) is not None
-
-
-@pytest.fixture
-def exported(monkeypatch: pytest.MonkeyPatch) -> InMemorySpanExporter:
-    """Spans are built, into memory."""
-    found = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(found))
-    monkeypatch.setattr(tracing, "_spans", OtelSpans(provider.get_tracer("test")))
-    return found
 
 
 def test_with_an_exporter_handling_is_a_consumer_span_the_emitted_traceparent_names(

@@ -8,7 +8,7 @@ span a trace viewer shows hop by hop.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 from opentelemetry import trace
@@ -107,6 +107,15 @@ class OtelSpans:
             name, context=_remote(parent), kind=KINDS[kind], attributes=attributes, start_time=start_ns
         )
         span.end(end_time=end_ns)
+
+
+def link(traceparents: Iterable[str]) -> None:
+    """Link the span of the event being handled to the spans ``traceparents`` name: the
+    other causes of a fan-in, known only once its handler ran (the span began with the
+    event that closed it). A no-op while no span is recording (no exporter)."""
+    span = trace.get_current_span()
+    for found in _links(list(traceparents)):
+        span.add_link(found.context)
 
 
 def _links(traceparents: Sequence[str]) -> list[Link]:

@@ -62,6 +62,9 @@ class Stage(BaseModel):
     """Sub-tasks that reported they cannot be done, and why."""
     late: list[str] = []
     """Sub-tasks whose report came after the stage closed (recorded, ignored)."""
+    reported_by: dict[str, str] = {}
+    """Sub-task -> the traceparent of its report: the spans the fan-in links to
+    (``chorus.tracing.link``), so a trace shows every cause of what follows the stage."""
     closed_at: datetime | None = None
     why: str = ""
     """How it closed, in words (for the workflow's record and the people who read it)."""
@@ -78,10 +81,18 @@ class Stage(BaseModel):
     def result(self, task: str, model: type[M]) -> M:
         return model.model_validate(self.results[task])
 
-    def record(self, task: str, now: datetime, result: BaseModel | None = None, failure: str = "") -> Stage:
-        """The stage with ``task``'s report (a result, or a failure saying why); it closes
-        once every sub-task has reported. A repeated report, or one for a task the stage
-        does not have, changes nothing; one after the close is recorded as late."""
+    def record(
+        self,
+        task: str,
+        now: datetime,
+        result: BaseModel | None = None,
+        failure: str = "",
+        traceparent: str = "",
+    ) -> Stage:
+        """The stage with ``task``'s report (a result, or a failure saying why; the
+        ``traceparent`` of the event that brought it); it closes once every sub-task has
+        reported. A repeated report, or one for a task the stage does not have, changes
+        nothing; one after the close is recorded as late."""
         if task not in self.tasks or task in self.results or task in self.failures:
             return self
         if not self.is_open:
@@ -90,6 +101,8 @@ class Stage(BaseModel):
             update: dict[str, Any] = {"results": {**self.results, task: result.model_dump(mode="json")}}
         else:
             update = {"failures": {**self.failures, task: failure or "failed"}}
+        if traceparent:
+            update["reported_by"] = {**self.reported_by, task: traceparent}
         stage = self.model_copy(update=update)
         if len(stage.results) + len(stage.failures) < len(stage.tasks):
             return stage

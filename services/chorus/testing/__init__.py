@@ -44,9 +44,11 @@ def make_event(
     attempt: int = 1,
     subject_ref: str | None = None,
     producer: ProducerRef = TEST_PRODUCER,
+    traceparent: str | None = None,
 ) -> Event[Any]:
     """``payload`` in a fresh envelope of its own (as if just read from its topic), stated
-    by ``producer`` (a handler that trusts some producers more than others tests both)."""
+    by ``producer`` (a handler that trusts some producers more than others tests both), in
+    the trace of ``traceparent`` (a new one without)."""
     envelope = start_envelope(
         payload,
         workflow_id=workflow_id or f"wf-{uuid.uuid4().hex[:12]}",
@@ -56,6 +58,7 @@ def make_event(
         idempotency_key=f"test-{uuid.uuid4()}",
         priority=priority,
         subject_ref=subject_ref,
+        traceparent=traceparent,
     )
     if attempt != 1:
         envelope = envelope.model_copy(update={"attempt": attempt})

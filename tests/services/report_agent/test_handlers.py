@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from chorus.base.errors import TransientError
+from chorus.base.tracing import handling_span
 from chorus.contracts.approvals import ApprovalDecided, ApprovalRequested, Decision, EscalationStep
 from chorus.contracts.lifecycle import StageDeadlineReached, WorkflowEnded
 from chorus.contracts.research import (
@@ -193,3 +196,19 @@ async def test_the_closed_stage_is_kept_before_drafting_and_a_retry_of_the_closi
     assert (await agent.deliver(fetched("gamma"), "wf-8")).emitted == []  # late: no second draft
     retried = await agent.deliver(closing, attempt=2)
     assert retried.first(ReportDrafted).sources_missing == ["gamma", "delta"]
+
+
+async def test_the_span_that_closes_the_sources_stage_links_to_every_report_of_it(
+    agent: WorkflowHarness, exported: InMemorySpanExporter
+) -> None:
+    """A fan-in has many causes; a trace shows them all (OpenTelemetry's span links)."""
+    await agent.deliver(requested(), "wf-links")
+    reports = {name: f"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-01" for name in EXCERPTS}
+    for name in ("alpha", "delta"):
+        await agent.deliver(fetched(name), "wf-links", traceparent=reports[name])
+    with handling_span("process research.sources", reports["gamma"], {}):
+        step = await agent.deliver(fetched("gamma"), "wf-links", traceparent=reports["gamma"])
+    assert step.first(ReportDrafted)
+    (span,) = exported.get_finished_spans()
+    linked = {f"00-{link.context.trace_id:032x}-{link.context.span_id:016x}-01" for link in span.links}
+    assert linked == set(reports.values())

@@ -32,6 +32,7 @@ from chorus.reference.report_agent.domain import (
 )
 from chorus.service import Context, Outcome
 from chorus.stages import Stage, StageStatus, stop_deadline
+from chorus.tracing import link
 
 
 async def on_report_requested(
@@ -74,7 +75,8 @@ async def source_reported(
     report = event.payload
     if state is None or not state.in_stage(report.stage_id):
         return Outcome()
-    stage = state.stage().record(report.task, ctx.clock.now(), result=result, failure=failure)
+    traceparent = event.envelope.traceparent
+    stage = state.stage().record(report.task, ctx.clock.now(), result, failure, traceparent)
     return await after_sources(state, stage, event.envelope, ctx)
 
 
@@ -96,6 +98,8 @@ async def after_sources(
     closing = str(envelope.event_id)
     if stage.is_open or (not state.stage().is_open and state.closed_by != closing):
         return Outcome(state=state.model_copy(update={"sources": stage}))
+    # What follows the stage has every report as a cause: the trace shows them all.
+    link(stage.reported_by.values())
     if state.closed_by != closing:
         # Closed now: kept at once, so a draft that ends in a person's review (or a crash)
         # finds the stage closed and the sources it is built from.
