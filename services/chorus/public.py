@@ -92,6 +92,7 @@ from chorus.stages import *  # noqa: F403
 from chorus.store import *  # noqa: F403
 from chorus.testing import *  # noqa: F403
 from chorus.teststack import *  # noqa: F403
+from chorus.tracing import *  # noqa: F403
 
 WHOLE_MODULE = frozenset[str]()
 """Marks a module every public name of which is public (its contracts)."""
