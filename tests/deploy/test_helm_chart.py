@@ -120,13 +120,16 @@ def test_every_rendered_object_validates_against_its_api_schema(
             "keda.sh/v1alpha1/ScaledObject",
             "keda.sh/v1alpha1/TriggerAuthentication",
             "networking.k8s.io/v1/Ingress",
-            "kafka.strimzi.io/v1beta2/Kafka",
-            "kafka.strimzi.io/v1beta2/KafkaTopic",
-            "kafka.strimzi.io/v1beta2/KafkaUser",
+            "kafka.strimzi.io/v1/Kafka",
+            "kafka.strimzi.io/v1/KafkaNodePool",
+            "kafka.strimzi.io/v1/KafkaTopic",
+            "kafka.strimzi.io/v1/KafkaUser",
             "postgresql.cnpg.io/v1/Cluster",
             "batch/v1/Job",
         ):
             assert kinds.get(kind), f"all-on renders no {kind}"
+        # Strimzi 1.0 serves v1 only: a v1beta2 object would not even be accepted by the API server.
+        assert not [k for k in kinds if k.startswith("kafka.strimzi.io/") and "/v1/" not in k], kinds
 
 
 def test_the_validator_reports_unknown_fields_wrong_types_and_unknown_kinds(
@@ -137,12 +140,15 @@ def test_the_validator_reports_unknown_fields_wrong_types_and_unknown_kinds(
         rendered["all-on"]
         .replace("readinessProbe:", "readinesProbe:", 1)
         .replace("minReplicaCount: 0", "minReplicaCount: none", 1)
+        # What v1beta2 allowed and Strimzi's v1 removed: an ACL's singular `operation`.
+        .replace('operations: ["Read"]', "operation: Read", 1)
     )
     broken += "\n---\napiVersion: example.com/v1\nkind: Unknown\nmetadata: {name: x}\n"
     report = validate(broken, tmp_path)
     messages = [f"{e['check']}: {e['message']}" for e in report["errors"]]
     assert any("readinesProbe" in m for m in messages), messages
     assert any("minReplicaCount" in m for m in messages), messages
+    assert any("KafkaUser" in e["object"] and "operation" in e["message"] for e in report["errors"]), messages
     assert any("no schema for example.com/v1/Unknown" in m for m in messages), messages
 
 
