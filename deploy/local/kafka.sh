@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Local Apache Kafka 4.1 (KRaft, combined broker+controller) from Maven Central jars.
+# Local Apache Kafka 4.4 (KRaft, combined broker+controller) from Maven Central jars.
 #
 #   deploy/local/kafka.sh start|stop|status|reset|logs
 #
