@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -190,7 +190,9 @@ def load_keys(
 def _private_key(path: Path) -> Ed25519PrivateKey:
     try:
         key = serialization.load_pem_private_key(path.read_bytes(), password=None)
-    except (OSError, ValueError) as exc:
+    # A key of an algorithm cryptography does not load (SM2; binary curves since 47) raises
+    # UnsupportedAlgorithm, which is no ValueError: a wrong key file, not a crash.
+    except (OSError, ValueError, UnsupportedAlgorithm) as exc:
         raise SigningConfigError(f"cannot read the signing key {path}: {exc}") from None
     if not isinstance(key, Ed25519PrivateKey):
         raise SigningConfigError(f"{path} is not an Ed25519 private key")
@@ -200,7 +202,7 @@ def _private_key(path: Path) -> Ed25519PrivateKey:
 def _public_key(path: Path) -> Ed25519PublicKey:
     try:
         key = serialization.load_pem_public_key(path.read_bytes())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, UnsupportedAlgorithm) as exc:
         raise SigningConfigError(f"cannot read the public key {path}: {exc}") from None
     if not isinstance(key, Ed25519PublicKey):
         raise SigningConfigError(f"{path} is not an Ed25519 public key")

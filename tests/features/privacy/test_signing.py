@@ -194,6 +194,33 @@ def test_keys_are_made_once_private_ones_unreadable_to_others_and_missing_ones_s
     assert load_keys("", "invoice_agent", signs=set(), checks={}).signer is None
 
 
+# An SM2 key pair (openssl genpkey -algorithm SM2), made for this test only: PEM that
+# `cryptography` parses but cannot load, as binary-curve keys since its 47.
+SM2_KEY = """-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqBHM9VAYItBG0wawIBAQQge/XW/Hjet039i4Ef
+Z4EfbDqRsLsUNQCXj0KpBHFNRLOhRANCAASDJFR4DX3NJY3MLG6HiI2JoSzHP5qm
+tNuejojTPizEvVCJKzGCWQcn1l3oyFz9PrFEX8ivSxbx3D46748ZN3G5
+-----END PRIVATE KEY-----
+"""
+SM2_PUB = """-----BEGIN PUBLIC KEY-----
+MFkwEwYHKoZIzj0CAQYIKoEcz1UBgi0DQgAEgyRUeA19zSWNzCxuh4iNiaEsxz+a
+prTbno6I0z4sxL1QiSsxglkHJ9Zd6Mhc/T6xRF/Ir0sW8dw+Ou+PGTdxuQ==
+-----END PUBLIC KEY-----
+"""
+
+
+def test_a_key_of_an_algorithm_cryptography_cannot_load_stops_the_start_naming_its_file(
+    tmp_path: Path,
+) -> None:
+    """A configuration error naming the file, not an UnsupportedAlgorithm traceback."""
+    (tmp_path / "approval_gate.key").write_text(SM2_KEY)
+    with pytest.raises(SigningConfigError, match=r"cannot read the signing key .*approval_gate\.key"):
+        load_keys(str(tmp_path), "approval_gate", signs={"approval.decided"}, checks={})
+    (tmp_path / "approval_gate.pub").write_text(SM2_PUB)
+    with pytest.raises(SigningConfigError, match=r"cannot read the public key .*approval_gate\.pub"):
+        load_keys(str(tmp_path), "invoice_agent", signs=set(), checks=CHECKS)
+
+
 @pytest.mark.parametrize("service", migrating_services(REGISTRY))
 def test_every_service_may_state_every_signed_type_it_produces(service: str) -> None:
     """Else it would not start (service_keys): the registry and the code agree. (The
