@@ -120,6 +120,7 @@ def test_every_rendered_object_validates_against_its_api_schema(
             "keda.sh/v1alpha1/ScaledObject",
             "keda.sh/v1alpha1/TriggerAuthentication",
             "networking.k8s.io/v1/Ingress",
+            "gateway.networking.k8s.io/v1/HTTPRoute",
             "kafka.strimzi.io/v1/Kafka",
             "kafka.strimzi.io/v1/KafkaNodePool",
             "kafka.strimzi.io/v1/KafkaTopic",
@@ -428,6 +429,7 @@ def test_each_invariant_check_reports_a_violation(rendered: dict[str, str], regi
             ),
             "above its 2 instances x 50 maxClientConnections",
         ),
+        (("gatewayApi.enabled=true",), "gatewayApi.enabled needs gatewayApi.parentRefs"),
     ],
 )
 def test_the_chart_refuses_values_that_break_an_invariant(
@@ -506,6 +508,98 @@ def test_data_keys_travel_over_tls_to_the_key_services_api_port_only(rendered: d
         for port in rule["ports"]
     ]
     assert to_keys == [8127]
+
+
+# -- public routes: the Ingress and the Gateway API --------------------------------------------------
+
+
+def public_backends(docs: Docs) -> dict[str, dict[str, tuple[str, int]]]:
+    """host -> (Service, port number) for the Ingress and for the HTTPRoutes, every Service
+    port resolved to its number and checked to reach a named container port of the pods the
+    Service selects."""
+    pods = {
+        tuple(sorted(d["spec"]["selector"]["matchLabels"].items())): {
+            p["name"] for p in d["spec"]["template"]["spec"]["containers"][0]["ports"]
+        }
+        for d in of_kind(docs, "Deployment")
+    }
+    ports: dict[str, dict[str | int, int]] = {}
+    for svc in of_kind(docs, "Service"):
+        container_ports = pods[tuple(sorted(svc["spec"]["selector"].items()))]
+        for p in svc["spec"]["ports"]:
+            assert p["targetPort"] in container_ports, (svc["metadata"]["name"], p)
+            ports.setdefault(svc["metadata"]["name"], {}).update({p["name"]: p["port"], p["port"]: p["port"]})
+    found: dict[str, dict[str, tuple[str, int]]] = {"Ingress": {}, "HTTPRoute": {}}
+    for ingress in of_kind(docs, "Ingress"):
+        for rule in ingress["spec"]["rules"]:
+            [path] = rule["http"]["paths"]
+            backend = path["backend"]["service"]
+            found["Ingress"][rule["host"]] = (
+                backend["name"],
+                ports[backend["name"]][backend["port"]["name"]],
+            )
+    for route in of_kind(docs, "HTTPRoute"):
+        [rule] = route["spec"]["rules"]
+        assert rule["matches"] == [{"path": {"type": "PathPrefix", "value": "/"}}]
+        [ref] = rule["backendRefs"]
+        for host in route["spec"]["hostnames"]:
+            found["HTTPRoute"][host] = (ref["name"], ports[ref["name"]][ref["port"]])
+    return found
+
+
+def test_gateway_api_routes_serve_the_ingress_sites_on_the_same_service_ports(
+    rendered: dict[str, str], helm: str
+) -> None:
+    """gatewayApi.enabled: an HTTPRoute per public site, attached to the values' Gateway, for
+    the Ingress's host, to the Service port the Ingress names (the gateway's `api`, the
+    console's `http`), by number as the Gateway API asks; the Gateway's proxies may reach
+    those ports; alone (no Ingress) its hosts are the public addresses services hand out."""
+    beside = parse(rendered["all-on"])
+    backends = public_backends(beside)
+    assert backends["HTTPRoute"] == backends["Ingress"]
+    assert backends["Ingress"] == {
+        "api.chorus.example.com": (f"{RELEASE}-gateway", 8080),
+        "console.chorus.example.com": (f"{RELEASE}-console", 8120),
+    }
+    for route in of_kind(beside, "HTTPRoute"):
+        assert route["spec"]["parentRefs"] == [
+            {"name": "public", "namespace": "gateway-system", "sectionName": "https"}
+        ]
+    assert not of_kind(parse(rendered["default"]), "HTTPRoute")
+
+    alone = parse(
+        template(
+            helm,
+            [],
+            "gatewayApi.enabled=true",
+            "gatewayApi.parentRefs[0].name=public",
+            "gatewayApi.scheme=http",
+            "gatewayApi.console.hostnames[0]=chorus.example.com",
+        )
+    )
+    assert not of_kind(alone, "Ingress")
+    assert public_backends(alone)["HTTPRoute"] == {
+        "api.chorus.example.com": (f"{RELEASE}-gateway", 8080),
+        "chorus.example.com": (f"{RELEASE}-console", 8120),
+    }
+    env = {
+        service_of(d): {
+            e["name"]: e.get("value") for e in d["spec"]["template"]["spec"]["containers"][0]["env"]
+        }
+        for d in of_kind(alone, "Deployment")
+    }
+    assert env["gateway"]["CHORUS_PUBLIC_URL"] == "http://api.chorus.example.com"
+    assert env["notifier"]["CHORUS_CONSOLE_URL"] == "http://chorus.example.com"
+    policies = {p["metadata"]["name"]: p["spec"] for p in of_kind(alone, "NetworkPolicy")}
+    for service, port in (("gateway", 8080), ("console", 8120)):
+        from_proxies = [
+            [p["port"] for p in rule["ports"]]
+            for rule in policies[f"{RELEASE}-{service}"]["ingress"]
+            for peer in rule["from"]
+            if (peer.get("namespaceSelector") or {}).get("matchLabels")
+            == {"kubernetes.io/metadata.name": "envoy-gateway-system"}
+        ]
+        assert from_proxies == [[port]], (service, from_proxies)
 
 
 # -- chorus migrate (the migration job's command) -------------------------------------------------

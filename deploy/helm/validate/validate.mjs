@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // Validates Kubernetes objects (the chart's `helm template` output) against the schemas of
-// the API they belong to: Kubernetes itself (kubernetes-models), KEDA, Strimzi and
-// CloudNativePG (@kubernetes-models/*, generated from each project's OpenAPI/CRD schemas).
+// the API they belong to: Kubernetes itself (kubernetes-models), KEDA, Strimzi,
+// CloudNativePG, the Prometheus Operator and the Gateway API (@kubernetes-models/*,
+// generated from each project's OpenAPI/CRD schemas).
 //
 // Two checks per object, both must pass:
 //   1. schema: the model's JSON Schema validator (types, required fields, enums, formats);
@@ -24,6 +25,7 @@ import * as keda from "@kubernetes-models/keda";
 import * as strimzi from "@kubernetes-models/strimzi-kafka-operator";
 import * as cloudnativepg from "@kubernetes-models/cloudnative-pg";
 import * as prometheusOperator from "@kubernetes-models/prometheus-operator";
+import * as gatewayApi from "@kubernetes-models/gateway-api";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const PACKAGES = {
@@ -32,6 +34,7 @@ const PACKAGES = {
   "@kubernetes-models/strimzi-kafka-operator": strimzi,
   "@kubernetes-models/cloudnative-pg": cloudnativepg,
   "@kubernetes-models/prometheus-operator": prometheusOperator,
+  "@kubernetes-models/gateway-api": gatewayApi,
 };
 
 /** "apiVersion/kind" -> {model, pkg}: every model class the packages export. */

@@ -450,3 +450,28 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: chorus
 chorus.dev/release: {{ .Release.Name }}
 {{- end }}
+
+{{/* (list $ site): a Gateway API route's hostnames for a public site (gateway, console), as
+a YAML list: gatewayApi.<site>.hostnames, or else the Ingress's host of that site (one name
+per site, whichever object serves it). */}}
+{{- define "chorus.routeHostnames" -}}
+{{- $root := index . 0 }}
+{{- $site := index . 1 }}
+{{- $route := get $root.Values.gatewayApi $site | default dict }}
+{{- $ing := get $root.Values.ingress $site | default dict }}
+{{- toYaml ($route.hostnames | default (list $ing.host)) }}
+{{- end }}
+
+{{/* (list $ site): the public address of a site (gateway, console) when the Ingress or a
+Gateway API route serves it, else empty. The Ingress's when both are on. */}}
+{{- define "chorus.publicUrl" -}}
+{{- $root := index . 0 }}
+{{- $site := index . 1 }}
+{{- $ing := get $root.Values.ingress $site | default dict }}
+{{- if and $root.Values.ingress.enabled $ing.host }}
+{{- printf "%s://%s" (ternary "https" "http" (not (empty $root.Values.ingress.tls))) $ing.host }}
+{{- else if and $root.Values.gatewayApi.enabled (hasKey $root.Values.gatewayApi $site) }}
+{{- $host := first (include "chorus.routeHostnames" (list $root $site) | fromYamlArray) }}
+{{- if $host }}{{ printf "%s://%s" $root.Values.gatewayApi.scheme $host }}{{ end }}
+{{- end }}
+{{- end }}
