@@ -23,6 +23,7 @@ import re
 import shutil
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import yaml
@@ -600,6 +601,55 @@ def test_gateway_api_routes_serve_the_ingress_sites_on_the_same_service_ports(
             == {"kubernetes.io/metadata.name": "envoy-gateway-system"}
         ]
         assert from_proxies == [[port]], (service, from_proxies)
+
+
+# -- CloudNativePG: verified TLS ---------------------------------------------------------------------
+
+
+def test_every_connection_to_cloudnativepg_verifies_the_server_against_the_clusters_ca(
+    rendered: dict[str, str], registry: Registry
+) -> None:
+    """cloudnativepg.enabled: every DSN (each service's, the job's per service and its admin
+    one) asks for sslmode=verify-full, which asyncpg reads from the DSN: the server's
+    certificate must be signed by the CA in sslrootcert and name the DSN's host. That file
+    is the ca.crt of the Secret the operator publishes (<cluster>-ca), mounted where the DSN
+    says, and nothing else of that Secret (its ca.key) is mounted."""
+    text = rendered["cloudnativepg-example"]
+    assert "sslmode=require" not in text
+    docs = parse(text)
+    with_dsn: dict[str, set[str]] = {}
+    for doc in [*of_kind(docs, "Deployment"), *of_kind(docs, "Job")]:
+        pod = doc["spec"]["template"]["spec"]
+        [container] = pod["containers"]
+        mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        for env in container["env"]:
+            if not env["name"].startswith(("CHORUS_DATABASE_URL", "CHORUS_DATABASE_ADMIN_URL")):
+                continue
+            dsn = urlsplit(env["value"])
+            assert dsn.hostname == "chorus-pg-rw", env
+            query = parse_qs(dsn.query)
+            assert query["sslmode"] == ["verify-full"], env
+            [ca_file] = query["sslrootcert"]
+            directory, _, filename = ca_file.rpartition("/")
+            secret = volumes[mounts[directory]]["secret"]
+            assert secret["secretName"] == "chorus-pg-ca"
+            assert secret["items"] == [{"key": "ca.crt", "path": filename}]
+            with_dsn.setdefault(doc["kind"], set()).add(env["name"])
+    services = migrate.migrating_services(registry)
+    assert with_dsn["Deployment"] == {"CHORUS_DATABASE_URL"}
+    deployments_with_dsn = {
+        service_of(d)
+        for d in of_kind(docs, "Deployment")
+        if any(
+            e["name"] == "CHORUS_DATABASE_URL" for e in d["spec"]["template"]["spec"]["containers"][0]["env"]
+        )
+    }
+    assert deployments_with_dsn == set(services)
+    assert with_dsn["Job"] == {
+        "CHORUS_DATABASE_ADMIN_URL",
+        *(f"CHORUS_DATABASE_URL_{s.upper()}" for s in services),
+    }
 
 
 # -- chorus migrate (the migration job's command) -------------------------------------------------

@@ -246,8 +246,11 @@ key: {{ .Values.kafka.caSecret.key }}
     secretKeyRef:
       name: {{ include "chorus.subst" (list $root $root.Values.cloudnativepg.rolePasswordSecret $svc) }}
       key: password
-{{- $direct := printf "postgresql://%s:$(%s)@%s-rw:5432/%s?sslmode=require" $svc.module $pw $root.Values.cloudnativepg.clusterName $root.Values.cloudnativepg.database }}
+{{- $direct := include "chorus.cnpgUrl" (list $root $svc.module $pw) }}
 {{- if and $pooled $root.Values.database.pgbouncer.enabled }}
+{{- /* Through the Pooler: encrypted, not yet verified. verify-full needs the pooler's service
+name in the certificate PgBouncer presents (the Cluster's certificates.serverAltDNSNames),
+which nothing here has confirmed on a real cluster. */}}
 - name: {{ $name }}
   value: {{ printf "postgresql://%s:$(%s)@%s-pooler-rw:5432/%s?sslmode=require" $svc.module $pw $root.Values.cloudnativepg.clusterName $root.Values.cloudnativepg.database | quote }}
 - name: CHORUS_DATABASE_DIRECT_URL
@@ -276,6 +279,40 @@ key: {{ .Values.kafka.caSecret.key }}
 - name: CHORUS_DATABASE_POOL_MODE
   value: transaction
 {{- end }}
+{{- end }}
+
+{{/*
+(list $ ROLE PASSWORD_VAR): the DSN of ROLE on the CloudNativePG cluster's read-write
+service, its password from the variable PASSWORD_VAR. verify-full: the server's certificate
+must be signed by the cluster's CA (mounted by chorus.cnpgCaVolume) and issued for
+<cluster>-rw, which the operator's certificate is. `require` encrypted but would have
+talked to anyone who answered on that name.
+*/}}
+{{- define "chorus.cnpgUrl" -}}
+{{- $c := (index . 0).Values.cloudnativepg }}
+{{- printf "postgresql://%s:$(%s)@%s-rw:5432/%s?sslmode=verify-full&sslrootcert=%s/ca.crt" (index . 1) (index . 2) $c.clusterName $c.database (include "chorus.cnpgCaDir" .) }}
+{{- end }}
+
+{{- define "chorus.cnpgCaDir" -}}
+/etc/chorus/db-ca
+{{- end }}
+
+{{/* The CloudNativePG cluster's CA, from the Secret the operator makes (<cluster>-ca): its
+certificate only, never its ca.key. */}}
+{{- define "chorus.cnpgCaVolume" -}}
+- name: db-ca
+  secret:
+    secretName: {{ (index . 0).Values.cloudnativepg.clusterName }}-ca
+    defaultMode: 0440
+    items:
+      - key: ca.crt
+        path: ca.crt
+{{- end }}
+
+{{- define "chorus.cnpgCaMount" -}}
+- name: db-ca
+  mountPath: {{ include "chorus.cnpgCaDir" . }}
+  readOnly: true
 {{- end }}
 
 {{/* The pod security context of every Chorus pod (the image's user, uid 10001). */}}
