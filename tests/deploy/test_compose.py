@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_compose_file_is_valid() -> None:
     if shutil.which("docker") is None:
         pytest.fail("the docker client is needed to validate docker-compose.yml (no engine needed)")
-    # `make setup` installs the compose plugin when the client lacks it; this makes sure.
+    # The compose plugin, built once when the client lacks it (make setup and make demo never build it).
     plugin = subprocess.run(
         [str(ROOT / "deploy" / "local" / "compose-plugin.sh")],
         capture_output=True,
