@@ -113,7 +113,7 @@ test: up
 # The wheels as users install them, one test at a time (each starts processes enough to load
 # both cores; beside make test's they made its reliability scenarios miss their deadlines):
 # the tutorial from `pip install` in an empty folder, with a Kafka and PostgreSQL of its own
-# in a network namespace; then every Python Chorus supports (3.10 to 3.13, from pyenv or
+# in a network namespace, on 3.11; then the other Pythons Chorus supports (3.10, 3.12, 3.13: pyenv or
 # PATH), the wheel installed from .local/wheelhouse into a virtualenv per version, its fast
 # tier run there, and a project `chorus new` starts there tested on the local stack. CI
 # runs it after test.
