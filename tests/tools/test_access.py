@@ -46,13 +46,3 @@ def test_each_service_joins_only_groups_named_after_it() -> None:
     groups = {g.principal: g for g in GRANTS if g.resource == "group"}
     assert groups["budget_agent"] == Grant("budget_agent", "group", "budget_agent", Op.READ, prefixed=True)
     assert groups["chorus-operator"].name == "*"
-
-
-def test_the_stream_view_may_create_and_use_only_topics_named_after_it() -> None:
-    prefixed = {(g.principal, g.op) for g in GRANTS if g.resource == "topic" and g.prefixed}
-    # Its tables' changelogs and its repartition topics, which it creates when missing.
-    assert {op for who, op in prefixed if who == "outcome_analytics"} == set(Op)
-    # Nobody else creates topics, and no registry topic falls under its prefix.
-    assert not any(g.op is Op.CREATE for g in GRANTS if g.principal != "outcome_analytics")
-    topics = [t for spec in REGISTRY.topics.values() for t in spec.physical_topics()]
-    assert not any(t.startswith("outcome_analytics") for t in topics)

@@ -44,7 +44,6 @@ class Op(StrEnum):
     READ = "READ"
     WRITE = "WRITE"
     DESCRIBE = "DESCRIBE"
-    CREATE = "CREATE"
 
 
 @dataclass(frozen=True, order=True)
@@ -105,14 +104,6 @@ def grants(registry: Registry) -> list[Grant]:
                 for other in registry.principals.services
             )
             out.update(Grant(name, "topic", topic, Op.DESCRIBE) for topic in every_topic)
-        if registry.principals.services[name].kind == "stream":
-            # A stream app (faust) keeps its state in topics of its own, named after its
-            # group ("<name>.g1-hours-changelog"), and creates them when they are missing:
-            # everything on its own prefix, no other topic (no registry topic starts so).
-            out.update(
-                Grant(name, "topic", name, op, prefixed=True)
-                for op in (Op.READ, Op.WRITE, Op.DESCRIBE, Op.CREATE)
-            )
     for name, role in registry.principals.people.items():
         ops = [Op.READ, Op.DESCRIBE] + ([Op.WRITE] if role == "operator" else [])
         out.update(Grant(name, "topic", topic, op) for topic in every_topic for op in ops)

@@ -173,23 +173,15 @@ def service_facts(
         "keyService": keys,
         "signs": service in registry.signers(),
         "checksSignatures": runtime and bool(registry.signed_by()),
-        # A runtime service reads in the group of its name; a stream app (the analytics
-        # view) in the group its settings name (group id and generation), by default.
-        "consumerGroup": service if runtime else stream_group(fields),
+        # A runtime service reads in the group of its name; the analytics view reads every
+        # partition in a group of its own per start (no shared group to scale on).
+        "consumerGroup": service if runtime else "",
         "consumes": topics,
         "partitions": max(partitions, default=0),
         "calls": urls["calls"],
         "links": urls["links"],
         "settings": sorted({*settings, *PROCESS_ENV}),
     }
-
-
-def stream_group(fields: Mapping[str, Any]) -> str:
-    """The consumer group of a stream app by its settings' defaults (``<group_id>.g<view_generation>``),
-    or "" for a service without one."""
-    if "group_id" not in fields or "view_generation" not in fields:
-        return ""
-    return f"{fields['group_id'].default}.g{fields['view_generation'].default}"
 
 
 def chart_services(registry: Registry, project: ProjectFacts | None) -> list[str]:

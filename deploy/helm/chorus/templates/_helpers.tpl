@@ -433,9 +433,6 @@ limit: {{ sub (int $db.maxConnections) (int $db.reservedConnections) }}
 {{- if and $platform (lt $replicas 1) }}
 {{- fail (printf "services.%s.replicas: a platform service runs at least one replica" $module) }}
 {{- end }}
-{{- if and (eq $svc.kind "stream") (gt $replicas (int $svc.partitions)) }}
-{{- fail (printf "services.%s.replicas %d: above %d, the most partitions of a topic it reads (one replica per partition: a replica beyond owns nothing)" $module $replicas (int $svc.partitions)) }}
-{{- end }}
 {{- if and $platform (get $as "enabled") (lt (int (get $as "minReplicaCount")) 1) }}
 {{- fail (printf "services.%s.autoscaling.minReplicaCount: a platform service is never scaled to zero" $module) }}
 {{- end }}
