@@ -358,11 +358,6 @@ def deps(
     )
 
 
-def view_in(d: Deps) -> OutcomeView:
-    assert isinstance(d.view, OutcomeView)
-    return d.view
-
-
 def record(
     value: bytes | None,
     *,
@@ -463,7 +458,7 @@ async def test_the_view_counts_only_what_the_registry_lets_its_producer_state(
     await on_record(by("report_agent", end("wf-9", "procurement", at(6), "rejected")), d)
     await on_record(by("payment_agent", end("wf-9", "procurement", at(7), "completed")), d)
 
-    row = only(view_in(d), "procurement", at(0))
+    row = only(d.view, "procurement", at(0))
     assert (row["started"], {o: n for o, n in row["ended"].items() if n}) == (1, {"completed": 1})
     letters = [EventDeadLettered.model_validate(letter.payload) for letter in sink.published]
     assert [letter.error.category for letter in letters] == ["unauthorized", "unauthorized"]
@@ -476,7 +471,7 @@ async def test_an_event_the_view_does_not_count_is_read_and_ignored(registry: Re
     d, sink = deps(registry)
     await on_record(record(json.dumps(decided).encode()), d)
     assert sink.published == []
-    assert view_in(d).rows() == []
+    assert d.view.rows() == []
 
 
 def test_child_dead_letters_keep_the_workflow_of_their_parent() -> None:

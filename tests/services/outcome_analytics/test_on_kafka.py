@@ -36,12 +36,12 @@ from chorus.contracts.platform import (
 from chorus.contracts.registry import Registry, default_registry
 from chorus.kernel.codec import encode
 from chorus.kernel.envelopes import child_envelope, start_envelope, system_envelope
-from chorus.kernel.kafka import make_admin, make_consumer
+from chorus.kernel.kafka import make_consumer
 from chorus.web.apikeys import bearer
 from tests.support.events import dead_lettered
 from tests.support.kafka import events_of, publish, publish_with_raw_header_key, read_topic
 from tests.support.processes import ServiceProcess
-from tests.support.registry import CREATED_TOPICS, isolated_registry
+from tests.support.registry import isolated_registry
 from tests.support.sealed import opened
 
 pytestmark = pytest.mark.integration
@@ -322,31 +322,15 @@ def orphan_letter(now: datetime, category: ErrorCategory, *, key: bytes | None, 
 # -- helpers ----------------------------------------------------------------------------------
 
 
-GROUP_SUFFIX = ".g1"
-"""CHORUS_VIEW_GENERATION 1: the group, faust app id and internal topics' prefix."""
-
-
-def analytics_process(
-    registry: Registry, bootstrap: str, tmp: Path, unique: str, name: str | None = None
-) -> ServiceProcess:
-    group = f"outcome_analytics.t{unique}"
-    # The topics the service creates for itself go when the test's own topics go.
-    CREATED_TOPICS.extend(
-        f"{group}{GROUP_SUFFIX}-{name}"
-        for name in ("by_workflow", "by_type", "workflows-changelog", "hours-changelog")
-        if f"{group}{GROUP_SUFFIX}-{name}" not in CREATED_TOPICS
-    )
+def analytics_process(registry: Registry, bootstrap: str, tmp: Path, unique: str) -> ServiceProcess:
     return ServiceProcess(
         "outcome_analytics",
         {
             "CHORUS_SCHEMAS_DIR": str(registry.root),
             "CHORUS_KAFKA_BOOTSTRAP": bootstrap,
-            "CHORUS_GROUP_ID": group,
-            # Offsets committed often, so that "stopped" and "committed" meet quickly.
-            "CHORUS_COMMIT_INTERVAL_S": "0.5",
+            "CHORUS_GROUP_ID": f"outcome_analytics.t{unique}",
         },
         tmp,
-        name=name,
     )
 
 
@@ -368,67 +352,21 @@ async def end_offsets(bootstrap: str, topics: Sequence[str]) -> dict[str, int]:
         await consumer.stop()
 
 
-async def committed_offsets(bootstrap: str, group: str) -> dict[str, int]:
-    """``"topic:partition"`` -> the offset the consumer group committed there."""
-    admin = make_admin(bootstrap, client_id="outcome-analytics-test")
-    await admin.start()
-    try:
-        offsets = await admin.list_consumer_group_offsets(group)
-        return {f"{tp.topic}:{tp.partition}": meta.offset for tp, meta in offsets.items() if meta.offset >= 0}
-    finally:
-        await admin.close()
+async def wait_caught_up(service: ServiceProcess, bootstrap: str, timeout_s: float = 60.0) -> None:
+    """Until the service has handled every record now on its input topics."""
 
-
-async def wait_caught_up(
-    services: Sequence[ServiceProcess], bootstrap: str, timeout_s: float = 60.0
-) -> dict[str, Any]:
-    """Until the replicas together have handled every record now on their input and internal
-    topics, and each is ready; returns each one's last health."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     behind: dict[str, tuple[int, int]] = {}
-    healths: dict[str, Any] = {}
     while loop.time() < deadline:
-        healths = {s.name: await health_of(s) for s in services}
-        positions: dict[str, int] = {}
-        for health in healths.values():
-            for tp, offset in health["positions"].items():
-                positions[tp] = max(positions.get(tp, 0), offset)
-        # A record is handled once a replica has read past it, or the group committed past
-        # it (a restarted replica reads on from there, so has no position of its own yet).
-        some = next(iter(healths.values()))
-        for tp, offset in (await committed_offsets(bootstrap, some["group"])).items():
-            positions[tp] = max(positions.get(tp, 0), offset)
-        topics = some["topics"]
-        ends = await end_offsets(bootstrap, topics)
+        health = await get_json(f"{service.url}/health")
+        ends = await end_offsets(bootstrap, health["topics"])
+        positions: dict[str, int] = health["positions"]
         behind = {tp: (positions.get(tp, 0), end) for tp, end in ends.items() if positions.get(tp, 0) < end}
-        if not behind and all(h["status"] == "ok" for h in healths.values()):
-            return healths
+        if not behind:
+            return
         await asyncio.sleep(0.3)
-    tails = "\n".join(s.tail() for s in services)
-    raise AssertionError(f"view not caught up after {timeout_s}s: (position, end) {behind}\n{tails}")
-
-
-async def health_of(service: ServiceProcess) -> Any:
-    """/health's body, also when it says 503 (starting: a rebalance, a restore)."""
-    async with httpx.AsyncClient(timeout=5.0) as client:
-        return (await client.get(f"{service.url}/health")).json()
-
-
-async def metric_samples(service: ServiceProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    async with httpx.AsyncClient(timeout=5.0) as client:
-        metrics_text = (await client.get(f"{service.url}/metrics")).text
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(metrics_text)
-        for s in family.samples
-    }
-
-
-async def events_read(service: ServiceProcess) -> int:
-    """Input records the reader decoded since this process started (chorus_events_in)."""
-    samples = await metric_samples(service)
-    return int(sum(v for (name, _), v in samples.items() if name == "chorus_events_in_total"))
+    raise AssertionError(f"view not caught up after {timeout_s}s: (position, end) {behind}\n{service.tail()}")
 
 
 async def get_json(url: str) -> Any:
@@ -504,7 +442,7 @@ async def test_the_view_equals_the_numbers_of_a_known_stream(
         await service.wait_healthy()
         # ... hour 1 arrives while it runs (the live path).
         await publish_all(kafka_bootstrap, stream.after)
-        await wait_caught_up([service], kafka_bootstrap)
+        await wait_caught_up(service, kafka_bootstrap)
 
         body = await get_json(f"{service.url}/analytics/outcomes")
         assert_rows_equal(body["buckets"], expected)
@@ -514,7 +452,13 @@ async def test_the_view_equals_the_numbers_of_a_known_stream(
         )
         assert_rows_equal(one["buckets"], {("research", hour(H1)): expected[("research", hour(H1))]})
 
-        samples = await metric_samples(service)
+        async with httpx.AsyncClient(timeout=5.0) as client:
+            metrics_text = (await client.get(f"{service.url}/metrics")).text
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(metrics_text)
+            for s in family.samples
+        }
         for workflow_type in ("procurement", "research"):
             rows = [r for (t, _), r in expected.items() if t == workflow_type]
             labels = (("workflow_type", workflow_type),)
@@ -636,7 +580,7 @@ async def test_a_poison_record_is_dead_lettered_with_its_bytes_and_the_view_keep
         assert letters[bad_payload]["payload"]["error"]["pointer"] == "/payload/outcome"
         assert letters[bad_header]["payload"]["error"]["pointer"] == "/headers"
 
-        await wait_caught_up([service], kafka_bootstrap)
+        await wait_caught_up(service, kafka_bootstrap)
         rows = (await get_json(f"{service.url}/analytics/outcomes"))["buckets"]
         # Dead letters fall in the hour the service dead-lettered them (its clock), which
         # may be the hour after ``now``: sum over rows rather than assume one.
@@ -653,117 +597,16 @@ async def test_a_poison_record_is_dead_lettered_with_its_bytes_and_the_view_keep
         assert counted == [3, 1]
         assert sum(sum(row["dead_lettered"].values()) for row in rows) == 4
 
-        # A restart resumes from the group's offsets: the poison records are not read, nor
-        # dead-lettered, again, and the view is the one before (restored from its tables).
+        # A restart rebuilds the same view from the beginning (fresh group). It dead-letters
+        # the poison records again, under the same event ids, and counts them once.
         assert await service.terminate() == 0
         service.start()
         await service.wait_healthy()
-        await wait_caught_up([service], kafka_bootstrap)
+        await wait_caught_up(service, kafka_bootstrap)
         assert (await get_json(f"{service.url}/analytics/outcomes"))["buckets"] == rows
-        await asyncio.sleep(1.0)  # time for a dead letter that should not be, to be
-        again = await read_topic(kafka_bootstrap, [deadletters], until=lambda rs: len(rs) >= 4)
-        assert len(again) == 4
+        again = await read_topic(kafka_bootstrap, [deadletters], until=lambda rs: len(rs) >= 8)
+        assert len(again) == 8
+        assert len({d["event_id"] for d in events_of(again, "event.dead_lettered")}) == 4
         assert await service.terminate() == 0
         # Caught inside the agent, not survived by faust restarting a crashed one.
         assert logged_errors(service) == []
-
-
-def records_in(batches: dict[str, list[Envelope]]) -> int:
-    return sum(len(envelopes) for envelopes in batches.values())
-
-
-async def test_a_restart_resumes_from_the_committed_offsets_with_the_tables_restored(
-    tmp_path: Path, kafka_bootstrap: str, unique: str
-) -> None:
-    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap)
-    plans = plan(unique)
-    stream = build_stream(registry, plans)
-    first, while_down = records_in(stream.before), records_in(stream.after)
-    assert first > 30 and while_down > 30
-    await publish_all(kafka_bootstrap, stream.before)
-    service = analytics_process(registry, kafka_bootstrap, tmp_path, unique)
-    group = service.env["CHORUS_GROUP_ID"] + GROUP_SUFFIX
-    with service:
-        service.start()
-        await service.wait_healthy()
-        health = (await wait_caught_up([service], kafka_bootstrap))[service.name]
-        assert await events_read(service) == first
-        before = (await get_json(f"{service.url}/analytics/outcomes"))["buckets"]
-        assert {row["hour"] for row in before} == {hour(H0)}
-        assert await service.terminate() == 0
-
-        # Stopped: the group's committed offsets are the ends of every topic it reads.
-        inputs = [t for t in health["topics"] if not t.startswith(group)]
-        ends = await end_offsets(kafka_bootstrap, health["topics"])
-        committed = await committed_offsets(kafka_bootstrap, group)
-        assert {tp: committed.get(tp) for tp in ends} == ends
-        assert any(tp.split(":")[0] in inputs for tp in committed)
-
-        # Hour 1 arrives while it is down; the restarted replica reads only that.
-        await publish_all(kafka_bootstrap, stream.after)
-        started = asyncio.get_running_loop().time()
-        service.start()
-        await service.wait_healthy()
-        restored_s = asyncio.get_running_loop().time() - started
-        # The tables came back from their changelogs, before any new record was read:
-        # hour 0, whose records are not read again, is all there.
-        await wait_caught_up([service], kafka_bootstrap)
-        assert await events_read(service) == while_down  # not first + while_down
-        body = await get_json(f"{service.url}/analytics/outcomes")
-        assert_rows_equal(body["buckets"], expected_rows(plans))
-        hour0 = [row for row in body["buckets"] if row["hour"] == hour(H0)]
-        assert hour0 == [row for row in before if row["hour"] == hour(H0)]
-        assert await service.terminate() == 0
-        assert logged_errors(service) == []
-    print(
-        f"records read: first start {first}, restart {while_down}; healthy after restart in {restored_s:.1f}s"
-    )
-
-
-async def test_two_replicas_split_the_partitions_and_either_answers_for_the_whole_view(
-    tmp_path: Path, kafka_bootstrap: str, unique: str
-) -> None:
-    # The registry's partition counts (6, 6, 3, 3: inputs not co-partitioned), so there is
-    # something to split.
-    registry = await isolated_registry(tmp_path, unique, kafka_bootstrap, partitions=None)
-    plans = plan(unique)
-    stream = build_stream(registry, plans)
-    await publish_all(kafka_bootstrap, stream.before)
-    one = analytics_process(registry, kafka_bootstrap, tmp_path, unique, name="analytics-1")
-    two = analytics_process(registry, kafka_bootstrap, tmp_path, unique, name="analytics-2")
-    with one, two:
-        one.start()
-        two.start()
-        await one.wait_healthy()
-        await two.wait_healthy()
-        await publish_all(kafka_bootstrap, stream.after)
-        healths = await wait_caught_up([one, two], kafka_bootstrap)
-
-        # The group split the input partitions: each replica holds some, neither all.
-        group = healths["analytics-1"]["group"]
-        inputs = [t for t in healths["analytics-1"]["topics"] if not t.startswith(group)]
-        held = [{tp for tp in h["assignment"] if tp.rsplit(":", 1)[0] in inputs} for h in healths.values()]
-        every = {f"{t}:{p}" for t in inputs for p in range(partitions_of(registry, t))}
-        assert held[0] and held[1] and not (held[0] & held[1]), held
-        assert held[0] | held[1] == every
-        # And the records: each read a part, together every record once.
-        total = records_in(stream.before) + records_in(stream.after)
-        reads = [await events_read(s) for s in (one, two)]
-        assert sum(reads) == total and all(0 < n < total for n in reads), (reads, total)
-
-        expected = expected_rows(plans)
-        for replica in (one, two):
-            body = await get_json(f"{replica.url}/analytics/outcomes")
-            assert_rows_equal(body["buckets"], expected)
-            # Its own part is of some of the workflow types' partitions only.
-            part = await get_json(f"{replica.url}/analytics/partitions/outcomes")
-            assert 0 < len(part["partitions"]) < 6, part["partitions"]
-        assert await one.terminate() == 0
-        assert await two.terminate() == 0
-        assert logged_errors(one) == [] and logged_errors(two) == []
-
-
-def partitions_of(registry: Registry, topic: str) -> int:
-    spec = registry.topic_of_physical(topic)
-    assert spec is not None
-    return spec.partitions

@@ -1,5 +1,5 @@
-"""``python -m chorus.platform.outcome_analytics``: one replica of the view, in the group that
-splits the partitions between the replicas."""
+"""``python -m chorus.platform.outcome_analytics``: one replica of the view, rebuilt from the
+topics' start."""
 
 from __future__ import annotations
 

@@ -1,60 +1,32 @@
-"""The faust-streaming plumbing: three agents, two tables, the HTTP sidecar, the worker.
+"""The faust-streaming plumbing: topics in, one agent, the HTTP sidecar, the worker.
 
 faust is used here, and only here, because this view is derived and rebuildable
-(see KAFKA-LOCAL.md on faust-streaming 0.15.3). The view is kept the way faust means
-it to be kept: in tables backed by changelog topics, in one consumer group whose
-offsets are committed, so a restart restores the tables and reads on from where the
-group stopped, and replicas split the partitions (and the view) between them.
+(see KAFKA-LOCAL.md on faust-streaming 0.15.3). What each setting below guards
+against:
 
-The record path, one agent per partitioning of the state (domain.py's three steps)::
-
-    inputs (keyed by workflow id, 6/6/3/3 partitions: not co-partitioned)
-      --read: decode, check signature, dead-letter, observe()-->  <id>-by_workflow
-    <id>-by_workflow (key: the workflow a fact belongs to)
-      --workflows: fold() into table "workflows" (key: workflow id)-->  <id>-by_type
-    <id>-by_type (key: workflow type)
-      --hours: Bucket.apply() into table "hours", tumbling 1 h windows on the event's
-        own time (relative_to_field(HourChange.at)), key: workflow type
-
-Why each choice:
-
-- A repartition before any state: a faust table's changelog record goes to the
-  partition of the event being handled, so a table's key must be the key of the topic
-  its agent reads. The inputs are keyed by workflow id but not co-partitioned (3 and 6
-  partitions), and a dead letter's workflow is in its payload, not its key; so the
-  reader re-keys every fact onto one internal topic with the internal partition count.
-- ``concurrency=1`` on every agent: with more, faust can commit offsets past records
-  still in flight (#606, fix unreleased), and two actors on one partition would
-  read-modify-write the same table key concurrently, losing one of the writes.
-- Every exception caught inside the agents: an exception skips the record's offset
-  (#527) and stops the agent. The reader dead-letters (with the original bytes); the
-  two internal agents read only what the reader wrote, so a failure there is a bug:
-  logged and counted, the fact stays on the input topics for a rebuild.
-- Raw key and value serializers on the inputs: faust's own deserialization runs before
-  the agent and drops a record that fails it with only a log line. Bytes always
-  "deserialize"; records are decoded by :func:`chorus.kernel.codec.decode` inside
-  :func:`chorus.platform.outcome_analytics.handlers.on_record`.
-- Idempotent counting across restarts: faust is at-least-once (it flushes the producer,
-  changelogs included, before committing offsets). Every fact is deduplicated in
-  :func:`~chorus.platform.outcome_analytics.domain.fold` where all of a workflow's facts
-  meet, so a record read twice changes nothing there; the hourly buckets keep the
-  offset of the last change they took (``through``) and skip a change read again
-  after a crash. What stays at-least-once: a hard crash between the flush of a
-  workflow's state and of its changes (two topics, no transaction) can lose or repeat
-  those changes; a clean stop and a rebalance commit after flushing, so they cannot.
-  ``processing_guarantee="exactly_once"`` would close that window, but faust's has open
-  duplicate and crash reports; a rebuild (README) is the remedy instead.
-- ``store="memory://"``: rocksdict is not installed; each start restores the tables
-  from their compacted changelogs (measured in the tests), not from the inputs.
-- ``table_standby_replicas`` from the settings (default 0): a standby is a full second
-  copy of a partition's tables in another replica's memory, bought for a faster
-  fail-over; the replicas split the view only without one.
-- ``topic_allow_declare=False``, internal topics created by this process before the
-  worker starts (adapters/topics.py): faust would otherwise try to create the inputs,
-  which the registry owns, and pick its own partition counts for its topics.
-  ``topic_disable_leader`` (no leader-election topic), ``web_enabled=False`` (our HTTP
-  server serves the view), ``canonical_url``: the URL the other replicas reach this
-  one at, spread through the group's assignment (adapters/replicas.py).
+- ``concurrency=1``: with more, faust can commit offsets past records still in
+  flight (#606). One actor handles every partition, one record at a time.
+- Raw key and value serializers: faust's own deserialization runs before the
+  agent and drops a record that fails it with only a log line (never reaching
+  code that could dead-letter it). Bytes always "deserialize"; the records are
+  then decoded by :func:`chorus.kernel.codec.decode` (the registry's pydantic models)
+  inside :func:`chorus.platform.outcome_analytics.handlers.on_record`, which catches everything
+  (an exception inside an agent skips its offset, #527, and stops the agent).
+- ``store="memory://"`` and no faust Table: the view is an
+  :class:`~chorus.platform.outcome_analytics.domain.OutcomeView` in memory. A faust Table would
+  add a changelog topic that is restored on start *and* then the inputs are read
+  again from the beginning, counting everything twice; and its keys (type, hour)
+  are not the inputs' keys (workflow id), which faust tables require.
+- A fresh consumer group per start, reading from the earliest offset: the view
+  is lost with the process, so each start rebuilds it from the first record;
+  with a unique group there are no committed offsets to fight, and each replica
+  gets every partition (a shared group would split the view between replicas).
+  The cost: one abandoned group per start, expired by the broker
+  (``offsets.retention.minutes``).
+- ``topic_disable_leader``, ``topic_allow_declare=False``, ``web_enabled=False``,
+  a temporary ``datadir``: faust would otherwise create a leader-election topic
+  per app id (one per start here), create input topics the registry owns, serve
+  a second web server, and leave a data directory per app id in the cwd.
 - No ``@app.timer``: faust timers are in-memory only (nothing here needs one).
 """
 
@@ -63,44 +35,28 @@ from __future__ import annotations
 import logging
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from datetime import datetime, timedelta, timezone
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import faust
 import mode
 from faust.exceptions import ConsumerNotStarted
-from faust.types import TP, Message
-from pydantic import BaseModel
+from faust.types import Message
 
 from chorus.base.errors import ConfigError
 from chorus.base.logs import fields
 from chorus.base.settings import EX_CONFIG
-from chorus.contracts.base import EventModel
-from chorus.contracts.envelope import Envelope
 from chorus.contracts.registry import Registry, load_registry
 from chorus.kernel.kafka import KafkaAuth, kafka_auth
 from chorus.kernel.records import Record
 from chorus.observability.logs import setup_logging
 from chorus.platform.outcome_analytics.adapters.deadletters import KafkaDeadLetters
 from chorus.platform.outcome_analytics.adapters.http import routes
-from chorus.platform.outcome_analytics.adapters.metrics import ViewCollector
-from chorus.platform.outcome_analytics.adapters.replicas import LocalView, Replicas
-from chorus.platform.outcome_analytics.adapters.topics import InternalTopics, ensure_internal_topics
 from chorus.platform.outcome_analytics.bootstrap import bootstrap
 from chorus.platform.outcome_analytics.config import SERVICE, Settings
-from chorus.platform.outcome_analytics.domain import (
-    ACCEPT,
-    Bucket,
-    BucketKey,
-    Change,
-    Observation,
-    WorkflowState,
-    fold,
-    observe,
-)
-from chorus.platform.outcome_analytics.handlers import Deps, on_record
+from chorus.platform.outcome_analytics.domain import ACCEPT
+from chorus.platform.outcome_analytics.handlers import on_record
 from chorus.web.http import HttpServer
 
 log = logging.getLogger(__name__)
@@ -146,247 +102,60 @@ def faust_credentials(auth: KafkaAuth) -> faust.types.auth.CredentialsT | None:
     return None
 
 
-class HourChange(faust.Record, serializer="json"):
-    """A :class:`~chorus.platform.outcome_analytics.domain.Change` on the wire between the
-    workflows agent and the hours agent; a faust Record so that the windowed table can
-    take its window from a field of it (``relative_to_field``)."""
+def build_app(
+    settings: Settings,
+    topics: list[str],
+    *,
+    group_id: str,
+    datadir: Path,
+    handle: Callable[[Record], Awaitable[None]],
+) -> faust.App:
+    """The faust app: one agent over ``topics`` calling ``handle`` per record, in order.
 
-    workflow_type: str
-    at: float
-    """The bucket's hour, epoch seconds (UTC): the event's own time, never the reading's."""
-    measure: str
-    label: str
-    amount: int
-    seconds: float | None = None
-
-    def change(self) -> Change:
-        return Change.model_validate(
-            {
-                "workflow_type": self.workflow_type,
-                "hour": self.at,
-                "measure": self.measure,
-                "label": self.label,
-                "amount": self.amount,
-                "seconds": self.seconds,
-            }
-        )
-
-    @classmethod
-    def of(cls, change: Change) -> HourChange:
-        return cls(
-            workflow_type=change.workflow_type,
-            at=change.hour.timestamp(),
-            measure=change.measure,
-            label=change.label,
-            amount=change.amount,
-            seconds=change.seconds,
-        )
-
-
-class Forward:
-    """The reader's sink: what an event observes, sent on to its workflow's partition.
-
-    ``observe`` returns once faust's producer has the record; faust flushes it before it
-    commits the input's offset.
+    Nothing connects until the worker starts it.
     """
+    app = faust.App(
+        group_id,
+        broker=[f"kafka://{host.strip()}" for host in settings.kafka_bootstrap.split(",")],
+        broker_credentials=faust_credentials(kafka_auth()),
+        store="memory://",
+        key_serializer="raw",
+        value_serializer="raw",
+        consumer_auto_offset_reset="earliest",
+        topic_disable_leader=True,
+        topic_allow_declare=False,
+        web_enabled=False,
+        autodiscover=False,
+        datadir=str(datadir),
+    )
+    channel = app.topic(
+        *topics,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        # A tombstone reaches the agent (and is dead-lettered), not skipped unseen.
+        allow_empty=True,
+    )
 
-    def __init__(self, topic: faust.types.TopicT) -> None:
-        self.topic = topic
+    async def outcome_analytics(stream: faust.StreamT[bytes]) -> None:
+        async for event in stream.events():
+            # handle() never raises; when it returns the record is applied or its
+            # dead letter is durable, and only then (on the next iteration) does
+            # faust ack the offset.
+            await handle(to_record(event.message))
 
-    async def observe(self, envelope: Envelope, payload: EventModel) -> None:
-        seen = observe(envelope, payload)
-        if seen is not None:
-            await self.topic.send(key=seen.key.encode(), value=seen.model_dump_json().encode())
-
-
-class Pipeline:
-    """The faust app with its topics, tables and agents; nothing connects until a worker starts it."""
-
-    def __init__(self, settings: Settings, inputs: list[str], topics: InternalTopics, datadir: Path) -> None:
-        self.names = topics
-        app = self.app = faust.App(
-            topics.app_id,
-            broker=[f"kafka://{host.strip()}" for host in settings.kafka_bootstrap.split(",")],
-            broker_credentials=faust_credentials(kafka_auth()),
-            broker_commit_interval=settings.commit_interval_s,
-            store="memory://",
-            key_serializer="raw",
-            value_serializer="raw",
-            consumer_auto_offset_reset="earliest",
-            table_standby_replicas=settings.standby_replicas,
-            topic_partitions=topics.partitions,
-            topic_disable_leader=True,
-            topic_allow_declare=False,
-            web_enabled=False,
-            canonical_url=settings.advertised_url or f"http://{settings.http_host}:{settings.http_port}",
-            autodiscover=False,
-            datadir=str(datadir),
-        )
-        self.inputs = app.topic(
-            *inputs,
-            key_type=bytes,
-            value_type=bytes,
-            key_serializer="raw",
-            value_serializer="raw",
-            # A tombstone reaches the agent (and is dead-lettered), not skipped unseen.
-            allow_empty=True,
-        )
-        self.by_workflow = app.topic(
-            topics.by_workflow,
-            partitions=topics.partitions,
-            internal=True,
-            key_type=bytes,
-            value_type=bytes,
-            key_serializer="raw",
-            value_serializer="raw",
-        )
-        self.by_type = app.topic(
-            topics.by_type,
-            partitions=topics.partitions,
-            internal=True,
-            key_type=bytes,
-            value_type=HourChange,
-            key_serializer="raw",
-        )
-        self.workflows = app.Table(
-            topics.workflows_table, partitions=topics.partitions, key_type=str, value_type=bytes
-        )
-        # Windows never expire: faust expires them by the wall clock, and the view keeps
-        # every hour still on the input topics (a rebuild would bring them back).
-        self.hours = (
-            app.Table(topics.hours_table, partitions=topics.partitions, key_type=str)
-            .tumbling(timedelta(hours=1), expires=None)
-            # HourChange.at is a field descriptor on the class (faust's models), a float on
-            # an instance: typed as the latter.
-            .relative_to_field(HourChange.at)  # type: ignore[arg-type]
-        )
-        self.positions: dict[tuple[str, int], int] = {}
-        """(topic, partition) -> offset of the next record to read, of every agent."""
-        self.failures = 0
-        self.local = LocalView(self, topics)
-
-    def agents(self, handle: Callable[[Record], Awaitable[None]], on_failure: Callable[[str], None]) -> None:
-        """Attach the three agents (``handle``: the reader's step for one input record)."""
-        positions = self.positions
-
-        async def read(stream: faust.StreamT[bytes]) -> None:
-            async for event in stream.events():
-                # handle() never raises; when it returns the record is forwarded or its
-                # dead letter is durable, and only then (on the next iteration) does faust
-                # ack the offset.
-                await handle(to_record(event.message))
-                positions[(event.message.topic, event.message.partition)] = event.message.offset + 1
-
-        async def workflows(stream: faust.StreamT[bytes]) -> None:
-            async for event in stream.events():
-                message = event.message
-                try:
-                    await self._fold(Observation.model_validate_json(event.value), message.partition)
-                except Exception:
-                    on_failure("workflows")
-                    log.exception("fact not folded", extra=fields(partition=message.partition))
-                positions[(message.topic, message.partition)] = message.offset + 1
-
-        async def hours(stream: faust.StreamT[HourChange]) -> None:
-            async for event in stream.events():
-                message = event.message
-                try:
-                    self._count(event.value, message.partition, message.offset)
-                except Exception:
-                    on_failure("hours")
-                    log.exception("change not counted", extra=fields(partition=message.partition))
-                positions[(message.topic, message.partition)] = message.offset + 1
-
-        self.app.agent(self.inputs, name=f"{SERVICE}.read", concurrency=1)(read)
-        self.app.agent(self.by_workflow, name=f"{SERVICE}.workflows", concurrency=1)(workflows)
-        self.app.agent(self.by_type, name=f"{SERVICE}.hours", concurrency=1)(hours)
-
-    async def _fold(self, seen: Observation, partition: int) -> None:
-        stored = self.workflows.get(seen.key)
-        state = StoredWorkflow.model_validate_json(stored).state if stored else WorkflowState()
-        before = state.model_dump_json()
-        changes = fold(state, seen)
-        if state.model_dump_json() != before:
-            self.workflows[seen.key] = (
-                StoredWorkflow(partition=partition, state=state).model_dump_json().encode()
-            )
-        for change in changes:
-            await self.by_type.send(key=change.workflow_type.encode(), value=HourChange.of(change))
-
-    def _count(self, change: HourChange, partition: int, offset: int) -> None:
-        window = self.hours[change.workflow_type]
-        try:
-            slot = HourSlot.model_validate(window.value())
-        except KeyError:
-            slot = HourSlot(partition=partition, through=-1, bucket=Bucket().to_json())
-        if offset <= slot.through:
-            return  # read again after a crash: this bucket already took it
-        bucket = Bucket.from_json(slot.bucket)
-        bucket.apply(change.change())
-        # An emptied bucket (its dead letters moved out of "unknown") is kept, with its
-        # offset, and left out on reading: deleting it would forget what it took.
-        slot = HourSlot(partition=partition, through=offset, bucket=bucket.to_json())
-        self.hours[change.workflow_type] = slot.model_dump()
-
-    # -- what LocalView reads ------------------------------------------------------------
-
-    def workflow_states(self, partitions: set[int]) -> Iterator[WorkflowState]:
-        for stored in list(self.workflows.values()):
-            workflow = StoredWorkflow.model_validate_json(stored)
-            if workflow.partition in partitions:
-                yield workflow.state
-
-    def hour_buckets(self, partitions: set[int]) -> Iterator[tuple[BucketKey, Bucket]]:
-        # The windowed table's own keys: (workflow type, (window start, window end)).
-        for (workflow_type, (start, _)), value in list(self.hours.table.data.items()):
-            slot = HourSlot.model_validate(value)
-            if slot.partition in partitions:
-                hour = datetime.fromtimestamp(start, timezone.utc)
-                yield BucketKey(workflow_type, hour), Bucket.from_json(slot.bucket)
-
-    def served(self, topic: str) -> set[int]:
-        """Partitions of ``topic`` whose state this replica holds, whole (none while a
-        rebalance or a restore is under way)."""
-        if not self.ready():
-            return set()
-        return {tp.partition for tp in self.assigned() if tp.topic == topic}
-
-    def assigned(self) -> set[TP]:
-        try:
-            return set(self.app.consumer.assignment()) if self.app.started else set()
-        except ConsumerNotStarted:  # the worker is up, its consumer thread not yet
-            return set()
-
-    def ready(self) -> bool:
-        """Partitions assigned and every table restored: the local view is whole for them."""
-        return bool(self.assigned()) and not self.app.rebalancing
-
-
-class StoredWorkflow(BaseModel):
-    """A workflow's state as its table keeps it: with the partition it belongs to (the
-    in-memory store keeps a revoked partition's keys, so readers filter on it)."""
-
-    partition: int
-    state: WorkflowState
-
-
-class HourSlot(BaseModel):
-    """One bucket as the windowed table keeps it: its partition, and the offset on the
-    by-type topic of the last change it took (a change read again is skipped)."""
-
-    partition: int
-    through: int
-    bucket: dict[str, Any]
+    app.agent(channel, name=f"{SERVICE}.view", concurrency=1)(outcome_analytics)
+    return app
 
 
 class Sidecar(mode.Service):
     """Starts the dead-letter producer and the HTTP server with the worker, stops them after."""
 
-    def __init__(self, dead_letters: KafkaDeadLetters, http: HttpServer, replicas: Replicas) -> None:
+    def __init__(self, dead_letters: KafkaDeadLetters, http: HttpServer) -> None:
         super().__init__()
         self.dead_letters = dead_letters
         self.http = http
-        self.replicas = replicas
 
     async def on_start(self) -> None:
         await self.dead_letters.start()
@@ -395,7 +164,6 @@ class Sidecar(mode.Service):
 
     async def on_stop(self) -> None:
         await self.http.stop()
-        await self.replicas.close()
         await self.dead_letters.stop()
 
 
@@ -413,62 +181,49 @@ def run(settings: Settings) -> None:
             "reading topics whose yaml does not list this service as a consumer",
             extra=fields(topics=undeclared),
         )
-    internal = InternalTopics.of(settings, registry, topics)
-    with tempfile.TemporaryDirectory(prefix=f"{SERVICE}-") as datadir:
-        pipeline = Pipeline(settings, topics, internal, Path(datadir))
-        try:
-            deps, dead_letters = bootstrap(settings, registry, Forward(pipeline.by_workflow))
-            ensure_internal_topics(settings.kafka_bootstrap, internal)
-        except ConfigError as exc:
-            print(f"refusing to start: {exc}", file=sys.stderr)
-            raise SystemExit(EX_CONFIG) from None
-        serve(settings, pipeline, deps, dead_letters, topics)
-
-
-def serve(
-    settings: Settings, pipeline: Pipeline, deps: Deps, dead_letters: KafkaDeadLetters, topics: list[str]
-) -> None:
-    """Attach the agents and the HTTP server to the pipeline and run the worker."""
+    try:
+        deps, dead_letters = bootstrap(settings, registry)
+    except ConfigError as exc:
+        print(f"refusing to start: {exc}", file=sys.stderr)
+        raise SystemExit(EX_CONFIG) from None
+    group_id, view, metrics = deps.consumer_group, deps.view, deps.metrics
 
     async def handle(record: Record) -> None:
         await on_record(record, deps)
 
-    pipeline.agents(handle, lambda stage: deps.metrics.failures.labels("unexpected", stage).inc())
-    names = pipeline.names
-    replicas = Replicas(pipeline.local, pipeline.app, timeout_s=settings.peer_timeout_s)
+    with tempfile.TemporaryDirectory(prefix=f"{SERVICE}-") as datadir:
+        app = build_app(settings, topics, group_id=group_id, datadir=Path(datadir), handle=handle)
 
-    async def health() -> dict[str, Any]:
-        return {
-            # "ok" once the group is joined, partitions are assigned and their tables are
-            # restored; how far the view has got is in "positions".
-            "status": "ok" if pipeline.ready() else "starting",
-            "group": names.app_id,
-            "topics": [*topics, names.by_workflow, names.by_type],
-            "assigned_partitions": len(pipeline.assigned()),
-            "assignment": sorted(f"{tp.topic}:{tp.partition}" for tp in pipeline.assigned()),
-            "dead_letters_published": dead_letters.published,
-            "positions": {f"{t}:{p}": offset for (t, p), offset in sorted(pipeline.positions.items())},
-        }
+        async def health() -> dict[str, Any]:
+            try:
+                assigned = app.consumer.assignment() if app.started else set()
+            except ConsumerNotStarted:  # the worker is up, its consumer thread not yet
+                assigned = set()
+            return {
+                # "ok" once the group is joined and partitions are being read; how far
+                # the view has got is in "positions".
+                "status": "ok" if assigned else "starting",
+                "group": group_id,
+                "topics": topics,
+                "assigned_partitions": len(assigned),
+                "applied": view.applied,
+                "dead_letters_published": dead_letters.published,
+                "positions": {f"{t}:{p}": offset for (t, p), offset in sorted(deps.positions.items())},
+            }
 
-    deps.metrics.registry.register(ViewCollector(pipeline.local))
-    http = HttpServer(
-        settings.http_host,
-        settings.http_port,
-        deps.metrics,
-        health,
-        title=SERVICE,
-        api_keys=settings.api_keys,
-    )
-    http.include(routes(replicas))
-    log.info("outcome analytics starting", extra=fields(group=names.app_id, topics=topics))
-    worker = faust.Worker(
-        pipeline.app,
-        Sidecar(dead_letters, http, replicas),
-        loglevel=settings.log_level,
-        quiet=True,
-        # chorus.base.logs owns logging (JSON lines with trace fields); mode would replace it.
-        override_logging=False,
-        redirect_stdouts=False,
-    )
-    worker.spinner = None  # a terminal progress spinner has no place in a service's output
-    worker.execute_from_commandline()
+        http = HttpServer(
+            settings.http_host, settings.http_port, metrics, health, title=SERVICE, api_keys=settings.api_keys
+        )
+        http.include(routes(view))
+        log.info("outcome analytics starting", extra=fields(group=group_id, topics=topics))
+        worker = faust.Worker(
+            app,
+            Sidecar(dead_letters, http),
+            loglevel=settings.log_level,
+            quiet=True,
+            # chorus.base.logs owns logging (JSON lines with trace fields); mode would replace it.
+            override_logging=False,
+            redirect_stdouts=False,
+        )
+        worker.spinner = None  # a terminal progress spinner has no place in a service's output
+        worker.execute_from_commandline()

@@ -1,7 +1,10 @@
-"""Wiring: what the outcome view's reader gets (where its observations go, its metrics, the
-dead-letter publisher) for one replica of the group."""
+"""Wiring: what the outcome view's handler gets (the view, its metrics, the dead-letter
+publisher) for one replica, whose consumer group is its own (the view is rebuilt from the
+topics' start by every replica)."""
 
 from __future__ import annotations
+
+import uuid
 
 from chorus import __version__
 from chorus.base.clock import clock_from_setting
@@ -10,9 +13,16 @@ from chorus.contracts.envelope import ProducerRef
 from chorus.contracts.platform import EventDeadLettered
 from chorus.contracts.registry import Registry
 from chorus.platform.outcome_analytics.adapters.deadletters import KafkaDeadLetters
+from chorus.platform.outcome_analytics.adapters.metrics import ViewCollector
 from chorus.platform.outcome_analytics.config import SERVICE, Settings
-from chorus.platform.outcome_analytics.handlers import Deps, Observer
+from chorus.platform.outcome_analytics.domain import OutcomeView
+from chorus.platform.outcome_analytics.handlers import Deps
 from chorus.privacy.signing import Signer, Verifier, load_keys
+
+
+def unique_group(base: str) -> str:
+    """Every replica its own group: each rebuilds the whole view from the topics' start."""
+    return f"{base}.{uuid.uuid4().hex[:12]}"
 
 
 def analytics_keys(settings: Settings, registry: Registry) -> tuple[Signer, Verifier]:
@@ -31,10 +41,11 @@ def analytics_keys(settings: Settings, registry: Registry) -> tuple[Signer, Veri
     return keys.signer, keys.verifier
 
 
-def bootstrap(settings: Settings, registry: Registry, view: Observer) -> tuple[Deps, KafkaDeadLetters]:
-    """The reader's dependencies (``view``: where what it reads goes), and the dead-letter
-    publisher the process starts and stops."""
+def bootstrap(settings: Settings, registry: Registry) -> tuple[Deps, KafkaDeadLetters]:
+    """The handler's dependencies, and the dead-letter publisher the process starts and stops."""
+    view = OutcomeView()
     metrics = Metrics(SERVICE)
+    metrics.registry.register(ViewCollector(view))
     signer, verifier = analytics_keys(settings, registry)
     dead_letters = KafkaDeadLetters(
         settings.kafka_bootstrap,
@@ -50,7 +61,7 @@ def bootstrap(settings: Settings, registry: Registry, view: Observer) -> tuple[D
         metrics=metrics,
         clock=clock_from_setting(settings.clock),
         producer=ProducerRef(service=SERVICE, version=__version__),
-        consumer_group=settings.app_id,
+        consumer_group=unique_group(settings.group_id),
         max_event_bytes=settings.max_event_bytes,
     )
     return deps, dead_letters

@@ -1,18 +1,10 @@
 """The outcome view: pure aggregation of lifecycle, escalation and dead-letter events.
 
-No I/O, no clock, no Kafka. Three pure steps, the same three the faust app runs in
-its agents (``app.py``), each over state keyed as its partition is:
-
-1. :func:`observe`: a decoded envelope and its typed payload -> an :class:`Observation`
-   keyed by the workflow it belongs to (or None);
-2. :func:`fold`: an observation into its workflow's :class:`WorkflowState` -> the
-   :class:`Change` s it makes to hourly buckets (every dedup decision is taken here,
-   where all of a workflow's facts meet);
-3. :meth:`Bucket.apply`: a change into one ``(workflow type, hour)`` bucket.
-
-:class:`OutcomeView` chains them in memory. Hours are tumbling one-hour windows on the
-event's own ``occurred_at`` (UTC), never on the time the event is read, so a rebuild
-from the beginning of the topics gives the same numbers as the live view did.
+No I/O, no clock, no Kafka: :meth:`OutcomeView.apply` takes a decoded envelope and
+its typed payload and updates per-``(workflow type, hour)`` buckets. Hours are
+tumbling one-hour windows on the event's own ``occurred_at`` (UTC), never on the
+time the event is read, so a rebuild from the beginning of the topics gives the
+same numbers as the live view did.
 
 The view converges to the same state whatever order the events arrive in. That
 matters because its inputs are four topics with no order between them, and a
@@ -37,9 +29,8 @@ Counting rules (each one idempotent, so redelivered or republished events count 
 By release (versioned rollouts, :meth:`OutcomeView.releases`): the same numbers per
 service, release and workflow type, over all time, for the workflows whose
 ``workflow.started`` pinned them to a release (``Envelope.pins``): a canary and its stable
-release side by side. Derived on reading from what is kept per workflow
-(:func:`release_partials`, which add up across partitions), so it converges whatever the
-order too; a workflow started before pinning existed counts in no release.
+release side by side. Derived on reading from what is kept per workflow, so it converges
+whatever the order too; a workflow started before pinning existed counts in no release.
 """
 
 from __future__ import annotations
@@ -54,10 +45,10 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal, NamedTuple, get_args
+from typing import Any, NamedTuple, get_args
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from chorus.base.compat import fromisoformat
 from chorus.contracts.approvals import ApprovalRequested
@@ -81,6 +72,46 @@ CONSUMED: tuple[type[EventModel], ...] = (
 )
 ACCEPT: dict[str, int] = {model.event_type: model.version for model in CONSUMED}
 """Event type -> the version this code reads (older ones are upcast, newer refused)."""
+
+
+class BucketKey(NamedTuple):
+    workflow_type: str
+    hour: datetime
+    """Start of the UTC hour (tz-aware)."""
+
+
+@dataclass
+class Bucket:
+    """The numbers of one workflow type in one hour."""
+
+    started: int = 0
+    ended: Counter[str] = field(default_factory=Counter)
+    escalated: set[str] = field(default_factory=set)
+    dead_lettered: Counter[str] = field(default_factory=Counter)
+    durations: list[float] = field(default_factory=list)
+    """Seconds, kept sorted so percentiles are exact."""
+
+    def is_empty(self) -> bool:
+        return not (self.started or +self.ended or self.escalated or +self.dead_lettered or self.durations)
+
+
+@dataclass
+class _Workflow:
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    ended_in: BucketKey | None = None
+    pins: dict[str, str] = field(default_factory=dict)
+    """Service -> the release the workflow was pinned to when it started."""
+    outcome: str | None = None
+    escalated: bool = False
+    dead_lettered: dict[str, Counter[str]] = field(default_factory=dict)
+    """Dead letters by the service that wrote them, by category."""
+
+
+@dataclass(frozen=True)
+class _PendingDeadLetter:
+    hour: datetime
+    category: str
 
 
 def hour_of(moment: datetime) -> datetime:
@@ -132,331 +163,170 @@ def duration_summary(sorted_values: Sequence[float]) -> dict[str, Any]:
     return summary
 
 
-class BucketKey(NamedTuple):
-    workflow_type: str
-    hour: datetime
-    """Start of the UTC hour (tz-aware)."""
-
-
-ObservationKind = Literal["seen", "started", "ended", "escalated", "dead_lettered"]
-Measure = Literal["started", "ended", "escalated", "dead_lettered", "duration"]
-
-
-class Observation(BaseModel):
-    """What one event tells the view about one workflow: the reader's output, keyed by ``key``.
-
-    ``key`` is the workflow the fact belongs to, so every fact of a workflow meets its state
-    in one partition: the event's workflow id, a dead letter's original workflow, or
-    ``deadletter:<id>`` for a dead letter that names none (it stays ``unknown``).
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    key: str
-    kind: ObservationKind
-    workflow_type: str
-    """The type the event states (a dead letter: its original's, when that says); or unknown."""
-    occurred_at: datetime
-    outcome: str | None = None
-    pins: dict[str, str] = Field(default_factory=dict)
-    letter_id: UUID | None = None
-    category: str | None = None
-    service: str | None = None
-    """Who wrote the dead letter (a release answers for its own service's letters only)."""
-
-
-class Change(BaseModel):
-    """One step of one hourly bucket: ``amount`` more (or fewer) of ``measure`` (``label``:
-    the outcome or error category), or one more duration. Produced only by :func:`fold`,
-    which has already made every fact count once."""
-
-    model_config = ConfigDict(frozen=True)
-
-    workflow_type: str
-    hour: datetime
-    measure: Measure
-    label: str = ""
-    amount: int = 1
-    seconds: float | None = None
-
-
-class Letter(BaseModel):
-    hour: datetime
-    category: str
-    service: str
-    counted_as: str
-    """The workflow type the letter is counted under (unknown until a event tells it)."""
-
-
-class WorkflowState(BaseModel):
-    """What is remembered of one workflow to keep every count exact: its facts, first ones only."""
-
-    workflow_type: str | None = None
-    started_at: datetime | None = None
-    pins: dict[str, str] = Field(default_factory=dict)
-    """Service -> the release the workflow was pinned to when it started."""
-    ended_at: datetime | None = None
-    ended_type: str | None = None
-    """The type its end stated: the bucket of its end and of its duration."""
-    outcome: str | None = None
-    escalated: list[datetime] = Field(default_factory=list)
-    """Hours in which it was escalated (each counted once)."""
-    letters: dict[str, Letter] = Field(default_factory=dict)
-    """Its dead letters by id."""
-
-
-def observe(envelope: Envelope, payload: EventModel) -> Observation | None:
-    """The fact one decoded event states, or None for one that says nothing about a workflow."""
-    if isinstance(payload, EventDeadLettered):
-        return _observe_dead_letter(envelope, payload)
-    kind: ObservationKind = "seen"
-    if isinstance(payload, WorkflowStarted):
-        kind = "started"
-    elif isinstance(payload, WorkflowEnded):
-        kind = "ended"
-    elif isinstance(payload, ApprovalRequested | ReviewRequested):
-        kind = "escalated"
-    if kind == "seen" and envelope.workflow_type == UNKNOWN_TYPE:
-        return None  # tells nothing: no type to learn, nothing to count
-    return Observation(
-        key=envelope.workflow_id,
-        kind=kind,
-        workflow_type=envelope.workflow_type,
-        occurred_at=envelope.occurred_at,
-        outcome=payload.outcome if isinstance(payload, WorkflowEnded) else None,
-        pins=dict(envelope.pins or {}) if kind == "started" else {},
-    )
-
-
-def _observe_dead_letter(envelope: Envelope, payload: EventDeadLettered) -> Observation:
-    # A dead letter's envelope belongs to the dead letter, not to a workflow (a poison
-    # record's is "poison:<topic>:<partition>:<offset>"/unknown). The original record is
-    # personal data, sealed: this view counts without reading it (the letter names the
-    # workflow it belongs to; a poison record's has none).
-    sealed = is_sealed(payload.original)
-    original = None if sealed else _original_envelope(payload.original.value_b64)
-    workflow_id = payload.original_workflow_id or (
-        original.workflow_id
-        if original is not None
-        else (None if sealed else _key_text(payload.original.key_b64))
-    )
-    learned = UNKNOWN_TYPE
-    if original is not None and original.workflow_id == workflow_id:
-        learned = original.workflow_type
-    return Observation(
-        # Counted per event id: the runtime derives it from the cause, so a dead letter
-        # republished (a relay retry, a rebuilt view re-dead-lettering the same poison
-        # record) carries the id of the first one, and lands on the same key.
-        key=workflow_id or f"deadletter:{envelope.event_id}",
-        kind="dead_lettered",
-        workflow_type=learned,
-        occurred_at=envelope.occurred_at,
-        letter_id=envelope.event_id,
-        category=payload.error.category,
-        service=payload.service,
-    )
-
-
-def fold(state: WorkflowState, seen: Observation) -> list[Change]:
-    """Fold one observation into its workflow's ``state`` (mutated); the bucket changes it makes.
-
-    Idempotent: a second delivery of the same fact changes nothing and returns no change.
-    Order-independent: whatever order a workflow's facts arrive in, the changes sum up to
-    the same buckets.
-    """
-    changes = _learn_type(state, seen.workflow_type)
-    hour = hour_of(seen.occurred_at)
-    if seen.kind == "dead_lettered":
-        assert seen.letter_id is not None and seen.category is not None
-        letter_id = str(seen.letter_id)
-        if letter_id in state.letters:
-            return changes
-        counted_as = state.workflow_type or UNKNOWN_TYPE
-        state.letters[letter_id] = Letter(
-            hour=hour, category=seen.category, service=seen.service or "", counted_as=counted_as
-        )
-        changes.append(
-            Change(workflow_type=counted_as, hour=hour, measure="dead_lettered", label=seen.category)
-        )
-    elif seen.kind == "started" and state.started_at is None:
-        state.started_at = seen.occurred_at
-        state.pins = dict(seen.pins)
-        changes.append(Change(workflow_type=seen.workflow_type, hour=hour, measure="started"))
-        changes += _duration(state)
-    elif seen.kind == "ended" and state.ended_at is None:
-        assert seen.outcome is not None
-        state.ended_at, state.ended_type, state.outcome = seen.occurred_at, seen.workflow_type, seen.outcome
-        changes.append(
-            Change(workflow_type=seen.workflow_type, hour=hour, measure="ended", label=seen.outcome)
-        )
-        changes += _duration(state)
-    elif seen.kind == "escalated" and hour not in state.escalated:
-        # Distinct per hour: a workflow escalated in two hours counts in both (the only
-        # order-independent choice).
-        state.escalated.append(hour)
-        changes.append(Change(workflow_type=seen.workflow_type, hour=hour, measure="escalated"))
-    return changes
-
-
-def _duration(state: WorkflowState) -> list[Change]:
-    # Called by both ends, so whichever arrives second records the duration once.
-    if state.started_at is None or state.ended_at is None or state.ended_type is None:
-        return []
-    seconds = (state.ended_at - state.started_at).total_seconds()
-    hour = hour_of(state.ended_at)
-    return [Change(workflow_type=state.ended_type, hour=hour, measure="duration", seconds=seconds)]
-
-
-def _learn_type(state: WorkflowState, workflow_type: str) -> list[Change]:
-    """Remember a workflow's type; its letters counted under unknown move to it."""
-    if workflow_type == UNKNOWN_TYPE or state.workflow_type is not None:
-        return []
-    state.workflow_type = workflow_type
-    moves: list[Change] = []
-    for letter in state.letters.values():
-        if letter.counted_as == UNKNOWN_TYPE:
-            letter.counted_as = workflow_type
-            moves.append(
-                Change(
-                    workflow_type=UNKNOWN_TYPE,
-                    hour=letter.hour,
-                    measure="dead_lettered",
-                    label=letter.category,
-                    amount=-1,
-                )
-            )
-            moves.append(
-                Change(
-                    workflow_type=workflow_type,
-                    hour=letter.hour,
-                    measure="dead_lettered",
-                    label=letter.category,
-                )
-            )
-    return moves
-
-
-@dataclass
-class Bucket:
-    """The numbers of one workflow type in one hour."""
-
-    started: int = 0
-    ended: Counter[str] = field(default_factory=Counter)
-    escalated: int = 0
-    dead_lettered: Counter[str] = field(default_factory=Counter)
-    durations: list[float] = field(default_factory=list)
-    """Seconds, kept sorted so percentiles are exact."""
-
-    def apply(self, change: Change) -> None:
-        if change.measure == "started":
-            self.started += change.amount
-        elif change.measure == "ended":
-            self.ended[change.label] += change.amount
-        elif change.measure == "escalated":
-            self.escalated += change.amount
-        elif change.measure == "dead_lettered":
-            self.dead_lettered[change.label] += change.amount
-        elif change.seconds is not None:
-            bisect.insort(self.durations, change.seconds)
-
-    def is_empty(self) -> bool:
-        return not (self.started or +self.ended or self.escalated or +self.dead_lettered or self.durations)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "started": self.started,
-            "ended": dict(+self.ended),
-            "escalated": self.escalated,
-            "dead_lettered": dict(+self.dead_lettered),
-            "durations": self.durations,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Bucket:
-        return cls(
-            started=data["started"],
-            ended=Counter(data["ended"]),
-            escalated=data["escalated"],
-            dead_lettered=Counter(data["dead_lettered"]),
-            durations=list(data["durations"]),
-        )
-
-
 class OutcomeView:
-    """The whole view in one process: every workflow's state and every bucket.
+    """Every bucket of the view, and what is remembered per workflow to keep counts exact.
 
-    The same :func:`fold` and :class:`Bucket` the faust app runs in its tables, without
-    Kafka (the counting rules' tests, and a replica's reference for them). Not
-    thread-safe: one task applies events.
+    Not thread-safe: one task applies events (the faust agent, concurrency 1) and
+    readers run on the same event loop.
     """
 
     def __init__(self) -> None:
         self.buckets: dict[BucketKey, Bucket] = {}
-        self.workflows: dict[str, WorkflowState] = {}
         self.applied = 0
         """Events that changed the view (duplicates and unrelated event types excluded)."""
+        self._workflows: dict[str, _Workflow] = {}
+        self._types: dict[str, str] = {}
+        self._dead_letters: set[UUID] = set()
+        self._pending: dict[str, list[_PendingDeadLetter]] = {}
 
-    async def observe(self, envelope: Envelope, payload: EventModel) -> None:
-        self.apply(envelope, payload)
+    # -- applying events --------------------------------------------------------------
 
     def apply(self, envelope: Envelope, payload: EventModel) -> bool:
         """Fold one decoded event into the view; returns whether the view changed.
 
-        Event types the view does not count only teach their workflow's type. Idempotent:
-        a second delivery of the same fact changes nothing.
+        Event types the view does not count are ignored (False). Idempotent: a
+        second delivery of the same fact changes nothing.
         """
-        seen = observe(envelope, payload)
-        if seen is None:
-            return False
-        changes = fold(self.workflows.setdefault(seen.key, WorkflowState()), seen)
-        for change in changes:
-            key = BucketKey(change.workflow_type, change.hour)
-            bucket = self.buckets.setdefault(key, Bucket())
-            bucket.apply(change)
-            if bucket.is_empty():
-                del self.buckets[key]
-        if changes:
+        if isinstance(payload, EventDeadLettered):
+            # A dead letter's envelope belongs to the dead letter, not to a workflow
+            # (a poison record's is "poison:<topic>:<partition>:<offset>"/unknown).
+            changed = self._on_dead_lettered(envelope, payload)
+        else:
+            # Every other event tells its workflow's type, counted or not.
+            changed = self._learn_type(envelope.workflow_id, envelope.workflow_type)
+            if isinstance(payload, WorkflowStarted):
+                changed = self._on_started(envelope) or changed
+            elif isinstance(payload, WorkflowEnded):
+                changed = self._on_ended(envelope, payload) or changed
+            elif isinstance(payload, ApprovalRequested | ReviewRequested):
+                changed = self._on_escalated(envelope) or changed
+        if changed:
             self.applied += 1
-        return bool(changes)
+        return changed
+
+    def _bucket(self, workflow_type: str, hour: datetime) -> Bucket:
+        key = BucketKey(workflow_type, hour)
+        bucket = self.buckets.get(key)
+        if bucket is None:
+            bucket = self.buckets[key] = Bucket()
+        return bucket
+
+    def _on_started(self, envelope: Envelope) -> bool:
+        workflow = self._workflows.setdefault(envelope.workflow_id, _Workflow())
+        if workflow.started_at is not None:
+            return False
+        workflow.started_at = envelope.occurred_at
+        workflow.pins = dict(envelope.pins or {})
+        self._bucket(envelope.workflow_type, hour_of(envelope.occurred_at)).started += 1
+        self._record_duration(workflow)
+        return True
+
+    def _on_ended(self, envelope: Envelope, payload: WorkflowEnded) -> bool:
+        workflow = self._workflows.setdefault(envelope.workflow_id, _Workflow())
+        if workflow.ended_at is not None:
+            return False
+        key = BucketKey(envelope.workflow_type, hour_of(envelope.occurred_at))
+        workflow.ended_at = envelope.occurred_at
+        workflow.ended_in = key
+        workflow.outcome = payload.outcome
+        self._bucket(*key).ended[payload.outcome] += 1
+        self._record_duration(workflow)
+        return True
+
+    def _record_duration(self, workflow: _Workflow) -> None:
+        # Called by both ends, so whichever arrives second records the duration once.
+        if workflow.started_at is None or workflow.ended_at is None or workflow.ended_in is None:
+            return
+        seconds = (workflow.ended_at - workflow.started_at).total_seconds()
+        bisect.insort(self._bucket(*workflow.ended_in).durations, seconds)
+
+    def _on_escalated(self, envelope: Envelope) -> bool:
+        bucket = self._bucket(envelope.workflow_type, hour_of(envelope.occurred_at))
+        if envelope.workflow_id in bucket.escalated:
+            return False
+        bucket.escalated.add(envelope.workflow_id)
+        self._workflows.setdefault(envelope.workflow_id, _Workflow()).escalated = True
+        return True
+
+    def _on_dead_lettered(self, envelope: Envelope, payload: EventDeadLettered) -> bool:
+        # Dead letters are counted per event id: the runtime derives it from the cause,
+        # so a dead letter republished (a relay retry, a rebuilt view re-dead-lettering
+        # the same poison record) carries the id of the first one.
+        if envelope.event_id in self._dead_letters:
+            return False
+        self._dead_letters.add(envelope.event_id)
+        hour = hour_of(envelope.occurred_at)
+        category = payload.error.category
+        # The original record is personal data, sealed: this view counts without reading it
+        # (the letter names the workflow it belongs to; a poison record's has none).
+        sealed = is_sealed(payload.original)
+        original = None if sealed else _original_envelope(payload.original.value_b64)
+        if original is not None:
+            self._learn_type(original.workflow_id, original.workflow_type)
+        workflow_id = payload.original_workflow_id or (
+            original.workflow_id
+            if original is not None
+            else (None if sealed else _key_text(payload.original.key_b64))
+        )
+        if workflow_id:
+            letters = self._workflows.setdefault(workflow_id, _Workflow()).dead_lettered
+            letters.setdefault(payload.service, Counter())[category] += 1
+        workflow_type = self._types.get(workflow_id) if workflow_id else None
+        if workflow_type is None:
+            workflow_type = UNKNOWN_TYPE
+            if workflow_id:
+                # Attributed to "unknown" for now; moved when an event of that workflow
+                # tells its type (see _learn_type).
+                self._pending.setdefault(workflow_id, []).append(_PendingDeadLetter(hour, category))
+        self._bucket(workflow_type, hour).dead_lettered[category] += 1
+        return True
+
+    def _learn_type(self, workflow_id: str, workflow_type: str) -> bool:
+        """Remember a workflow's type; returns whether pending dead letters moved to it."""
+        if workflow_type == UNKNOWN_TYPE or workflow_id in self._types:
+            return False
+        self._types[workflow_id] = workflow_type
+        pending_letters = self._pending.pop(workflow_id, [])
+        for pending in pending_letters:
+            unknown_key = BucketKey(UNKNOWN_TYPE, pending.hour)
+            unknown = self.buckets[unknown_key]
+            unknown.dead_lettered[pending.category] -= 1
+            if unknown.is_empty():
+                del self.buckets[unknown_key]
+            self._bucket(workflow_type, pending.hour).dead_lettered[pending.category] += 1
+        return bool(pending_letters)
+
+    # -- reading ------------------------------------------------------------------------
 
     def rows(self, *, workflow_type: str | None = None, hour: datetime | None = None) -> list[dict[str, Any]]:
         """JSON-ready buckets, oldest hour first, optionally for one type and/or one hour."""
-        return bucket_rows(self.buckets.items(), workflow_type=workflow_type, hour=hour)
+        keys = sorted(
+            (
+                key
+                for key in self.buckets
+                if (workflow_type is None or key.workflow_type == workflow_type)
+                and (hour is None or key.hour == hour)
+            ),
+            key=lambda key: (key.hour, key.workflow_type),
+        )
+        return [bucket_row(key, self.buckets[key]) for key in keys]
 
     def releases(self, *, service: str | None = None) -> list[dict[str, Any]]:
         """JSON-ready numbers per (service, release, workflow type) of the pinned workflows."""
-        return release_rows(release_partials(self.workflows.values(), service=service))
+        groups: dict[tuple[str, str, str], list[_Workflow]] = {}
+        for workflow_id, workflow in self._workflows.items():
+            workflow_type = self._types.get(workflow_id, UNKNOWN_TYPE)
+            for pinned_service, release in workflow.pins.items():
+                if service is None or pinned_service == service:
+                    groups.setdefault((pinned_service, release, workflow_type), []).append(workflow)
+        return [release_row(key, workflows) for key, workflows in sorted(groups.items())]
 
     def totals(self) -> dict[str, TypeTotals]:
         """Per workflow type, every hour summed (what the Prometheus endpoint exposes)."""
-        return type_totals(self.buckets.items())
-
-
-def bucket_rows(
-    buckets: Iterable[tuple[BucketKey, Bucket]],
-    *,
-    workflow_type: str | None = None,
-    hour: datetime | None = None,
-) -> list[dict[str, Any]]:
-    """JSON-ready non-empty buckets, oldest hour first, optionally for one type and/or one hour."""
-    chosen = sorted(
-        (
-            (key, bucket)
-            for key, bucket in buckets
-            if not bucket.is_empty()
-            and (workflow_type is None or key.workflow_type == workflow_type)
-            and (hour is None or key.hour == hour)
-        ),
-        key=lambda item: (item[0].hour, item[0].workflow_type),
-    )
-    return [bucket_row(key, bucket) for key, bucket in chosen]
-
-
-def type_totals(buckets: Iterable[tuple[BucketKey, Bucket]]) -> dict[str, TypeTotals]:
-    by_type: dict[str, list[Bucket]] = {}
-    for key, bucket in buckets:
-        by_type.setdefault(key.workflow_type, []).append(bucket)
-    return {wt: TypeTotals.of(buckets) for wt, buckets in sorted(by_type.items())}
+        by_type: dict[str, list[Bucket]] = {}
+        for key, bucket in self.buckets.items():
+            by_type.setdefault(key.workflow_type, []).append(bucket)
+        return {wt: TypeTotals.of(buckets) for wt, buckets in sorted(by_type.items())}
 
 
 def bucket_row(key: BucketKey, bucket: Bucket) -> dict[str, Any]:
@@ -465,94 +335,33 @@ def bucket_row(key: BucketKey, bucket: Bucket) -> dict[str, Any]:
         "hour": format_hour(key.hour),
         "started": bucket.started,
         "ended": {outcome: bucket.ended[outcome] for outcome in OUTCOMES},
-        "escalated": bucket.escalated,
+        "escalated": len(bucket.escalated),
         "dead_lettered": {category: bucket.dead_lettered[category] for category in ERROR_CATEGORIES},
         "duration_s": duration_summary(bucket.durations),
     }
 
 
-ReleaseKey = tuple[str, str, str]
-"""(service, release, workflow type)."""
-
-
-@dataclass
-class ReleasePartial:
-    """A release's numbers over some of its workflows: partials of disjoint workflows add up."""
-
-    started: int = 0
-    ended: Counter[str] = field(default_factory=Counter)
-    escalated: int = 0
-    dead_lettered: Counter[str] = field(default_factory=Counter)
-    durations: list[float] = field(default_factory=list)
-
-    def add(self, other: ReleasePartial) -> None:
-        self.started += other.started
-        self.ended.update(other.ended)
-        self.escalated += other.escalated
-        self.dead_lettered.update(other.dead_lettered)
-        self.durations.extend(other.durations)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "started": self.started,
-            "ended": dict(+self.ended),
-            "escalated": self.escalated,
-            "dead_lettered": dict(+self.dead_lettered),
-            "durations": self.durations,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ReleasePartial:
-        return cls(
-            started=data["started"],
-            ended=Counter(data["ended"]),
-            escalated=data["escalated"],
-            dead_lettered=Counter(data["dead_lettered"]),
-            durations=list(data["durations"]),
-        )
-
-
-def release_partials(
-    workflows: Iterable[WorkflowState], *, service: str | None = None
-) -> dict[ReleaseKey, ReleasePartial]:
-    """Per (service, release, type), the numbers of ``workflows`` pinned to that release."""
-    partials: dict[ReleaseKey, ReleasePartial] = {}
-    for workflow in workflows:
-        workflow_type = workflow.workflow_type or UNKNOWN_TYPE
-        for pinned_service, release in workflow.pins.items():
-            if service is not None and pinned_service != service:
-                continue
-            partial = partials.setdefault((pinned_service, release, workflow_type), ReleasePartial())
-            partial.started += workflow.started_at is not None
-            if workflow.outcome is not None:
-                partial.ended[workflow.outcome] += 1
-            partial.escalated += bool(workflow.escalated)
-            # A release answers for its own service's dead letters only.
-            partial.dead_lettered.update(
-                letter.category for letter in workflow.letters.values() if letter.service == pinned_service
-            )
-            if workflow.started_at is not None and workflow.ended_at is not None:
-                partial.durations.append((workflow.ended_at - workflow.started_at).total_seconds())
-    return partials
-
-
-def release_rows(partials: dict[ReleaseKey, ReleasePartial]) -> list[dict[str, Any]]:
-    return [release_row(key, partial) for key, partial in sorted(partials.items())]
-
-
-def release_row(key: ReleaseKey, partial: ReleasePartial) -> dict[str, Any]:
+def release_row(key: tuple[str, str, str], workflows: list[_Workflow]) -> dict[str, Any]:
     service, release, workflow_type = key
-    ended = partial.ended
+    ended = Counter(w.outcome for w in workflows if w.outcome is not None)
+    dead: Counter[str] = Counter()
+    for workflow in workflows:  # a release answers for its own service's dead letters only
+        dead.update(workflow.dead_lettered.get(service, Counter()))
+    durations = sorted(
+        (w.ended_at - w.started_at).total_seconds()
+        for w in workflows
+        if w.started_at is not None and w.ended_at is not None
+    )
     return {
         "service": service,
         "release": release,
         "workflow_type": workflow_type,
-        "started": partial.started,
+        "started": sum(1 for w in workflows if w.started_at is not None),
         "ended": {outcome: ended[outcome] for outcome in OUTCOMES},
-        "completion_rate": round(ended["completed"] / sum(ended.values()), 4) if +ended else None,
-        "escalated": partial.escalated,
-        "dead_lettered": {category: partial.dead_lettered[category] for category in ERROR_CATEGORIES},
-        "duration_s": duration_summary(sorted(partial.durations)),
+        "completion_rate": round(ended["completed"] / sum(ended.values()), 4) if ended else None,
+        "escalated": sum(1 for w in workflows if w.escalated),
+        "dead_lettered": {category: dead[category] for category in ERROR_CATEGORIES},
+        "duration_s": duration_summary(durations),
     }
 
 
@@ -579,7 +388,7 @@ class TypeTotals:
         return cls(
             started=sum(b.started for b in buckets),
             ended={outcome: ended[outcome] for outcome in OUTCOMES},
-            escalated=sum(b.escalated for b in buckets),
+            escalated=sum(len(b.escalated) for b in buckets),
             dead_lettered={category: dead[category] for category in ERROR_CATEGORIES},
             durations=list(heapq.merge(*(b.durations for b in buckets))),
         )

@@ -1,4 +1,4 @@
-"""One record in: decoded, checked and observed by the view, or dead-lettered. Never raises.
+"""One record in: decoded, folded into the view, or dead-lettered. Never raises.
 
 faust-streaming 0.15.3 skips the offset of a record whose agent raised (#527) and
 the agent stops; so everything that can fail here is caught and the record goes
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from chorus.base.clock import Clock
 from chorus.base.errors import DecodeError, UnauthorizedError
@@ -24,17 +23,10 @@ from chorus.kernel.deadletters import dead_letter_envelope, failure
 from chorus.kernel.kafka_records import check_headers
 from chorus.kernel.records import Record
 from chorus.platform.outcome_analytics.adapters.deadletters import DeadLetterSink
-from chorus.platform.outcome_analytics.domain import ACCEPT
+from chorus.platform.outcome_analytics.domain import ACCEPT, OutcomeView
 from chorus.privacy.signing import Verifier
 
 log = logging.getLogger(__name__)
-
-
-class Observer(Protocol):
-    async def observe(self, envelope: Envelope, payload: EventModel) -> None:
-        """Take what one decoded, authentic event tells the view (the app forwards it to its
-        workflow's partition; tests fold it in memory). Raising dead-letters the event."""
-        ...
 
 
 @dataclass
@@ -44,7 +36,7 @@ class Deps:
     registry: Registry
     verifier: Verifier
     """Checks signed types as every consumer does: the view counts only what was stated."""
-    view: Observer
+    view: OutcomeView
     dead_letters: DeadLetterSink
     metrics: Metrics
     clock: Clock
@@ -56,9 +48,9 @@ class Deps:
 
 
 async def on_record(record: Record, deps: Deps) -> None:
-    """Decode ``record``, pass it to the view, or dead-letter it; then note its position.
+    """Decode ``record``, apply it to the view, or dead-letter it; then note its position.
 
-    Returns after the record is fully handled: observed, ignored, or its dead letter
+    Returns after the record is fully handled: applied, ignored, or its dead letter
     acknowledged by the broker (which may take as long as the broker is away).
     Only cancellation propagates.
     """
@@ -105,7 +97,7 @@ async def _handle(record: Record, deps: Deps) -> None:
         event_type=envelope.event_type,
     ):
         try:
-            await deps.view.observe(envelope, event.payload)
+            deps.view.apply(envelope, event.payload)
         except Exception as exc:
             if _is_own_dead_letter(event, deps):
                 # Dead-lettering our own dead letter would put it back on the topic we

@@ -1,20 +1,18 @@
 """The view in Prometheus form, computed from the view at scrape time (no second bookkeeping).
 
-Gauges, not counters: a dead letter can move from ``unknown`` to its workflow's type,
-and a workflow type moves to another replica with its partition, so these totals are not
-monotonic. Each replica exposes the workflow types of the partitions it holds (a type
-lives in one partition): ``sum by (workflow_type)`` over the replicas is the whole view.
-Per-hour numbers are on ``/analytics/outcomes``.
+Gauges, not counters: the view is rebuilt from zero on every start and a dead
+letter can move from ``unknown`` to its workflow's type, so these totals are not
+monotonic. Each replica reads every partition, so its numbers are complete and
+must not be summed across replicas. Per-hour numbers are on ``/analytics/outcomes``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Protocol
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from chorus.platform.outcome_analytics.domain import PERCENTILES, TypeTotals, percentile
+from chorus.platform.outcome_analytics.domain import PERCENTILES, OutcomeView, percentile
 
 PREFIX = "chorus_analytics"
 
@@ -25,14 +23,10 @@ def _gauge(name: str, documentation: str, *labels: str) -> GaugeMetricFamily:
     return GaugeMetricFamily(f"{PREFIX}_{name}", documentation, labels=["workflow_type", *labels])
 
 
-class Totals(Protocol):
-    def totals(self) -> dict[str, TypeTotals]: ...
-
-
 class ViewCollector:
-    """A prometheus_client collector over a view's totals per type (register it once)."""
+    """A prometheus_client collector over an :class:`OutcomeView` (register it once)."""
 
-    def __init__(self, view: Totals) -> None:
+    def __init__(self, view: OutcomeView) -> None:
         self.view = view
 
     def collect(self) -> Iterator[Metric]:
