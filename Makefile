@@ -31,7 +31,7 @@ LOCAL_ENV = set -a && . $(CURDIR)/.local/kafka/admin.env && set +a && \
 	CHORUS_KEY_SERVICE_TLS_CERT_FILE=$(TLS_DIR)/key_service.pem CHORUS_KEY_SERVICE_TLS_KEY_FILE=$(TLS_DIR)/key_service.key \
 	CHORUS_KEY_SERVICE_CA_FILE=$(TLS_DIR)/ca.pem
 
-.PHONY: help setup up down status demo services test test-fast test-service test-deploy test-pythons lint fmt bench lock clean \
+.PHONY: help setup up down status demo services test test-fast test-service test-deploy test-pythons test-compose lint fmt bench lock clean \
 	schemas docs topics bench-quick test-reliability observe
 
 help:
@@ -40,6 +40,7 @@ help:
 	@echo "make test-fast   handlers, kernel steps, contracts, tools: no Kafka, no binaries (< 2 min)"
 	@echo "make test-service S=NAME   one service's tests (tests/services/NAME), on the local stack"
 	@echo "make test-pythons   the wheel as users install it: the tutorial from pip install; Python 3.10 to 3.13"
+	@echo "make test-compose   docker-compose.yml built, started and the demo run against it (a Docker engine)"
 	@echo "make up | down | status | lint | fmt | bench | setup | lock | clean"
 	@echo "make services | observe   every service on its documented port | Prometheus on them (:9090)"
 	@echo "make schemas | docs | topics   regenerate JSON Schemas | AsyncAPI doc; create Kafka topics"
@@ -108,7 +109,7 @@ test: up
 	$(LOCAL)/prometheus.sh ensure
 	$(LOCAL)/pgbouncer.sh ensure
 	$(LOCAL)/helm.sh ensure
-	$(LOCAL_ENV) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --timeout=900 --durations=25 -m "not pythons and not wheel" $(PYTEST_ARGS)
+	$(LOCAL_ENV) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --timeout=900 --durations=25 -m "not pythons and not wheel and not compose" $(PYTEST_ARGS)
 
 # The wheels as users install them, one test at a time (each starts processes enough to load
 # both cores; beside make test's they made its reliability scenarios miss their deadlines):
@@ -120,6 +121,14 @@ test: up
 test-pythons: up
 	$(LOCAL)/helm.sh ensure
 	$(LOCAL_ENV) $(PY) -m pytest tests/e2e/test_tutorial.py tests/deploy/test_pythons.py -m "wheel or pythons" --timeout=1800 --durations=5 $(PYTEST_ARGS)
+
+# docker-compose.yml run for real (tests/deploy/test_compose_up.py): a Docker engine (Debian's
+# docker.io, started here when none answers), the bases (built from Debian packages where no
+# container registry answers), the image, the stack up with the support project, the demo
+# and the samples against it, the CLI from the host, the stack down. Needs no `make up`.
+test-compose: setup
+	$(LOCAL)/docker.sh ensure
+	$(PY) -m pytest tests/deploy/test_compose_up.py -m compose --timeout=2700 --durations=5 $(PYTEST_ARGS)
 
 # The fast tier: what needs neither Kafka, PostgreSQL nor any binary beyond the venv —
 # handler tests (the testing kit), the kernel's steps on the memory store, the feature

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Local Apache Kafka 4.4 (KRaft, combined broker+controller) from Maven Central jars.
 #
-#   deploy/local/kafka.sh start|stop|status|reset|logs
+#   deploy/local/kafka.sh start|stop|status|reset|logs|jars
 #
 # start  resolves the jars once (mvn), formats storage once, starts the node and
 #        waits until its client port accepts connections; a no-op when running.
 # stop   SIGTERM (controlled shutdown) and wait.
 # reset  stop and delete the node's data and logs (jars are kept).
+# jars   resolves the jars only and prints their folder (deploy/local/docker.sh builds
+#        a broker image from them).
 #
 # Secured like a production cluster, never PLAINTEXT: clients authenticate with
 # SASL/SCRAM-SHA-512 over TLS on the client port, the controllers talk mutual TLS, and
@@ -318,5 +320,6 @@ case "${1:-}" in
   status) cmd_status ;;
   reset) cmd_reset ;;
   logs) tail -n "${2:-100}" "$(node_dir 1)/logs/server.log" ;;
-  *) echo "usage: $0 start|stop|status|reset|logs [lines]" >&2; exit 2 ;;
+  jars) ensure_jars; echo "$KAFKA_LIB" ;;  # the resolved jars' folder (deploy/local/docker.sh)
+  *) echo "usage: $0 start|stop|status|reset|logs [lines]|jars" >&2; exit 2 ;;
 esac

@@ -89,10 +89,9 @@ def test_every_service_runs_in_compose_on_the_port_the_readme_documents() -> Non
         assert service["command"][-1] == service_module(name), name
         assert f"127.0.0.1:{port}/health" in service["healthcheck"]["test"][-1], name
         published = [str(p) for p in service.get("ports", [])]
-        if name == "key_service":  # data keys: reached inside the compose network only
-            assert not published
-        else:
-            assert f"127.0.0.1:{port}:{port}" in published, (name, published)
+        assert f"127.0.0.1:{port}:{port}" in published, (name, published)
+        if name == "key_service":  # data keys: its API is reached inside the compose network only
+            assert published == [f"127.0.0.1:{port}:{port}"], published
         assert all(p.startswith("127.0.0.1:") for p in published), (name, published)
 
 
@@ -586,3 +585,18 @@ def test_deploy_compose_refuses_a_file_that_is_not_chorus_s(tmp_path: Path) -> N
     done = CliRunner().invoke(app, command)
     assert done.exit_code == 2
     assert "not Chorus's compose file" in done.output
+
+
+def test_the_compose_samples_are_the_local_ones_with_the_sandbox_as_the_services_reach_it() -> None:
+    """deploy/docker/samples is what a compose stack's services can call (its sandbox on the
+    compose network, which CHORUS_EGRESS_ALLOW lets through); nothing else differs."""
+    local, docker = ROOT / "deploy" / "local" / "samples", ROOT / "deploy" / "docker" / "samples"
+    assert sorted(p.name for p in docker.iterdir()) == sorted(p.name for p in local.iterdir())
+    for sample in local.iterdir():
+        text = sample.read_text()
+        assert "http://127.0.0.1:9400" in text, sample.name
+        assert json.loads((docker / sample.name).read_text()) == json.loads(
+            text.replace("http://127.0.0.1:9400", "http://sandbox:9400")
+        ), sample.name
+    allowed = _compose()["x-chorus-env"]["CHORUS_EGRESS_ALLOW"]
+    assert allowed == "sandbox:9400"

@@ -11,14 +11,13 @@ set -euo pipefail
 source /opt/chorus/kafka-security.sh  # deploy/shared/kafka-security.sh
 SECRETS=/etc/kafka/chorus
 CONFIG=/opt/kafka/config/chorus-server.properties
-CLIENT=/opt/kafka/config/chorus-admin.properties
 DATA=/var/lib/kafka/data
 ADMIN=chorus-admin
 BROKER_CN=chorus-kafka-broker
 password="$(cat "$SECRETS/admin.password")"
 jaas="org.apache.kafka.common.security.scram.ScramLoginModule required"
 
-umask 077  # both files hold the admin's password
+umask 077  # the file holds the admin's password
 cat >"$CONFIG" <<PROPS
 process.roles=broker,controller
 node.id=1
@@ -42,14 +41,6 @@ share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
-PROPS
-# The healthcheck's login (kafka-broker-api-versions.sh --command-config).
-cat >"$CLIENT" <<PROPS
-security.protocol=SASL_SSL
-sasl.mechanism=SCRAM-SHA-512
-sasl.jaas.config=$jaas username="$ADMIN" password="$password";
-ssl.truststore.type=PEM
-ssl.truststore.location=$SECRETS/ca.pem
 PROPS
 
 if [[ ! -f "$DATA/meta.properties" ]]; then

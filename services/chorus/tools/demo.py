@@ -13,11 +13,14 @@ The support tickets are the third reference workflow, a project of its own
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import sys
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,15 +63,15 @@ def demo_purchase_order(run: str) -> dict[str, Any]:
     }
 
 
-def invoice_input(run: str) -> dict[str, Any]:
+def invoice_input(run: str, po_number: str) -> dict[str, Any]:
     return {
         "invoice_id": f"INV-{run}",
         "vendor_id": "vendor-acme",
-        "po_number": f"PO-{run}",
+        "po_number": po_number,
         "currency": "EUR",
         "total_cents": 124000,
         "document_text": (
-            f"INVOICE INV-{run}\nVendor: vendor-acme\nPO: PO-{run}\n"
+            f"INVOICE INV-{run}\nVendor: vendor-acme\nPO: {po_number}\n"
             "40 x GPU hours @ 31.00 EUR\nTotal: 1240.00 EUR"
         ),
         "requester_ref": "subject:requester-0042",
@@ -99,6 +102,41 @@ def ticket_input(run: str, customer_id: str, refund_cents: int) -> dict[str, Any
         "body": "I was charged twice for my subscription; please refund the second charge.",
         "refund_cents": refund_cents,
     }
+
+
+@dataclass(frozen=True)
+class Target:
+    """The stack the demo drives: where it answers from this machine, the sandbox as its
+    services reach it (the URLs a submission names), and the purchase order it invoices."""
+
+    api_url: str
+    console_url: str
+    deadletters_url: str
+    sandbox_url: str
+    sandbox_for_services: str
+    cost_center: str
+    po_number: str
+    how_to_run: str
+    """How a person starts this stack (the demo's closing hints)."""
+    samples: str
+    """The sample requests whose URLs lead to this stack's sandbox."""
+
+
+COMPOSE = Target(
+    api_url="http://127.0.0.1:8080",
+    console_url="http://127.0.0.1:8120",
+    deadletters_url="http://127.0.0.1:8102",
+    sandbox_url="http://127.0.0.1:9400",
+    # docker-compose.yml's sandbox on the services' network (CHORUS_EGRESS_ALLOW lets them call it).
+    sandbox_for_services="http://sandbox:9400",
+    # The budget agent's default purchase order and its cost center: a compose stack's budget
+    # agent has no per-run ones, as `make demo`'s has.
+    cost_center="cc-research",
+    po_number="PO-7781",
+    how_to_run="`docker compose up`, README.md's Docker",
+    samples="deploy/docker/samples",
+)
+"""docker-compose.yml's stack, on the ports it publishes (`--compose`)."""
 
 
 class Client:
@@ -133,7 +171,7 @@ class Client:
         )
 
 
-async def give_the_manager_seconds(client: Client, run: str) -> None:
+async def give_the_manager_seconds(client: Client, run: str, cost_center: str) -> None:
     """The manager gets a few seconds instead of 8 hours, so the demo escalates: an operator
     adds a rule for this run's cost center to the approval policy (the gate routes by its
     policy, never by the chain a request names). Earlier demos' rules are replaced, so the
@@ -143,7 +181,7 @@ async def give_the_manager_seconds(client: Client, run: str) -> None:
     rule = {
         "name": f"{DEMO_RULE} {run}: the manager has {MANAGER_WINDOW_S} s",
         "workflow_type": "procurement",
-        "business_unit": demo_cost_center(run),
+        "business_unit": cost_center,
         "chain": [{"tier": "manager", "window_s": MANAGER_WINDOW_S}, {"tier": "director", "window_s": 3600}],
     }
     changed = await client.put(
@@ -203,26 +241,56 @@ async def run_demo(workdir: Path) -> int:
     )
     console.print(f"[bold]Starting {len(stack.procs)} processes[/] (logs in {workdir})")
     started = time.monotonic()
+    dlq = stack.procs["deadletter_service"].health_url.removesuffix("/health")  # type: ignore[union-attr]
+    target = Target(
+        stack.api_url,
+        stack.console_url,
+        dlq,
+        stack.sandbox_url,
+        stack.sandbox_url,
+        demo_cost_center(run),
+        demo_purchase_order(run)["po_number"],
+        "`make up`, then `make services` in another terminal",
+        "deploy/local/samples",
+    )
+
+    def which_stopped() -> None:
+        for name, proc in stack.procs.items():
+            if not proc.running:
+                console.print(f"[yellow]{name} is not running; last log lines:[/]\n{proc.tail(15)}")
+
     try:
         await stack.start()
         console.print(
             f"all healthy in {time.monotonic() - started:.1f}s; gateway API at {stack.api_url}, "
             f"console at {stack.console_url}\n"
         )
-        client = Client(stack.api_url)
-        await give_the_manager_seconds(client, run)
+        return await walk(target, run, started, which_stopped)
+    finally:
+        await stack.stop()
+
+
+async def walk(target: Target, run: str, started: float, on_failure: Callable[[], None]) -> int:
+    """The demo's workflows on a running stack: submitted, decided, awaited and shown."""
+    try:
+        client = Client(target.api_url)
+        await give_the_manager_seconds(client, run, target.cost_center)
 
         # 1. Submit both workflows; the procurement twice with one Idempotency-Key.
+        procurement_request = {
+            "input": invoice_input(run, target.po_number),
+            "callback_url": f"{target.sandbox_for_services}/hooks/procurement",
+        }
         first = await client.post(
             "/v1/workflows/procurement",
             SUBMITTER,
-            {"input": invoice_input(run), "callback_url": f"{stack.sandbox_url}/hooks/procurement"},
+            procurement_request,
             **{"Idempotency-Key": f"demo-{run}"},
         )
         again = await client.post(
             "/v1/workflows/procurement",
             SUBMITTER,
-            {"input": invoice_input(run), "callback_url": f"{stack.sandbox_url}/hooks/procurement"},
+            procurement_request,
             **{"Idempotency-Key": f"demo-{run}"},
         )
         procurement = first.json()["workflow_id"]
@@ -235,8 +303,8 @@ async def run_demo(workdir: Path) -> int:
             "/v1/workflows/research_report",
             SUBMITTER,
             {
-                "input": report_input(stack.sandbox_url),
-                "callback_url": f"{stack.sandbox_url}/hooks/report",
+                "input": report_input(target.sandbox_for_services),
+                "callback_url": f"{target.sandbox_for_services}/hooks/report",
             },
         )
         report = report_resp.json()["workflow_id"]
@@ -290,7 +358,7 @@ async def run_demo(workdir: Path) -> int:
         # 4. Support: the refund is above the threshold, so the manager decides; meanwhile
         # the reply-due timer fires. The unknown customer's ticket is a dead letter until the
         # customer is in the CRM and an operator redrives it.
-        await support(client, stack, ticket, stranger, run)
+        await support(client, target, ticket, stranger, run)
 
         final_p = await client.wait_for(
             procurement, lambda s: s.get("status") in TERMINAL, "procurement to end"
@@ -300,27 +368,25 @@ async def run_demo(workdir: Path) -> int:
         final_s = await client.wait_for(
             stranger, lambda s: s.get("status") in TERMINAL, "the redriven ticket to end"
         )
-        stats = await stack.sandbox_stats()
-        payments = stats["payments"]["unique"]  # type: ignore[index]
+        stats = await sandbox_stats(target.sandbox_url)
+        payments = stats["payments"]["unique"]
         console.print(timeline_table(f"procurement {procurement}", final_p))
         console.print(timeline_table(f"research report {report}", final_r))
         console.print(timeline_table(f"support ticket {ticket}", final_t))
         console.print(
-            f"payment provider: {stats['requests'].get('payments', 0)} request(s), {payments} payment(s); "  # type: ignore[attr-defined]
-            f"sources called: {stats['source_calls']}; webhooks received: {len(stats['webhooks'])}"  # type: ignore[arg-type]
+            f"payment provider: {stats['requests'].get('payments', 0)} request(s), {payments} payment(s); "
+            f"sources called: {stats['source_calls']}; webhooks received: {len(stats['webhooks'])}"
         )
-        replies = (await client.http.get(f"{stack.sandbox_url}/helpdesk/replies")).json()
+        replies = (await client.http.get(f"{target.sandbox_url}/helpdesk/replies")).json()
         console.print(
             f"helpdesk: {len(replies)} reply(ies) sent; the redriven ticket ended {final_s['status']}"
         )
         mails = stats["mail"]
-        console.print(
-            f"reviewers notified: {len(mails)} e-mail(s), {len(stats['slack'])} channel message(s)"  # type: ignore[arg-type]
-        )
-        print_manual_steps(stack.api_url)
+        console.print(f"reviewers notified: {len(mails)} e-mail(s), {len(stats['slack'])} channel message(s)")
+        print_manual_steps(target)
         console.print(f"finished in {time.monotonic() - started:.1f}s")
         console.print(
-            f"[bold]Console:[/] {stack.console_url} (keep it up with `make services`); sign in as a "
+            f"[bold]Console:[/] {target.console_url}; sign in as a "
             f"reviewer with the key [bold]{MANAGER}[/] (manager), "
             "or demo-operator-key (operator)"
         )
@@ -332,16 +398,18 @@ async def run_demo(workdir: Path) -> int:
         return 0 if all(f["status"] == "completed" for f in finals) else 1
     except Exception as exc:
         console.print(f"[red]demo failed:[/] {exc}")
-        for name, proc in stack.procs.items():
-            if not proc.running:
-                console.print(f"[yellow]{name} is not running; last log lines:[/]\n{proc.tail(15)}")
+        on_failure()
         print("demo: procurement=error report=error support=error payments=0")
         return 1
-    finally:
-        await stack.stop()
 
 
-async def support(client: Client, stack: DevStack, ticket: str, stranger: str, run: str) -> None:
+async def sandbox_stats(sandbox_url: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(timeout=5.0) as client:
+        stats: dict[str, Any] = (await client.get(f"{sandbox_url}/stats")).json()
+        return stats
+
+
+async def support(client: Client, target: Target, ticket: str, stranger: str, run: str) -> None:
     status = await client.wait_for(ticket, waiting_on("manager"), "the manager's approval of the refund")
     pending = status["pending_approval"]
     console.print(f"support ticket waits for: {status.get('waiting_for')} ({pending['context']['summary']})")
@@ -357,11 +425,11 @@ async def support(client: Client, stack: DevStack, ticket: str, stranger: str, r
     decided = await client.post(f"/v1/approvals/{pending['approval_id']}", MANAGER, {"decision": "approve"})
     console.print(f"the manager approves the refund -> {decided.status_code}")
 
-    dlq = stack.procs["deadletter_service"].health_url.removesuffix("/health")  # type: ignore[union-attr]
+    dlq = target.deadletters_url
     letter = await dead_letter_of(client, dlq, stranger)
     console.print(f"ticket {stranger}: dead letter {letter['id']} ({letter['error']['error_class']})")
     customer = {"customer_id": f"cust-{run}", "name": "Alan Turing", "plan": "pro"}
-    await client.http.post(f"{stack.sandbox_url}/crm/customers", json=customer)
+    await client.http.post(f"{target.sandbox_url}/crm/customers", json=customer)
     redriven = await client.http.post(
         f"{dlq}/v1/dead-letters/{letter['id']}/redrive",
         json={"reason": "customer added to the CRM"},
@@ -388,12 +456,13 @@ async def dead_letter_of(
     raise RuntimeError(f"{workflow_id}: no dead letter within {timeout_s}s")
 
 
-def print_manual_steps(api: str) -> None:
+def print_manual_steps(target: Target) -> None:
+    api = target.api_url
     console.print(
-        "\n[bold]Do the same by hand[/] (`make up`, then `make services` in another terminal):\n"
+        f"\n[bold]Do the same by hand[/] ({target.how_to_run}):\n"
         f"  curl -s -X POST {api}/v1/workflows/procurement -H 'Authorization: Bearer {SUBMITTER}' \\\n"
         "       -H 'Idempotency-Key: my-first-invoice' -H 'Content-Type: application/json' \\\n"
-        "       -d @deploy/local/samples/procurement-request.json\n"
+        f"       -d @{target.samples}/procurement-request.json\n"
         f"  curl -s {api}/v1/workflows/<workflow_id> -H 'Authorization: Bearer {SUBMITTER}'\n"
         f"  curl -s '{api}/v1/approvals?assignee=me' -H 'Authorization: Bearer {MANAGER}'\n"
         f"  curl -s -X POST {api}/v1/approvals/<approval_id> -H 'Authorization: Bearer {MANAGER}' \\\n"
@@ -402,7 +471,27 @@ def print_manual_steps(api: str) -> None:
     )
 
 
+async def run_on_compose(target: Target = COMPOSE) -> int:
+    """The same walk on docker-compose.yml's stack, already up (`docker compose up`): the
+    gateway API, the dead letters and the sandbox on the ports it publishes."""
+    console.print(f"[bold]On the compose stack[/]: gateway API at {target.api_url}\n")
+    return await walk(
+        target,
+        uuid.uuid4().hex[:8],
+        time.monotonic(),
+        lambda: console.print("[yellow]see `docker compose ps` and `docker compose logs SERVICE`[/]"),
+    )
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--compose",
+        action="store_true",
+        help="drive docker-compose.yml's stack, already up, instead of starting every service here",
+    )
+    if parser.parse_args().compose:
+        sys.exit(asyncio.run(run_on_compose()))
     workdir = ROOT / ".local" / "demo" / time.strftime("%Y%m%d-%H%M%S")
     sys.exit(asyncio.run(run_demo(workdir)))
 

@@ -245,6 +245,8 @@ def compose_override(project: Project, compose_file: Path) -> dict[str, Any]:
                 "CHORUS_LLM_BASE_URL": f"{SANDBOX_URL}/v1",
                 **env,
             },
+            # Its own settings beside the platform's containers' (CHORUS_ENV=demo for a demo).
+            "env_file": [{"path": f"deploy/docker/env/{name}.env", "required": False}],
             "volumes": [f"{name}_secrets:/var/lib/chorus/secrets:ro"],
             "depends_on": {**runtime["depends_on"], SANDBOX: {"condition": "service_started"}},
             "networks": runtime["networks"],
