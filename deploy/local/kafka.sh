@@ -320,6 +320,6 @@ case "${1:-}" in
   status) cmd_status ;;
   reset) cmd_reset ;;
   logs) tail -n "${2:-100}" "$(node_dir 1)/logs/server.log" ;;
-  jars) ensure_jars; echo "$KAFKA_LIB" ;;  # the resolved jars' folder (deploy/local/docker.sh)
+  jars) ensure_jars >&2; echo "$KAFKA_LIB" ;;  # only the folder on stdout: mvn writes there too
   *) echo "usage: $0 start|stop|status|reset|logs [lines]|jars" >&2; exit 2 ;;
 esac
