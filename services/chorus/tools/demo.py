@@ -7,6 +7,9 @@ escalates to the director), approves as the reviewers would, redrives the ticket
 customer the CRM did not know once the customer is added, and prints each workflow's
 timeline, the payment provider's request count and one summary line.
 
+With ``--compose`` it drives docker-compose.yml's stack instead, already up, on the ports
+that file publishes (README.md, Docker).
+
 The support tickets are the third reference workflow, a project of its own
 (examples/support, written by following docs/tutorial.md) that runs beside the platform.
 """
