@@ -14,23 +14,20 @@ import json
 import os
 import shutil
 import subprocess
-import tarfile
-import time
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
+from chorus.tools.demo import COMPOSE, Client, sandbox_stats, waiting_on
 from tests.support.processes import CHORUS, run_captured
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.compose, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "chorus-compose-test"
-API = "http://127.0.0.1:8080"
-SANDBOX = "http://127.0.0.1:9400"
 SUBMITTER, MANAGER, EDITOR, OPERATOR = (
     "demo-submitter-key",
     "demo-manager-key",
@@ -68,14 +65,11 @@ def checkout_copy(into: Path) -> Path:
         ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, check=True
     ).stdout.decode()
     tree = into / "chorus"
-    archive = into / "tree.tar"
-    with tarfile.open(archive, "w") as tar:
-        for name in filter(None, listed.split("\0")):
-            if (ROOT / name).exists():
-                tar.add(ROOT / name, arcname=name, recursive=False)
-    with tarfile.open(archive) as tar:
-        tar.extractall(tree, filter="tar")
-    archive.unlink()
+    for name in filter(None, listed.split("\0")):
+        source, copy = ROOT / name, tree / name
+        if source.exists() or source.is_symlink():  # a file deleted but not yet committed: gone
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, copy, follow_symlinks=False)
     return tree
 
 
@@ -109,45 +103,20 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Compose]:
         compose.run("down", "-v", "--remove-orphans")
 
 
-def _client() -> httpx.Client:
-    return httpx.Client(base_url=API, timeout=15.0)
-
-
-def _status(http: httpx.Client, workflow_id: str) -> dict[str, Any]:
-    response = http.get(f"/v1/workflows/{workflow_id}", headers={"Authorization": f"Bearer {SUBMITTER}"})
-    response.raise_for_status()
-    body: dict[str, Any] = response.json()
-    return body
-
-
-def _until(
-    http: httpx.Client, workflow_id: str, done: Callable[[dict[str, Any]], bool], what: str
-) -> dict[str, Any]:
-    deadline = time.monotonic() + 120
-    last: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        last = _status(http, workflow_id)
-        if done(last):
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"{workflow_id}: no {what} within 120 s; last: {json.dumps(last)[:800]}")
-
-
 def _cli(*args: str, key: str, cwd: Path) -> str:
     done = run_captured([CHORUS, *args], cwd=cwd, env={**os.environ, "CHORUS_API_KEY": key, "COLUMNS": "240"})
     assert done.returncode == 0, f"chorus {' '.join(args)}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
     return done.stdout
 
 
-def _waiting_on(tier: str) -> Callable[[dict[str, Any]], bool]:
-    return lambda s: s.get("status") == "waiting" and (s.get("pending_approval") or {}).get("tier") == tier
-
-
-def test_the_samples_as_shipped_reach_the_sandbox_and_reviewers_decide_from_the_host(stack: Compose) -> None:
+async def test_the_samples_as_shipped_reach_the_sandbox_and_reviewers_decide_from_the_host(
+    stack: Compose,
+) -> None:
     samples = stack.tree / "deploy" / "docker" / "samples"
-    with _client() as http:
+    client = Client(COMPOSE.api_url)  # the demo's: it polls a workflow as the submitter
+    async with client.http:  # closed whatever the test finds
         # README.md's curl, with the compose samples: every URL in them is the sandbox's.
-        submitted = http.post(
+        submitted = await client.http.post(
             "/v1/workflows/procurement",
             content=(samples / "procurement-request.json").read_bytes(),
             headers={
@@ -158,7 +127,7 @@ def test_the_samples_as_shipped_reach_the_sandbox_and_reviewers_decide_from_the_
         )
         assert submitted.status_code == 202, submitted.text  # its callback URL passed the egress check
         procurement = submitted.json()["workflow_id"]
-        report = http.post(
+        report = await client.http.post(
             "/v1/workflows/research_report",
             content=(samples / "report-request.json").read_bytes(),
             headers={"Authorization": f"Bearer {SUBMITTER}", "Content-Type": "application/json"},
@@ -166,17 +135,19 @@ def test_the_samples_as_shipped_reach_the_sandbox_and_reviewers_decide_from_the_
         assert report.status_code == 202, report.text
         report_id = report.json()["workflow_id"]
 
-        waiting = _until(http, procurement, _waiting_on("manager"), "manager's approval")
+        waiting = await client.wait_for(procurement, waiting_on("manager"), "the manager's approval")
         # The reviewer decides with the CLI on the host, through the published gateway.
         _cli(
             "approvals", "decide", waiting["pending_approval"]["approval_id"], "reject", "-m", "not this one",
             key=MANAGER, cwd=stack.tree,
         )  # fmt: skip
-        ended = _until(http, procurement, lambda s: s.get("status") == "rejected", "rejection")
+        ended = await client.wait_for(procurement, lambda s: s.get("status") == "rejected", "the rejection")
         assert ended["status"] == "rejected"
 
         # The sources were fetched from the sandbox through the egress check, at call time.
-        drafted = _until(http, report_id, _waiting_on("editor"), "editor's approval")
+        drafted = await client.wait_for(
+            report_id, waiting_on("editor"), "the editor's approval", timeout_s=120
+        )
         fetched = {
             item["payload"]["task"] for item in drafted["timeline"] if item["event_type"] == "source.fetched"
         }
@@ -185,23 +156,23 @@ def test_the_samples_as_shipped_reach_the_sandbox_and_reviewers_decide_from_the_
             "approvals", "decide", drafted["pending_approval"]["approval_id"], "approve", "-m", "ok",
             key=EDITOR, cwd=stack.tree,
         )  # fmt: skip
-        _until(http, report_id, lambda s: s.get("status") == "completed", "completion")
+        await client.wait_for(report_id, lambda s: s.get("status") == "completed", "the report's completion")
 
     # Their completion webhooks reached the sandbox too, signed.
     wanted = {(procurement, "rejected"), (report_id, "completed")}
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        hooks = httpx.get(f"{SANDBOX}/stats", timeout=10).json()["webhooks"]
-        received = {(h["body"]["workflow_id"], h["body"]["outcome"]) for h in hooks if h["signature_valid"]}
-        if wanted <= received:
-            break
-        time.sleep(0.5)
-    assert wanted <= received, hooks
+
+    async def signed_webhooks() -> set[tuple[str, str]]:
+        hooks = (await sandbox_stats(COMPOSE.sandbox_url))["webhooks"]
+        return {(h["body"]["workflow_id"], h["body"]["outcome"]) for h in hooks if h["signature_valid"]}
+
+    await wait_until(
+        signed_webhooks, until=wanted.issubset, timeout_s=60, interval_s=0.5, what="both webhooks, signed"
+    )
 
 
 def test_the_demo_runs_against_compose_from_the_host(stack: Compose) -> None:
     demo = run_captured(
-        [str(Path(CHORUS).parent / "python"), "-m", "chorus.tools.demo", "--compose"],
+        [sys.executable, "-m", "chorus.tools.demo", "--compose"],
         cwd=stack.tree,
         timeout_s=600,
     )

@@ -40,7 +40,8 @@ async def group_lags(
         for group, wanted in groups.items():
             committed = await admin.list_consumer_group_offsets(group)
             behind: dict[str, int] = defaultdict(int)
-            for tp in (tp for tp in partitions if tp.topic in set(wanted)):
+            reads = set(wanted)
+            for tp in (tp for tp in partitions if tp.topic in reads):
                 at = committed[tp].offset if tp in committed and committed[tp].offset >= 0 else earliest[tp]
                 behind[tp.topic] += max(0, latest[tp] - at)
             lags[group] = {topic: behind[topic] for topic in wanted if topic in existing}
