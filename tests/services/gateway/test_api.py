@@ -258,6 +258,10 @@ async def test_json_postgresql_could_not_store_is_422_naming_the_field(
         ({"callback_url": "https://example.test/" + "a" * 2100}, "/callback_url"),
         ({"subject_ref": "Jane Roe <jane@example.test>"}, "/subject_ref"),
         ({"unexpected": True}, "/unexpected"),
+        # JSON's true is not a number of seconds (pydantic's lax mode read it as 1).
+        ({"deadline_s": True}, "/deadline_s"),
+        ({"deadline_s": "60"}, "/deadline_s"),
+        ({"priority": True}, "/priority"),
     ],
 )
 async def test_bounds_and_shapes_of_the_body_are_422_naming_the_field(

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+from pydantic import ValidationError
+
+from chorus.contracts.api.rollout_service import SetBody, StartBody
 from chorus.contracts.rollouts import RolloutChanged
 from chorus.platform.rollout_service.domain import ReleaseStatus, role_of
 
@@ -42,3 +46,13 @@ def test_rates_are_over_the_workflows_that_count_and_absent_when_there_are_none(
     assert json.dumps(shown["failures_by_category"]) == '{"persistent": 2, "semantic": 1}'  # sorted
     fresh = ReleaseStatus("2.0").as_json()
     assert (fresh["completion_rate"], fresh["failure_rate"]) == (None, None)
+
+
+@pytest.mark.parametrize("percent", [True, "5"], ids=["true", "a-string"])
+def test_a_share_that_is_no_json_number_is_refused_naming_percent(percent: object) -> None:
+    # Before, pydantic's lax mode took true for 1 % and "5" for 5 %: a rollout started on a typo.
+    for body, rest in ((StartBody, {"canary": "2.0"}), (SetBody, {})):
+        with pytest.raises(ValidationError) as refused:
+            body.model_validate({**rest, "percent": percent})
+        assert [error["loc"] for error in refused.value.errors()] == [("percent",)]
+    assert StartBody.model_validate({"canary": "2.0", "percent": 5}).percent == 5.0

@@ -29,7 +29,8 @@ StartT = TypeVar("StartT", bound=EventModel)
 class Submission(ApiModel, Generic[StartT]):
     """The body of POST /v1/workflows/{workflow_type}: ``input`` is the start event's payload."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Strict, as the input's event model is: JSON's true is no deadline, "60" no number.
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     input: StartT = Field(description="the payload of the workflow type's start event")
     callback_url: Url | None = Field(default=None, description="POSTed the result, HMAC-signed, when it ends")

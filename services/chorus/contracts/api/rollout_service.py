@@ -3,9 +3,9 @@ its releases side by side, its history, and the moves of in-flight workflows."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, Strict
 
 from chorus.contracts.api.base import ApiModel, IsoDateTime
 from chorus.contracts.base import Comment, Name
@@ -13,6 +13,8 @@ from chorus.contracts.envelope import Release
 from chorus.contracts.rollouts import MAX_TYPES, AutoRollback, RolloutChanged
 
 _BODY = ConfigDict(frozen=True, extra="forbid")
+Percent = Annotated[float, Strict()]
+"""A share as a JSON number: pydantic's lax mode would read true as 1 % and "5" as 5 %."""
 
 # -- requests (no docstrings: the OpenAPI document shows them as it always has) ----------------
 
@@ -21,7 +23,7 @@ class StartBody(ApiModel):
     model_config = _BODY
 
     canary: Release = Field(description="the release to try (its CHORUS_RELEASE)")
-    percent: float = Field(ge=0, le=100, description="share of new workflows it takes")
+    percent: Percent = Field(ge=0, le=100, description="share of new workflows it takes")
     stable: Release | None = Field(
         default=None, description="the release serving today; default: the last rollout's stable, or main"
     )
@@ -33,7 +35,7 @@ class StartBody(ApiModel):
 class SetBody(ApiModel):
     model_config = _BODY
 
-    percent: float = Field(ge=0, le=100)
+    percent: Percent = Field(ge=0, le=100)
     reason: Comment | None = None
 
 
