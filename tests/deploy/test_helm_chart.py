@@ -319,6 +319,31 @@ def test_behind_the_pooler_services_pool_through_pgbouncer_and_lock_and_migrate_
     }
 
 
+def test_analytics_replicas_split_its_partitions_and_keep_standby_copies_of_the_rest(helm: str) -> None:
+    """Outcome analytics' replicas share one group over its own topics: the chart tells each
+    the partitions to create, one standby copy per other replica (so any answers for the
+    whole view), and the replication the cluster gives its topics."""
+    for sets, expected in (
+        ((), {"CHORUS_PARTITIONS": "6", "CHORUS_STANDBY_REPLICAS": "0", "CHORUS_REPLICATION_FACTOR": "3"}),
+        (
+            (
+                "services.outcome_analytics.replicas=12",
+                "services.outcome_analytics.partitions=12",
+                "services.outcome_analytics.replicationFactor=2",
+            ),
+            {"CHORUS_PARTITIONS": "12", "CHORUS_STANDBY_REPLICAS": "11", "CHORUS_REPLICATION_FACTOR": "2"},
+        ),
+    ):
+        docs = parse(template(helm, [], *sets))
+        analytics = next(d for d in of_kind(docs, "Deployment") if service_of(d) == "outcome_analytics")
+        env = {e["name"]: e.get("value") for _, c in containers([analytics]) for e in c.get("env", [])}
+        assert {k: env.get(k) for k in expected} == expected, sets
+        # No other service gets them.
+        others = [d for d in of_kind(docs, "Deployment") if service_of(d) != "outcome_analytics"]
+        names = {e["name"] for _, c in containers(others) for e in c["env"]}
+        assert "CHORUS_STANDBY_REPLICAS" not in names
+
+
 def test_no_secret_value_is_rendered_even_with_every_secret_configured(helm: str, tmp_path: Path) -> None:
     """Every secret setting named (by Secret and key), the demo values nowhere in the output."""
     secret_values = tmp_path / "secrets.yaml"
@@ -431,6 +456,10 @@ def test_each_invariant_check_reports_a_violation(rendered: dict[str, str], regi
             "above its 2 instances x 50 maxClientConnections",
         ),
         (("gatewayApi.enabled=true",), "gatewayApi.enabled needs gatewayApi.parentRefs"),
+        (
+            ("services.outcome_analytics.replicas=7",),
+            "services.outcome_analytics.replicas 7: more than its 6 partitions",
+        ),
     ],
 )
 def test_the_chart_refuses_values_that_break_an_invariant(

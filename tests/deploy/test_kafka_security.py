@@ -17,6 +17,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 import yaml
+from aiokafka.admin import NewTopic
 from aiokafka.errors import (
     ClusterAuthorizationFailedError,
     KafkaConnectionError,
@@ -34,7 +35,7 @@ from typer.testing import CliRunner, Result
 
 from chorus.contracts.registry import Registry, load_registry
 from chorus.kernel.codec import encode
-from chorus.kernel.kafka import KafkaAuth, kafka_auth, make_consumer, make_producer
+from chorus.kernel.kafka import KafkaAuth, kafka_auth, make_admin, make_consumer, make_producer
 from chorus.privacy.signing import load_keys
 from chorus.reference.payment_agent.config import Settings as PaymentSettings
 from chorus.reference.payment_agent.service import SPEC as PAYMENT
@@ -97,6 +98,37 @@ async def test_a_service_cannot_write_a_topic_the_registry_does_not_let_it_produ
     async with make_consumer(kafka_bootstrap, topic, group_id=None) as consumer:
         records = await consumer.getmany(timeout_ms=5000)
     assert [r.value for batch in records.values() for r in batch] == [value]
+
+
+async def create_topic(bootstrap: str, auth: KafkaAuth, topic: str) -> int:
+    """The broker's error code for ``auth`` creating ``topic`` (0: created)."""
+    admin = make_admin(bootstrap, auth=auth)
+    await admin.start()
+    try:
+        response = await admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
+        [(name, code, *_)] = response.topic_errors
+        assert name == topic
+        return int(code)
+    finally:
+        await admin.close()
+
+
+async def test_only_the_analytics_app_creates_and_writes_the_topics_named_after_it(
+    tmp_path: Path, kafka_bootstrap: str, unique: str
+) -> None:
+    """Outcome analytics (faust) creates its own facts topic and table changelogs. Nobody
+    else may create or write them: a fact forged there would be counted unchecked (the
+    app verified the record it came from), so the broker refuses it outright."""
+    await granted(tmp_path, unique, kafka_bootstrap)
+    facts = f"outcome_analytics.t{unique}-facts"
+    denied = TopicAuthorizationFailedError.errno
+    assert await create_topic(kafka_bootstrap, login("invoice_agent"), facts) == denied
+    assert await create_topic(kafka_bootstrap, login("outcome_analytics"), f"chorus.t{unique}") == denied
+    assert await create_topic(kafka_bootstrap, login("outcome_analytics"), facts) == 0
+    forged = b'{"kind":"ended","outcome":"completed"}'
+    with pytest.raises(TopicAuthorizationFailedError):
+        await produce(kafka_bootstrap, login("invoice_agent"), facts, forged)
+    await produce(kafka_bootstrap, login("outcome_analytics"), facts, b"{}")
 
 
 async def test_a_wrong_password_or_no_tls_is_refused(

@@ -64,7 +64,7 @@ async def own_stack(
                     "CHORUS_DATABASE_URL": url,
                     **(env or {}),
                 },
-                service_env=dict(service_env or {}),
+                service_env=_own_groups(dict(service_env or {}), services, suffix),
                 releases=dict(releases or {}),
                 project=project,
                 sandbox_args=list(sandbox_args),
@@ -79,3 +79,15 @@ async def own_stack(
                 await stack.stop()
     finally:
         await drop_database(server_url, database)
+
+
+def _own_groups(
+    service_env: dict[str, dict[str, str]], services: tuple[str, ...], suffix: str
+) -> dict[str, dict[str, str]]:
+    """Outcome analytics in a group (and so topics and tables) of this stack's own: its
+    committed group and its facts topic would otherwise be shared with every other test's
+    on this broker, each replica owning some of the others' facts."""
+    if "outcome_analytics" in services:
+        analytics = service_env.setdefault("outcome_analytics", {})
+        analytics.setdefault("CHORUS_GROUP_ID", f"outcome_analytics.s{suffix}")
+    return service_env

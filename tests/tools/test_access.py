@@ -46,3 +46,15 @@ def test_each_service_joins_only_groups_named_after_it() -> None:
     groups = {g.principal: g for g in GRANTS if g.resource == "group"}
     assert groups["budget_agent"] == Grant("budget_agent", "group", "budget_agent", Op.READ, prefixed=True)
     assert groups["chorus-operator"].name == "*"
+
+
+def test_only_the_stream_app_creates_and_uses_topics_named_after_it() -> None:
+    """faust creates its facts topic and table changelogs, named ``outcome_analytics...``:
+    that principal may create, read and write them; no runtime service may create any."""
+    prefixed = [g for g in GRANTS if g.resource == "topic" and g.prefixed]
+    own = {g.op for g in prefixed if g.principal == "outcome_analytics"}
+    assert own == {Op.CREATE, Op.READ, Op.WRITE, Op.DESCRIBE}
+    assert all(g.name == "outcome_analytics" for g in prefixed)
+    assert [g for g in GRANTS if g.op is Op.CREATE] == [
+        Grant("outcome_analytics", "topic", "outcome_analytics", Op.CREATE, prefixed=True)
+    ]

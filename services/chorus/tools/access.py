@@ -44,6 +44,7 @@ class Op(StrEnum):
     READ = "READ"
     WRITE = "WRITE"
     DESCRIBE = "DESCRIBE"
+    CREATE = "CREATE"
 
 
 @dataclass(frozen=True, order=True)
@@ -98,6 +99,13 @@ def grants(registry: Registry) -> list[Grant]:
                 out.update(Grant(name, "topic", topic, op) for op in (*ops, Op.DESCRIBE))
         # Its group, and any named after it (a replica's own group, a version's group).
         out.add(Grant(name, "group", name, Op.READ, prefixed=True))
+        if registry.principals.services[name].kind == "stream":
+            # A stream app's own topics (faust's changelogs, its repartitioned facts): it
+            # creates them, named after it, as Kafka Streams apps do; nobody else may.
+            out.update(
+                Grant(name, "topic", name, op, prefixed=True)
+                for op in (Op.CREATE, Op.READ, Op.WRITE, Op.DESCRIBE)
+            )
         if registry.principals.services[name].observes_groups:
             out.update(
                 Grant(name, "group", other, Op.DESCRIBE, prefixed=True)

@@ -173,8 +173,8 @@ def service_facts(
         "keyService": keys,
         "signs": service in registry.signers(),
         "checksSignatures": runtime and bool(registry.signed_by()),
-        # A runtime service reads in the group of its name; the analytics view reads every
-        # partition in a group of its own per start (no shared group to scale on).
+        # A runtime service reads in the group of its name, scaled on its lag; a stream app's
+        # replicas are a count (services.*.replicas), which its standby copies follow.
         "consumerGroup": service if runtime else "",
         "consumes": topics,
         "partitions": max(partitions, default=0),

@@ -8,6 +8,7 @@ import json
 import random
 import statistics
 import uuid
+from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,13 @@ from chorus.kernel.records import Record
 from chorus.platform.outcome_analytics.bootstrap import analytics_keys
 from chorus.platform.outcome_analytics.config import Settings
 from chorus.platform.outcome_analytics.domain import (
+    Bucket,
+    BucketKey,
+    Delta,
+    Fact,
+    MemoryStore,
     OutcomeView,
+    fact_of,
     format_hour,
     hour_of,
     parse_hour,
@@ -274,8 +281,10 @@ def test_a_dead_letter_read_before_its_workflow_moves_from_unknown_to_the_type()
     assert only(view, "procurement", at(0))["dead_lettered"]["persistent"] == 1
 
 
-def test_the_view_is_the_same_whatever_order_the_topics_are_read_in() -> None:
-    events = [
+def mixed_events() -> list[tuple[Envelope, EventModel]]:
+    """Two workflows' starts, ends, a review and dead letters: one keyed by its workflow,
+    one naming it, one of poison bytes with no workflow at all."""
+    return [
         start("w1", "procurement", at(1)),
         end("w1", "procurement", at(50), "completed"),
         start("w2", "research", at(2)),
@@ -285,6 +294,10 @@ def test_the_view_is_the_same_whatever_order_the_topics_are_read_in() -> None:
         dead_letter(at(5), "persistent", original_value=b"{}", original_workflow_id="w1"),
         dead_letter(at(6), "unexpected", original_value=b"\x00"),
     ]
+
+
+def test_the_view_is_the_same_whatever_order_the_topics_are_read_in() -> None:
+    events = mixed_events()
     expected = view_of(events).rows()
     assert len(expected) == 4
     for order in itertools.islice(itertools.permutations(events), 0, None, 97):
@@ -324,8 +337,18 @@ class RecordingSink:
         self.published.append(envelope)
 
 
+class ViewSink:
+    """Facts straight into a view, as the view's agent applies them from its topic."""
+
+    def __init__(self, view: OutcomeView) -> None:
+        self.view = view
+
+    async def send(self, fact: Fact) -> None:
+        self.view.apply_fact(fact)
+
+
 class ExplodingView(OutcomeView):
-    def apply(self, envelope: Envelope, payload: EventModel) -> bool:
+    def apply_fact(self, fact: Fact) -> bool:
         raise RuntimeError("a bug in the view")
 
 
@@ -347,7 +370,7 @@ def deps(
         Deps(
             registry=registry,
             verifier=verifier,
-            view=view or OutcomeView(),
+            facts=ViewSink(view or OutcomeView()),
             dead_letters=sink,
             metrics=Metrics("outcome_analytics"),
             clock=ManualClock(T0),
@@ -356,6 +379,11 @@ def deps(
         ),
         sink,
     )
+
+
+def view_in(d: Deps) -> OutcomeView:
+    assert isinstance(d.facts, ViewSink)
+    return d.facts.view
 
 
 def record(
@@ -458,7 +486,7 @@ async def test_the_view_counts_only_what_the_registry_lets_its_producer_state(
     await on_record(by("report_agent", end("wf-9", "procurement", at(6), "rejected")), d)
     await on_record(by("payment_agent", end("wf-9", "procurement", at(7), "completed")), d)
 
-    row = only(d.view, "procurement", at(0))
+    row = only(view_in(d), "procurement", at(0))
     assert (row["started"], {o: n for o, n in row["ended"].items() if n}) == (1, {"completed": 1})
     letters = [EventDeadLettered.model_validate(letter.payload) for letter in sink.published]
     assert [letter.error.category for letter in letters] == ["unauthorized", "unauthorized"]
@@ -471,7 +499,7 @@ async def test_an_event_the_view_does_not_count_is_read_and_ignored(registry: Re
     d, sink = deps(registry)
     await on_record(record(json.dumps(decided).encode()), d)
     assert sink.published == []
-    assert d.view.rows() == []
+    assert view_in(d).rows() == []
 
 
 def test_child_dead_letters_keep_the_workflow_of_their_parent() -> None:
@@ -513,3 +541,40 @@ def test_outcomes_by_release_put_a_canary_beside_its_stable_release_in_any_order
     assert canary["ended"]["rejected"] == 1 and canary["completion_rate"] == 0.5
     assert canary["duration_s"]["count"] == 2 and canary["duration_s"]["p50"] == 35 * 60
     assert OutcomeView().releases() == []
+
+
+class PartitionedStore(MemoryStore):
+    """As the faust tables keep it: each bucket in shares, one per partition of the facts
+    topic that wrote it (here the workflow's hash over three)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.partition = 0
+        self._shares: dict[tuple[int, BucketKey], Bucket] = {}
+
+    def add(self, delta: Delta) -> None:
+        self._shares.setdefault((self.partition, delta.key), Bucket()).add(delta)
+
+    def shares(self) -> Iterable[tuple[BucketKey, Bucket]]:
+        return [(key, share) for (_, key), share in self._shares.items()]
+
+
+def test_facts_through_their_topic_in_shares_per_partition_give_the_same_view() -> None:
+    """The service's path: each event's fact as JSON on the facts topic, each workflow's on
+    one partition, its buckets' shares per partition summed when read; every fact twice
+    (at least once delivery). The numbers are those of the plain view."""
+    events = [
+        *mixed_events(),
+        start("w3", "research", at(7)),
+        end("w3", "research", at(8), "completed"),
+    ]
+    store = PartitionedStore()
+    view = OutcomeView(store)
+    for envelope, payload in [*events, *events]:
+        fact = fact_of(envelope, payload)
+        assert fact is not None
+        store.partition = sum(fact.key.encode()) % 3
+        view.apply_fact(Fact.model_validate_json(fact.model_dump_json()))
+    assert len({partition for partition, _ in store._shares}) == 3
+    assert view.rows() == view_of(events).rows()
+    assert view.releases() == view_of(events).releases()

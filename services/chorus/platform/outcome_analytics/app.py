@@ -1,32 +1,39 @@
-"""The faust-streaming plumbing: topics in, one agent, the HTTP sidecar, the worker.
+"""The faust-streaming topology: intake, facts, tables, the HTTP sidecar, the worker.
 
 faust is used here, and only here, because this view is derived and rebuildable
-(see KAFKA-LOCAL.md on faust-streaming 0.15.3). What each setting below guards
-against:
+(see KAFKA-LOCAL.md on faust-streaming 0.15.3). Two agents in one committed consumer
+group (``group_id``), so replicas split the partitions and a restart resumes:
 
-- ``concurrency=1``: with more, faust can commit offsets past records still in
-  flight (#606). One actor handles every partition, one record at a time.
-- Raw key and value serializers: faust's own deserialization runs before the
-  agent and drops a record that fails it with only a log line (never reaching
-  code that could dead-letter it). Bytes always "deserialize"; the records are
-  then decoded by :func:`chorus.kernel.codec.decode` (the registry's pydantic models)
-  inside :func:`chorus.platform.outcome_analytics.handlers.on_record`, which catches everything
-  (an exception inside an agent skips its offset, #527, and stops the agent).
-- ``store="memory://"`` and no faust Table: the view is an
-  :class:`~chorus.platform.outcome_analytics.domain.OutcomeView` in memory. A faust Table would
-  add a changelog topic that is restored on start *and* then the inputs are read
-  again from the beginning, counting everything twice; and its keys (type, hour)
-  are not the inputs' keys (workflow id), which faust tables require.
-- A fresh consumer group per start, reading from the earliest offset: the view
-  is lost with the process, so each start rebuilds it from the first record;
-  with a unique group there are no committed offsets to fight, and each replica
-  gets every partition (a shared group would split the view between replicas).
-  The cost: one abandoned group per start, expired by the broker
-  (``offsets.retention.minutes``).
-- ``topic_disable_leader``, ``topic_allow_declare=False``, ``web_enabled=False``,
-  a temporary ``datadir``: faust would otherwise create a leader-election topic
-  per app id (one per start here), create input topics the registry owns, serve
-  a second web server, and leave a data directory per app id in the cwd.
+1. ``intake`` reads the registry's topics (their partitions are theirs: four topics,
+   counts that a deployment overlay may change), checks each record as every consumer
+   does and sends its :class:`~chorus.platform.outcome_analytics.domain.Fact` to the
+   app's own topic ``<group_id>-facts``, keyed by workflow.
+2. ``view`` reads the facts and folds them into two faust tables (see
+   :mod:`chorus.platform.outcome_analytics.adapters.tables`): per-workflow state and
+   hourly tumbling windows, each backed by a compacted changelog topic partitioned as
+   the facts are. A restart restores the tables from their changelogs and reads on from
+   the committed offsets; each replica owns the partitions it is assigned.
+
+What each setting below guards against:
+
+- ``concurrency=1`` on both agents: with more, faust can commit offsets past records
+  still in flight (#606); and the view's fold reads then writes a workflow's state,
+  which two actors of one partition would race on.
+- Raw key and value serializers on the inputs: faust's own deserialization runs before
+  the agent and drops a record that fails it with only a log line (never reaching code
+  that could dead-letter it). The records are decoded by
+  :func:`chorus.kernel.codec.decode` in :func:`~chorus.platform.outcome_analytics.handlers.on_record`,
+  which catches everything (an exception inside an agent skips its offset, #527, and
+  stops the agent).
+- ``topic_allow_declare`` with only internal topics: faust declares the facts topic and
+  the changelogs (its principal may create topics named ``<group_id>-*`` and nothing
+  else); the registry's topics are not internal and are never declared.
+- ``TableManager=OrderedTableManager`` and ``OrderedTransport``: faust's end of recovery
+  and its fetching lose records at a rebalance or restart
+  (:mod:`chorus.platform.outcome_analytics.adapters.recovery`).
+- ``topic_disable_leader``, ``web_enabled=False``, a temporary ``datadir``: no
+  leader-election topic, no second web server, no data directory in the cwd (the
+  tables are in memory, their changelogs are the durable copy).
 - No ``@app.timer``: faust timers are in-memory only (nothing here needs one).
 """
 
@@ -36,13 +43,15 @@ import logging
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import faust
 import mode
 from faust.exceptions import ConsumerNotStarted
-from faust.types import Message
+from faust.types import TP, Message
 
 from chorus.base.errors import ConfigError
 from chorus.base.logs import fields
@@ -52,14 +61,21 @@ from chorus.kernel.kafka import KafkaAuth, kafka_auth
 from chorus.kernel.records import Record
 from chorus.observability.logs import setup_logging
 from chorus.platform.outcome_analytics.adapters.deadletters import KafkaDeadLetters
+from chorus.platform.outcome_analytics.adapters.facts import KafkaFacts
 from chorus.platform.outcome_analytics.adapters.http import routes
-from chorus.platform.outcome_analytics.bootstrap import bootstrap
+from chorus.platform.outcome_analytics.adapters.metrics import ViewCollector
+from chorus.platform.outcome_analytics.adapters.producer import DurableProducer
+from chorus.platform.outcome_analytics.adapters.recovery import OrderedTableManager, OrderedTransport
+from chorus.platform.outcome_analytics.adapters.tables import TableStore
+from chorus.platform.outcome_analytics.bootstrap import bootstrap, facts_topic
 from chorus.platform.outcome_analytics.config import SERVICE, Settings
-from chorus.platform.outcome_analytics.domain import ACCEPT
+from chorus.platform.outcome_analytics.domain import ACCEPT, Fact, OutcomeView
 from chorus.platform.outcome_analytics.handlers import on_record
 from chorus.web.http import HttpServer
 
 log = logging.getLogger(__name__)
+
+FACTS_RETENTION = timedelta(days=7)
 
 
 def input_topics(registry: Registry) -> list[str]:
@@ -102,20 +118,27 @@ def faust_credentials(auth: KafkaAuth) -> faust.types.auth.CredentialsT | None:
     return None
 
 
+@dataclass
+class Topology:
+    """The faust app and what the process reads back from it."""
+
+    app: faust.App
+    view: OutcomeView
+    facts: str
+    """The facts topic's name."""
+
+
 def build_app(
     settings: Settings,
     topics: list[str],
     *,
-    group_id: str,
     datadir: Path,
     handle: Callable[[Record], Awaitable[None]],
-) -> faust.App:
-    """The faust app: one agent over ``topics`` calling ``handle`` per record, in order.
-
-    Nothing connects until the worker starts it.
-    """
+) -> Topology:
+    """The faust app: ``intake`` over ``topics`` calling ``handle`` per record, ``view``
+    folding the facts into the tables. Nothing connects until the worker starts it."""
     app = faust.App(
-        group_id,
+        settings.group_id,
         broker=[f"kafka://{host.strip()}" for host in settings.kafka_bootstrap.split(",")],
         broker_credentials=faust_credentials(kafka_auth()),
         store="memory://",
@@ -123,12 +146,17 @@ def build_app(
         value_serializer="raw",
         consumer_auto_offset_reset="earliest",
         topic_disable_leader=True,
-        topic_allow_declare=False,
+        topic_allow_declare=True,
+        topic_partitions=settings.partitions,
+        topic_replication_factor=settings.replication_factor,
+        table_standby_replicas=settings.standby_replicas,
+        TableManager=OrderedTableManager,
         web_enabled=False,
         autodiscover=False,
         datadir=str(datadir),
     )
-    channel = app.topic(
+    app.transport = OrderedTransport(app.conf.broker_consumer, app)
+    inputs = app.topic(
         *topics,
         key_type=bytes,
         value_type=bytes,
@@ -137,34 +165,80 @@ def build_app(
         # A tombstone reaches the agent (and is dead-lettered), not skipped unseen.
         allow_empty=True,
     )
+    facts = app.topic(
+        facts_topic(settings),
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=settings.partitions,
+        # Facts are read within moments; a week covers any outage of the view.
+        retention=FACTS_RETENTION,
+        internal=True,
+    )
+    view = OutcomeView(TableStore.declare(app, partitions=settings.partitions))
 
-    async def outcome_analytics(stream: faust.StreamT[bytes]) -> None:
+    async def intake(stream: faust.StreamT[bytes]) -> None:
         async for event in stream.events():
-            # handle() never raises; when it returns the record is applied or its
-            # dead letter is durable, and only then (on the next iteration) does
-            # faust ack the offset.
+            # handle() never raises; when it returns the fact or the dead letter is
+            # durable, and only then (on the next iteration) does faust ack the offset.
             await handle(to_record(event.message))
 
-    app.agent(channel, name=f"{SERVICE}.view", concurrency=1)(outcome_analytics)
-    return app
+    async def fold(stream: faust.StreamT[bytes]) -> None:
+        async for event in stream.events():
+            try:
+                view.apply_fact(Fact.model_validate_json(event.message.value))
+            except Exception:
+                # Facts are this app's own, written by the intake from verified records:
+                # one that fails is a bug, logged and counted, not a reason to stop.
+                log.exception(
+                    "fact not applied",
+                    extra=fields(partition=event.message.partition, offset=event.message.offset),
+                )
+
+    app.agent(inputs, name=f"{SERVICE}.intake", concurrency=1)(intake)
+    app.agent(facts, name=f"{SERVICE}.view", concurrency=1)(fold)
+    return Topology(app, view, facts.get_topic_name())
 
 
 class Sidecar(mode.Service):
-    """Starts the dead-letter producer and the HTTP server with the worker, stops them after."""
+    """Starts the intake's producer and the HTTP server with the worker, stops them after."""
 
-    def __init__(self, dead_letters: KafkaDeadLetters, http: HttpServer) -> None:
+    def __init__(self, producer: DurableProducer, http: HttpServer) -> None:
         super().__init__()
-        self.dead_letters = dead_letters
+        self.producer = producer
         self.http = http
 
     async def on_start(self) -> None:
-        await self.dead_letters.start()
+        await self.producer.start()
         await self.http.start()
         log.info("outcome analytics listening", extra=fields(port=self.http.port))
 
     async def on_stop(self) -> None:
         await self.http.stop()
-        await self.dead_letters.stop()
+        await self.producer.stop()
+
+
+class Readiness:
+    """Where the worker is: starting, serving, or rebalancing after it served once."""
+
+    def __init__(self, app: faust.App) -> None:
+        self.app = app
+        self.was_ready = False
+
+    def assigned(self) -> set[TP]:
+        try:
+            return set(self.app.consumer.assignment()) if self.app.started else set()
+        except ConsumerNotStarted:  # the worker is up, its consumer thread not yet
+            return set()
+
+    def status(self) -> str:
+        recovered = self.app.started and cast(Any, self.app.tables).recovery.completed.is_set()
+        if recovered and not self.app.rebalancing and self.assigned():
+            self.was_ready = True
+            return "ok"
+        # A rebalance pauses reading for a moment; the view it has is still served.
+        return "degraded" if self.was_ready else "starting"
 
 
 def run(settings: Settings) -> None:
@@ -182,43 +256,52 @@ def run(settings: Settings) -> None:
             extra=fields(topics=undeclared),
         )
     try:
-        deps, dead_letters = bootstrap(settings, registry)
+        deps, producer = bootstrap(settings, registry)
     except ConfigError as exc:
         print(f"refusing to start: {exc}", file=sys.stderr)
         raise SystemExit(EX_CONFIG) from None
-    group_id, view, metrics = deps.consumer_group, deps.view, deps.metrics
 
     async def handle(record: Record) -> None:
         await on_record(record, deps)
 
     with tempfile.TemporaryDirectory(prefix=f"{SERVICE}-") as datadir:
-        app = build_app(settings, topics, group_id=group_id, datadir=Path(datadir), handle=handle)
+        topology = build_app(settings, topics, datadir=Path(datadir), handle=handle)
+        app, view = topology.app, topology.view
+        deps.metrics.registry.register(ViewCollector(view))
+        readiness = Readiness(app)
 
         async def health() -> dict[str, Any]:
-            try:
-                assigned = app.consumer.assignment() if app.started else set()
-            except ConsumerNotStarted:  # the worker is up, its consumer thread not yet
-                assigned = set()
+            assigned = readiness.assigned()
+            owned = sorted(tp.partition for tp in assigned if tp.topic == topology.facts)
             return {
-                # "ok" once the group is joined and partitions are being read; how far
-                # the view has got is in "positions".
-                "status": "ok" if assigned else "starting",
-                "group": group_id,
+                "status": readiness.status(),
+                "group": settings.group_id,
                 "topics": topics,
-                "assigned_partitions": len(assigned),
+                "facts_topic": topology.facts,
+                "read": deps.handled,
+                "assigned_partitions": len([tp for tp in assigned if tp.topic in topics]),
+                "view_partitions": owned,
                 "applied": view.applied,
-                "dead_letters_published": dead_letters.published,
+                "facts_sent": deps.facts.sent if isinstance(deps.facts, KafkaFacts) else None,
+                "dead_letters_published": (
+                    deps.dead_letters.published if isinstance(deps.dead_letters, KafkaDeadLetters) else None
+                ),
                 "positions": {f"{t}:{p}": offset for (t, p), offset in sorted(deps.positions.items())},
             }
 
         http = HttpServer(
-            settings.http_host, settings.http_port, metrics, health, title=SERVICE, api_keys=settings.api_keys
+            settings.http_host,
+            settings.http_port,
+            deps.metrics,
+            health,
+            title=SERVICE,
+            api_keys=settings.api_keys,
         )
         http.include(routes(view))
-        log.info("outcome analytics starting", extra=fields(group=group_id, topics=topics))
+        log.info("outcome analytics starting", extra=fields(group=settings.group_id, topics=topics))
         worker = faust.Worker(
             app,
-            Sidecar(dead_letters, http),
+            Sidecar(producer, http),
             loglevel=settings.log_level,
             quiet=True,
             # chorus.base.logs owns logging (JSON lines with trace fields); mode would replace it.

@@ -1,10 +1,7 @@
-"""Wiring: what the outcome view's handler gets (the view, its metrics, the dead-letter
-publisher) for one replica, whose consumer group is its own (the view is rebuilt from the
-topics' start by every replica)."""
+"""Wiring: what the intake's handler gets (its fact and dead-letter senders, metrics,
+keys) for one replica of the shared consumer group."""
 
 from __future__ import annotations
-
-import uuid
 
 from chorus import __version__
 from chorus.base.clock import clock_from_setting
@@ -13,16 +10,16 @@ from chorus.contracts.envelope import ProducerRef
 from chorus.contracts.platform import EventDeadLettered
 from chorus.contracts.registry import Registry
 from chorus.platform.outcome_analytics.adapters.deadletters import KafkaDeadLetters
-from chorus.platform.outcome_analytics.adapters.metrics import ViewCollector
+from chorus.platform.outcome_analytics.adapters.facts import KafkaFacts
+from chorus.platform.outcome_analytics.adapters.producer import DurableProducer
 from chorus.platform.outcome_analytics.config import SERVICE, Settings
-from chorus.platform.outcome_analytics.domain import OutcomeView
 from chorus.platform.outcome_analytics.handlers import Deps
 from chorus.privacy.signing import Signer, Verifier, load_keys
 
 
-def unique_group(base: str) -> str:
-    """Every replica its own group: each rebuilds the whole view from the topics' start."""
-    return f"{base}.{uuid.uuid4().hex[:12]}"
+def facts_topic(settings: Settings) -> str:
+    """Its own topic of facts, keyed by workflow (created by the app, like its changelogs)."""
+    return f"{settings.group_id}-facts"
 
 
 def analytics_keys(settings: Settings, registry: Registry) -> tuple[Signer, Verifier]:
@@ -41,27 +38,23 @@ def analytics_keys(settings: Settings, registry: Registry) -> tuple[Signer, Veri
     return keys.signer, keys.verifier
 
 
-def bootstrap(settings: Settings, registry: Registry) -> tuple[Deps, KafkaDeadLetters]:
-    """The handler's dependencies, and the dead-letter publisher the process starts and stops."""
-    view = OutcomeView()
-    metrics = Metrics(SERVICE)
-    metrics.registry.register(ViewCollector(view))
+def bootstrap(settings: Settings, registry: Registry) -> tuple[Deps, DurableProducer]:
+    """The intake's dependencies, and the producer the process starts and stops."""
     signer, verifier = analytics_keys(settings, registry)
-    dead_letters = KafkaDeadLetters(
-        settings.kafka_bootstrap,
-        registry.physical_topic(EventDeadLettered.event_type),
-        signer,
-        retry_max_s=settings.dead_letter_retry_max_s,
+    producer = DurableProducer(
+        settings.kafka_bootstrap, client_id=f"{SERVICE}-intake", retry_max_s=settings.dead_letter_retry_max_s
     )
     deps = Deps(
         registry=registry,
         verifier=verifier,
-        view=view,
-        dead_letters=dead_letters,
-        metrics=metrics,
+        facts=KafkaFacts(producer, facts_topic(settings)),
+        dead_letters=KafkaDeadLetters(
+            producer, registry.physical_topic(EventDeadLettered.event_type), signer
+        ),
+        metrics=Metrics(SERVICE),
         clock=clock_from_setting(settings.clock),
         producer=ProducerRef(service=SERVICE, version=__version__),
-        consumer_group=unique_group(settings.group_id),
+        consumer_group=settings.group_id,
         max_event_bytes=settings.max_event_bytes,
     )
-    return deps, dead_letters
+    return deps, producer

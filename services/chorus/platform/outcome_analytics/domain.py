@@ -1,7 +1,9 @@
 """The outcome view: pure aggregation of lifecycle, escalation and dead-letter events.
 
-No I/O, no clock, no Kafka: :meth:`OutcomeView.apply` takes a decoded envelope and
-its typed payload and updates per-``(workflow type, hour)`` buckets. Hours are
+No I/O, no clock, no Kafka. :func:`fact_of` reduces a decoded event to a :class:`Fact`;
+:func:`fold` folds a fact into its workflow's :class:`WorkflowState` and says which
+per-``(workflow type, hour)`` buckets change (:class:`Delta`); :class:`OutcomeView` does
+both over a :class:`ViewStore` (dicts here, faust tables in the service). Hours are
 tumbling one-hour windows on the event's own ``occurred_at`` (UTC), never on the
 time the event is read, so a rebuild from the beginning of the topics gives the
 same numbers as the live view did.
@@ -45,10 +47,10 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, NamedTuple, get_args
+from typing import Any, Literal, NamedTuple, Protocol, get_args
 from uuid import UUID
 
-from pydantic import ValidationError
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from chorus.base.compat import fromisoformat
 from chorus.contracts.approvals import ApprovalRequested
@@ -78,40 +80,6 @@ class BucketKey(NamedTuple):
     workflow_type: str
     hour: datetime
     """Start of the UTC hour (tz-aware)."""
-
-
-@dataclass
-class Bucket:
-    """The numbers of one workflow type in one hour."""
-
-    started: int = 0
-    ended: Counter[str] = field(default_factory=Counter)
-    escalated: set[str] = field(default_factory=set)
-    dead_lettered: Counter[str] = field(default_factory=Counter)
-    durations: list[float] = field(default_factory=list)
-    """Seconds, kept sorted so percentiles are exact."""
-
-    def is_empty(self) -> bool:
-        return not (self.started or +self.ended or self.escalated or +self.dead_lettered or self.durations)
-
-
-@dataclass
-class _Workflow:
-    started_at: datetime | None = None
-    ended_at: datetime | None = None
-    ended_in: BucketKey | None = None
-    pins: dict[str, str] = field(default_factory=dict)
-    """Service -> the release the workflow was pinned to when it started."""
-    outcome: str | None = None
-    escalated: bool = False
-    dead_lettered: dict[str, Counter[str]] = field(default_factory=dict)
-    """Dead letters by the service that wrote them, by category."""
-
-
-@dataclass(frozen=True)
-class _PendingDeadLetter:
-    hour: datetime
-    category: str
 
 
 def hour_of(moment: datetime) -> datetime:
@@ -163,159 +131,328 @@ def duration_summary(sorted_values: Sequence[float]) -> dict[str, Any]:
     return summary
 
 
-class OutcomeView:
-    """Every bucket of the view, and what is remembered per workflow to keep counts exact.
+class Fact(BaseModel):
+    """One counted event, reduced to what the view needs.
 
-    Not thread-safe: one task applies events (the faust agent, concurrency 1) and
-    readers run on the same event loop.
+    The intake turns each verified record of the four input topics into one and sends it,
+    keyed by :attr:`key`, to the view's own topic: every fact of a workflow then lands on
+    one partition, whatever topic it came from, so one replica owns that workflow's state.
     """
 
-    def __init__(self) -> None:
-        self.buckets: dict[BucketKey, Bucket] = {}
-        self.applied = 0
-        """Events that changed the view (duplicates and unrelated event types excluded)."""
-        self._workflows: dict[str, _Workflow] = {}
-        self._types: dict[str, str] = {}
-        self._dead_letters: set[UUID] = set()
-        self._pending: dict[str, list[_PendingDeadLetter]] = {}
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
-    # -- applying events --------------------------------------------------------------
+    kind: Literal["started", "ended", "escalated", "dead_lettered"]
+    event_id: UUID
+    workflow_id: str | None
+    """None only for a dead letter of a record that names no workflow (poison bytes)."""
+    workflow_type: str
+    """The event's type; a dead letter's is its original record's, ``unknown`` when unread."""
+    occurred_at: AwareDatetime
+    outcome: str | None = None
+    category: str | None = None
+    """A dead letter's ``error.category``."""
+    service: str | None = None
+    """The service that wrote a dead letter."""
+    pins: dict[str, str] = Field(default_factory=dict)
 
-    def apply(self, envelope: Envelope, payload: EventModel) -> bool:
-        """Fold one decoded event into the view; returns whether the view changed.
+    @property
+    def key(self) -> str:
+        """The workflow whose state this fact changes (a poison letter is its own)."""
+        return self.workflow_id or f"dead-letter:{self.event_id}"
 
-        Event types the view does not count are ignored (False). Idempotent: a
-        second delivery of the same fact changes nothing.
-        """
-        if isinstance(payload, EventDeadLettered):
-            # A dead letter's envelope belongs to the dead letter, not to a workflow
-            # (a poison record's is "poison:<topic>:<partition>:<offset>"/unknown).
-            changed = self._on_dead_lettered(envelope, payload)
-        else:
-            # Every other event tells its workflow's type, counted or not.
-            changed = self._learn_type(envelope.workflow_id, envelope.workflow_type)
-            if isinstance(payload, WorkflowStarted):
-                changed = self._on_started(envelope) or changed
-            elif isinstance(payload, WorkflowEnded):
-                changed = self._on_ended(envelope, payload) or changed
-            elif isinstance(payload, ApprovalRequested | ReviewRequested):
-                changed = self._on_escalated(envelope) or changed
-        if changed:
-            self.applied += 1
-        return changed
 
-    def _bucket(self, workflow_type: str, hour: datetime) -> Bucket:
-        key = BucketKey(workflow_type, hour)
-        bucket = self.buckets.get(key)
-        if bucket is None:
-            bucket = self.buckets[key] = Bucket()
-        return bucket
+class PendingLetter(NamedTuple):
+    hour: datetime
+    category: str
 
-    def _on_started(self, envelope: Envelope) -> bool:
-        workflow = self._workflows.setdefault(envelope.workflow_id, _Workflow())
-        if workflow.started_at is not None:
-            return False
-        workflow.started_at = envelope.occurred_at
-        workflow.pins = dict(envelope.pins or {})
-        self._bucket(envelope.workflow_type, hour_of(envelope.occurred_at)).started += 1
-        self._record_duration(workflow)
-        return True
 
-    def _on_ended(self, envelope: Envelope, payload: WorkflowEnded) -> bool:
-        workflow = self._workflows.setdefault(envelope.workflow_id, _Workflow())
-        if workflow.ended_at is not None:
-            return False
-        key = BucketKey(envelope.workflow_type, hour_of(envelope.occurred_at))
-        workflow.ended_at = envelope.occurred_at
-        workflow.ended_in = key
-        workflow.outcome = payload.outcome
-        self._bucket(*key).ended[payload.outcome] += 1
-        self._record_duration(workflow)
-        return True
+class WorkflowState(BaseModel):
+    """What the view remembers of one workflow to keep every count exact and idempotent."""
 
-    def _record_duration(self, workflow: _Workflow) -> None:
-        # Called by both ends, so whichever arrives second records the duration once.
-        if workflow.started_at is None or workflow.ended_at is None or workflow.ended_in is None:
-            return
-        seconds = (workflow.ended_at - workflow.started_at).total_seconds()
-        bisect.insort(self._bucket(*workflow.ended_in).durations, seconds)
+    model_config = ConfigDict(extra="forbid")
 
-    def _on_escalated(self, envelope: Envelope) -> bool:
-        bucket = self._bucket(envelope.workflow_type, hour_of(envelope.occurred_at))
-        if envelope.workflow_id in bucket.escalated:
-            return False
-        bucket.escalated.add(envelope.workflow_id)
-        self._workflows.setdefault(envelope.workflow_id, _Workflow()).escalated = True
-        return True
+    workflow_type: str | None = None
+    started_at: AwareDatetime | None = None
+    ended_at: AwareDatetime | None = None
+    ended_in: BucketKey | None = None
+    outcome: str | None = None
+    pins: dict[str, str] = Field(default_factory=dict)
+    """Service -> the release the workflow was pinned to when it started."""
+    escalated_in: list[AwareDatetime] = Field(default_factory=list)
+    """The hours it counts as escalated in."""
+    letters: list[UUID] = Field(default_factory=list)
+    """Event ids of its dead letters already counted."""
+    dead_lettered: dict[str, dict[str, int]] = Field(default_factory=dict)
+    """Dead letters by the service that wrote them, by category."""
+    pending: list[PendingLetter] = Field(default_factory=list)
+    """Dead letters counted under ``unknown`` until an event tells the workflow's type."""
 
-    def _on_dead_lettered(self, envelope: Envelope, payload: EventDeadLettered) -> bool:
-        # Dead letters are counted per event id: the runtime derives it from the cause,
-        # so a dead letter republished (a relay retry, a rebuilt view re-dead-lettering
-        # the same poison record) carries the id of the first one.
-        if envelope.event_id in self._dead_letters:
-            return False
-        self._dead_letters.add(envelope.event_id)
-        hour = hour_of(envelope.occurred_at)
-        category = payload.error.category
+
+@dataclass(frozen=True)
+class Delta:
+    """One change to one bucket, the result of folding a fact."""
+
+    key: BucketKey
+    started: int = 0
+    ended: str | None = None
+    escalated: int = 0
+    dead_lettered: str | None = None
+    letters: int = 0
+    """+1 or -1 (a letter moved from ``unknown`` to the type) on ``dead_lettered``."""
+    duration: float | None = None
+
+
+@dataclass
+class Bucket:
+    """The numbers of one workflow type in one hour (or one partition's share of them)."""
+
+    started: int = 0
+    ended: Counter[str] = field(default_factory=Counter)
+    escalated: int = 0
+    dead_lettered: Counter[str] = field(default_factory=Counter)
+    durations: list[float] = field(default_factory=list)
+    """Seconds, kept sorted so percentiles are exact."""
+
+    def is_empty(self) -> bool:
+        return not (self.started or +self.ended or self.escalated or +self.dead_lettered or self.durations)
+
+    def add(self, delta: Delta) -> None:
+        self.started += delta.started
+        self.escalated += delta.escalated
+        if delta.ended is not None:
+            self.ended[delta.ended] += 1
+        if delta.dead_lettered is not None:
+            self.dead_lettered[delta.dead_lettered] += delta.letters
+        if delta.duration is not None:
+            bisect.insort(self.durations, delta.duration)
+
+    def merge(self, other: Bucket) -> None:
+        self.started += other.started
+        self.escalated += other.escalated
+        self.ended.update(other.ended)
+        self.dead_lettered.update(other.dead_lettered)
+        self.durations = list(heapq.merge(self.durations, other.durations))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "started": self.started,
+            "ended": dict(+self.ended),
+            "escalated": self.escalated,
+            "dead_lettered": {k: v for k, v in self.dead_lettered.items() if v},
+            "durations": self.durations,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Bucket:
+        return cls(
+            started=data["started"],
+            ended=Counter(data["ended"]),
+            escalated=data["escalated"],
+            dead_lettered=Counter(data["dead_lettered"]),
+            durations=list(data["durations"]),
+        )
+
+
+def fact_of(envelope: Envelope, payload: EventModel) -> Fact | None:
+    """The fact a decoded event states, or None for a type the view does not count."""
+    common: dict[str, Any] = {"event_id": envelope.event_id, "occurred_at": envelope.occurred_at}
+    if isinstance(payload, EventDeadLettered):
+        # A dead letter's envelope belongs to the dead letter, not to a workflow
+        # (a poison record's is "poison:<topic>:<partition>:<offset>"/unknown).
         # The original record is personal data, sealed: this view counts without reading it
         # (the letter names the workflow it belongs to; a poison record's has none).
         sealed = is_sealed(payload.original)
         original = None if sealed else _original_envelope(payload.original.value_b64)
-        if original is not None:
-            self._learn_type(original.workflow_id, original.workflow_type)
         workflow_id = payload.original_workflow_id or (
             original.workflow_id
             if original is not None
             else (None if sealed else _key_text(payload.original.key_b64))
         )
-        if workflow_id:
-            letters = self._workflows.setdefault(workflow_id, _Workflow()).dead_lettered
-            letters.setdefault(payload.service, Counter())[category] += 1
-        workflow_type = self._types.get(workflow_id) if workflow_id else None
-        if workflow_type is None:
-            workflow_type = UNKNOWN_TYPE
-            if workflow_id:
+        return Fact(
+            kind="dead_lettered",
+            workflow_id=workflow_id,
+            workflow_type=original.workflow_type if original is not None else UNKNOWN_TYPE,
+            category=payload.error.category,
+            service=payload.service,
+            **common,
+        )
+    common.update(workflow_id=envelope.workflow_id, workflow_type=envelope.workflow_type)
+    if isinstance(payload, WorkflowStarted):
+        return Fact(kind="started", pins=dict(envelope.pins or {}), **common)
+    if isinstance(payload, WorkflowEnded):
+        return Fact(kind="ended", outcome=payload.outcome, **common)
+    if isinstance(payload, ApprovalRequested | ReviewRequested):
+        return Fact(kind="escalated", **common)
+    return None
+
+
+def fold(state: WorkflowState, fact: Fact) -> tuple[WorkflowState, list[Delta]]:
+    """The workflow's state after ``fact``, and what changes in the buckets.
+
+    Pure and idempotent: a fact already folded in returns the same state and no deltas.
+    Whatever order a workflow's facts come in, the deltas sum to the same buckets.
+    """
+    state = state.model_copy(deep=True)
+    deltas: list[Delta] = []
+    hour = hour_of(fact.occurred_at)
+    if fact.kind == "dead_lettered":
+        # Counted per event id: the runtime derives it from the cause, so a dead letter
+        # republished (a relay retry, a rebuilt view re-dead-lettering the same poison
+        # record) carries the id of the first one.
+        if fact.event_id in state.letters:
+            return state, deltas
+        state.letters.append(fact.event_id)
+        _learn_type(state, fact.workflow_type, deltas)
+        assert fact.category is not None and fact.service is not None
+        if fact.workflow_id:
+            by_service = state.dead_lettered.setdefault(fact.service, {})
+            by_service[fact.category] = by_service.get(fact.category, 0) + 1
+            if state.workflow_type is None:
                 # Attributed to "unknown" for now; moved when an event of that workflow
                 # tells its type (see _learn_type).
-                self._pending.setdefault(workflow_id, []).append(_PendingDeadLetter(hour, category))
-        self._bucket(workflow_type, hour).dead_lettered[category] += 1
-        return True
+                state.pending.append(PendingLetter(hour, fact.category))
+        workflow_type = state.workflow_type or UNKNOWN_TYPE
+        deltas.append(Delta(BucketKey(workflow_type, hour), dead_lettered=fact.category, letters=1))
+        return state, deltas
+    # Every other event tells its workflow's type.
+    _learn_type(state, fact.workflow_type, deltas)
+    key = BucketKey(fact.workflow_type, hour)
+    if fact.kind == "started" and state.started_at is None:
+        state.started_at = fact.occurred_at
+        state.pins = dict(fact.pins)
+        deltas.append(Delta(key, started=1))
+        _record_duration(state, deltas)
+    elif fact.kind == "ended" and state.ended_at is None:
+        assert fact.outcome is not None
+        state.ended_at, state.ended_in, state.outcome = fact.occurred_at, key, fact.outcome
+        deltas.append(Delta(key, ended=fact.outcome))
+        _record_duration(state, deltas)
+    elif fact.kind == "escalated" and hour not in state.escalated_in:
+        # Distinct per bucket: a workflow escalated in two hours counts in both.
+        state.escalated_in.append(hour)
+        deltas.append(Delta(key, escalated=1))
+    return state, deltas
 
-    def _learn_type(self, workflow_id: str, workflow_type: str) -> bool:
-        """Remember a workflow's type; returns whether pending dead letters moved to it."""
-        if workflow_type == UNKNOWN_TYPE or workflow_id in self._types:
-            return False
-        self._types[workflow_id] = workflow_type
-        pending_letters = self._pending.pop(workflow_id, [])
-        for pending in pending_letters:
-            unknown_key = BucketKey(UNKNOWN_TYPE, pending.hour)
-            unknown = self.buckets[unknown_key]
-            unknown.dead_lettered[pending.category] -= 1
-            if unknown.is_empty():
-                del self.buckets[unknown_key]
-            self._bucket(workflow_type, pending.hour).dead_lettered[pending.category] += 1
-        return bool(pending_letters)
+
+def _record_duration(state: WorkflowState, deltas: list[Delta]) -> None:
+    # Called by both ends, so whichever arrives second records the duration once.
+    if state.started_at is None or state.ended_at is None or state.ended_in is None:
+        return
+    seconds = (state.ended_at - state.started_at).total_seconds()
+    deltas.append(Delta(state.ended_in, duration=seconds))
+
+
+def _learn_type(state: WorkflowState, workflow_type: str, deltas: list[Delta]) -> None:
+    """Remember a workflow's type; its pending dead letters move from ``unknown`` to it."""
+    if workflow_type == UNKNOWN_TYPE or state.workflow_type is not None:
+        return
+    state.workflow_type = workflow_type
+    for hour, category in state.pending:
+        deltas.append(Delta(BucketKey(UNKNOWN_TYPE, hour), dead_lettered=category, letters=-1))
+        deltas.append(Delta(BucketKey(workflow_type, hour), dead_lettered=category, letters=1))
+    state.pending.clear()
+
+
+class ViewStore(Protocol):
+    """Where the view keeps its state: plain dicts here, faust tables in the service."""
+
+    def state(self, key: str) -> WorkflowState | None: ...
+
+    def put_state(self, key: str, state: WorkflowState) -> None: ...
+
+    def add(self, delta: Delta) -> None: ...
+
+    def states(self) -> Iterable[WorkflowState]: ...
+
+    def shares(self) -> Iterable[tuple[BucketKey, Bucket]]:
+        """Every bucket, possibly in several shares (one per partition) to be summed."""
+        ...
+
+
+class MemoryStore:
+    """The view in process memory (tests, and a view read once from a list of events)."""
+
+    def __init__(self) -> None:
+        self._states: dict[str, WorkflowState] = {}
+        self._buckets: dict[BucketKey, Bucket] = {}
+
+    def state(self, key: str) -> WorkflowState | None:
+        return self._states.get(key)
+
+    def put_state(self, key: str, state: WorkflowState) -> None:
+        self._states[key] = state
+
+    def add(self, delta: Delta) -> None:
+        self._buckets.setdefault(delta.key, Bucket()).add(delta)
+
+    def states(self) -> Iterable[WorkflowState]:
+        return self._states.values()
+
+    def shares(self) -> Iterable[tuple[BucketKey, Bucket]]:
+        return self._buckets.items()
+
+
+class OutcomeView:
+    """The view over a store: facts folded in, rows, releases and totals read out.
+
+    Not thread-safe: one task applies facts (the faust agent, concurrency 1) and
+    readers run on the same event loop.
+    """
+
+    def __init__(self, store: ViewStore | None = None) -> None:
+        self.store: ViewStore = store if store is not None else MemoryStore()
+        self.applied = 0
+        """Facts that changed the view in this process (duplicates excluded)."""
+
+    # -- applying events --------------------------------------------------------------
+
+    def apply(self, envelope: Envelope, payload: EventModel) -> bool:
+        """Fold one decoded event into the view; returns whether the view changed."""
+        fact = fact_of(envelope, payload)
+        return fact is not None and self.apply_fact(fact)
+
+    def apply_fact(self, fact: Fact) -> bool:
+        """Fold one fact in; returns whether a bucket changed. Idempotent."""
+        before = self.store.state(fact.key)
+        after, deltas = fold(before or WorkflowState(), fact)
+        # The state first: a crash between the two writes can then only leave a count
+        # out (the fact is read again and found folded in), never count it twice.
+        if after != before:
+            self.store.put_state(fact.key, after)
+        for delta in deltas:
+            self.store.add(delta)
+        if deltas:
+            self.applied += 1
+        return bool(deltas)
 
     # -- reading ------------------------------------------------------------------------
 
+    def buckets(self) -> dict[BucketKey, Bucket]:
+        """Every non-empty bucket, its shares summed."""
+        summed: dict[BucketKey, Bucket] = {}
+        for key, share in self.store.shares():
+            summed.setdefault(key, Bucket()).merge(share)
+        return {key: bucket for key, bucket in summed.items() if not bucket.is_empty()}
+
     def rows(self, *, workflow_type: str | None = None, hour: datetime | None = None) -> list[dict[str, Any]]:
         """JSON-ready buckets, oldest hour first, optionally for one type and/or one hour."""
+        buckets = self.buckets()
         keys = sorted(
             (
                 key
-                for key in self.buckets
+                for key in buckets
                 if (workflow_type is None or key.workflow_type == workflow_type)
                 and (hour is None or key.hour == hour)
             ),
             key=lambda key: (key.hour, key.workflow_type),
         )
-        return [bucket_row(key, self.buckets[key]) for key in keys]
+        return [bucket_row(key, buckets[key]) for key in keys]
 
     def releases(self, *, service: str | None = None) -> list[dict[str, Any]]:
         """JSON-ready numbers per (service, release, workflow type) of the pinned workflows."""
-        groups: dict[tuple[str, str, str], list[_Workflow]] = {}
-        for workflow_id, workflow in self._workflows.items():
-            workflow_type = self._types.get(workflow_id, UNKNOWN_TYPE)
+        groups: dict[tuple[str, str, str], list[WorkflowState]] = {}
+        for workflow in self.store.states():
+            workflow_type = workflow.workflow_type or UNKNOWN_TYPE
             for pinned_service, release in workflow.pins.items():
                 if service is None or pinned_service == service:
                     groups.setdefault((pinned_service, release, workflow_type), []).append(workflow)
@@ -324,7 +461,7 @@ class OutcomeView:
     def totals(self) -> dict[str, TypeTotals]:
         """Per workflow type, every hour summed (what the Prometheus endpoint exposes)."""
         by_type: dict[str, list[Bucket]] = {}
-        for key, bucket in self.buckets.items():
+        for key, bucket in self.buckets().items():
             by_type.setdefault(key.workflow_type, []).append(bucket)
         return {wt: TypeTotals.of(buckets) for wt, buckets in sorted(by_type.items())}
 
@@ -335,18 +472,18 @@ def bucket_row(key: BucketKey, bucket: Bucket) -> dict[str, Any]:
         "hour": format_hour(key.hour),
         "started": bucket.started,
         "ended": {outcome: bucket.ended[outcome] for outcome in OUTCOMES},
-        "escalated": len(bucket.escalated),
+        "escalated": bucket.escalated,
         "dead_lettered": {category: bucket.dead_lettered[category] for category in ERROR_CATEGORIES},
         "duration_s": duration_summary(bucket.durations),
     }
 
 
-def release_row(key: tuple[str, str, str], workflows: list[_Workflow]) -> dict[str, Any]:
+def release_row(key: tuple[str, str, str], workflows: list[WorkflowState]) -> dict[str, Any]:
     service, release, workflow_type = key
     ended = Counter(w.outcome for w in workflows if w.outcome is not None)
     dead: Counter[str] = Counter()
     for workflow in workflows:  # a release answers for its own service's dead letters only
-        dead.update(workflow.dead_lettered.get(service, Counter()))
+        dead.update(workflow.dead_lettered.get(service, {}))
     durations = sorted(
         (w.ended_at - w.started_at).total_seconds()
         for w in workflows
@@ -359,7 +496,7 @@ def release_row(key: tuple[str, str, str], workflows: list[_Workflow]) -> dict[s
         "started": sum(1 for w in workflows if w.started_at is not None),
         "ended": {outcome: ended[outcome] for outcome in OUTCOMES},
         "completion_rate": round(ended["completed"] / sum(ended.values()), 4) if ended else None,
-        "escalated": sum(1 for w in workflows if w.escalated),
+        "escalated": sum(1 for w in workflows if w.escalated_in),
         "dead_lettered": {category: dead[category] for category in ERROR_CATEGORIES},
         "duration_s": duration_summary(durations),
     }
@@ -388,7 +525,7 @@ class TypeTotals:
         return cls(
             started=sum(b.started for b in buckets),
             ended={outcome: ended[outcome] for outcome in OUTCOMES},
-            escalated=sum(len(b.escalated) for b in buckets),
+            escalated=sum(b.escalated for b in buckets),
             dead_lettered={category: dead[category] for category in ERROR_CATEGORIES},
             durations=list(heapq.merge(*(b.durations for b in buckets))),
         )

@@ -1,4 +1,6 @@
-"""One record in: decoded, folded into the view, or dead-lettered. Never raises.
+"""The intake: one record in, decoded, verified and sent on as a fact, or dead-lettered.
+
+Never raises.
 
 faust-streaming 0.15.3 skips the offset of a record whose agent raised (#527) and
 the agent stops; so everything that can fail here is caught and the record goes
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from chorus.base.clock import Clock
 from chorus.base.errors import DecodeError, UnauthorizedError
@@ -23,10 +26,18 @@ from chorus.kernel.deadletters import dead_letter_envelope, failure
 from chorus.kernel.kafka_records import check_headers
 from chorus.kernel.records import Record
 from chorus.platform.outcome_analytics.adapters.deadletters import DeadLetterSink
-from chorus.platform.outcome_analytics.domain import ACCEPT, OutcomeView
+from chorus.platform.outcome_analytics.domain import ACCEPT, Fact, fact_of
 from chorus.privacy.signing import Verifier
 
 log = logging.getLogger(__name__)
+
+
+class FactSink(Protocol):
+    """Where the intake sends facts: the view's own topic (keyed by workflow)."""
+
+    async def send(self, fact: Fact) -> None:
+        """Returns once the fact is durable (or applied)."""
+        ...
 
 
 @dataclass
@@ -36,7 +47,7 @@ class Deps:
     registry: Registry
     verifier: Verifier
     """Checks signed types as every consumer does: the view counts only what was stated."""
-    view: OutcomeView
+    facts: FactSink
     dead_letters: DeadLetterSink
     metrics: Metrics
     clock: Clock
@@ -45,13 +56,15 @@ class Deps:
     max_event_bytes: int = 1_048_576
     positions: dict[tuple[str, int], int] = field(default_factory=dict)
     """(topic, partition) -> offset of the next record to read (last handled + 1)."""
+    handled: int = 0
+    """Records handled by this process (a restart resumes: it reads only what is new)."""
 
 
 async def on_record(record: Record, deps: Deps) -> None:
-    """Decode ``record``, apply it to the view, or dead-letter it; then note its position.
+    """Decode ``record``, send its fact on, or dead-letter it; then note its position.
 
-    Returns after the record is fully handled: applied, ignored, or its dead letter
-    acknowledged by the broker (which may take as long as the broker is away).
+    Returns after the record is fully handled: its fact or its dead letter acknowledged
+    by the broker (which may take as long as the broker is away).
     Only cancellation propagates.
     """
     try:
@@ -66,6 +79,7 @@ async def on_record(record: Record, deps: Deps) -> None:
             extra=fields(topic=record.topic, partition=record.partition, offset=record.offset),
         )
     deps.positions[(record.topic, record.partition)] = record.offset + 1
+    deps.handled += 1
 
 
 async def _handle(record: Record, deps: Deps) -> None:
@@ -97,7 +111,9 @@ async def _handle(record: Record, deps: Deps) -> None:
         event_type=envelope.event_type,
     ):
         try:
-            deps.view.apply(envelope, event.payload)
+            fact = fact_of(envelope, event.payload)
+            if fact is not None:
+                await deps.facts.send(fact)
         except Exception as exc:
             if _is_own_dead_letter(event, deps):
                 # Dead-lettering our own dead letter would put it back on the topic we
