@@ -209,8 +209,9 @@ async def test_access_apply_grants_what_the_registry_says_and_revokes_what_it_no
     users = tmp_path / "users"
 
     first = access(schemas, kafka_bootstrap, "--users-dir", str(users))
-    # WRITE and DESCRIBE on the three lanes of its topic, READ on groups named after it.
-    assert f"+ {probe}" in first and "acls: 7 added, 0 revoked" in first
+    # WRITE and DESCRIBE on the three lanes of its topic, READ on groups named after it,
+    # and (a stream app) CREATE, READ, WRITE and DESCRIBE on topics named after it.
+    assert f"+ {probe}" in first and "acls: 11 added, 0 revoked" in first
     again = access(schemas, kafka_bootstrap, "--users-dir", str(users))
     assert "acls: 0 added, 0 revoked" in again
 
