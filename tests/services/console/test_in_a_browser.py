@@ -210,6 +210,17 @@ async def test_a_reviewer_follows_the_mailed_link_signs_in_reads_the_context_and
     assert "payment" in page  # the step after the decision
     shot(browser, "workflow")
 
+    # Its submitter hears how it ended: one e-mail, with the outcome and the workflow's page.
+    async def told() -> list[dict[str, Any]] | None:
+        stats = await stack.sandbox_stats()
+        mail: list[dict[str, Any]] = stats["mail"]  # type: ignore[assignment]
+        mine = [m for m in mail if workflow_id in m["subject"] and "demo-submitter@example.test" in m["to"]]
+        return mine or None
+
+    [ended] = await _eventually(told, "the submitter's e-mail")
+    assert "Ended (completed)" in ended["subject"] and "ended: completed." in ended["text"]
+    assert re.search(rf"http://127\.0\.0\.1:\d+/workflows/{workflow_id}\b", ended["text"]), ended["text"]
+
     browser.get(f"{stack.console_url}/approvals")
     shot(browser, "approvals")
     sign_out(browser)

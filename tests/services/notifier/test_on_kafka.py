@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from datetime import datetime, timedelta, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -18,9 +19,9 @@ from aiohttp import web
 
 from chorus.contracts.approvals import ApprovalEscalated, ApprovalRouted, EscalationStep
 from chorus.contracts.envelope import Envelope, ProducerRef
-from chorus.contracts.lifecycle import WorkflowEnded
+from chorus.contracts.lifecycle import WorkflowEnded, WorkflowStarted
 from chorus.platform.notifier.adapters.channels import Channels, DeliveryError
-from chorus.platform.notifier.config import Reviewer, Settings
+from chorus.platform.notifier.config import Reviewer, Settings, Submitter
 from chorus.platform.notifier.service import SPEC
 from chorus.reference.sandbox.app import SandboxConfig, create_app
 from chorus.runtime.runner import ServiceRunner, running
@@ -87,6 +88,9 @@ async def notifier(
             "mo.manager": Reviewer(tier="manager", email="mo@corp.example"),
             "erin.director": Reviewer(tier="director", email="erin@corp.example"),
             "nadia.manager": Reviewer(tier="manager"),  # no address: not mailed
+        },
+        submitters={
+            "pat.buyer": Submitter(email="pat@corp.example", webhook=f"{outside.url}/slack/buyers"),
         },
         tier_webhooks={
             "manager": f"{outside.url}/slack/managers",
@@ -241,6 +245,56 @@ async def test_a_channel_that_is_down_is_retried_recorded_and_given_up_without_h
     assert all("ended (cancelled)" in m["text"] and "https://" not in m["text"] for m in withdrawn)
     kinds = [n["kind"] for n in await notifications(runner, workflow_id)]
     assert "withdrawn" not in kinds  # decided before it ended
+
+
+async def test_the_submitter_gets_one_message_per_ended_workflow_on_each_of_their_channels(
+    notifier: tuple[ServiceRunner, Any], outside: Outside, unique: str
+) -> None:
+    """Three procurements pat.buyer submitted end three ways: pat's mailbox gets one mail
+    for each, with the outcome and the workflow's page, and so does pat's channel. Nobody
+    is told of a workflow whose submitter the directory cannot reach."""
+    runner, registry = notifier
+    bootstrap, lifecycle = runner.settings.kafka_bootstrap, registry.physical_topic("workflow.started")
+    ends = {"completed": "payment_agent", "rejected": "invoice_agent", "compensated": "budget_agent"}
+    ids = {outcome: f"wf-{outcome}-{unique}" for outcome in ends}
+    stranger = f"wf-stranger-{unique}"
+
+    def started(workflow_id: str, by: str) -> Envelope:
+        event = WorkflowStarted(submitted_by=by, start_event_type="invoice.received")
+        made = envelope(event, workflow_id=workflow_id, workflow_type="procurement")
+        return stated_by(made, "gateway")
+
+    def ended(workflow_id: str, outcome: str) -> Envelope:
+        event = WorkflowEnded(outcome=outcome, ended_by=ends[outcome])  # type: ignore[arg-type]
+        made = envelope(event, workflow_id=workflow_id, workflow_type="procurement")
+        return stated_by(made, ends[outcome])
+
+    await publish(bootstrap, lifecycle, [started(wf, "pat.buyer") for wf in ids.values()])
+    await publish(bootstrap, lifecycle, [started(stranger, "someone.else")])
+    for outcome, wf in ids.items():
+        await publish(bootstrap, lifecycle, [ended(wf, outcome)])
+    await publish(bootstrap, lifecycle, [ended(stranger, "completed")])
+
+    for outcome, wf in ids.items():
+        [mail] = await wait_until(partial(_one_of, outside.mail_about, wf), what=f"pat told of {wf}")
+        assert mail["to"] == ["pat@corp.example"]
+        assert f"Ended ({outcome})" in mail["subject"]
+        assert f"ended: {outcome}." in mail["text"]
+        assert f"https://console.example/workflows/{wf}" in mail["text"]
+        [post] = await wait_until(partial(_one_of, outside.slack_about, wf), what=f"pat's channel of {wf}")
+        assert post["channel"] == "buyers"
+        sent = await notifications(runner, wf)
+        assert {(n["channel"], n["recipient"], n["status"]) for n in sent} == {
+            ("email", "submitter:pat.buyer", "delivered"),
+            ("webhook", "submitter:pat.buyer", "delivered"),
+        }
+    # One each, not one per delivery attempt or per replay; and the stranger's end told nobody.
+    assert [len(await outside.mail_about(wf)) for wf in ids.values()] == [1, 1, 1]
+    assert await outside.mail_about(stranger) == [] and await notifications(runner, stranger) == []
+
+
+async def _one_of(about: Any, workflow_id: str) -> list[dict[str, Any]] | None:
+    return await _at_least(about(workflow_id), 1)
 
 
 async def _at_least(found: Any, n: int) -> list[dict[str, Any]] | None:

@@ -6,7 +6,7 @@ content): events name a tier; this service knows its people.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from chorus.runtime.runner import ServiceSettings
 from chorus.web.apikeys import DEMO_KEYS, ApiKeySettings
@@ -20,6 +20,24 @@ class Reviewer(BaseModel):
     email: str | None = Field(default=None, max_length=320, pattern=r"^[^@\s]+@[^@\s]+$")
 
 
+class Submitter(BaseModel):
+    """How a person who submits work hears how it ends."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    email: str | None = Field(default=None, max_length=320, pattern=r"^[^@\s]+@[^@\s]+$")
+    webhook: str | None = Field(default=None, max_length=2000, pattern=r"^https?://")
+    """A Slack-compatible incoming webhook (their own channel)."""
+    when_waiting: bool = False
+    """Also told when their workflow waits for a person (opt-in): every approval routed."""
+
+    @model_validator(mode="after")
+    def _reachable(self) -> Submitter:
+        if not (self.email or self.webhook):
+            raise ValueError("a submitter needs an email or a webhook")
+        return self
+
+
 DEMO_REVIEWERS = {
     key.principal: Reviewer(tier=key.tier, email=f"{key.principal}@example.test")
     for key in DEMO_KEYS.values()
@@ -27,12 +45,22 @@ DEMO_REVIEWERS = {
 }
 """The demo's reviewers (the demo API keys'), with addresses of the reserved .test domain."""
 
+DEMO_SUBMITTERS = {
+    key.principal: Submitter(email=f"{key.principal}@example.test")
+    for key in DEMO_KEYS.values()
+    if key.role == "submitter"
+}
+"""The demo's submitters (the demo API keys'), with addresses of the reserved .test domain."""
+
 
 class Settings(ApiKeySettings, ServiceSettings):
     http_port: int = 8118
     reviewers: dict[str, Reviewer] = DEMO_REVIEWERS
     """CHORUS_REVIEWERS: principal -> {"tier", "email"}: who is told when an approval waits
     on their tier (by e-mail, when they have an address)."""
+    submitters: dict[str, Submitter] = DEMO_SUBMITTERS
+    """CHORUS_SUBMITTERS: principal -> {"email", "webhook", "when_waiting"}: who is told
+    when a workflow they submitted ends (and, opted in, when it waits for a person)."""
     tier_webhooks: dict[str, str] = {}
     """CHORUS_TIER_WEBHOOKS: tier -> a Slack-compatible incoming-webhook URL (the tier's
     channel): one message per approval, with the link."""

@@ -24,7 +24,14 @@ from chorus.platform.notifier.adapters.channels import DeliveryError
 from chorus.platform.notifier.adapters.deliveries import Claimed
 from chorus.platform.notifier.bootstrap import Deps
 from chorus.platform.notifier.config import Settings
-from chorus.platform.notifier.domain import Channel, Notice, message_text, subject_line, webhook_body
+from chorus.platform.notifier.domain import (
+    SUBMITTER,
+    Channel,
+    Notice,
+    message_text,
+    subject_line,
+    webhook_body,
+)
 from chorus.web.links import SignedLink
 
 log = logging.getLogger("chorus.platform.notifier.delivery")
@@ -48,6 +55,9 @@ def link_for(settings: Settings, notice: Notice, recipient: str, now: datetime) 
     path = notice.link_path
     if path is None:
         return None
+    if notice.kind.to_submitter:
+        # The workflow's own page: sign-in is all it asks (no approval to sign a link for).
+        return f"{settings.console_url.rstrip('/')}{path}"
     expires = notice.waiting_until or now + timedelta(seconds=settings.link_ttl_s)
     return SignedLink(path, recipient, expires).url(
         settings.console_url, settings.link_key.get_secret_value()
@@ -58,7 +68,25 @@ async def send(settings: Settings, deps: Deps, claimed: Claimed, now: datetime) 
     """Send one message; DeliveryError when its channel did not take it."""
     notice = claimed.notice
     link = link_for(settings, notice, claimed.recipient, now)
-    if claimed.channel == Channel.EMAIL:
+    if claimed.recipient.startswith(SUBMITTER):
+        principal = claimed.recipient.removeprefix(SUBMITTER)
+        submitter = settings.submitters.get(principal)
+        address = (
+            None
+            if submitter is None
+            else (submitter.email if claimed.channel == Channel.EMAIL else submitter.webhook)
+        )
+        if address is None:
+            raise DeliveryError(
+                f"no {claimed.channel} configured for submitter {principal} (CHORUS_SUBMITTERS)"
+            )
+        if claimed.channel == Channel.EMAIL:
+            await deps.channels.email(
+                address, subject_line(notice), message_text(notice, link), str(claimed.delivery_id)
+            )
+        else:
+            await deps.channels.webhook(address, webhook_body(notice, link))
+    elif claimed.channel == Channel.EMAIL:
         reviewer = settings.reviewers.get(claimed.recipient)
         if reviewer is None or not reviewer.email:
             raise DeliveryError(f"no e-mail address configured for {claimed.recipient} (CHORUS_REVIEWERS)")

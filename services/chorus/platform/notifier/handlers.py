@@ -9,12 +9,19 @@ from datetime import datetime, timedelta
 
 from chorus.contracts.approvals import ApprovalDecided, ApprovalEscalated, ApprovalRouted
 from chorus.contracts.envelope import Envelope
-from chorus.contracts.lifecycle import WorkflowEnded
+from chorus.contracts.lifecycle import WorkflowEnded, WorkflowStarted
 from chorus.kernel.codec import Event
 from chorus.kernel.service import Context, Outcome
 from chorus.platform.notifier.adapters.deliveries import PlanDeliveries, SupersedeDeliveries
 from chorus.platform.notifier.bootstrap import Deps
-from chorus.platform.notifier.domain import Notice, NoticeKind, NotifierState, OpenApproval, recipients
+from chorus.platform.notifier.domain import (
+    Notice,
+    NoticeKind,
+    NotifierState,
+    OpenApproval,
+    recipients,
+    submitter_recipients,
+)
 
 
 def _tell(
@@ -48,6 +55,53 @@ def _tell(
     )
 
 
+def _tell_submitter(
+    envelope: Envelope,
+    state: NotifierState | None,
+    ctx: Context[Deps],
+    kind: NoticeKind,
+    *,
+    approval_id: str = "",
+    approval: OpenApproval | None = None,
+    waiting_until: datetime | None = None,
+    outcome: str | None = None,
+) -> list[PlanDeliveries]:
+    """The deliveries telling the workflow's submitter (``kind``), if they are to hear it."""
+    principal = state.submitter if state else None
+    submitter = ctx.deps.submitters.get(principal) if principal else None
+    if principal is None or submitter is None:
+        return []
+    if kind is NoticeKind.SUBMISSION_WAITING and not submitter.when_waiting:
+        return []
+    notice = Notice(
+        kind=kind,
+        workflow_id=envelope.workflow_id,
+        workflow_type=envelope.workflow_type,
+        approval_id=approval_id,
+        tier=approval.tier if approval else "",
+        level=approval.level if approval else 0,
+        waiting_until=waiting_until,
+        outcome=outcome,
+        traceparent=envelope.traceparent,
+    )
+    found = submitter_recipients(principal, email=bool(submitter.email), webhook=bool(submitter.webhook))
+    return [
+        PlanDeliveries(event_id=str(envelope.event_id), notice=notice, recipients=found, now=ctx.clock.now())
+    ]
+
+
+async def on_workflow_started(
+    event: Event[WorkflowStarted], state: NotifierState | None, ctx: Context[Deps]
+) -> Outcome[NotifierState]:
+    """Remember who submitted it, when CHORUS_SUBMITTERS can reach them (nobody else's name
+    is kept)."""
+    principal = event.payload.submitted_by
+    if principal not in ctx.deps.submitters:
+        return Outcome()
+    current = state or NotifierState()
+    return Outcome(state=current.model_copy(update={"submitter": principal}))
+
+
 def _opened(state: NotifierState | None, approval_id: str, approval: OpenApproval) -> NotifierState:
     """The state with ``approval`` open (at its tier and level now)."""
     current = state or NotifierState()
@@ -64,7 +118,16 @@ async def on_approval_routed(
     # The gate's window runs from the request, which the routing follows at once.
     until = envelope.occurred_at + timedelta(seconds=first.window_s)
     tell = _tell(envelope, ctx, NoticeKind.WAITING, routed.approval_id, waiting, waiting_until=until)
-    return Outcome(state=_opened(state, routed.approval_id, waiting), effects=[tell])
+    submitter = _tell_submitter(
+        envelope,
+        state,
+        ctx,
+        NoticeKind.SUBMISSION_WAITING,
+        approval_id=routed.approval_id,
+        approval=waiting,
+        waiting_until=until,
+    )
+    return Outcome(state=_opened(state, routed.approval_id, waiting), effects=[tell, *submitter])
 
 
 async def on_approval_escalated(
@@ -96,7 +159,8 @@ async def on_workflow_ended(
     event: Event[WorkflowEnded], state: NotifierState | None, ctx: Context[Deps]
 ) -> Outcome[NotifierState]:
     """The workflow ended with approvals still open: whoever was told last hears that
-    there is nothing to decide; messages not yet sent are moot."""
+    there is nothing to decide; messages not yet sent are moot. Its submitter hears how it
+    ended."""
     envelope, now = event.envelope, ctx.clock.now()
     effects: list[SupersedeDeliveries | PlanDeliveries] = [
         SupersedeDeliveries(envelope.workflow_id, None, f"workflow ended ({event.payload.outcome})", now)
@@ -104,4 +168,6 @@ async def on_workflow_ended(
     for approval_id, approval in sorted((state or NotifierState()).approvals.items()):
         outcome = event.payload.outcome
         effects.append(_tell(envelope, ctx, NoticeKind.WITHDRAWN, approval_id, approval, outcome=outcome))
+    outcome = event.payload.outcome
+    effects += _tell_submitter(envelope, state, ctx, NoticeKind.SUBMISSION_ENDED, outcome=outcome)
     return Outcome(effects=effects)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from chorus import __version__
 from chorus.contracts.approvals import ApprovalDecided, ApprovalEscalated, ApprovalRouted
-from chorus.contracts.lifecycle import WorkflowEnded
+from chorus.contracts.lifecycle import WorkflowEnded, WorkflowStarted
 from chorus.kernel.service import On, ServiceSpec
 from chorus.platform.notifier.adapters.deliveries import DeliveryRetention, migrate
 from chorus.platform.notifier.api import routes
@@ -16,6 +16,7 @@ from chorus.platform.notifier.handlers import (
     on_approval_escalated,
     on_approval_routed,
     on_workflow_ended,
+    on_workflow_started,
 )
 
 VERSION = __version__  # the release of Chorus it ships in
@@ -28,6 +29,8 @@ SPEC: ServiceSpec[NotifierState, Deps] = ServiceSpec(
         On(ApprovalEscalated, on_approval_escalated, timeout_s=30),
         On(ApprovalDecided, on_approval_decided, timeout_s=30),
         On(WorkflowEnded, on_workflow_ended, timeout_s=30),
+        # Who submitted it (a personal field, opened for this handler only).
+        On(WorkflowStarted, on_workflow_started, timeout_s=30, personal=True),
     ],
     state=NotifierState,
     migrations=[migrate],
