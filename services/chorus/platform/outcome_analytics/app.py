@@ -190,7 +190,7 @@ def build_app(
                 view.apply_fact(Fact.model_validate_json(event.message.value))
             except Exception:
                 # Facts are this app's own, written by the intake from verified records:
-                # one that fails is a bug, logged and counted, not a reason to stop.
+                # one that fails is a bug, logged as an error, not a reason to stop.
                 log.exception(
                     "fact not applied",
                     extra=fields(partition=event.message.partition, offset=event.message.offset),
