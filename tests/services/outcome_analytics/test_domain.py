@@ -37,7 +37,6 @@ from chorus.platform.outcome_analytics.config import Settings
 from chorus.platform.outcome_analytics.domain import (
     Bucket,
     BucketKey,
-    Delta,
     Fact,
     MemoryStore,
     OutcomeView,
@@ -552,8 +551,8 @@ class PartitionedStore(MemoryStore):
         self.partition = 0
         self._shares: dict[tuple[int, BucketKey], Bucket] = {}
 
-    def add(self, delta: Delta) -> None:
-        self._shares.setdefault((self.partition, delta.key), Bucket()).add(delta)
+    def add(self, key: BucketKey, change: Bucket) -> None:
+        self._shares.setdefault((self.partition, key), Bucket()).merge(change)
 
     def shares(self) -> Iterable[tuple[BucketKey, Bucket]]:
         return [(key, share) for (_, key), share in self._shares.items()]

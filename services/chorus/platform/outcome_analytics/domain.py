@@ -360,7 +360,9 @@ class ViewStore(Protocol):
 
     def put_state(self, key: str, state: WorkflowState) -> None: ...
 
-    def add(self, delta: Delta) -> None: ...
+    def add(self, key: BucketKey, change: Bucket) -> None:
+        """Add ``change`` (counts to add, durations to insert) to the bucket ``key``."""
+        ...
 
     def states(self) -> Iterable[WorkflowState]: ...
 
@@ -382,8 +384,8 @@ class MemoryStore:
     def put_state(self, key: str, state: WorkflowState) -> None:
         self._states[key] = state
 
-    def add(self, delta: Delta) -> None:
-        self._buckets.setdefault(delta.key, Bucket()).add(delta)
+    def add(self, key: BucketKey, change: Bucket) -> None:
+        self._buckets.setdefault(key, Bucket()).merge(change)
 
     def states(self) -> Iterable[WorkflowState]:
         return self._states.values()
@@ -419,8 +421,12 @@ class OutcomeView:
         # out (the fact is read again and found folded in), never count it twice.
         if after != before:
             self.store.put_state(fact.key, after)
+        # One write per bucket: an end changes its bucket twice (the count, the duration).
+        changes: dict[BucketKey, Bucket] = {}
         for delta in deltas:
-            self.store.add(delta)
+            changes.setdefault(delta.key, Bucket()).add(delta)
+        for key, change in changes.items():
+            self.store.add(key, change)
         if deltas:
             self.applied += 1
         return bool(deltas)

@@ -1,12 +1,12 @@
 """faust's table recovery and fetching, mended so that no record is skipped.
 
-faust-streaming 0.15.3 ends a recovery (``Recovery.on_recovery_completed``, and
-``_resume_streams`` when there are no tables) by resuming the stream partitions *before*
-awaiting the seek to their committed offsets, then resuming flow control, which empties
-the queues of records fetched so far. Records fetched between the resume and the seek
-land in those queues and are thrown away while the position has moved past them; faust
-then commits past the gap, and the view silently misses them (seen here: the first
-records after a restart's committed offset, one by one).
+faust-streaming 0.15.3 ends a recovery (``Recovery.on_recovery_completed``; this app always
+has tables, so faust's other ending, ``_resume_streams``, is never taken) by resuming the
+stream partitions *before* awaiting the seek to their committed offsets, then resuming
+flow control, which empties the queues of records fetched so far. Records fetched
+between the resume and the seek land in those queues and are thrown away while the
+position has moved past them; faust then commits past the gap, and the view silently
+misses them (seen here: the first records after a restart's committed offset, one by one).
 
 Two more ways records go missing at a (re)assignment, both mended here:
 
@@ -66,17 +66,6 @@ class OrderedRecovery(Recovery):
         self.tables.on_actives_ready()
         if not self.app.assignor.assigned_standbys():
             self.tables.on_standbys_ready()
-        self.app.on_rebalance_end()
-        self.log.info("Worker ready")
-
-    async def _resume_streams(self, generation_id: int = 0) -> None:
-        await self.app.on_rebalance_complete.send()
-        if self.app.consumer_generation_id != generation_id:
-            self.log.warning("Recovery rebalancing again")
-            return
-        await self._resume()
-        self.tables.on_actives_ready()
-        self.tables.on_standbys_ready()
         self.app.on_rebalance_end()
         self.log.info("Worker ready")
 

@@ -27,7 +27,7 @@ from typing import Any
 import faust
 from faust.types import EventT, TableT
 
-from chorus.platform.outcome_analytics.domain import Bucket, BucketKey, Delta, WorkflowState
+from chorus.platform.outcome_analytics.domain import Bucket, BucketKey, WorkflowState
 
 _WRITING_HOUR: ContextVar[float] = ContextVar("writing_hour")
 
@@ -72,15 +72,15 @@ class TableStore:
     def put_state(self, key: str, state: WorkflowState) -> None:
         self.workflows[key] = state.model_dump(mode="json")
 
-    def add(self, delta: Delta) -> None:
-        share = f"{self._partition()}:{delta.key.workflow_type}"
-        token = _WRITING_HOUR.set(delta.key.hour.timestamp())
+    def add(self, key: BucketKey, change: Bucket) -> None:
+        share = f"{self._partition()}:{key.workflow_type}"
+        token = _WRITING_HOUR.set(key.hour.timestamp())
         try:
             try:
                 bucket = Bucket.from_json(self.hourly[share].value())
             except KeyError:  # the first change of this share of the bucket
                 bucket = Bucket()
-            bucket.add(delta)
+            bucket.merge(change)
             self.hourly[share] = bucket.to_json()
         finally:
             _WRITING_HOUR.reset(token)
