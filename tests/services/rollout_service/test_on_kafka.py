@@ -302,16 +302,25 @@ async def test_a_canary_takes_its_share_and_after_promotion_everything_each_work
     analytics = {"CHORUS_ANALYTICS_URL": rollouts.analytics_url}
     wanted = {STABLE: 100 - len(on_canary), CANARY: 100 + len(on_canary)}
 
-    async def by_release() -> dict[str, Any] | None:
+    async def by_release() -> dict[str, Any]:
         code, out, err = await chorus(
             "rollout", "outcomes", "invoice_agent", "--output", "json", env=analytics
         )
         assert code == 0, err
-        rows = {r["release"]: r for r in json.loads(out)["releases"] if r["workflow_type"] == "procurement"}
-        done = {release: r["ended"]["completed"] for release, r in rows.items()}
-        return rows if done == wanted else None
+        return {r["release"]: r for r in json.loads(out)["releases"] if r["workflow_type"] == "procurement"}
 
-    rows = await wait_until(by_release, timeout_s=60, interval_s=1.0, what="analytics by release")
+    def counted(rows: dict[str, Any]) -> bool:
+        return {release: r["ended"]["completed"] for release, r in rows.items()} == wanted
+
+    try:
+        rows = await wait_until(
+            by_release, until=counted, timeout_s=60, interval_s=1.0, what="analytics by release"
+        )
+    except AssertionError as exc:
+        # What the view had read and folded says whether it lagged or lost a record.
+        analytics_proc = rollouts.stack.procs["outcome_analytics"]
+        health = (await rollouts.http.get(analytics_proc.health_url or "")).text
+        raise AssertionError(f"{exc}\nhealth: {health}\n{analytics_proc.tail(60)}") from None
     assert {r: (rows[r]["started"], rows[r]["completion_rate"]) for r in rows} == {
         STABLE: (wanted[STABLE], 1.0),
         CANARY: (wanted[CANARY], 1.0),
