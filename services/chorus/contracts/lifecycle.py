@@ -120,3 +120,20 @@ class WorkflowAttentionNeeded(EventModel):
     waited_s: float = Field(ge=0)
     why: Text
     dead_letter_event_id: Name
+
+
+@event("submitter.notified", 1)
+class SubmitterNotified(EventModel):
+    """The person who submitted the workflow was told: their channel took the message.
+    Stated by the notifier once a delivery succeeded, never before and never for a message
+    that was given up; one per message (an e-mail and a webhook are two)."""
+
+    notice: Literal["ended", "waiting"] = Field(
+        description="what they were told: how the workflow ended, or that it waits for a person"
+    )
+    channel: Literal["email", "webhook"]
+    outcome: Outcome | None = Field(default=None, description="how it ended (notice ended)")
+    approval_id: Name | None = Field(default=None, description="the approval it waits on (notice waiting)")
+    delivery_id: Name = Field(description="the notifier's message (GET /v1/notifications shows its attempts)")
+    attempts: int = Field(ge=1, description="the attempts it took, this one included")
+    delivered_at: UtcDateTime

@@ -234,6 +234,10 @@ class BudgetReleased(EventModel):
 
 @event("requester.notified", 1)
 class RequesterNotified(EventModel):
+    """No longer emitted: before 1.1.0 the budget agent stated it when a payment failed,
+    though no message went to anyone. Kept so records written then still read; the
+    notifier's ``submitter.notified`` states a message the submitter's channel took."""
+
     invoice_id: Ref
     requester_ref: Ref
     template: Name

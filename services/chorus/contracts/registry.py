@@ -66,6 +66,11 @@ class TopicEvent(BaseModel):
         "authority. Several when several decide it (workflow.ended: whoever takes a workflow's "
         "last step); a project's service joins them with principals.yaml's signs",
     )
+    retired: bool = Field(
+        default=False,
+        description="no service produces it any more: kept so the records written before "
+        "still read (a replay, an audit); no service may declare it among what it produces",
+    )
 
     owner_field: str | None = Field(
         default=None,
@@ -363,6 +368,10 @@ class Registry:
 
     def event_types(self) -> list[str]:
         return sorted(self._topic_of)
+
+    def retired(self) -> frozenset[str]:
+        """The event types no service produces any more (read, never published)."""
+        return frozenset(ev.type for spec in self.topics.values() for ev in spec.events if ev.retired)
 
     def signed_by(self) -> dict[str, frozenset[str]]:
         """Event type -> the services that may state it, for the signed types."""

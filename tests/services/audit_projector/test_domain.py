@@ -94,7 +94,7 @@ def procurement_run() -> list[tuple[AuditEntry, EventModel]]:
         ev("approval.decided", 501, approval_id="a1", decision="approve", decided_by="dana"),
         ev("payment.issued", 502),
         ev("workflow.ended", 503, outcome="completed"),
-        ev("requester.notified", 504),
+        ev("submitter.notified", 504),
     ]
 
 
@@ -124,11 +124,13 @@ def test_audit_row_carries_decision_actor_and_external_calls() -> None:
     paid, _ = ev("payment.issued", 1, provider_reference="PRV-991")
     delivered, _ = ev("report.delivered", 1, workflow_type="research_report", delivered_to="https://x.test/r")
     started, _ = ev("workflow.started", 0)
+    told, _ = ev("submitter.notified", 2, channel="webhook", notice="waiting", outcome=None, approval_id="a1")
     assert (decided.decision, decided.actor) == ("reject", "dana")
     assert (submitted.decision, submitted.actor) == ("approve", "lee")
     assert rejected.decision == budget.decision == "reject"
     assert paid.external_call == "payment provider: PRV-991"
     assert delivered.external_call is not None and "https://x.test/r" in delivered.external_call
+    assert told.external_call == "webhook to the submitter (waiting)"
     assert (started.decision, started.actor, started.external_call) == (None, None, None)
     assert started.trace_id == "4bf92f3577b34da6a3ce929d0e0e4736"
     assert started.payload["submitted_by"]  # the payload as sent
@@ -194,7 +196,8 @@ def test_a_completed_run_reports_outcome_result_and_duration() -> None:
     assert view.result == {"payment_id": "pay-0001", "amount_cents": 124000}
     assert (view.started_at, view.ended_at) == (T0, T0 + timedelta(minutes=503))
     assert view.duration_s == 503 * 60
-    assert view.stage == "requester.notified"  # the last domain event, after the end
+    # The submitter being told, after the end, is in the log but is no stage of the work.
+    assert view.stage == "workflow.ended"
     assert view.last_event_at == T0 + timedelta(minutes=504)
     assert view.events == 12
     assert view.workflow_type == "procurement"

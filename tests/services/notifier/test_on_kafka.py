@@ -29,7 +29,15 @@ from chorus.tools.devstack import free_ports
 from chorus.web.apikeys import bearer
 from chorus.web.links import LinkCheck, check_link
 from tests.support.events import approval_decided
-from tests.support.kafka import envelope, publish, stated_by
+from tests.support.kafka import (
+    envelope,
+    events_of,
+    local_verifier,
+    publish,
+    read_to_end,
+    read_topic,
+    stated_by,
+)
 from tests.support.onkafka import in_process
 from tests.support.registry import isolated_registry
 from tests.support.wait import wait_until
@@ -91,6 +99,8 @@ async def notifier(
         },
         submitters={
             "pat.buyer": Submitter(email="pat@corp.example", webhook=f"{outside.url}/slack/buyers"),
+            # Their channel is down: only their mail reaches them.
+            "sam.buyer": Submitter(email="sam@corp.example", webhook="http://127.0.0.1:9/hooks/sam"),
         },
         tier_webhooks={
             "manager": f"{outside.url}/slack/managers",
@@ -251,13 +261,15 @@ async def test_the_submitter_gets_one_message_per_ended_workflow_on_each_of_thei
     notifier: tuple[ServiceRunner, Any], outside: Outside, unique: str
 ) -> None:
     """Three procurements pat.buyer submitted end three ways: pat's mailbox gets one mail
-    for each, with the outcome and the workflow's page, and so does pat's channel. Nobody
-    is told of a workflow whose submitter the directory cannot reach."""
+    for each, with the outcome and the workflow's page, and so does pat's channel; each
+    message that reached pat is stated, signed by the notifier, as ``submitter.notified``.
+    Nobody is told of a workflow whose submitter the directory cannot reach, and a channel
+    that never took its message is never said to have."""
     runner, registry = notifier
     bootstrap, lifecycle = runner.settings.kafka_bootstrap, registry.physical_topic("workflow.started")
     ends = {"completed": "payment_agent", "rejected": "invoice_agent", "compensated": "budget_agent"}
     ids = {outcome: f"wf-{outcome}-{unique}" for outcome in ends}
-    stranger = f"wf-stranger-{unique}"
+    stranger, sams = f"wf-stranger-{unique}", f"wf-sam-{unique}"
 
     def started(workflow_id: str, by: str) -> Envelope:
         event = WorkflowStarted(submitted_by=by, start_event_type="invoice.received")
@@ -270,10 +282,10 @@ async def test_the_submitter_gets_one_message_per_ended_workflow_on_each_of_thei
         return stated_by(made, ends[outcome])
 
     await publish(bootstrap, lifecycle, [started(wf, "pat.buyer") for wf in ids.values()])
-    await publish(bootstrap, lifecycle, [started(stranger, "someone.else")])
+    await publish(bootstrap, lifecycle, [started(stranger, "someone.else"), started(sams, "sam.buyer")])
     for outcome, wf in ids.items():
         await publish(bootstrap, lifecycle, [ended(wf, outcome)])
-    await publish(bootstrap, lifecycle, [ended(stranger, "completed")])
+    await publish(bootstrap, lifecycle, [ended(stranger, "completed"), ended(sams, "completed")])
 
     for outcome, wf in ids.items():
         [mail] = await wait_until(partial(_one_of, outside.mail_about, wf), what=f"pat told of {wf}")
@@ -291,6 +303,32 @@ async def test_the_submitter_gets_one_message_per_ended_workflow_on_each_of_thei
     # One each, not one per delivery attempt or per replay; and the stranger's end told nobody.
     assert [len(await outside.mail_about(wf)) for wf in ids.values()] == [1, 1, 1]
     assert await outside.mail_about(stranger) == [] and await notifications(runner, stranger) == []
+
+    async def sam_given_up() -> bool:
+        return any(n["status"] == "given_up" for n in await notifications(runner, sams))
+
+    await wait_until(sam_given_up, what="sam's channel given up after its attempts")
+    # What was said: one submitter.notified per message a channel took, and only those.
+    await read_topic(bootstrap, [lifecycle], until=lambda rs: len(events_of(rs, "submitter.notified")) >= 7)
+    told = [r for r in await read_to_end(bootstrap, lifecycle) if events_of([r], "submitter.notified")]
+    by_workflow: dict[str, list[dict[str, Any]]] = {}
+    for record in told:
+        [body] = events_of([record], "submitter.notified")
+        stated = Envelope.model_validate(body)
+        local_verifier(registry).check(stated, record.value, record.headers)  # the notifier's own
+        assert stated.producer.service == "notifier"
+        by_workflow.setdefault(stated.workflow_id, []).append(body["payload"])
+    for outcome, wf in ids.items():
+        delivered = {n["delivery_id"]: n for n in await notifications(runner, wf)}
+        payloads = by_workflow.pop(wf)
+        assert sorted(p["channel"] for p in payloads) == ["email", "webhook"], payloads
+        for p in payloads:
+            assert (p["notice"], p["outcome"], p["attempts"]) == ("ended", outcome, 1)
+            assert delivered[p["delivery_id"]]["status"] == "delivered"
+    [sam_told] = by_workflow.pop(sams)
+    # The mail, not the channel that was down.
+    assert (sam_told["channel"], sam_told["outcome"]) == ("email", "completed")
+    assert by_workflow == {}  # the stranger: nobody told, nothing stated
 
 
 async def _one_of(about: Any, workflow_id: str) -> list[dict[str, Any]] | None:

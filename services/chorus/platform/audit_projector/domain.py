@@ -32,7 +32,12 @@ from chorus.contracts.approvals import (
 )
 from chorus.contracts.base import EventModel, is_sealed
 from chorus.contracts.envelope import Envelope
-from chorus.contracts.lifecycle import WorkflowAttentionNeeded, WorkflowEnded, WorkflowStarted
+from chorus.contracts.lifecycle import (
+    SubmitterNotified,
+    WorkflowAttentionNeeded,
+    WorkflowEnded,
+    WorkflowStarted,
+)
 from chorus.contracts.platform import EventDeadLettered, ReviewRequested
 from chorus.contracts.procurement import (
     BudgetRejected,
@@ -57,8 +62,10 @@ ERASED: dict[str, Any] = {"erased": True}
 """What personal data is replaced with (audit payloads, results, approval contexts)."""
 
 # Events of the platform rather than of the workflow's domain: they never become the
-# workflow's "current stage", they flag it (attention, review).
-PLATFORM_EVENTS = frozenset({"event.dead_lettered", "review.requested", "workflow.attention_needed"})
+# workflow's "current stage"; some flag it (attention, review), one says who was told.
+PLATFORM_EVENTS = frozenset(
+    {"event.dead_lettered", "review.requested", "workflow.attention_needed", "submitter.notified"}
+)
 
 # Rows the projector writes itself (not derived from any topic).
 ORIGIN_TOPIC = "topic"
@@ -148,6 +155,8 @@ def external_call_of(payload: EventModel) -> str | None:
         return f"payment provider: {payload.provider_reference}"
     if isinstance(payload, ReportDelivered):
         return f"webhook: {payload.delivered_to} (HTTP {payload.status_code})"
+    if isinstance(payload, SubmitterNotified):
+        return f"{payload.channel} to the submitter ({payload.notice})"
     return None
 
 

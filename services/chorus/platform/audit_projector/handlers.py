@@ -18,6 +18,7 @@ from chorus.contracts.approvals import (
 from chorus.contracts.base import EventModel
 from chorus.contracts.lifecycle import (
     StageDeadlineReached,
+    SubmitterNotified,
     WorkflowAttentionNeeded,
     WorkflowCancelRequested,
     WorkflowDeadlineReached,
@@ -66,6 +67,7 @@ PROJECTED: tuple[type[EventModel], ...] = (
     WorkflowCancelRequested,
     StageDeadlineReached,
     WorkflowAttentionNeeded,
+    SubmitterNotified,
     InvoiceReceived,
     InvoiceValidated,
     InvoiceRejected,

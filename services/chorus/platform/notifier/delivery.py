@@ -12,12 +12,16 @@ import asyncio
 import logging
 import random
 import time
+import uuid
 from datetime import datetime, timedelta
 
 from chorus.base.logs import fields
 from chorus.base.loops import forever
-from chorus.base.tracing import in_trace_of
+from chorus.base.tracing import child_traceparent, in_trace_of
+from chorus.contracts.envelope import Envelope, ProducerRef
+from chorus.contracts.lifecycle import SubmitterNotified
 from chorus.kernel.backoff import full_jitter
+from chorus.kernel.envelopes import start_envelope
 from chorus.kernel.service import RuntimeHandle
 from chorus.platform.notifier.adapters import deliveries
 from chorus.platform.notifier.adapters.channels import DeliveryError
@@ -28,6 +32,7 @@ from chorus.platform.notifier.domain import (
     SUBMITTER,
     Channel,
     Notice,
+    NoticeKind,
     message_text,
     subject_line,
     webhook_body,
@@ -101,6 +106,35 @@ async def send(settings: Settings, deps: Deps, claimed: Claimed, now: datetime) 
         await deps.channels.webhook(url, webhook_body(notice, link))
 
 
+def submitter_notified(claimed: Claimed, now: datetime, producer: ProducerRef) -> Envelope | None:
+    """``submitter.notified`` for a message its channel took, when it was to the workflow's
+    submitter (None for a reviewer's). Its id is the delivery's: the same message is never
+    stated twice."""
+    notice = claimed.notice
+    if not notice.kind.to_submitter:
+        return None
+    ended = notice.kind is NoticeKind.SUBMISSION_ENDED
+    event = SubmitterNotified(
+        notice="ended" if ended else "waiting",
+        channel=Channel(claimed.channel).value,
+        outcome=notice.outcome if ended else None,  # type: ignore[arg-type]
+        approval_id=None if ended else notice.approval_id,
+        delivery_id=str(claimed.delivery_id),
+        attempts=claimed.attempt,
+        delivered_at=now,
+    )
+    return start_envelope(
+        event,
+        workflow_id=notice.workflow_id,
+        workflow_type=notice.workflow_type,
+        producer=producer,
+        now=now,
+        idempotency_key=f"submitter.notified/{claimed.delivery_id}",
+        event_id=uuid.uuid5(claimed.delivery_id, "submitter.notified"),
+        traceparent=child_traceparent(notice.traceparent),
+    )
+
+
 async def deliver_due(rt: RuntimeHandle) -> None:
     settings: Settings = rt.settings
     metrics = DeliveryMetrics(rt)
@@ -123,7 +157,7 @@ async def deliver_due(rt: RuntimeHandle) -> None:
                 claimed.attempt, settings.delivery_backoff_base_s, settings.delivery_backoff_cap_s, rng
             )
             retry_at = now + timedelta(seconds=wait_s)
-        async with rt.pool.acquire() as conn:
+        async with rt.pool.acquire() as conn, rt.outbox.transaction(conn) as tx:
             status = await deliveries.record_attempt(
                 conn,
                 claimed,
@@ -132,6 +166,11 @@ async def deliver_due(rt: RuntimeHandle) -> None:
                 duration_ms=(time.monotonic() - started) * 1000.0,
                 retry_at=retry_at,
             )
+            told = submitter_notified(claimed, now, rt.producer) if error is None else None
+            if told is not None:
+                # In the attempt's transaction: stated once, when the delivery is recorded
+                # (a message superseded while it was sent was still read: it is stated too).
+                await tx.publish(told)
         result = "delivered" if error is None else ("retry" if retry_at else "given_up")
         metrics.attempts.labels(claimed.channel, result).inc()
         level = logging.INFO if error is None else logging.WARNING

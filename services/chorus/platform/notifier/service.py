@@ -32,6 +32,7 @@ SPEC: ServiceSpec[NotifierState, Deps] = ServiceSpec(
         # Who submitted it (a personal field, opened for this handler only).
         On(WorkflowStarted, on_workflow_started, timeout_s=30, personal=True),
     ],
+    produces=frozenset({"submitter.notified"}),
     state=NotifierState,
     migrations=[migrate],
     owned_data=[DeliveryRetention()],

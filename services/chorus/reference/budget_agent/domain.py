@@ -47,7 +47,6 @@ class BudgetState(BaseModel):
     reservation_id: str | None = None
     status: Literal["reserved", "released", "rejected"] = "reserved"
     approval_rounds: int = 0
-    requester_ref: str = ""
     po_number: str = ""
     vendor_id: str = ""
     invoice_number: str = ""

@@ -13,7 +13,6 @@ from chorus.contracts.procurement import (
     InvoiceRejected,
     InvoiceValidated,
     PaymentFailed,
-    RequesterNotified,
     budget_approval_id,
 )
 from chorus.reference.budget_agent.adapters.ledger import Release, Reserve
@@ -46,7 +45,7 @@ async def on_invoice_validated(
         changed = what_changed(state, extracted)
         if changed:
             reason = f"the revised reading changed the {', '.join(changed)}; submit the invoice again"
-            return release(state, reason, outcome="rejected", notify=False)
+            return release(state, reason, outcome="rejected")
         state = state.model_copy(update={"approval_rounds": state.approval_rounds + 1})
         request = approval_request(state, validated, workflow_id, ctx.deps.chain, ctx.deps.fallback)
         return Outcome(state=state, emit=[request])
@@ -56,7 +55,6 @@ async def on_invoice_validated(
         cost_center="",
         amount_cents=amount,
         currency=extracted.currency,
-        requester_ref=event.envelope.subject_ref or "",
         po_number=extracted.po_number,
         invoice_number=extracted.invoice_number,
     )
@@ -133,7 +131,7 @@ async def on_approval_decided(
     # Who decided is personal data: it stays in the sealed approval.decided, not in the
     # budget events, whose reasons are plain text.
     who = "a reviewer" if not decision.automatic else "the fallback policy"
-    return release(state, f"approval rejected by {who}", outcome="rejected", notify=False)
+    return release(state, f"approval rejected by {who}", outcome="rejected")
 
 
 async def on_payment_failed(
@@ -148,7 +146,6 @@ async def on_payment_failed(
         state,
         f"payment failed: {failed.reason}",
         outcome="compensated",
-        notify=True,
         keep_invoice=failed.category == "exhausted_retries",
     )
 
@@ -163,11 +160,11 @@ async def on_workflow_ended(
     if state is None or event.payload.outcome not in ("timed_out", "cancelled", "erased"):
         return Outcome()
     reason = f"workflow {event.payload.outcome}"
-    return release(state, reason, outcome=None, notify=False, keep_invoice=state.approved)
+    return release(state, reason, outcome=None, keep_invoice=state.approved)
 
 
 def release(
-    state: BudgetState, reason: str, *, outcome: str | None, notify: bool, keep_invoice: bool = False
+    state: BudgetState, reason: str, *, outcome: str | None, keep_invoice: bool = False
 ) -> Outcome[BudgetState]:
     if state.status != "reserved" or state.reservation_id is None:
         return Outcome()
@@ -179,14 +176,6 @@ def release(
             reason=reason,
         )
     ]
-    if notify:
-        events.append(
-            RequesterNotified(
-                invoice_id=state.invoice_id,
-                requester_ref=state.requester_ref or "unknown",
-                template="payment_failed",
-            )
-        )
     if outcome is not None:
         events.append(WorkflowEnded(outcome=outcome, reason=reason, ended_by=SERVICE))  # type: ignore[arg-type]
     return Outcome(

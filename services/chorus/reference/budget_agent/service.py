@@ -32,7 +32,6 @@ SPEC: ServiceSpec[BudgetState, Deps] = ServiceSpec(
             "budget.rejected",
             "invoice.rejected",
             "budget.released",
-            "requester.notified",
             "approval.requested",
             "workflow.ended",
         }
