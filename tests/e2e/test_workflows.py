@@ -1495,6 +1495,76 @@ async def test_the_workflow_list_filters_searches_and_pages_without_repeats(worl
     assert wrong.status_code == 422 and "status" in wrong.json()["detail"]
 
 
+async def test_a_search_by_business_attributes_finds_exactly_the_matching_workflows(world: World) -> None:
+    """GET /v1/workflows?query= over the declared search attributes (workflows.yaml): two
+    attributes and a status combine, OR and NOT do what they say, the CLI finds the same,
+    and a query that cannot run is a 400 naming what is wrong, never SQL."""
+    run = uuid.uuid4().hex[:8]
+    po = f"PO-{run}"  # on no record: each ends rejected, its attributes stated all the same
+    made = {
+        (vendor, total): (
+            await world.submit("procurement", procurement(f"{run}{i}", vendor=vendor, po=po, total=total))
+        ).json()["workflow_id"]
+        for i, (vendor, total) in enumerate(
+            [
+                ("vendor-acme", "500.00"),
+                ("vendor-acme", "20000.00"),
+                ("vendor-closed", "500.00"),
+                ("vendor-closed", "20000.00"),
+            ]
+        )
+    }
+    for workflow_id in made.values():
+        assert (await world.ended(workflow_id))["status"] == "rejected"
+
+    async def found(query: str) -> set[str]:
+        answer = await world.http.get("/v1/workflows", params={"query": query}, headers=OPERATOR)
+        assert answer.status_code == 200, answer.text
+        return {w["workflow_id"] for w in answer.json()["workflows"]}
+
+    mine = f"po_number = '{po}'"
+    assert await found(f"{mine} AND vendor = 'vendor-acme' AND amount > 100000") == {
+        made[("vendor-acme", "20000.00")]
+    }
+    assert await found(
+        f"{mine} AND (vendor = 'vendor-closed' OR amount <= 50000) AND status = 'rejected'"
+    ) == {made[key] for key in made if key != ("vendor-acme", "20000.00")}
+    assert await found(f"{mine} AND NOT vendor IN ('vendor-acme') AND amount != 50000") == {
+        made[("vendor-closed", "20000.00")]
+    }
+    assert await found(f"{mine} AND status = 'waiting'") == set()
+    answer = await world.http.get("/v1/workflows", params={"query": mine}, headers=OPERATOR)
+    row = next(w for w in answer.json()["workflows"] if w["workflow_id"] == made[("vendor-acme", "500.00")])
+    assert row["attributes"] == {"amount": 50000, "currency": "EUR", "po_number": po, "vendor": "vendor-acme"}
+
+    # The same from the command line; and what it may search by.
+    code, out, err = await chorus_cli(
+        world, "workflows", "list", "--query", f"{mine} AND vendor = 'vendor-closed'", "--output", "json"
+    )
+    assert code == 0, err
+    assert {w["workflow_id"] for w in json.loads(out)["workflows"]} == {
+        made[("vendor-closed", "500.00")],
+        made[("vendor-closed", "20000.00")],
+    }
+    code, out, err = await chorus_cli(world, "workflows", "attributes", "--output", "json")
+    assert code == 0, err
+    assert json.loads(out)["workflow_types"]["procurement"]["amount"] == "number"
+
+    # What cannot run says why; nothing of it reaches the database as SQL.
+    for query, says in (
+        (f"{mine} AND amount > 'lots'", "amount is a number"),
+        ("vendor = 'x' OR 1=1; DROP TABLE workflow_status", "at column 17"),
+        ("colour = 'red'", "unknown attribute 'colour'"),
+    ):
+        refused = await world.http.get("/v1/workflows", params={"query": query}, headers=OPERATOR)
+        assert refused.status_code == 400, refused.text
+        assert refused.headers["content-type"].startswith("application/problem+json")
+        assert says in refused.json()["detail"], refused.json()
+    # A submitter's search stays within their own workflows.
+    theirs = await world.http.get("/v1/workflows", params={"query": mine}, headers=OTHER_SUBMITTER)
+    assert theirs.status_code == 200 and theirs.json()["workflows"] == []
+
+
 async def test_operators_and_reviewers_work_from_the_cli(world: World) -> None:
     """chorus workflows start|list|show and chorus approvals list|decide, table and json."""
     run = uuid.uuid4().hex[:8]

@@ -133,12 +133,19 @@ async def raw_head(url: str, header_line: bytes) -> tuple[int, dict[str, Any]]:
     return int(head.split(b" ", 2)[1]), problem
 
 
-async def schemathesis(url: str, key: str, report: Path, *options: str, examples: int = 60) -> str:
+async def schemathesis(
+    url: str, key: str, report: Path, *options: str, examples: int = 60, config: str | None = None
+) -> str:
     """``st run`` against the OpenAPI document at ``url`` with ``key``, every check but the
     ones ``options`` exclude, ``examples`` per operation (CHORUS_SCHEMATHESIS_EXAMPLES says
-    otherwise): its summary, or an AssertionError with the report's tail."""
+    otherwise), ``config`` its schemathesis.toml: its summary, or an AssertionError with the
+    report's tail."""
+    config_file = report.with_suffix(".toml")
+    if config is not None:
+        await asyncio.to_thread(config_file.write_text, config)
     command = [
         str(Path(sys.executable).with_name("st")),
+        *(["--config-file", str(config_file)] if config is not None else []),
         "run",
         f"{url}/openapi.json",
         "--header",

@@ -229,6 +229,29 @@ PLATFORM_ENDINGS: dict[str, tuple[WorkflowOutcome, ...]] = {
 audit projector when its subject is erased."""
 
 
+SEARCH_ATTRIBUTE_PATTERN = r"^[a-z][a-z0-9_]{0,39}$"
+BUILTIN_SEARCH_ATTRIBUTES = ("workflow_type", "status", "stage")
+"""What every workflow is found by, whatever its type; no declared attribute takes these names
+(nor the query language's words: and, or, not, in)."""
+_RESERVED_SEARCH_NAMES = frozenset({*BUILTIN_SEARCH_ATTRIBUTES, "and", "or", "not", "in"})
+
+
+class SearchAttribute(BaseModel):
+    """A business attribute of a workflow type: a field of one of its events, projected by the
+    audit projector (the latest such event's value) and searched by the list's ``query``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    type: Literal["keyword", "number"] = Field(
+        description="keyword: text compared whole (=, !=, IN); number: compared as a number "
+        "(=, !=, <, <=, >, >=, IN)"
+    )
+    event: str = Field(description="the event type it is read from (on a topic the audit projector reads)")
+    field: str = Field(
+        pattern=r"^(/[A-Za-z_][A-Za-z0-9_]*)+$",
+        description="a JSON pointer into that event's payload, through objects only (no personal data)",
+    )
+
+
 class WorkflowDeclaration(BaseModel):
     """One type of ``workflows.yaml``: what starts it, how long it may run, who ends it."""
 
@@ -247,6 +270,12 @@ class WorkflowDeclaration(BaseModel):
         description="who approves for a workflow of the type, tier by tier, when no rule of the "
         "approval gate's policy matches (unanswered, it is rejected); empty: such an approval is "
         "refused. Never the chain a request names: that is its requester's word",
+    )
+    search_attributes: dict[str, SearchAttribute] = Field(
+        default_factory=dict,
+        max_length=20,
+        description="business attributes a workflow of the type is found by (GET /v1/workflows?query=): "
+        "name -> the event and field each is read from, and its type",
     )
 
 
@@ -298,6 +327,7 @@ class Registry:
                         self._own_commands[ev.type] = ev.owner_field
         self._add_principals_signers()
         self._check_endings()
+        self._check_search_attributes()
         for name, workflow in self.workflows.items():
             if not re.match(WORKFLOW_TYPE_PATTERN, name):
                 raise ValueError(
@@ -337,6 +367,41 @@ class Registry:
                         f"principals.yaml: {name} signs {event_type} but does not write {topic.topic}"
                     )
                 self._signed_by[event_type] |= {name}
+
+    def _check_search_attributes(self) -> None:
+        """Each declared attribute names a field, not personal, of the type it says, on a
+        topic the audit projector reads (which projects it)."""
+        typed: dict[str, tuple[str, str]] = {}
+        for name, workflow in self.workflows.items():
+            for attribute, declared in workflow.search_attributes.items():
+                where = f"workflows.yaml: {name}'s search attribute {attribute}"
+                if not re.match(SEARCH_ATTRIBUTE_PATTERN, attribute) or attribute in _RESERVED_SEARCH_NAMES:
+                    raise ValueError(
+                        f"{where}: a name is lower-case letters, digits and _ ({SEARCH_ATTRIBUTE_PATTERN}), "
+                        f"and none of {', '.join(sorted(_RESERVED_SEARCH_NAMES))}"
+                    )
+                other = typed.setdefault(attribute, (name, declared.type))
+                if other[1] != declared.type:
+                    raise ValueError(
+                        f"{where} is a {declared.type}, but {other[0]}'s is a {other[1]}: one name, one type "
+                        "(a query compares it across workflow types)"
+                    )
+                if declared.event not in self._topic_of:
+                    raise ValueError(f"{where}: no event type {declared.event} in the registry")
+                if "audit_projector" not in self._topic_of[declared.event].consumers:
+                    raise ValueError(
+                        f"{where}: {declared.event} is on {self._topic_of[declared.event].topic}, "
+                        "which the audit projector does not read"
+                    )
+                version = max(self.versions(declared.event))
+                problem = field_problem(self.schemas.get((declared.event, version), {}), declared)
+                if problem:
+                    raise ValueError(f"{where}: {declared.event} v{version} {problem}")
+
+    def search_attributes(self, workflow_type: str) -> dict[str, SearchAttribute]:
+        """The business attributes ``workflow_type`` is searched by (none for an unknown type)."""
+        workflow = self.workflows.get(workflow_type)
+        return dict(workflow.search_attributes) if workflow else {}
 
     def _check_endings(self) -> None:
         """Every service a workflow type says may end it signs workflow.ended."""
@@ -667,6 +732,46 @@ def event_schema(event_type: str, version: int) -> dict[str, Any]:
     body["x-event-type"] = event_type
     body["x-version"] = version
     return body
+
+
+def field_problem(schema: dict[str, Any], attribute: SearchAttribute) -> str | None:
+    """What keeps ``attribute.field`` of an event ``schema`` from being a search attribute
+    of ``attribute.type`` (None when nothing does): a field it lacks, one inside personal data,
+    or one of another type."""
+    defs: dict[str, Any] = schema.get("$defs") or {}
+
+    def resolved(node: dict[str, Any]) -> list[dict[str, Any]]:
+        """``node``'s alternatives, references followed (an optional field is one or null)."""
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            return resolved(defs.get(ref.removeprefix("#/$defs/"), {}))
+        if "anyOf" in node:
+            return [leaf for branch in node["anyOf"] for leaf in resolved(branch)]
+        return [node]
+
+    def marked(node: dict[str, Any]) -> bool:
+        """Personal data, said of the node itself or of what it refers to."""
+        ref = node.get("$ref")
+        target = defs.get(ref.removeprefix("#/$defs/"), {}) if isinstance(ref, str) else {}
+        return bool(node.get(PERSONAL_MARK) or target.get(PERSONAL_MARK))
+
+    nodes = resolved(schema)
+    for part in attribute.field.strip("/").split("/"):
+        fields = [(n.get("properties") or {}).get(part) for n in nodes]
+        children = [child for child in fields if isinstance(child, dict)]
+        if not children:
+            return f"has no field {attribute.field}"
+        if any(marked(child) for child in children):
+            return f"{attribute.field}: personal data is never a search attribute"
+        nodes = [leaf for child in children for leaf in resolved(child)]
+    types = {n.get("type") for n in nodes if n.get("type") != "null"} | {
+        type(n["const"]).__name__ for n in nodes if "const" in n
+    }
+    wanted = {"keyword": {"string", "str"}, "number": {"integer", "number"}}[attribute.type]
+    if not types or not types <= wanted:
+        said = ", ".join(sorted(str(t) for t in types)) or "no single type"
+        return f"{attribute.field} is {said}, not a {attribute.type}"
+    return None
 
 
 def personal_pointers(schema: dict[str, Any], prefix: str = "") -> list[str]:

@@ -21,6 +21,7 @@ from chorus.platform.audit_projector.domain import (
     AuditEntry,
     WorkflowFacts,
     approval_state,
+    attributes_of,
     audit_entry,
     derive,
     fold,
@@ -28,6 +29,7 @@ from chorus.platform.audit_projector.domain import (
     redact_entry,
     redact_facts,
 )
+from chorus.platform.audit_projector.handlers import search_of
 from chorus.platform.audit_projector.service import SPEC
 from chorus.privacy.crypto import subject_hash
 from chorus.privacy.datarequests import REQUESTS
@@ -350,3 +352,38 @@ def test_a_workflow_lists_under_its_submitter_and_business_key_until_its_subject
     erased = derive(redact_facts(facts))
     # The submitter's own name for the work may name the subject; who submitted stays.
     assert (erased.submitter_ref, erased.business_key) == (keyed, None)
+
+
+def test_search_attributes_are_the_latest_stated_whatever_order_events_arrive_in() -> None:
+    """vendor and amount from invoice.received, cost_center from budget.reserved; a second
+    invoice.received (a resubmission's reading) states newer values, and they win."""
+    declared = search_of(REGISTRY)
+    run = [
+        ev("workflow.started", 0),
+        ev("invoice.received", 1, vendor_id="vendor-acme", total_cents=124000),
+        ev("budget.reserved", 3, cost_center="cc-42"),
+        ev("invoice.received", 5, vendor_id="vendor-acme", total_cents=99000),
+        ev("approval.requested", 6, approval_id="a1"),
+    ]
+    stated = [(entry, model, attributes_of(entry, model, declared)) for entry, model in run]
+    assert stated[2][2] == {"cost_center": "cc-42"} and stated[0][2] == {} and stated[4][2] == {}
+    expected = {
+        "amount": 99000,
+        "cost_center": "cc-42",
+        "currency": "EUR",
+        "po_number": "PO-7781",
+        "vendor": "vendor-acme",
+    }
+    rng = random.Random(3)
+    for _ in range(50):
+        rng.shuffle(stated)
+        facts: WorkflowFacts | None = None
+        for entry, model, attributes in stated:
+            facts = fold(facts, entry, model, attributes)
+        assert facts is not None
+        assert derive(facts).attributes == expected
+        # Not personal (the registry refuses personal fields): an erasure keeps them.
+        assert derive(redact_facts(facts)).attributes == expected
+    # Another workflow type's events state nothing of procurement's attributes.
+    entry, model = ev("report.requested", 1, workflow_type="research_report", topic="GPUs")
+    assert attributes_of(entry, model, declared) == {"topic": "GPUs"}

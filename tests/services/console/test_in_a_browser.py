@@ -232,6 +232,28 @@ async def test_a_reviewer_follows_the_mailed_link_signs_in_reads_the_context_and
     browser.get(f"{stack.console_url}/workflows?q=order-{run}")
     until(lambda: workflow_id in text(browser), "the workflow found by its business key")
     shot(browser, "workflows")
+    # Its timeline says the submitter was told, once their mailbox took the message.
+    browser.get(f"{stack.console_url}/workflows/{workflow_id}")
+    until(lambda: "submitter.notified" in text(browser), "the submitter told, on its page", reload=browser)
+    assert "email to the submitter (ended)" in text(browser)
+
+    # Found by its business attributes, typed into the search box; a query that cannot run
+    # says why where it was typed.
+    browser.get(f"{stack.console_url}/workflows")
+    assert "vendor" in browser.find_element(By.ID, "query-hint").text  # what it may search by
+    box = browser.find_element(By.ID, "query")
+    box.send_keys("vendor = 'vendor-acme' AND amount = 124000 AND status = 'completed'")
+    box.submit()
+    until(lambda: workflow_id in text(browser), "the workflow found by vendor, amount and status")
+    assert "vendor: vendor-acme" in text(browser) and "amount: 124000" in text(browser)
+    shot(browser, "workflows-search")
+    box = browser.find_element(By.ID, "query")
+    box.clear()
+    box.send_keys("amount > 'a lot'")
+    box.submit()
+    until(lambda: "amount is a number" in text(browser), "the query refused, saying why")
+    assert browser.find_element(By.CSS_SELECTOR, "#results .alert").text.startswith("Invalid query")
+    shot(browser, "workflows-search-refused")
     browser.get(f"{stack.console_url}/outcomes")
     until(lambda: "procurement" in text(browser), "outcomes of procurement", reload=browser)
     shot(browser, "outcomes")

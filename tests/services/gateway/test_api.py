@@ -513,6 +513,13 @@ async def test_the_openapi_document_is_what_the_api_does(gateway: Gateway, tmp_p
         "false",
         "--generation-codec",
         "utf-8",
+        # A search query is a language (chorus.contracts.search), not a schema: a string the
+        # schema allows may still be no query, and is a 400 saying why. Every other check holds.
+        config="""
+[[operations]]
+include-name = "GET /v1/workflows"
+checks.positive_data_acceptance.expected-statuses = ["2XX", "400", "401", "403", "404", "409", "429", "5XX"]
+""",
     )
     print(summary)
 

@@ -52,6 +52,9 @@ class WorkflowSummary(ApiModel):
     pending_tier: str | None
     pending_level: int | None
     attention: Attention | None = Field(default=None, description="why it is parked, since when")
+    attributes: dict[str, str | int | float] = Field(
+        default_factory=dict, description="its search attributes (workflows.yaml), as last stated"
+    )
 
 
 class WorkflowList(ApiModel):
@@ -95,6 +98,9 @@ class StatusView(ApiModel):
     pending_approval: PendingApproval | None
     submitter_ref: str | None = None
     business_key: str | None = None
+    attributes: dict[str, str | int | float] = Field(
+        default_factory=dict, description="its search attributes (workflows.yaml), as last stated"
+    )
 
 
 class WorkflowStatusView(StatusView):

@@ -67,6 +67,15 @@ class WorkflowPage(WorkflowList):
     next: str | None = Field(description="the next page's URL; null on the last")
 
 
+class SearchAttributes(ApiModel):
+    """``GET /v1/search-attributes``: what ``GET /v1/workflows?query=`` compares."""
+
+    builtin: dict[str, Literal["keyword", "number"]] = Field(description="what every workflow has")
+    workflow_types: dict[str, dict[str, Literal["keyword", "number"]]] = Field(
+        description="workflow type -> its declared attributes (workflows.yaml) -> keyword or number"
+    )
+
+
 class WorkflowDetail(WorkflowStatusView):
     """``GET /v1/workflows/{id}`` once the projection knows the workflow: its status and
     its timeline."""

@@ -4,7 +4,7 @@
 Other services learn a workflow's status, timeline and approvals here, never from the
 projector's tables (the gateway answers its users from this API, with its own key).
 
-GET /v1/workflows?status=&workflow_type=&stage=&submitted_by=&started_after=&started_before=&q=&cursor=
+GET /v1/workflows?status=&workflow_type=&stage=&submitted_by=&started_after=&started_before=&q=&query=&cursor=
                                            a page of workflows (no personal data), next_cursor
 GET /v1/workflows/{workflow_id}            status, stage, what it waits for
 GET /v1/workflows/{workflow_id}/timeline   its events in the order they happened
@@ -54,6 +54,7 @@ from chorus.contracts.api.audit_projector import (
     ReplayRequest,
     Timeline,
 )
+from chorus.contracts.search import MAX_QUERY, SearchQueryError, attribute_types, parse
 from chorus.kernel.service import RuntimeHandle
 from chorus.platform.audit_projector.adapters import access, queries
 from chorus.platform.audit_projector.adapters.maintenance import Announcer, erase_subject, erasure
@@ -175,6 +176,14 @@ async def workflows(
     started_after: Annotated[QueryDateTime | None, Query(description="inclusive")] = None,
     started_before: Annotated[QueryDateTime | None, Query(description="exclusive")] = None,
     q: Annotated[str | None, Query(max_length=255, description="a workflow id or business key")] = None,
+    query: Annotated[
+        str | None,
+        Query(
+            max_length=MAX_QUERY,
+            description="a search over the search attributes, status, workflow_type and stage: "
+            "vendor = 'acme' AND amount > 10000 AND status = 'waiting' (chorus.contracts.search)",
+        ),
+    ] = None,
     order: Annotated[Order, Query(description="newest started first, or longest quiet first")] = (
         Order.NEWEST
     ),
@@ -186,6 +195,10 @@ async def workflows(
 ) -> dict[str, Any]:
     """Workflows matching every filter given, a page at a time (keyset: follow
     ``next_cursor``); ``attention`` ones say why and since when. No personal data."""
+    try:
+        condition = parse(query, attribute_types(api.rt.registry)) if query is not None else None
+    except SearchQueryError as exc:
+        raise Problem(400, "Invalid query", str(exc)) from None
     where = WorkflowFilter(
         workflow_type=workflow_type,
         statuses=tuple(status or ()),
@@ -194,6 +207,7 @@ async def workflows(
         started_after=started_after,
         started_before=started_before,
         search=q,
+        condition=condition,
     )
     async with api.rt.pool.acquire() as conn:
         page = await queries.list_workflows(

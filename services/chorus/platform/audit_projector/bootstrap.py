@@ -6,18 +6,19 @@ a replay writes a fresh schema and still reads the live ledger (chorus.platform.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
+from chorus.contracts.registry import SearchAttribute
 from chorus.platform.audit_projector.handlers import ProjectorDeps
 
 
 def bootstrap_for(
-    name: str, ledger: str | None = None
+    name: str, ledger: str | None = None, search: Mapping[str, Mapping[str, SearchAttribute]] | None = None
 ) -> Callable[[object], AbstractAsyncContextManager[ProjectorDeps]]:
     """The bootstrap of a projector writing schema ``name`` (its ledger: ``ledger``, else
-    its own)."""
-    deps = ProjectorDeps(schema=name, ledger=ledger or name)
+    its own), projecting the search attributes ``search`` declares."""
+    deps = ProjectorDeps(schema=name, ledger=ledger or name, search=search or {})
 
     @asynccontextmanager
     async def bootstrap(_: object) -> AsyncIterator[ProjectorDeps]:

@@ -46,6 +46,7 @@ from chorus.contracts.procurement import (
     InvoiceValidated,
     PaymentIssued,
 )
+from chorus.contracts.registry import SearchAttribute
 from chorus.contracts.research import ReportDelivered
 
 # -- statuses -------------------------------------------------------------------------------
@@ -201,6 +202,12 @@ class Tagged(Stamp):
     value: str
 
 
+class Attribute(Stamp):
+    """A search attribute's value, stamped with the event that stated it."""
+
+    value: str | int | float
+
+
 T = TypeVar("T", bound=Stamp)
 
 
@@ -265,6 +272,8 @@ class WorkflowFacts(_Fact):
     """workflow.started's keyed submitter (what lists filter on)."""
     business_key: Tagged | None = None
     """workflow.started's business key (the submitter's Idempotency-Key)."""
+    attributes: dict[str, Attribute] = {}
+    """Its search attributes (workflows.yaml): each the value the latest event stating it said."""
 
 
 def _earliest(a: T | None, b: T | None) -> T | None:
@@ -283,9 +292,37 @@ def _latest(a: T | None, b: T | None) -> T | None:
     return a if a.key() >= b.key() else b
 
 
-def fold(facts: WorkflowFacts | None, entry: AuditEntry, payload: EventModel) -> WorkflowFacts:
-    """Add one event to a workflow's facts. Commutative: the order of calls does not
-    change the result (see the module docstring)."""
+def attributes_of(
+    entry: AuditEntry, payload: EventModel, declared: Mapping[str, Mapping[str, SearchAttribute]]
+) -> dict[str, str | int | float]:
+    """The search attributes ``entry``'s event states for its workflow's type (``declared``:
+    workflow type -> name -> where it is read from), read from ``payload`` as this version
+    of the code reads it (an older version upcast). A field the event lacks, or holds of
+    another type, states nothing."""
+    found: dict[str, str | int | float] = {}
+    body: dict[str, Any] | None = None
+    for name, attribute in declared.get(entry.workflow_type, {}).items():
+        if attribute.event != entry.event_type:
+            continue
+        body = payload.model_dump(mode="json") if body is None else body
+        value: Any = body
+        for part in attribute.field.strip("/").split("/"):
+            value = value.get(part) if isinstance(value, dict) else None
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if number if attribute.type == "number" else isinstance(value, str):
+            found[name] = value
+    return found
+
+
+def fold(
+    facts: WorkflowFacts | None,
+    entry: AuditEntry,
+    payload: EventModel,
+    attributes: Mapping[str, str | int | float] | None = None,
+) -> WorkflowFacts:
+    """Add one event to a workflow's facts (``attributes``: the search attributes it
+    states, from :func:`attributes_of`). Commutative: the order of calls does not change
+    the result (see the module docstring)."""
     stamp = Stamp(at=entry.occurred_at, event_id=str(entry.event_id))
     typed = stamp.tagged(entry.workflow_type)
     subject = stamp.tagged(entry.subject_ref) if entry.subject_ref is not None else None
@@ -301,6 +338,12 @@ def fold(facts: WorkflowFacts | None, entry: AuditEntry, payload: EventModel) ->
     if entry.event_type not in PLATFORM_EVENTS:
         stage = stamp.tagged(entry.event_type)
         update["stage"] = _latest(facts.stage, stage)
+    if attributes:
+        stated = {name: Attribute(**stamp.model_dump(), value=value) for name, value in attributes.items()}
+        update["attributes"] = {
+            **facts.attributes,
+            **{name: _latest(facts.attributes.get(name), value) for name, value in stated.items()},
+        }
     if isinstance(payload, WorkflowStarted):
         if payload.submitter_ref is not None:
             submitter = stamp.tagged(payload.submitter_ref)
@@ -524,6 +567,7 @@ def derive(facts: WorkflowFacts) -> StatusView:
         pending_approval=pending,
         submitter_ref=facts.submitter.value if facts.submitter else None,
         business_key=facts.business_key.value if facts.business_key else None,
+        attributes={name: attribute.value for name, attribute in sorted(facts.attributes.items())},
     )
 
 

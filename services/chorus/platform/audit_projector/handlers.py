@@ -4,7 +4,8 @@ by event type lives in ``domain`` (decision, actor, external call, status rules)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from chorus.contracts.approvals import (
@@ -41,7 +42,7 @@ from chorus.contracts.procurement import (
     PaymentIssued,
     RequesterNotified,
 )
-from chorus.contracts.registry import Registry
+from chorus.contracts.registry import Registry, SearchAttribute
 from chorus.contracts.research import (
     ReportDelivered,
     ReportDrafted,
@@ -54,7 +55,7 @@ from chorus.kernel.codec import Event
 from chorus.kernel.service import Context, Outcome
 from chorus.platform.audit_projector.adapters.maintenance import RecordConfirmation
 from chorus.platform.audit_projector.adapters.projection import SCHEMA, ProjectEvent
-from chorus.platform.audit_projector.domain import audit_entry
+from chorus.platform.audit_projector.domain import attributes_of, audit_entry
 
 # The event types projected: exactly those of the topics that list audit_projector as a
 # consumer (workflows.lifecycle, procurement.events, research.events, research.sources, approvals.events,
@@ -94,6 +95,12 @@ PROJECTED: tuple[type[EventModel], ...] = (
 )
 
 
+def search_of(registry: Registry) -> dict[str, dict[str, SearchAttribute]]:
+    """Each workflow type's search attributes (those that declare any)."""
+    declared = {name: registry.search_attributes(name) for name in registry.workflows}
+    return {name: attributes for name, attributes in declared.items() if attributes}
+
+
 def project_events(registry: Registry) -> list[type[EventModel]]:
     """The models of a project's events the projector records: those on topics that list it
     as a consumer, beyond the platform's it knows by name (PROJECTED). Empty for the
@@ -123,6 +130,8 @@ class ProjectorDeps:
 
     schema: str
     ledger: str
+    search: Mapping[str, Mapping[str, SearchAttribute]] = field(default_factory=dict)
+    """Workflow type -> its search attributes (workflows.yaml): what each event states."""
 
 
 async def on_workflow_event(
@@ -131,14 +140,16 @@ async def on_workflow_event(
     """Project ``event`` into the audit log and its workflow's status, as an effect
     committed with the event's inbox row. Emits nothing; never fails on content (an
     event that decoded is an event worth recording)."""
+    entry = audit_entry(event.envelope, event.payload)
     return Outcome(
         effects=[
             ProjectEvent(
                 schema=ctx.deps.schema,
                 ledger=ctx.deps.ledger,
-                entry=audit_entry(event.envelope, event.payload),
+                entry=entry,
                 payload=event.payload,
                 recorded_at=ctx.clock.now(),
+                attributes=attributes_of(entry, event.payload, ctx.deps.search),
             )
         ]
     )

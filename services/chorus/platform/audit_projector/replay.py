@@ -45,7 +45,7 @@ from chorus.platform.audit_projector.adapters.projection import (
     migrate_projection,
     workflow_digests,
 )
-from chorus.platform.audit_projector.handlers import ProjectorDeps, on_workflow_event, projected
+from chorus.platform.audit_projector.handlers import ProjectorDeps, on_workflow_event, projected, search_of
 
 log = logging.getLogger("chorus.platform.audit_projector.replay")
 
@@ -115,7 +115,7 @@ async def rebuild(
     target = target or ReplayTarget.new(live_schema)
     started = time.perf_counter()
     projector = _Projector(
-        deps=ProjectorDeps(schema=target.schema, ledger=live_schema),
+        deps=ProjectorDeps(schema=target.schema, ledger=live_schema, search=search_of(registry)),
         registry=registry,
         max_bytes=max_event_bytes,
         verifier=verifier,

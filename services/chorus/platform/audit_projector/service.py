@@ -10,7 +10,7 @@ import asyncpg
 from chorus import __version__
 from chorus.contracts.lifecycle import WorkflowAttentionNeeded, WorkflowEnded
 from chorus.contracts.platform import DataRemoved, SubjectErasureRequested, WorkflowsRetired
-from chorus.contracts.registry import Registry
+from chorus.contracts.registry import Registry, default_registry
 from chorus.kernel.service import On, ServiceSpec
 from chorus.platform.audit_projector.adapters.projection import SCHEMA, migrate_projection
 from chorus.platform.audit_projector.api import routes
@@ -22,6 +22,7 @@ from chorus.platform.audit_projector.handlers import (
     on_data_removed,
     on_workflow_event,
     projected,
+    search_of,
 )
 from chorus.platform.audit_projector.janitor import expire_workflows
 
@@ -32,7 +33,7 @@ def make_spec(name: str = SCHEMA, registry: Registry | None = None) -> ServiceSp
     """The projector under ``name``: its schema, group and producer name (tests use a
     unique one so that they never share a projection); ``registry`` a project's, whose
     events it records too."""
-    bootstrap = bootstrap_for(name)
+    bootstrap = bootstrap_for(name, search=search_of(registry or default_registry()))
 
     async def migrate(conn: asyncpg.Connection) -> None:
         await migrate_projection(conn, name, ledger=True)

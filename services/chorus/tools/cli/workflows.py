@@ -24,6 +24,7 @@ from chorus.contracts.api.audit_projector import WorkflowSummary
 from chorus.contracts.api.gateway import (
     CancelAccepted,
     CancelBody,
+    SearchAttributes,
     SubmissionAccepted,
     WorkflowPage,
     WorkflowState,
@@ -110,6 +111,15 @@ def list_command(
     search: Annotated[
         str | None, typer.Option("--search", "-q", help="A workflow id or business key.")
     ] = None,
+    query: Annotated[
+        str | None,
+        typer.Option(
+            "--query",
+            help="A search over search attributes and status, type, stage: "
+            "\"vendor = 'vendor-acme' AND amount > 10000 AND status = 'waiting'\" "
+            "(chorus workflows attributes lists them).",
+        ),
+    ] = None,
     quietest: Annotated[bool, typer.Option("--quietest", help="Longest quiet first (else newest).")] = False,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many (pages followed).")] = 50,
 ) -> None:
@@ -122,6 +132,7 @@ def list_command(
         "started_after": _aware(since, "--since"),
         "started_before": _aware(until, "--until"),
         "q": search,
+        "query": query,
         "order": "quietest" if quietest else "newest",
     }
     found: list[WorkflowSummary] = []
@@ -139,9 +150,17 @@ def list_command(
                 break
     if call.printed({"workflows": [w.model_dump(mode="json") for w in found], "next_cursor": cursor}):
         return
-    wrap = {"type", "status", "stage", "waiting for", "business key"}
+    wrap = {"type", "status", "stage", "waiting for", "business key", "attributes"}
     table = table_of(
-        "workflow", "type", "status", "stage", "waiting for", "started", "business key", wrap=wrap
+        "workflow",
+        "type",
+        "status",
+        "stage",
+        "waiting for",
+        "started",
+        "business key",
+        "attributes",
+        wrap=wrap,
     )
     for w in found:
         waiting = w.attention.why if w.attention else w.waiting_for or ""
@@ -153,10 +172,26 @@ def list_command(
             escape(waiting),
             at_utc(w.started_at),
             escape(w.business_key or ""),
+            escape(" ".join(f"{k}={v}" for k, v in w.attributes.items())),
         )
     console.print(table)
     if cursor:
         console.print(f"[dim]more: raise --limit (shown {len(found)})[/dim]")
+
+
+@api_command(app, "attributes", GATEWAY)
+def attributes_command(call: ApiCall) -> None:
+    """What `chorus workflows list --query` searches by: each workflow type's attributes."""
+    found = call.answer(SearchAttributes, "GET", "/v1/search-attributes")
+    if call.printed(found):
+        return
+    table = table_of("workflow type", "attribute", "type")
+    for name, kind in found.builtin.items():
+        table.add_row("(every)", name, kind)
+    for workflow_type, attributes in found.workflow_types.items():
+        for name, kind in attributes.items():
+            table.add_row(workflow_type, name, kind)
+    console.print(table)
 
 
 def _aware(value: datetime | None, option: str) -> str | None:

@@ -28,7 +28,8 @@ from __future__ import annotations
 import hashlib
 import json
 import zlib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -169,7 +170,18 @@ def projection_migrations(schema: str) -> list[Migration]:
         "producer version",
         (f"ALTER TABLE {s}.audit_log ADD COLUMN IF NOT EXISTS producer_version text",),
     )
-    return [*baseline(projection_ddl(schema)), version]
+    attributes = Migration(
+        3,
+        "search attributes",
+        (
+            f"""ALTER TABLE {s}.workflow_status
+                ADD COLUMN IF NOT EXISTS attributes jsonb NOT NULL DEFAULT '{{}}'::jsonb""",
+            # Equality (=, IN) is containment, which this index answers.
+            f"""CREATE INDEX IF NOT EXISTS workflow_status_attributes ON {s}.workflow_status
+                USING gin (attributes jsonb_path_ops)""",
+        ),
+    )
+    return [*baseline(projection_ddl(schema)), version, attributes]
 
 
 def ledger_migrations(schema: str) -> list[Migration]:
@@ -244,6 +256,8 @@ class ProjectEvent:
     entry: AuditEntry
     payload: EventModel
     recorded_at: datetime
+    attributes: Mapping[str, str | int | float] = field(default_factory=dict)
+    """The search attributes the event states (``domain.attributes_of``)."""
 
     async def apply(self, conn: asyncpg.Connection) -> None:
         s, ledger, entry = ident(self.schema), ident(self.ledger), self.entry
@@ -276,6 +290,7 @@ class ProjectEvent:
             WorkflowFacts.model_validate_json(raw) if raw is not None else None,
             entry,
             self.payload,
+            self.attributes,
         )
         if erased or facts.erased:
             facts = redact_facts(facts)
@@ -335,9 +350,10 @@ async def write_status(
               (workflow_id, workflow_type, status, stage, waiting_for, waiting_until, attempts,
                outcome, outcome_reason, result, started_at, ended_at, duration_s,
                last_event_at, events, subject_ref, pending_approval_id, pending_tier,
-               pending_level, pending_context, facts, updated_at, submitter_ref, business_key)
+               pending_level, pending_context, facts, updated_at, submitter_ref, business_key,
+               attributes)
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11, $12, $13, $14, $15,
-                    $16, $17, $18, $19, $20::jsonb, $21::jsonb, $22, $23, $24)
+                    $16, $17, $18, $19, $20::jsonb, $21::jsonb, $22, $23, $24, $25::jsonb)
             ON CONFLICT (workflow_id) DO UPDATE SET
               workflow_type = EXCLUDED.workflow_type, status = EXCLUDED.status,
               stage = EXCLUDED.stage, waiting_for = EXCLUDED.waiting_for,
@@ -351,7 +367,7 @@ async def write_status(
               pending_tier = EXCLUDED.pending_tier, pending_level = EXCLUDED.pending_level,
               pending_context = EXCLUDED.pending_context, facts = EXCLUDED.facts,
               updated_at = EXCLUDED.updated_at, submitter_ref = EXCLUDED.submitter_ref,
-              business_key = EXCLUDED.business_key""",
+              business_key = EXCLUDED.business_key, attributes = EXCLUDED.attributes""",
         workflow_id,
         view.workflow_type,
         view.status,
@@ -376,6 +392,7 @@ async def write_status(
         now,
         view.submitter_ref,
         view.business_key,
+        json.dumps(view.attributes),
     )
 
 

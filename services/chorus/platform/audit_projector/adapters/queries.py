@@ -30,6 +30,7 @@ from chorus.contracts.api.audit_projector import (
     WorkflowStatusView,
     WorkflowSummary,
 )
+from chorus.contracts.search import BUILTIN, All, AnyOf, Condition, Not, Value
 from chorus.platform.audit_projector.adapters.projection import SCHEMA
 from chorus.platform.audit_projector.domain import (
     ATTENTION,
@@ -50,7 +51,7 @@ def _loads(value: str | None) -> Any:
 _STATUS_COLUMNS = """workflow_id, workflow_type, status, stage, waiting_for, waiting_until, attempts,
     outcome, outcome_reason, result::text AS result, started_at, ended_at, duration_s, last_event_at,
     events, subject_ref, submitter_ref, business_key, pending_approval_id, pending_tier, pending_level,
-    pending_context::text AS pending_context, facts::text AS facts"""
+    pending_context::text AS pending_context, facts::text AS facts, attributes::text AS attributes"""
 """What a workflow's status view is read from (its facts tell why it needs attention)."""
 
 
@@ -89,6 +90,9 @@ class WorkflowFilter:
     started_before: datetime | None = None
     search: str | None = None
     """A workflow id, or a business key (exact match on either)."""
+    condition: Condition | None = None
+    """A parsed search query (chorus.contracts.search) over the built-in
+    columns and the search attributes."""
 
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -122,22 +126,7 @@ async def list_workflows(
         order, *position = _after(cursor)
     column = "started_at" if order is Order.NEWEST else "last_event_at"
     compare, direction = ("<", "DESC") if order is Order.NEWEST else (">", "ASC")
-    rows = await conn.fetch(
-        f"""SELECT workflow_id, workflow_type, status, stage, waiting_for, waiting_until, outcome,
-                   started_at, ended_at, duration_s, last_event_at, events, attempts, business_key,
-                   pending_approval_id, pending_tier, pending_level,
-                   CASE WHEN status = '{ATTENTION}' THEN facts::text END AS facts
-            FROM {ident(schema)}.workflow_status
-            WHERE ($1::text IS NULL OR workflow_type = $1)
-              AND (cardinality($2::text[]) = 0 OR status = ANY($2::text[]))
-              AND ($3::text IS NULL OR stage = $3)
-              AND ($4::text IS NULL OR submitter_ref = $4)
-              AND ($5::timestamptz IS NULL OR started_at >= $5)
-              AND ($6::timestamptz IS NULL OR started_at < $6)
-              AND ($7::text IS NULL OR workflow_id = $7 OR business_key = $7)
-              AND ($8::timestamptz IS NULL OR ({column}, workflow_id) {compare} ($8, $9::text))
-            ORDER BY {column} {direction}, workflow_id {direction}
-            LIMIT $10""",
+    params: list[Any] = [
         where.workflow_type,
         list(where.statuses),
         where.stage,
@@ -148,10 +137,31 @@ async def list_workflows(
         position[0] if position else None,
         position[1] if position else None,
         limit + 1,
+    ]
+    matched = condition_sql(where.condition, params) if where.condition is not None else "true"
+    rows = await conn.fetch(
+        f"""SELECT workflow_id, workflow_type, status, stage, waiting_for, waiting_until, outcome,
+                   started_at, ended_at, duration_s, last_event_at, events, attempts, business_key,
+                   pending_approval_id, pending_tier, pending_level, attributes::text AS attributes,
+                   CASE WHEN status = '{ATTENTION}' THEN facts::text END AS facts
+            FROM {ident(schema)}.workflow_status
+            WHERE ($1::text IS NULL OR workflow_type = $1)
+              AND (cardinality($2::text[]) = 0 OR status = ANY($2::text[]))
+              AND ($3::text IS NULL OR stage = $3)
+              AND ($4::text IS NULL OR submitter_ref = $4)
+              AND ($5::timestamptz IS NULL OR started_at >= $5)
+              AND ($6::timestamptz IS NULL OR started_at < $6)
+              AND ($7::text IS NULL OR workflow_id = $7 OR business_key = $7)
+              AND ($8::timestamptz IS NULL OR ({column}, workflow_id) {compare} ($8, $9::text))
+              AND {matched}
+            ORDER BY {column} {direction}, workflow_id {direction}
+            LIMIT $10""",
+        *params,
     )
     found = [
         WorkflowSummary(
-            **{k: v for k, v in dict(r).items() if k != "facts"},
+            **{k: v for k, v in dict(r).items() if k not in ("facts", "attributes")},
+            attributes=json.loads(r["attributes"]),
             attention=attention(WorkflowFacts.model_validate_json(r["facts"])) if r["facts"] else None,
         )
         for r in rows[:limit]
@@ -163,6 +173,49 @@ async def list_workflows(
             order, last.started_at if order is Order.NEWEST else last.last_event_at, last.workflow_id
         )
     return WorkflowList(workflows=found, next_cursor=next_cursor)
+
+
+def condition_sql(condition: Condition, params: list[Any]) -> str:
+    """``condition`` as a boolean SQL expression over ``workflow_status``, its values (and
+    attribute names) appended to ``params`` and referred to as ``$n``: nothing a user wrote
+    is ever part of the SQL text. Every comparison is true or false, never NULL (one on an
+    attribute a workflow lacks is false), so NOT negates it plainly."""
+
+    def bind(value: Any, cast: str) -> str:
+        params.append(value)
+        return f"${len(params)}::{cast}"
+
+    if isinstance(condition, Not):
+        return f"NOT ({condition_sql(condition.condition, params)})"
+    if isinstance(condition, All | AnyOf):
+        joint = " AND " if isinstance(condition, All) else " OR "
+        return "(" + joint.join(f"({condition_sql(c, params)})" for c in condition.conditions) + ")"
+    op, values = condition.op, condition.values
+    if condition.name in BUILTIN:
+        # The name is one of BUILTIN's, not the user's text: a column of workflow_status.
+        column = condition.name
+        if op == "in":
+            return f"COALESCE({column} = ANY({bind([str(v) for v in values], 'text[]')}), false)"
+        sql_op = "<>" if op == "!=" else "="
+        return f"COALESCE({column} {sql_op} {bind(str(values[0]), 'text')}, false)"
+    cast = "numeric" if condition.type == "number" else "text"
+    name = bind(condition.name, "text")
+
+    def contains(value: Value) -> str:
+        # Containment: what the GIN index on attributes answers.
+        return f"attributes @> jsonb_build_object({name}, {bind(value, cast)})"
+
+    if op == "=":
+        return contains(values[0])
+    if op == "in":
+        return "(" + " OR ".join(contains(v) for v in values) + ")"
+    if op == "!=":
+        return f"(attributes ? {name} AND NOT {contains(values[0])})"
+    # A range, on numbers only (search.parse refuses it on text).
+    number = (
+        f"(CASE WHEN jsonb_typeof(attributes -> {name}) = 'number' THEN (attributes ->> {name})::numeric END)"
+    )
+    return f"COALESCE({number} {op} {bind(values[0], 'numeric')}, false)"
 
 
 def _status(r: asyncpg.Record) -> WorkflowStatusView:
@@ -177,6 +230,7 @@ def _status(r: asyncpg.Record) -> WorkflowStatusView:
         )
     row = {k: v for k, v in dict(r).items() if not k.startswith("pending_") and k != "facts"}
     row["result"] = _loads(row["result"])
+    row["attributes"] = _loads(row["attributes"])
     # Only a workflow in attention needs its facts read (status polls are frequent).
     why = attention(WorkflowFacts.model_validate_json(r["facts"])) if r["status"] == ATTENTION else None
     return WorkflowStatusView(**row, pending_approval=pending, attention=why)

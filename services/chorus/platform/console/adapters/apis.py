@@ -32,6 +32,7 @@ from chorus.contracts.api.gateway import (
     DecisionAccepted,
     DecisionBody,
     Me,
+    SearchAttributes,
     WorkflowPage,
     WorkflowState,
 )
@@ -129,6 +130,9 @@ class Apis:
 
     async def workflows(self, key: str, params: dict[str, Any]) -> WorkflowPage:
         return await self._get(WorkflowPage, key, "GET", f"{self.gateway}/v1/workflows", params=params)
+
+    async def search_attributes(self, key: str) -> SearchAttributes:
+        return await self._get(SearchAttributes, key, "GET", f"{self.gateway}/v1/search-attributes")
 
     async def workflow(self, key: str, workflow_id: str) -> WorkflowState:
         response = await self._call(key, "GET", f"{self.gateway}/v1/workflows/{_path(workflow_id)}")

@@ -12,6 +12,7 @@ from fastapi.responses import HTMLResponse, Response
 
 from chorus.contracts.api.gateway import WorkflowDetail, WorkflowPage
 from chorus.contracts.lifecycle import WORKFLOW_STATUSES
+from chorus.contracts.search import MAX_QUERY
 from chorus.platform.console.adapters.apis import ApiProblem
 from chorus.platform.console.domain import timeline, window_left
 from chorus.platform.console.handlers import Console, as_utc, check_form, key_of, redirect, render, signed_in
@@ -30,6 +31,7 @@ async def workflows(
     started_after: Annotated[str, Query(max_length=40)] = "",
     started_before: Annotated[str, Query(max_length=40)] = "",
     q: Annotated[str, Query(max_length=255)] = "",
+    query: Annotated[str, Query(max_length=MAX_QUERY)] = "",
     cursor: Annotated[str, Query(max_length=300)] = "",
 ) -> Response:
     session = signed_in(request)
@@ -41,6 +43,7 @@ async def workflows(
         "started_after": as_utc(started_after),
         "started_before": as_utc(started_before),
         "q": q,
+        "query": query,
     }
     params = {k: v for k, v in filters.items() if v}
     # What the form shows and the next page's link repeats: the times as typed.
@@ -57,15 +60,23 @@ async def workflows(
     if page.next_cursor:
         kept = {k: v for k, v in shown.items() if v}
         next_url = "/workflows?" + urlencode({**kept, "cursor": page.next_cursor})
-    template = "_workflow_rows.html" if request.headers.get("hx-request") else "workflows.html"
+    partial = bool(request.headers.get("hx-request"))
+    searchable: list[str] = []
+    if not partial:  # the hint under the search box: what a query may name
+        try:
+            found = await c.apis.search_attributes(key_of(session))
+            searchable = sorted({*found.builtin, *(a for t in found.workflow_types.values() for a in t)})
+        except ApiProblem:
+            searchable = []
     return render(
         c,
         request,
-        template,
+        "_workflow_rows.html" if partial else "workflows.html",
         workflows=page.model_dump(mode="json")["workflows"],
         next_url=next_url,
         filters=shown,
         statuses=WORKFLOW_STATUSES,
+        searchable=searchable,
         error=error,
     )
 

@@ -17,11 +17,13 @@ from chorus.contracts.api.gateway import (
     AcceptedWorkflow,
     CancelAccepted,
     CancelBody,
+    SearchAttributes,
     WorkflowDetail,
     WorkflowPage,
     WorkflowResult,
 )
 from chorus.contracts.lifecycle import WorkflowCancelRequested, WorkflowStatus
+from chorus.contracts.search import BUILTIN, MAX_QUERY, SearchQueryError, attribute_types, parse
 from chorus.platform.gateway.adapters import repository
 from chorus.platform.gateway.domain import may_read, same_person
 from chorus.platform.gateway.routes.deps import Anyone, Api, GatewayApi, SubmitterOrOperator, WorkflowId
@@ -62,7 +64,21 @@ async def readable(
     return view, accepted
 
 
-@router.get("/v1/workflows", responses=problems(403, 503))
+@router.get("/v1/search-attributes")
+async def search_attributes(who: Anyone, api: Api) -> SearchAttributes:
+    """What ``GET /v1/workflows?query=`` searches by: each workflow type's attributes
+    (workflows.yaml), and the columns every workflow has."""
+    registry = api.rt.registry
+    return SearchAttributes(
+        builtin={name: "keyword" for name in BUILTIN},
+        workflow_types={
+            name: {attr: declared.type for attr, declared in registry.search_attributes(name).items()}
+            for name in sorted(registry.workflows)
+        },
+    )
+
+
+@router.get("/v1/workflows", responses=problems(400, 403, 503))
 async def workflows(
     request: Request,
     who: Anyone,
@@ -80,6 +96,16 @@ async def workflows(
     started_after: Annotated[QueryDateTime | None, Query(description="inclusive")] = None,
     started_before: Annotated[QueryDateTime | None, Query(description="exclusive")] = None,
     q: Annotated[str | None, Query(max_length=255, description="a workflow id or business key")] = None,
+    query: Annotated[
+        str | None,
+        Query(
+            max_length=MAX_QUERY,
+            description="a search over the workflow types' search attributes (GET "
+            "/v1/search-attributes) and status, workflow_type, stage: vendor = 'vendor-acme' AND "
+            "amount > 10000 AND status = 'waiting'; =, !=, <, <=, >, >=, IN (...), AND, OR, NOT, "
+            "parentheses, 'text' and numbers",
+        ),
+    ] = None,
     order: Annotated[
         Literal["newest", "quietest"],
         Query(description="newest started first, or longest quiet first (a cursor keeps its own)"),
@@ -105,7 +131,13 @@ async def workflows(
             f"a {who.role} does not list workflows: operators and auditors list every one, "
             "submitters their own (a reviewer's work is in /v1/approvals)",
         )
+    if query is not None:
+        try:  # refused here, with the words the projector would use, before any read
+            parse(query, attribute_types(api.rt.registry))
+        except SearchQueryError as exc:
+            raise Problem(400, "Invalid query", str(exc)) from None
     params: dict[str, Any] = {
+        "query": query,
         "status": status,
         "workflow_type": workflow_type,
         "stage": stage,
