@@ -151,6 +151,10 @@ def build_app(
         topic_replication_factor=settings.replication_factor,
         table_standby_replicas=settings.standby_replicas,
         TableManager=OrderedTableManager,
+        # A topic missing from the consumer's metadata when the group forms (the facts
+        # topic and changelogs are created moments before; a loaded broker may not list
+        # them yet) is left unassigned until the next refresh: 5 min by default.
+        consumer_metadata_max_age_ms=10_000,
         web_enabled=False,
         autodiscover=False,
         datadir=str(datadir),

@@ -35,7 +35,7 @@ from typing import Any, cast
 
 import aiokafka
 from faust.tables.manager import TableManager
-from faust.tables.recovery import Recovery
+from faust.tables.recovery import RebalanceAgain, Recovery, ServiceStopped
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
@@ -46,6 +46,20 @@ FETCH_DRAIN_S = 10.0
 
 
 class OrderedRecovery(Recovery):
+    async def _wait(self, coro: Any, timeout: float | None = None) -> None:
+        # mode's wait_first reports a *timeout* as "stopped": faust then raises
+        # ServiceStopped and _restart_recovery leaves its loop for good, the stream
+        # partitions paused and nothing logged: the view stalls until a restart.
+        # A timeout restarts the recovery instead (a genuine stop still stops it).
+        try:
+            await super()._wait(coro, timeout=timeout)
+        except ServiceStopped:
+            if self.should_stop or self._crashed.is_set():
+                raise
+            self.log.error("recovery step timed out after %ss; recovering again", timeout)
+            self.signal_recovery_start.set()
+            raise RebalanceAgain() from None
+
     async def on_recovery_completed(self, generation_id: int = 0) -> None:
         # faust's own, up to the resume (which is reordered in _resume).
         self.log.info("Restore complete!")
