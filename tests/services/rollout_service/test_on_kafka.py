@@ -140,10 +140,14 @@ class Rollouts:
         )
 
     async def decide(self, pending: dict[str, Any], decision: str, comment: str) -> None:
-        response = await self.http.post(
-            f"{self.stack.api_url}/v1/approvals/{pending['approval_id']}",
-            json={"decision": decision, "comment": comment},
-            headers=KEYS_BY_TIER[pending["tier"]],
+        # The gateway reads the approval from the read model first: on a loaded machine it
+        # may say 503 with Retry-After, and a decision asked again is the same decision.
+        response = await honouring_retry_after(
+            lambda: self.http.post(
+                f"{self.stack.api_url}/v1/approvals/{pending['approval_id']}",
+                json={"decision": decision, "comment": comment},
+                headers=KEYS_BY_TIER[pending["tier"]],
+            )
         )
         assert response.status_code == 202, response.text
 
