@@ -38,6 +38,7 @@ from faust.tables.manager import TableManager
 from faust.tables.recovery import RebalanceAgain, Recovery, ServiceStopped
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
+from mode.utils.times import Seconds
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ FETCH_DRAIN_S = 10.0
 
 
 class OrderedRecovery(Recovery):
-    async def _wait(self, coro: Any, timeout: float | None = None) -> None:
+    async def _wait(self, coro: Any, timeout: Seconds | None = None) -> None:
         # mode's wait_first reports a *timeout* as "stopped": faust then raises
         # ServiceStopped and _restart_recovery leaves its loop for good, the stream
         # partitions paused and nothing logged: the view stalls until a restart.
