@@ -372,7 +372,12 @@ async def test_a_canary_failing_a_third_of_its_workflows_is_rolled_back_by_the_r
 
     # The canary is to go before its workflows end: the operator moves some of those waiting
     # for a reviewer to stable, from the command line; the canary hands each over.
-    pins = await rollouts.pins(services_pg, ids)
+    # The rollout service learns where each went from workflow.started, on its own time.
+    pins = await wait_until(
+        lambda: rollouts.pins(services_pg, ids),
+        until=lambda found: set(found) == set(ids),
+        what="the release of each workflow",
+    )
     on_canary = {w for w in ids if pins[w] == FLAKY}
     waiting = await wait_until(
         lambda: rollouts.waiting_for_review(on_canary), timeout_s=60, what="canary workflows awaiting review"
