@@ -1565,6 +1565,96 @@ async def test_a_search_by_business_attributes_finds_exactly_the_matching_workfl
     assert theirs.status_code == 200 and theirs.json()["workflows"] == []
 
 
+async def test_a_bulk_cancel_by_query_survives_a_sigkill_halfway_and_cancels_each_once(
+    world: World, world_pg: asyncpg.Connection
+) -> None:
+    """50 procurements waiting for a manager, found by their amount (unique to this run):
+    a dry run counts them and cancels nothing; the bulk cancel acts on them at 5 a second,
+    the gateway is SIGKILLed halfway and restarted, and it carries on. Each ends cancelled,
+    asked to stop once; one a person cancelled first is skipped saying so."""
+    run = uuid.uuid4().hex[:8]
+    total = f"{10 + int(run[:4], 16) % 9000 / 100:.2f}"  # this run's own amount
+    bodies = [procurement(f"{run}{i}", total=total, line=f"1 x GPU hours @ {total} EUR") for i in range(50)]
+    ids = [(await world.submit("procurement", body)).json()["workflow_id"] for body in bodies]
+    query = f"amount = {round(float(total) * 100)} AND po_number = 'PO-7781'"
+
+    async def waiting() -> bool:
+        listed = await world.http.get(
+            "/v1/workflows",
+            params={"query": f"{query} AND status = 'waiting'", "limit": 100},
+            headers=OPERATOR,
+        )
+        return len(listed.json()["workflows"]) == len(ids)
+
+    await wait_until(waiting, timeout_s=180, interval_s=1.0, what="50 procurements waiting for a manager")
+
+    ask = {"action": "cancel", "query": query, "reason": "supplier withdrew", "rate_per_s": 5}
+    dry = await world.http.post("/v1/bulk-actions", json={**ask, "dry_run": True}, headers=OPERATOR)
+    assert dry.status_code == 200, dry.text
+    assert (dry.json()["bulk_id"], dry.json()["matched"]) == (None, 50)
+    assert {i["workflow_id"] for i in dry.json()["items"]} == set(ids)
+    assert (await world.status(ids[0]))["status"] == "waiting"  # nothing done
+    refused = await world.http.post(
+        "/v1/bulk-actions", json={**ask, "query": "amount > 'x'"}, headers=OPERATOR
+    )
+    assert refused.status_code == 400 and "amount is a number" in refused.json()["detail"]
+    submitter = await world.http.post("/v1/bulk-actions", json=ask, headers=SUBMITTER)
+    assert submitter.status_code == 403  # operators only
+
+    created = await world.http.post(
+        "/v1/bulk-actions", json=ask, headers={**OPERATOR, "Idempotency-Key": f"bulk-{run}"}
+    )
+    assert created.status_code == 202, created.text
+    bulk_id, status_url = created.json()["bulk_id"], created.headers["Location"]
+    assert created.json()["matched"] == 50
+    # A person cancels the last one first: the bulk action will find it asked already.
+    mine = await world.http.post(
+        f"/v1/workflows/{ids[-1]}/cancel", json={"reason": "mine"}, headers=SUBMITTER
+    )
+    assert mine.status_code == 202, mine.text
+
+    async def progress() -> dict[str, Any]:
+        answer = await world.http.get(status_url, headers=OPERATOR)
+        assert answer.status_code == 200, answer.text
+        body: dict[str, Any] = answer.json()
+        return body
+
+    await wait_until(
+        progress, until=lambda p: p["done"] >= 15, timeout_s=60, what="a third of them cancelled"
+    )
+    world.stack.kill("gateway")  # SIGKILL, mid-run
+    halfway = await world_pg.fetchval(
+        "SELECT count(*) FROM gateway.bulk_items WHERE bulk_id = $1 AND status <> 'pending'", bulk_id
+    )
+    assert 15 <= halfway < 50, halfway
+    await world.stack.restart("gateway")
+    again = await world.http.post(
+        "/v1/bulk-actions", json=ask, headers={**OPERATOR, "Idempotency-Key": f"bulk-{run}"}
+    )
+    assert again.json()["bulk_id"] == bulk_id and again.headers.get("Idempotent-Replayed") == "true"
+    final = await wait_until(
+        progress, until=lambda p: p["finished_at"] is not None, timeout_s=120, what="the end"
+    )
+    assert (final["done"], final["skipped"], final["pending"]) == (49, 1, 0), final
+    [skipped] = [i for i in final["items"] if i["status"] == "skipped"]
+    assert skipped["workflow_id"] == ids[-1]
+
+    for workflow_id in ids:
+        ended = await world.ended(workflow_id)
+        assert ended["status"] == "cancelled", ended
+        asked = [e for e in ended["timeline"] if e["event_type"] == "workflow.cancel_requested"]
+        assert len(asked) == 1, (workflow_id, asked)  # asked once, SIGKILL or not
+    cancels = await world_pg.fetch(
+        "SELECT workflow_id, requested_by, reason FROM gateway.cancellations WHERE workflow_id = ANY($1)", ids
+    )
+    assert len(cancels) == 50
+    by_bulk = [c for c in cancels if c["requested_by"] == "sam.operator"]
+    assert len(by_bulk) == 49 and all(bulk_id in c["reason"] for c in by_bulk)
+
+    code, out, err = await chorus_cli(world, "workflows", "bulk-status", bulk_id)
+    assert code == 0 and "49 done, 1 skipped, 0 pending of 50" in out, err
+
+
 async def test_operators_and_reviewers_work_from_the_cli(world: World) -> None:
     """chorus workflows start|list|show and chorus approvals list|decide, table and json."""
     run = uuid.uuid4().hex[:8]

@@ -52,6 +52,21 @@ class CancelBody(ApiModel):
     reason: InClear[Comment] = Field(min_length=1, description="why, for the audit trail and the submitter")
 
 
+class BulkActionBody(ApiModel):
+    """``POST /v1/bulk-actions``: what to do to every running workflow a query finds."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    action: Literal["cancel"] = Field(description="what is done to each workflow found")
+    query: Annotated[str, Field(min_length=1, max_length=1000)] = Field(
+        description="which workflows (GET /v1/workflows?query=): only running, waiting and attention "
+        "ones are acted on"
+    )
+    reason: InClear[Comment] = Field(min_length=1, description="why, for each workflow's audit trail")
+    dry_run: bool = Field(default=False, description="count what it would act on; act on nothing")
+    rate_per_s: float = Field(default=10.0, gt=0, le=100, description="at most this many workflows a second")
+
+
 # -- answers ----------------------------------------------------------------------------------
 
 
@@ -123,6 +138,33 @@ class CancelAccepted(ApiModel):
     reason: str
     requested_at: IsoDateTime
     status_url: str
+
+
+class BulkItem(ApiModel):
+    workflow_id: str
+    status: Literal["pending", "done", "skipped"]
+    detail: str | None = Field(description="why it was skipped (it ended, or was cancelled already)")
+    at: IsoDateTime | None = Field(description="when it was acted on")
+
+
+class BulkAction(ApiModel):
+    """A bulk action: what it does, to which workflows (found when it was asked for, then
+    fixed), and how far it got. ``dry_run``: what it would act on, nothing done."""
+
+    bulk_id: str | None = Field(description="null for a dry run")
+    action: Literal["cancel"]
+    query: str
+    reason: str
+    requested_by: str
+    requested_at: IsoDateTime
+    rate_per_s: float
+    matched: int = Field(description="the running workflows the query found when it was asked for")
+    pending: int
+    done: int
+    skipped: int
+    finished_at: IsoDateTime | None
+    items: list[BulkItem] = Field(description="up to 100 of its workflows (a dry run: the first found)")
+    status_url: str | None = None
 
 
 class Me(ApiModel):

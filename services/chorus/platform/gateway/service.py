@@ -13,6 +13,7 @@ from chorus.kernel.service import On, ServiceSpec
 from chorus.platform.gateway.adapters.repository import SubmissionRetention, migrate
 from chorus.platform.gateway.adapters.webhooks import WebhookSender
 from chorus.platform.gateway.bootstrap import bootstrap
+from chorus.platform.gateway.bulk import run_bulk_actions
 from chorus.platform.gateway.domain import GatewayState
 from chorus.platform.gateway.handlers import (
     on_workflow_cancel_requested,
@@ -57,6 +58,7 @@ SPEC: ServiceSpec[GatewayState, WebhookSender] = ServiceSpec(
     state=GatewayState,
     migrations=[migrate],
     owned_data=[SubmissionRetention()],
-    workers=[serve_api],
+    # The API, and the bulk actions it was asked for (acted on in the background).
+    workers=[serve_api, run_bulk_actions],
     bootstrap=bootstrap,
 )

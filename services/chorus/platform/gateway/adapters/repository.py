@@ -62,6 +62,36 @@ MIGRATIONS = [
     migrations.Migration(
         4, "submission_pins", ("ALTER TABLE gateway.submissions ADD COLUMN IF NOT EXISTS pins jsonb",)
     ),
+    # Bulk actions (chorus.platform.gateway.bulk): the workflows found when it was asked for,
+    # each acted on once, in the transaction that records it.
+    migrations.Migration(
+        5,
+        "bulk_actions",
+        (
+            """CREATE TABLE IF NOT EXISTS gateway.bulk_actions (
+                bulk_id text PRIMARY KEY,
+                action text NOT NULL,
+                query text NOT NULL,
+                reason text NOT NULL,
+                requested_by text NOT NULL,
+                requested_at timestamptz NOT NULL,
+                rate_per_s double precision NOT NULL,
+                matched int NOT NULL,
+                finished_at timestamptz)""",
+            """CREATE TABLE IF NOT EXISTS gateway.bulk_items (
+                bulk_id text NOT NULL REFERENCES gateway.bulk_actions ON DELETE CASCADE,
+                position int NOT NULL,
+                workflow_id text NOT NULL,
+                workflow_type text NOT NULL,
+                status text NOT NULL DEFAULT 'pending',
+                detail text,
+                at timestamptz,
+                PRIMARY KEY (bulk_id, workflow_id))""",
+            """CREATE INDEX IF NOT EXISTS bulk_items_pending ON gateway.bulk_items (bulk_id, position)
+                WHERE status = 'pending'""",
+            "CREATE INDEX IF NOT EXISTS bulk_items_workflow ON gateway.bulk_items (workflow_id)",
+        ),
+    ),
 ]
 
 
@@ -69,7 +99,12 @@ class SubmissionRetention(ErasedAsRetired):
     """A retired workflow's submission, reviewers' decisions and cancel request go with it
     (nothing outlives its workflow here: no time-based purge of its own)."""
 
-    workflow_tables = ("gateway.submissions", "gateway.decisions", "gateway.cancellations")
+    workflow_tables = (
+        "gateway.submissions",
+        "gateway.decisions",
+        "gateway.cancellations",
+        "gateway.bulk_items",
+    )
 
     async def purge(self, conn: asyncpg.Connection, now: datetime) -> dict[str, int]:
         return {}

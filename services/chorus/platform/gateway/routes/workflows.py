@@ -22,12 +22,12 @@ from chorus.contracts.api.gateway import (
     WorkflowPage,
     WorkflowResult,
 )
-from chorus.contracts.lifecycle import WorkflowCancelRequested, WorkflowStatus
+from chorus.contracts.lifecycle import WorkflowStatus
 from chorus.contracts.search import BUILTIN, MAX_QUERY, SearchQueryError, attribute_types, parse
 from chorus.platform.gateway.adapters import repository
 from chorus.platform.gateway.domain import may_read, same_person
 from chorus.platform.gateway.routes.deps import Anyone, Api, GatewayApi, SubmitterOrOperator, WorkflowId
-from chorus.platform.gateway.routes.events import in_workflow
+from chorus.platform.gateway.routes.events import ask_to_cancel
 from chorus.privacy.crypto import keyed_ref
 from chorus.web.apikeys import ApiKey
 from chorus.web.webapi import Problem, QueryDateTime, api_router, problems
@@ -225,21 +225,10 @@ async def _ask_to_cancel(
     who: ApiKey,
     body: CancelBody,
 ) -> repository.CancellationRow | None:
-    """The cancel request, recorded with its workflow.cancel_requested in one transaction;
-    None when a concurrent request recorded one first."""
-    now = api.rt.clock.now()
-    asked = WorkflowCancelRequested(requested_by=who.principal, reason=body.reason)
     workflow_type = (view.workflow_type if view is not None else None) or (
         accepted.workflow_type if accepted else "unknown"
     )
-    envelope = in_workflow(api.rt, asked, workflow_id, workflow_type, accepted, f"cancel:{workflow_id}", now)
-    async with api.rt.outbox.transaction(conn) as tx:
-        request = await repository.insert_cancellation(
-            conn, workflow_id=workflow_id, requested_by=who.principal, reason=body.reason, now=now
-        )
-        if request is not None:
-            await tx.publish(envelope)
-    return request
+    return await ask_to_cancel(api.rt, conn, workflow_id, workflow_type, accepted, who.principal, body.reason)
 
 
 @router.get("/v1/workflows/{workflow_id}/result", responses=problems(404, 409))

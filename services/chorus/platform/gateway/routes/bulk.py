@@ -1,0 +1,122 @@
+"""POST /v1/bulk-actions (an operator's action on every running workflow a query finds; a
+dry run counts them) and GET /v1/bulk-actions/{id} (how far it got, item by item).
+
+The workflows are found when the action is asked for and fixed then: a workflow that starts
+later is not acted on, one that ends meanwhile is skipped. The gateway's bulk worker
+(chorus.platform.gateway.bulk) acts on them at the rate asked, each once.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+from fastapi import Path
+from fastapi.responses import JSONResponse
+
+from chorus.contracts.api.gateway import BulkAction, BulkActionBody, BulkItem
+from chorus.contracts.search import SearchQueryError, attribute_types, parse
+from chorus.platform.gateway.adapters import bulk
+from chorus.platform.gateway.routes.deps import Api, GatewayApi, IdempotencyKey, Operator
+from chorus.web.apikeys import ApiKey
+from chorus.web.webapi import Problem, api_router, problems
+
+router = api_router()
+
+MAX_BULK = 10_000
+"""The most workflows one bulk action acts on: a query that finds more is refused (narrow it)."""
+RUNNING = ("running", "waiting", "attention")
+"""What a bulk action acts on: workflows that have not ended."""
+SHOWN = 100
+BulkId = Annotated[str, Path(max_length=80, pattern=r"^bulk-[0-9a-f]{32}$")]
+
+
+@router.post(
+    "/v1/bulk-actions",
+    status_code=202,
+    responses={200: {"description": "a dry run: what it would act on"}, **problems(400, 409)},
+)
+async def create(
+    body: BulkActionBody, who: Operator, api: Api, idempotency_key: IdempotencyKey = None
+) -> JSONResponse:
+    """Cancel every running workflow ``query`` finds (202 with the action), or count them
+    (``dry_run``: 200, nothing done). Each workflow's audit trail names the operator and
+    the reason; a retry with the same Idempotency-Key answers with the first action."""
+    try:
+        parse(body.query, attribute_types(api.rt.registry))
+    except SearchQueryError as exc:
+        raise Problem(400, "Invalid query", str(exc)) from None
+    found = await _running(api, body.query, who)
+    now = api.rt.clock.now()
+    if body.dry_run:
+        items = [BulkItem(workflow_id=f.workflow_id, status="pending", detail=None, at=None) for f in found]
+        answer = BulkAction(
+            bulk_id=None,
+            action=body.action,
+            query=body.query,
+            reason=body.reason,
+            requested_by=who.principal,
+            requested_at=now,
+            rate_per_s=body.rate_per_s,
+            matched=len(found),
+            pending=len(found),
+            done=0,
+            skipped=0,
+            finished_at=None,
+            items=items[:SHOWN],
+        )
+        return JSONResponse(answer.model_dump(mode="json"), status_code=200)
+    # A retried request (same operator, same key) is the same action, never a second one.
+    key = f"{who.principal}:{idempotency_key}" if idempotency_key else uuid.uuid4().hex
+    bulk_id = f"bulk-{uuid.uuid5(uuid.NAMESPACE_URL, f'chorus:bulk:{key}').hex}"
+    asked = bulk.Asked(bulk_id, body.action, body.query, body.reason, who.principal, now, body.rate_per_s)
+    async with api.rt.pool.acquire() as conn:
+        created = await bulk.create(conn, asked, found)
+        shown = await bulk.find(conn, bulk_id, SHOWN)
+    assert shown is not None
+    if not created and (shown["query"], shown["reason"]) != (body.query, body.reason):
+        raise Problem(
+            409, "Idempotency-Key reused", f"{idempotency_key!r} named another bulk action ({bulk_id})"
+        )
+    status_url = f"{api.base_url}/v1/bulk-actions/{bulk_id}"
+    headers = {"Location": status_url, **({} if created else {"Idempotent-Replayed": "true"})}
+    return JSONResponse(_answer(shown, status_url).model_dump(mode="json"), status_code=202, headers=headers)
+
+
+@router.get("/v1/bulk-actions/{bulk_id}", responses=problems(404))
+async def status(bulk_id: BulkId, who: Operator, api: Api) -> BulkAction:
+    """How far the action got: counts, and its first workflows with what became of each."""
+    async with api.rt.pool.acquire() as conn:
+        shown = await bulk.find(conn, bulk_id, SHOWN)
+    if shown is None:
+        raise Problem(404, "Not found", f"no bulk action {bulk_id!r}")
+    return _answer(shown, f"{api.base_url}/v1/bulk-actions/{bulk_id}")
+
+
+async def _running(api: GatewayApi, query: str, who: ApiKey) -> list[bulk.Found]:
+    """Every running workflow ``query`` finds now (the read model's pages, followed)."""
+    found: list[bulk.Found] = []
+    cursor: str | None = None
+    while True:
+        params: dict[str, Any] = {"query": query, "status": list(RUNNING), "limit": "1000"}
+        if cursor:
+            params["cursor"] = cursor
+        page = await api.reads.workflows(params, for_whom=who.principal)
+        found += [bulk.Found(w.workflow_id, w.workflow_type) for w in page.workflows]
+        if len(found) > MAX_BULK:
+            raise Problem(
+                400,
+                "Too many workflows",
+                f"the query finds more than {MAX_BULK} running workflows: narrow it",
+            )
+        cursor = page.next_cursor
+        if not cursor:
+            return found
+
+
+def _answer(shown: dict[str, Any], status_url: str) -> BulkAction:
+    return BulkAction(
+        **{k: v for k, v in shown.items() if k != "items"},
+        items=[BulkItem(**item) for item in shown["items"]],
+        status_url=status_url,
+    )
