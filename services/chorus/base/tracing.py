@@ -150,6 +150,15 @@ def request_span(
 
 
 @contextmanager
+def work_span(service: str, name: str, traceparent: str | None) -> Iterator[str]:
+    """Work a service does later on behalf of an event (a message its delivery loop sends)
+    as an INTERNAL span, a child of ``traceparent`` (a new trace without one): the calls made
+    inside are its children. Yields the traceparent of what it publishes."""
+    with _working_span(f"{service} {name}", traceparent, "internal", {}) as current:
+        yield current
+
+
+@contextmanager
 def _working_span(
     name: str, traceparent: str | None, kind: SpanKind, attributes: Attributes, links: Sequence[str] = ()
 ) -> Iterator[str]:

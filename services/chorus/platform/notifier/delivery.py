@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 
 from chorus.base.logs import fields
 from chorus.base.loops import forever
-from chorus.base.tracing import child_traceparent, in_trace_of
+from chorus.base.tracing import work_span
 from chorus.contracts.envelope import Envelope, ProducerRef
 from chorus.contracts.lifecycle import SubmitterNotified
 from chorus.kernel.backoff import full_jitter
@@ -29,6 +29,7 @@ from chorus.platform.notifier.adapters.deliveries import Claimed
 from chorus.platform.notifier.bootstrap import Deps
 from chorus.platform.notifier.config import Settings
 from chorus.platform.notifier.domain import (
+    SERVICE,
     SUBMITTER,
     Channel,
     Notice,
@@ -106,7 +107,9 @@ async def send(settings: Settings, deps: Deps, claimed: Claimed, now: datetime) 
         await deps.channels.webhook(url, webhook_body(notice, link))
 
 
-def submitter_notified(claimed: Claimed, now: datetime, producer: ProducerRef) -> Envelope | None:
+def submitter_notified(
+    claimed: Claimed, now: datetime, producer: ProducerRef, traceparent: str
+) -> Envelope | None:
     """``submitter.notified`` for a message its channel took, when it was to the workflow's
     submitter (None for a reviewer's). Its id is the delivery's: the same message is never
     stated twice."""
@@ -131,7 +134,7 @@ def submitter_notified(claimed: Claimed, now: datetime, producer: ProducerRef) -
         now=now,
         idempotency_key=f"submitter.notified/{claimed.delivery_id}",
         event_id=uuid.uuid5(claimed.delivery_id, "submitter.notified"),
-        traceparent=child_traceparent(notice.traceparent),
+        traceparent=traceparent,  # the delivering attempt's span
     )
 
 
@@ -143,13 +146,15 @@ async def deliver_due(rt: RuntimeHandle) -> None:
     async def attempt(claimed: Claimed) -> None:
         started = time.monotonic()
         error: str | None = None
-        try:
-            with in_trace_of(claimed.notice.traceparent):
+        # The attempt is a span of the workflow's trace: the calls it makes, and what it
+        # states (submitter.notified), are its children.
+        with work_span(SERVICE, f"deliver {claimed.channel}", claimed.notice.traceparent) as traceparent:
+            try:
                 await send(settings, rt.deps, claimed, rt.clock.now())
-        except DeliveryError as exc:
-            error = str(exc)[:1000]
-        except Exception as exc:  # a message that cannot be sent fails alone, recorded, never the loop
-            error = f"{type(exc).__name__}: {exc}"[:1000]
+            except DeliveryError as exc:
+                error = str(exc)[:1000]
+            except Exception as exc:  # a message that cannot be sent fails alone, recorded, never the loop
+                error = f"{type(exc).__name__}: {exc}"[:1000]
         now = rt.clock.now()
         retry_at = None
         if error is not None and claimed.attempt < settings.delivery_attempts:
@@ -166,7 +171,7 @@ async def deliver_due(rt: RuntimeHandle) -> None:
                 duration_ms=(time.monotonic() - started) * 1000.0,
                 retry_at=retry_at,
             )
-            told = submitter_notified(claimed, now, rt.producer) if error is None else None
+            told = submitter_notified(claimed, now, rt.producer, traceparent) if error is None else None
             if told is not None:
                 # In the attempt's transaction: stated once, when the delivery is recorded
                 # (a message superseded while it was sent was still read: it is stated too).
