@@ -198,18 +198,6 @@ def outbound_span(
 
 
 @contextmanager
-def in_trace_of(traceparent: str | None) -> Iterator[None]:
-    """Calls made inside join the trace of ``traceparent`` (work done later on behalf of an
-    event, e.g. a message the delivery loop sends): their client spans are its children."""
-    if TraceContext.parse(traceparent) is None:
-        yield
-        return
-    assert traceparent is not None
-    with _handling_as(traceparent):
-        yield
-
-
-@contextmanager
 def _handling_as(traceparent: str) -> Iterator[str]:
     token = _handling.set(traceparent)
     try:
