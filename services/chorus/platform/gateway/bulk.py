@@ -43,9 +43,6 @@ async def run_bulk_actions(rt: RuntimeHandle) -> None:
                         log.info("bulk action finished", extra=fields(bulk_id=bulk_id))
                     return IDLE_S
                 [item] = claimed
-                rate = await conn.fetchval(
-                    "SELECT rate_per_s FROM gateway.bulk_actions WHERE bulk_id = $1", item.bulk_id
-                )
                 # What the read model says now: a workflow that ended is not asked to stop.
                 view = await reads.workflow(item.workflow_id, for_whom=item.requested_by)
                 detail: str | None
@@ -70,6 +67,6 @@ async def run_bulk_actions(rt: RuntimeHandle) -> None:
                     bulk_id=item.bulk_id, workflow_id=item.workflow_id, action=item.action, detail=detail
                 ),
             )
-            return 1.0 / float(rate)
+            return 1.0 / item.rate_per_s
 
         await forever("bulk actions", round_, every_s=IDLE_S, sleep=rt.clock.sleep, retry_s=1.0)

@@ -75,13 +75,15 @@ class Claimed:
     action: str
     reason: str
     requested_by: str
+    rate_per_s: float
 
 
 async def next_batch(conn: asyncpg.Connection, limit: int) -> list[Claimed]:
     """Up to ``limit`` pending items of the oldest unfinished action, locked until the
     caller's transaction ends (replicas skip them: each takes items of its own)."""
     rows = await conn.fetch(
-        """SELECT i.bulk_id, i.workflow_id, i.workflow_type, a.action, a.reason, a.requested_by
+        """SELECT i.bulk_id, i.workflow_id, i.workflow_type, a.action, a.reason, a.requested_by,
+                  a.rate_per_s
            FROM gateway.bulk_items i JOIN gateway.bulk_actions a USING (bulk_id)
            WHERE i.status = 'pending' AND a.finished_at IS NULL
            ORDER BY a.requested_at, i.bulk_id, i.position

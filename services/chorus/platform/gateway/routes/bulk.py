@@ -46,6 +46,16 @@ async def create(
         parse(body.query, attribute_types(api.rt.registry))
     except SearchQueryError as exc:
         raise Problem(400, "Invalid query", str(exc)) from None
+    # A retried request (same operator, same key) is the same action, never a second one:
+    # answered from what was stored, without searching again.
+    key = f"{who.principal}:{idempotency_key}" if idempotency_key else uuid.uuid4().hex
+    bulk_id = f"bulk-{uuid.uuid5(uuid.NAMESPACE_URL, f'chorus:bulk:{key}').hex}"
+    status_url = f"{api.base_url}/v1/bulk-actions/{bulk_id}"
+    if idempotency_key and not body.dry_run:
+        async with api.rt.pool.acquire() as conn:
+            earlier = await bulk.find(conn, bulk_id, SHOWN)
+        if earlier is not None:
+            return _replayed(earlier, body, bulk_id, idempotency_key, status_url)
     found = await _running(api, body.query, who)
     now = api.rt.clock.now()
     if body.dry_run:
@@ -66,20 +76,24 @@ async def create(
             items=items[:SHOWN],
         )
         return JSONResponse(answer.model_dump(mode="json"), status_code=200)
-    # A retried request (same operator, same key) is the same action, never a second one.
-    key = f"{who.principal}:{idempotency_key}" if idempotency_key else uuid.uuid4().hex
-    bulk_id = f"bulk-{uuid.uuid5(uuid.NAMESPACE_URL, f'chorus:bulk:{key}').hex}"
     asked = bulk.Asked(bulk_id, body.action, body.query, body.reason, who.principal, now, body.rate_per_s)
     async with api.rt.pool.acquire() as conn:
         created = await bulk.create(conn, asked, found)
         shown = await bulk.find(conn, bulk_id, SHOWN)
     assert shown is not None
-    if not created and (shown["query"], shown["reason"]) != (body.query, body.reason):
-        raise Problem(
-            409, "Idempotency-Key reused", f"{idempotency_key!r} named another bulk action ({bulk_id})"
-        )
-    status_url = f"{api.base_url}/v1/bulk-actions/{bulk_id}"
-    headers = {"Location": status_url, **({} if created else {"Idempotent-Replayed": "true"})}
+    if not created:  # a concurrent retry stored it first
+        return _replayed(shown, body, bulk_id, idempotency_key, status_url)
+    headers = {"Location": status_url}
+    return JSONResponse(_answer(shown, status_url).model_dump(mode="json"), status_code=202, headers=headers)
+
+
+def _replayed(
+    shown: dict[str, Any], body: BulkActionBody, bulk_id: str, key: str | None, status_url: str
+) -> JSONResponse:
+    """The action stored under this Idempotency-Key; 409 when the key named another one."""
+    if (shown["query"], shown["reason"]) != (body.query, body.reason):
+        raise Problem(409, "Idempotency-Key reused", f"{key!r} named another bulk action ({bulk_id})")
+    headers = {"Location": status_url, "Idempotent-Replayed": "true"}
     return JSONResponse(_answer(shown, status_url).model_dump(mode="json"), status_code=202, headers=headers)
 
 
