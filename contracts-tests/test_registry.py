@@ -195,6 +195,7 @@ PERSONAL_FIELDS: dict[tuple[str, int], list[str]] = {
     ("workflow.ended", 1): ["/reason"],
     ("workflow.ended", 2): ["/reason"],
     ("workflow.cancel_requested", 1): ["/requested_by", "/reason"],
+    ("invoice.line_added", 1): ["/sent_by", "/reason"],
     ("approval.requested", 1): ["/context"],
     ("approval.decision_submitted", 1): ["/comment", "/reviewer"],
     ("approval.decided", 1): ["/comment", "/decided_by"],

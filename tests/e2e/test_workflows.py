@@ -29,7 +29,13 @@ from chorus.contracts.approvals import ApprovalContext, ApprovalRequested, Escal
 from chorus.contracts.envelope import Envelope
 from chorus.contracts.lifecycle import WorkflowEnded
 from chorus.contracts.platform import FireTarget, OriginalRecord, RetryDue, TimerSchedule, WorkflowsRetired
-from chorus.contracts.procurement import BudgetReserved, InvoiceReceived, InvoiceValidated
+from chorus.contracts.procurement import (
+    BudgetReserved,
+    InvoiceLine,
+    InvoiceLineAdded,
+    InvoiceReceived,
+    InvoiceValidated,
+)
 from chorus.contracts.registry import Registry
 from chorus.kernel.codec import decode, encode
 from chorus.tools.devstack import SERVICES, DevStack
@@ -1563,6 +1569,140 @@ async def test_a_search_by_business_attributes_finds_exactly_the_matching_workfl
     # A submitter's search stays within their own workflows.
     theirs = await world.http.get("/v1/workflows", params={"query": mine}, headers=OTHER_SUBMITTER)
     assert theirs.status_code == 200 and theirs.json()["workflows"] == []
+
+
+def short_of_a_line(run: str) -> dict[str, Any]:
+    """An invoice of 1,240 EUR whose document shows 30 of its 40 GPU hours: the reading's
+    lines fall 310 EUR short of its total, and the invoice agent waits for the missing line."""
+    return procurement(run, line="30 x GPU hours @ 31.00 EUR")
+
+
+async def waiting_for_a_line(world: World, run: str) -> str:
+    workflow_id: str = (await world.submit("procurement", short_of_a_line(run))).json()["workflow_id"]
+    status = await world.wait(
+        workflow_id, lambda s: s.get("waiting_for") == "signal add_line", "wait for the missing line"
+    )
+    assert status["status"] == "waiting" and status["stage"] == "invoice.correction_requested"
+    return workflow_id
+
+
+MISSING_LINE = {"line": {"description": "GPU hours", "quantity": 10, "unit_price_cents": 3100}}
+
+
+async def test_a_signal_adds_the_missing_line_and_the_procurement_goes_on_to_payment(world: World) -> None:
+    workflow_id = await waiting_for_a_line(world, uuid.uuid4().hex[:8])
+    offered = await world.http.get(f"/v1/workflows/{workflow_id}/signals", headers=SUBMITTER)
+    assert [s["name"] for s in offered.json()["signals"]] == ["add_line"]
+    assert (await world.http.get(f"/v1/workflows/{workflow_id}/signals", headers=OPERATOR)).json()[
+        "signals"
+    ] == []
+
+    path = f"/v1/workflows/{workflow_id}/signals/add_line"
+    body = {"input": MISSING_LINE, "reason": "the scan cut the last line off"}
+    assert (await world.http.post(path, json=body, headers=OPERATOR)).status_code == 403
+    assert (await world.http.post(path, json=body, headers=OTHER_SUBMITTER)).status_code == 404
+    bad = {**body, "input": {"line": {**MISSING_LINE["line"], "quantity": 0}}}
+    refused = await world.http.post(path, json=bad, headers=SUBMITTER)
+    assert refused.status_code == 422 and refused.json()["errors"][0]["pointer"] == "/input/line/quantity"
+    unknown = await world.http.post(
+        f"/v1/workflows/{workflow_id}/signals/add_lines", json=body, headers=SUBMITTER
+    )
+    assert unknown.status_code == 404 and "add_line" in unknown.json()["detail"]
+
+    keyed = {**SUBMITTER, "Idempotency-Key": f"line-{workflow_id}"}
+    sent = await world.http.post(path, json=body, headers=keyed)
+    assert sent.status_code == 202, sent.text
+    assert sent.json()["status"] == "sent" and sent.headers["location"] == sent.json()["status_url"]
+    again = await world.http.post(path, json=body, headers=keyed)
+    assert again.headers["idempotent-replayed"] == "true"
+    assert again.json()["signal_id"] == sent.json()["signal_id"]
+
+    # The line completes the invoice: validated, reserved, approved, paid.
+    status = await world.waiting_on(workflow_id, "manager")
+    assert (
+        await world.decide(status["pending_approval"]["approval_id"], MANAGER, "approve")
+    ).status_code == 202
+    final = await world.ended(workflow_id)
+    assert final["status"] == "completed" and final["result"]["amount_cents"] == 124_000
+    types = [entry["event_type"] for entry in final["timeline"]]
+    assert types.count("invoice.line_added") == 1  # the retry sent nothing more
+    at = types.index("invoice.line_added")
+    assert types[at - 1 : at + 3] == [
+        "invoice.correction_requested",
+        "invoice.line_added",
+        "invoice.line_checked",
+        "invoice.validated",
+    ]
+    added = final["timeline"][at]
+    assert added["producer"] == "gateway"
+    assert (added["payload"]["sent_by"], added["payload"]["reason"]) == ("demo-submitter", body["reason"])
+    answered = (await world.http.get(sent.json()["status_url"], headers=SUBMITTER)).json()
+    assert answered["status"] == "answered" and answered["answer"]["accepted"] is True
+    late = await world.http.post(path, json=body, headers=SUBMITTER)
+    assert late.status_code == 409 and "completed" in late.json()["detail"]
+
+
+async def test_a_line_the_gateway_did_not_send_validates_nothing(world: World) -> None:
+    """The budget agent writes procurement.events and holds a key of its own; whoever holds
+    it states a submitter's missing line, signed as the budget agent, and again claiming to
+    be the gateway without its signature. The invoice agent and the audit projection refuse
+    both: only the gateway, which checked who sent it, states a signal."""
+    workflow_id = await waiting_for_a_line(world, uuid.uuid4().hex[:8])
+    line = InvoiceLineAdded(
+        signal_id=f"sig-{uuid.uuid4().hex}",
+        sent_by="demo-submitter",
+        reason="forged",
+        line=InvoiceLine(description="GPU hours", quantity=10, unit_price_cents=3100),
+    )
+    topic = world.registry.physical_topic("invoice.line_added")
+    as_budget = stated_by(
+        envelope_of(line, workflow_id=workflow_id, workflow_type="procurement"), "budget_agent"
+    )
+    await publish(world.kafka, topic, [as_budget])  # signed with the budget agent's own key
+    as_gateway = stated_by(envelope_of(line, workflow_id=workflow_id, workflow_type="procurement"), "gateway")
+    await publish(world.kafka, topic, [as_gateway], sign=False)
+    for service in ("invoice_agent", "audit_projector"):
+        await refused_by(world, service, {str(as_budget.event_id), str(as_gateway.event_id)})
+    status = await world.status(workflow_id)
+    assert status["waiting_for"] == "signal add_line"
+    assert "invoice.line_added" not in [e["event_type"] for e in status["timeline"]]
+    cancel = {"reason": "test over"}
+    assert (
+        await world.http.post(f"/v1/workflows/{workflow_id}/cancel", json=cancel, headers=SUBMITTER)
+    ).status_code == 202
+
+
+async def test_an_update_answers_with_the_invoice_agents_verdict_and_a_refused_line_changes_nothing(
+    world: World,
+) -> None:
+    workflow_id = await waiting_for_a_line(world, uuid.uuid4().hex[:8])
+    submitter = {"CHORUS_GATEWAY_URL": world.stack.api_url, "CHORUS_API_KEY": "demo-submitter-key"}
+    too_little = {"line": {**MISSING_LINE["line"], "quantity": 5}}
+    update = ("workflows", "update", workflow_id, "add_line", "--reason", "one line was missing")
+    code, out, err = await chorus(*update, "--input", json.dumps(too_little), env=submitter)
+    assert code == 1, err
+    assert "refused: with it the lines add up to 108500, the total says 124000: not taken" in out
+    assert (await world.status(workflow_id))["waiting_for"] == "signal add_line"  # nothing changed
+
+    path = f"/v1/workflows/{workflow_id}/updates/add_line"
+    answered = await world.http.post(
+        path, json={"input": MISSING_LINE, "reason": "this one"}, headers=SUBMITTER
+    )
+    assert answered.status_code == 200, answered.text
+    answer = answered.json()["answer"]
+    assert answer["accepted"] is True and answer["detail"] == "the lines add up now: invoice validated"
+    assert answer["event_type"] == "invoice.line_checked" and answer["payload"]["lines_cents"] == 124_000
+    await world.waiting_on(workflow_id, "manager")
+
+    code, out, err = await chorus(
+        *update, "--input", json.dumps(MISSING_LINE), "--output", "json", env=submitter
+    )
+    assert code == 1, err
+    assert json.loads(out)["answer"]["detail"] == "the invoice was validated already"
+    cancel = {"reason": "test over"}
+    assert (
+        await world.http.post(f"/v1/workflows/{workflow_id}/cancel", json=cancel, headers=SUBMITTER)
+    ).status_code == 202
 
 
 async def test_a_bulk_cancel_by_query_survives_a_sigkill_halfway_and_cancels_each_once(

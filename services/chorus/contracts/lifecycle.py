@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import Field
 
@@ -137,3 +137,44 @@ class SubmitterNotified(EventModel):
     delivery_id: Name = Field(description="the notifier's message (GET /v1/notifications shows its attempts)")
     attempts: int = Field(ge=1, description="the attempts it took, this one included")
     delivered_at: UtcDateTime
+
+
+# -- signals: a person's input to a running workflow ---------------------------------------
+
+SIGNAL_ID_PATTERN = r"^sig-[0-9a-f]{32}$"
+
+
+class Signal(EventModel):
+    """What every signal event carries beside its input: the gateway states it (and signs
+    it) on the workflow's key, once it checked that the caller may send it
+    (``workflows.yaml``'s ``signals``), so it is ordered with everything else that happens
+    to the workflow. A signal type is an event type whose model derives from this one."""
+
+    signal_id: str = Field(pattern=SIGNAL_ID_PATTERN, description="the gateway's id of this signal")
+    sent_by: Personal[Name] = Field(description="who sent it (an API key's principal)")
+    reason: Personal[Text] = Field(min_length=1, description="why, in the sender's words (the audit trail)")
+
+
+SIGNAL_FIELDS = frozenset(Signal.model_fields)
+"""The fields the gateway fills in: a signal's input is the rest of its event's fields."""
+
+
+class SignalAnswer(EventModel):
+    """What every answer to a signal carries: the handling service states whether it took
+    the signal and what it did, in the same step that acted on it. A caller who sent the
+    signal as an update (POST /v1/workflows/{id}/updates/{name}) gets it back."""
+
+    signal_id: str = Field(pattern=SIGNAL_ID_PATTERN, description="the signal it answers")
+    accepted: bool = Field(description="whether the workflow took it (false: nothing changed)")
+    detail: Text = Field(min_length=1, description="what changed, or why nothing did")
+
+
+ANSWER_FIELDS = frozenset(SignalAnswer.model_fields)
+
+
+class AwaitsSignal(EventModel):
+    """An event after which the workflow waits for a person's signal (``awaits``, a name of
+    its type's ``signals``): while it is the workflow's latest step, the workflow shows as
+    waiting for that signal."""
+
+    awaits: ClassVar[str]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -20,6 +20,7 @@ from chorus.contracts.base import (
     event,
     upcaster,
 )
+from chorus.contracts.lifecycle import AwaitsSignal, Signal, SignalAnswer
 
 
 class InvoiceLine(Model):
@@ -165,6 +166,36 @@ class InvoiceRejected(EventModel):
         description="one cause a program can act on: unknown_po, vendor_mismatch, currency_mismatch, "
         "over_po, duplicate_invoice (absent when the reasons are the document's checks)",
     )
+
+
+@event("invoice.correction_requested", 1)
+class InvoiceCorrectionRequested(AwaitsSignal):
+    """The invoice reads as claimed, but its lines add up to less than its total: a line is
+    missing from the reading. The invoice agent waits for the submitter to add it (the
+    signal ``add_line``: ``invoice.line_added``) until the workflow's deadline."""
+
+    awaits: ClassVar[str] = "add_line"
+
+    invoice_id: Ref
+    reasons: list[Text] = Field(min_length=1, max_length=50)
+    missing_cents: Cents = Field(description="what the lines fall short of the total by")
+
+
+@event("invoice.line_added", 1)
+class InvoiceLineAdded(Signal):
+    """The submitter's signal ``add_line``: a line of the invoice the reading missed."""
+
+    line: InvoiceLine
+
+
+@event("invoice.line_checked", 1)
+class InvoiceLineChecked(SignalAnswer):
+    """The invoice agent's answer to ``add_line``: accepted when, with the line, the lines add
+    up to the total (the invoice is validated in the same step); otherwise nothing changed."""
+
+    invoice_id: Ref
+    lines_cents: Cents = Field(description="what the lines add up to with the line added")
+    total_cents: Cents
 
 
 @event("budget.reserved", 1)

@@ -37,6 +37,7 @@ import chorus.contracts
 from chorus.contracts.approvals import EscalationStep
 from chorus.contracts.base import CATALOG, PERSONAL_MARK, UPCASTERS, EventModel
 from chorus.contracts.envelope import Envelope, Priority
+from chorus.contracts.lifecycle import ANSWER_FIELDS, SIGNAL_FIELDS
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_ID_BASE = "https://chorus.dev/schemas/"
@@ -252,6 +253,35 @@ class SearchAttribute(BaseModel):
     )
 
 
+SIGNAL_NAME_PATTERN = SEARCH_ATTRIBUTE_PATTERN
+SignalRole = Literal["submitter", "reviewer", "operator"]
+
+
+class SignalDeclaration(BaseModel):
+    """A signal a workflow of the type takes while it runs: an event the gateway states on the
+    workflow's key for a caller of one of ``roles``; with ``answer``, also an update (the
+    caller gets the handler's answer, waiting up to ``timeout_s``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    event: str = Field(
+        description="the event type (its model derives from chorus.contracts.lifecycle.Signal; "
+        "signed by the gateway alone)"
+    )
+    roles: list[SignalRole] = Field(
+        min_length=1,
+        description="who may send it: the workflow's own submitter, a reviewer who may read it "
+        "(its approval waits on their tier), any operator",
+    )
+    answer: str | None = Field(
+        default=None,
+        description="the event type the handling service answers with (its model derives from "
+        "chorus.contracts.lifecycle.SignalAnswer); set, the signal may be sent as an update",
+    )
+    timeout_s: float = Field(
+        default=10.0, gt=0, le=60, description="how long an update waits for the answer before it says 202"
+    )
+
+
 class WorkflowDeclaration(BaseModel):
     """One type of ``workflows.yaml``: what starts it, how long it may run, who ends it."""
 
@@ -276,6 +306,12 @@ class WorkflowDeclaration(BaseModel):
         max_length=20,
         description="business attributes a workflow of the type is found by (GET /v1/workflows?query=): "
         "name -> the event and field each is read from, and its type",
+    )
+    signals: dict[str, SignalDeclaration] = Field(
+        default_factory=dict,
+        max_length=20,
+        description="what may be sent to a running workflow of the type (POST "
+        "/v1/workflows/{id}/signals/{name}, and /updates/{name} for those with an answer)",
     )
 
 
@@ -328,6 +364,7 @@ class Registry:
         self._add_principals_signers()
         self._check_endings()
         self._check_search_attributes()
+        self._check_signals()
         for name, workflow in self.workflows.items():
             if not re.match(WORKFLOW_TYPE_PATTERN, name):
                 raise ValueError(
@@ -397,6 +434,69 @@ class Registry:
                 problem = field_problem(self.schemas.get((declared.event, version), {}), declared)
                 if problem:
                     raise ValueError(f"{where}: {declared.event} v{version} {problem}")
+
+    def _check_signals(self) -> None:
+        """Each signal is an event of the workflow's own that only the gateway states, with
+        the fields every signal has; its answer, one the handling service states with the
+        fields every answer has; both on topics the audit projector reads (the timeline).
+        One name is one event across types (a route per name)."""
+        events: dict[str, tuple[str, str]] = {}
+        for name, workflow in self.workflows.items():
+            for signal, declared in workflow.signals.items():
+                where = f"workflows.yaml: {name}'s signal {signal}"
+                if not re.match(SIGNAL_NAME_PATTERN, signal):
+                    raise ValueError(
+                        f"{where}: a name is lower-case letters, digits and _ ({SIGNAL_NAME_PATTERN})"
+                    )
+                other = events.setdefault(signal, (name, declared.event))
+                if other[1] != declared.event:
+                    raise ValueError(
+                        f"{where} is {declared.event}, but {other[0]}'s is {other[1]}: one name, one event"
+                    )
+                self._check_signal_event(where, declared.event, SIGNAL_FIELDS, signed_by_gateway=True)
+                if declared.answer is not None:
+                    self._check_signal_event(
+                        f"{where}'s answer", declared.answer, ANSWER_FIELDS, signed_by_gateway=False
+                    )
+
+    def _check_signal_event(
+        self, where: str, event_type: str, fields: frozenset[str], *, signed_by_gateway: bool
+    ) -> None:
+        if event_type not in self._topic_of:
+            raise ValueError(f"{where}: no event type {event_type} in the registry")
+        topic = self._topic_of[event_type]
+        if "audit_projector" not in topic.consumers:
+            raise ValueError(
+                f"{where}: {event_type} is on {topic.topic}, which the audit projector does not read"
+            )
+        signers = self.signers_of(event_type)
+        if signed_by_gateway and signers != {"gateway"}:
+            raise ValueError(
+                f"{where}: {event_type} must be signed by the gateway alone (it is by {sorted(signers)})"
+            )
+        if not signed_by_gateway and (not signers or "gateway" in signers):
+            raise ValueError(f"{where}: {event_type} must be signed by the service that handles the signal")
+        version = max(self.versions(event_type))
+        required = set(self.schemas.get((event_type, version), {}).get("required", []))
+        if not fields <= required:
+            raise ValueError(
+                f"{where}: {event_type} v{version} lacks {', '.join(sorted(fields - required))} "
+                "(its model derives from chorus.contracts.lifecycle."
+                f"{'Signal' if signed_by_gateway else 'SignalAnswer'})"
+            )
+
+    def signals(self, workflow_type: str) -> dict[str, SignalDeclaration]:
+        """The signals ``workflow_type`` takes (none for an unknown type)."""
+        workflow = self.workflows.get(workflow_type)
+        return dict(workflow.signals) if workflow else {}
+
+    def signal_names(self) -> dict[str, str]:
+        """Every declared signal name -> its event type, across the workflow types."""
+        return {
+            signal: declared.event
+            for workflow in self.workflows.values()
+            for signal, declared in workflow.signals.items()
+        }
 
     def search_attributes(self, workflow_type: str) -> dict[str, SearchAttribute]:
         """The business attributes ``workflow_type`` is searched by (none for an unknown type)."""

@@ -301,6 +301,49 @@ async def test_an_operator_redrives_a_dead_letter_from_the_console_and_the_audit
     sign_out(browser)
 
 
+async def test_a_submitter_adds_the_missing_line_from_the_console_and_sees_the_agents_answer(
+    deployment: Deployment, browser: WebDriver
+) -> None:
+    stack = deployment.stack
+    # 30 of the invoice's 40 GPU hours in its document: the agent waits for the missing line.
+    body = procurement(uuid.uuid4().hex[:8], line="30 x GPU hours @ 31.00 EUR")
+    async with httpx.AsyncClient(base_url=stack.api_url, timeout=10) as api:
+        workflow_id = (await api.post("/v1/workflows/procurement", json=body, headers=SUBMITTER)).json()[
+            "workflow_id"
+        ]
+
+        async def waiting() -> bool:
+            status = (await api.get(f"/v1/workflows/{workflow_id}", headers=SUBMITTER)).json()
+            return bool(status.get("waiting_for") == "signal add_line")
+
+        await _eventually(waiting, "the wait for a line")
+    browser.get(f"{stack.console_url}/workflows/{workflow_id}")
+    sign_in(browser, "demo-submitter-key")
+    until(lambda: "Send it a signal" in text(browser), "the signal form")
+    assert "Waiting for signal add_line" in text(browser)
+    shot(browser, "signal-form")
+
+    def send(quantity: int, reason: str) -> str:
+        line = {"line": {"description": "GPU hours", "quantity": quantity, "unit_price_cents": 3100}}
+        field = browser.find_element(By.ID, "input-add_line")
+        field.clear()
+        field.send_keys(json.dumps(line))
+        browser.find_element(By.ID, "reason-add_line").send_keys(reason)
+        browser.find_element(By.CSS_SELECTOR, "form.signal button[name='wait']").click()
+        answer = until(lambda: browser.find_elements(By.CSS_SELECTOR, "p.answer"), "the answer")
+        return str(answer[0].text)
+
+    refused = send(5, "one line was cut off")
+    assert refused.startswith("refused") and "not taken" in refused
+    shot(browser, "signal-refused")
+    accepted = send(10, "this is the line")
+    assert accepted == "accepted the lines add up now: invoice validated"
+    page = text(browser)
+    assert "signal from demo-submitter: this is the line" in page and "invoice.validated" in page
+    shot(browser, "signal-accepted")
+    sign_out(browser)
+
+
 async def _eventually(probe: Callable[[], Any], what: str, timeout_s: float = 90.0) -> Any:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

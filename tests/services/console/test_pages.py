@@ -26,7 +26,15 @@ from chorus.contracts.api.deadletter_service import (
     OriginalPosition,
     OriginalRecord,
 )
-from chorus.contracts.api.gateway import ApprovalDetail, ApprovalQueue, Me, WorkflowDetail, WorkflowPage
+from chorus.contracts.api.gateway import (
+    ApprovalDetail,
+    ApprovalQueue,
+    Me,
+    OfferedSignal,
+    WorkflowDetail,
+    WorkflowPage,
+    WorkflowSignals,
+)
 from chorus.contracts.api.outcome_analytics import (
     Durations,
     OutcomeBucket,
@@ -173,6 +181,21 @@ ANSWERS: dict[str, BaseModel] = {
     "/v1/approvals/appr-1": APPROVAL,
     "/v1/workflows": WorkflowPage(workflows=[], next_cursor=None, next=None),
     "/v1/workflows/wf-1": WORKFLOW,
+    "/v1/workflows/wf-1/signals": WorkflowSignals(
+        workflow_id="wf-1",
+        workflow_type="procurement",
+        signals=[
+            OfferedSignal(
+                name="add_line",
+                event_type="invoice.line_added",
+                roles=["submitter"],
+                update=True,
+                timeout_s=30,
+                description="a line of the invoice the reading missed",
+                input_schema={"type": "object", "properties": {"quantity": {"type": "integer"}}},
+            )
+        ],
+    ),
     "/v1/dead-letters": LetterList(items=[SUMMARY], count=1, limit=100),
     f"/v1/dead-letters/{SUMMARY.id}": LETTER,
     "/analytics/outcomes": Outcomes(buckets=[BUCKET]),
@@ -221,7 +244,10 @@ async def console() -> AsyncIterator[httpx.AsyncClient]:
             ["Invoice INV-7 from vendor-acme", "over 500 EUR", "waiting", "workflow.started"],
         ),
         ("/workflows", ["No workflow matches"]),
-        ("/workflows/wf-1", ["procurement", "approval.requested", "appr-1", "workflow.started"]),
+        (
+            "/workflows/wf-1",
+            ["procurement", "approval.requested", "appr-1", "workflow.started", "add_line", "quantity&#34;: 0"],
+        ),
         ("/dead-letters", ["0b0c7f4e", "invoice_agent", "not an envelope"]),
         (f"/dead-letters/{SUMMARY.id}", ["poison", "DecodeError", "bWFya2Vy", "No one has acted on it yet"]),
         ("/outcomes", ["procurement", "canary", "100% of ended"]),

@@ -58,6 +58,7 @@ NON_ASCII = {
     "emoji": "GPU hours 🚀🧾 for the 👩‍💻 team",
     "rtl": "חשבונית עבור שירותי ענן — فاتورة",
 }
+UPDATE_TIMEOUT_S = 0.5
 BODY_TIMEOUT_S = 3.0
 """The API's wait for a request body (short here so that a test can wait it out)."""
 
@@ -102,6 +103,11 @@ async def start_gateway(
         data = yaml.safe_load(path.read_text())
         data["max_message_bytes"] = limit
         path.write_text(yaml.safe_dump(data, sort_keys=False))
+    # No agent answers an update here: each waits out its timeout, so it is short (fuzzing
+    # sends many to the workflows it starts).
+    workflows = yaml.safe_load((root / "workflows.yaml").read_text())
+    workflows["procurement"]["signals"]["add_line"]["timeout_s"] = UPDATE_TIMEOUT_S
+    (root / "workflows.yaml").write_text(yaml.safe_dump(workflows, sort_keys=False))
     registry = load_registry(root)
     await provision(registry, kafka)
     database = f"chorus_gw_{suffix}"
@@ -349,6 +355,46 @@ async def test_an_operator_who_may_rewrite_the_approval_policy_may_not_also_subm
         await http.post("/v1/workflows/procurement", json=invoice("text"), headers=operator), 403
     )
     assert "operator may not do this (needs submitter)" in refused["detail"]
+
+
+async def test_a_signal_is_the_gateways_sealed_event_on_the_workflows_key_and_an_unanswered_update_202s(
+    gateway: Gateway, http: httpx.AsyncClient, kafka_bootstrap: str
+) -> None:
+    accepted = await http.post("/v1/workflows/procurement", json=invoice("text"), headers=SUBMITTER)
+    workflow_id = accepted.json()["workflow_id"]
+    line = {"line": {"description": "GPU-Stunden", "quantity": 10, "unit_price_cents": 3100}}
+    reason = "die Zeile fehlte, sagt Müller"
+    update = await http.post(
+        f"/v1/workflows/{workflow_id}/updates/add_line",
+        json={"input": line, "reason": reason},
+        headers=SUBMITTER,
+    )
+    # No invoice agent runs here: nobody answers within the timeout, and the signal stands.
+    assert update.status_code == 202, update.text
+    sent = update.json()
+    assert (sent["status"], sent["answer"], sent["update"]) == ("sent", None, True)
+    topic = gateway.registry.physical_topic("invoice.line_added")
+    records = await read_topic(
+        kafka_bootstrap,
+        [topic],
+        until=lambda rs: any(e["workflow_id"] == workflow_id for e in events_of(rs, "invoice.line_added")),
+    )
+    # On the workflow's key: ordered with everything else that happens to it.
+    [signal] = [
+        r for r in records if r.key == workflow_id.encode() and b'"invoice.line_added"' in (r.value or b"")
+    ]
+    event = json.loads(signal.value)
+    assert event["producer"]["service"] == "gateway" and event["payload"]["signal_id"] == sent["signal_id"]
+    assert event["payload"]["line"] == line["line"]
+    # Who sent it and why are personal data: sealed on the topic.
+    assert (
+        opened(event["payload"]["sent_by"]) == "demo-submitter"
+        and opened(event["payload"]["reason"]) == reason
+    )
+    assert reason not in signal.value.decode()
+    later = await http.get(sent["status_url"], headers=SUBMITTER)
+    assert later.status_code == 200 and later.json()["status"] == "sent"
+    assert (await http.get(sent["status_url"], headers=MANAGER)).status_code == 404
 
 
 async def test_a_cancel_the_gateway_did_not_sign_ends_nothing(

@@ -6,7 +6,15 @@ import pytest
 
 from chorus.base.errors import SemanticError
 from chorus.contracts.lifecycle import WorkflowEnded
-from chorus.contracts.procurement import InvoiceReceived, InvoiceRejected, InvoiceValidated
+from chorus.contracts.procurement import (
+    InvoiceCorrectionRequested,
+    InvoiceLine,
+    InvoiceLineAdded,
+    InvoiceLineChecked,
+    InvoiceReceived,
+    InvoiceRejected,
+    InvoiceValidated,
+)
 from chorus.reference.invoice_agent.bootstrap import Deps
 from chorus.reference.invoice_agent.domain import state_v1_to_v2
 from chorus.reference.invoice_agent.service import SPEC
@@ -72,6 +80,52 @@ async def test_lines_that_do_not_add_up_reject_the_invoice_and_end_the_workflow(
     assert any("lines add up to 124000" in reason for reason in step.first(InvoiceRejected).reasons)
     assert step.first(WorkflowEnded).outcome == "rejected"
     assert step.outcome.ended == "rejected"
+
+
+def add_line(quantity: int, cents: int, signal: str = "1") -> InvoiceLineAdded:
+    return InvoiceLineAdded(
+        signal_id=f"sig-{signal * 32}"[:36],
+        sent_by="alice",
+        reason="the scan cut the last line off",
+        line=InvoiceLine(description="GPU-Stunden", quantity=quantity, unit_price_cents=cents),
+    )
+
+
+async def test_lines_short_of_the_total_wait_for_the_submitter_to_add_the_missing_one(
+    agent: WorkflowHarness,
+) -> None:
+    step = await agent.deliver(received(lines="30 x GPU-Stunden @ 31.00 EUR"), "wf-9")
+    assert step.emitted_types() == ["invoice.correction_requested"]
+    assert step.first(InvoiceCorrectionRequested).missing_cents == 31_000
+    assert step.outcome.ended is None and agent.state("wf-9").awaiting_line is not None
+
+    wrong = await agent.deliver(add_line(5, 3100), "wf-9")
+    [answer] = wrong.emitted
+    assert isinstance(answer, InvoiceLineChecked) and not answer.accepted
+    assert answer.signal_id == "sig-" + "1" * 32 and answer.lines_cents == 108_500
+    assert "not taken" in answer.detail and agent.state("wf-9").awaiting_line is not None
+
+    right = await agent.deliver(add_line(10, 3100, signal="2"), "wf-9")
+    assert right.emitted_types() == ["invoice.line_checked", "invoice.validated"]
+    assert right.first(InvoiceLineChecked).accepted
+    validated = right.first(InvoiceValidated)
+    assert [line.quantity for line in validated.extracted.lines] == [30, 10]
+    assert "a line the reading missed, added by the submitter" in [c.check for c in validated.checks]
+    assert agent.state("wf-9").validated and agent.state("wf-9").awaiting_line is None
+
+    late = await agent.deliver(add_line(1, 1, signal="3"), "wf-9")
+    [answer] = late.emitted
+    assert isinstance(answer, InvoiceLineChecked) and not answer.accepted
+    assert answer.detail == "the invoice was validated already"
+
+
+async def test_a_line_for_an_invoice_that_reads_cleanly_is_refused_and_changes_nothing(
+    agent: WorkflowHarness,
+) -> None:
+    await agent.deliver(received(), "wf-10")
+    step = await agent.deliver(add_line(1, 100), "wf-10")
+    assert step.emitted_types() == ["invoice.line_checked"]
+    assert not step.first(InvoiceLineChecked).accepted
 
 
 async def test_an_answer_without_a_total_is_a_semantic_error_to_re_prompt(agent: WorkflowHarness) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import ConfigDict, Discriminator, Field, Tag
+from pydantic import ConfigDict, Discriminator, Field, Tag, create_model
 
 from chorus.contracts.api.audit_projector import (
     ApprovalTask,
@@ -18,8 +18,9 @@ from chorus.contracts.api.audit_projector import (
     WorkflowStatusView,
 )
 from chorus.contracts.api.base import ApiModel, IsoDateTime
-from chorus.contracts.base import Comment, EventModel, InClear, Ref, Url
+from chorus.contracts.base import Comment, EventModel, InClear, Model, Ref, Url, plain_input
 from chorus.contracts.envelope import Priority
+from chorus.contracts.lifecycle import SIGNAL_FIELDS
 
 StartT = TypeVar("StartT", bound=EventModel)
 
@@ -50,6 +51,37 @@ class CancelBody(ApiModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     reason: InClear[Comment] = Field(min_length=1, description="why, for the audit trail and the submitter")
+
+
+InputT = TypeVar("InputT", bound=Model)
+
+
+class SignalInput(Model):
+    """A signal's input as a caller sends it: its event's fields beside those the gateway
+    fills in (signal_id, sent_by, reason)."""
+
+    model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
+
+
+def signal_input(event_model: type[EventModel]) -> type[SignalInput]:
+    """The input of the signal ``event_model`` states (personal fields in clear only)."""
+    plain = plain_input(event_model)
+    fields: dict[str, Any] = {
+        name: (info.annotation, info)
+        for name, info in plain.model_fields.items()
+        if name not in SIGNAL_FIELDS
+    }
+    found: type[SignalInput] = create_model(f"{event_model.__name__}Input", __base__=SignalInput, **fields)
+    return found
+
+
+class SignalBody(ApiModel, Generic[InputT]):
+    """The body of ``POST /v1/workflows/{id}/signals/{name}`` (and ``/updates/{name}``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    input: InputT = Field(description="its event's fields beside signal_id, sent_by and reason")
+    reason: InClear[Comment] = Field(min_length=1, description="why, for the workflow's audit trail")
 
 
 class BulkActionBody(ApiModel):
@@ -138,6 +170,50 @@ class CancelAccepted(ApiModel):
     reason: str
     requested_at: IsoDateTime
     status_url: str
+
+
+class SignalAnswerView(ApiModel):
+    """What the handling service answered: whether the workflow took the signal, what it
+    did, and its whole answer event (``payload``)."""
+
+    accepted: bool
+    detail: str
+    event_type: str
+    answered_at: IsoDateTime
+    payload: dict[str, Any]
+
+
+class SignalSent(ApiModel):
+    """A signal or update: 202 sent (an update not answered within its timeout too), or 200
+    answered (an update). ``GET status_url`` says how far it got."""
+
+    signal_id: str
+    workflow_id: str
+    name: str
+    update: bool = Field(description="sent as an update: its caller waited for the answer")
+    status: Literal["sent", "answered"]
+    sent_by: str
+    sent_at: IsoDateTime
+    answer: SignalAnswerView | None
+    status_url: str
+
+
+class OfferedSignal(ApiModel):
+    name: str
+    event_type: str
+    roles: list[str]
+    update: bool = Field(description="it has an answer: it may be sent as an update")
+    timeout_s: float | None = Field(description="how long an update waits for its answer")
+    description: str
+    input_schema: dict[str, Any] = Field(description="the JSON Schema of its input")
+
+
+class WorkflowSignals(ApiModel):
+    """``GET /v1/workflows/{id}/signals``: what the caller may send this workflow."""
+
+    workflow_id: str
+    workflow_type: str
+    signals: list[OfferedSignal]
 
 
 class BulkItem(ApiModel):

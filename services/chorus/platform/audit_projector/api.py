@@ -230,6 +230,20 @@ async def timeline(workflow_id: Id, api: Api, who: Reader, request: Request) -> 
     return shown
 
 
+@router.get("/v1/workflows/{workflow_id}/signals/{signal_id}/answer", tags=["workflows"])
+async def signal_answer(
+    workflow_id: Id, signal_id: Id, api: Api, who: Reader, request: Request
+) -> dict[str, Any]:
+    """The workflow's answer to a signal (its event, as in the timeline); 404 until it gave one
+    (the gateway asks again while an update waits)."""
+    async with api.rt.pool.acquire() as conn:
+        answer = await queries.signal_answer(conn, workflow_id, signal_id, schema=api.schema)
+    if answer is None:
+        raise Problem(404, "Not found", f"no answer to {signal_id!r} of workflow {workflow_id!r} (yet)")
+    [shown] = await opened(api, who, request, [(workflow_id, answer.model_dump(mode="json"))])
+    return shown
+
+
 @router.get("/v1/approvals", tags=["approvals"])
 async def approvals(
     api: Api, who: Reader, request: Request, tier: Annotated[str | None, Query(max_length=MAX_ID)] = None

@@ -30,9 +30,12 @@ from chorus.contracts.approvals import (
     ApprovalRequested,
     ApprovalRouted,
 )
-from chorus.contracts.base import EventModel, is_sealed
+from chorus.contracts.base import CATALOG, EventModel, is_sealed
 from chorus.contracts.envelope import Envelope
 from chorus.contracts.lifecycle import (
+    AwaitsSignal,
+    Signal,
+    SignalAnswer,
     SubmitterNotified,
     WorkflowAttentionNeeded,
     WorkflowEnded,
@@ -335,7 +338,9 @@ def fold(
         "last_at": max(facts.last_at, stamp.at),
         "events": facts.events + 1,
     }
-    if entry.event_type not in PLATFORM_EVENTS:
+    if entry.event_type not in PLATFORM_EVENTS and not isinstance(payload, Signal | SignalAnswer):
+        # A signal and its answer are what a person asked and the workflow said: the step
+        # they led to (if any) is the stage, not they.
         stage = stamp.tagged(entry.event_type)
         update["stage"] = _latest(facts.stage, stage)
     if attributes:
@@ -528,11 +533,18 @@ def attention(facts: WorkflowFacts) -> Attention | None:
     )
 
 
+def awaited_signals() -> dict[str, str]:
+    """Event type -> the signal a workflow waits for after it (AwaitsSignal), for every
+    event model imported (the platform's and a project's)."""
+    return {model.event_type: model.awaits for model in CATALOG.values() if issubclass(model, AwaitsSignal)}
+
+
 def derive(facts: WorkflowFacts) -> StatusView:
     """The status columns. Precedence: ended (terminal, never left) > attention (a
     dead letter after the last progress) > waiting (human review, then approval) >
     running."""
     pending = pending_approval(facts)
+    awaited = awaited_signals().get(facts.stage.value) if facts.stage is not None else None
     waiting_for: str | None = None
     waiting_until: datetime | None = None
     ended = facts.ended
@@ -545,6 +557,8 @@ def derive(facts: WorkflowFacts) -> StatusView:
     elif pending is not None:
         status = WAITING
         waiting_for, waiting_until = f"approval by {pending.tier}", pending.waiting_until
+    elif awaited is not None:
+        status, waiting_for = WAITING, f"signal {awaited}"
     else:
         status = RUNNING
     return StatusView(

@@ -171,7 +171,7 @@ def timeline(entries: list[TimelineEntry]) -> list[TimelineItem]:
     items = []
     for e in entries:
         payload = e.payload or {}
-        kind = KINDS.get(e.event_type, "event")
+        kind = KINDS.get(e.event_type, "decision" if _is_signal(payload) else "event")
         if kind == "event" and int(payload.get("attempt") or 1) > 1:
             kind = "retry"
         items.append(
@@ -186,6 +186,26 @@ def timeline(entries: list[TimelineEntry]) -> list[TimelineItem]:
             )
         )
     return items
+
+
+def _is_signal(payload: dict[str, Any]) -> bool:
+    """A person's signal (chorus.contracts.lifecycle.Signal): the step they took."""
+    return "signal_id" in payload and "sent_by" in payload
+
+
+def skeleton(schema: dict[str, Any], node: dict[str, Any] | None = None) -> Any:
+    """A value of the JSON Schema ``schema`` to fill in: each property, of its type (a
+    signal's input, as the form shows it first)."""
+    node = schema if node is None else node
+    ref = node.get("$ref", "")
+    if ref.startswith("#/$defs/"):
+        node = schema.get("$defs", {}).get(ref.removeprefix("#/$defs/"), {})
+    kind = node.get("type")
+    if kind == "object" or "properties" in node:
+        return {name: skeleton(schema, sub) for name, sub in node.get("properties", {}).items()}
+    if kind == "array":
+        return [skeleton(schema, node.get("items", {}))]
+    return {"integer": 0, "number": 0, "boolean": False}.get(str(kind), "")
 
 
 def _detail(event_type: str, payload: dict[str, Any], decision: str | None, call: str | None) -> str:
@@ -207,6 +227,10 @@ def _detail(event_type: str, payload: dict[str, Any], decision: str | None, call
         return f"{payload.get('service')}: {error.get('category')}: {str(error.get('message', ''))[:200]}"
     if event_type == "workflow.deadline_reached":
         return f"deadline {str(payload.get('deadline_at', ''))[:16]} passed"
+    if _is_signal(payload):
+        return f"signal from {payload.get('sent_by')}: {payload.get('reason')}"
+    if "signal_id" in payload and "accepted" in payload:  # an answer to one
+        return f"{'accepted' if payload.get('accepted') else 'refused'}: {payload.get('detail')}"
     if call:
         return f"called {call}"
     return decision or ""

@@ -28,6 +28,7 @@ from chorus.platform.gateway.config import Settings
 from chorus.platform.gateway.domain import workflow_types
 from chorus.platform.gateway.routes import approvals, bulk, policy, workflows
 from chorus.platform.gateway.routes.deps import GatewayApi
+from chorus.platform.gateway.routes.signals import signal_router
 from chorus.platform.gateway.routes.submit import submit_router
 from chorus.web.webapi import PROBLEM, create_api, problem_response, problems
 
@@ -67,6 +68,7 @@ def create_app(
     _unknown_type_answer(app, sorted(kinds))
     for routes in (workflows, approvals, policy, bulk):
         app.include_router(routes.router)
+    app.include_router(signal_router(rt.registry))
     return app
 
 

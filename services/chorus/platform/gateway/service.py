@@ -53,6 +53,8 @@ SPEC: ServiceSpec[GatewayState, WebhookSender] = ServiceSpec(
             "invoice.received",
             "report.requested",
             "approval.decision_submitted",
+            # The reference workflows' signals (workflows.yaml), sent for people who may.
+            "invoice.line_added",
         }
     ),
     state=GatewayState,

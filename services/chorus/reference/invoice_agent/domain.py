@@ -31,6 +31,8 @@ class InvoiceState(BaseModel):
     invoice: InvoiceReceived
     readings: int = 0
     validated: bool = False
+    awaiting_line: ExtractedInvoice | None = None
+    """The reading whose lines fall short of its total: the submitter's line completes it."""
 
 
 STATE_VERSION = 2
@@ -98,13 +100,26 @@ def check_against_claim(extracted: ExtractedInvoice, claim: InvoiceReceived) -> 
         "total matches the claim",
         f"the invoice totals {extracted.total_cents}, the request says {claim.total_cents}",
     )
-    line_sum = sum(line.quantity * line.unit_price_cents for line in extracted.lines)
+    lines_cents = line_sum(extracted)
     check(
-        line_sum == extracted.total_cents,
-        "lines add up to the total",
-        f"lines add up to {line_sum} but the total says {extracted.total_cents}",
+        lines_cents == extracted.total_cents,
+        LINES_ADD_UP,
+        f"lines add up to {lines_cents} but the total says {extracted.total_cents}",
     )
     return passed, reasons
+
+
+LINES_ADD_UP = "lines add up to the total"
+
+
+def line_sum(extracted: ExtractedInvoice) -> int:
+    return sum(line.quantity * line.unit_price_cents for line in extracted.lines)
+
+
+def only_a_line_missing(extracted: ExtractedInvoice, passed: list[str], reasons: list[str]) -> bool:
+    """Whether the reading fails on nothing but lines that fall short of the total: what a
+    line the submitter adds can mend (lines over the total cannot be mended by one more)."""
+    return len(reasons) == 1 and LINES_ADD_UP not in passed and line_sum(extracted) < extracted.total_cents
 
 
 def from_claim(invoice: InvoiceReceived) -> ExtractedInvoice:

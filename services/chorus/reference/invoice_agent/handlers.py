@@ -9,6 +9,9 @@ from chorus.contracts.lifecycle import WorkflowEnded
 from chorus.contracts.procurement import (
     CheckResult,
     ExtractedInvoice,
+    InvoiceCorrectionRequested,
+    InvoiceLineAdded,
+    InvoiceLineChecked,
     InvoiceReceived,
     InvoiceRejected,
     InvoiceValidated,
@@ -23,6 +26,8 @@ from chorus.reference.invoice_agent.domain import (
     check_against_claim,
     extraction_prompt,
     from_claim,
+    line_sum,
+    only_a_line_missing,
 )
 from chorus.service import Context, Outcome
 
@@ -78,18 +83,80 @@ def reading_of(ctx: Context[Deps]) -> Reading:
     return Reading(model=ctx.deps.llm.name, attempts=len(ctx.feedback) + 1)
 
 
+async def on_line_added(
+    event: Event[InvoiceLineAdded], state: InvoiceState | None, ctx: Context[Deps]
+) -> Outcome[InvoiceState]:
+    """The submitter's signal ``add_line``, answered in the same step: taken when the invoice
+    waits for a line and, with it, its lines add up to the total (then it is validated and
+    the workflow goes on to the budget); otherwise nothing changes and the answer says why."""
+    signal = event.payload
+    if state is None:
+        return Outcome()  # no invoice of this workflow reached this agent: nothing to answer for
+    waiting = state.awaiting_line
+    if waiting is None:
+        why = (
+            "the invoice was validated already"
+            if state.validated
+            else "the invoice is not waiting for a line"
+        )
+        return Outcome(emit=[line_checked(signal, state, None, accepted=False, detail=why)])
+    completed = waiting.model_copy(update={"lines": [*waiting.lines, signal.line]})
+    lines_cents = line_sum(completed)
+    if lines_cents != completed.total_cents:
+        detail = (
+            f"with it the lines add up to {lines_cents}, the total says {completed.total_cents}: not taken"
+        )
+        return Outcome(emit=[line_checked(signal, state, completed, accepted=False, detail=detail)])
+    answer = line_checked(
+        signal, state, completed, accepted=True, detail="the lines add up now: invoice validated"
+    )
+    done = decide(
+        state.model_copy(update={"awaiting_line": None}), completed, ctx.deps, None, line_added=True
+    )
+    return Outcome(state=done.state, emit=[answer, *done.emit], ended=done.ended)
+
+
+def line_checked(
+    signal: InvoiceLineAdded,
+    state: InvoiceState,
+    completed: ExtractedInvoice | None,
+    *,
+    accepted: bool,
+    detail: str,
+) -> InvoiceLineChecked:
+    reading = completed or state.awaiting_line
+    return InvoiceLineChecked(
+        signal_id=signal.signal_id,
+        accepted=accepted,
+        detail=detail,
+        invoice_id=state.invoice.invoice_id,
+        lines_cents=line_sum(reading) if reading else 0,
+        total_cents=reading.total_cents if reading else state.invoice.total_cents,
+    )
+
+
 def decide(
     state: InvoiceState,
     extracted: ExtractedInvoice,
     deps: Deps,
     reading: Reading | None,
     vouched: bool = False,
+    line_added: bool = False,
 ) -> Outcome[InvoiceState]:
     checks, reasons = check_against_claim(extracted, state.invoice)
+    if only_a_line_missing(extracted, checks, reasons):
+        # Everything else reads as claimed: the submitter may add the line (signal add_line).
+        missing = extracted.total_cents - line_sum(extracted)
+        asked = InvoiceCorrectionRequested(
+            invoice_id=state.invoice.invoice_id, reasons=reasons, missing_cents=missing
+        )
+        return Outcome(state=state.model_copy(update={"awaiting_line": extracted}), emit=[asked])
     if reasons:
         return rejected(state, reasons)
     if vouched:
         checks.append("reading confirmed by the reviewer who approved it")
+    if line_added:
+        checks.append("a line the reading missed, added by the submitter")
     invoice_id = state.invoice.invoice_id
     validated: EventModel = (
         InvoiceValidatedV2(invoice_id=invoice_id, extracted=extracted, checks=checks)

@@ -22,6 +22,7 @@ from chorus.tools.cli import new as new_cli
 from chorus.tools.cli import policy as policy_cli
 from chorus.tools.cli import rollout as rollout_cli
 from chorus.tools.cli import schemas as schemas_cli
+from chorus.tools.cli import signals as signals_cli  # noqa: F401  (its commands join `workflows`)
 from chorus.tools.cli import status as status_cli
 from chorus.tools.cli import timers as timers_cli
 from chorus.tools.cli import topics as topics_cli

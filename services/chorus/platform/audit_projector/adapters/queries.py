@@ -289,16 +289,30 @@ async def approval_view(
     return ApprovalView(workflow_id=r["workflow_id"], workflow_type=r["workflow_type"], **state.model_dump())
 
 
+_ENTRY = """SELECT event_id::text AS event_id, origin, event_type, schema_version, producer,
+                   producer_version, occurred_at, recorded_at, trace_id, causation_id, decision, actor,
+                   external_call, payload::text AS payload
+            FROM {}.audit_log WHERE workflow_id = $1"""
+
+
 async def timeline_entries(
     conn: asyncpg.Connection, workflow_id: str, *, schema: str = SCHEMA
 ) -> list[TimelineEntry]:
     """The workflow's audit rows in the order they happened (ties by event id)."""
-    rows = await conn.fetch(
-        f"""SELECT event_id::text AS event_id, origin, event_type, schema_version, producer,
-                   producer_version, occurred_at, recorded_at, trace_id, causation_id, decision, actor,
-                   external_call, payload::text AS payload
-            FROM {ident(schema)}.audit_log WHERE workflow_id = $1
-            ORDER BY occurred_at, event_id""",
-        workflow_id,
-    )
+    rows = await conn.fetch(f"{_ENTRY.format(ident(schema))} ORDER BY occurred_at, event_id", workflow_id)
     return [TimelineEntry(**{**dict(r), "payload": _loads(r["payload"])}) for r in rows]
+
+
+async def signal_answer(
+    conn: asyncpg.Connection, workflow_id: str, signal_id: str, *, schema: str = SCHEMA
+) -> TimelineEntry | None:
+    """The handling service's answer to a signal (the first), None until projected: the row
+    of the workflow stating the signal's id that the gateway (which sent it) did not write.
+    A workflow has few rows: its own, found by its key, are searched."""
+    row = await conn.fetchrow(
+        f"""{_ENTRY.format(ident(schema))} AND payload->>'signal_id' = $2 AND producer <> 'gateway'
+            ORDER BY occurred_at, event_id LIMIT 1""",
+        workflow_id,
+        signal_id,
+    )
+    return TimelineEntry(**{**dict(row), "payload": _loads(row["payload"])}) if row else None

@@ -33,7 +33,9 @@ from chorus.contracts.api.gateway import (
     DecisionBody,
     Me,
     SearchAttributes,
+    SignalSent,
     WorkflowPage,
+    WorkflowSignals,
     WorkflowState,
 )
 from chorus.contracts.api.notifier import Notification, Notifications
@@ -145,6 +147,20 @@ class Apis:
     async def cancel(self, key: str, workflow_id: str, reason: str) -> CancelAccepted:
         url = f"{self.gateway}/v1/workflows/{_path(workflow_id)}/cancel"
         return await self._get(CancelAccepted, key, "POST", url, json=request_body(CancelBody, reason=reason))
+
+    async def signals(self, key: str, workflow_id: str) -> WorkflowSignals:
+        url = f"{self.gateway}/v1/workflows/{_path(workflow_id)}/signals"
+        return await self._get(WorkflowSignals, key, "GET", url)
+
+    async def send_signal(
+        self, key: str, workflow_id: str, name: str, body: dict[str, Any], *, as_update: bool
+    ) -> SignalSent:
+        kind = "updates" if as_update else "signals"
+        url = f"{self.gateway}/v1/workflows/{_path(workflow_id)}/{kind}/{_path(name)}"
+        return await self._get(SignalSent, key, "POST", url, json=body)
+
+    async def signal(self, key: str, signal_id: str) -> SignalSent:
+        return await self._get(SignalSent, key, "GET", f"{self.gateway}/v1/signals/{_path(signal_id)}")
 
     # -- the dead-letter service ----------------------------------------------------------------
 

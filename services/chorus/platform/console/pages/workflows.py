@@ -1,8 +1,9 @@
 """Workflows: the filtered list (newest first, a page at a time), one workflow with its
-timeline, and cancelling one."""
+timeline, cancelling one, and sending it a signal or update."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Annotated
 from urllib.parse import urlencode
@@ -14,8 +15,9 @@ from chorus.contracts.api.gateway import WorkflowDetail, WorkflowPage
 from chorus.contracts.lifecycle import WORKFLOW_STATUSES
 from chorus.contracts.search import MAX_QUERY
 from chorus.platform.console.adapters.apis import ApiProblem
-from chorus.platform.console.domain import timeline, window_left
+from chorus.platform.console.domain import skeleton, timeline, window_left
 from chorus.platform.console.handlers import Console, as_utc, check_form, key_of, redirect, render, signed_in
+from chorus.web.webapi import Problem
 
 router = APIRouter()
 
@@ -82,11 +84,18 @@ async def workflows(
 
 
 @router.get("/workflows/{workflow_id}", response_class=HTMLResponse)
-async def workflow_page(request: Request, workflow_id: str, c: Console) -> Response:
+async def workflow_page(
+    request: Request,
+    workflow_id: str,
+    c: Console,
+    sent: Annotated[str, Query(max_length=200, description="a signal just sent: its answer is shown")] = "",
+) -> Response:
     session = signed_in(request)
     found = await c.apis.workflow(key_of(session), workflow_id)
     running = found.status in ("running", "waiting", "attention", "accepted")
     waiting_until = found.waiting_until if isinstance(found, WorkflowDetail) else None
+    offered = (await c.apis.signals(key_of(session), workflow_id)).signals if running else []
+    signal = await c.apis.signal(key_of(session), sent) if sent else None
     return render(
         c,
         request,
@@ -96,7 +105,35 @@ async def workflow_page(request: Request, workflow_id: str, c: Console) -> Respo
         traces=sorted({e.trace_id for e in found.timeline if e.trace_id}),
         may_cancel=running and session.role in ("operator", "submitter"),
         left=window_left(waiting_until, datetime.now().astimezone()),
+        signals=[
+            {**o.model_dump(mode="json"), "skeleton": json.dumps(skeleton(o.input_schema), indent=2)}
+            for o in offered
+        ],
+        sent=signal.model_dump(mode="json") if signal else None,
     )
+
+
+@router.post("/workflows/{workflow_id}/signals/{name}")
+async def send_signal(
+    request: Request,
+    workflow_id: str,
+    name: str,
+    c: Console,
+    csrf: Annotated[str, Form(max_length=200)],
+    reason: Annotated[str, Form(min_length=1, max_length=2000)],
+    input_json: Annotated[str, Form(alias="input", max_length=100_000)],
+    wait: Annotated[str, Form(max_length=10)] = "",
+) -> Response:
+    """A signal from its form: sent, or with ``wait`` an update (the page shows the answer)."""
+    check_form(request, csrf)
+    session = signed_in(request)
+    try:
+        given = json.loads(input_json)
+    except ValueError as exc:
+        raise Problem(400, "Input is not JSON", f"the input of {name[:100]}: {exc}") from None
+    body = {"input": given, "reason": reason}
+    sent = await c.apis.send_signal(key_of(session), workflow_id, name, body, as_update=bool(wait))
+    return redirect(f"/workflows/{workflow_id}?{urlencode({'sent': sent.signal_id})}")
 
 
 @router.get("/workflows/{workflow_id}/cancel", response_class=HTMLResponse)

@@ -79,6 +79,11 @@ class ReadModel:
         found = await self._get(WorkflowList, "/v1/workflows", params, for_whom=for_whom)
         return found or WorkflowList(workflows=[], next_cursor=None)
 
+    async def signal_answer(self, workflow_id: str, signal_id: str, *, for_whom: str) -> TimelineEntry | None:
+        """The workflow's answer to a signal (None: none projected yet)."""
+        path = f"/v1/workflows/{quote(workflow_id, safe='')}/signals/{quote(signal_id, safe='')}/answer"
+        return await self._get(TimelineEntry, path, for_whom=for_whom)
+
     async def approval(self, approval_id: str, *, for_whom: str) -> ApprovalView | None:
         return await self._get(
             ApprovalView, f"/v1/approvals/{quote(approval_id, safe='')}", for_whom=for_whom

@@ -92,6 +92,26 @@ MIGRATIONS = [
             "CREATE INDEX IF NOT EXISTS bulk_items_workflow ON gateway.bulk_items (workflow_id)",
         ),
     ),
+    # Signals and updates (chorus.platform.gateway.routes.signals): each sent once, with its
+    # event in the same transaction; a retry with its Idempotency-Key finds it.
+    migrations.Migration(
+        6,
+        "signals",
+        (
+            """CREATE TABLE IF NOT EXISTS gateway.signals (
+                signal_id text PRIMARY KEY,
+                workflow_id text NOT NULL,
+                name text NOT NULL,
+                sent_by text NOT NULL,
+                idempotency_key text,
+                request_hash text NOT NULL,
+                as_update boolean NOT NULL,
+                sent_at timestamptz NOT NULL)""",
+            """CREATE UNIQUE INDEX IF NOT EXISTS signals_idempotency
+                ON gateway.signals (sent_by, idempotency_key) WHERE idempotency_key IS NOT NULL""",
+            "CREATE INDEX IF NOT EXISTS signals_workflow ON gateway.signals (workflow_id)",
+        ),
+    ),
 ]
 
 
@@ -104,6 +124,7 @@ class SubmissionRetention(ErasedAsRetired):
         "gateway.decisions",
         "gateway.cancellations",
         "gateway.bulk_items",
+        "gateway.signals",
     )
 
     async def purge(self, conn: asyncpg.Connection, now: datetime) -> dict[str, int]:
