@@ -246,7 +246,14 @@ async def console() -> AsyncIterator[httpx.AsyncClient]:
         ("/workflows", ["No workflow matches"]),
         (
             "/workflows/wf-1",
-            ["procurement", "approval.requested", "appr-1", "workflow.started", "add_line", "quantity&#34;: 0"],
+            [
+                "procurement",
+                "approval.requested",
+                "appr-1",
+                "workflow.started",
+                "add_line",  # a form to send it, its input filled in with what to replace
+                "quantity&#34;: 0",
+            ],
         ),
         ("/dead-letters", ["0b0c7f4e", "invoice_agent", "not an envelope"]),
         (f"/dead-letters/{SUMMARY.id}", ["poison", "DecodeError", "bWFya2Vy", "No one has acted on it yet"]),
