@@ -37,7 +37,7 @@ import chorus.contracts
 from chorus.contracts.approvals import EscalationStep
 from chorus.contracts.base import CATALOG, PERSONAL_MARK, UPCASTERS, EventModel
 from chorus.contracts.envelope import Envelope, Priority
-from chorus.contracts.lifecycle import ANSWER_FIELDS, SIGNAL_FIELDS
+from chorus.contracts.lifecycle import Signal, SignalAnswer
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_ID_BASE = "https://chorus.dev/schemas/"
@@ -436,9 +436,9 @@ class Registry:
                     raise ValueError(f"{where}: {declared.event} v{version} {problem}")
 
     def _check_signals(self) -> None:
-        """Each signal is an event of the workflow's own that only the gateway states, with
-        the fields every signal has; its answer, one the handling service states with the
-        fields every answer has; both on topics the audit projector reads (the timeline).
+        """Each signal is an event of the workflow's own that only the gateway states, a
+        Signal; its answer, a SignalAnswer the handling service states; both on topics the
+        audit projector reads (the timeline).
         One name is one event across types (a route per name)."""
         events: dict[str, tuple[str, str]] = {}
         for name, workflow in self.workflows.items():
@@ -453,15 +453,11 @@ class Registry:
                     raise ValueError(
                         f"{where} is {declared.event}, but {other[0]}'s is {other[1]}: one name, one event"
                     )
-                self._check_signal_event(where, declared.event, SIGNAL_FIELDS, signed_by_gateway=True)
+                self._check_signal_event(where, declared.event, signed_by_gateway=True)
                 if declared.answer is not None:
-                    self._check_signal_event(
-                        f"{where}'s answer", declared.answer, ANSWER_FIELDS, signed_by_gateway=False
-                    )
+                    self._check_signal_event(f"{where}'s answer", declared.answer, signed_by_gateway=False)
 
-    def _check_signal_event(
-        self, where: str, event_type: str, fields: frozenset[str], *, signed_by_gateway: bool
-    ) -> None:
+    def _check_signal_event(self, where: str, event_type: str, *, signed_by_gateway: bool) -> None:
         if event_type not in self._topic_of:
             raise ValueError(f"{where}: no event type {event_type} in the registry")
         topic = self._topic_of[event_type]
@@ -477,18 +473,27 @@ class Registry:
         if not signed_by_gateway and (not signers or "gateway" in signers):
             raise ValueError(f"{where}: {event_type} must be signed by the service that handles the signal")
         version = max(self.versions(event_type))
-        required = set(self.schemas.get((event_type, version), {}).get("required", []))
-        if not fields <= required:
+        base = Signal if signed_by_gateway else SignalAnswer
+        model = CATALOG.get((event_type, version))
+        if model is None or not issubclass(model, base):
             raise ValueError(
-                f"{where}: {event_type} v{version} lacks {', '.join(sorted(fields - required))} "
-                "(its model derives from chorus.contracts.lifecycle."
-                f"{'Signal' if signed_by_gateway else 'SignalAnswer'})"
+                f"{where}: {event_type} v{version}'s model must derive from "
+                f"chorus.contracts.lifecycle.{base.__name__} (its {', '.join(sorted(base.model_fields))})"
             )
 
     def signals(self, workflow_type: str) -> dict[str, SignalDeclaration]:
         """The signals ``workflow_type`` takes (none for an unknown type)."""
         workflow = self.workflows.get(workflow_type)
         return dict(workflow.signals) if workflow else {}
+
+    def answer_types(self) -> frozenset[str]:
+        """The event types that answer some signal (what the read model shows as answers)."""
+        return frozenset(
+            declared.answer
+            for workflow in self.workflows.values()
+            for declared in workflow.signals.values()
+            if declared.answer is not None
+        )
 
     def signal_names(self) -> dict[str, str]:
         """Every declared signal name -> its event type, across the workflow types."""

@@ -105,12 +105,19 @@ async def test_lines_short_of_the_total_wait_for_the_submitter_to_add_the_missin
     assert answer.signal_id == "sig-" + "1" * 32 and answer.lines_cents == 108_500
     assert "not taken" in answer.detail and agent.state("wf-9").awaiting_line is not None
 
+    # Worth more than the lines fall short by (a quantity no invoice has): refused, no overflow.
+    huge = await agent.deliver(add_line(10**9, 2**53 - 1, signal="4"), "wf-9")
+    assert not huge.first(InvoiceLineChecked).accepted and "fall short of the total by 31000" in (
+        huge.first(InvoiceLineChecked).detail
+    )
+
     right = await agent.deliver(add_line(10, 3100, signal="2"), "wf-9")
     assert right.emitted_types() == ["invoice.line_checked", "invoice.validated"]
     assert right.first(InvoiceLineChecked).accepted
     validated = right.first(InvoiceValidated)
     assert [line.quantity for line in validated.extracted.lines] == [30, 10]
     assert "a line the reading missed, added by the submitter" in [c.check for c in validated.checks]
+    assert validated.reading is not None and validated.reading.attempts == 1  # the model's reading, kept
     assert agent.state("wf-9").validated and agent.state("wf-9").awaiting_line is None
 
     late = await agent.deliver(add_line(1, 1, signal="3"), "wf-9")

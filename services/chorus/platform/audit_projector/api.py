@@ -237,7 +237,8 @@ async def signal_answer(
     """The workflow's answer to a signal (its event, as in the timeline); 404 until it gave one
     (the gateway asks again while an update waits)."""
     async with api.rt.pool.acquire() as conn:
-        answer = await queries.signal_answer(conn, workflow_id, signal_id, schema=api.schema)
+        answers = api.rt.registry.answer_types()
+        answer = await queries.signal_answer(conn, workflow_id, signal_id, answers, schema=api.schema)
     if answer is None:
         raise Problem(404, "Not found", f"no answer to {signal_id!r} of workflow {workflow_id!r} (yet)")
     [shown] = await opened(api, who, request, [(workflow_id, answer.model_dump(mode="json"))])

@@ -193,18 +193,21 @@ def _is_signal(payload: dict[str, Any]) -> bool:
     return "signal_id" in payload and "sent_by" in payload
 
 
-def skeleton(schema: dict[str, Any], node: dict[str, Any] | None = None) -> Any:
+def skeleton(schema: dict[str, Any], node: dict[str, Any] | None = None, depth: int = 0) -> Any:
     """A value of the JSON Schema ``schema`` to fill in: each property, of its type (a
-    signal's input, as the form shows it first)."""
+    signal's input, as the form shows it first), five levels deep at most (a schema may
+    refer to itself)."""
     node = schema if node is None else node
+    if depth > 5:
+        return None
     ref = node.get("$ref", "")
     if ref.startswith("#/$defs/"):
         node = schema.get("$defs", {}).get(ref.removeprefix("#/$defs/"), {})
     kind = node.get("type")
     if kind == "object" or "properties" in node:
-        return {name: skeleton(schema, sub) for name, sub in node.get("properties", {}).items()}
+        return {name: skeleton(schema, sub, depth + 1) for name, sub in node.get("properties", {}).items()}
     if kind == "array":
-        return [skeleton(schema, node.get("items", {}))]
+        return [skeleton(schema, node.get("items", {}), depth + 1)]
     return {"integer": 0, "number": 0, "boolean": False}.get(str(kind), "")
 
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from chorus.codec import upcast
 from chorus.contracts.base import invisible_characters
-from chorus.contracts.procurement import ExtractedInvoice, InvoiceLine, InvoiceReceived
+from chorus.contracts.procurement import ExtractedInvoice, InvoiceLine, InvoiceReceived, Reading
 from chorus.llm import ChatMessage, reprompt
 
 SERVICE = "invoice_agent"
@@ -33,14 +33,21 @@ class InvoiceState(BaseModel):
     validated: bool = False
     awaiting_line: ExtractedInvoice | None = None
     """The reading whose lines fall short of its total: the submitter's line completes it."""
+    awaiting_reading: Reading | None = None
+    """How that reading was made (the validation states it once the line completes it)."""
 
 
-STATE_VERSION = 2
+STATE_VERSION = 3
 
 
 def state_v1_to_v2(state: dict[str, Any]) -> dict[str, Any]:
     """A checkpoint of v1 holds an ``invoice.received`` v1 payload; read it as v2."""
     return {**state, "invoice": upcast("invoice.received", state["invoice"], 1, 2)}
+
+
+def state_v2_to_v3(state: dict[str, Any]) -> dict[str, Any]:
+    """v3 may wait for a line the reading missed: a v2 checkpoint waits for none."""
+    return state
 
 
 def extraction_prompt(document: str, feedback: list[str], reviewer_comment: str = "") -> list[ChatMessage]:

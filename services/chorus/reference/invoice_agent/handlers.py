@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 from chorus.codec import Event
 from chorus.contracts.approvals import ApprovalDecided
 from chorus.contracts.base import EventModel
@@ -100,7 +102,19 @@ async def on_line_added(
             else "the invoice is not waiting for a line"
         )
         return Outcome(emit=[line_checked(signal, state, None, accepted=False, detail=why)])
-    completed = waiting.model_copy(update={"lines": [*waiting.lines, signal.line]})
+    line = signal.line
+    short_by = waiting.total_cents - line_sum(waiting)
+    if line.quantity * line.unit_price_cents > short_by:
+        detail = (
+            f"the line is worth {line.quantity * line.unit_price_cents}, the lines fall short of the total "
+            f"by {short_by}: not taken"
+        )
+        return Outcome(emit=[line_checked(signal, state, None, accepted=False, detail=detail)])
+    try:  # the reading as a new one, checked as every reading is (a bound on its lines)
+        completed = ExtractedInvoice.model_validate({**waiting.model_dump(), "lines": [*waiting.lines, line]})
+    except ValidationError as exc:
+        detail = f"with it the reading is no invoice: {exc.errors()[0]['msg']}: not taken"
+        return Outcome(emit=[line_checked(signal, state, None, accepted=False, detail=detail)])
     lines_cents = line_sum(completed)
     if lines_cents != completed.total_cents:
         detail = (
@@ -110,9 +124,8 @@ async def on_line_added(
     answer = line_checked(
         signal, state, completed, accepted=True, detail="the lines add up now: invoice validated"
     )
-    done = decide(
-        state.model_copy(update={"awaiting_line": None}), completed, ctx.deps, None, line_added=True
-    )
+    resumed = state.model_copy(update={"awaiting_line": None, "awaiting_reading": None})
+    done = decide(resumed, completed, ctx.deps, state.awaiting_reading, line_added=True)
     return Outcome(state=done.state, emit=[answer, *done.emit], ended=done.ended)
 
 
@@ -150,7 +163,8 @@ def decide(
         asked = InvoiceCorrectionRequested(
             invoice_id=state.invoice.invoice_id, reasons=reasons, missing_cents=missing
         )
-        return Outcome(state=state.model_copy(update={"awaiting_line": extracted}), emit=[asked])
+        waiting = state.model_copy(update={"awaiting_line": extracted, "awaiting_reading": reading})
+        return Outcome(state=waiting, emit=[asked])
     if reasons:
         return rejected(state, reasons)
     if vouched:

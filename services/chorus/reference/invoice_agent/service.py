@@ -6,7 +6,13 @@ from chorus import __version__
 from chorus.contracts.approvals import ApprovalDecided
 from chorus.contracts.procurement import InvoiceLineAdded, InvoiceReceived
 from chorus.reference.invoice_agent.bootstrap import Deps, bootstrap
-from chorus.reference.invoice_agent.domain import SERVICE, STATE_VERSION, InvoiceState, state_v1_to_v2
+from chorus.reference.invoice_agent.domain import (
+    SERVICE,
+    STATE_VERSION,
+    InvoiceState,
+    state_v1_to_v2,
+    state_v2_to_v3,
+)
 from chorus.reference.invoice_agent.handlers import on_approval_decided, on_invoice_received, on_line_added
 from chorus.service import WORKFLOW_END, On, ServiceSpec
 
@@ -34,6 +40,6 @@ SPEC: ServiceSpec[InvoiceState, Deps] = ServiceSpec(
     ),
     state=InvoiceState,
     state_version=STATE_VERSION,
-    state_migrations={1: state_v1_to_v2},
+    state_migrations={1: state_v1_to_v2, 2: state_v2_to_v3},
     bootstrap=bootstrap,
 )

@@ -20,6 +20,7 @@ from chorus.tools.cli.options import GATEWAY, ApiCall, api_command, fail, table_
 from chorus.tools.cli.workflows import app, console
 
 EX_TEMPFAIL = 75
+UPDATE_WAIT_S = 70.0
 
 WorkflowArg = Annotated[str, typer.Argument(help="The workflow's id (the submission's answer).")]
 NameArg = Annotated[str, typer.Argument(help="The signal's name (`chorus workflows signals ID` lists them).")]
@@ -39,7 +40,9 @@ def _send(
         fail(f"workflows {kind}", str(exc), exc.code)
     path = f"/v1/workflows/{quote(workflow_id, safe='')}/{kind}s/{quote(name, safe='')}"
     headers = {"Idempotency-Key": key} if key else {}
-    return call.answer(SignalSent, "POST", path, json={"input": payload, "reason": reason}, headers=headers)
+    # An update waits up to its timeout (at most 60 s, workflows.yaml) before it answers.
+    body = {"input": payload, "reason": reason}
+    return call.answer(SignalSent, "POST", path, json=body, headers=headers, timeout=UPDATE_WAIT_S)
 
 
 def _describe(sent: SignalSent) -> str:

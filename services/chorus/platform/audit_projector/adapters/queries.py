@@ -13,6 +13,7 @@ previous status for a moment.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -304,15 +305,21 @@ async def timeline_entries(
 
 
 async def signal_answer(
-    conn: asyncpg.Connection, workflow_id: str, signal_id: str, *, schema: str = SCHEMA
+    conn: asyncpg.Connection,
+    workflow_id: str,
+    signal_id: str,
+    answers: Sequence[str],
+    *,
+    schema: str = SCHEMA,
 ) -> TimelineEntry | None:
     """The handling service's answer to a signal (the first), None until projected: the row
-    of the workflow stating the signal's id that the gateway (which sent it) did not write.
-    A workflow has few rows: its own, found by its key, are searched."""
+    of the workflow of an answer type (``answers``: workflows.yaml's) stating the signal's
+    id. A workflow has few rows: its own, found by its key, are searched."""
     row = await conn.fetchrow(
-        f"""{_ENTRY.format(ident(schema))} AND payload->>'signal_id' = $2 AND producer <> 'gateway'
+        f"""{_ENTRY.format(ident(schema))} AND payload->>'signal_id' = $2 AND event_type = ANY($3::text[])
             ORDER BY occurred_at, event_id LIMIT 1""",
         workflow_id,
         signal_id,
+        list(answers),
     )
     return TimelineEntry(**{**dict(row), "payload": _loads(row["payload"])}) if row else None

@@ -62,6 +62,10 @@ def _path(*parts: str) -> str:
     return "/".join(quote(p, safe="") for p in parts)
 
 
+UPDATE_WAIT_S = 70.0
+"""Longer than any update's timeout (at most 60 s, workflows.yaml): its 202 arrives first."""
+
+
 def request_body(model: type[M], **fields: Any) -> dict[str, Any]:
     """A request as the API's published model names its fields. The API validates it (and
     says what is wrong, shown to the person): the console does not refuse input first."""
@@ -89,9 +93,8 @@ class Apis:
         :class:`ApiUnavailable`."""
         where = url.split("/v1", maxsplit=1)[0]
         try:
-            response = await self.client.request(
-                method, url, headers={"Authorization": f"Bearer {key}"}, **kwargs
-            )
+            headers = {**kwargs.pop("headers", {}), "Authorization": f"Bearer {key}"}
+            response = await self.client.request(method, url, headers=headers, **kwargs)
         except httpx.HTTPError as exc:
             raise ApiUnavailable(f"{where} did not answer ({type(exc).__name__})") from exc
         if response.status_code >= 500:
@@ -153,11 +156,16 @@ class Apis:
         return await self._get(WorkflowSignals, key, "GET", url)
 
     async def send_signal(
-        self, key: str, workflow_id: str, name: str, body: dict[str, Any], *, as_update: bool
+        self, key: str, workflow_id: str, name: str, body: dict[str, Any], *, as_update: bool, sent_as: str
     ) -> SignalSent:
+        """``sent_as`` (the form's own key) makes a form sent twice one signal. An update may
+        wait for its answer up to a minute (its declared timeout): so may this call."""
         kind = "updates" if as_update else "signals"
         url = f"{self.gateway}/v1/workflows/{_path(workflow_id)}/{kind}/{_path(name)}"
-        return await self._get(SignalSent, key, "POST", url, json=body)
+        headers = {"Idempotency-Key": sent_as}
+        return await self._get(
+            SignalSent, key, "POST", url, json=body, headers=headers, timeout=UPDATE_WAIT_S
+        )
 
     async def signal(self, key: str, signal_id: str) -> SignalSent:
         return await self._get(SignalSent, key, "GET", f"{self.gateway}/v1/signals/{_path(signal_id)}")

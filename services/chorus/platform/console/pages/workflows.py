@@ -4,6 +4,7 @@ timeline, cancelling one, and sending it a signal or update."""
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import datetime
 from typing import Annotated
 from urllib.parse import urlencode
@@ -95,7 +96,12 @@ async def workflow_page(
     running = found.status in ("running", "waiting", "attention", "accepted")
     waiting_until = found.waiting_until if isinstance(found, WorkflowDetail) else None
     offered = (await c.apis.signals(key_of(session), workflow_id)).signals if running else []
-    signal = await c.apis.signal(key_of(session), sent) if sent else None
+    signal = None
+    if sent:  # what a form just sent; one that cannot be read any more is just not shown
+        try:
+            signal = await c.apis.signal(key_of(session), sent)
+        except ApiProblem:
+            signal = None
     return render(
         c,
         request,
@@ -110,6 +116,7 @@ async def workflow_page(
             for o in offered
         ],
         sent=signal.model_dump(mode="json") if signal else None,
+        form_key=uuid.uuid4().hex,
     )
 
 
@@ -122,6 +129,7 @@ async def send_signal(
     csrf: Annotated[str, Form(max_length=200)],
     reason: Annotated[str, Form(min_length=1, max_length=2000)],
     input_json: Annotated[str, Form(alias="input", max_length=100_000)],
+    sent_as: Annotated[str, Form(max_length=64, pattern=r"^[0-9a-f]{32}$")],
     wait: Annotated[str, Form(max_length=10)] = "",
 ) -> Response:
     """A signal from its form: sent, or with ``wait`` an update (the page shows the answer)."""
@@ -129,10 +137,13 @@ async def send_signal(
     session = signed_in(request)
     try:
         given = json.loads(input_json)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise Problem(400, "Input is not JSON", f"the input of {name[:100]}: {exc}") from None
     body = {"input": given, "reason": reason}
-    sent = await c.apis.send_signal(key_of(session), workflow_id, name, body, as_update=bool(wait))
+    # The form's own key: sent again (a double click, a reload), it is still one signal.
+    sent = await c.apis.send_signal(
+        key_of(session), workflow_id, name, body, as_update=bool(wait), sent_as=f"console:{sent_as}"
+    )
     return redirect(f"/workflows/{workflow_id}?{urlencode({'sent': sent.signal_id})}")
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
@@ -29,8 +29,10 @@ from chorus.contracts.api.gateway import (
     signal_input,
 )
 from chorus.contracts.base import EventModel
+from chorus.contracts.lifecycle import SIGNAL_FIELDS
 from chorus.contracts.registry import Registry, SignalDeclaration
 from chorus.platform.gateway.adapters import repository
+from chorus.platform.gateway.adapters.readmodel import ReadModelUnavailableError
 from chorus.platform.gateway.adapters.signals import SignalRow, find_signal, find_signal_by_key, insert_signal
 from chorus.platform.gateway.domain import same_person
 from chorus.platform.gateway.routes.deps import Anyone, Api, GatewayApi, IdempotencyKey, WorkflowId
@@ -39,8 +41,10 @@ from chorus.platform.gateway.routes.workflows import readable
 from chorus.web.apikeys import ApiKey
 from chorus.web.webapi import Problem, api_router, problems
 
-POLL_S = 0.1
-"""How often an update looks for its answer in the read model while it waits."""
+FIRST_POLL_S = 0.05
+LAST_POLL_S = 1.0
+"""An update asks the read model for its answer after 50 ms, then ever less often (doubling
+to once a second): few reads for a slow answer, little delay for a quick one."""
 
 SignalId = Path(max_length=200, description="the id a signal or update answered with")
 
@@ -112,7 +116,7 @@ def _reads(router: APIRouter) -> None:
         signals: list[OfferedSignal] = []
         ended = view is not None and view.outcome is not None
         for name, declared in sorted(api.rt.registry.signals(workflow_type).items()):
-            if ended or _refusal(declared, who, accepted) is not None:
+            if ended or _refusal(declared, who, view, accepted) is not None:
                 continue
             model = api.rt.registry.model(declared.event, api.rt.registry.latest_version(declared.event))
             signals.append(
@@ -152,14 +156,25 @@ def _type_of(view: WorkflowStatusView | None, accepted: repository.SubmissionRow
 
 
 def _refusal(
-    declared: SignalDeclaration, who: ApiKey, accepted: repository.SubmissionRow | None
+    declared: SignalDeclaration,
+    who: ApiKey,
+    view: WorkflowStatusView | None,
+    accepted: repository.SubmissionRow | None,
 ) -> str | None:
     """Why ``who`` may not send it (None: it may). A submitter sends to its own workflows
-    only; a reviewer to those it may read (the caller got this far: it may)."""
+    only; a reviewer to those whose approval waits on its tier now, never to one it
+    submitted (with another key of theirs)."""
+    submitter = accepted.submitter if accepted else None
     if who.role not in declared.roles:
         return f"only {' or '.join(declared.roles)} may send it, not a {who.role}"
-    if who.role == "submitter" and not same_person(accepted.submitter if accepted else None, who.principal):
+    if who.role == "submitter" and not same_person(submitter, who.principal):
         return "a submitter sends it to its own workflows only"
+    if who.role == "reviewer":
+        waits_on = view.pending_approval.tier if view is not None and view.pending_approval else None
+        if waits_on is None or waits_on != who.tier or same_person(submitter, who.principal):
+            return (
+                "a reviewer sends it while the workflow's approval waits on their tier, to others' workflows"
+            )
     return None
 
 
@@ -188,7 +203,7 @@ async def _send(
         raise Problem(
             404, "No such update", f"{name} of a {workflow_type} workflow has no answer: send it as a signal"
         )
-    refused = _refusal(declared, who, accepted)
+    refused = _refusal(declared, who, view, accepted)
     if refused is not None:
         raise Problem(403, "Forbidden", f"{name} of workflow {workflow_id}: {refused}")
     digest = hashlib.sha256(
@@ -279,17 +294,32 @@ async def _record(
     return winner, True
 
 
+def _pointer(loc: tuple[int | str, ...]) -> str:
+    """Where in the request body an error of the signal's event is: its input, or the reason
+    (the fields the gateway fills in come from the caller's reason alone)."""
+    if loc and loc[0] in SIGNAL_FIELDS:
+        return "/reason"
+    return "/input/" + "/".join(map(str, loc))
+
+
 async def _wait_for_answer(
     api: GatewayApi, row: SignalRow, timeout_s: float, who: ApiKey
 ) -> TimelineEntry | None:
-    """The answer, asked of the read model every POLL_S until it comes or ``timeout_s``
-    passes (counted in polls: the clock may be a simulated one)."""
-    for _ in range(max(1, math.ceil(timeout_s / POLL_S))):
-        answer = await api.reads.signal_answer(row.workflow_id, row.signal_id, for_whom=who.principal)
-        if answer is not None:
+    """The answer from the read model, once it comes within ``timeout_s``; None when it did
+    not, or the read model could not say (the signal stands either way: 202)."""
+    clock = api.rt.clock
+    deadline = clock.now() + timedelta(seconds=timeout_s)
+    pause = FIRST_POLL_S
+    while True:
+        try:
+            answer = await api.reads.signal_answer(row.workflow_id, row.signal_id, for_whom=who.principal)
+        except ReadModelUnavailableError:
+            return None
+        left = (deadline - clock.now()).total_seconds()
+        if answer is not None or left <= 0:
             return answer
-        await api.rt.clock.sleep(POLL_S)
-    return None
+        await clock.sleep(min(pause, left))
+        pause = min(pause * 2, LAST_POLL_S)
 
 
 def _answer(api: GatewayApi, row: SignalRow, answer: TimelineEntry | None) -> SignalSent:
