@@ -1705,6 +1705,116 @@ async def test_an_update_answers_with_the_invoice_agents_verdict_and_a_refused_l
     ).status_code == 202
 
 
+async def schedule_of(world: World, schedule_id: str) -> dict[str, Any]:
+    answer = await world.http.get(f"/v1/schedules/{schedule_id}", headers=SUBMITTER)
+    assert answer.status_code == 200, answer.text
+    body: dict[str, Any] = answer.json()
+    return body
+
+
+async def runs_until(world: World, schedule_id: str, count: int, what: str) -> list[dict[str, Any]]:
+    """The schedule's runs (oldest first) once ``count`` of them were acted on."""
+    found = await wait_until(
+        lambda: schedule_of(world, schedule_id),
+        until=lambda s: sum(r["status"] not in ("due", "buffered") for r in s["runs"]) >= count,
+        timeout_s=60,
+        interval_s=0.5,
+        what=what,
+    )
+    return list(reversed(found["runs"]))
+
+
+async def test_a_schedule_starts_workflows_on_the_simulated_clock_and_skips_an_overlap(world: World) -> None:
+    """Hourly, overlap skip: the first run's procurement waits for its manager when the
+    second falls due, so that one is skipped saying why; paused, nothing falls due; a person
+    triggers one, which runs once the first ended."""
+    body = {"workflow_type": "procurement", "input": invoice(uuid.uuid4().hex[:8])["input"], "every_s": 3600}
+    bad = await world.http.post("/v1/schedules", json={**body, "cron": "0 9 * *"}, headers=SUBMITTER)
+    assert bad.status_code == 422 and bad.json()["errors"][0]["pointer"] == "/cron"
+    wrong = {**body, "input": {**body["input"], "total_cents": "many"}}
+    refused = await world.http.post("/v1/schedules", json=wrong, headers=SUBMITTER)
+    assert refused.status_code == 422 and refused.json()["errors"][0]["pointer"] == "/input/total_cents"
+    assert (await world.http.post("/v1/schedules", json=body, headers=OPERATOR)).status_code == 403
+
+    created = await world.http.post("/v1/schedules", json=body, headers=SUBMITTER)
+    assert created.status_code == 201, created.text
+    schedule_id = created.json()["schedule_id"]
+    try:
+        world.advance(3600 + 5)
+        [first] = await runs_until(world, schedule_id, 1, "the first run")
+        assert (first["status"], first["kind"]) == ("started", "scheduled"), first
+        status = await world.waiting_on(first["workflow_id"], "manager")
+        assert status["business_key"] == f"schedule:{schedule_id}:{first['due_at']}"
+
+        world.advance(3600)
+        runs = await runs_until(world, schedule_id, 2, "the second run")
+        assert (
+            runs[1]["status"] == "skipped"
+            and runs[1]["detail"] == f"{first['workflow_id']} was still running"
+        )
+
+        paused = await world.http.post(f"/v1/schedules/{schedule_id}/pause", headers=OPERATOR)
+        assert paused.status_code == 200 and paused.json()["next_due_at"] is None
+        world.advance(3600)
+        await asyncio.sleep(3)  # the timer armed before the pause fires: it records nothing
+        assert len((await schedule_of(world, schedule_id))["runs"]) == 2
+        resumed = await world.http.post(f"/v1/schedules/{schedule_id}/resume", headers=SUBMITTER)
+        assert resumed.json()["state"] == "active" and resumed.json()["next_due_at"] is not None
+
+        approval_id = status["pending_approval"]["approval_id"]
+        assert (await world.decide(approval_id, MANAGER, "approve")).status_code == 202
+        assert (await world.ended(first["workflow_id"]))["status"] == "completed"
+        triggered = await world.http.post(f"/v1/schedules/{schedule_id}/trigger", headers=SUBMITTER)
+        assert triggered.status_code == 200, triggered.text
+        runs = await runs_until(world, schedule_id, 3, "the triggered run")
+        assert (runs[2]["kind"], runs[2]["status"]) == ("manual", "started"), runs[2]
+        changes = [c["action"] for c in (await schedule_of(world, schedule_id))["changes"]]
+        assert changes == ["trigger", "resume", "pause", "create"]
+    finally:
+        await world.http.delete(f"/v1/schedules/{schedule_id}", headers=OPERATOR)
+
+
+async def test_a_schedule_catches_up_after_the_timer_service_was_down(world: World) -> None:
+    """Hourly, runs may overlap, a two-hour catch-up window: the timer service is down
+    for three hours. Back up, it fires the timer that was due: the runs of the last two
+    hours start (late), the one before is missed."""
+    body = {
+        "workflow_type": "research_report",
+        "input": research(world, f"catch-up {uuid.uuid4().hex[:6]}", {"alpha": ""})["input"],
+        "every_s": 3600,
+        "overlap": "allow",
+        "catchup_window_s": 7200,
+    }
+    created = await world.http.post("/v1/schedules", json=body, headers=SUBMITTER)
+    assert created.status_code == 201, created.text
+    schedule_id = created.json()["schedule_id"]
+    try:
+        await wait_until(lambda: world_armed(world, schedule_id), timeout_s=30, what="the first timer armed")
+        world.stack.kill("timer_service")
+        world.advance(3 * 3600 + 300)
+        await asyncio.sleep(2)
+        assert (await schedule_of(world, schedule_id))["runs"] == []  # nothing fires while it is down
+        await world.stack.restart("timer_service")
+        runs = await runs_until(world, schedule_id, 3, "the runs caught up")
+        assert [(r["kind"], r["status"]) for r in runs] == [
+            ("catch_up", "missed"),
+            ("catch_up", "started"),
+            ("scheduled", "started"),
+        ], runs
+        for run in runs[1:]:
+            await world.wait(run["workflow_id"], lambda s: s.get("status") is not None, "its start")
+    finally:
+        await world.http.delete(f"/v1/schedules/{schedule_id}", headers=OPERATOR)
+
+
+async def world_armed(world: World, schedule_id: str) -> bool:
+    async with connected(world.database_url) as conn:
+        armed = await conn.fetchval(
+            "SELECT armed_for FROM gateway.schedules WHERE schedule_id = $1", schedule_id
+        )
+    return armed is not None
+
+
 async def test_a_bulk_cancel_by_query_survives_a_sigkill_halfway_and_cancels_each_once(
     world: World, world_pg: asyncpg.Connection
 ) -> None:

@@ -178,3 +178,13 @@ class AwaitsSignal(EventModel):
     waiting for that signal."""
 
     awaits: ClassVar[str]
+
+
+@event("schedule.due", 1)
+class ScheduleDue(EventModel):
+    """A schedule's timer fell due (the timer service fires what the gateway armed): the
+    gateway records the runs due since the schedule's last one, starts them as its overlap
+    policy says, and arms the next. Its envelope's workflow is the schedule."""
+
+    schedule_id: str = Field(pattern=r"^sch-[0-9a-f]{32}$")
+    due_at: UtcDateTime = Field(description="the run this timer was armed for")

@@ -344,6 +344,46 @@ async def test_a_submitter_adds_the_missing_line_from_the_console_and_sees_the_a
     sign_out(browser)
 
 
+async def test_a_submitter_sees_a_schedule_and_its_runs_and_pauses_it_from_the_console(
+    deployment: Deployment, browser: WebDriver
+) -> None:
+    stack = deployment.stack
+    body = {
+        "workflow_type": "procurement",
+        "input": procurement(uuid.uuid4().hex[:8])["input"],
+        "cron": "0 9 * * 1-5",
+        "note": "weekday invoice run",
+    }
+    async with httpx.AsyncClient(base_url=stack.api_url, timeout=10) as api:
+        created = await api.post("/v1/schedules", json=body, headers=SUBMITTER)
+        assert created.status_code == 201, created.text
+        schedule_id = created.json()["schedule_id"]
+        triggered = await api.post(f"/v1/schedules/{schedule_id}/trigger", headers=SUBMITTER)
+        assert triggered.status_code == 200, triggered.text
+
+        async def started() -> bool:
+            runs = (await api.get(f"/v1/schedules/{schedule_id}", headers=SUBMITTER)).json()["runs"]
+            return bool(runs) and runs[0]["status"] == "started"
+
+        await _eventually(started, "the triggered run started")
+    browser.get(f"{stack.console_url}/schedules")
+    sign_in(browser, "demo-submitter-key")
+    until(lambda: "weekday invoice run" in text(browser), "the schedule listed")
+    assert "cron 0 9 * * 1-5" in text(browser)
+    shot(browser, "schedules")
+    browser.find_element(By.LINK_TEXT, schedule_id[:12]).click()
+    until(lambda: "Runs" in text(browser), "the schedule's page")
+    runs = browser.find_element(By.CSS_SELECTOR, "table.runs").text
+    assert "manual" in runs and "started" in runs and "wf-" in runs
+    browser.find_element(By.CSS_SELECTOR, "button[value='pause']").click()
+    until(lambda: "paused" in browser.find_element(By.CSS_SELECTOR, ".status-card .tag").text, "paused")
+    assert "pause by demo-submitter" in text(browser) and "create by demo-submitter" in text(browser)
+    shot(browser, "schedule-paused")
+    browser.find_element(By.CSS_SELECTOR, "button[value='delete']").click()
+    until(lambda: "deleted" in browser.find_element(By.CSS_SELECTOR, ".status-card .tag").text, "deleted")
+    sign_out(browser)
+
+
 async def _eventually(probe: Callable[[], Any], what: str, timeout_s: float = 90.0) -> Any:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

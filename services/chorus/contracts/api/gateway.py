@@ -84,6 +84,80 @@ class SignalBody(ApiModel, Generic[InputT]):
     reason: InClear[Comment] = Field(min_length=1, description="why, for the workflow's audit trail")
 
 
+SCHEDULE_ID_PATTERN = r"^sch-[0-9a-f]{32}$"
+Overlap = Literal["skip", "buffer_one", "allow"]
+
+
+class ScheduleBody(ApiModel):
+    """``POST /v1/schedules``: start a workflow type with one input, on a cron expression or
+    every so many seconds (UTC), as the caller's submissions."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    workflow_type: Annotated[str, Field(min_length=1, max_length=63)]
+    input: dict[str, Any] = Field(
+        description="the start event's payload (as POST /v1/workflows/{type} takes)"
+    )
+    cron: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
+        default=None, description="five fields, UTC: minute hour day-of-month month day-of-week"
+    )
+    every_s: float | None = Field(default=None, ge=1, le=366 * 86400, description="or: every so many seconds")
+    overlap: Overlap = Field(
+        default="skip",
+        description="a run due while the previous one's workflow still runs: skip it, buffer one "
+        "(started when the previous ends), or allow it",
+    )
+    catchup_window_s: float = Field(
+        default=3600,
+        ge=0,
+        le=366 * 86400,
+        description="after an outage, runs due at most this long ago are started; older ones are missed",
+    )
+    priority: Priority = "normal"
+    deadline_s: float | None = Field(default=None, gt=0, description="each run's deadline (bounded per type)")
+    subject_ref: Ref | None = Field(default=None, description="the data subject each run concerns (erasure)")
+    note: InClear[Comment] = ""
+
+
+class ScheduleRun(ApiModel):
+    due_at: IsoDateTime
+    kind: str = Field(description="scheduled, catch_up (due while its timer could not fire), manual")
+    status: str = Field(description="due, buffered, started, skipped (with why), missed")
+    workflow_id: str | None
+    detail: str | None
+    at: IsoDateTime | None = Field(description="when it was started, skipped or missed")
+
+
+class ScheduleChange(ApiModel):
+    at: IsoDateTime
+    by: str
+    action: Literal["create", "pause", "resume", "trigger", "delete"]
+
+
+class Schedule(ApiModel):
+    """A schedule, its next run, its latest runs and who changed it when (newest first)."""
+
+    schedule_id: str
+    workflow_type: str
+    cron: str | None
+    every_s: float | None
+    overlap: Overlap
+    catchup_window_s: float
+    priority: Priority
+    note: str
+    created_by: str
+    created_at: IsoDateTime
+    state: Literal["active", "paused", "deleted"]
+    next_due_at: IsoDateTime | None
+    runs: list[ScheduleRun] = Field(description="the latest 20")
+    changes: list[ScheduleChange] = Field(description="the latest 20: who created, paused, resumed, ...")
+    status_url: str
+
+
+class ScheduleList(ApiModel):
+    schedules: list[Schedule]
+
+
 class BulkActionBody(ApiModel):
     """``POST /v1/bulk-actions``: what to do to every running workflow a query finds."""
 

@@ -96,11 +96,17 @@ NAV = {
     "operator": [
         ("approvals", "Approvals"),
         ("workflows", "Workflows"),
+        ("schedules", "Schedules"),
         ("dead-letters", "Dead letters"),
         ("outcomes", "Outcomes"),
     ],
-    "auditor": [("workflows", "Workflows"), ("dead-letters", "Dead letters"), ("outcomes", "Outcomes")],
-    "submitter": [("workflows", "My workflows"), ("outcomes", "Outcomes")],
+    "auditor": [
+        ("workflows", "Workflows"),
+        ("schedules", "Schedules"),
+        ("dead-letters", "Dead letters"),
+        ("outcomes", "Outcomes"),
+    ],
+    "submitter": [("workflows", "My workflows"), ("schedules", "My schedules"), ("outcomes", "Outcomes")],
 }
 
 

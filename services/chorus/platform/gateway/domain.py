@@ -6,11 +6,14 @@ import base64
 import hashlib
 import hmac
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import urlsplit
 
+from croniter import croniter
 from pydantic import BaseModel
 
 from chorus.contracts.api.gateway import Submission
@@ -131,3 +134,58 @@ def submitter_urls(body: Any, where: str = "") -> list[tuple[str, str]]:
         for i, value in enumerate(body):
             found.extend(submitter_urls(value, f"{where}/{i}"))
     return found
+
+
+# -- schedules ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cadence:
+    """When a schedule's runs fall due: on a cron expression (five fields, UTC), or every
+    ``every_s`` seconds from ``anchor``."""
+
+    cron: str | None
+    every_s: float | None
+    anchor: datetime
+
+    def check(self) -> str | None:
+        """What is wrong with it (None: nothing)."""
+        if (self.cron is None) == (self.every_s is None):
+            return "give either cron or every_s"
+        if self.cron is not None:
+            if len(self.cron.split()) != 5:
+                return f"cron {self.cron!r}: five fields (minute hour day-of-month month day-of-week)"
+            if not croniter.is_valid(self.cron):
+                return f"cron {self.cron!r} is no cron expression"
+        return None
+
+
+def next_due(cadence: Cadence, after: datetime) -> datetime:
+    """The first run strictly after ``after``."""
+    if cadence.cron is not None:
+        found: datetime = croniter(cadence.cron, after.astimezone(timezone.utc)).get_next(datetime)
+        return found
+    assert cadence.every_s is not None
+    step = timedelta(seconds=cadence.every_s)
+    passed = max(0, math.floor((after - cadence.anchor) / step) + 1)
+    return cadence.anchor + passed * step
+
+
+MAX_CAUGHT_UP = 1000
+"""The most runs one firing enumerates: a schedule every second, down for a week, does not
+stall its gateway (the rest are counted as missed by the next firing)."""
+
+
+def catch_up(
+    cadence: Cadence, since: datetime, until: datetime, window: timedelta
+) -> tuple[list[datetime], list[datetime]]:
+    """The runs due in (``since``, ``until``]: (to start, missed). Those due longer than
+    ``window`` before ``until`` are missed (the schedule's catch-up policy after an outage);
+    the latest is always started, late or not, unless it is itself older than the window."""
+    due: list[datetime] = []
+    at = next_due(cadence, since)
+    while at <= until and len(due) < MAX_CAUGHT_UP:
+        due.append(at)
+        at = next_due(cadence, at)
+    oldest = until - window
+    return [d for d in due if d >= oldest], [d for d in due if d < oldest]

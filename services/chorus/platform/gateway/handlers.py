@@ -1,8 +1,10 @@
-"""Handlers of the gateway: completion webhooks, the workflow-level deadline, and cancel."""
+"""Handlers of the gateway: completion webhooks, the workflow-level deadline, cancel, and
+schedules' timers."""
 
 from __future__ import annotations
 
 from chorus.contracts.lifecycle import (
+    ScheduleDue,
     WorkflowCancelRequested,
     WorkflowDeadlineReached,
     WorkflowEnded,
@@ -10,6 +12,7 @@ from chorus.contracts.lifecycle import (
 )
 from chorus.kernel.codec import Event
 from chorus.kernel.service import Context, Outcome
+from chorus.platform.gateway.adapters.schedules import RecordDue
 from chorus.platform.gateway.adapters.webhooks import WebhookSender
 from chorus.platform.gateway.domain import SERVICE, GatewayState
 
@@ -78,3 +81,13 @@ async def on_workflow_cancel_requested(
         ended_by=SERVICE,
     )
     return Outcome(emit=[ended], ended="cancelled")
+
+
+async def on_schedule_due(
+    event: Event[ScheduleDue], state: GatewayState | None, ctx: Context[WebhookSender]
+) -> Outcome[GatewayState]:
+    """A schedule's timer fell due (late, after an outage): the runs due since its last one
+    are recorded with the event's inbox row, and the schedule worker acts on them and arms
+    the next timer."""
+    due = event.payload
+    return Outcome(effects=[RecordDue(due.schedule_id, due.due_at, ctx.clock.now())])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from chorus import __version__
 from chorus.contracts.lifecycle import (
+    ScheduleDue,
     WorkflowCancelRequested,
     WorkflowDeadlineReached,
     WorkflowEnded,
@@ -16,11 +17,13 @@ from chorus.platform.gateway.bootstrap import bootstrap
 from chorus.platform.gateway.bulk import run_bulk_actions
 from chorus.platform.gateway.domain import GatewayState
 from chorus.platform.gateway.handlers import (
+    on_schedule_due,
     on_workflow_cancel_requested,
     on_workflow_deadline_reached,
     on_workflow_ended,
     on_workflow_started,
 )
+from chorus.platform.gateway.scheduled import run_schedules
 from chorus.platform.gateway.server import serve_api
 
 SPEC: ServiceSpec[GatewayState, WebhookSender] = ServiceSpec(
@@ -42,6 +45,8 @@ SPEC: ServiceSpec[GatewayState, WebhookSender] = ServiceSpec(
         On(WorkflowDeadlineReached, on_workflow_deadline_reached, timeout_s=30),
         # Says who cancelled and why in the end's (sealed) reason.
         On(WorkflowCancelRequested, on_workflow_cancel_requested, timeout_s=30, personal=True),
+        # A schedule's timer: its due runs recorded (the schedule worker starts them).
+        On(ScheduleDue, on_schedule_due, timeout_s=30),
     ],
     # The API (not a handler) emits the start events and decisions through the same outbox.
     produces=frozenset(
@@ -55,12 +60,14 @@ SPEC: ServiceSpec[GatewayState, WebhookSender] = ServiceSpec(
             "approval.decision_submitted",
             # The reference workflows' signals (workflows.yaml), sent for people who may.
             "invoice.line_added",
+            "schedule.due",
         }
     ),
     state=GatewayState,
     migrations=[migrate],
     owned_data=[SubmissionRetention()],
-    # The API, and the bulk actions it was asked for (acted on in the background).
-    workers=[serve_api, run_bulk_actions],
+    # The API, and what it was asked for that goes on in the background: bulk actions and
+    # schedules' runs.
+    workers=[serve_api, run_bulk_actions, run_schedules],
     bootstrap=bootstrap,
 )

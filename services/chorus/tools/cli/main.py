@@ -21,6 +21,7 @@ from chorus.tools.cli import migrate as migrate_cli
 from chorus.tools.cli import new as new_cli
 from chorus.tools.cli import policy as policy_cli
 from chorus.tools.cli import rollout as rollout_cli
+from chorus.tools.cli import schedules as schedules_cli
 from chorus.tools.cli import schemas as schemas_cli
 from chorus.tools.cli import signals as signals_cli  # noqa: F401  (its commands join `workflows`)
 from chorus.tools.cli import status as status_cli
@@ -50,6 +51,7 @@ app.add_typer(audit_cli.audit_app, name="audit")
 app.command("status")(status_cli.status_command)
 app.command("doctor")(doctor_cli.doctor_command)
 app.add_typer(workflows_cli.app, name="workflows")
+app.add_typer(schedules_cli.app, name="schedules")
 app.add_typer(approvals_cli.app, name="approvals")
 app.add_typer(policy_cli.app, name="policy")
 app.add_typer(rollout_cli.app, name="rollout")

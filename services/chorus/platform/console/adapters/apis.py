@@ -32,6 +32,8 @@ from chorus.contracts.api.gateway import (
     DecisionAccepted,
     DecisionBody,
     Me,
+    Schedule,
+    ScheduleList,
     SearchAttributes,
     SignalSent,
     WorkflowPage,
@@ -169,6 +171,18 @@ class Apis:
 
     async def signal(self, key: str, signal_id: str) -> SignalSent:
         return await self._get(SignalSent, key, "GET", f"{self.gateway}/v1/signals/{_path(signal_id)}")
+
+    async def schedules(self, key: str) -> list[Schedule]:
+        return (await self._get(ScheduleList, key, "GET", f"{self.gateway}/v1/schedules")).schedules
+
+    async def schedule(self, key: str, schedule_id: str) -> Schedule:
+        return await self._get(Schedule, key, "GET", f"{self.gateway}/v1/schedules/{_path(schedule_id)}")
+
+    async def act_on_schedule(self, key: str, schedule_id: str, action: str) -> Schedule:
+        url = f"{self.gateway}/v1/schedules/{_path(schedule_id)}"
+        if action == "delete":
+            return await self._get(Schedule, key, "DELETE", url)
+        return await self._get(Schedule, key, "POST", f"{url}/{_path(action)}")
 
     # -- the dead-letter service ----------------------------------------------------------------
 

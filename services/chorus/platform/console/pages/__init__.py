@@ -3,7 +3,14 @@
 
 from __future__ import annotations
 
-from chorus.platform.console.pages import approvals, letters, outcomes, signin, workflows
+from chorus.platform.console.pages import approvals, letters, outcomes, schedules, signin, workflows
 
-ROUTERS = (signin.router, approvals.router, workflows.router, letters.router, outcomes.router)
+ROUTERS = (
+    signin.router,
+    approvals.router,
+    workflows.router,
+    schedules.router,
+    letters.router,
+    outcomes.router,
+)
 """In the order their paths are matched."""

@@ -112,6 +112,55 @@ MIGRATIONS = [
             "CREATE INDEX IF NOT EXISTS signals_workflow ON gateway.signals (workflow_id)",
         ),
     ),
+    # Schedules (chorus.platform.gateway.scheduled): each schedule, its runs as they fall due,
+    # and who changed it when.
+    migrations.Migration(
+        7,
+        "schedules",
+        (
+            """CREATE TABLE IF NOT EXISTS gateway.schedules (
+                schedule_id text PRIMARY KEY,
+                workflow_type text NOT NULL,
+                template jsonb NOT NULL,
+                cron text,
+                every_s double precision,
+                anchor_at timestamptz NOT NULL,
+                overlap text NOT NULL,
+                catchup_window_s double precision NOT NULL,
+                priority text NOT NULL,
+                deadline_s double precision,
+                note text NOT NULL,
+                created_by text NOT NULL,
+                created_at timestamptz NOT NULL,
+                state text NOT NULL,
+                last_due_at timestamptz NOT NULL,
+                next_due_at timestamptz,
+                armed_for timestamptz,
+                request_hash text NOT NULL,
+                idempotency_key text)""",
+            """CREATE UNIQUE INDEX IF NOT EXISTS schedules_idempotency
+                ON gateway.schedules (created_by, idempotency_key) WHERE idempotency_key IS NOT NULL""",
+            """CREATE TABLE IF NOT EXISTS gateway.schedule_runs (
+                schedule_id text NOT NULL REFERENCES gateway.schedules ON DELETE CASCADE,
+                due_at timestamptz NOT NULL,
+                kind text NOT NULL,
+                status text NOT NULL,
+                workflow_id text,
+                detail text,
+                at timestamptz,
+                not_before timestamptz NOT NULL,
+                PRIMARY KEY (schedule_id, due_at))""",
+            """CREATE INDEX IF NOT EXISTS schedule_runs_pending ON gateway.schedule_runs (not_before, due_at)
+                WHERE status IN ('due', 'buffered')""",
+            """CREATE TABLE IF NOT EXISTS gateway.schedule_changes (
+                seq bigserial PRIMARY KEY,
+                schedule_id text NOT NULL REFERENCES gateway.schedules ON DELETE CASCADE,
+                at timestamptz NOT NULL,
+                by text NOT NULL,
+                action text NOT NULL)""",
+            "CREATE INDEX IF NOT EXISTS schedule_changes_of ON gateway.schedule_changes (schedule_id, at)",
+        ),
+    ),
 ]
 
 

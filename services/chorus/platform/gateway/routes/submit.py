@@ -107,19 +107,37 @@ class Asked:
 
 async def accept(api: GatewayApi, asked: Asked) -> JSONResponse:
     """The submission accepted once (a retry with its key answers with the same workflow):
-    its row and the outbox rows of its first events in one transaction."""
+    202 with the workflow's id."""
+    await refuse_inner_urls(asked.body.model_dump(mode="json"))
+    digest = request_hash(asked.workflow_type, asked.body)
+    workflow_id, existing = await begin(api.rt, api.settings.subject_key, asked, digest)
+    if existing is not None:
+        return _replayed(api, existing, digest)
+    status_url = api.status_url(workflow_id)
+    return JSONResponse(
+        SubmissionAccepted(workflow_id=workflow_id, status_url=status_url).model_dump(mode="json"),
+        status_code=202,
+        headers={"Location": status_url},
+    )
+
+
+async def begin(
+    rt: RuntimeHandle, subject_key: str, asked: Asked, digest: str | None = None
+) -> tuple[str, repository.SubmissionRow | None]:
+    """The submission's row and the outbox rows of its first events, in one transaction:
+    (its workflow id, None); or, when its Idempotency-Key was used before (a retry, a
+    concurrent one that won), (that workflow's id, its row). A person's request (accept)
+    and a schedule's run (chorus.platform.gateway.scheduled) start workflows alike."""
     body, who, idempotency_key = asked.body, asked.who, asked.idempotency_key
-    await refuse_inner_urls(body.model_dump(mode="json"))
-    digest = request_hash(asked.workflow_type, body)
-    rt = api.rt
+    digest = digest or request_hash(asked.workflow_type, body)
     async with rt.pool.acquire() as conn:
         if idempotency_key:
             existing = await repository.find_by_key(conn, who.principal, idempotency_key)
             if existing is not None:
-                return _replayed(api, existing, digest)
+                return existing.workflow_id, existing
         workflow_id = f"wf-{uuid.uuid4().hex[:20]}"
         now = rt.clock.now()
-        started, messages = await _first_events(api, asked, workflow_id, now)
+        started, messages = await _first_events(rt, subject_key, asked, workflow_id, now)
         async with rt.outbox.transaction(conn) as tx:
             inserted = await repository.insert_submission(
                 conn,
@@ -140,21 +158,15 @@ async def accept(api: GatewayApi, asked: Asked) -> JSONResponse:
             assert idempotency_key is not None
             winner = await repository.find_by_key(conn, who.principal, idempotency_key)
             assert winner is not None
-            return _replayed(api, winner, digest)
-    status_url = api.status_url(workflow_id)
-    return JSONResponse(
-        SubmissionAccepted(workflow_id=workflow_id, status_url=status_url).model_dump(mode="json"),
-        status_code=202,
-        headers={"Location": status_url},
-    )
+            return winner.workflow_id, winner
+    return workflow_id, None
 
 
 async def _first_events(
-    api: GatewayApi, asked: Asked, workflow_id: str, now: datetime
+    rt: RuntimeHandle, subject_key: str, asked: Asked, workflow_id: str, now: datetime
 ) -> tuple[Envelope, list[OutboxMessage]]:
     """workflow.started, the start event (the submission's input) and the deadline timer,
     as outbox rows; and the started envelope (its trace and pins go on the row)."""
-    rt, subject_key = api.rt, api.settings.subject_key
     body, who, kind, workflow_type = asked.body, asked.who, asked.kind, asked.workflow_type
     deadline_at = now + timedelta(seconds=body.deadline_s or kind.deadline_s)
     started = start_envelope(
