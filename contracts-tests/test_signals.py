@@ -23,7 +23,7 @@ def test_a_procurement_takes_its_submitters_missing_line_as_a_signal_or_an_updat
     assert (name, declared.event, declared.roles, declared.answer) == (
         "add_line",
         "invoice.line_added",
-        ["submitter"],
+        ["submitter", "operator"],
         "invoice.line_checked",
     )
     assert registry.signals("research_report") == {} and registry.signals("no_such_type") == {}

@@ -1593,13 +1593,14 @@ async def test_a_signal_adds_the_missing_line_and_the_procurement_goes_on_to_pay
     workflow_id = await waiting_for_a_line(world, uuid.uuid4().hex[:8])
     offered = await world.http.get(f"/v1/workflows/{workflow_id}/signals", headers=SUBMITTER)
     assert [s["name"] for s in offered.json()["signals"]] == ["add_line"]
-    assert (await world.http.get(f"/v1/workflows/{workflow_id}/signals", headers=OPERATOR)).json()[
+    # An auditor reads every workflow and sends nothing.
+    assert (await world.http.get(f"/v1/workflows/{workflow_id}/signals", headers=AUDITOR)).json()[
         "signals"
     ] == []
 
     path = f"/v1/workflows/{workflow_id}/signals/add_line"
     body = {"input": MISSING_LINE, "reason": "the scan cut the last line off"}
-    assert (await world.http.post(path, json=body, headers=OPERATOR)).status_code == 403
+    assert (await world.http.post(path, json=body, headers=AUDITOR)).status_code == 403
     assert (await world.http.post(path, json=body, headers=OTHER_SUBMITTER)).status_code == 404
     bad = {**body, "input": {"line": {**MISSING_LINE["line"], "quantity": 0}}}
     refused = await world.http.post(path, json=bad, headers=SUBMITTER)
@@ -1703,6 +1704,55 @@ async def test_an_update_answers_with_the_invoice_agents_verdict_and_a_refused_l
     assert (
         await world.http.post(f"/v1/workflows/{workflow_id}/cancel", json=cancel, headers=SUBMITTER)
     ).status_code == 202
+
+
+async def test_a_bulk_signal_adds_the_missing_line_to_each_invoice_a_query_finds_once(world: World) -> None:
+    """Five invoices of one amount (unique to this run) whose documents lack the same line:
+    an operator adds it to every one the search finds waiting for it; each is validated and
+    goes on to its manager, with one line_added in its timeline naming the operator."""
+    run = uuid.uuid4().hex[:8]
+    short = f"{50 + int(run[:4], 16) % 9000 / 100:.2f}"  # this run's own amount, on one line
+    total = f"{float(short) + 31:.2f}"
+    bodies = [procurement(f"{run}{i}", total=total, line=f"1 x GPU hours @ {short} EUR") for i in range(5)]
+    ids = [(await world.submit("procurement", body)).json()["workflow_id"] for body in bodies]
+    query = f"amount = {round(float(total) * 100)} AND stage = 'invoice.correction_requested'"
+    for workflow_id in ids:
+        await world.wait(
+            workflow_id, lambda s: s.get("waiting_for") == "signal add_line", "the wait for a line"
+        )
+    line = {"line": {"description": "shipping", "quantity": 1, "unit_price_cents": 3100}}
+    ask = {
+        "action": "signal",
+        "signal": "add_line",
+        "input": line,
+        "query": query,
+        "reason": "scanner dropped it",
+    }
+    bad = await world.http.post(
+        "/v1/bulk-actions", json={**ask, "input": {"line": {"quantity": 1}}}, headers=OPERATOR
+    )
+    assert bad.status_code == 422 and bad.json()["errors"][0]["pointer"] == "/input/line/description"
+    created = await world.http.post("/v1/bulk-actions", json=ask, headers=OPERATOR)
+    assert created.status_code == 202, created.text
+    assert (created.json()["matched"], created.json()["signal"]) == (5, "add_line")
+
+    async def progress() -> dict[str, Any]:
+        body: dict[str, Any] = (await world.http.get(created.headers["Location"], headers=OPERATOR)).json()
+        return body
+
+    final = await wait_until(
+        progress, until=lambda p: p["finished_at"] is not None, timeout_s=60, what="the end"
+    )
+    assert (final["done"], final["skipped"]) == (5, 0), final
+    assert all(item["detail"].startswith("sig-") for item in final["items"])
+    for workflow_id in ids:
+        status = await world.waiting_on(workflow_id, "manager")
+        added = [e for e in status["timeline"] if e["event_type"] == "invoice.line_added"]
+        assert len(added) == 1 and added[0]["payload"]["sent_by"] == "sam.operator", added
+        cancel = {"reason": "test over"}
+        assert (
+            await world.http.post(f"/v1/workflows/{workflow_id}/cancel", json=cancel, headers=SUBMITTER)
+        ).status_code == 202
 
 
 async def schedule_of(world: World, schedule_id: str) -> dict[str, Any]:

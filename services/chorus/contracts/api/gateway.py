@@ -163,7 +163,12 @@ class BulkActionBody(ApiModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    action: Literal["cancel"] = Field(description="what is done to each workflow found")
+    action: Literal["cancel", "signal"] = Field(
+        description="what is done to each workflow found: cancel it, or send it a signal (one an "
+        "operator may send, with ``signal`` and ``input``)"
+    )
+    signal: Annotated[str, Field(max_length=40)] | None = Field(default=None, description="the signal's name")
+    input: dict[str, Any] | None = Field(default=None, description="the signal's input (each one gets it)")
     query: Annotated[str, Field(min_length=1, max_length=1000)] = Field(
         description="which workflows (GET /v1/workflows?query=): only running, waiting and attention "
         "ones are acted on"
@@ -293,7 +298,10 @@ class WorkflowSignals(ApiModel):
 class BulkItem(ApiModel):
     workflow_id: str
     status: Literal["pending", "done", "skipped"]
-    detail: str | None = Field(description="why it was skipped (it ended, or was cancelled already)")
+    detail: str | None = Field(
+        description="why it was skipped (it ended, was cancelled already, takes no such signal), "
+        "or the signal sent"
+    )
     at: IsoDateTime | None = Field(description="when it was acted on")
 
 
@@ -302,7 +310,8 @@ class BulkAction(ApiModel):
     fixed), and how far it got. ``dry_run``: what it would act on, nothing done."""
 
     bulk_id: str | None = Field(description="null for a dry run")
-    action: Literal["cancel"]
+    action: Literal["cancel", "signal"]
+    signal: str | None = None
     query: str
     reason: str
     requested_by: str

@@ -2,23 +2,28 @@
 action's rate (``rate_per_s``), on the service's clock.
 
 Each workflow is acted on in one transaction with its item's new status: the cancel
-request (``gateway.cancellations``, one per workflow), its ``workflow.cancel_requested``
-in the outbox, and the item ``done``. A workflow that ended meanwhile, or was asked to stop
-before, is ``skipped`` saying so. A crash (SIGKILL) anywhere leaves the item pending or
-fully done; the next start goes on with what is pending. Replicas take disjoint items
-(``FOR UPDATE SKIP LOCKED``).
+request (``gateway.cancellations``, one per workflow) and its ``workflow.cancel_requested``,
+or the signal (``gateway.signals``, keyed by the action and the workflow) and its event, in
+the outbox, and the item ``done``. A workflow that ended meanwhile, was asked to stop
+before, or whose type takes no such signal from an operator is ``skipped`` saying so. A
+crash (SIGKILL) anywhere leaves the item pending or fully done; the next start goes on with
+what is pending. Replicas take disjoint items (``FOR UPDATE SKIP LOCKED``).
 """
 
 from __future__ import annotations
 
 import logging
 
+from pydantic import ValidationError
+
 from chorus.base.logs import fields
 from chorus.base.loops import forever
+from chorus.kernel.outbox import OutboxTransaction
 from chorus.kernel.service import RuntimeHandle
 from chorus.platform.gateway.adapters import bulk, repository
 from chorus.platform.gateway.adapters.readmodel import ReadModel
 from chorus.platform.gateway.routes.events import cancel_in
+from chorus.platform.gateway.routes.signals import Signalled, signal_in
 from chorus.web.apikeys import bearer
 from chorus.web.http import api_client
 
@@ -26,6 +31,35 @@ log = logging.getLogger("chorus.platform.gateway.bulk")
 
 IDLE_S = 1.0
 """How often an idle worker looks for pending items."""
+
+
+async def _signal(
+    tx: OutboxTransaction, rt: RuntimeHandle, item: bulk.Claimed, submission: repository.SubmissionRow | None
+) -> tuple[str, str | None]:
+    """The action's signal to one workflow, as the operator's (its Idempotency-Key, the
+    action's and the workflow's: sent once): (done, the signal's id) or (skipped, why)."""
+    assert item.signal is not None and item.input is not None
+    declared = rt.registry.signals(item.workflow_type).get(item.signal)
+    if declared is None or "operator" not in declared.roles:
+        return bulk.SKIPPED, f"a {item.workflow_type} takes no {item.signal} from an operator"
+    model = rt.registry.model(declared.event, rt.registry.latest_version(declared.event))
+    signalled = Signalled(
+        item.workflow_id,
+        item.workflow_type,
+        submission,
+        item.signal,
+        model,
+        item.input,
+        item.requested_by,
+        f"{item.reason} (bulk action {item.bulk_id})",
+    )
+    try:
+        row = await signal_in(
+            tx, rt, signalled, idempotency_key=f"{item.bulk_id}:{item.workflow_id}", request_hash=item.bulk_id
+        )
+    except ValidationError as exc:  # its type's event takes the input otherwise than the one checked
+        return bulk.SKIPPED, f"its {declared.event} refuses the input: {exc.errors()[0]['msg']}"
+    return (bulk.DONE, row.signal_id) if row is not None else (bulk.SKIPPED, "sent before")
 
 
 async def run_bulk_actions(rt: RuntimeHandle) -> None:
@@ -48,6 +82,9 @@ async def run_bulk_actions(rt: RuntimeHandle) -> None:
                 detail: str | None
                 if view is not None and view.outcome is not None:
                     status, detail = bulk.SKIPPED, f"ended ({view.outcome}) before its turn"
+                elif item.action == "signal":
+                    submission = await repository.find_by_workflow(conn, item.workflow_id)
+                    status, detail = await _signal(tx, rt, item, submission)
                 else:
                     submission = await repository.find_by_workflow(conn, item.workflow_id)
                     reason = f"{item.reason} (bulk action {item.bulk_id})"

@@ -14,7 +14,7 @@ from urllib.parse import quote
 import typer
 from pydantic import JsonValue
 
-from chorus.contracts.api.gateway import SignalSent, WorkflowSignals
+from chorus.contracts.api.gateway import BulkAction, SignalSent, WorkflowSignals
 from chorus.tools.cli.events import CliError, read_data
 from chorus.tools.cli.options import GATEWAY, ApiCall, api_command, fail, table_of
 from chorus.tools.cli.workflows import app, console
@@ -117,3 +117,45 @@ def signal_status_command(
     sent = call.answer(SignalSent, "GET", f"/v1/signals/{quote(signal_id, safe='')}")
     if not call.printed(sent):
         typer.echo(_describe(sent))
+
+
+@api_command(app, "bulk-signal", GATEWAY)
+def bulk_signal_command(
+    call: ApiCall,
+    query: Annotated[
+        str, typer.Option("--query", help="Which workflows (as `chorus workflows list --query`).")
+    ],
+    name: Annotated[str, typer.Option("--signal", help="A signal operators may send.")],
+    data: InputOpt,
+    reason: ReasonOpt,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Count what it would signal; send nothing.")
+    ] = False,
+    rate: Annotated[
+        float, typer.Option("--rate", min=0.01, max=100, help="At most this many a second.")
+    ] = 10.0,
+    idempotency_key: KeyOpt = None,
+) -> None:
+    """Send a signal to every running workflow a query finds (operators): each once, at
+    --rate, carried on after a restart. `bulk-status` shows how far it got."""
+    try:
+        payload: JsonValue = read_data(data)
+    except CliError as exc:
+        fail("workflows bulk-signal", str(exc), exc.code)
+    body = {
+        "action": "signal",
+        "signal": name,
+        "input": payload,
+        "query": query,
+        "reason": reason,
+        "dry_run": dry_run,
+        "rate_per_s": rate,
+    }
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+    answer = call.answer(BulkAction, "POST", "/v1/bulk-actions", json=body, headers=headers)
+    if call.printed(answer):
+        return
+    if answer.bulk_id is None:
+        typer.echo(f"dry run: would send {name} to {answer.matched} workflow(s); nothing sent")
+        return
+    typer.echo(f"{answer.bulk_id}: sending {name} to {answer.matched} workflow(s) at {answer.rate_per_s:g}/s")

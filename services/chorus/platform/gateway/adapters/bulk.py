@@ -8,6 +8,7 @@ or fully done, and a restart carries on with what is still pending.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -35,6 +36,8 @@ class Asked:
     requested_by: str
     requested_at: datetime
     rate_per_s: float
+    signal: str | None = None
+    input: dict[str, Any] | None = None
 
 
 async def create(conn: asyncpg.Connection, asked: Asked, found: Sequence[Found]) -> bool:
@@ -43,8 +46,9 @@ async def create(conn: asyncpg.Connection, asked: Asked, found: Sequence[Found])
     async with conn.transaction():
         inserted = await conn.fetchval(
             """INSERT INTO gateway.bulk_actions
-                 (bulk_id, action, query, reason, requested_by, requested_at, rate_per_s, matched)
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (bulk_id) DO NOTHING
+                 (bulk_id, action, query, reason, requested_by, requested_at, rate_per_s, matched,
+                  signal, input)
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb) ON CONFLICT (bulk_id) DO NOTHING
                RETURNING bulk_id""",
             asked.bulk_id,
             asked.action,
@@ -54,6 +58,8 @@ async def create(conn: asyncpg.Connection, asked: Asked, found: Sequence[Found])
             asked.requested_at,
             asked.rate_per_s,
             len(found),
+            asked.signal,
+            json.dumps(asked.input) if asked.input is not None else None,
         )
         if inserted is None:
             return False
@@ -76,6 +82,8 @@ class Claimed:
     reason: str
     requested_by: str
     rate_per_s: float
+    signal: str | None
+    input: dict[str, Any] | None
 
 
 async def next_batch(conn: asyncpg.Connection, limit: int) -> list[Claimed]:
@@ -83,14 +91,14 @@ async def next_batch(conn: asyncpg.Connection, limit: int) -> list[Claimed]:
     caller's transaction ends (replicas skip them: each takes items of its own)."""
     rows = await conn.fetch(
         """SELECT i.bulk_id, i.workflow_id, i.workflow_type, a.action, a.reason, a.requested_by,
-                  a.rate_per_s
+                  a.rate_per_s, a.signal, a.input::text AS input
            FROM gateway.bulk_items i JOIN gateway.bulk_actions a USING (bulk_id)
            WHERE i.status = 'pending' AND a.finished_at IS NULL
            ORDER BY a.requested_at, i.bulk_id, i.position
            LIMIT $1 FOR UPDATE OF i SKIP LOCKED""",
         limit,
     )
-    return [Claimed(**dict(r)) for r in rows]
+    return [Claimed(**{**dict(r), "input": json.loads(r["input"]) if r["input"] else None}) for r in rows]
 
 
 async def settle(
@@ -123,8 +131,8 @@ async def finish_done(conn: asyncpg.Connection, at: datetime) -> list[str]:
 async def find(conn: asyncpg.Connection, bulk_id: str, items: int = 100) -> dict[str, Any] | None:
     """The action with its counts and its first ``items`` items (by the order found)."""
     row = await conn.fetchrow(
-        """SELECT a.bulk_id, a.action, a.query, a.reason, a.requested_by, a.requested_at, a.rate_per_s,
-                  a.matched, a.finished_at,
+        """SELECT a.bulk_id, a.action, a.signal, a.query, a.reason, a.requested_by, a.requested_at,
+                  a.rate_per_s, a.matched, a.finished_at,
                   count(*) FILTER (WHERE i.status = 'pending') AS pending,
                   count(*) FILTER (WHERE i.status = 'done') AS done,
                   count(*) FILTER (WHERE i.status = 'skipped') AS skipped

@@ -161,6 +161,15 @@ MIGRATIONS = [
             "CREATE INDEX IF NOT EXISTS schedule_changes_of ON gateway.schedule_changes (schedule_id, at)",
         ),
     ),
+    # A bulk action may send a signal: which, with what input.
+    migrations.Migration(
+        8,
+        "bulk_signals",
+        (
+            "ALTER TABLE gateway.bulk_actions ADD COLUMN IF NOT EXISTS signal text",
+            "ALTER TABLE gateway.bulk_actions ADD COLUMN IF NOT EXISTS input jsonb",
+        ),
+    ),
 ]
 
 

@@ -8,13 +8,15 @@ later is not acted on, one that ends meanwhile is skipped. The gateway's bulk wo
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Annotated, Any
 
 from fastapi import Path
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 
-from chorus.contracts.api.gateway import BulkAction, BulkActionBody, BulkItem
+from chorus.contracts.api.gateway import BulkAction, BulkActionBody, BulkItem, signal_input
 from chorus.contracts.search import SearchQueryError, attribute_types, parse
 from chorus.platform.gateway.adapters import bulk
 from chorus.platform.gateway.routes.deps import Api, GatewayApi, IdempotencyKey, Operator
@@ -39,13 +41,16 @@ BulkId = Annotated[str, Path(max_length=80, pattern=r"^bulk-[0-9a-f]{32}$")]
 async def create(
     body: BulkActionBody, who: Operator, api: Api, idempotency_key: IdempotencyKey = None
 ) -> JSONResponse:
-    """Cancel every running workflow ``query`` finds (202 with the action), or count them
-    (``dry_run``: 200, nothing done). Each workflow's audit trail names the operator and
-    the reason; a retry with the same Idempotency-Key answers with the first action."""
+    """Cancel, or send a signal to, every running workflow ``query`` finds (202 with the
+    action), or count them (``dry_run``: 200, nothing done). Each workflow's audit trail
+    names the operator and the reason; a retry with the same Idempotency-Key answers with the
+    first action."""
     try:
         parse(body.query, attribute_types(api.rt.registry))
     except SearchQueryError as exc:
         raise Problem(400, "Invalid query", str(exc)) from None
+    if body.action == "signal":
+        _check_signal(api, body)
     # A retried request (same operator, same key) is the same action, never a second one:
     # answered from what was stored, without searching again.
     key = f"{who.principal}:{idempotency_key}" if idempotency_key else uuid.uuid4().hex
@@ -63,6 +68,7 @@ async def create(
         answer = BulkAction(
             bulk_id=None,
             action=body.action,
+            signal=body.signal,
             query=body.query,
             reason=body.reason,
             requested_by=who.principal,
@@ -76,7 +82,17 @@ async def create(
             items=items[:SHOWN],
         )
         return JSONResponse(answer.model_dump(mode="json"), status_code=200)
-    asked = bulk.Asked(bulk_id, body.action, body.query, body.reason, who.principal, now, body.rate_per_s)
+    asked = bulk.Asked(
+        bulk_id,
+        body.action,
+        body.query,
+        body.reason,
+        who.principal,
+        now,
+        body.rate_per_s,
+        body.signal,
+        body.input,
+    )
     async with api.rt.pool.acquire() as conn:
         created = await bulk.create(conn, asked, found)
         shown = await bulk.find(conn, bulk_id, SHOWN)
@@ -91,7 +107,12 @@ def _replayed(
     shown: dict[str, Any], body: BulkActionBody, bulk_id: str, key: str | None, status_url: str
 ) -> JSONResponse:
     """The action stored under this Idempotency-Key; 409 when the key named another one."""
-    if (shown["query"], shown["reason"]) != (body.query, body.reason):
+    if (shown["action"], shown["signal"], shown["query"], shown["reason"]) != (
+        body.action,
+        body.signal,
+        body.query,
+        body.reason,
+    ):
         raise Problem(409, "Idempotency-Key reused", f"{key!r} named another bulk action ({bulk_id})")
     headers = {"Location": status_url, "Idempotent-Replayed": "true"}
     return JSONResponse(_answer(shown, status_url).model_dump(mode="json"), status_code=202, headers=headers)
@@ -105,6 +126,41 @@ async def status(bulk_id: BulkId, who: Operator, api: Api) -> BulkAction:
     if shown is None:
         raise Problem(404, "Not found", f"no bulk action {bulk_id!r}")
     return _answer(shown, f"{api.base_url}/v1/bulk-actions/{bulk_id}")
+
+
+def _check_signal(api: GatewayApi, body: BulkActionBody) -> None:
+    """A signal some workflow type declares for operators, with an input it takes (422
+    naming the field otherwise); each workflow found is checked again when its turn comes
+    (a type that takes no such signal is skipped, saying so)."""
+    registry = api.rt.registry
+    declared = [s for wf in registry.workflows.values() for n, s in wf.signals.items() if n == body.signal]
+    if body.signal is None or body.input is None:
+        raise Problem(
+            422,
+            "Invalid bulk action",
+            "a signal action names its signal and input",
+            errors=[{"pointer": "/signal" if body.signal is None else "/input", "message": "required"}],
+        )
+    if not declared:
+        known = sorted(registry.signal_names())
+        raise Problem(
+            422,
+            "Invalid bulk action",
+            f"no workflow type takes a signal {body.signal!r}; signals: {known}",
+            errors=[{"pointer": "/signal", "message": "no such signal"}],
+        )
+    if not any("operator" in s.roles for s in declared):
+        raise Problem(403, "Forbidden", f"an operator may not send {body.signal}")
+    model = registry.model(declared[0].event, registry.latest_version(declared[0].event))
+    try:
+        signal_input(model).model_validate_json(json.dumps(body.input))
+    except ValidationError as exc:
+        errors = [
+            {"pointer": "/input/" + "/".join(map(str, e["loc"])), "message": e["msg"]} for e in exc.errors()
+        ]
+        raise Problem(
+            422, "Invalid input", f"{errors[0]['pointer']}: {errors[0]['message']}", errors=errors
+        ) from None
 
 
 async def _running(api: GatewayApi, query: str, who: ApiKey) -> list[bulk.Found]:

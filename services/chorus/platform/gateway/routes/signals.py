@@ -31,6 +31,8 @@ from chorus.contracts.api.gateway import (
 from chorus.contracts.base import EventModel
 from chorus.contracts.lifecycle import SIGNAL_FIELDS
 from chorus.contracts.registry import Registry, SignalDeclaration
+from chorus.kernel.outbox import OutboxTransaction
+from chorus.kernel.service import RuntimeHandle
 from chorus.platform.gateway.adapters import repository
 from chorus.platform.gateway.adapters.readmodel import ReadModelUnavailableError
 from chorus.platform.gateway.adapters.signals import SignalRow, find_signal, find_signal_by_key, insert_signal
@@ -258,40 +260,90 @@ async def _record(
     """The signal's row and its event, in one transaction: (row, False); or the row of the
     concurrent retry with the same key that won, (row, True)."""
     rt, who = api.rt, sending.who
-    signal_id = f"sig-{uuid.uuid4().hex}"
-    now = rt.clock.now()
-    fields = {**sending.body.input.model_dump(), "signal_id": signal_id, "sent_by": who.principal}
     try:
-        event = sending.model.model_validate({**fields, "reason": sending.body.reason})
+        async with rt.outbox.transaction(conn) as tx:
+            row = await signal_in(
+                tx,
+                rt,
+                Signalled(
+                    sending.workflow_id,
+                    sending.workflow_type,
+                    accepted,
+                    sending.name,
+                    sending.model,
+                    sending.body.input.model_dump(mode="json"),
+                    who.principal,
+                    sending.body.reason,
+                ),
+                idempotency_key=sending.idempotency_key,
+                request_hash=sending.request_hash,
+                as_update=sending.as_update,
+            )
     except ValidationError as exc:  # the input's model is the event's: only a project's own validator says no
-        errors = [
-            {"pointer": "/input/" + "/".join(map(str, e["loc"])), "message": e["msg"]} for e in exc.errors()
-        ]
+        errors = [{"pointer": _pointer(e["loc"]), "message": e["msg"]} for e in exc.errors()]
         raise Problem(
             422, "Invalid signal", f"{sending.name}: {exc.errors()[0]['msg']}", errors=errors
         ) from None
-    envelope = in_workflow(
-        rt, event, sending.workflow_id, sending.workflow_type, accepted, f"signal:{signal_id}", now
-    )
-    row = SignalRow(
-        signal_id,
-        sending.workflow_id,
-        sending.name,
-        who.principal,
-        sending.request_hash,
-        sending.as_update,
-        now,
-    )
-    async with rt.outbox.transaction(conn) as tx:
-        inserted = await insert_signal(tx.conn, row, sending.idempotency_key)
-        if inserted:
-            await tx.publish(envelope)
-    if inserted:
+    if row is not None:
         return row, False
     assert sending.idempotency_key is not None  # only a key's unique index makes an insert lose
     winner = await find_signal_by_key(conn, who.principal, sending.idempotency_key)
     assert winner is not None
     return winner, True
+
+
+@dataclass(frozen=True)
+class Signalled:
+    """A signal to send: to which workflow (its type, its submission: trace, lane, pins),
+    which one, its input (JSON), from whom and why."""
+
+    workflow_id: str
+    workflow_type: str
+    submission: repository.SubmissionRow | None
+    name: str
+    model: type[EventModel]
+    input: dict[str, Any]
+    sent_by: str
+    reason: str
+
+
+async def signal_in(
+    tx: OutboxTransaction,
+    rt: RuntimeHandle,
+    signalled: Signalled,
+    *,
+    idempotency_key: str | None,
+    request_hash: str,
+    as_update: bool = False,
+) -> SignalRow | None:
+    """The signal's row and its event in the caller's transaction ``tx`` (a person's request,
+    a bulk action's item); None when the sender's ``idempotency_key`` was used before.
+    ValidationError when the input does not make the event."""
+    signal_id = f"sig-{uuid.uuid4().hex}"
+    now = rt.clock.now()
+    stated = {
+        **signalled.input,
+        "signal_id": signal_id,
+        "sent_by": signalled.sent_by,
+        "reason": signalled.reason,
+    }
+    event = signalled.model.model_validate_json(json.dumps(stated))
+    envelope = in_workflow(
+        rt,
+        event,
+        signalled.workflow_id,
+        signalled.workflow_type,
+        signalled.submission,
+        f"signal:{signal_id}",
+        now,
+    )
+    row = SignalRow(
+        signal_id, signalled.workflow_id, signalled.name, signalled.sent_by, request_hash, as_update, now
+    )
+    if not await insert_signal(tx.conn, row, idempotency_key):
+        return None
+    await tx.publish(envelope)
+    return row
 
 
 def _pointer(loc: tuple[int | str, ...]) -> str:
