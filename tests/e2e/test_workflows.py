@@ -665,7 +665,7 @@ async def refused_by(world: World, service: str, event_ids: set[str]) -> None:
                 value = base64.b64decode(opened(letter["original"], world.key_service)["value_b64"])
                 try:
                     event_id = str(json.loads(value)["event_id"])
-                except (ValueError, KeyError, TypeError):
+                except (ValueError, KeyError, TypeError, RecursionError):  # hostile records' letters too
                     event_id = "?"
                 letters[(record.partition, record.offset)] = (
                     letter["service"],
@@ -1509,7 +1509,13 @@ async def test_a_search_by_business_attributes_finds_exactly_the_matching_workfl
     po = f"PO-{run}"  # on no record: each ends rejected, its attributes stated all the same
     made = {
         (vendor, total): (
-            await world.submit("procurement", procurement(f"{run}{i}", vendor=vendor, po=po, total=total))
+            await world.submit(
+                "procurement",
+                # one line of the whole total: it reads as claimed, and the PO on no record rejects it
+                procurement(
+                    f"{run}{i}", vendor=vendor, po=po, total=total, line=f"1 x GPU hours @ {total} EUR"
+                ),
+            )
         ).json()["workflow_id"]
         for i, (vendor, total) in enumerate(
             [
