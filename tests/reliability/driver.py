@@ -159,10 +159,16 @@ class Driver:
         expect_outcome: str | None = "completed",
         expect_gate: str | None = None,
         approve_tiers: Iterable[str] = APPROVE_ALL,
+        total: str | None = None,
+        line: str | None = None,
     ) -> Tracked:
-        """POST a workflow, retrying through gateway outages with the same Idempotency-Key."""
+        """POST a workflow, retrying through gateway outages with the same Idempotency-Key;
+        a procurement of ``total`` EUR whose document has ``line``, when given."""
         token = uuid.uuid4().hex[:12]
         body = BODIES[kind](token, self.sandbox_url)
+        if kind == "procurement" and total is not None and line is not None:
+            document = procurement(token, number=invoice_id(token), total=total, line=line)
+            body = {**body, "input": document["input"]}
         if kind == "support_ticket":  # a customer of its own, so its replies are its alone
             await self._add_customer(token)
         headers = {"Authorization": f"Bearer {SUBMITTER}", "Idempotency-Key": f"reliability-{token}"}
@@ -230,6 +236,83 @@ class Driver:
 
     def of(self, scenario: str) -> list[Tracked]:
         return [w for w in self.workflows if w.scenario == scenario]
+
+    # -- bulk actions -----------------------------------------------------------------------------
+
+    async def bulk(self, body: dict[str, Any], *, key: str) -> str:
+        """An operator's bulk action (POST /v1/bulk-actions), retried with the same key through
+        gateway outages; its id."""
+        headers = {"Authorization": f"Bearer {OPERATOR}", "Idempotency-Key": key}
+        for _ in range(60):
+            try:
+                response = await self.http.post(
+                    "/v1/bulk-actions", json={**body, "rate_per_s": 2}, headers=headers
+                )
+            except httpx.HTTPError:
+                await asyncio.sleep(1.0)
+                continue
+            if response.status_code == 202:
+                return str(response.json()["bulk_id"])
+            if response.status_code < 500:
+                raise AssertionError(f"gateway refused a bulk action: {response.text[:500]}")
+            await asyncio.sleep(1.0)
+        raise AssertionError("the gateway never took the bulk action")
+
+    async def bulk_finished(self, bulk_id: str, timeout_s: float) -> dict[str, Any] | None:
+        """The bulk action once it finished (None when it did not within ``timeout_s``)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while loop.time() < deadline:
+            try:
+                response = await self.http.get(
+                    f"/v1/bulk-actions/{bulk_id}", headers={"Authorization": f"Bearer {OPERATOR}"}
+                )
+                body: dict[str, Any] = response.json() if response.status_code == 200 else {}
+            except (httpx.HTTPError, ValueError):
+                body = {}
+            if body.get("finished_at"):
+                return body
+            await asyncio.sleep(1.0)
+        return None
+
+    async def bulk_done(self, bulk_ids: list[str], *, at_least: int, timeout_s: float) -> int:
+        """How many items of the actions are done, once at least ``at_least`` are (or at the
+        timeout)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        done = 0
+        while loop.time() < deadline:
+            done = 0
+            for bulk_id in bulk_ids:
+                try:
+                    response = await self.http.get(
+                        f"/v1/bulk-actions/{bulk_id}", headers={"Authorization": f"Bearer {OPERATOR}"}
+                    )
+                    done += int(response.json().get("done", 0)) if response.status_code == 200 else 0
+                except (httpx.HTTPError, ValueError):
+                    pass
+            if done >= at_least:
+                return done
+            await asyncio.sleep(0.2)
+        return done
+
+    async def wait_waiting_for(self, workflows: list[Tracked], what: str, timeout_s: float) -> bool:
+        """True once every workflow waits for ``what`` (its status's waiting_for)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        pending = {w.workflow_id for w in workflows}
+        while pending and loop.time() < deadline:
+            for workflow_id in list(pending):
+                try:
+                    response = await self.http.get(
+                        f"/v1/workflows/{workflow_id}", headers={"Authorization": f"Bearer {SUBMITTER}"}
+                    )
+                except httpx.HTTPError:
+                    continue
+                if response.status_code == 200 and response.json().get("waiting_for") == what:
+                    pending.discard(workflow_id)
+            await asyncio.sleep(0.5)
+        return not pending
 
     # -- waiting --------------------------------------------------------------------------------
 

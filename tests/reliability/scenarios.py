@@ -500,6 +500,66 @@ SHORT: list[Scenario] = [
 ]
 
 
+async def bulk_actions_under_sigkill(ctx: Ctx) -> None:
+    """Procurements of amounts of this run's own: eight wait for their manager and one bulk
+    action cancels them; eight lack a line and another sends it to each (then they are
+    approved and paid). The gateway, whose worker does both, is SIGKILLed halfway and
+    restarted: each is cancelled once, or gets its line once."""
+    driver = ctx.dep.driver
+    cents = 50_000 + ctx.rng.randrange(1, 40_000)
+    price = f"{cents / 100:.2f}"
+    line = f"1 x GPU hours @ {price} EUR"
+    to_cancel = [
+        await driver.submit(
+            "procurement", ctx.scenario, expect_outcome="cancelled", approve_tiers=(), total=price, line=line
+        )
+        for _ in range(8)
+    ]
+    # 31.00 EUR more than their one line: the reading misses a line, the agent waits for it.
+    short_total = f"{(cents + 3100) / 100:.2f}"
+    to_fix = [
+        await driver.submit("procurement", ctx.scenario, total=short_total, line=line) for _ in range(8)
+    ]
+    if not await driver.wait_gate(to_cancel, "manager", 120.0) or not await driver.wait_waiting_for(
+        to_fix, "signal add_line", 120.0
+    ):
+        ctx.faults.problems.append("the workflows never reached their manager or their wait for a line")
+        return
+    added = {"line": {"description": "GPU hours", "quantity": 1, "unit_price_cents": 3100}}
+    actions = [
+        await driver.bulk(
+            {"action": "cancel", "query": f"amount = {cents} AND status = 'waiting'", "reason": "withdrawn"},
+            key=f"{ctx.scenario}-cancel",
+        ),
+        await driver.bulk(
+            {
+                "action": "signal",
+                "signal": "add_line",
+                "input": added,
+                "query": f"amount = {cents + 3100} AND stage = 'invoice.correction_requested'",
+                "reason": "the scanner dropped it",
+            },
+            key=f"{ctx.scenario}-line",
+        ),
+    ]
+    # Killed once a few are done (2 a second each): most still pending, in both actions.
+    done = await driver.bulk_done(actions, at_least=3, timeout_s=30.0)
+    await injectors.kill(ctx.dep, ctx.faults, "gateway")
+    fault = ctx.faults.faults[-1]
+    fault.detail += f" after {done} of 16 items were done"
+    if not 3 <= done < 16:
+        ctx.faults.problems.append(
+            f"the gateway was not killed halfway through its bulk actions ({done} of 16 done)"
+        )
+    await asyncio.sleep(1.0)
+    await ctx.dep.start_proc("gateway")
+    fault.healed_at = time.monotonic()
+    for bulk_id in actions:
+        final = await driver.bulk_finished(bulk_id, 120.0)
+        if final is None or (final["done"], final["skipped"]) != (8, 0):
+            ctx.faults.problems.append(f"bulk action {bulk_id} ended {final}")
+
+
 def full() -> list[Scenario]:
     scenarios = [
         Scenario(
@@ -581,6 +641,13 @@ def full() -> list[Scenario]:
             "stable release SIGKILLed at their fault points; the canary promoted mid-flight",
             "main",
             rollout_under_sigkills,
+        ),
+        Scenario(
+            "bulk-actions-sigkill-gateway",
+            "a bulk cancel of 8 procurements and a bulk signal (a missing line) to 8 more, the "
+            "gateway that acts on both SIGKILLed halfway",
+            "main",
+            bulk_actions_under_sigkill,
         ),
         Scenario(
             "poison-at-broker-limit",

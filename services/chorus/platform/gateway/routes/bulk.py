@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from chorus.contracts.api.gateway import BulkAction, BulkActionBody, BulkItem, signal_input
 from chorus.contracts.search import SearchQueryError, attribute_types, parse
 from chorus.platform.gateway.adapters import bulk
-from chorus.platform.gateway.routes.deps import Api, GatewayApi, IdempotencyKey, Operator
+from chorus.platform.gateway.routes.deps import Api, GatewayApi, IdempotencyKey, Operator, invalid_input
 from chorus.web.apikeys import ApiKey
 from chorus.web.webapi import Problem, api_router, problems
 
@@ -155,12 +155,7 @@ def _check_signal(api: GatewayApi, body: BulkActionBody) -> None:
     try:
         signal_input(model).model_validate_json(json.dumps(body.input))
     except ValidationError as exc:
-        errors = [
-            {"pointer": "/input/" + "/".join(map(str, e["loc"])), "message": e["msg"]} for e in exc.errors()
-        ]
-        raise Problem(
-            422, "Invalid input", f"{errors[0]['pointer']}: {errors[0]['message']}", errors=errors
-        ) from None
+        raise invalid_input(exc) from None
 
 
 async def _running(api: GatewayApi, query: str, who: ApiKey) -> list[bulk.Found]:

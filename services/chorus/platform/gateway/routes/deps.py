@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Header, Path, Request
+from pydantic import ValidationError
 
 from chorus.kernel.service import RuntimeHandle
 from chorus.outside.ratelimit import KeyedRateLimits
@@ -86,3 +87,13 @@ IdempotencyKey = Annotated[
 Traceparent = Annotated[str | None, Header(max_length=55, description="W3C trace context to continue")]
 WorkflowId = Annotated[str, Path(max_length=200, description="the id the submission answered with")]
 ApprovalId = Annotated[str, Path(max_length=200)]
+
+
+def invalid_input(exc: ValidationError) -> Problem:
+    """A 422 naming each field of a body's ``input`` that a model refused (JSON pointers
+    below /input): for an input whose model another field of the request names (a
+    schedule's workflow type, a bulk action's signal)."""
+    errors = [
+        {"pointer": "/".join(["/input", *map(str, e["loc"])]), "message": e["msg"]} for e in exc.errors()
+    ]
+    return Problem(422, "Invalid input", f"{errors[0]['pointer']}: {errors[0]['message']}", errors=errors)

@@ -31,7 +31,14 @@ from chorus.contracts.base import plain_input
 from chorus.kernel.envelopes import start_envelope
 from chorus.platform.gateway.adapters import schedules
 from chorus.platform.gateway.domain import Cadence, next_due
-from chorus.platform.gateway.routes.deps import Anyone, Api, GatewayApi, IdempotencyKey, Submitter
+from chorus.platform.gateway.routes.deps import (
+    Anyone,
+    Api,
+    GatewayApi,
+    IdempotencyKey,
+    Submitter,
+    invalid_input,
+)
 from chorus.platform.gateway.routes.submit import refuse_inner_urls
 from chorus.privacy.crypto import keyed_ref
 from chorus.web.apikeys import ApiKey
@@ -69,12 +76,7 @@ async def create(
     try:
         start = plain_input(kind.start).model_validate_json(json.dumps(body.input))
     except ValidationError as exc:
-        errors = [
-            {"pointer": "/input/" + "/".join(map(str, e["loc"])), "message": e["msg"]} for e in exc.errors()
-        ]
-        raise Problem(
-            422, "Invalid input", f"{errors[0]['pointer']}: {errors[0]['message']}", errors=errors
-        ) from None
+        raise invalid_input(exc) from None
     await refuse_inner_urls({"input": body.input})
     digest = hashlib.sha256(body.model_dump_json().encode()).hexdigest()
     async with api.rt.pool.acquire() as conn:
