@@ -384,6 +384,49 @@ async def test_a_submitter_sees_a_schedule_and_its_runs_and_pauses_it_from_the_c
     sign_out(browser)
 
 
+async def test_an_operator_counts_then_cancels_the_workflows_a_search_finds_from_the_console(
+    deployment: Deployment, browser: WebDriver
+) -> None:
+    stack = deployment.stack
+    run = uuid.uuid4().hex[:8]
+    total = f"{10 + int(run[:4], 16) % 9000 / 100:.2f}"  # this run's own amount
+    bodies = [procurement(f"{run}{i}", total=total, line=f"1 x GPU hours @ {total} EUR") for i in range(2)]
+    query = f"amount = {round(float(total) * 100)} AND status = 'waiting'"
+    async with httpx.AsyncClient(base_url=stack.api_url, timeout=10) as api:
+        ids = [
+            (await api.post("/v1/workflows/procurement", json=body, headers=SUBMITTER)).json()["workflow_id"]
+            for body in bodies
+        ]
+
+        async def waiting() -> bool:
+            found = await api.get("/v1/workflows", params={"query": query}, headers=OPERATOR)
+            return len(found.json()["workflows"]) == 2
+
+        await _eventually(waiting, "both waiting for their manager")
+    browser.get(f"{stack.console_url}/bulk-actions")
+    sign_in(browser, "demo-operator-key")
+    until(lambda: "Act on every running workflow" in text(browser), "the bulk action form")
+    browser.find_element(By.ID, "query").send_keys(query)
+    browser.find_element(By.ID, "reason").send_keys("supplier withdrew")
+    browser.find_element(By.CSS_SELECTOR, "button[name='dry_run']").click()
+    dry = until(lambda: browser.find_elements(By.CSS_SELECTOR, ".dry-run"), "the dry run's count")
+    assert "would cancel 2 running workflow(s); nothing was done" in dry[0].text
+    assert all(workflow_id in dry[0].text for workflow_id in ids)
+    shot(browser, "bulk-dry-run")
+    browser.find_element(By.CSS_SELECTOR, "form.bulk button.danger").click()
+    until(
+        lambda: (
+            "2 done, 0 skipped, 0 pending" in browser.find_element(By.CSS_SELECTOR, ".bulk-progress").text
+        ),
+        "both cancelled",
+        reload=browser,
+    )
+    items = browser.find_element(By.CSS_SELECTOR, "table.items").text
+    assert all(workflow_id in items for workflow_id in ids) and "sam.operator" in text(browser)
+    shot(browser, "bulk-action-done")
+    sign_out(browser)
+
+
 async def _eventually(probe: Callable[[], Any], what: str, timeout_s: float = 90.0) -> Any:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

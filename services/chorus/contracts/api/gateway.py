@@ -326,6 +326,12 @@ class BulkAction(ApiModel):
     status_url: str | None = None
 
 
+class BulkActions(ApiModel):
+    """``GET /v1/bulk-actions``: the latest, newest first (each without its items)."""
+
+    bulk_actions: list[BulkAction]
+
+
 class Me(ApiModel):
     """``GET /v1/me``: who a key is."""
 

@@ -97,6 +97,7 @@ NAV = {
         ("approvals", "Approvals"),
         ("workflows", "Workflows"),
         ("schedules", "Schedules"),
+        ("bulk-actions", "Bulk actions"),
         ("dead-letters", "Dead letters"),
         ("outcomes", "Outcomes"),
     ],

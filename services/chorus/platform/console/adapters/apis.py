@@ -27,6 +27,8 @@ from chorus.contracts.api.deadletter_service import (
 from chorus.contracts.api.gateway import (
     ApprovalDetail,
     ApprovalQueue,
+    BulkAction,
+    BulkActions,
     CancelAccepted,
     CancelBody,
     DecisionAccepted,
@@ -171,6 +173,20 @@ class Apis:
 
     async def signal(self, key: str, signal_id: str) -> SignalSent:
         return await self._get(SignalSent, key, "GET", f"{self.gateway}/v1/signals/{_path(signal_id)}")
+
+    async def bulk_actions(self, key: str) -> list[BulkAction]:
+        return (await self._get(BulkActions, key, "GET", f"{self.gateway}/v1/bulk-actions")).bulk_actions
+
+    async def bulk_action(self, key: str, bulk_id: str) -> BulkAction:
+        return await self._get(BulkAction, key, "GET", f"{self.gateway}/v1/bulk-actions/{_path(bulk_id)}")
+
+    async def start_bulk(self, key: str, body: dict[str, Any], *, sent_as: str) -> BulkAction:
+        """A bulk action, or its dry run; ``sent_as`` (the form's key) makes a form sent twice
+        one action."""
+        headers = {"Idempotency-Key": sent_as}
+        return await self._get(
+            BulkAction, key, "POST", f"{self.gateway}/v1/bulk-actions", json=body, headers=headers
+        )
 
     async def schedules(self, key: str) -> list[Schedule]:
         return (await self._get(ScheduleList, key, "GET", f"{self.gateway}/v1/schedules")).schedules

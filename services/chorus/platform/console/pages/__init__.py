@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
-from chorus.platform.console.pages import approvals, letters, outcomes, schedules, signin, workflows
+from chorus.platform.console.pages import approvals, bulk, letters, outcomes, schedules, signin, workflows
 
 ROUTERS = (
     signin.router,
     approvals.router,
     workflows.router,
     schedules.router,
+    bulk.router,
     letters.router,
     outcomes.router,
 )

@@ -128,18 +128,25 @@ async def finish_done(conn: asyncpg.Connection, at: datetime) -> list[str]:
     return [r["bulk_id"] for r in rows]
 
 
-async def find(conn: asyncpg.Connection, bulk_id: str, items: int = 100) -> dict[str, Any] | None:
-    """The action with its counts and its first ``items`` items (by the order found)."""
-    row = await conn.fetchrow(
-        """SELECT a.bulk_id, a.action, a.signal, a.query, a.reason, a.requested_by, a.requested_at,
+_WITH_COUNTS = """SELECT a.bulk_id, a.action, a.signal, a.query, a.reason, a.requested_by, a.requested_at,
                   a.rate_per_s, a.matched, a.finished_at,
                   count(*) FILTER (WHERE i.status = 'pending') AS pending,
                   count(*) FILTER (WHERE i.status = 'done') AS done,
                   count(*) FILTER (WHERE i.status = 'skipped') AS skipped
-           FROM gateway.bulk_actions a LEFT JOIN gateway.bulk_items i USING (bulk_id)
-           WHERE a.bulk_id = $1 GROUP BY a.bulk_id""",
-        bulk_id,
+           FROM gateway.bulk_actions a LEFT JOIN gateway.bulk_items i USING (bulk_id)"""
+
+
+async def recent(conn: asyncpg.Connection, limit: int) -> list[dict[str, Any]]:
+    """The latest ``limit`` actions with their counts (no items), newest first."""
+    rows = await conn.fetch(
+        f"{_WITH_COUNTS} GROUP BY a.bulk_id ORDER BY a.requested_at DESC, a.bulk_id LIMIT $1", limit
     )
+    return [{**dict(r), "items": []} for r in rows]
+
+
+async def find(conn: asyncpg.Connection, bulk_id: str, items: int = 100) -> dict[str, Any] | None:
+    """The action with its counts and its first ``items`` items (by the order found)."""
+    row = await conn.fetchrow(f"{_WITH_COUNTS} WHERE a.bulk_id = $1 GROUP BY a.bulk_id", bulk_id)
     if row is None:
         return None
     listed = await conn.fetch(

@@ -16,7 +16,7 @@ from fastapi import Path
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from chorus.contracts.api.gateway import BulkAction, BulkActionBody, BulkItem, signal_input
+from chorus.contracts.api.gateway import BulkAction, BulkActionBody, BulkActions, BulkItem, signal_input
 from chorus.contracts.search import SearchQueryError, attribute_types, parse
 from chorus.platform.gateway.adapters import bulk
 from chorus.platform.gateway.routes.deps import Api, GatewayApi, IdempotencyKey, Operator, invalid_input
@@ -116,6 +116,15 @@ def _replayed(
         raise Problem(409, "Idempotency-Key reused", f"{key!r} named another bulk action ({bulk_id})")
     headers = {"Location": status_url, "Idempotent-Replayed": "true"}
     return JSONResponse(_answer(shown, status_url).model_dump(mode="json"), status_code=202, headers=headers)
+
+
+@router.get("/v1/bulk-actions")
+async def listed(who: Operator, api: Api) -> BulkActions:
+    """The latest 50 bulk actions with how far each got (their items: GET .../{id})."""
+    async with api.rt.pool.acquire() as conn:
+        found = await bulk.recent(conn, 50)
+    base = f"{api.base_url}/v1/bulk-actions"
+    return BulkActions(bulk_actions=[_answer(shown, f"{base}/{shown['bulk_id']}") for shown in found])
 
 
 @router.get("/v1/bulk-actions/{bulk_id}", responses=problems(404))
