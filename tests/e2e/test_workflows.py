@@ -1826,8 +1826,15 @@ async def test_a_schedule_starts_workflows_on_the_simulated_clock_and_skips_an_o
         assert (runs[2]["kind"], runs[2]["status"]) == ("manual", "started"), runs[2]
         changes = [c["action"] for c in (await schedule_of(world, schedule_id))["changes"]]
         assert changes == ["trigger", "resume", "pause", "create"]
+        # Each run is its creator's submission: an operator stops runs, never starts one.
+        by_operator = await world.http.post(f"/v1/schedules/{schedule_id}/trigger", headers=OPERATOR)
+        assert by_operator.status_code == 403 and "only its creator" in by_operator.json()["detail"]
     finally:
         await world.http.delete(f"/v1/schedules/{schedule_id}", headers=OPERATOR)
+    # Deleted stays deleted.
+    assert (
+        await world.http.post(f"/v1/schedules/{schedule_id}/resume", headers=SUBMITTER)
+    ).status_code == 409
 
 
 async def test_a_schedule_catches_up_after_the_timer_service_was_down(world: World) -> None:

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from chorus.platform.gateway.domain import MAX_CAUGHT_UP, Cadence, catch_up, next_due
+from chorus.platform.gateway.domain import MAX_CAUGHT_UP, Cadence, CaughtUp, catch_up, next_due
 
 T0 = datetime(2026, 3, 2, 9, 30, tzinfo=timezone.utc)  # a Monday
 HOUR = timedelta(hours=1)
@@ -35,19 +35,24 @@ def test_an_interval_counts_from_the_schedules_creation_not_from_when_it_is_aske
 def test_after_an_outage_runs_in_the_window_start_and_older_ones_are_missed() -> None:
     hourly = Cadence(None, 3600, T0)
     # Down from T0 until 3 h 5 min later; the window is two hours.
-    started, missed = catch_up(hourly, T0, T0 + 3 * HOUR + timedelta(minutes=5), 2 * HOUR)
-    assert started == [T0 + 2 * HOUR, T0 + 3 * HOUR]
-    assert missed == [T0 + HOUR]
-    # No window: only a run due this very instant would start.
-    assert catch_up(hourly, T0, T0 + 3 * HOUR, timedelta(0)) == ([T0 + 3 * HOUR], [T0 + HOUR, T0 + 2 * HOUR])
+    caught = catch_up(hourly, T0, T0 + 3 * HOUR + timedelta(minutes=5), 2 * HOUR)
+    assert caught.started == [T0 + 2 * HOUR, T0 + 3 * HOUR]
+    assert (caught.missed, caught.missed_count) == ([T0 + HOUR], 1)
+    # No window: runs due longer ago than the timers' lag are missed...
+    caught = catch_up(hourly, T0, T0 + 3 * HOUR, timedelta(0))
+    assert (caught.started, caught.missed) == ([T0 + 3 * HOUR], [T0 + HOUR, T0 + 2 * HOUR])
+    # ... but a run whose timer fires a few seconds late is on time.
+    assert catch_up(hourly, T0, T0 + HOUR + timedelta(seconds=5), timedelta(0)).started == [T0 + HOUR]
     # On time: the one run due.
-    assert catch_up(hourly, T0, T0 + HOUR, 2 * HOUR) == ([T0 + HOUR], [])
+    assert catch_up(hourly, T0, T0 + HOUR, 2 * HOUR) == CaughtUp([T0 + HOUR], [], 0)
 
 
-def test_a_busy_schedule_down_for_long_enumerates_a_bounded_number_of_runs() -> None:
+def test_a_busy_schedule_down_for_long_starts_the_newest_runs_and_counts_every_one_it_missed() -> None:
     every_second = Cadence(None, 1, T0)
-    started, missed = catch_up(every_second, T0, T0 + timedelta(days=7), HOUR)
-    assert len(started) + len(missed) == MAX_CAUGHT_UP
+    # Down two hours, a window of one: 3,600 due within it, 3,600 before.
+    caught = catch_up(every_second, T0, T0 + 2 * HOUR, HOUR)
+    assert len(caught.started) == MAX_CAUGHT_UP and caught.started[-1] == T0 + 2 * HOUR
+    assert len(caught.missed) == MAX_CAUGHT_UP and caught.missed_count == 7200 - MAX_CAUGHT_UP
 
 
 @pytest.mark.parametrize(
@@ -59,6 +64,8 @@ def test_a_busy_schedule_down_for_long_enumerates_a_bounded_number_of_runs() -> 
         ("0 9 * * * *", None, "five fields"),
         ("61 * * * *", None, "no cron expression"),
         ("0 9 * * mon-xyz", None, "no cron expression"),
+        ("0 0 30 2 *", None, "never falls due"),  # February the 30th
+        ("H * * * *", None, "H and R fields are not taken"),  # a time of croniter's choosing
     ],
 )
 def test_a_cadence_that_cannot_run_says_why(cron: str | None, every_s: float | None, says: str) -> None:

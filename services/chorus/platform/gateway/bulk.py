@@ -16,6 +16,7 @@ import logging
 
 from pydantic import ValidationError
 
+from chorus.base.errors import EventTooLargeError
 from chorus.base.logs import fields
 from chorus.base.loops import forever
 from chorus.kernel.outbox import OutboxTransaction
@@ -54,11 +55,19 @@ async def _signal(
         f"{item.reason} (bulk action {item.bulk_id})",
     )
     try:
-        row = await signal_in(
-            tx, rt, signalled, idempotency_key=f"{item.bulk_id}:{item.workflow_id}", request_hash=item.bulk_id
-        )
+        # A savepoint: a refusal (the input, the event's size) leaves no signal row behind.
+        async with tx.conn.transaction():
+            row = await signal_in(
+                tx,
+                rt,
+                signalled,
+                idempotency_key=f"{item.bulk_id}:{item.workflow_id}",
+                request_hash=item.bulk_id,
+            )
     except ValidationError as exc:  # its type's event takes the input otherwise than the one checked
         return bulk.SKIPPED, f"its {declared.event} refuses the input: {exc.errors()[0]['msg']}"
+    except EventTooLargeError as exc:  # its topic takes less than this workflow's event needs
+        return bulk.SKIPPED, str(exc)
     return (bulk.DONE, row.signal_id) if row is not None else (bulk.SKIPPED, "sent before")
 
 

@@ -7,13 +7,15 @@ import hashlib
 import hmac
 import json
 import math
+import re
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import urlsplit
 
-from croniter import croniter
+from croniter import CroniterBadCronError, CroniterBadDateError, croniter
 from pydantic import BaseModel
 
 from chorus.contracts.api.gateway import Submission
@@ -155,8 +157,12 @@ class Cadence:
         if self.cron is not None:
             if len(self.cron.split()) != 5:
                 return f"cron {self.cron!r}: five fields (minute hour day-of-month month day-of-week)"
-            if not croniter.is_valid(self.cron):
-                return f"cron {self.cron!r} is no cron expression"
+            if not croniter.is_valid(self.cron) or re.search(r"(^|[\s,/-])[RrHh]($|[\s,/(])", self.cron):
+                return f"cron {self.cron!r} is no cron expression (H and R fields are not taken)"
+            try:
+                next_due(self, self.anchor)
+            except (CroniterBadDateError, CroniterBadCronError):
+                return f"cron {self.cron!r} never falls due"
         return None
 
 
@@ -172,20 +178,45 @@ def next_due(cadence: Cadence, after: datetime) -> datetime:
 
 
 MAX_CAUGHT_UP = 1000
-"""The most runs one firing enumerates: a schedule every second, down for a week, does not
-stall its gateway (the rest are counted as missed by the next firing)."""
+"""The most runs one firing starts (the newest: older ones count as missed) or enumerates as
+missed (the rest are counted): a schedule every second, down for a week, does not stall its
+gateway."""
+LAG_GRACE = timedelta(seconds=60)
+"""A run is on time while its timer's event is this late at most (the timer service's and
+Kafka's lag), whatever the catch-up window: a window of 0 still starts the runs on time."""
 
 
-def catch_up(
-    cadence: Cadence, since: datetime, until: datetime, window: timedelta
-) -> tuple[list[datetime], list[datetime]]:
-    """The runs due in (``since``, ``until``]: (to start, missed). Those due longer than
-    ``window`` before ``until`` are missed (the schedule's catch-up policy after an outage);
-    the latest is always started, late or not, unless it is itself older than the window."""
-    due: list[datetime] = []
-    at = next_due(cadence, since)
-    while at <= until and len(due) < MAX_CAUGHT_UP:
-        due.append(at)
+@dataclass(frozen=True)
+class CaughtUp:
+    started: list[datetime]
+    """To start, oldest first."""
+    missed: list[datetime]
+    """Missed ones (at most MAX_CAUGHT_UP), oldest first."""
+    missed_count: int
+    """How many were missed, those listed and not."""
+
+
+def catch_up(cadence: Cadence, since: datetime, until: datetime, window: timedelta) -> CaughtUp:
+    """The runs due in (``since``, ``until``]: those due at most ``window`` (or the lag
+    grace) before ``until`` start, older ones are missed (the schedule's catch-up policy
+    after an outage)."""
+    oldest = max(since, until - max(window, LAG_GRACE))
+    started: deque[datetime] = deque(maxlen=MAX_CAUGHT_UP)
+    due_in_window = 0
+    at = next_due(cadence, oldest - timedelta(microseconds=1)) if oldest > since else next_due(cadence, since)
+    while at <= until:
+        started.append(at)
+        due_in_window += 1
         at = next_due(cadence, at)
-    oldest = until - window
-    return [d for d in due if d >= oldest], [d for d in due if d < oldest]
+    missed: list[datetime] = []
+    count = due_in_window - len(started)  # due within the window, beyond the most one firing starts
+    at = next_due(cadence, since)
+    while at < oldest:
+        count += 1
+        missed.append(at)
+        if len(missed) >= MAX_CAUGHT_UP:
+            if cadence.every_s is not None:  # the rest, counted
+                count += max(0, math.ceil((oldest - at) / timedelta(seconds=cadence.every_s)) - 1)
+            break  # (a cron's rest is not counted: a cron is at most once a minute)
+        at = next_due(cadence, at)
+    return CaughtUp(list(started), list(missed), count)

@@ -17,6 +17,7 @@ import json
 import logging
 import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -34,12 +35,13 @@ from chorus.contracts.platform import TimerSchedule
 from chorus.kernel.envelopes import start_envelope
 from chorus.kernel.outbox import fire_target
 from chorus.kernel.service import RuntimeHandle
-from chorus.platform.gateway.adapters import schedules
+from chorus.platform.gateway.adapters import repository, schedules
 from chorus.platform.gateway.adapters.readmodel import ReadModel, ReadModelUnavailableError
 from chorus.platform.gateway.domain import WorkflowType, workflow_types
 from chorus.platform.gateway.routes.submit import Asked, begin
 from chorus.web.apikeys import ApiKey, bearer
 from chorus.web.http import api_client
+from chorus.web.webapi import Problem
 
 log = logging.getLogger("chorus.platform.gateway.schedules")
 
@@ -68,7 +70,7 @@ async def run_schedules(rt: RuntimeHandle) -> None:
 def due_timer(rt: RuntimeHandle, schedule_id: str, due_at: datetime, now: datetime) -> Envelope:
     """The timer.schedule command of a schedule's run at ``due_at``: the timer service fires
     the schedule.due prepared (and signed) here."""
-    key = f"schedule:{schedule_id}:{due_at.isoformat()}"
+    key = run_key(schedule_id, due_at)
     fired = start_envelope(
         ScheduleDue(schedule_id=schedule_id, due_at=due_at),
         workflow_id=schedule_id,
@@ -110,15 +112,26 @@ async def arm_one(rt: RuntimeHandle, now: datetime) -> bool:
 async def act_on_one(
     rt: RuntimeHandle, reads: ReadModel, kinds: Mapping[str, WorkflowType], now: datetime
 ) -> bool:
-    """Start, buffer or skip one run that is due; False when none is."""
+    """Start, buffer or skip one run that is due; False when none is. The run and its
+    schedule stay locked until it is settled: replicas act on a schedule's runs one at a
+    time, and a delete or pause waits for it (or it for them)."""
     async with rt.pool.acquire() as conn, conn.transaction():
         run = await schedules.next_run(conn, now)
         if run is None:
             return False
-        found = await schedules.find(conn, run.schedule_id)
+        found = await schedules.find(conn, run.schedule_id, lock=True)
         assert found is not None  # a run's schedule stays (deleting only marks it)
-        busy = await _running(conn, reads, found)
-        if busy is not None and found.overlap == "skip":
+        key = run_key(found.schedule_id, run.due_at)
+        # Accepted before a crash kept the run from saying so: it is that workflow's.
+        accepted = await repository.find_by_key(conn, found.created_by, key)
+        busy = None if accepted is not None else await _running(conn, reads, found)
+        if accepted is not None:
+            await schedules.settle(conn, run, schedules.STARTED, now=now, workflow_id=accepted.workflow_id)
+        elif found.state != schedules.ACTIVE:
+            await schedules.settle(
+                conn, run, schedules.SKIPPED, now=now, detail=f"the schedule was {found.state}"
+            )
+        elif busy is not None and found.overlap == "skip":
             await schedules.settle(conn, run, schedules.SKIPPED, now=now, detail=f"{busy} was still running")
         elif busy is not None and found.overlap == "buffer_one":
             if run.status == schedules.DUE and await schedules.buffered_other(conn, run):
@@ -134,7 +147,7 @@ async def act_on_one(
                     look_again_at=now + timedelta(seconds=IDLE_S),
                 )
         else:
-            workflow_id, refused = await _start(rt, kinds, found, run.due_at)
+            workflow_id, refused = await _start(rt, kinds, found, key)
             if workflow_id is None:
                 await schedules.settle(conn, run, schedules.SKIPPED, now=now, detail=refused)
             else:
@@ -143,6 +156,11 @@ async def act_on_one(
         "schedule run acted on", extra=fields(schedule_id=run.schedule_id, due_at=run.due_at.isoformat())
     )
     return True
+
+
+def run_key(schedule_id: str, due_at: datetime) -> str:
+    """The Idempotency-Key of a run's submission (and its workflow's business key)."""
+    return f"schedule:{schedule_id}:{due_at.isoformat()}"
 
 
 async def _running(conn: asyncpg.Connection, reads: ReadModel, found: schedules.ScheduleRow) -> str | None:
@@ -161,33 +179,32 @@ async def _running(conn: asyncpg.Connection, reads: ReadModel, found: schedules.
 
 
 async def _start(
-    rt: RuntimeHandle, kinds: Mapping[str, WorkflowType], found: schedules.ScheduleRow, due_at: datetime
+    rt: RuntimeHandle, kinds: Mapping[str, WorkflowType], found: schedules.ScheduleRow, key: str
 ) -> tuple[str | None, str]:
     """The run's workflow, accepted as its creator's submission: (its id, ""), or (None, why
     it could not be)."""
     kind = kinds.get(found.workflow_type)
     if kind is None:
         return None, f"no workflow type {found.workflow_type} any more"
+    keys: Mapping[str, ApiKey] = rt.settings.api_keys
+    if not any(k.principal == found.created_by and k.role == "submitter" for k in keys.values()):
+        return None, f"{found.created_by}, its creator, holds no submitter's key any more"
     template = Envelope.model_validate(found.template["envelope"])
     try:
         given = await rt.sealer.open_event(template)
     except PersistentError as exc:  # its subject erased: its input is gone with it
         return None, f"its input can no longer be opened: {exc}"
-    submission = {
-        "input": given,
-        "priority": found.priority,
-        "deadline_s": found.deadline_s,
-        "subject_ref": found.template.get("subject_ref"),
-    }
+    submission = {"input": given, "priority": found.priority, "deadline_s": found.deadline_s}
     typed: Any = Submission[kind.start]  # type: ignore[name-defined]
     try:
         body = typed.model_validate_json(json.dumps(submission))
     except ValidationError as exc:  # the start event's schema moved on since the schedule was made
         return None, f"its input is no {kind.start.event_type} any more: {exc.errors()[0]['msg']}"
-    key = f"schedule:{found.schedule_id}:{due_at.isoformat()}"
     who = ApiKey(principal=found.created_by, role="submitter")
+    asked = Asked(found.workflow_type, kind, body, who, key, None, found.template.get("subject_ref"))
     with request_span("gateway", f"scheduled {found.workflow_type}", None) as span:
-        workflow_id, _ = await begin(
-            rt, rt.settings.subject_key, Asked(found.workflow_type, kind, body, who, key, span)
-        )
+        try:
+            workflow_id, _ = await begin(rt, rt.settings.subject_key, replace(asked, traceparent=span))
+        except Problem as exc:  # its events too large for their topic now, say
+            return None, f"{exc.title}: {exc.detail}"
     return workflow_id, ""

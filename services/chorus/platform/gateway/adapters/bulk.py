@@ -128,8 +128,8 @@ async def finish_done(conn: asyncpg.Connection, at: datetime) -> list[str]:
     return [r["bulk_id"] for r in rows]
 
 
-_WITH_COUNTS = """SELECT a.bulk_id, a.action, a.signal, a.query, a.reason, a.requested_by, a.requested_at,
-                  a.rate_per_s, a.matched, a.finished_at,
+_WITH_COUNTS = """SELECT a.bulk_id, a.action, a.signal, a.input::text AS input, a.query, a.reason,
+                  a.requested_by, a.requested_at, a.rate_per_s, a.matched, a.finished_at,
                   count(*) FILTER (WHERE i.status = 'pending') AS pending,
                   count(*) FILTER (WHERE i.status = 'done') AS done,
                   count(*) FILTER (WHERE i.status = 'skipped') AS skipped

@@ -170,11 +170,14 @@ async def changes(conn: asyncpg.Connection, schedule_id: str, limit: int = RUNS_
 
 
 async def set_state(conn: asyncpg.Connection, schedule_id: str, state: str, now: datetime) -> None:
-    """Pause, resume or delete. A resumed schedule owes nothing for its pause: its runs count
-    from now (none is caught up), and its next timer is armed afresh."""
+    """Pause, resume or delete (the caller holds the schedule's row: see find(lock=True)). A
+    deleted schedule stays deleted. Pausing or deleting skips the runs due and not started;
+    a resumed schedule owes nothing for its pause: its runs count from now (none is caught
+    up), and its next timer is armed afresh."""
+    found = await find(conn, schedule_id, lock=True)
+    if found is None or found.state == DELETED:
+        return
     if state == ACTIVE:
-        found = await find(conn, schedule_id, lock=True)
-        assert found is not None
         await conn.execute(
             """UPDATE gateway.schedules SET state = $2, last_due_at = $3, next_due_at = $4, armed_for = NULL
                WHERE schedule_id = $1""",
@@ -185,14 +188,13 @@ async def set_state(conn: asyncpg.Connection, schedule_id: str, state: str, now:
         )
         return
     await conn.execute("UPDATE gateway.schedules SET state = $2 WHERE schedule_id = $1", schedule_id, state)
-    if state == DELETED:
-        await conn.execute(
-            f"""UPDATE gateway.schedule_runs SET status = '{SKIPPED}', at = $2,
-                    detail = 'the schedule was deleted'
-                WHERE schedule_id = $1 AND status IN ('{DUE}', '{BUFFERED}')""",
-            schedule_id,
-            now,
-        )
+    await conn.execute(
+        f"""UPDATE gateway.schedule_runs SET status = '{SKIPPED}', at = $2, detail = $3
+            WHERE schedule_id = $1 AND status IN ('{DUE}', '{BUFFERED}')""",
+        schedule_id,
+        now,
+        f"the schedule was {state}",
+    )
 
 
 async def add_run(
@@ -226,14 +228,12 @@ class RecordDue:
         if found is None or found.state != ACTIVE:
             return
         until = max(self.now, self.due_at)
-        started, missed = catch_up(
-            found.cadence, found.last_due_at, until, timedelta(seconds=found.catchup_window_s)
-        )
-        latest = started[-1] if started else None
-        for due in started:
+        caught = catch_up(found.cadence, found.last_due_at, until, timedelta(seconds=found.catchup_window_s))
+        latest = caught.started[-1] if caught.started else None
+        for due in caught.started:
             kind = "scheduled" if due == latest else "catch_up"
             await add_run(conn, self.schedule_id, due, kind, self.now)
-        await _missed(conn, self.schedule_id, missed, self.now)
+        await _missed(conn, self.schedule_id, caught.missed, caught.missed_count, self.now)
         await conn.execute(
             """UPDATE gateway.schedules SET last_due_at = $2, next_due_at = $3 WHERE schedule_id = $1""",
             self.schedule_id,
@@ -243,8 +243,10 @@ class RecordDue:
 
 
 async def _missed(
-    conn: asyncpg.Connection, schedule_id: str, missed: Sequence[datetime], now: datetime
+    conn: asyncpg.Connection, schedule_id: str, missed: Sequence[datetime], count: int, now: datetime
 ) -> None:
+    """Missed runs, each a row (at most MISSED_LISTED: the newest of those enumerated); the
+    oldest row says how many more there were."""
     listed_ = list(missed[-MISSED_LISTED:])
     for due in listed_:
         await conn.execute(
@@ -255,13 +257,13 @@ async def _missed(
             due,
             now,
         )
-    if len(missed) > len(listed_):
+    if count > len(listed_):
         await conn.execute(
             f"""UPDATE gateway.schedule_runs SET detail = $3 WHERE schedule_id = $1 AND due_at = $2
                 AND status = '{MISSED}'""",
             schedule_id,
             listed_[0],
-            f"older than the catch-up window, as were {len(missed) - len(listed_)} runs before it",
+            f"older than the catch-up window, as were {count - len(listed_)} runs before it",
         )
 
 

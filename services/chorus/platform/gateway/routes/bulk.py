@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from chorus.contracts.api.gateway import BulkAction, BulkActionBody, BulkActions, BulkItem, signal_input
+from chorus.contracts.registry import personal_pointers
 from chorus.contracts.search import SearchQueryError, attribute_types, parse
 from chorus.platform.gateway.adapters import bulk
 from chorus.platform.gateway.routes.deps import Api, GatewayApi, IdempotencyKey, Operator, invalid_input
@@ -107,12 +108,9 @@ def _replayed(
     shown: dict[str, Any], body: BulkActionBody, bulk_id: str, key: str | None, status_url: str
 ) -> JSONResponse:
     """The action stored under this Idempotency-Key; 409 when the key named another one."""
-    if (shown["action"], shown["signal"], shown["query"], shown["reason"]) != (
-        body.action,
-        body.signal,
-        body.query,
-        body.reason,
-    ):
+    stored = json.loads(shown["input"]) if shown["input"] else None
+    asked = (shown["action"], shown["signal"], stored, shown["query"], shown["reason"], shown["rate_per_s"])
+    if asked != (body.action, body.signal, body.input, body.query, body.reason, body.rate_per_s):
         raise Problem(409, "Idempotency-Key reused", f"{key!r} named another bulk action ({bulk_id})")
     headers = {"Location": status_url, "Idempotent-Replayed": "true"}
     return JSONResponse(_answer(shown, status_url).model_dump(mode="json"), status_code=202, headers=headers)
@@ -160,7 +158,18 @@ def _check_signal(api: GatewayApi, body: BulkActionBody) -> None:
         )
     if not any("operator" in s.roles for s in declared):
         raise Problem(403, "Forbidden", f"an operator may not send {body.signal}")
-    model = registry.model(declared[0].event, registry.latest_version(declared[0].event))
+    version = registry.latest_version(declared[0].event)
+    # The input is kept with the action (each item sends it): none of it may be personal.
+    personal = set(personal_pointers(registry.schemas[(declared[0].event, version)])) - {
+        "/sent_by",
+        "/reason",
+    }
+    if personal:
+        detail = (
+            f"{body.signal}'s input holds personal data ({', '.join(sorted(personal))}): send it one by one"
+        )
+        raise Problem(422, "Invalid bulk action", detail, errors=[{"pointer": "/signal", "message": detail}])
+    model = registry.model(declared[0].event, version)
     try:
         signal_input(model).model_validate_json(json.dumps(body.input))
     except ValidationError as exc:
@@ -190,7 +199,7 @@ async def _running(api: GatewayApi, query: str, who: ApiKey) -> list[bulk.Found]
 
 def _answer(shown: dict[str, Any], status_url: str) -> BulkAction:
     return BulkAction(
-        **{k: v for k, v in shown.items() if k != "items"},
+        **{k: v for k, v in shown.items() if k not in ("items", "input")},
         items=[BulkItem(**item) for item in shown["items"]],
         status_url=status_url,
     )

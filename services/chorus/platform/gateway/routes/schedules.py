@@ -39,7 +39,7 @@ from chorus.platform.gateway.routes.deps import (
     Submitter,
     invalid_input,
 )
-from chorus.platform.gateway.routes.submit import refuse_inner_urls
+from chorus.platform.gateway.routes.submit import outbox_messages, refuse_inner_urls
 from chorus.privacy.crypto import keyed_ref
 from chorus.web.apikeys import ApiKey
 from chorus.web.webapi import Problem, api_router, problems
@@ -96,11 +96,14 @@ async def create(
             idempotency_key=f"template:{schedule_id}",
             subject_ref=keyed_ref(api.settings.subject_key, body.subject_ref) if body.subject_ref else None,
         )
+        # Too large for its topic: a 413 naming the field now, never a run that cannot start.
+        await outbox_messages(api.rt, [(template, "/input")])
         sealed = await api.rt.sealer.seal(template)
         row = schedules.ScheduleRow(
             schedule_id=schedule_id,
             workflow_type=body.workflow_type,
-            template={"envelope": sealed.model_dump(mode="json"), "subject_ref": body.subject_ref},
+            # The subject's keyed reference only (what every run's events carry), never the ref.
+            template={"envelope": sealed.model_dump(mode="json"), "subject_ref": sealed.subject_ref},
             cron=body.cron,
             every_s=body.every_s,
             anchor_at=now,
@@ -159,13 +162,18 @@ async def one(schedule_id: ScheduleId, who: Anyone, api: Api) -> Schedule:
 
 @router.post("/v1/schedules/{schedule_id}/{action}", responses=problems(403, 404, 409))
 async def act(schedule_id: ScheduleId, action: Action, who: Anyone, api: Api) -> Schedule:
-    """pause: no run falls due until resumed; resume: runs fall due again from now (none of
-    the paused time is caught up); trigger: one run now (the overlap policy applies)."""
+    """pause: no run falls due until resumed (runs due and not started are skipped); resume:
+    runs fall due again from now (none of the paused time is caught up); trigger: one run now
+    (the overlap policy applies). Its creator may do each, an operator pause it."""
     now = api.rt.clock.now()
     async with api.rt.pool.acquire() as conn, conn.transaction():
         found = await _readable(conn, schedule_id, who, acting=True)
         if found.state == schedules.DELETED:
             raise Problem(409, "Deleted", f"schedule {schedule_id} was deleted")
+        if action in ("trigger", "resume") and found.created_by != who.principal:
+            # Each run is its creator's submission: an operator, who may rewrite the approval
+            # policy, never submits (pausing and deleting stop runs; they start none).
+            raise Problem(403, "Forbidden", f"only its creator may {action} schedule {schedule_id}")
         if action == "trigger":
             if found.state == schedules.PAUSED:
                 raise Problem(409, "Paused", f"schedule {schedule_id} is paused: resume it first")
@@ -199,7 +207,9 @@ async def _readable(
 ) -> schedules.ScheduleRow:
     """The schedule, if ``who`` may see it (operators and auditors any, a submitter its
     own) or, ``acting``, change it (its creator, an operator); the same 404 otherwise."""
-    found = await schedules.find(conn, schedule_id)
+    # Acting, the row is locked until the caller's transaction ends: a delete and a resume
+    # at once are one after the other, and the delete stands.
+    found = await schedules.find(conn, schedule_id, lock=acting)
     own = found is not None and who.role == "submitter" and found.created_by == who.principal
     allowed = own or who.role == "operator" or (who.role == "auditor" and not acting)
     if found is None or not allowed:

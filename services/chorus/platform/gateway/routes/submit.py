@@ -103,6 +103,9 @@ class Asked:
     who: ApiKey
     idempotency_key: str | None
     traceparent: str | None
+    subject_keyed: str | None = None
+    """The subject's keyed reference when the caller has only that (a schedule keeps no
+    other); else the body's subject_ref is keyed here."""
 
 
 async def accept(api: GatewayApi, asked: Asked) -> JSONResponse:
@@ -186,7 +189,8 @@ async def _first_events(
         priority=body.priority,
         traceparent=asked.traceparent,  # the accepting request's span (submit_workflow)
         deadline=deadline_at,
-        subject_ref=keyed_ref(subject_key, body.subject_ref) if body.subject_ref else None,
+        subject_ref=asked.subject_keyed
+        or (keyed_ref(subject_key, body.subject_ref) if body.subject_ref else None),
         # Each service with a rollout: the release this workflow stays on to its end.
         pins=rt.rollouts.pins(workflow_type, workflow_id),
     )
@@ -200,7 +204,7 @@ async def _first_events(
         traceparent=started.traceparent,  # both made by the accepting request's span
     )
     deadline_timer = _deadline_timer(rt, started, deadline_at, now)
-    return started, await _messages(rt, [(started, ""), (first, "/input"), (deadline_timer, "")])
+    return started, await outbox_messages(rt, [(started, ""), (first, "/input"), (deadline_timer, "")])
 
 
 async def refuse_inner_urls(body: Any) -> None:
@@ -225,7 +229,7 @@ def envelope_idempotency_key(principal: str, key: str) -> str:
     return f"{principal[:100]}:sha256:{hashlib.sha256(candidate.encode()).hexdigest()}"
 
 
-async def _messages(rt: RuntimeHandle, envelopes: list[tuple[Envelope, str]]) -> list[OutboxMessage]:
+async def outbox_messages(rt: RuntimeHandle, envelopes: list[tuple[Envelope, str]]) -> list[OutboxMessage]:
     """Outbox rows for the submission's events, their personal data sealed (the gateway is
     where it enters); 413 naming the field when one is too large."""
     messages = []
