@@ -119,7 +119,7 @@ async def act_on_one(
         run = await schedules.next_run(conn, now)
         if run is None:
             return False
-        found = await schedules.find(conn, run.schedule_id, lock=True)
+        found = await schedules.find(conn, run.schedule_id)  # locked with the run
         assert found is not None  # a run's schedule stays (deleting only marks it)
         key = run_key(found.schedule_id, run.due_at)
         # Accepted before a crash kept the run from saying so: it is that workflow's.

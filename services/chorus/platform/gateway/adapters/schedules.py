@@ -288,12 +288,14 @@ async def armed(conn: asyncpg.Connection, schedule_id: str, due_at: datetime) ->
 
 async def next_run(conn: asyncpg.Connection, now: datetime) -> RunRow | None:
     """The oldest run to act on now (due, or buffered and due to be looked at again) of an
-    active schedule; locked, so replicas take different ones."""
+    active schedule; it and its schedule locked, so replicas take different ones. One whose
+    schedule someone changes right now is passed over (no waiting on the other's locks: the
+    API locks the schedule, then its runs)."""
     row = await conn.fetchrow(
         f"""SELECT r.schedule_id, r.due_at, r.kind, r.status, r.workflow_id, r.detail, r.at
             FROM gateway.schedule_runs r JOIN gateway.schedules s USING (schedule_id)
             WHERE r.status IN ('{DUE}', '{BUFFERED}') AND r.not_before <= $1 AND s.state = '{ACTIVE}'
-            ORDER BY r.not_before, r.due_at LIMIT 1 FOR UPDATE OF r SKIP LOCKED""",
+            ORDER BY r.not_before, r.due_at LIMIT 1 FOR UPDATE OF s, r SKIP LOCKED""",
         now,
     )
     return RunRow(**dict(row)) if row else None
