@@ -638,6 +638,10 @@ class Registry:
     def model(self, event_type: str, version: int) -> type[EventModel]:
         return CATALOG[(event_type, version)]
 
+    def latest_model(self, event_type: str) -> type[EventModel]:
+        """The model of ``event_type``'s latest version (what this code states it as)."""
+        return self.model(event_type, self.latest_version(event_type))
+
     def physical_topic(self, event_type: str, priority: Priority = "normal") -> str:
         return self._topic_of[event_type].physical_topic(priority)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -533,9 +534,15 @@ def attention(facts: WorkflowFacts) -> Attention | None:
     )
 
 
-def awaited_signals() -> dict[str, str]:
+def awaited_signals() -> Mapping[str, str]:
     """Event type -> the signal a workflow waits for after it (AwaitsSignal), for every
-    event model imported (the platform's and a project's)."""
+    event model imported (the platform's and a project's). Read for every event projected:
+    worked out again only when a model was imported since."""
+    return _awaited(len(CATALOG))
+
+
+@lru_cache(maxsize=1)
+def _awaited(models: int) -> Mapping[str, str]:
     return {model.event_type: model.awaits for model in CATALOG.values() if issubclass(model, AwaitsSignal)}
 
 

@@ -114,7 +114,7 @@ def project_events(registry: Registry) -> list[type[EventModel]]:
     known = {model.event_type for model in PROJECTED} | {DataRemoved.event_type}
     data = set(registry.topic_for(DataRemoved.event_type).physical_topics())
     return [
-        registry.model(ev.type, registry.latest_version(ev.type))
+        registry.latest_model(ev.type)
         for spec in registry.topics.values()
         if SCHEMA in spec.consumers and not data & set(spec.physical_topics())
         for ev in spec.events

@@ -43,13 +43,12 @@ async def _signal(
     declared = rt.registry.signals(item.workflow_type).get(item.signal)
     if declared is None or "operator" not in declared.roles:
         return bulk.SKIPPED, f"a {item.workflow_type} takes no {item.signal} from an operator"
-    model = rt.registry.model(declared.event, rt.registry.latest_version(declared.event))
     signalled = Signalled(
         item.workflow_id,
         item.workflow_type,
         submission,
         item.signal,
-        model,
+        rt.registry.latest_model(declared.event),
         item.input,
         item.requested_by,
         f"{item.reason} (bulk action {item.bulk_id})",

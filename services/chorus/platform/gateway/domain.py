@@ -40,7 +40,7 @@ def workflow_types(registry: Registry, deadlines_s: Mapping[str, float]) -> dict
     return {
         name: WorkflowType(
             name,
-            registry.model(declared.start, registry.latest_version(declared.start)),
+            registry.latest_model(declared.start),
             deadlines_s.get(name, declared.deadline_s),
         )
         for name, declared in sorted(registry.workflows.items())

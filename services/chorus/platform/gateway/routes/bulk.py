@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from chorus.contracts.api.gateway import BulkAction, BulkActionBody, BulkActions, BulkItem, signal_input
+from chorus.contracts.lifecycle import SIGNAL_FIELDS
 from chorus.contracts.registry import personal_pointers
 from chorus.contracts.search import SearchQueryError, attribute_types, parse
 from chorus.platform.gateway.adapters import bulk
@@ -161,8 +162,7 @@ def _check_signal(api: GatewayApi, body: BulkActionBody) -> None:
     version = registry.latest_version(declared[0].event)
     # The input is kept with the action (each item sends it): none of it may be personal.
     personal = set(personal_pointers(registry.schemas[(declared[0].event, version)])) - {
-        "/sent_by",
-        "/reason",
+        f"/{field}" for field in SIGNAL_FIELDS
     }
     if personal:
         detail = (

@@ -96,9 +96,10 @@ async def create(
             idempotency_key=f"template:{schedule_id}",
             subject_ref=keyed_ref(api.settings.subject_key, body.subject_ref) if body.subject_ref else None,
         )
-        # Too large for its topic: a 413 naming the field now, never a run that cannot start.
-        await outbox_messages(api.rt, [(template, "/input")])
         sealed = await api.rt.sealer.seal(template)
+        # Too large for its topic: a 413 naming the field now, never a run that cannot start
+        # (sealed already, it is not sealed again).
+        await outbox_messages(api.rt, [(sealed, "/input")])
         row = schedules.ScheduleRow(
             schedule_id=schedule_id,
             workflow_type=body.workflow_type,

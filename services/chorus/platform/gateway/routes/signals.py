@@ -59,7 +59,7 @@ def signal_router(registry: Registry) -> APIRouter:
         name for workflow in registry.workflows.values() for name, s in workflow.signals.items() if s.answer
     }
     for name, event_type in sorted(registry.signal_names().items()):
-        model = registry.model(event_type, registry.latest_version(event_type))
+        model = registry.latest_model(event_type)
         _route(router, name, model, as_update=False)
         if name in updates:
             _route(router, name, model, as_update=True)
@@ -120,7 +120,7 @@ def _reads(router: APIRouter) -> None:
         for name, declared in sorted(api.rt.registry.signals(workflow_type).items()):
             if ended or _refusal(declared, who, view, accepted) is not None:
                 continue
-            model = api.rt.registry.model(declared.event, api.rt.registry.latest_version(declared.event))
+            model = api.rt.registry.latest_model(declared.event)
             signals.append(
                 OfferedSignal(
                     name=name,
@@ -211,7 +211,16 @@ async def _send(
     digest = hashlib.sha256(
         json.dumps([workflow_id, name, as_update, body.model_dump(mode="json")], sort_keys=True).encode()
     ).hexdigest()
-    sending = Sending(workflow_id, workflow_type, name, model, body, who, idempotency_key, digest, as_update)
+    signalled = Signalled(
+        workflow_id,
+        workflow_type,
+        accepted,
+        name,
+        model,
+        body.input.model_dump(mode="json"),
+        who.principal,
+        body.reason,
+    )
     async with api.rt.pool.acquire() as conn:
         row = await find_signal_by_key(conn, who.principal, idempotency_key) if idempotency_key else None
         replayed = row is not None
@@ -220,7 +229,7 @@ async def _send(
                 raise Problem(
                     409, "Already ended", f"workflow {workflow_id} ended ({view.outcome}): nothing to signal"
                 )
-            row, replayed = await _record(api, conn, sending, accepted)
+            row, replayed = await _record(api, conn, signalled, idempotency_key, digest, as_update=as_update)
     if row.request_hash != digest:
         raise Problem(409, "Idempotency key reused", "this Idempotency-Key was used for a different request")
     if as_update:
@@ -239,55 +248,36 @@ async def _send(
     )
 
 
-@dataclass(frozen=True)
-class Sending:
-    """A signal as it arrived: to which workflow, which one, its body, from whom."""
-
-    workflow_id: str
-    workflow_type: str
-    name: str
-    model: type[EventModel]
-    body: SignalBody[Any]
-    who: ApiKey
-    idempotency_key: str | None
-    request_hash: str
-    as_update: bool
-
-
 async def _record(
-    api: GatewayApi, conn: asyncpg.Connection, sending: Sending, accepted: repository.SubmissionRow | None
+    api: GatewayApi,
+    conn: asyncpg.Connection,
+    signalled: Signalled,
+    idempotency_key: str | None,
+    request_hash: str,
+    *,
+    as_update: bool,
 ) -> tuple[SignalRow, bool]:
     """The signal's row and its event, in one transaction: (row, False); or the row of the
     concurrent retry with the same key that won, (row, True)."""
-    rt, who = api.rt, sending.who
     try:
-        async with rt.outbox.transaction(conn) as tx:
+        async with api.rt.outbox.transaction(conn) as tx:
             row = await signal_in(
                 tx,
-                rt,
-                Signalled(
-                    sending.workflow_id,
-                    sending.workflow_type,
-                    accepted,
-                    sending.name,
-                    sending.model,
-                    sending.body.input.model_dump(mode="json"),
-                    who.principal,
-                    sending.body.reason,
-                ),
-                idempotency_key=sending.idempotency_key,
-                request_hash=sending.request_hash,
-                as_update=sending.as_update,
+                api.rt,
+                signalled,
+                idempotency_key=idempotency_key,
+                request_hash=request_hash,
+                as_update=as_update,
             )
     except ValidationError as exc:  # the input's model is the event's: only a project's own validator says no
         errors = [{"pointer": _pointer(e["loc"]), "message": e["msg"]} for e in exc.errors()]
         raise Problem(
-            422, "Invalid signal", f"{sending.name}: {exc.errors()[0]['msg']}", errors=errors
+            422, "Invalid signal", f"{signalled.name}: {exc.errors()[0]['msg']}", errors=errors
         ) from None
     if row is not None:
         return row, False
-    assert sending.idempotency_key is not None  # only a key's unique index makes an insert lose
-    winner = await find_signal_by_key(conn, who.principal, sending.idempotency_key)
+    assert idempotency_key is not None  # only a key's unique index makes an insert lose
+    winner = await find_signal_by_key(conn, signalled.sent_by, idempotency_key)
     assert winner is not None
     return winner, True
 
