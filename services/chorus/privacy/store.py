@@ -67,6 +67,12 @@ class DataStore:
         touched = {r["workflow_id"] for r in deleted}
         rows = {"state": len(deleted)}
         statements = {
+            # Each revision of a deleted checkpoint goes with it (sealed values in them too).
+            "state_history": (
+                f"""DELETE FROM {s}.state_history
+                    WHERE workflow_id = ANY($1::text[]) AND workflow_id <> ALL($2::text[])""",
+                (sorted(running),),
+            ),
             "parked": (
                 f"""DELETE FROM {s}.parked
                     WHERE workflow_id = ANY($1::text[]) AND workflow_id <> ALL($2::text[])""",
@@ -98,7 +104,7 @@ class DataStore:
         archive: bool,
         now: datetime,
     ) -> tuple[dict[str, int], int]:
-        """Remove the rows of workflows past their lifetime: checkpoints, parked records,
+        """Remove the rows of workflows past their lifetime: checkpoints and their history, parked records,
         inbox rows and published outbox rows (archive mode copies checkpoints and parked
         records to ``archive`` first): (rows per ``<schema>.<table>``, workflows touched)."""
         s, ids = self.schema, list(workflow_ids)
@@ -117,6 +123,7 @@ class DataStore:
         rows: dict[str, int] = {}
         for table, where in (
             ("state", ""),
+            ("state_history", ""),
             ("parked", ""),
             ("inbox", ""),
             # Undispatched rows still have to reach Kafka; the relay owns them.

@@ -40,6 +40,7 @@ from chorus.kernel.store import (
     InboxOutcome,
     OutboxMessage,
     OutboxRow,
+    Position,
     StepWrite,
     Store,
 )
@@ -242,6 +243,7 @@ class Commit:
             parked_id=handled.parked_id,
             ended=ended,
             release=self.release,
+            source=Position(handled.record.topic, handled.record.partition, handled.record.offset),
         )
 
     def _ends(self, handled: Item, result: Succeeded) -> str | None:

@@ -123,6 +123,8 @@ class Handle:
                 subject_ref=env.subject_ref,
                 now=self.clock.now(),
                 release=self.release,
+                event_id=env.event_id,
+                event_type=env.event_type,
             )
         )
         frame.state = body

@@ -10,6 +10,10 @@ in memory, for tests of the steps without a database: ``chorus.testing.memory``)
               events of that workflow queue behind it instead of overtaking it.
 - ``outbox``  events to publish, written in the same transaction as the state.
 - ``parked``  records that arrived while their workflow was parked, in order.
+- ``state_history``  every revision of a checkpoint, with the event whose step wrote it
+              and where that event was read (topic, partition, offset): what a reset
+              from a step rolls back to and re-reads. Written in the checkpoint's own
+              statement; removed with the workflow (retention, erasure).
 
 Each method of :class:`Store` is one transaction: either all it writes commits, or
 nothing does and it raises (the record is tried again).
@@ -183,6 +187,17 @@ class StepWrite(Claim):
     """The workflow ends with this step (kept if it had ended before)."""
     release: str | None = None
     """The release that took this step: a first checkpoint is pinned to it."""
+    source: Position | None = None
+    """Where the event was read: its checkpoint's history row names it."""
+
+
+@dataclass(frozen=True)
+class Position:
+    """A record's place in Kafka."""
+
+    topic: str
+    partition: int
+    offset: int
 
 
 @dataclass(frozen=True)
@@ -199,6 +214,9 @@ class Checkpoint:
     now: datetime
     release: str | None = None
     """A first checkpoint is pinned to this release."""
+    event_id: uuid.UUID | None = None
+    """The event being handled: the history row of a mid-step checkpoint is its step's."""
+    event_type: str | None = None
 
 
 class Store(Protocol):

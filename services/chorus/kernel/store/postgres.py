@@ -198,7 +198,30 @@ class ServiceStore:
             "state_repinned_from",
             (f"ALTER TABLE {s}.state ADD COLUMN IF NOT EXISTS repinned_from text[]",),
         )
-        return [*baseline(self.ddl()), archive, ended, release, repinned]
+        history = Migration(
+            6,
+            "state_history",
+            (
+                # Every revision of every checkpoint, and the step that wrote it: a reset from
+                # a step rolls the checkpoint back to the revision before it and reads the
+                # event again from where it was (topic, partition, offset).
+                f"""CREATE TABLE IF NOT EXISTS {s}.state_history (
+                    workflow_id text NOT NULL,
+                    revision bigint NOT NULL,
+                    event_id uuid,
+                    event_type text,
+                    topic text,
+                    partition int,
+                    "offset" bigint,
+                    state jsonb,
+                    state_version int NOT NULL,
+                    parked_on uuid,
+                    ended text,
+                    at timestamptz NOT NULL,
+                    PRIMARY KEY (workflow_id, revision))""",
+            ),
+        )
+        return [*baseline(self.ddl()), archive, ended, release, repinned, history]
 
     # -- reads ---------------------------------------------------------------------
 
@@ -311,6 +334,15 @@ class ServiceStore:
             )
         if revision is None:
             raise ConflictError(f"workflow {c.workflow_id} changed concurrently")
+        await conn.execute(
+            f"""INSERT INTO {self.schema}.state_history
+                  (workflow_id, revision, event_id, event_type, state, state_version, parked_on, ended, at)
+                SELECT workflow_id, revision, $2, $3, state, state_version, parked_on, ended, updated_at
+                FROM {self.schema}.state WHERE workflow_id = $1""",
+            c.workflow_id,
+            c.event_id,
+            c.event_type,
+        )
         return int(revision)
 
     async def add_outbox(self, conn: asyncpg.Connection, messages: Sequence[OutboxMessage]) -> None:
@@ -341,8 +373,13 @@ class ServiceStore:
         args = self._batch_args(writes)
         try:
             ids = await conn.fetchval(self._batch_sql, *args)
-        except (asyncpg.SerializationError, asyncpg.CardinalityViolationError) as exc:
-            # A moved checkpoint, a duplicate, or one event twice in the batch.
+        except (
+            asyncpg.SerializationError,
+            asyncpg.CardinalityViolationError,
+            asyncpg.UniqueViolationError,
+        ) as exc:
+            # A moved checkpoint, a duplicate, or one event (or workflow: its history row) twice
+            # in the batch.
             raise ConflictError("a step of the batch conflicted") from exc
         # Ids are drawn in insertion order, which is the messages' order (ORDER BY u.n).
         ordered = iter(sorted(ids or ()))
@@ -362,10 +399,10 @@ class ServiceStore:
           SELECT * FROM unnest($1::text[], $2::uuid[], $3::int[], $4::text[], $5::text[], $6::text[],
                                $7::timestamptz[], $8::bool[], $9::text[], $10::text[], $11::int[],
                                $12::int[], $13::uuid[], $14::text[], $15::bigint[], $16::bigint[],
-                               $25::text[], $26::text[])
+                               $25::text[], $26::text[], $27::text[], $28::int[], $29::bigint[])
             AS t(grp, event_id, attempt, outcome, event_type, workflow_id, at, from_parked,
                  workflow_type, state, state_version, mode, parked_on, subject_ref, rev, parked_id,
-                 ended, release)),
+                 ended, release, src_topic, src_partition, src_offset)),
         claim AS (
           INSERT INTO {s}.inbox AS i
             (consumer_group, event_id, attempt, outcome, event_type, workflow_id, processed_at)
@@ -385,7 +422,7 @@ class ServiceStore:
                  ended, release
           FROM items WHERE mode = 1
           ON CONFLICT (workflow_id) DO NOTHING
-          RETURNING 1),
+          RETURNING workflow_id, revision, state, state_version, parked_on, ended, updated_at),
         next_state AS (
           UPDATE {s}.state st SET state = it.state::jsonb, state_version = it.state_version,
                  revision = st.revision + 1, parked_on = it.parked_on,
@@ -393,7 +430,16 @@ class ServiceStore:
                  ended = coalesce(st.ended, it.ended), release = coalesce(st.release, it.release)
           FROM items it
           WHERE it.mode = 2 AND st.workflow_id = it.workflow_id AND st.revision = it.rev
-          RETURNING 1),
+          RETURNING st.workflow_id, st.revision, st.state, st.state_version, st.parked_on, st.ended,
+                    st.updated_at),
+        history AS (
+          INSERT INTO {s}.state_history (workflow_id, revision, event_id, event_type, topic, partition,
+                                         "offset", state, state_version, parked_on, ended, at)
+          SELECT w.workflow_id, w.revision, it.event_id, it.event_type, it.src_topic, it.src_partition,
+                 it.src_offset, w.state, w.state_version, w.parked_on, w.ended, w.updated_at
+          FROM (SELECT * FROM first_state UNION ALL SELECT * FROM next_state) w
+          JOIN items it ON it.workflow_id = w.workflow_id
+               AND ((it.mode = 1 AND w.revision = 1) OR (it.mode = 2 AND w.revision = it.rev + 1))),
         outbox AS (
           INSERT INTO {s}.outbox (topic, key, value, headers, event_id, workflow_id)
           SELECT u.topic, u.key, u.value, u.headers::jsonb, u.event_id, u.workflow_id
@@ -420,8 +466,9 @@ class ServiceStore:
 
     @staticmethod
     def _batch_args(writes: Sequence[StepWrite]) -> list[Any]:
-        # One array per column, in the order of the statement's $1..$26 (unnest zips them).
+        # One array per column, in the order of the statement's $1..$29 (unnest zips them).
         messages = [m for w in writes for m in w.messages]
+        sources = [w.source for w in writes]
         return [
             *_columns(writes, "group", "event_id", "attempt", "outcome", "event_type", "workflow_id"),
             *_columns(writes, "now", "from_parked", "workflow_type"),
@@ -436,6 +483,9 @@ class ServiceStore:
             sum(1 for w in writes if w.checkpoint is not CheckpointWrite.NONE),
             [w.ended for w in writes],
             [w.release for w in writes],
+            [p.topic if p else None for p in sources],
+            [p.partition if p else None for p in sources],
+            [p.offset if p else None for p in sources],
         ]
 
     # -- parking --------------------------------------------------------------------------
