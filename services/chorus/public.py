@@ -115,6 +115,7 @@ PUBLIC: Mapping[str, frozenset[str]] = {
             "WORKFLOW_END",
             "RuntimeHandle",
             "OwnedData",
+            "Reset",
         }
     ),
     "chorus.codec": frozenset({"Event", "upcast"}),

@@ -27,7 +27,7 @@ from chorus.base.errors import DecodeError
 from chorus.base.settings import demo_key_service_credential
 from chorus.contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
 from chorus.contracts.envelope import Envelope
-from chorus.contracts.lifecycle import WorkflowEnded
+from chorus.contracts.lifecycle import ResetRequested, WorkflowEnded
 from chorus.contracts.platform import FireTarget, OriginalRecord, RetryDue, TimerSchedule, WorkflowsRetired
 from chorus.contracts.procurement import (
     BudgetReserved,
@@ -2065,3 +2065,125 @@ async def test_chorus_status_shows_every_service_with_lag_backlog_and_open_dead_
     assert "lag" in out and "outbox" in out and "dead letters" in out
     for name in reports:
         assert name in out
+
+
+async def test_a_reset_to_a_step_gives_the_reservation_back_runs_the_step_again_and_pays_once(
+    world: World, world_pg: asyncpg.Connection
+) -> None:
+    """Reset from a step: an operator takes a procurement waiting for its manager back to
+    invoice.validated. The budget agent gives its reservation back (the compensation, in
+    the timeline), every service rolls back, the budget agent handles the event again (a
+    new reservation, a new approval request), and once approved the invoice is paid once.
+    A reset of the paid workflow past its payment is refused naming it."""
+    run = uuid.uuid4().hex[:8]
+    workflow_id, _ = await world.awaiting_manager(invoice(run))
+    timeline = (await world.status(workflow_id, OPERATOR))["timeline"]
+    validated = next(e for e in timeline if e["event_type"] == "invoice.validated")
+    first_reserved = next(e for e in timeline if e["event_type"] == "budget.reserved")
+    path = f"/v1/workflows/{workflow_id}/reset"
+    body = {"event_id": validated["event_id"], "reason": "the purchase order was corrected in the ledger"}
+    assert (await world.http.post(path, json=body, headers=SUBMITTER)).status_code == 403
+    unknown = await world.http.post(path, json={**body, "event_id": str(uuid.uuid4())}, headers=OPERATOR)
+    assert unknown.status_code == 404 and "not in the workflow's timeline" in unknown.json()["detail"]
+
+    accepted = await world.http.post(path, json=body, headers=OPERATOR)
+    assert accepted.status_code == 202, accepted.text
+    reset = accepted.json()
+    assert reset["point_event_type"] == "invoice.validated" and reset["compensated"] == ["budget.reserved"]
+    assert {"budget.reserved", "approval.requested"} <= set(reset["undone"])
+
+    def budget_answer(status: dict[str, Any]) -> dict[str, Any] | None:
+        return next(
+            (
+                e["payload"]
+                for e in status["timeline"]
+                if e["event_type"] == "workflow.reset_applied" and e["payload"]["service"] == "budget_agent"
+            ),
+            None,
+        )
+
+    def live(status: dict[str, Any], event_type: str) -> list[dict[str, Any]]:
+        return [e for e in status["timeline"] if e["event_type"] == event_type and e["undone_by"] is None]
+
+    status = await world.wait(
+        workflow_id,
+        lambda s: (
+            budget_answer(s) is not None
+            and len(live(s, "budget.reserved")) == 1
+            and (s.get("pending_approval") or {}).get("tier") == "manager"
+        ),
+        "the reset applied, the step run again and the manager asked again",
+        who=OPERATOR,
+    )
+    answer = budget_answer(status)
+    assert answer is not None and answer["compensated"] == ["budget.released"] and answer["rehandled"]
+    released = live(status, "budget.released")
+    assert len(released) == 1 and "reset" in released[0]["payload"]["reason"]
+    # The first run's steps stay in the timeline, struck out by the reset; the new ones are new events.
+    undone = {e["event_id"] for e in status["timeline"] if e["undone_by"] == reset["reset_id"]}
+    assert first_reserved["event_id"] in undone
+    assert live(status, "budget.reserved")[0]["event_id"] != first_reserved["event_id"]
+    assert any(e["event_type"] == "workflow.reset_requested" for e in status["timeline"])
+
+    approval_id = status["pending_approval"]["approval_id"]
+    assert (await world.decide(approval_id, MANAGER, "approve")).status_code == 202
+    final = await world.ended(workflow_id)
+    assert final["status"] == "completed"
+    stats = await world.stats()
+    paid = [p for p in stats["payments"]["by_key"].values() if p["invoice_id"] == f"INV-{run}"]
+    assert len(paid) == 1
+    reservations = await world_pg.fetch(
+        "SELECT status FROM budget_agent.reservations WHERE workflow_id = $1", workflow_id
+    )
+    assert [r["status"] for r in reservations] == ["reserved"]  # held once, by the run that paid
+
+    again = await world.http.post(path, json=body, headers=OPERATOR)
+    assert again.status_code == 409 and "payment.issued" in again.json()["detail"]
+    code, _, err = await chorus_cli(
+        world, "workflows", "reset", workflow_id, "--to", validated["event_id"], "--reason", "pay again?"
+    )
+    assert code == 1 and "payment.issued" in err and "nothing gives it back" in err
+
+
+async def test_a_reset_not_stated_by_the_gateway_rolls_nothing_back(
+    world: World, world_pg: asyncpg.Connection
+) -> None:
+    """Every service may write chorus.control (retries are its own), so a compromised agent
+    could publish a reset of anyone's workflow there: under its own signature, or in the
+    gateway's name unsigned. The budget agent and the projection refuse both (dead letters,
+    unauthorized); the workflow still waits for its manager with its reservation held."""
+    workflow_id, _ = await world.awaiting_manager(invoice(uuid.uuid4().hex[:8]))
+    timeline = (await world.status(workflow_id, OPERATOR))["timeline"]
+    validated = next(e for e in timeline if e["event_type"] == "invoice.validated")
+    request = ResetRequested(
+        reset_id=f"rst-{uuid.uuid4().hex}",
+        point_event_id=uuid.UUID(validated["event_id"]),
+        point_event_type="invoice.validated",
+        undone=[uuid.UUID(e["event_id"]) for e in timeline[timeline.index(validated) + 1 :]],
+        requested_by="mallory",
+        reason="forged",
+    )
+    topic = world.registry.physical_topic(ResetRequested.event_type)
+    as_agent = stated_by(
+        envelope_of(request, workflow_id=workflow_id, workflow_type="procurement"), "payment_agent"
+    )
+    await publish(world.kafka, topic, [as_agent])  # signed with the payment agent's own key
+    as_gateway = stated_by(
+        envelope_of(request, workflow_id=workflow_id, workflow_type="procurement"), "gateway"
+    )
+    await publish(world.kafka, topic, [as_gateway], sign=False)
+    for service in ("budget_agent", "audit_projector"):
+        await refused_by(world, service, {str(as_agent.event_id), str(as_gateway.event_id)})
+    status = await world.status(workflow_id, OPERATOR)
+    assert (status["pending_approval"] or {}).get("tier") == "manager"
+    kinds = [e["event_type"] for e in status["timeline"]]
+    assert "workflow.reset_applied" not in kinds and "budget.released" not in kinds
+    assert not any(e["undone_by"] for e in status["timeline"])
+    held = await world_pg.fetchval(
+        "SELECT status FROM budget_agent.reservations WHERE workflow_id = $1", workflow_id
+    )
+    assert held == "reserved"
+    cancel = {"reason": "test over"}
+    assert (
+        await world.http.post(f"/v1/workflows/{workflow_id}/cancel", json=cancel, headers=SUBMITTER)
+    ).status_code == 202

@@ -14,6 +14,7 @@ from chorus.contracts.base import (
     Text,
     Url,
     UtcDateTime,
+    Uuid,
     event,
     upcaster,
 )
@@ -188,3 +189,43 @@ class ScheduleDue(EventModel):
 
     schedule_id: str = Field(pattern=r"^sch-[0-9a-f]{32}$")
     due_at: UtcDateTime = Field(description="the run this timer was armed for")
+
+
+# -- reset from a step: an operator's repair --------------------------------------------
+
+RESET_ID_PATTERN = r"^rst-[0-9a-f]{32}$"
+
+
+@event("workflow.reset_requested", 1)
+class ResetRequested(EventModel):
+    """An operator resets the workflow to one of its events (POST /v1/workflows/{id}/reset):
+    every service rolls its checkpoint back to what it was before it handled that event,
+    forgets it and the events after it, gives back what they took where it knows how (its
+    ``on_reset``), and each service whose step handled the event handles it again, read
+    from where it was. The gateway states it, once it checked that the workflow may be
+    reset there (workflows.yaml's ``reset``)."""
+
+    reset_id: str = Field(pattern=RESET_ID_PATTERN, description="the gateway's id of this reset")
+    point_event_id: Uuid = Field(description="the event the workflow goes back to, handled again")
+    point_event_type: Name
+    undone: list[Uuid] = Field(
+        max_length=10_000, description="the workflow's events after the point, as its timeline showed them"
+    )
+    requested_by: Name = Field(description="the operator's principal")
+    reason: Text = Field(min_length=1)
+
+
+@event("workflow.reset_applied", 1)
+class ResetApplied(EventModel):
+    """What a reset did in one service (its runtime states it, in the transaction that
+    did it): the steps undone, whether it handles the point's event again, and what its
+    ``on_reset`` gave back."""
+
+    service: Name
+    reset_id: str = Field(pattern=RESET_ID_PATTERN)
+    steps_undone: int = Field(ge=0, description="revisions of its checkpoint rolled back")
+    rehandled: bool = Field(description="it handles the point's event again")
+    compensated: list[Name] = Field(
+        default_factory=list, description="the event types its compensation stated (budget.released)"
+    )
+    refused: Text | None = Field(default=None, description="why it changed nothing")

@@ -282,6 +282,24 @@ class SignalDeclaration(BaseModel):
     )
 
 
+class ResetDeclaration(BaseModel):
+    """What a reset from a step must know of a workflow type's events (POST
+    /v1/workflows/{id}/reset): which ones a service gives back when a reset goes back past
+    them, and which ones nothing can."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    compensated: list[str] = Field(
+        default_factory=list,
+        description="event types whose effect the service stating them undoes when a reset goes "
+        "back past them (its on_reset: a reservation released)",
+    )
+    irreversible: list[str] = Field(
+        default_factory=list,
+        description="event types a reset never goes back past: what they did stays done and would "
+        "be done twice (a payment issued); the gateway refuses such a reset and says which",
+    )
+
+
 class WorkflowDeclaration(BaseModel):
     """One type of ``workflows.yaml``: what starts it, how long it may run, who ends it."""
 
@@ -312,6 +330,10 @@ class WorkflowDeclaration(BaseModel):
         max_length=20,
         description="what may be sent to a running workflow of the type (POST "
         "/v1/workflows/{id}/signals/{name}, and /updates/{name} for those with an answer)",
+    )
+    reset: ResetDeclaration = Field(
+        default_factory=ResetDeclaration,
+        description="how a reset from a step treats the type's events (compensated, irreversible)",
     )
 
 
@@ -365,6 +387,7 @@ class Registry:
         self._check_endings()
         self._check_search_attributes()
         self._check_signals()
+        self._check_resets()
         for name, workflow in self.workflows.items():
             if not re.match(WORKFLOW_TYPE_PATTERN, name):
                 raise ValueError(
@@ -480,6 +503,29 @@ class Registry:
                 f"{where}: {event_type} v{version}'s model must derive from "
                 f"chorus.contracts.lifecycle.{base.__name__} (its {', '.join(sorted(base.model_fields))})"
             )
+
+    def _check_resets(self) -> None:
+        for name, workflow in self.workflows.items():
+            declared = workflow.reset
+            for kind, types in (
+                ("compensated", declared.compensated),
+                ("irreversible", declared.irreversible),
+            ):
+                for event_type in types:
+                    if event_type not in self._topic_of:
+                        where = f"workflows.yaml: {name}'s reset.{kind}"
+                        raise ValueError(f"{where}: no event type {event_type} in the registry")
+            both = set(declared.compensated) & set(declared.irreversible)
+            if both:
+                raise ValueError(
+                    f"workflows.yaml: {name}'s reset: {', '.join(sorted(both))} cannot be both "
+                    "compensated and irreversible"
+                )
+
+    def reset_of(self, workflow_type: str) -> ResetDeclaration:
+        """How a reset treats ``workflow_type``'s events (nothing declared for an unknown type)."""
+        workflow = self.workflows.get(workflow_type)
+        return workflow.reset if workflow else ResetDeclaration()
 
     def signals(self, workflow_type: str) -> dict[str, SignalDeclaration]:
         """The signals ``workflow_type`` takes (none for an unknown type)."""

@@ -53,6 +53,9 @@ class Via(Enum):
     """Fired by a durable retry (retry.due): a later attempt of the same event."""
     DRAIN = "drain"
     """Taken from the workflow's parked records, in arrival order, once it stopped waiting."""
+    RESET = "reset"
+    """Read again from its topic for an operator's reset (chorus.resets), whose point it is:
+    its inbox row was forgotten (``StateRow.rerun`` says which reset)."""
 
 
 @dataclass

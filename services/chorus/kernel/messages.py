@@ -7,7 +7,7 @@ the same ids twice.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -44,6 +44,12 @@ class Messages:
     group: str
     signer: Signer | None = None
     sealer: Sealing | None = None
+    rerun: str = ""
+    """A reset's id while its point's event is handled again: what the step emits are new
+    events (their ids derive from it too), so no consumer takes one for the first run's."""
+
+    def rerunning(self, reset_id: str | None) -> Messages:
+        return replace(self, rerun=f"{reset_id}/") if reset_id else self
 
     async def message(self, envelope: Envelope) -> OutboxMessage:
         return outbox_message(self.registry, await self._sealed(envelope), self.signer)
@@ -65,7 +71,7 @@ class Messages:
             event,
             producer=self.producer,
             now=now,
-            position=position,
+            position=f"{self.rerun}{position}",
             traceparent=traceparent,
             **overrides,
         )

@@ -82,6 +82,8 @@ class Parts:
     """Whatever a feature starts is stopped with the process: push its stop here."""
     client_id: str
     """This process's Kafka client id: the service's name, with its instance's if it has one."""
+    deps: Any = None
+    """The handlers' dependencies (what a feature calling the service's own hooks passes)."""
 
     def answering(self) -> Answering:
         """How a feature answers a request addressed to the service, once (in its group's inbox)."""
@@ -242,7 +244,7 @@ class KernelRunner:
         outbox = OutboxWriter(self.store, self.registry, relay.wake, ports.signer, ports.sealer)
         return Parts(
             self.spec, self.settings, self.registry, self.clock, self.metrics, self.identity,
-            store.pool, self.store, store, outbox, letters, self._stack, client_id,
+            store.pool, self.store, store, outbox, letters, self._stack, client_id, self.deps,
         )  # fmt: skip
 
     def _record_path(self, wiring: Wiring, parts: Parts) -> Chain:

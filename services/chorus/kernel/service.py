@@ -285,6 +285,20 @@ async def no_deps(_: Any) -> AsyncIterator[None]:
 
 
 @dataclass(frozen=True)
+class Reset:
+    """What a service's ``on_reset`` is told when an operator resets a workflow to one of its
+    events (chorus.resets): the request, and its checkpoint before and after the rollback
+    (as stored: JSON, of the state version the service writes)."""
+
+    envelope: Envelope
+    """The request's (workflow.reset_requested): what the compensation's events follow."""
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    steps_undone: int
+    now: datetime
+
+
+@dataclass(frozen=True)
 class ServiceSpec(Generic[S, D]):
     """The declaration of one deployable service (its ``service.py``)."""
 
@@ -309,6 +323,10 @@ class ServiceSpec(Generic[S, D]):
     routes declare their keys and roles (:mod:`chorus.web.apikeys`)."""
     owned_data: Sequence[OwnedData] = ()
     """The service's own per-workflow tables, retired with the workflow (retention)."""
+    on_reset: Callable[[Reset, D], Awaitable[Outcome[Any]]] | None = None
+    """How the service gives back what the steps a reset undid took (a reservation
+    released): the events it emits and the effects it applies commit with the rollback.
+    None: nothing to give back (the rollback of its checkpoint is all)."""
     per_workflow_order: bool = True
     """False for a stateless worker whose events of one workflow are independent of each
     other (the sub-tasks of a stage): they are handled at once, and one that is retrying

@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 
 from chorus.base.db import ident
-from chorus.kernel.store import Position
+from chorus.kernel.store import InboxOutcome, Position
 
 
 @dataclass(frozen=True)
@@ -27,8 +27,8 @@ class Rewound:
     state_before: dict[str, Any] | None
     """The checkpoint as it was before the rewind (what a compensation looks at)."""
     state_after: dict[str, Any] | None
-    forgotten: int
-    """Inbox rows dropped: those events may be handled again."""
+    fenced: int
+    """Events after the point recorded as dropped here (skipped, should one still come)."""
     point: Position | None
     """Where the point's event was read, when a step of this service handled it."""
 
@@ -55,17 +55,20 @@ class ResetStore:
         workflow_id: str,
         point: uuid.UUID,
         undone: Sequence[uuid.UUID],
+        reset_id: str,
         cause: uuid.UUID,
         cause_type: str,
         now: datetime,
     ) -> Rewound | Busy:
         """Roll the checkpoint of ``workflow_id`` back to the revision before the first step
-        that handled ``point`` or any of ``undone`` (the events after it), and forget those
-        events in ``group``'s inbox. The rewind is the checkpoint's next revision (a step
-        decided on the old one cannot commit) and its history row names ``cause`` (the
-        reset's request, of type ``cause_type``); the revisions it undid leave the history."""
+        that handled ``point`` or any of ``undone`` (the events after it). In ``group``'s
+        inbox, ``point`` is forgotten (it may be handled again) and each of ``undone`` is
+        recorded as dropped: one still on its way is skipped when it comes, never handled on
+        the rolled-back state. The rewind is the checkpoint's next revision (a step decided
+        on the old one cannot commit), names ``reset_id`` for the point's next steps, and its
+        history row names ``cause`` (the reset's request, of type ``cause_type``); the
+        revisions it undid leave the history."""
         s = self.schema
-        events = [point, *undone]
         row = await conn.fetchrow(
             f"""SELECT revision, state::text AS state, parked_on,
                        EXISTS (SELECT 1 FROM {s}.parked p WHERE p.workflow_id = $1) AS has_parked
@@ -74,11 +77,11 @@ class ResetStore:
         )
         if row is not None and (row["parked_on"] is not None or row["has_parked"]):
             return Busy("a retry, a dead letter or a parked event of it waits here")
-        first = await conn.fetchrow(
-            f"""SELECT min(revision) AS revision FROM {s}.state_history
+        first = await conn.fetchval(
+            f"""SELECT min(revision) FROM {s}.state_history
                 WHERE workflow_id = $1 AND event_id = ANY($2::uuid[])""",
             workflow_id,
-            events,
+            [point, *undone],
         )
         at = await conn.fetchrow(
             f"""SELECT topic, partition, "offset" FROM {s}.state_history
@@ -87,42 +90,52 @@ class ResetStore:
             workflow_id,
             point,
         )
-        forgotten = await conn.fetch(
-            f"""DELETE FROM {s}.inbox WHERE consumer_group = $1 AND event_id = ANY($2::uuid[])
-                RETURNING 1""",
+        await conn.execute(f"DELETE FROM {s}.inbox WHERE consumer_group = $1 AND event_id = $2", group, point)
+        fenced = await conn.fetchval(
+            f"""WITH fenced AS (
+                  INSERT INTO {s}.inbox AS i
+                    (consumer_group, event_id, attempt, outcome, workflow_id, processed_at)
+                  SELECT $1, e, 1, '{InboxOutcome.DROPPED}', $3, $4 FROM unnest($2::uuid[]) AS e
+                  ON CONFLICT (consumer_group, event_id) DO UPDATE
+                    SET outcome = EXCLUDED.outcome, processed_at = EXCLUDED.processed_at
+                  RETURNING 1)
+                SELECT count(*) FROM fenced""",
             group,
-            events,
+            list(undone),
+            workflow_id,
+            now,
         )
         position = Position(at["topic"], at["partition"], at["offset"]) if at is not None else None
         before = _state(row["state"]) if row is not None else None
-        if row is None or first["revision"] is None:
-            return Rewound(0, None, before, before, len(forgotten), position)
-        r0, current = first["revision"], row["revision"]
+        if row is None or first is None:
+            return Rewound(0, None, before, before, int(fenced), position)
         target = await conn.fetchrow(
             f"""SELECT revision, state::text AS state, state_version, ended FROM {s}.state_history
                 WHERE workflow_id = $1 AND revision < $2 ORDER BY revision DESC LIMIT 1""",
             workflow_id,
-            r0,
+            first,
         )
-        undone_steps = await conn.fetchval(
+        steps = await conn.fetchval(
             f"""WITH gone AS (DELETE FROM {s}.state_history WHERE workflow_id = $1 AND revision >= $2
                               RETURNING 1)
                 SELECT count(*) FROM gone""",
             workflow_id,
-            r0,
+            first,
         )
         # Back to the revision before, or to no state at all (the row stays: it holds the
         # workflow's pin to a release, chorus.releases.pinning).
         await conn.execute(
             f"""UPDATE {s}.state SET state = $2::jsonb, state_version = coalesce($3, state_version),
-                       ended = $4, parked_on = NULL, revision = $5, updated_at = $6
+                       ended = $4, parked_on = NULL, revision = revision + 1, updated_at = $5,
+                       rerun = $6, rerun_point = $7
                 WHERE workflow_id = $1""",
             workflow_id,
             target["state"] if target is not None else None,
             target["state_version"] if target is not None else None,
             target["ended"] if target is not None else None,
-            current + 1,
             now,
+            reset_id,
+            point,
         )
         await conn.execute(
             f"""INSERT INTO {s}.state_history
@@ -133,13 +146,12 @@ class ResetStore:
             cause,
             cause_type,
         )
-        after = _state(target["state"]) if target is not None else None
         return Rewound(
-            int(undone_steps),
+            int(steps),
             target["revision"] if target is not None else None,
             before,
-            after,
-            len(forgotten),
+            _state(target["state"]) if target is not None else None,
+            int(fenced),
             position,
         )
 

@@ -46,6 +46,7 @@ from chorus.privacy.feature import (
 )
 from chorus.releases.feature import Releases, ReleaseSettings, release_identity
 from chorus.releases.rollouts import RolloutView
+from chorus.resets.feature import Resets
 from chorus.web.http import HttpServer, WebSettings
 
 log = logging.getLogger("chorus.runner")
@@ -55,6 +56,7 @@ RUNTIME_CONTROLS: Mapping[type[EventModel], type[ControlHandler]] = {
     **KERNEL_CONTROLS,
     **Privacy.CONTROLS,
     **Releases.CONTROLS,
+    **Resets.CONTROLS,
 }
 """The control messages every service's runtime answers (chorus.control, chorus.data), and
 the code that answers each."""
@@ -128,7 +130,7 @@ class ServiceRunner(KernelRunner):
             Ports(
                 signer=self.keys.signer,
                 sealer=self.sealer,
-                features=[self.privacy, self.releases, Breakers()],
+                features=[self.privacy, self.releases, Resets(), Breakers()],
                 handle_extras={"rollouts": self.rollouts, "verifier": self.keys.verifier},
             )
         )

@@ -138,6 +138,7 @@ async def rewind(
             workflow_id=workflow_id,
             point=point.event_id,
             undone=[e.event_id for e in undone],
+            reset_id="rst-" + "7" * 32,
             cause=RESET,
             cause_type="workflow.reset_requested",
             now=datetime.now(timezone.utc),
@@ -152,20 +153,26 @@ async def test_a_rewind_goes_back_to_the_checkpoint_before_the_point_and_the_poi
 ) -> None:
     t1, t2, t3 = task("wf-r1", "t1"), task("wf-r1", "t2"), task("wf-r1", "t3")
     await kernel.deliver(t1, t2, t3)
+    first_run = {e["event_id"] for e in await kernel.events("test.task_done")}
     rewound = await rewind(kernel, "wf-r1", t2, t3)
     assert isinstance(rewound, Rewound)
-    assert (rewound.steps, rewound.to_revision, rewound.forgotten) == (2, 1, 2)
+    assert (rewound.steps, rewound.to_revision, rewound.fenced) == (2, 1, 1)
     assert rewound.state_before is not None and rewound.state_before["tasks"] == ["t1", "t2", "t3"]
     assert rewound.state_after is not None and rewound.state_after["tasks"] == ["t1"]
     topic = kernel.registry.physical_topic("test.task_submitted")
     assert isinstance(rewound.point, Position) and rewound.point.topic == topic
     rows = await history(kernel, "wf-r1")
     assert [(r["revision"], r["event_id"]) for r in rows] == [(1, t1.event_id), (4, RESET)]
-    # The point is handled again from the state it had then; t1 stays handled once.
-    await kernel.deliver(t2, t1)
+    # The point is handled again from the state it had then; t1 stays handled once, and t3
+    # (undone) is skipped should it come again.
+    await kernel.deliver(t2, t1, t3)
     rows = await history(kernel, "wf-r1")
     assert [r["event_id"] for r in rows] == [t1.event_id, RESET, t2.event_id]
     assert '"tasks": ["t1", "t2"]' in rows[-1]["state"]
+    # What the re-run emitted are new events: no consumer takes them for the first run's.
+    done = await kernel.events("test.task_done")
+    rerun = [e for e in done if e["event_id"] not in first_run]
+    assert [e["payload"]["task"] for e in rerun] == ["t2"]
 
 
 async def test_a_rewind_past_the_first_step_leaves_no_state_and_a_repeat_changes_nothing(
@@ -177,7 +184,8 @@ async def test_a_rewind_past_the_first_step_leaves_no_state_and_a_repeat_changes
     assert isinstance(rewound, Rewound) and (rewound.steps, rewound.to_revision) == (2, None)
     assert rewound.state_after is None
     again = await rewind(kernel, "wf-r2", t1, t2)  # its steps are gone from the history
-    assert isinstance(again, Rewound) and (again.steps, again.forgotten) == (0, 0)
+    assert isinstance(again, Rewound) and (again.steps, again.point) == (0, None)
+    assert again.state_before is None
     await kernel.deliver(t1)
     rows = await history(kernel, "wf-r2")
     assert '"tasks": ["t1"]' in rows[-1]["state"] and '"handled": 1' in rows[-1]["state"]

@@ -129,6 +129,8 @@ class TimelineEntry(ApiModel):
     actor: str | None
     external_call: str | None
     payload: dict[str, Any]
+    undone_by: str | None = None
+    """The reset that undid it (it stays in the timeline; the status no longer counts it)."""
 
 
 class Timeline(ApiModel):

@@ -53,6 +53,20 @@ class CancelBody(ApiModel):
     reason: InClear[Comment] = Field(min_length=1, description="why, for the audit trail and the submitter")
 
 
+class ResetBody(ApiModel):
+    """``POST /v1/workflows/{id}/reset``: the event (from its timeline) the workflow goes
+    back to, and why."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    event_id: str = Field(
+        pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+        description="one of the workflow's events (GET /v1/workflows/{id}: its timeline): every "
+        "service goes back to what it was before handling it, and handles it again",
+    )
+    reason: InClear[Comment] = Field(min_length=1, description="why, for the audit trail")
+
+
 InputT = TypeVar("InputT", bound=Model)
 
 
@@ -245,6 +259,24 @@ class CancelAccepted(ApiModel):
 
     workflow_id: str
     status: Literal["cancelling", "cancelled"]
+    requested_by: str
+    reason: str
+    requested_at: IsoDateTime
+    status_url: str
+
+
+class ResetAccepted(ApiModel):
+    """``POST /v1/workflows/{id}/reset``: 202, the reset is on its way to every service
+    (the timeline shows each one's ``workflow.reset_applied``)."""
+
+    reset_id: str
+    workflow_id: str
+    point_event_id: str
+    point_event_type: str
+    undone: list[str] = Field(description="the types of the events after the point, undone, in order")
+    compensated: list[str] = Field(
+        description="those of them a service gives back (workflows.yaml: reset.compensated)"
+    )
     requested_by: str
     reason: str
     requested_at: IsoDateTime

@@ -167,6 +167,7 @@ class Commit:
         assert frame is not None and handled.route is not None
         env = handled.decoded.envelope
         messages: list[OutboxMessage] = []
+        build = self.messages.rerunning(_rerun(handled))
         new_state = frame.state
         parked_on: uuid.UUID | None = None if frame.parked_on == env.event_id else frame.parked_on
         ended: str | None = None
@@ -174,7 +175,7 @@ class Commit:
             outcome_name = InboxOutcome.DONE
             if result.outcome.state is not None:
                 new_state = result.outcome.state.model_dump(mode="json")
-            messages = await self.messages.outcome(env, result.outcome, now, traceparent)
+            messages = await build.outcome(env, result.outcome, now, traceparent)
             ended = self._ends(handled, result)
             if ended is not None:
                 parked_on = None  # what waited behind an earlier event will be dropped
@@ -184,9 +185,7 @@ class Commit:
             outcome_name, parked_on = InboxOutcome.RETRYING, env.event_id
             history = [*handled.failures, failure(result.error, attempt, now, retry_in_s=result.wait_s)]
             messages = [
-                await self.messages.retry(
-                    env, rec, attempt, history[-MAX_FAILURES:], now, result.wait_s, traceparent
-                )
+                await build.retry(env, rec, attempt, history[-MAX_FAILURES:], now, result.wait_s, traceparent)
             ]
             self.metrics.retries.labels(env.event_type).inc()
         elif isinstance(result, DeadLetter):
@@ -194,7 +193,7 @@ class Commit:
             self._guard_dead_letter(result.error, env)
             history = [*handled.failures, failure(result.error, attempt, now)]
             messages = [
-                await self.messages.dead_letter(
+                await build.dead_letter(
                     rec,
                     result.error,
                     result.category,
@@ -208,9 +207,7 @@ class Commit:
         else:
             outcome_name = InboxOutcome.REVIEW
             messages = [
-                await self.messages.review(
-                    env, result.errors, handled.route.semantic_attempts, now, traceparent
-                )
+                await build.review(env, result.errors, handled.route.semantic_attempts, now, traceparent)
             ]
         if not self.spec.per_workflow_order:
             parked_on = None  # nothing waits behind a retry or a dead letter here
@@ -266,3 +263,11 @@ class Commit:
         )
         if tripped:
             raise GuardTrippedError(self.guard.describe())
+
+
+def _rerun(handled: Item) -> str | None:
+    """The reset whose point this event is, when it is handled again after it."""
+    state = handled.loaded.state if handled.loaded is not None else None
+    if state is None or state.rerun_point != handled.decoded.envelope.event_id:
+        return None
+    return state.rerun

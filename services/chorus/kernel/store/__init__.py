@@ -116,6 +116,11 @@ class StateRow:
     repinned_from: tuple[str, ...] = ()
     """The consumer groups of the releases that owned the workflow before an operator moved
     it (chorus.releases.repin), oldest first."""
+    rerun: str | None = None
+    """The last reset of the workflow here (chorus.resets) whose point's event is
+    ``rerun_point``: what that event's steps emit now are new events (their ids derive
+    from the reset's too), never the first run's again."""
+    rerun_point: uuid.UUID | None = None
 
 
 @dataclass(frozen=True)

@@ -221,7 +221,15 @@ class ServiceStore:
                     PRIMARY KEY (workflow_id, revision))""",
             ),
         )
-        return [*baseline(self.ddl()), archive, ended, release, repinned, history]
+        rerun = Migration(
+            7,
+            "state_rerun",
+            (
+                f"ALTER TABLE {s}.state ADD COLUMN IF NOT EXISTS rerun text",
+                f"ALTER TABLE {s}.state ADD COLUMN IF NOT EXISTS rerun_point uuid",
+            ),
+        )
+        return [*baseline(self.ddl()), archive, ended, release, repinned, history, rerun]
 
     # -- reads ---------------------------------------------------------------------
 
@@ -234,7 +242,7 @@ class ServiceStore:
         rows = await conn.fetch(
             f"""SELECT t.n, i.outcome, i.attempt,
                        st.state::text AS state, st.state_version, st.revision, st.parked_on, st.ended,
-                       st.release, st.repinned_from,
+                       st.release, st.repinned_from, st.rerun, st.rerun_point,
                        EXISTS (SELECT 1 FROM {s}.parked p WHERE p.workflow_id = t.wf) AS has_parked,
                        st.repinned_from IS NOT NULL AND EXISTS (
                          SELECT 1 FROM {s}.inbox pi
@@ -263,6 +271,8 @@ class ServiceStore:
                 row["ended"],
                 row["release"],
                 tuple(row["repinned_from"] or ()),
+                row["rerun"],
+                row["rerun_point"],
             )
         return Loaded(inbox, state, row["has_parked"], bool(row["handled_before"]))
 

@@ -69,7 +69,14 @@ ERASED: dict[str, Any] = {"erased": True}
 # Events of the platform rather than of the workflow's domain: they never become the
 # workflow's "current stage"; some flag it (attention, review), one says who was told.
 PLATFORM_EVENTS = frozenset(
-    {"event.dead_lettered", "review.requested", "workflow.attention_needed", "submitter.notified"}
+    {
+        "event.dead_lettered",
+        "review.requested",
+        "workflow.attention_needed",
+        "submitter.notified",
+        "workflow.reset_requested",
+        "workflow.reset_applied",
+    }
 )
 
 # Rows the projector writes itself (not derived from any topic).

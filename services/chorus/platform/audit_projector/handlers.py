@@ -18,6 +18,7 @@ from chorus.contracts.approvals import (
 )
 from chorus.contracts.base import EventModel
 from chorus.contracts.lifecycle import (
+    ResetRequested,
     StageDeadlineReached,
     SubmitterNotified,
     WorkflowAttentionNeeded,
@@ -55,9 +56,9 @@ from chorus.contracts.research import (
     SourceFetchRequested,
 )
 from chorus.kernel.codec import Event
-from chorus.kernel.service import Context, Outcome
+from chorus.kernel.service import Context, Outcome, Reset
 from chorus.platform.audit_projector.adapters.maintenance import RecordConfirmation
-from chorus.platform.audit_projector.adapters.projection import SCHEMA, ProjectEvent
+from chorus.platform.audit_projector.adapters.projection import SCHEMA, ProjectEvent, UndoEvents
 from chorus.platform.audit_projector.domain import attributes_of, audit_entry
 
 # The event types projected: exactly those of the topics that list audit_projector as a
@@ -167,3 +168,17 @@ async def on_data_removed(
     """Keep a service's confirmation of an erasure or retirement in the ledger, where the
     operator's ``chorus erase`` (and ``GET /v1/erasures/{id}``) finds it."""
     return Outcome(effects=[RecordConfirmation(ctx.deps.ledger, event.payload, confirmed_at=ctx.clock.now())])
+
+
+async def on_reset(reset: Reset, deps: ProjectorDeps) -> Outcome[Any]:
+    """An operator reset the workflow (the projector's part, as every service's runtime
+    rolls back its own): the request joins the timeline, and the events after the point
+    are struck out of the workflow's status."""
+    request = reset.envelope
+    payload = ResetRequested.model_validate(request.payload)
+    entry = audit_entry(request, payload)
+    projected_request = ProjectEvent(
+        schema=deps.schema, ledger=deps.ledger, entry=entry, payload=payload, recorded_at=reset.now
+    )
+    undo = UndoEvents(projected_request, payload.reset_id, payload.undone, deps.search)
+    return Outcome(effects=[undo])

@@ -8,7 +8,7 @@ from typing import Any
 import asyncpg
 
 from chorus import __version__
-from chorus.contracts.lifecycle import WorkflowAttentionNeeded, WorkflowEnded
+from chorus.contracts.lifecycle import ResetApplied, WorkflowAttentionNeeded, WorkflowEnded
 from chorus.contracts.platform import DataRemoved, SubjectErasureRequested, WorkflowsRetired
 from chorus.contracts.registry import Registry, default_registry
 from chorus.kernel.service import On, ServiceSpec
@@ -20,6 +20,7 @@ from chorus.platform.audit_projector.handlers import (
     PROJECTED,
     ProjectorDeps,
     on_data_removed,
+    on_reset,
     on_workflow_event,
     projected,
     search_of,
@@ -48,6 +49,9 @@ def make_spec(name: str = SCHEMA, registry: Registry | None = None) -> ServiceSp
                 for model in (projected(registry) if registry else PROJECTED)
             ),
             On(DataRemoved, on_data_removed, timeout_s=30),
+            # What a reset did in each service (on chorus.data, beside the confirmations):
+            # a line of the workflow's timeline.
+            On(ResetApplied, on_workflow_event, timeout_s=30),
         ],
         # Erasure and retention requests: every service's runtime answers them; the alert of
         # a workflow parked too long.
@@ -63,6 +67,7 @@ def make_spec(name: str = SCHEMA, registry: Registry | None = None) -> ServiceSp
         migrations=migrations,
         workers=[expire_workflows, alert_parked_workflows],
         http_routes=routes,
+        on_reset=on_reset,
     )
 
 

@@ -26,7 +26,7 @@ from chorus.platform.gateway.adapters.policy import (
 from chorus.platform.gateway.adapters.readmodel import ReadModel, ReadModelUnavailableError
 from chorus.platform.gateway.config import Settings
 from chorus.platform.gateway.domain import workflow_types
-from chorus.platform.gateway.routes import approvals, bulk, policy, schedules, workflows
+from chorus.platform.gateway.routes import approvals, bulk, policy, resets, schedules, workflows
 from chorus.platform.gateway.routes.deps import GatewayApi
 from chorus.platform.gateway.routes.signals import signal_router
 from chorus.platform.gateway.routes.submit import submit_router
@@ -66,7 +66,7 @@ def create_app(
     )
     app.include_router(submit_router(kinds))
     _unknown_type_answer(app, sorted(kinds))
-    for routes in (workflows, approvals, policy, bulk, schedules):
+    for routes in (workflows, approvals, policy, bulk, schedules, resets):
         app.include_router(routes.router)
     app.include_router(signal_router(rt.registry))
     return app

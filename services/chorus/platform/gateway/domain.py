@@ -220,3 +220,74 @@ def catch_up(cadence: Cadence, since: datetime, until: datetime, window: timedel
             break  # (a cron's rest is not counted: a cron is at most once a minute)
         at = next_due(cadence, at)
     return CaughtUp(list(started), list(missed), count)
+
+
+# -- reset from a step -----------------------------------------------------------------------
+
+RESET_BOOKKEEPING = frozenset(
+    {
+        "workflow.reset_requested",
+        "workflow.reset_applied",
+        "event.dead_lettered",
+        "review.requested",
+        "workflow.attention_needed",
+        "submitter.notified",
+        "requester.notified",
+    }
+)
+"""Events that record what happened to a workflow rather than a step of it: never a reset's
+point, and nothing to undo after one."""
+
+
+@dataclass(frozen=True)
+class TimelineEvent:
+    """What a reset looks at of one timeline entry."""
+
+    event_id: str
+    event_type: str
+    occurred_at: datetime
+    undone_by: str | None = None
+
+
+@dataclass(frozen=True)
+class ResetPlan:
+    point: TimelineEvent
+    undone: list[TimelineEvent]
+    compensated: list[str]
+
+
+def plan_reset(
+    timeline: list[TimelineEvent], event_id: str, status: str, compensated: list[str], irreversible: list[str]
+) -> ResetPlan | tuple[int, str]:
+    """What a reset of a workflow (``timeline`` in the order it happened, ``status`` as its
+    projection says) to ``event_id`` undoes; or why not (an HTTP status and a sentence).
+
+    Only a quiet workflow goes back: one waiting (for a person, a signal, a timer), so no
+    event of it is on its way while every service rolls back. An event past the point that
+    ``irreversible`` names (workflows.yaml) refuses it: what it did would be done twice."""
+    live = [e for e in timeline if e.undone_by is None]
+    point = next((e for e in live if e.event_id == event_id), None)
+    if point is None:
+        undone = next((e for e in timeline if e.event_id == event_id), None)
+        if undone is not None:
+            return 409, f"event {event_id} ({undone.event_type}) was undone by reset {undone.undone_by}"
+        return 404, f"event {event_id} is not in the workflow's timeline"
+    if point.event_type in RESET_BOOKKEEPING:
+        return (
+            422,
+            f"{point.event_type} records what happened to the workflow, not a step of it: choose a step",
+        )
+    after = [e for e in live[live.index(point) + 1 :] if e.event_type not in RESET_BOOKKEEPING]
+    for event in after:
+        if event.event_type in irreversible:
+            return 409, (
+                f"{event.event_type} (event {event.event_id}, {event.occurred_at.isoformat()}) came after "
+                f"{point.event_type}, and nothing gives it back (workflows.yaml: reset.irreversible): "
+                "reset to a later event"
+            )
+    if status != "waiting":
+        return 409, (
+            f"the workflow is {status}: a reset goes back only while it waits (for a person, a signal "
+            "or a timer), so that nothing of it is on its way while its services roll back"
+        )
+    return ResetPlan(point, after, [e.event_type for e in after if e.event_type in compensated])

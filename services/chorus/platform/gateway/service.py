@@ -61,6 +61,7 @@ SPEC: ServiceSpec[GatewayState, WebhookSender] = ServiceSpec(
             # The reference workflows' signals (workflows.yaml), sent for people who may.
             "invoice.line_added",
             "schedule.due",
+            "workflow.reset_requested",
         }
     ),
     state=GatewayState,

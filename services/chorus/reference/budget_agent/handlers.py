@@ -27,7 +27,7 @@ from chorus.reference.budget_agent.domain import (
     reservation_id,
     what_changed,
 )
-from chorus.service import Context, Outcome
+from chorus.service import Context, Outcome, Reset
 
 
 async def on_invoice_validated(
@@ -184,3 +184,15 @@ def release(
         effects=[Release(state.reservation_id, keep_invoice=keep_invoice)],
         ended=outcome,
     )
+
+
+async def on_reset(reset: Reset, deps: Deps) -> Outcome[BudgetState]:
+    """An operator reset the workflow to a step before its reservation (workflows.yaml:
+    budget.reserved is compensated): the reservation is given back, and the step that made
+    it, run again, reserves anew. A reset to a later step keeps it."""
+    before = BudgetState.model_validate(reset.before) if reset.before is not None else None
+    after = BudgetState.model_validate(reset.after) if reset.after is not None else None
+    if before is None or (after is not None and after.reservation_id == before.reservation_id):
+        return Outcome()
+    released = release(before, "the workflow was reset to a step before its reservation", outcome=None)
+    return Outcome(emit=released.emit, effects=released.effects)

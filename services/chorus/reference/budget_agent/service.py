@@ -13,6 +13,7 @@ from chorus.reference.budget_agent.handlers import (
     on_approval_decided,
     on_invoice_validated,
     on_payment_failed,
+    on_reset,
     on_workflow_ended,
 )
 from chorus.service import On, ServiceSpec
@@ -39,4 +40,5 @@ SPEC: ServiceSpec[BudgetState, Deps] = ServiceSpec(
     state=BudgetState,
     migrations=[migrate],
     bootstrap=bootstrap,
+    on_reset=on_reset,
 )

@@ -20,6 +20,7 @@ from chorus.tools.cli import events_show as events_show_cli
 from chorus.tools.cli import migrate as migrate_cli
 from chorus.tools.cli import new as new_cli
 from chorus.tools.cli import policy as policy_cli
+from chorus.tools.cli import resets as resets_cli  # noqa: F401  (its command joins `workflows`)
 from chorus.tools.cli import rollout as rollout_cli
 from chorus.tools.cli import schedules as schedules_cli
 from chorus.tools.cli import schemas as schemas_cli

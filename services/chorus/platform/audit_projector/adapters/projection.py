@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -37,13 +38,17 @@ from uuid import UUID
 import asyncpg
 
 from chorus.base.db import ident
+from chorus.base.errors import ChorusError
 from chorus.base.migrations import Migration, baseline, migrate
-from chorus.contracts.base import EventModel
+from chorus.contracts.base import CATALOG, EventModel
+from chorus.contracts.registry import SearchAttribute
+from chorus.kernel.codec import upcast
 from chorus.kernel.store.postgres import archive_ddl
 from chorus.platform.audit_projector.domain import (
     ORIGIN_TOPIC,
     AuditEntry,
     WorkflowFacts,
+    attributes_of,
     derive,
     fold,
     redact_entry,
@@ -181,7 +186,13 @@ def projection_migrations(schema: str) -> list[Migration]:
                 USING gin (attributes jsonb_path_ops)""",
         ),
     )
-    return [*baseline(projection_ddl(schema)), version, attributes]
+    undone = Migration(
+        4,
+        "undone by a reset",
+        # The reset that undid an event (it stays in the timeline, struck out of the fold).
+        (f"ALTER TABLE {s}.audit_log ADD COLUMN IF NOT EXISTS undone_by text",),
+    )
+    return [*baseline(projection_ddl(schema)), version, attributes, undone]
 
 
 def ledger_migrations(schema: str) -> list[Migration]:
@@ -295,6 +306,69 @@ class ProjectEvent:
         if erased or facts.erased:
             facts = redact_facts(facts)
         await write_status(conn, s, entry.workflow_id, facts, self.recorded_at)
+
+
+@dataclass(frozen=True)
+class UndoEvents:
+    """An operator reset the workflow to one of its events (workflow.reset_requested): the
+    request joins its timeline, the events after the point are marked undone by it (they
+    stay, struck out), and the workflow's status is folded again from the rest."""
+
+    request: ProjectEvent
+    reset_id: str
+    undone: Sequence[uuid.UUID]
+    search: Mapping[str, Mapping[str, SearchAttribute]]
+
+    async def apply(self, conn: asyncpg.Connection) -> None:
+        await self.request.apply(conn)  # takes the workflow's locks first
+        s, workflow_id = ident(self.request.schema), self.request.entry.workflow_id
+        marked = await conn.fetchval(
+            f"""WITH marked AS (
+                  UPDATE {s}.audit_log SET undone_by = $3
+                  WHERE workflow_id = $1 AND event_id = ANY($2::uuid[]) AND undone_by IS NULL
+                  RETURNING 1)
+                SELECT count(*) FROM marked""",
+            workflow_id,
+            list(self.undone),
+            self.reset_id,
+        )
+        if not marked:
+            return
+        rows = await conn.fetch(
+            f"""SELECT event_id, event_type, schema_version, workflow_id, workflow_type, producer,
+                       coalesce(producer_version, '') AS producer_version, occurred_at,
+                       coalesce(trace_id, '') AS trace_id, causation_id, decision, actor,
+                       external_call, subject_ref, payload::text AS payload
+                FROM {s}.audit_log WHERE workflow_id = $1 AND undone_by IS NULL AND origin = $2
+                ORDER BY occurred_at, event_id""",
+            workflow_id,
+            ORIGIN_TOPIC,
+        )
+        facts: WorkflowFacts | None = None
+        for row in rows:
+            entry = AuditEntry(**{**dict(row), "payload": json.loads(row["payload"])})
+            payload = _model_of(entry)
+            facts = fold(facts, entry, payload, attributes_of(entry, payload, self.search))
+        if facts is None:
+            await conn.execute(f"DELETE FROM {s}.workflow_status WHERE workflow_id = $1", workflow_id)
+            return
+        if facts.erased:
+            facts = redact_facts(facts)
+        await write_status(conn, s, workflow_id, facts, self.request.recorded_at)
+
+
+def _model_of(entry: AuditEntry) -> EventModel:
+    """The payload as its model, for the fold; one that no longer validates (redacted, or
+    of a type this release does not know) folds as a bare event (its time and type)."""
+    versions = [v for (t, v) in CATALOG if t == entry.event_type]
+    if versions:
+        latest = max(versions)
+        try:
+            payload = upcast(entry.event_type, entry.payload, entry.schema_version, latest)
+            return CATALOG[(entry.event_type, latest)].model_validate(payload)
+        except (ValueError, ChorusError):
+            pass
+    return EventModel.model_construct()
 
 
 async def insert_audit_row(

@@ -292,7 +292,7 @@ async def approval_view(
 
 _ENTRY = """SELECT event_id::text AS event_id, origin, event_type, schema_version, producer,
                    producer_version, occurred_at, recorded_at, trace_id, causation_id, decision, actor,
-                   external_call, payload::text AS payload
+                   external_call, payload::text AS payload, undone_by
             FROM {}.audit_log WHERE workflow_id = $1"""
 
 

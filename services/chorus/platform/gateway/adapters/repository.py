@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -170,6 +171,23 @@ MIGRATIONS = [
             "ALTER TABLE gateway.bulk_actions ADD COLUMN IF NOT EXISTS input jsonb",
         ),
     ),
+    # Resets an operator asked for: who, why, to which event, how much it undid.
+    migrations.Migration(
+        9,
+        "resets",
+        (
+            """CREATE TABLE IF NOT EXISTS gateway.resets (
+                reset_id text PRIMARY KEY,
+                workflow_id text NOT NULL,
+                point_event_id uuid NOT NULL,
+                point_event_type text NOT NULL,
+                undone int NOT NULL,
+                requested_by text NOT NULL,
+                reason text NOT NULL,
+                requested_at timestamptz NOT NULL)""",
+            "CREATE INDEX IF NOT EXISTS resets_of ON gateway.resets (workflow_id, requested_at)",
+        ),
+    ),
 ]
 
 
@@ -183,6 +201,7 @@ class SubmissionRetention(ErasedAsRetired):
         "gateway.cancellations",
         "gateway.bulk_items",
         "gateway.signals",
+        "gateway.resets",
     )
 
     async def purge(self, conn: asyncpg.Connection, now: datetime) -> dict[str, int]:
@@ -348,3 +367,37 @@ async def decided_on(conn: asyncpg.Connection, workflow_id: str, reviewer: str) 
         reviewer,
     )
     return found is not None
+
+
+@dataclass(frozen=True)
+class ResetRow:
+    reset_id: str
+    workflow_id: str
+    point_event_id: uuid.UUID
+    point_event_type: str
+    undone: int
+    requested_by: str
+    reason: str
+    requested_at: datetime
+
+
+async def insert_reset(conn: asyncpg.Connection, row: ResetRow) -> bool:
+    """The reset; False when one with its id was recorded before (the same request again)."""
+    inserted = await conn.fetchval(
+        """INSERT INTO gateway.resets VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+           ON CONFLICT (reset_id) DO NOTHING RETURNING 1""",
+        row.reset_id,
+        row.workflow_id,
+        row.point_event_id,
+        row.point_event_type,
+        row.undone,
+        row.requested_by,
+        row.reason,
+        row.requested_at,
+    )
+    return inserted is not None
+
+
+async def find_reset(conn: asyncpg.Connection, reset_id: str) -> ResetRow | None:
+    row = await conn.fetchrow("SELECT * FROM gateway.resets WHERE reset_id = $1", reset_id)
+    return ResetRow(**dict(row)) if row else None

@@ -132,10 +132,18 @@ class Reserve:
             self.po_number,
             self.amount_cents,
         )
-        await conn.execute(
-            """INSERT INTO budget_agent.reservations
+        # A reservation given back by a reset (its step runs again) is taken anew.
+        await _or_conflict(
+            conn,
+            f"reservation {self.reservation_id} is held already",
+            """INSERT INTO budget_agent.reservations AS r
                  (reservation_id, workflow_id, cost_center, amount_cents, status, po_number)
-               VALUES ($1, $2, $3, $4, 'reserved', $5)""",
+               VALUES ($1, $2, $3, $4, 'reserved', $5)
+               ON CONFLICT (reservation_id) DO UPDATE
+                 SET cost_center = EXCLUDED.cost_center, amount_cents = EXCLUDED.amount_cents,
+                     status = 'reserved', po_number = EXCLUDED.po_number
+                 WHERE r.status = 'released'
+               RETURNING 1""",
             self.reservation_id,
             self.workflow_id,
             self.cost_center,
