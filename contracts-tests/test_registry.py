@@ -133,6 +133,7 @@ def test_runtime_pseudo_producer_only_on_platform_topics() -> None:
         "chorus.deadletters",
         "chorus.reviews",
         "chorus.releases",
+        "chorus.resets",
     }
 
 

@@ -19,14 +19,16 @@ from chorus.contracts.registry import RUNTIME_PRODUCER, load_registry
 from chorus.kernel.codec import decode, encode
 from chorus.kernel.envelopes import child_envelope
 from chorus.kernel.service import Context, ServiceSpec
+from chorus.runtime.runner import RUNTIME_CONTROLS
 from chorus.tools.declarations import own_services, service_module
 from tests.support.fakes import handler_deps
 
 ROOT = Path(__file__).resolve().parents[1]
 REGISTRY = load_registry(ROOT / "schemas")
-RUNTIME_TOPICS = {"chorus.control", "chorus.data", "chorus.rollouts"}
-"""What every runtime service reads beside its handlers' topics: control, data requests, and
-the rollout policies (chorus.rollouts.RolloutFollower)."""
+RUNTIME_TOPICS = {REGISTRY.topic_for(m.event_type).topic for m in RUNTIME_CONTROLS} | {"chorus.rollouts"}
+"""What every runtime service reads beside its handlers' topics: the control messages its
+runtime answers (retries, discards, re-pins, data requests, resets), and the rollout
+policies (chorus.rollouts.RolloutFollower)."""
 TABLE_TOPICS = {"chorus.rollouts"}
 """Read as a table (the latest record per key), never handled: nothing read there is
 dead-lettered (a record that is not the rollout service's signed policy is skipped)."""

@@ -2086,11 +2086,15 @@ async def test_a_reset_to_a_step_gives_the_reservation_back_runs_the_step_again_
     unknown = await world.http.post(path, json={**body, "event_id": str(uuid.uuid4())}, headers=OPERATOR)
     assert unknown.status_code == 404 and "not in the workflow's timeline" in unknown.json()["detail"]
 
-    accepted = await world.http.post(path, json=body, headers=OPERATOR)
+    keyed = {**OPERATOR, "Idempotency-Key": f"reset-{run}"}
+    accepted = await world.http.post(path, json=body, headers=keyed)
     assert accepted.status_code == 202, accepted.text
     reset = accepted.json()
     assert reset["point_event_type"] == "invoice.validated" and reset["compensated"] == ["budget.reserved"]
     assert {"budget.reserved", "approval.requested"} <= set(reset["undone"])
+    again = await world.http.post(path, json=body, headers=keyed)  # a retry: the same reset, once
+    assert (again.status_code, again.headers["idempotent-replayed"]) == (200, "true")
+    assert again.json() == reset
 
     def budget_answer(status: dict[str, Any]) -> dict[str, Any] | None:
         return next(
@@ -2137,8 +2141,8 @@ async def test_a_reset_to_a_step_gives_the_reservation_back_runs_the_step_again_
     )
     assert [r["status"] for r in reservations] == ["reserved"]  # held once, by the run that paid
 
-    again = await world.http.post(path, json=body, headers=OPERATOR)
-    assert again.status_code == 409 and "payment.issued" in again.json()["detail"]
+    past = await world.http.post(path, json=body, headers=OPERATOR)
+    assert past.status_code == 409 and "payment.issued" in past.json()["detail"]
     code, _, err = await chorus_cli(
         world, "workflows", "reset", workflow_id, "--to", validated["event_id"], "--reason", "pay again?"
     )
@@ -2187,3 +2191,75 @@ async def test_a_reset_not_stated_by_the_gateway_rolls_nothing_back(
     assert (
         await world.http.post(f"/v1/workflows/{workflow_id}/cancel", json=cancel, headers=SUBMITTER)
     ).status_code == 202
+
+
+async def test_an_edit_and_reset_handles_the_corrected_invoice_instead_and_pays_its_amount(
+    world: World, world_pg: asyncpg.Connection
+) -> None:
+    """Edit-and-reset: the submitted invoice said 40 hours where the vendor billed 35. An
+    operator resets the waiting procurement to invoice.received with the corrected input:
+    the gateway states it under a new id, the first reading and reservation are undone, and
+    the workflow runs again from the corrected invoice to a payment of its amount. An input
+    the event's schema refuses, or an edit of an event the gateway does not state, is a 422
+    naming what is wrong, and changes nothing."""
+    run = uuid.uuid4().hex[:8]
+    workflow_id, _ = await world.awaiting_manager(invoice(run))
+    timeline = (await world.status(workflow_id, OPERATOR))["timeline"]
+    received = next(e for e in timeline if e["event_type"] == "invoice.received")
+    reserved = next(e for e in timeline if e["event_type"] == "budget.reserved")
+    corrected = procurement(run, total="1085.00", line="35 x GPU hours @ 31.00 EUR")["input"]
+    path = f"/v1/workflows/{workflow_id}/reset"
+    reason = "the vendor billed 35 hours, not 40"
+
+    bad = await world.http.post(
+        path,
+        json={
+            "event_id": received["event_id"],
+            "reason": reason,
+            "input": {**corrected, "total_cents": "lots"},
+        },
+        headers=OPERATOR,
+    )
+    assert bad.status_code == 422 and bad.json()["errors"][0]["pointer"] == "/input/total_cents", bad.text
+    not_ours = await world.http.post(
+        path, json={"event_id": reserved["event_id"], "reason": reason, "input": {}}, headers=OPERATOR
+    )
+    assert not_ours.status_code == 422 and "stated by budget_agent" in not_ours.json()["detail"]
+
+    accepted = await world.http.post(
+        path, json={"event_id": received["event_id"], "reason": reason, "input": corrected}, headers=OPERATOR
+    )
+    assert accepted.status_code == 202, accepted.text
+    reset = accepted.json()
+    assert reset["replacement_event_id"] not in (None, received["event_id"])
+    assert reset["undone"][0] == "invoice.received" and "budget.reserved" in reset["undone"]
+
+    def live(status: dict[str, Any], event_type: str) -> list[dict[str, Any]]:
+        return [e for e in status["timeline"] if e["event_type"] == event_type and e["undone_by"] is None]
+
+    status = await world.wait(
+        workflow_id,
+        lambda s: (
+            [e["event_id"] for e in live(s, "invoice.received")] == [reset["replacement_event_id"]]
+            and len(live(s, "budget.reserved")) == 1
+            and (s.get("pending_approval") or {}).get("tier") == "manager"
+        ),
+        "the corrected invoice read, reserved for and sent to the manager",
+        who=OPERATOR,
+    )
+    assert live(status, "budget.reserved")[0]["payload"]["amount_cents"] == 108_500
+    assert (
+        await world.decide(status["pending_approval"]["approval_id"], MANAGER, "approve")
+    ).status_code == 202
+    final = await world.ended(workflow_id)
+    assert final["status"] == "completed"
+    result = await world.http.get(f"/v1/workflows/{workflow_id}/result", headers=SUBMITTER)
+    assert result.json()["result"]["amount_cents"] == 108_500
+    paid = [
+        p for p in (await world.stats())["payments"]["by_key"].values() if p["invoice_id"] == f"INV-{run}"
+    ]
+    assert len(paid) == 1
+    held = await world_pg.fetch(
+        "SELECT amount_cents FROM budget_agent.reservations WHERE workflow_id = $1", workflow_id
+    )
+    assert [r["amount_cents"] for r in held] == [108_500]

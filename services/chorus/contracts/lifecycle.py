@@ -18,6 +18,7 @@ from chorus.contracts.base import (
     event,
     upcaster,
 )
+from chorus.contracts.platform import OriginalRecord
 
 OutcomeV1 = Literal["completed", "rejected", "failed", "compensated", "timed_out", "cancelled"]
 Outcome = Literal["completed", "rejected", "failed", "compensated", "timed_out", "cancelled", "erased"]
@@ -213,6 +214,13 @@ class ResetRequested(EventModel):
     )
     requested_by: Name = Field(description="the operator's principal")
     reason: Text = Field(min_length=1)
+    replacement_event_id: Uuid | None = Field(default=None, description="the corrected event's id")
+    replacement: OriginalRecord | None = Field(
+        default=None,
+        description="edit-and-reset: the point's event as the operator corrected it, stated (and "
+        "signed) by the gateway under a new id; the point itself is then among the undone, and the "
+        "services that take its type handle this one instead",
+    )
 
 
 @event("workflow.reset_applied", 1)

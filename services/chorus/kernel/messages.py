@@ -46,7 +46,9 @@ class Messages:
     sealer: Sealing | None = None
     rerun: str = ""
     """A reset's id while its point's event is handled again: what the step emits are new
-    events (their ids derive from it too), so no consumer takes one for the first run's."""
+    events (their ids derive from it too), so no consumer takes one for the first run's; its
+    retries are new timers too. (Timers a handler names keep their names: the timer service
+    keeps the first run's.)"""
 
     def rerunning(self, reset_id: str | None) -> Messages:
         return replace(self, rerun=f"{reset_id}/") if reset_id else self
@@ -138,7 +140,7 @@ class Messages:
         schedule = TimerSchedule(
             # In its service's namespace, as every timer: the timer service takes a command
             # only for a timer of the service that signed it.
-            timer_id=f"{self.spec.name}:retry:{self.group}:{env.event_id}:{attempt + 1}",
+            timer_id=f"{self.spec.name}:retry:{self.group}:{env.event_id}:{self.rerun}{attempt + 1}",
             due_at=due_at,
             fire=fire_target(self.registry, fired, self.signer),
             purpose="retry",

@@ -17,6 +17,18 @@ from chorus.kernel.store import InboxOutcome, Position
 
 
 @dataclass(frozen=True)
+class Checkpointed:
+    """A checkpoint's state, and the state version that wrote it."""
+
+    state: dict[str, Any] | None
+    version: int
+
+
+class HistoryGap(Exception):
+    """The history does not reach back to the point: the rewind changes nothing."""
+
+
+@dataclass(frozen=True)
 class Rewound:
     """What a rewind did to one service's tables."""
 
@@ -24,13 +36,21 @@ class Rewound:
     """Revisions of the checkpoint undone (0: no step of this service is past the point)."""
     to_revision: int | None
     """The revision the checkpoint went back to (None: to before its first step here)."""
-    state_before: dict[str, Any] | None
+    before: Checkpointed | None
     """The checkpoint as it was before the rewind (what a compensation looks at)."""
-    state_after: dict[str, Any] | None
+    after: Checkpointed | None
     fenced: int
     """Events after the point recorded as dropped here (skipped, should one still come)."""
     point: Position | None
     """Where the point's event was read, when a step of this service handled it."""
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A reset's event still to be handled again here."""
+
+    point: Position | None
+    """Where this service's step read the point (None: it handles a correction, or none)."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +76,7 @@ class ResetStore:
         point: uuid.UUID,
         undone: Sequence[uuid.UUID],
         reset_id: str,
+        rerun_point: uuid.UUID,
         cause: uuid.UUID,
         cause_type: str,
         now: datetime,
@@ -65,32 +86,36 @@ class ResetStore:
         inbox, ``point`` is forgotten (it may be handled again) and each of ``undone`` is
         recorded as dropped: one still on its way is skipped when it comes, never handled on
         the rolled-back state. The rewind is the checkpoint's next revision (a step decided
-        on the old one cannot commit), names ``reset_id`` for the point's next steps, and its
-        history row names ``cause`` (the reset's request, of type ``cause_type``); the
-        revisions it undid leave the history."""
+        on the old one cannot commit); it names the reset and ``rerun_point``, the event
+        handled again (the point, or its correction), whose steps emit new events; its
+        history row names ``cause`` (the reset's request, of type ``cause_type``). The
+        revisions it rolled back stay in the history, marked undone by the reset."""
         s = self.schema
         row = await conn.fetchrow(
-            f"""SELECT revision, state::text AS state, parked_on,
-                       EXISTS (SELECT 1 FROM {s}.parked p WHERE p.workflow_id = $1) AS has_parked
+            f"""SELECT revision, state::text AS state, state_version, parked_on, ended,
+                       EXISTS (SELECT 1 FROM {s}.parked p WHERE p.workflow_id = $1) AS has_parked,
+                       EXISTS (SELECT 1 FROM {s}.state_history h WHERE h.workflow_id = $1) AS has_history
                 FROM {s}.state WHERE workflow_id = $1 FOR UPDATE""",
             workflow_id,
         )
-        if row is not None and (row["parked_on"] is not None or row["has_parked"]):
-            return Busy("a retry, a dead letter or a parked event of it waits here")
+        if row is not None:
+            if row["parked_on"] is not None or row["has_parked"]:
+                return Busy("a retry, a dead letter or a parked event of it waits here")
+            if row["ended"] is not None:
+                return Busy(f"the workflow ended here ({row['ended']})")
+            if row["state"] is not None and not row["has_history"]:
+                return Busy("it keeps no history of this workflow (its steps came before it kept one)")
         first = await conn.fetchval(
             f"""SELECT min(revision) FROM {s}.state_history
-                WHERE workflow_id = $1 AND event_id = ANY($2::uuid[])""",
+                WHERE workflow_id = $1 AND event_id = ANY($2::uuid[]) AND undone_by IS NULL""",
             workflow_id,
             [point, *undone],
         )
-        at = await conn.fetchrow(
-            f"""SELECT topic, partition, "offset" FROM {s}.state_history
-                WHERE workflow_id = $1 AND event_id = $2 AND topic IS NOT NULL
-                ORDER BY revision LIMIT 1""",
-            workflow_id,
-            point,
-        )
-        await conn.execute(f"DELETE FROM {s}.inbox WHERE consumer_group = $1 AND event_id = $2", group, point)
+        position = await self.position(conn, workflow_id, point, undone_by=None)
+        if position is not None:  # its step here runs again (a service that kept no state does not)
+            await conn.execute(
+                f"DELETE FROM {s}.inbox WHERE consumer_group = $1 AND event_id = $2", group, point
+            )
         fenced = await conn.fetchval(
             f"""WITH fenced AS (
                   INSERT INTO {s}.inbox AS i
@@ -105,22 +130,27 @@ class ResetStore:
             workflow_id,
             now,
         )
-        position = Position(at["topic"], at["partition"], at["offset"]) if at is not None else None
-        before = _state(row["state"]) if row is not None else None
+        before = Checkpointed(_state(row["state"]), row["state_version"]) if row is not None else None
         if row is None or first is None:
             return Rewound(0, None, before, before, int(fenced), position)
         target = await conn.fetchrow(
             f"""SELECT revision, state::text AS state, state_version, ended FROM {s}.state_history
-                WHERE workflow_id = $1 AND revision < $2 ORDER BY revision DESC LIMIT 1""",
+                WHERE workflow_id = $1 AND revision < $2 AND undone_by IS NULL
+                ORDER BY revision DESC LIMIT 1""",
             workflow_id,
             first,
         )
+        if target is None and first > 1:
+            # Revisions before the first one kept (a release that kept no history took them).
+            raise HistoryGap("its history of this workflow does not reach back before the point")
         steps = await conn.fetchval(
-            f"""WITH gone AS (DELETE FROM {s}.state_history WHERE workflow_id = $1 AND revision >= $2
-                              RETURNING 1)
-                SELECT count(*) FROM gone""",
+            f"""WITH undone AS (
+                  UPDATE {s}.state_history SET undone_by = $3
+                  WHERE workflow_id = $1 AND revision >= $2 AND undone_by IS NULL RETURNING 1)
+                SELECT count(*) FROM undone""",
             workflow_id,
             first,
+            reset_id,
         )
         # Back to the revision before, or to no state at all (the row stays: it holds the
         # workflow's pin to a release, chorus.releases.pinning).
@@ -135,7 +165,7 @@ class ResetStore:
             target["ended"] if target is not None else None,
             now,
             reset_id,
-            point,
+            rerun_point,
         )
         await conn.execute(
             f"""INSERT INTO {s}.state_history
@@ -146,14 +176,71 @@ class ResetStore:
             cause,
             cause_type,
         )
+        after = Checkpointed(_state(target["state"]), target["state_version"]) if target is not None else None
         return Rewound(
             int(steps),
             target["revision"] if target is not None else None,
             before,
-            _state(target["state"]) if target is not None else None,
+            after,
             int(fenced),
             position,
         )
+
+    async def pending(
+        self,
+        conn: asyncpg.Connection,
+        *,
+        group: str,
+        workflow_id: str,
+        reset_id: str,
+        point: uuid.UUID,
+        rerun_point: uuid.UUID,
+    ) -> Pending | None:
+        """A reset applied here whose event (``rerun_point``: the point, or its correction)
+        this service has not handled since (the process stopped between the two; the request,
+        read again, finishes it): None once it has. ``Pending.point``: where the step the
+        reset rolled back read the point (None when no step here did)."""
+        taken = await conn.fetchval(
+            f"SELECT 1 FROM {self.schema}.inbox WHERE consumer_group = $1 AND event_id = $2",
+            group,
+            rerun_point,
+        )
+        if taken:
+            return None
+        return Pending(await self.position(conn, workflow_id, point, undone_by=reset_id))
+
+    async def claimed(self, conn: asyncpg.Connection, group: str, event_id: uuid.UUID) -> bool:
+        """Whether ``group`` took the request ``event_id`` already (its inbox row)."""
+        return bool(
+            await conn.fetchval(
+                f"SELECT 1 FROM {self.schema}.inbox WHERE consumer_group = $1 AND event_id = $2",
+                group,
+                event_id,
+            )
+        )
+
+    async def release_of(self, conn: asyncpg.Connection, workflow_id: str) -> str | None:
+        """The release of this service the workflow is pinned to (chorus.releases), if any."""
+        release: str | None = await conn.fetchval(
+            f"SELECT release FROM {self.schema}.state WHERE workflow_id = $1", workflow_id
+        )
+        return release
+
+    async def position(
+        self, conn: asyncpg.Connection, workflow_id: str, point: uuid.UUID, *, undone_by: str | None
+    ) -> Position | None:
+        """Where this service's step read ``point`` (its first revision of the run the reset
+        ``undone_by`` rolled back; None: of the live run)."""
+        at = await conn.fetchrow(
+            f"""SELECT topic, partition, "offset" FROM {self.schema}.state_history
+                WHERE workflow_id = $1 AND event_id = $2 AND topic IS NOT NULL
+                  AND undone_by IS NOT DISTINCT FROM $3
+                ORDER BY revision LIMIT 1""",
+            workflow_id,
+            point,
+            undone_by,
+        )
+        return Position(at["topic"], at["partition"], at["offset"]) if at is not None else None
 
 
 def _state(raw: str | None) -> dict[str, Any] | None:

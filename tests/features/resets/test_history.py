@@ -17,7 +17,7 @@ from chorus.contracts.registry import Registry, load_registry
 from chorus.kernel.store import Checkpoint, InboxOutcome, Position
 from chorus.kernel.store.postgres import PgStore, ServiceStore
 from chorus.privacy.store import DataStore
-from chorus.resets.store import Busy, ResetStore, Rewound
+from chorus.resets.store import Busy, Pending, ResetStore, Rewound
 from chorus.testing import make_event
 from tests.support.events import TaskSubmitted
 from tests.support.kernel import KernelUnderTest
@@ -62,7 +62,7 @@ async def history(kernel: KernelUnderTest, workflow_id: str) -> list[dict[str, A
     assert isinstance(store, PgStore)
     async with store.pool.acquire() as conn:
         rows = await conn.fetch(
-            f"""SELECT revision, event_id, event_type, topic, "offset", state::text AS state, ended
+            f"""SELECT revision, event_id, event_type, topic, "offset", state::text AS state, ended, undone_by
                 FROM {store.sql.schema}.state_history WHERE workflow_id = $1 ORDER BY revision""",
             workflow_id,
         )
@@ -138,14 +138,30 @@ async def rewind(
             workflow_id=workflow_id,
             point=point.event_id,
             undone=[e.event_id for e in undone],
-            reset_id="rst-" + "7" * 32,
+            reset_id=RESET_ID,
+            rerun_point=point.event_id,
             cause=RESET,
             cause_type="workflow.reset_requested",
             now=datetime.now(timezone.utc),
         )
 
 
+async def pending(kernel: KernelUnderTest, workflow_id: str, point: Envelope) -> Pending | None:
+    store = kernel.store
+    assert isinstance(store, PgStore)
+    async with store.pool.acquire() as conn:
+        return await ResetStore(store.sql.service).pending(
+            conn,
+            group=kernel.identity.group,
+            workflow_id=workflow_id,
+            reset_id=RESET_ID,
+            point=point.event_id,
+            rerun_point=point.event_id,
+        )
+
+
 RESET = uuid.UUID(int=7)
+RESET_ID = "rst-" + "7" * 32
 
 
 async def test_a_rewind_goes_back_to_the_checkpoint_before_the_point_and_the_point_runs_again(
@@ -157,18 +173,27 @@ async def test_a_rewind_goes_back_to_the_checkpoint_before_the_point_and_the_poi
     rewound = await rewind(kernel, "wf-r1", t2, t3)
     assert isinstance(rewound, Rewound)
     assert (rewound.steps, rewound.to_revision, rewound.fenced) == (2, 1, 1)
-    assert rewound.state_before is not None and rewound.state_before["tasks"] == ["t1", "t2", "t3"]
-    assert rewound.state_after is not None and rewound.state_after["tasks"] == ["t1"]
+    assert rewound.before is not None and rewound.before.state is not None
+    assert rewound.before.state["tasks"] == ["t1", "t2", "t3"]
+    assert rewound.after is not None and rewound.after.state is not None
+    assert rewound.after.state["tasks"] == ["t1"]
     topic = kernel.registry.physical_topic("test.task_submitted")
     assert isinstance(rewound.point, Position) and rewound.point.topic == topic
     rows = await history(kernel, "wf-r1")
-    assert [(r["revision"], r["event_id"]) for r in rows] == [(1, t1.event_id), (4, RESET)]
+    assert [(r["revision"], r["event_id"], r["undone_by"]) for r in rows] == [
+        (1, t1.event_id, None),
+        (2, t2.event_id, RESET_ID),  # what the reset rolled back stays, marked
+        (3, t3.event_id, RESET_ID),
+        (4, RESET, None),
+    ]
+    assert await pending(kernel, "wf-r1", t2) == Pending(rewound.point)
     # The point is handled again from the state it had then; t1 stays handled once, and t3
     # (undone) is skipped should it come again.
     await kernel.deliver(t2, t1, t3)
-    rows = await history(kernel, "wf-r1")
+    rows = [r for r in await history(kernel, "wf-r1") if r["undone_by"] is None]
     assert [r["event_id"] for r in rows] == [t1.event_id, RESET, t2.event_id]
     assert '"tasks": ["t1", "t2"]' in rows[-1]["state"]
+    assert await pending(kernel, "wf-r1", t2) is None  # handled again: nothing left to finish
     # What the re-run emitted are new events: no consumer takes them for the first run's.
     done = await kernel.events("test.task_done")
     rerun = [e for e in done if e["event_id"] not in first_run]
@@ -182,10 +207,10 @@ async def test_a_rewind_past_the_first_step_leaves_no_state_and_a_repeat_changes
     await kernel.deliver(t1, t2)
     rewound = await rewind(kernel, "wf-r2", t1, t2)
     assert isinstance(rewound, Rewound) and (rewound.steps, rewound.to_revision) == (2, None)
-    assert rewound.state_after is None
+    assert rewound.after is None
     again = await rewind(kernel, "wf-r2", t1, t2)  # its steps are gone from the history
     assert isinstance(again, Rewound) and (again.steps, again.point) == (0, None)
-    assert again.state_before is None
+    assert again.before is not None and again.before.state is None  # the row stays, empty
     await kernel.deliver(t1)
     rows = await history(kernel, "wf-r2")
     assert '"tasks": ["t1"]' in rows[-1]["state"] and '"handled": 1' in rows[-1]["state"]

@@ -4,12 +4,22 @@ tests/services/gateway/test_webhook_signatures.py; URL fields: tests/features/ou
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
+
 import pytest
 
 from chorus.contracts.api.gateway import Submission
 from chorus.contracts.procurement import InvoiceReceived
 from chorus.contracts.registry import default_registry
-from chorus.platform.gateway.domain import may_read, request_hash, same_person, workflow_types
+from chorus.platform.gateway.domain import (
+    ResetPlan,
+    TimelineEvent,
+    may_read,
+    plan_reset,
+    request_hash,
+    same_person,
+    workflow_types,
+)
 from tests.support.examples import example
 
 
@@ -57,3 +67,59 @@ def test_the_registry_declares_the_workflow_types_and_settings_override_a_deadli
     procurement = types["procurement"]
     assert (procurement.start, procurement.deadline_s) == (InvoiceReceived, 7 * 86400)
     assert types["research_report"].deadline_s == 3600.0
+
+
+def _timeline(*types: str, undone_by: dict[int, str] | None = None) -> list[TimelineEvent]:
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    return [
+        TimelineEvent(f"e{i}", t, start + timedelta(seconds=i), (undone_by or {}).get(i))
+        for i, t in enumerate(types)
+    ]
+
+
+PROCUREMENT = (
+    "workflow.started",
+    "invoice.received",
+    "invoice.validated",
+    "budget.reserved",
+    "approval.requested",
+    "event.dead_lettered",
+)
+
+
+def test_a_reset_undoes_the_steps_after_its_point_and_names_what_is_given_back() -> None:
+    plan = plan_reset(_timeline(*PROCUREMENT), "e2", "waiting", ["budget.reserved"], ["payment.issued"])
+    assert isinstance(plan, ResetPlan)
+    assert plan.point.event_type == "invoice.validated"
+    # A dead letter after the point goes with the steps (it no longer holds the workflow up).
+    undone = [e.event_type for e in plan.undone]
+    assert undone == ["budget.reserved", "approval.requested", "event.dead_lettered"]
+    assert plan.compensated == ["budget.reserved"]
+
+
+@pytest.mark.parametrize(
+    ("point", "status", "expected", "says"),
+    [
+        ("e9", "waiting", 404, "not in the workflow's timeline"),
+        ("e3", "waiting", 409, "undone by reset rst-1"),
+        ("e0", "waiting", 422, "workflow.started records what happened"),
+        ("e5", "waiting", 422, "event.dead_lettered records what happened"),
+        ("e2", "running", 409, "the workflow is running"),
+        ("e2", "completed", 409, "the workflow is completed"),
+    ],
+)
+def test_a_reset_is_refused_saying_why(point: str, status: str, expected: int, says: str) -> None:
+    refused = plan_reset(_timeline(*PROCUREMENT, undone_by={3: "rst-1"}), point, status, [], [])
+    assert isinstance(refused, tuple) and refused[0] == expected and says in refused[1], refused
+
+
+def test_a_reset_past_an_irreversible_event_is_refused_naming_it_whatever_the_status() -> None:
+    paid = _timeline(*PROCUREMENT[:5], "payment.issued", "workflow.ended")
+    refused = plan_reset(paid, "e2", "completed", ["budget.reserved"], ["payment.issued"])
+    assert isinstance(refused, tuple) and refused[0] == 409
+    assert refused[1].startswith(
+        "payment.issued (event e5, 2026-01-01T00:00:05+00:00) came after invoice.validated"
+    )
+    # A reset to a step after it is not refused for it (only for the status, here).
+    later = plan_reset(paid, "e6", "waiting", [], ["payment.issued"])
+    assert isinstance(later, ResetPlan) and later.undone == []

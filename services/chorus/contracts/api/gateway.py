@@ -65,6 +65,11 @@ class ResetBody(ApiModel):
         "service goes back to what it was before handling it, and handles it again",
     )
     reason: InClear[Comment] = Field(min_length=1, description="why, for the audit trail")
+    input: dict[str, Any] | None = Field(
+        default=None,
+        description="edit-and-reset: the event corrected (its payload, checked against its schema), "
+        "handled instead of it; only an event the gateway states (a start event, a signal)",
+    )
 
 
 InputT = TypeVar("InputT", bound=Model)
@@ -273,6 +278,9 @@ class ResetAccepted(ApiModel):
     workflow_id: str
     point_event_id: str
     point_event_type: str
+    replacement_event_id: str | None = Field(
+        default=None, description="edit-and-reset: the corrected event's id, handled instead of the point"
+    )
     undone: list[str] = Field(description="the types of the events after the point, undone, in order")
     compensated: list[str] = Field(
         description="those of them a service gives back (workflows.yaml: reset.compensated)"

@@ -229,7 +229,13 @@ class ServiceStore:
                 f"ALTER TABLE {s}.state ADD COLUMN IF NOT EXISTS rerun_point uuid",
             ),
         )
-        return [*baseline(self.ddl()), archive, ended, release, repinned, history, rerun]
+        undone = Migration(
+            8,
+            "state_history_undone",
+            # The reset that rolled a revision back: it stays, as what happened before it.
+            (f"ALTER TABLE {s}.state_history ADD COLUMN IF NOT EXISTS undone_by text",),
+        )
+        return [*baseline(self.ddl()), archive, ended, release, repinned, history, rerun, undone]
 
     # -- reads ---------------------------------------------------------------------
 

@@ -83,6 +83,9 @@ PLATFORM_EVENTS = frozenset(
 ORIGIN_TOPIC = "topic"
 ORIGIN_JANITOR = "janitor"
 ORIGIN_ERASURE = "erasure"
+ORIGIN_RESET = "reset"
+"""An operator's correction of a reset's point: stated by the gateway inside the reset's
+request (chorus.resets), on no topic of its own."""
 WORKFLOW_PURGED = "audit.workflow_purged"
 ERASURE_RECORDED = "audit.erasure_recorded"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from chorus.contracts.approvals import (
@@ -17,7 +18,9 @@ from chorus.contracts.approvals import (
     ApprovalWindowElapsed,
 )
 from chorus.contracts.base import EventModel
+from chorus.contracts.envelope import Envelope
 from chorus.contracts.lifecycle import (
+    ResetApplied,
     ResetRequested,
     StageDeadlineReached,
     SubmitterNotified,
@@ -63,7 +66,7 @@ from chorus.platform.audit_projector.domain import attributes_of, audit_entry
 
 # The event types projected: exactly those of the topics that list audit_projector as a
 # consumer (workflows.lifecycle, procurement.events, research.events, research.sources, approvals.events,
-# chorus.reviews, chorus.deadletters; chorus.data brings the confirmations, which are
+# chorus.reviews, chorus.deadletters, chorus.resets; chorus.data brings the confirmations, which are
 # ledger, not projection); a unit test holds this to the registry.
 PROJECTED: tuple[type[EventModel], ...] = (
     WorkflowStarted,
@@ -73,6 +76,8 @@ PROJECTED: tuple[type[EventModel], ...] = (
     StageDeadlineReached,
     WorkflowAttentionNeeded,
     SubmitterNotified,
+    ResetRequested,
+    ResetApplied,
     InvoiceReceived,
     InvoiceValidated,
     InvoiceRejected,
@@ -146,7 +151,10 @@ async def on_workflow_event(
 ) -> Outcome[Any]:
     """Project ``event`` into the audit log and its workflow's status, as an effect
     committed with the event's inbox row. Emits nothing; never fails on content (an
-    event that decoded is an event worth recording)."""
+    event that decoded is an event worth recording). A reset (live, every service's
+    runtime answers it first: ``on_reset``) strikes the events after its point out."""
+    if isinstance(event.payload, ResetRequested):
+        return Outcome(effects=[undo(event.envelope, event.payload, ctx.deps, ctx.clock.now())])
     entry = audit_entry(event.envelope, event.payload)
     return Outcome(
         effects=[
@@ -171,14 +179,18 @@ async def on_data_removed(
 
 
 async def on_reset(reset: Reset, deps: ProjectorDeps) -> Outcome[Any]:
-    """An operator reset the workflow (the projector's part, as every service's runtime
-    rolls back its own): the request joins the timeline, and the events after the point
-    are struck out of the workflow's status."""
-    request = reset.envelope
-    payload = ResetRequested.model_validate(request.payload)
-    entry = audit_entry(request, payload)
+    """An operator reset the workflow: the projector's part as every service's runtime
+    answers it (a replay gets the same from ``on_workflow_event``)."""
+    request = ResetRequested.model_validate(reset.envelope.payload)
+    return Outcome(effects=[undo(reset.envelope, request, deps, reset.now)])
+
+
+def undo(envelope: Envelope, request: ResetRequested, deps: ProjectorDeps, now: datetime) -> UndoEvents:
+    """The request joins the timeline, the events after its point are struck out of the
+    workflow's status (and stay in its timeline), and an operator's correction of the point
+    is recorded as the event it is."""
+    entry = audit_entry(envelope, request)
     projected_request = ProjectEvent(
-        schema=deps.schema, ledger=deps.ledger, entry=entry, payload=payload, recorded_at=reset.now
+        schema=deps.schema, ledger=deps.ledger, entry=entry, payload=request, recorded_at=now
     )
-    undo = UndoEvents(projected_request, payload.reset_id, payload.undone, deps.search)
-    return Outcome(effects=[undo])
+    return UndoEvents(projected_request, request.reset_id, request.undone, request.replacement, deps.search)

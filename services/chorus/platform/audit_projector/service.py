@@ -8,7 +8,7 @@ from typing import Any
 import asyncpg
 
 from chorus import __version__
-from chorus.contracts.lifecycle import ResetApplied, WorkflowAttentionNeeded, WorkflowEnded
+from chorus.contracts.lifecycle import WorkflowAttentionNeeded, WorkflowEnded
 from chorus.contracts.platform import DataRemoved, SubjectErasureRequested, WorkflowsRetired
 from chorus.contracts.registry import Registry, default_registry
 from chorus.kernel.service import On, ServiceSpec
@@ -49,9 +49,6 @@ def make_spec(name: str = SCHEMA, registry: Registry | None = None) -> ServiceSp
                 for model in (projected(registry) if registry else PROJECTED)
             ),
             On(DataRemoved, on_data_removed, timeout_s=30),
-            # What a reset did in each service (on chorus.data, beside the confirmations):
-            # a line of the workflow's timeline.
-            On(ResetApplied, on_workflow_event, timeout_s=30),
         ],
         # Erasure and retention requests: every service's runtime answers them; the alert of
         # a workflow parked too long.

@@ -170,6 +170,27 @@ class TimelineItem:
     detail: str
     actor: str | None
     trace_id: str | None
+    event_id: str = ""
+    undone_by: str | None = None
+    """The reset that undid this step (drawn struck out; never a reset's point)."""
+    resettable: bool = False
+    """A step a reset may go back to (not a record of what happened to the workflow)."""
+
+
+NOT_A_STEP = frozenset(
+    {
+        "workflow.started",
+        "workflow.reset_requested",
+        "workflow.reset_applied",
+        "event.dead_lettered",
+        "review.requested",
+        "workflow.attention_needed",
+        "submitter.notified",
+        "requester.notified",
+    }
+)
+"""What the gateway refuses as a reset's point (a record of what happened to the workflow,
+not a step of it): the page offers no reset to it."""
 
 
 def timeline(entries: list[TimelineEntry]) -> list[TimelineItem]:
@@ -190,6 +211,9 @@ def timeline(entries: list[TimelineEntry]) -> list[TimelineItem]:
                 detail=_detail(e.event_type, payload, e.decision, e.external_call),
                 actor=e.actor,
                 trace_id=e.trace_id,
+                event_id=e.event_id,
+                undone_by=e.undone_by,
+                resettable=e.undone_by is None and e.event_type not in NOT_A_STEP,
             )
         )
     return items
@@ -237,6 +261,14 @@ def _detail(event_type: str, payload: dict[str, Any], decision: str | None, call
         return f"{payload.get('service')}: {error.get('category')}: {str(error.get('message', ''))[:200]}"
     if event_type == "workflow.deadline_reached":
         return f"deadline {str(payload.get('deadline_at', ''))[:16]} passed"
+    if event_type == "workflow.reset_requested":
+        edited = ", with its input corrected" if payload.get("replacement") else ""
+        return (
+            f"reset to {payload.get('point_event_type')}{edited} by {payload.get('requested_by')}: "
+            f"{payload.get('reason')} ({len(payload.get('undone') or [])} event(s) undone)"
+        )
+    if event_type == "workflow.reset_applied":
+        return _reset_applied(payload)
     if _is_signal(payload):
         return f"signal from {payload.get('sent_by')}: {payload.get('reason')}"
     if "signal_id" in payload and "accepted" in payload:  # an answer to one
@@ -244,6 +276,17 @@ def _detail(event_type: str, payload: dict[str, Any], decision: str | None, call
     if call:
         return f"called {call}"
     return decision or ""
+
+
+def _reset_applied(payload: dict[str, Any]) -> str:
+    if payload.get("refused"):
+        return f"{payload.get('service')} changed nothing: {payload.get('refused')}"
+    parts = [f"{payload.get('service')}: {payload.get('steps_undone', 0)} step(s) undone"]
+    if payload.get("compensated"):
+        parts.append(f"gave back with {', '.join(payload['compensated'])}")
+    if payload.get("rehandled"):
+        parts.append("handles the event again")
+    return "; ".join(parts)
 
 
 # -- charts ------------------------------------------------------------------------------------

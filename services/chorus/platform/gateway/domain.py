@@ -224,19 +224,20 @@ def catch_up(cadence: Cadence, since: datetime, until: datetime, window: timedel
 
 # -- reset from a step -----------------------------------------------------------------------
 
-RESET_BOOKKEEPING = frozenset(
-    {
-        "workflow.reset_requested",
-        "workflow.reset_applied",
-        "event.dead_lettered",
-        "review.requested",
-        "workflow.attention_needed",
-        "submitter.notified",
-        "requester.notified",
-    }
-)
-"""Events that record what happened to a workflow rather than a step of it: never a reset's
-point, and nothing to undo after one."""
+RESET_RECORDS = frozenset({"workflow.reset_requested", "workflow.reset_applied"})
+"""A reset and what it did: never undone by a later one (the timeline keeps every reset)."""
+
+NOT_A_STEP = RESET_RECORDS | {
+    "workflow.started",
+    "event.dead_lettered",
+    "review.requested",
+    "workflow.attention_needed",
+    "submitter.notified",
+    "requester.notified",
+}
+"""Events that record what happened to a workflow rather than a step of it (its start is the
+gateway's record; its first step is the start event): never a reset's point. After one,
+they are undone with the steps (a dead letter of an undone step no longer holds it up)."""
 
 
 @dataclass(frozen=True)
@@ -262,9 +263,10 @@ def plan_reset(
     """What a reset of a workflow (``timeline`` in the order it happened, ``status`` as its
     projection says) to ``event_id`` undoes; or why not (an HTTP status and a sentence).
 
-    Only a quiet workflow goes back: one waiting (for a person, a signal, a timer), so no
-    event of it is on its way while every service rolls back. An event past the point that
-    ``irreversible`` names (workflows.yaml) refuses it: what it did would be done twice."""
+    Only a quiet workflow goes back: one waiting (for a person or a signal), so that none of
+    its steps is under way while every service rolls back (a timer it set may still fire). An
+    event past the point that ``irreversible`` names (workflows.yaml) refuses it: what it did
+    would be done twice."""
     live = [e for e in timeline if e.undone_by is None]
     point = next((e for e in live if e.event_id == event_id), None)
     if point is None:
@@ -272,12 +274,12 @@ def plan_reset(
         if undone is not None:
             return 409, f"event {event_id} ({undone.event_type}) was undone by reset {undone.undone_by}"
         return 404, f"event {event_id} is not in the workflow's timeline"
-    if point.event_type in RESET_BOOKKEEPING:
+    if point.event_type in NOT_A_STEP:
         return (
             422,
             f"{point.event_type} records what happened to the workflow, not a step of it: choose a step",
         )
-    after = [e for e in live[live.index(point) + 1 :] if e.event_type not in RESET_BOOKKEEPING]
+    after = [e for e in live[live.index(point) + 1 :] if e.event_type not in RESET_RECORDS]
     for event in after:
         if event.event_type in irreversible:
             return 409, (

@@ -25,6 +25,7 @@ Locks (transaction-scoped advisory locks, so nothing outlives a crash):
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import uuid
@@ -41,14 +42,18 @@ from chorus.base.db import ident
 from chorus.base.errors import ChorusError
 from chorus.base.migrations import Migration, baseline, migrate
 from chorus.contracts.base import CATALOG, EventModel
+from chorus.contracts.envelope import Envelope
+from chorus.contracts.platform import OriginalRecord
 from chorus.contracts.registry import SearchAttribute
 from chorus.kernel.codec import upcast
 from chorus.kernel.store.postgres import archive_ddl
 from chorus.platform.audit_projector.domain import (
+    ORIGIN_RESET,
     ORIGIN_TOPIC,
     AuditEntry,
     WorkflowFacts,
     attributes_of,
+    audit_entry,
     derive,
     fold,
     redact_entry,
@@ -189,8 +194,16 @@ def projection_migrations(schema: str) -> list[Migration]:
     undone = Migration(
         4,
         "undone by a reset",
-        # The reset that undid an event (it stays in the timeline, struck out of the fold).
-        (f"ALTER TABLE {s}.audit_log ADD COLUMN IF NOT EXISTS undone_by text",),
+        (
+            # The reset that undid an event (it stays in the timeline, struck out of the fold).
+            f"ALTER TABLE {s}.audit_log ADD COLUMN IF NOT EXISTS undone_by text",
+            # Each reset's undone events, whether projected yet or not: one that comes after
+            # its reset (a replay reads topics in any order) is struck out as it is written.
+            f"""CREATE TABLE IF NOT EXISTS {s}.undone (
+                event_id uuid PRIMARY KEY,
+                reset_id text NOT NULL,
+                workflow_id text NOT NULL)""",
+        ),
     )
     return [*baseline(projection_ddl(schema)), version, attributes, undone]
 
@@ -269,6 +282,7 @@ class ProjectEvent:
     recorded_at: datetime
     attributes: Mapping[str, str | int | float] = field(default_factory=dict)
     """The search attributes the event states (``domain.attributes_of``)."""
+    origin: str = ORIGIN_TOPIC
 
     async def apply(self, conn: asyncpg.Connection) -> None:
         s, ledger, entry = ident(self.schema), ident(self.ledger), self.entry
@@ -287,15 +301,22 @@ class ProjectEvent:
                        EXISTS (SELECT 1 FROM {ledger}.erasures
                                WHERE subject_hash = $2) AS erased,
                        (SELECT facts::text FROM {s}.workflow_status
-                        WHERE workflow_id = $1) AS facts""",
+                        WHERE workflow_id = $1) AS facts,
+                       (SELECT reset_id FROM {s}.undone WHERE event_id = $3) AS undone_by""",
             entry.workflow_id,
             subject_hash(entry.subject_ref) if entry.subject_ref is not None else None,
+            entry.event_id,
         )
         if known["retired"]:
             return
         erased = bool(known["erased"])
-        if not await insert_audit_row(conn, s, redact_entry(entry) if erased else entry, self.recorded_at):
+        written = redact_entry(entry) if erased else entry
+        if not await insert_audit_row(
+            conn, s, written, self.recorded_at, origin=self.origin, undone_by=known["undone_by"]
+        ):
             return  # projected before: the fold must not count it twice
+        if known["undone_by"] is not None:
+            return  # a reset undid it already: in the timeline, not in the status
         raw = known["facts"]
         facts = fold(
             WorkflowFacts.model_validate_json(raw) if raw is not None else None,
@@ -312,37 +333,55 @@ class ProjectEvent:
 class UndoEvents:
     """An operator reset the workflow to one of its events (workflow.reset_requested): the
     request joins its timeline, the events after the point are marked undone by it (they
-    stay, struck out), and the workflow's status is folded again from the rest."""
+    stay, struck out; one not projected yet is when it comes), the operator's correction of
+    the point is recorded (it travels inside the request), and the workflow's status is
+    folded again from the rest. Idempotent, and commutative with the events it undoes."""
 
     request: ProjectEvent
     reset_id: str
     undone: Sequence[uuid.UUID]
+    replacement: OriginalRecord | None
     search: Mapping[str, Mapping[str, SearchAttribute]]
 
     async def apply(self, conn: asyncpg.Connection) -> None:
         await self.request.apply(conn)  # takes the workflow's locks first
         s, workflow_id = ident(self.request.schema), self.request.entry.workflow_id
-        marked = await conn.fetchval(
-            f"""WITH marked AS (
-                  UPDATE {s}.audit_log SET undone_by = $3
-                  WHERE workflow_id = $1 AND event_id = ANY($2::uuid[]) AND undone_by IS NULL
-                  RETURNING 1)
-                SELECT count(*) FROM marked""",
-            workflow_id,
+        await conn.execute(
+            f"""INSERT INTO {s}.undone (event_id, reset_id, workflow_id)
+                SELECT e, $2, $3 FROM unnest($1::uuid[]) AS e ON CONFLICT (event_id) DO NOTHING""",
             list(self.undone),
             self.reset_id,
+            workflow_id,
         )
-        if not marked:
-            return
+        await conn.execute(
+            f"""UPDATE {s}.audit_log a SET undone_by = u.reset_id FROM {s}.undone u
+                WHERE u.reset_id = $1 AND a.event_id = u.event_id AND a.undone_by IS NULL""",
+            self.reset_id,
+        )
+        corrected = _corrected(self.replacement)
+        if corrected is not None:
+            entry, payload = corrected
+            await ProjectEvent(
+                schema=self.request.schema,
+                ledger=self.request.ledger,
+                entry=entry,
+                payload=payload,
+                recorded_at=self.request.recorded_at,
+                origin=ORIGIN_RESET,
+            ).apply(conn)
+        await self._refold(conn, s, workflow_id)
+
+    async def _refold(self, conn: asyncpg.Connection, s: str, workflow_id: str) -> None:
         rows = await conn.fetch(
             f"""SELECT event_id, event_type, schema_version, workflow_id, workflow_type, producer,
                        coalesce(producer_version, '') AS producer_version, occurred_at,
                        coalesce(trace_id, '') AS trace_id, causation_id, decision, actor,
                        external_call, subject_ref, payload::text AS payload
-                FROM {s}.audit_log WHERE workflow_id = $1 AND undone_by IS NULL AND origin = $2
+                FROM {s}.audit_log
+                WHERE workflow_id = $1 AND undone_by IS NULL AND origin = ANY($2::text[])
                 ORDER BY occurred_at, event_id""",
             workflow_id,
-            ORIGIN_TOPIC,
+            [ORIGIN_TOPIC, ORIGIN_RESET],
         )
         facts: WorkflowFacts | None = None
         for row in rows:
@@ -350,11 +389,27 @@ class UndoEvents:
             payload = _model_of(entry)
             facts = fold(facts, entry, payload, attributes_of(entry, payload, self.search))
         if facts is None:
-            await conn.execute(f"DELETE FROM {s}.workflow_status WHERE workflow_id = $1", workflow_id)
             return
-        if facts.erased:
+        erased = await conn.fetchval(
+            f"SELECT EXISTS (SELECT 1 FROM {ident(self.request.ledger)}.erasures WHERE subject_hash = $1)",
+            subject_hash(facts.subject.value) if facts.subject is not None else None,
+        )
+        if erased or facts.erased:
             facts = redact_facts(facts)
         await write_status(conn, s, workflow_id, facts, self.request.recorded_at)
+
+
+def _corrected(record: OriginalRecord | None) -> tuple[AuditEntry, EventModel] | None:
+    """The operator's correction of the point, as the gateway stated it (its envelope, as
+    every service that takes its type reads it from the request)."""
+    if record is None:
+        return None
+    try:
+        envelope = Envelope.model_validate_json(base64.b64decode(record.value_b64, validate=True))
+    except ValueError:
+        return None
+    entry = audit_entry(envelope, EventModel.model_construct())
+    return entry, _model_of(entry)
 
 
 def _model_of(entry: AuditEntry) -> EventModel:
@@ -378,14 +433,15 @@ async def insert_audit_row(
     recorded_at: datetime,
     *,
     origin: str = ORIGIN_TOPIC,
+    undone_by: str | None = None,
 ) -> bool:
     """Append a row; False when the event id is already there."""
     inserted = await conn.fetchval(
         f"""INSERT INTO {ident(schema)}.audit_log
               (event_id, origin, event_type, schema_version, workflow_id, workflow_type,
                producer, occurred_at, recorded_at, trace_id, causation_id, decision, actor,
-               external_call, subject_ref, payload, producer_version)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16::jsonb, $17)
+               external_call, subject_ref, payload, producer_version, undone_by)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16::jsonb, $17, $18)
             ON CONFLICT (event_id) DO NOTHING
             RETURNING 1""",
         entry.event_id,
@@ -405,6 +461,7 @@ async def insert_audit_row(
         entry.subject_ref,
         json.dumps(entry.payload),
         entry.producer_version,
+        undone_by,
     )
     return inserted is not None
 

@@ -34,6 +34,7 @@ from chorus.contracts.api.gateway import (
     DecisionAccepted,
     DecisionBody,
     Me,
+    ResetAccepted,
     Schedule,
     ScheduleList,
     SearchAttributes,
@@ -169,6 +170,12 @@ class Apis:
         headers = {"Idempotency-Key": sent_as}
         return await self._get(
             SignalSent, key, "POST", url, json=body, headers=headers, timeout=UPDATE_WAIT_S
+        )
+
+    async def reset(self, key: str, workflow_id: str, body: dict[str, Any], *, sent_as: str) -> ResetAccepted:
+        url = f"{self.gateway}/v1/workflows/{_path(workflow_id)}/reset"
+        return await self._get(
+            ResetAccepted, key, "POST", url, json=body, headers={"Idempotency-Key": sent_as}
         )
 
     async def signal(self, key: str, signal_id: str) -> SignalSent:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Form, Query, Request
@@ -110,6 +110,7 @@ async def workflow_page(
         items=timeline(found.timeline),
         traces=sorted({e.trace_id for e in found.timeline if e.trace_id}),
         may_cancel=running and session.role in ("operator", "submitter"),
+        may_reset=session.role == "operator" and found.status == "waiting",
         left=window_left(waiting_until, datetime.now().astimezone()),
         signals=[
             {**o.model_dump(mode="json"), "skeleton": json.dumps(skeleton(o.input_schema), indent=2)}
@@ -145,6 +146,68 @@ async def send_signal(
         key_of(session), workflow_id, name, body, as_update=bool(wait), sent_as=f"console:{sent_as}"
     )
     return redirect(f"/workflows/{workflow_id}?{urlencode({'sent': sent.signal_id})}")
+
+
+@router.get("/workflows/{workflow_id}/reset", response_class=HTMLResponse)
+async def reset_page(
+    request: Request,
+    workflow_id: str,
+    c: Console,
+    event: Annotated[str, Query(max_length=64, description="the step to go back to (an event id)")],
+) -> Response:
+    """What a reset to ``event`` does, and the form that asks for it (operators): a reason,
+    and for an event the gateway stated (the start, a signal) its input to correct."""
+    session = signed_in(request)
+    found = await c.apis.workflow(key_of(session), workflow_id)
+    entry = next((e for e in found.timeline if e.event_id == event), None)
+    if entry is None:
+        raise Problem(
+            404, "No such step", f"event {event[:64]} is not in the timeline of {workflow_id[:200]}"
+        )
+    after = [e.event_type for e in found.timeline[found.timeline.index(entry) + 1 :] if e.undone_by is None]
+    return render(
+        c,
+        request,
+        "reset.html",
+        workflow=found.model_dump(mode="json"),
+        point=entry.model_dump(mode="json"),
+        after=[t for t in after if not t.startswith("workflow.reset_")],
+        editable=entry.producer == "gateway",
+        payload=json.dumps(entry.payload, indent=2),
+        form_key=uuid.uuid4().hex,
+    )
+
+
+@router.post("/workflows/{workflow_id}/reset")
+async def reset(
+    request: Request,
+    workflow_id: str,
+    c: Console,
+    csrf: Annotated[str, Form(max_length=200)],
+    event: Annotated[str, Form(max_length=64)],
+    reason: Annotated[str, Form(min_length=1, max_length=2000)],
+    sent_as: Annotated[str, Form(max_length=64, pattern=r"^[0-9a-f]{32}$")],
+    input_json: Annotated[str, Form(alias="input", max_length=100_000)] = "",
+    original: Annotated[str, Form(max_length=100_000)] = "",
+) -> Response:
+    """The reset, asked of the gateway (the form's own key: sent twice, it is one reset);
+    with the input corrected (it differs from the event's), an edit-and-reset."""
+    check_form(request, csrf)
+    session = signed_in(request)
+    body: dict[str, Any] = {"event_id": event, "reason": reason}
+    if input_json.strip():
+        try:
+            given = json.loads(input_json)
+        except (ValueError, RecursionError) as exc:
+            raise Problem(400, "Input is not JSON", f"the corrected input: {exc}") from None
+        try:
+            unchanged = bool(original) and given == json.loads(original)
+        except (ValueError, RecursionError):
+            unchanged = False
+        if not unchanged:
+            body["input"] = given
+    await c.apis.reset(key_of(session), workflow_id, body, sent_as=f"console:{sent_as}")
+    return redirect(f"/workflows/{workflow_id}")
 
 
 @router.get("/workflows/{workflow_id}/cancel", response_class=HTMLResponse)

@@ -181,7 +181,9 @@ MIGRATIONS = [
                 workflow_id text NOT NULL,
                 point_event_id uuid NOT NULL,
                 point_event_type text NOT NULL,
-                undone int NOT NULL,
+                undone text[] NOT NULL,
+                compensated text[] NOT NULL,
+                replacement_event_id uuid,
                 requested_by text NOT NULL,
                 reason text NOT NULL,
                 requested_at timestamptz NOT NULL)""",
@@ -375,7 +377,10 @@ class ResetRow:
     workflow_id: str
     point_event_id: uuid.UUID
     point_event_type: str
-    undone: int
+    undone: list[str]
+    """The types of the events after the point, in order (what the reset undoes)."""
+    compensated: list[str]
+    replacement_event_id: uuid.UUID | None
     requested_by: str
     reason: str
     requested_at: datetime
@@ -384,13 +389,18 @@ class ResetRow:
 async def insert_reset(conn: asyncpg.Connection, row: ResetRow) -> bool:
     """The reset; False when one with its id was recorded before (the same request again)."""
     inserted = await conn.fetchval(
-        """INSERT INTO gateway.resets VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+        """INSERT INTO gateway.resets
+             (reset_id, workflow_id, point_event_id, point_event_type, undone, compensated,
+              replacement_event_id, requested_by, reason, requested_at)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
            ON CONFLICT (reset_id) DO NOTHING RETURNING 1""",
         row.reset_id,
         row.workflow_id,
         row.point_event_id,
         row.point_event_type,
         row.undone,
+        row.compensated,
+        row.replacement_event_id,
         row.requested_by,
         row.reason,
         row.requested_at,
@@ -399,5 +409,10 @@ async def insert_reset(conn: asyncpg.Connection, row: ResetRow) -> bool:
 
 
 async def find_reset(conn: asyncpg.Connection, reset_id: str) -> ResetRow | None:
-    row = await conn.fetchrow("SELECT * FROM gateway.resets WHERE reset_id = $1", reset_id)
+    row = await conn.fetchrow(
+        """SELECT reset_id, workflow_id, point_event_id, point_event_type, undone, compensated,
+                  replacement_event_id, requested_by, reason, requested_at
+           FROM gateway.resets WHERE reset_id = $1""",
+        reset_id,
+    )
     return ResetRow(**dict(row)) if row else None
