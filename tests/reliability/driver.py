@@ -296,6 +296,63 @@ class Driver:
             await asyncio.sleep(0.2)
         return done
 
+    # -- resets ---------------------------------------------------------------------------------
+
+    async def reset_to(self, workflow_id: str, event_type: str, *, key: str, reason: str) -> str:
+        """An operator's reset of the workflow to its live ``event_type`` event, retried
+        with the same key through gateway outages (a retry answers with the first); its id."""
+        headers = {"Authorization": f"Bearer {OPERATOR}"}
+        last = ""
+        for _ in range(60):
+            try:
+                status = await self.http.get(f"/v1/workflows/{workflow_id}", headers=headers)
+                point = next(
+                    e["event_id"]
+                    for e in status.json()["timeline"]
+                    if e["event_type"] == event_type and e["undone_by"] is None
+                )
+                response = await self.http.post(
+                    f"/v1/workflows/{workflow_id}/reset",
+                    json={"event_id": point, "reason": reason},
+                    headers={**headers, "Idempotency-Key": key},
+                )
+            except (httpx.HTTPError, StopIteration, ValueError, KeyError) as exc:
+                last = repr(exc)
+                await asyncio.sleep(1.0)
+                continue
+            if response.status_code in (200, 202):
+                return str(response.json()["reset_id"])
+            if response.status_code < 500:
+                raise AssertionError(f"gateway refused a reset of {workflow_id}: {response.text[:500]}")
+            last = f"{response.status_code} {response.text[:200]}"
+            await asyncio.sleep(1.0)
+        raise AssertionError(f"the gateway never took the reset of {workflow_id}: {last}")
+
+    async def reset_applied(self, workflow_id: str, reset_id: str, service: str, timeout_s: float) -> bool:
+        """True once ``service`` said what ``reset_id`` did and the workflow waits on its manager
+        again, with one live reservation (the step handled again)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        headers = {"Authorization": f"Bearer {OPERATOR}"}
+        while loop.time() < deadline:
+            try:
+                status = (await self.http.get(f"/v1/workflows/{workflow_id}", headers=headers)).json()
+            except (httpx.HTTPError, ValueError):
+                status = {}
+            timeline = status.get("timeline") or []
+            answered = any(
+                e["event_type"] == "workflow.reset_applied"
+                and e["payload"].get("reset_id") == reset_id
+                and e["payload"].get("service") == service
+                for e in timeline
+            )
+            held = [e for e in timeline if e["event_type"] == "budget.reserved" and e["undone_by"] is None]
+            waiting = (status.get("pending_approval") or {}).get("tier") == "manager"
+            if answered and len(held) == 1 and waiting:
+                return True
+            await asyncio.sleep(0.5)
+        return False
+
     async def wait_waiting_for(self, workflows: list[Tracked], what: str, timeout_s: float) -> bool:
         """True once every workflow waits for ``what`` (its status's waiting_for)."""
         loop = asyncio.get_running_loop()

@@ -560,6 +560,37 @@ async def bulk_actions_under_sigkill(ctx: Ctx) -> None:
             ctx.faults.problems.append(f"bulk action {bulk_id} ended {final}")
 
 
+async def resets_under_sigkill(ctx: Ctx) -> None:
+    """Eight procurements wait for their manager; an operator resets each to
+    invoice.validated. The budget agent, which gives each reservation back and reserves
+    again, is SIGKILLed in the step that handles the event again (the third), and restarted:
+    the request, read again, finishes it. Then each is approved and paid once, and the
+    ledger holds one reservation each."""
+    driver = ctx.dep.driver
+    tracked = [await driver.submit("procurement", ctx.scenario, approve_tiers=()) for _ in range(8)]
+    if not await driver.wait_gate(tracked, "manager", 120.0):
+        ctx.faults.problems.append("the workflows never reached their manager")
+        return
+    kill = asyncio.create_task(
+        injectors.sigkill_at(ctx.dep, ctx.faults, "budget_agent", "after_inbox_insert", 3, timeout_s=90.0)
+    )
+    await asyncio.sleep(2.0)  # the budget agent restarts armed; the resets wait for it on their topic
+    resets = {
+        w.workflow_id: await driver.reset_to(
+            w.workflow_id,
+            "invoice.validated",
+            key=f"{ctx.scenario}-{w.token}",
+            reason="the ledger was corrected",
+        )
+        for w in tracked
+    }
+    await kill
+    for w in tracked:
+        if not await driver.reset_applied(w.workflow_id, resets[w.workflow_id], "budget_agent", 120.0):
+            ctx.faults.problems.append(f"{w.workflow_id}: reset {resets[w.workflow_id]} never finished")
+        w.approve_tiers = frozenset({"manager"})  # now the driver approves it
+
+
 def full() -> list[Scenario]:
     scenarios = [
         Scenario(
@@ -648,6 +679,13 @@ def full() -> list[Scenario]:
             "gateway that acts on both SIGKILLed halfway",
             "main",
             bulk_actions_under_sigkill,
+        ),
+        Scenario(
+            "resets-sigkill-budget-agent",
+            "8 waiting procurements reset to invoice.validated; the budget agent (which gives "
+            "back each reservation and reserves again) SIGKILLed while it handles the 3rd again",
+            "main",
+            resets_under_sigkill,
         ),
         Scenario(
             "poison-at-broker-limit",
