@@ -910,15 +910,17 @@ async def section_ab(b: Bench) -> None:
 # -- signing ---------------------------------------------------------------------------------------
 
 
-async def section_signing(b: Bench) -> None:
-    """The cost of signing every event: the no-op hop with its two types unsigned (A, R2's
-    service) and signed (B: it checks the driver's Ed25519 signature of each input before
-    its handler and signs its output in the outbox), same-run, interleaved rounds."""
-    s = b.sizes
-    b.log("signing: no-op hop, unsigned (A) vs signed (B)")
+def bench_signing_dir() -> Path:
     if not os.environ.get("CHORUS_SIGNING_DIR"):
         raise RuntimeError("CHORUS_SIGNING_DIR is not set: run through make (it holds the local keys)")
-    signing_dir = Path(os.environ["CHORUS_SIGNING_DIR"])
+    return Path(os.environ["CHORUS_SIGNING_DIR"])
+
+
+def bench_keys(b: Bench) -> None:
+    """The bench's own signers' keys, for the run: every bench service checks signed types
+    (the bench registry's signed topics among them), so they exist before the first section
+    and go with the run."""
+    signing_dir = bench_signing_dir()
     made = make_keys(signing_dir, [bench_events.DRIVER_SIGNER, bench_events.SIGNED_NOOP])
 
     async def remove_keys() -> None:
@@ -927,6 +929,15 @@ async def section_signing(b: Bench) -> None:
                 (signing_dir / f"{name}{suffix}").unlink(missing_ok=True)
 
     b.cleanup.append(remove_keys)
+
+
+async def section_signing(b: Bench) -> None:
+    """The cost of signing every event: the no-op hop with its two types unsigned (A, R2's
+    service) and signed (B: it checks the driver's Ed25519 signature of each input before
+    its handler and signs its output in the outbox), same-run, interleaved rounds."""
+    s = b.sizes
+    b.log("signing: no-op hop, unsigned (A) vs signed (B)")
+    signing_dir = bench_signing_dir()
     driver = load_keys(str(signing_dir), bench_events.DRIVER_SIGNER, signs={"*"}, checks={}).signer
     reg = b.reg()
     variants = []
@@ -1318,6 +1329,7 @@ async def run(mode: str, only: list[str], ab: Path | None = None) -> Path:
         env = await environment(b)
         await prepare_databases(b)
         b.registry = await bench_registry(out / "work", b.suffix, b.bootstrap)
+        bench_keys(b)
         b.producer = make_producer(b.bootstrap, client_id="bench-driver", linger_ms=0)
         await b.producer.start()
         b.results["environment"] = env
