@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 import asyncpg
 
-from chorus.base.errors import ChorusError
+from chorus.base.errors import ChorusError, TransientError
 from chorus.base.logs import fields
 from chorus.contracts.base import EventModel
 from chorus.contracts.envelope import Envelope
@@ -169,6 +169,8 @@ class ResetControl:
                 compensated.append(event.event_type)
             for effect in outcome.effects:
                 await effect.apply(conn)
+        except TransientError:
+            raise  # the request is read again (nothing was committed)
         except (ChorusError, ValueError, TypeError, KeyError, asyncpg.DataError) as exc:
             raise Refused(f"its compensation (on_reset) failed: {exc}") from exc
         return compensated
@@ -189,7 +191,8 @@ class ResetControl:
 
     async def _point(self, request: ResetRequested, at: Position | None) -> Record | None:
         """What this service handles again: the operator's corrected event, when it takes
-        that type; else the point's own record, read again from where its step read it."""
+        that type (a new event: every service that takes its type handles it); else the
+        point's own record, read again from where its step read it."""
         if request.replacement is not None:
             if self.spec.handler_for(request.point_event_type) is None:
                 return None

@@ -196,16 +196,21 @@ class ResetStore:
         point: uuid.UUID,
         rerun_point: uuid.UUID,
     ) -> Pending | None:
-        """A reset applied here whose event (``rerun_point``: the point, or its correction)
-        this service has not handled since (the process stopped between the two; the request,
-        read again, finishes it): None once it has. ``Pending.point``: where the step the
-        reset rolled back read the point (None when no step here did)."""
-        taken = await conn.fetchval(
-            f"SELECT 1 FROM {self.schema}.inbox WHERE consumer_group = $1 AND event_id = $2",
+        """A reset rolled back here (the checkpoint names it) whose event (``rerun_point``:
+        the point, or its correction) this service has not handled since (the process
+        stopped between the two; the request, read again, finishes it): None once it has, or
+        when it was refused or passed here. ``Pending.point``: where the step the reset
+        rolled back read the point (None when no step here did)."""
+        applied_here = await conn.fetchval(
+            f"""SELECT NOT EXISTS (SELECT 1 FROM {self.schema}.inbox i
+                                   WHERE i.consumer_group = $1 AND i.event_id = $2)
+                FROM {self.schema}.state WHERE workflow_id = $3 AND rerun = $4""",
             group,
             rerun_point,
+            workflow_id,
+            reset_id,
         )
-        if taken:
+        if not applied_here:  # refused here, passed to another release, or handled again since
             return None
         return Pending(await self.position(conn, workflow_id, point, undone_by=reset_id))
 

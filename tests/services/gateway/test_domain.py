@@ -123,3 +123,13 @@ def test_a_reset_past_an_irreversible_event_is_refused_naming_it_whatever_the_st
     # A reset to a step after it is not refused for it (only for the status, here).
     later = plan_reset(paid, "e6", "waiting", [], ["payment.issued"])
     assert isinstance(later, ResetPlan) and later.undone == []
+
+
+def test_an_operators_correction_is_a_point_only_when_corrected_again() -> None:
+    corrected = [
+        *_timeline(*PROCUREMENT[:3]),
+        TimelineEvent("c1", "invoice.received", datetime(2026, 1, 2, tzinfo=timezone.utc), None, "reset"),
+    ]
+    refused = plan_reset(corrected, "c1", "waiting", [], [])
+    assert isinstance(refused, tuple) and refused[0] == 422 and "on no topic to read again" in refused[1]
+    assert isinstance(plan_reset(corrected, "c1", "waiting", [], [], edit=True), ResetPlan)

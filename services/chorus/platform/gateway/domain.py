@@ -237,7 +237,7 @@ NOT_A_STEP = RESET_RECORDS | {
 }
 """Events that record what happened to a workflow rather than a step of it (its start is the
 gateway's record; its first step is the start event): never a reset's point. After one,
-they are undone with the steps (a dead letter of an undone step no longer holds it up)."""
+they are undone with the steps."""
 
 
 @dataclass(frozen=True)
@@ -248,6 +248,8 @@ class TimelineEvent:
     event_type: str
     occurred_at: datetime
     undone_by: str | None = None
+    origin: str = "topic"
+    """reset: an operator's correction, carried by its reset (on no topic to read it again)."""
 
 
 @dataclass(frozen=True)
@@ -258,7 +260,13 @@ class ResetPlan:
 
 
 def plan_reset(
-    timeline: list[TimelineEvent], event_id: str, status: str, compensated: list[str], irreversible: list[str]
+    timeline: list[TimelineEvent],
+    event_id: str,
+    status: str,
+    compensated: list[str],
+    irreversible: list[str],
+    *,
+    edit: bool = False,
 ) -> ResetPlan | tuple[int, str]:
     """What a reset of a workflow (``timeline`` in the order it happened, ``status`` as its
     projection says) to ``event_id`` undoes; or why not (an HTTP status and a sentence).
@@ -274,6 +282,11 @@ def plan_reset(
         if undone is not None:
             return 409, f"event {event_id} ({undone.event_type}) was undone by reset {undone.undone_by}"
         return 404, f"event {event_id} is not in the workflow's timeline"
+    if point.origin != "topic" and not edit:
+        return 422, (
+            f"{point.event_type} {event_id} is an operator's correction, on no topic to read again: "
+            "reset to it with the input again, or to an earlier event"
+        )
     if point.event_type in NOT_A_STEP:
         return (
             422,

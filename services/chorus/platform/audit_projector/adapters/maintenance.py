@@ -50,6 +50,7 @@ from chorus.platform.audit_projector.domain import (
     ERASURE_RECORDED,
     ORIGIN_ERASURE,
     ORIGIN_JANITOR,
+    ORIGIN_RESET,
     ORIGIN_TOPIC,
     WORKFLOW_PURGED,
     WorkflowFacts,
@@ -200,6 +201,7 @@ async def _purge_batch(
         )
         for r in deleted:
             per_workflow[r["workflow_id"]][source] += 1
+    await conn.execute(f"DELETE FROM {s}.undone WHERE workflow_id = ANY($1::text[])", ids)
     await conn.executemany(
         f"""INSERT INTO {s}.retired_workflows (workflow_id, workflow_type, retired_at, run_id)
             VALUES ($1, $2, $3, $4) ON CONFLICT (workflow_id) DO NOTHING""",
@@ -536,7 +538,7 @@ async def _erase_in_projection(
         f"""WITH r AS (
               UPDATE {p}.audit_log
               SET payload = $2::jsonb, actor = NULL, external_call = NULL, subject_ref = NULL
-              WHERE subject_ref = $1 AND origin = '{ORIGIN_TOPIC}' RETURNING 1)
+              WHERE subject_ref = $1 AND origin IN ('{ORIGIN_TOPIC}', '{ORIGIN_RESET}') RETURNING 1)
             SELECT count(*) FROM r""",
         subject_ref,
         json.dumps(ERASED),

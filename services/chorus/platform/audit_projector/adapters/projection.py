@@ -390,6 +390,11 @@ class UndoEvents:
             facts = fold(facts, entry, payload, attributes_of(entry, payload, self.search))
         if facts is None:
             return
+        was = await conn.fetchval(
+            f"SELECT facts::text FROM {s}.workflow_status WHERE workflow_id = $1", workflow_id
+        )
+        if was is not None and WorkflowFacts.model_validate_json(was).erased:
+            facts = redact_facts(facts)  # redacted rows name no subject: the status remembers
         erased = await conn.fetchval(
             f"SELECT EXISTS (SELECT 1 FROM {ident(self.request.ledger)}.erasures WHERE subject_hash = $1)",
             subject_hash(facts.subject.value) if facts.subject is not None else None,
@@ -408,8 +413,8 @@ def _corrected(record: OriginalRecord | None) -> tuple[AuditEntry, EventModel] |
         envelope = Envelope.model_validate_json(base64.b64decode(record.value_b64, validate=True))
     except ValueError:
         return None
-    entry = audit_entry(envelope, EventModel.model_construct())
-    return entry, _model_of(entry)
+    payload = _model_of(audit_entry(envelope, EventModel.model_construct()))
+    return audit_entry(envelope, payload), payload
 
 
 def _model_of(entry: AuditEntry) -> EventModel:

@@ -190,6 +190,12 @@ MIGRATIONS = [
             "CREATE INDEX IF NOT EXISTS resets_of ON gateway.resets (workflow_id, requested_at)",
         ),
     ),
+    # What a reset asked for, to tell a retry (its Idempotency-Key) from another request.
+    migrations.Migration(
+        10,
+        "reset_request_hash",
+        ("ALTER TABLE gateway.resets ADD COLUMN IF NOT EXISTS request_hash text",),
+    ),
 ]
 
 
@@ -384,6 +390,7 @@ class ResetRow:
     requested_by: str
     reason: str
     requested_at: datetime
+    request_hash: str | None
 
 
 async def insert_reset(conn: asyncpg.Connection, row: ResetRow) -> bool:
@@ -391,8 +398,8 @@ async def insert_reset(conn: asyncpg.Connection, row: ResetRow) -> bool:
     inserted = await conn.fetchval(
         """INSERT INTO gateway.resets
              (reset_id, workflow_id, point_event_id, point_event_type, undone, compensated,
-              replacement_event_id, requested_by, reason, requested_at)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+              replacement_event_id, requested_by, reason, requested_at, request_hash)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
            ON CONFLICT (reset_id) DO NOTHING RETURNING 1""",
         row.reset_id,
         row.workflow_id,
@@ -404,6 +411,7 @@ async def insert_reset(conn: asyncpg.Connection, row: ResetRow) -> bool:
         row.requested_by,
         row.reason,
         row.requested_at,
+        row.request_hash,
     )
     return inserted is not None
 
@@ -411,7 +419,7 @@ async def insert_reset(conn: asyncpg.Connection, row: ResetRow) -> bool:
 async def find_reset(conn: asyncpg.Connection, reset_id: str) -> ResetRow | None:
     row = await conn.fetchrow(
         """SELECT reset_id, workflow_id, point_event_id, point_event_type, undone, compensated,
-                  replacement_event_id, requested_by, reason, requested_at
+                  replacement_event_id, requested_by, reason, requested_at, request_hash
            FROM gateway.resets WHERE reset_id = $1""",
         reset_id,
     )

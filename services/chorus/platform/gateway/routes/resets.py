@@ -5,6 +5,8 @@ what it did (workflow.reset_applied, in the timeline)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import secrets
 import uuid
@@ -68,17 +70,24 @@ async def reset(
     async with api.rt.pool.acquire() as conn:
         earlier = await repository.find_reset(conn, reset_id)
     if earlier is not None:
-        if (str(earlier.point_event_id), earlier.reason) != (body.event_id, body.reason):
+        if earlier.request_hash != _request_hash(body):
             raise Problem(409, "Idempotency key reused", "this Idempotency-Key was used for another reset")
         return _accepted(api, earlier, replayed=True)
     if view is None:
         raise Problem(409, "Not started yet", f"workflow {workflow_id} has no step to go back to yet")
     timeline = [
-        TimelineEvent(e.event_id, e.event_type, e.occurred_at, e.undone_by)
+        TimelineEvent(e.event_id, e.event_type, e.occurred_at, e.undone_by, e.origin)
         for e in await api.reads.timeline(workflow_id, for_whom=who.principal)
     ]
     declared = api.rt.registry.reset_of(view.workflow_type)
-    plan = plan_reset(timeline, body.event_id, view.status, declared.compensated, declared.irreversible)
+    plan = plan_reset(
+        timeline,
+        body.event_id,
+        view.status,
+        declared.compensated,
+        declared.irreversible,
+        edit=body.input is not None,
+    )
     if not isinstance(plan, ResetPlan):
         status, detail = plan
         raise Problem(status, "Cannot reset", detail)
@@ -101,6 +110,7 @@ async def reset(
         requested_by=who.principal,
         reason=body.reason,
         requested_at=now,
+        request_hash=_request_hash(body),
     )
     request = ResetRequested(
         reset_id=reset_id,
@@ -114,7 +124,7 @@ async def reset(
     )
     envelope = in_workflow(
         api.rt, request, workflow_id, view.workflow_type, accepted, f"reset:{reset_id}", now
-    )
+    ).model_copy(update={"subject_ref": view.subject_ref})  # its row goes with the subject's
     async with api.rt.pool.acquire() as conn, api.rt.outbox.transaction(conn) as tx:
         recorded = await repository.insert_reset(conn, row)
         if recorded:
@@ -126,6 +136,12 @@ async def reset(
         extra=fields(workflow_id=workflow_id, reset_id=reset_id, by=who.principal, to=plan.point.event_type),
     )
     return _accepted(api, row, replayed=not recorded)
+
+
+def _request_hash(body: ResetBody) -> str:
+    """What makes two requests the same reset (an Idempotency-Key's retry)."""
+    canonical = {"event_id": str(uuid.UUID(body.event_id)), "reason": body.reason, "input": body.input}
+    return hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
 
 
 def _accepted(api: GatewayApi, row: repository.ResetRow, *, replayed: bool) -> JSONResponse:
@@ -164,13 +180,14 @@ async def _corrected(
     signed as it would publish it: (its id, the record the reset carries). 422 naming the
     field the event's schema refuses."""
     registry = api.rt.registry
-    if registry.signers_of(point.event_type) != {"gateway"}:
+    start = api.kinds[view.workflow_type].start.event_type if view.workflow_type in api.kinds else None
+    if point.event_type != start:
         stated = ", ".join(sorted(registry.signers_of(point.event_type))) or "no one in particular"
         raise Problem(
             422,
             "Cannot edit",
-            f"{point.event_type} is stated by {stated}, not by the gateway: only an event the gateway "
-            "states (a start event, a signal) can be corrected; reset to it without input",
+            f"{point.event_type} is stated by {stated}: only the workflow's start event ({start}), the "
+            "submission's input, can be corrected; reset to it without input",
         )
     try:
         event = registry.latest_model(point.event_type).model_validate(data)
