@@ -68,7 +68,7 @@ class ResetBody(ApiModel):
     input: dict[str, Any] | None = Field(
         default=None,
         description="edit-and-reset: the event corrected (its payload, checked against its schema), "
-        "handled instead of it; only an event the gateway states (a start event, a signal)",
+        "handled instead of it; only the workflow's start event (the submission's input)",
     )
 
 

@@ -12,6 +12,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
+from chorus.contracts.api.audit_projector import TimelineEntry
 from chorus.contracts.api.gateway import WorkflowDetail, WorkflowPage
 from chorus.contracts.lifecycle import WORKFLOW_STATUSES
 from chorus.contracts.search import MAX_QUERY
@@ -156,7 +157,7 @@ async def reset_page(
     event: Annotated[str, Query(max_length=64, description="the step to go back to (an event id)")],
 ) -> Response:
     """What a reset to ``event`` does, and the form that asks for it (operators): a reason,
-    and for an event the gateway stated (the start, a signal) its input to correct."""
+    and for the start event (the submission's input) its input to correct."""
     session = signed_in(request)
     found = await c.apis.workflow(key_of(session), workflow_id)
     entry = next((e for e in found.timeline if e.event_id == event), None)
@@ -172,10 +173,17 @@ async def reset_page(
         workflow=found.model_dump(mode="json"),
         point=entry.model_dump(mode="json"),
         after=[t for t in after if not t.startswith("workflow.reset_")],
-        editable=entry.producer == "gateway",
+        editable=_is_start_event(found.timeline, entry),
         payload=json.dumps(entry.payload, indent=2),
         form_key=uuid.uuid4().hex,
     )
+
+
+def _is_start_event(entries: list[TimelineEntry], entry: TimelineEntry) -> bool:
+    """The submission's input (caused by workflow.started, stated by the gateway): the one
+    event a reset may correct."""
+    started = {e.event_id for e in entries if e.event_type == "workflow.started"}
+    return entry.producer == "gateway" and entry.causation_id in started
 
 
 @router.post("/workflows/{workflow_id}/reset")
