@@ -197,6 +197,22 @@ class ScheduleDue(EventModel):
 RESET_ID_PATTERN = r"^rst-[0-9a-f]{32}$"
 
 
+RESET_RECORDS = frozenset({"workflow.reset_requested", "workflow.reset_applied"})
+"""A reset and what it did: never undone by a later one (the timeline keeps every reset)."""
+
+NOT_A_STEP = RESET_RECORDS | {
+    "workflow.started",
+    "event.dead_lettered",
+    "review.requested",
+    "workflow.attention_needed",
+    "submitter.notified",
+    "requester.notified",
+}
+"""Events that record what happened to a workflow rather than a step of it (its start is the
+gateway's record; its first step is the start event): never a reset's point (the gateway
+refuses one, the console offers none). After a point, they are undone with the steps."""
+
+
 @event("workflow.reset_requested", 1)
 class ResetRequested(EventModel):
     """An operator resets the workflow to one of its events (POST /v1/workflows/{id}/reset):

@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from chorus.base.clock import Clock
 from chorus.base.db import rows_affected
-from chorus.base.errors import PersistentError
+from chorus.base.errors import NewerStateError, PersistentError
 from chorus.contracts.base import EventModel, is_sealed
 from chorus.contracts.edges import ServiceEdges
 from chorus.contracts.envelope import Envelope, Priority
@@ -347,6 +347,24 @@ class ServiceSpec(Generic[S, D]):
             produces=self.produces,
             runtime=True,
         )
+
+    def upgraded(self, state: dict[str, Any], version: int) -> dict[str, Any]:
+        """A checkpoint's ``state``, written at ``version``, brought up to this code's state
+        version (forward only: NewerStateError for one a newer version wrote, PersistentError
+        when a migration step is missing)."""
+        if version > self.state_version:
+            raise NewerStateError(
+                f"the checkpoint of this workflow is state v{version}, written by a newer version of "
+                f"{self.name}; this one ({self.version}) reads up to v{self.state_version}. Not "
+                "handled and nothing written (its fields would be lost): run the newer version, "
+                "then redrive"
+            )
+        while version < self.state_version:
+            step = self.state_migrations.get(version)
+            if step is None:
+                raise PersistentError(f"no state migration from v{version} to v{version + 1} in {self.name}")
+            state, version = step(state), version + 1
+        return state
 
     def handler_for(self, event_type: str) -> On | None:
         table: dict[str, On] = self._route_table  # type: ignore[attr-defined]

@@ -1,6 +1,6 @@
 """Reset from a step plugged into a service: the answer to ``workflow.reset_requested``.
 
-The gateway states the request on chorus.control, on the workflow's key, once it checked
+The gateway states the request on chorus.resets, on the workflow's key, once it checked
 that the workflow may go back to that event (workflows.yaml's ``reset``). Every service's
 runtime reads it and, in one transaction with the request's inbox row:
 
@@ -176,18 +176,11 @@ class ResetControl:
         return compensated
 
     def _migrated(self, checkpoint: Checkpointed | None) -> dict[str, Any] | None:
-        """The state brought up to the version this code writes (as the record path does)."""
+        """The state brought up to the version this code writes, as the record path reads it
+        (one it cannot read refuses the reset here: a PersistentError, caught by the caller)."""
         if checkpoint is None or checkpoint.state is None:
             return None
-        state, version = checkpoint.state, checkpoint.version
-        if version > self.spec.state_version:
-            raise Refused(f"its checkpoint is state v{version}, newer than this release reads")
-        while version < self.spec.state_version:
-            step = self.spec.state_migrations.get(version)
-            if step is None:
-                raise Refused(f"no state migration from v{version} in {self.spec.name}")
-            state, version = step(state), version + 1
-        return state
+        return self.spec.upgraded(checkpoint.state, checkpoint.version)
 
     async def _point(self, request: ResetRequested, at: Position | None) -> Record | None:
         """What this service handles again: the operator's corrected event, when it takes

@@ -14,6 +14,7 @@ import asyncpg
 
 from chorus.base.db import ident
 from chorus.kernel.store import InboxOutcome, Position
+from chorus.kernel.store.postgres import ServiceStore
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ class ResetStore:
 
     def __init__(self, service: str) -> None:
         self.schema = ident(service)
+        self.kernel = ServiceStore(service)
 
     async def rewind(
         self,
@@ -167,15 +169,7 @@ class ResetStore:
             reset_id,
             rerun_point,
         )
-        await conn.execute(
-            f"""INSERT INTO {s}.state_history
-                  (workflow_id, revision, event_id, event_type, state, state_version, parked_on, ended, at)
-                SELECT workflow_id, revision, $2, $3, state, state_version, parked_on, ended, updated_at
-                FROM {s}.state WHERE workflow_id = $1""",
-            workflow_id,
-            cause,
-            cause_type,
-        )
+        await self.kernel.keep_revision(conn, workflow_id, cause, cause_type)
         after = Checkpointed(_state(target["state"]), target["state_version"]) if target is not None else None
         return Rewound(
             int(steps),

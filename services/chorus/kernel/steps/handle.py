@@ -27,7 +27,6 @@ from chorus.base.errors import (
     Category,
     HandlerTimeoutError,
     KeyStoreUnavailableError,
-    NewerStateError,
     PersistentError,
     SemanticError,
     TransientError,
@@ -131,27 +130,10 @@ class Handle:
         frame.checkpoints += 1
 
     def migrated(self, row: StateRow | None) -> dict[str, Any] | None:
-        """The checkpoint's state brought up to the service's state version (forward only:
-        NewerStateError for one a newer version wrote, PersistentError when a migration
-        step is missing)."""
+        """The checkpoint's state brought up to the service's state version."""
         if row is None or row.state is None:
             return None
-        state, version = row.state, row.state_version
-        if version > self.spec.state_version:
-            raise NewerStateError(
-                f"the checkpoint of this workflow is state v{version}, written by a newer version of "
-                f"{self.spec.name}; this one ({self.spec.version}) reads up to "
-                f"v{self.spec.state_version}. Not handled and nothing written (its fields would be "
-                "lost): run the newer version, then redrive"
-            )
-        while version < self.spec.state_version:
-            step = self.spec.state_migrations.get(version)
-            if step is None:
-                raise PersistentError(
-                    f"no state migration from v{version} to v{version + 1} in {self.spec.name}"
-                )
-            state, version = step(state), version + 1
-        return state
+        return self.spec.upgraded(row.state, row.state_version)
 
     async def run(
         self,

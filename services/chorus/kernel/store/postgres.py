@@ -350,16 +350,23 @@ class ServiceStore:
             )
         if revision is None:
             raise ConflictError(f"workflow {c.workflow_id} changed concurrently")
+        await self.keep_revision(conn, c.workflow_id, c.event_id, c.event_type)
+        return int(revision)
+
+    async def keep_revision(
+        self, conn: asyncpg.Connection, workflow_id: str, event_id: uuid.UUID | None, event_type: str | None
+    ) -> None:
+        """The checkpoint as it stands now, into its history, as written by ``event_id``'s
+        step (a mid-step checkpoint, a reset's rollback: writes outside the batched step)."""
         await conn.execute(
             f"""INSERT INTO {self.schema}.state_history
                   (workflow_id, revision, event_id, event_type, state, state_version, parked_on, ended, at)
                 SELECT workflow_id, revision, $2, $3, state, state_version, parked_on, ended, updated_at
                 FROM {self.schema}.state WHERE workflow_id = $1""",
-            c.workflow_id,
-            c.event_id,
-            c.event_type,
+            workflow_id,
+            event_id,
+            event_type,
         )
-        return int(revision)
 
     async def add_outbox(self, conn: asyncpg.Connection, messages: Sequence[OutboxMessage]) -> None:
         if not messages:

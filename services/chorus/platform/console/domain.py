@@ -13,6 +13,7 @@ from chorus.contracts.api.audit_projector import TimelineEntry
 from chorus.contracts.api.gateway import Me
 from chorus.contracts.api.outcome_analytics import OutcomeBucket
 from chorus.contracts.approvals import NO_TIER
+from chorus.contracts.lifecycle import NOT_A_STEP
 
 SERVICE = "console"
 
@@ -175,22 +176,6 @@ class TimelineItem:
     """The reset that undid this step (drawn struck out; never a reset's point)."""
     resettable: bool = False
     """A step a reset may go back to (not a record of what happened to the workflow)."""
-
-
-NOT_A_STEP = frozenset(
-    {
-        "workflow.started",
-        "workflow.reset_requested",
-        "workflow.reset_applied",
-        "event.dead_lettered",
-        "review.requested",
-        "workflow.attention_needed",
-        "submitter.notified",
-        "requester.notified",
-    }
-)
-"""What the gateway refuses as a reset's point (a record of what happened to the workflow,
-not a step of it): the page offers no reset to it."""
 
 
 def timeline(entries: list[TimelineEntry]) -> list[TimelineItem]:

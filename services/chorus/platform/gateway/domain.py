@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from chorus.contracts.api.gateway import Submission
 from chorus.contracts.base import EventModel
+from chorus.contracts.lifecycle import NOT_A_STEP, RESET_RECORDS
 from chorus.contracts.registry import Registry
 
 SERVICE = "gateway"
@@ -223,21 +224,6 @@ def catch_up(cadence: Cadence, since: datetime, until: datetime, window: timedel
 
 
 # -- reset from a step -----------------------------------------------------------------------
-
-RESET_RECORDS = frozenset({"workflow.reset_requested", "workflow.reset_applied"})
-"""A reset and what it did: never undone by a later one (the timeline keeps every reset)."""
-
-NOT_A_STEP = RESET_RECORDS | {
-    "workflow.started",
-    "event.dead_lettered",
-    "review.requested",
-    "workflow.attention_needed",
-    "submitter.notified",
-    "requester.notified",
-}
-"""Events that record what happened to a workflow rather than a step of it (its start is the
-gateway's record; its first step is the start event): never a reset's point. After one,
-they are undone with the steps."""
 
 
 @dataclass(frozen=True)
