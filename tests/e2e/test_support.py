@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -207,6 +208,44 @@ async def test_an_unknown_customer_is_a_dead_letter_until_redriven_then_answered
     status = await support.ended(workflow)
     assert status["status"] == "completed"
     assert [r["customer_id"] for r in await support.replies_to("cust-unknown")] == ["cust-unknown"]
+
+
+async def test_a_bulk_redrive_by_query_redrives_each_waiting_tickets_letter_once_as_the_operator(
+    support: Support,
+) -> None:
+    """Three tickets of customers the CRM does not know yet wait on a dead letter each. Once
+    they are added, an operator redrives every support ticket that needs attention in one
+    bulk action: the dead-letter service redrives each letter once, naming the operator and
+    the bulk action, and each ticket is answered once."""
+    run = uuid.uuid4().hex[:8]
+    customers = [f"cust-{run}-{i}" for i in range(3)]
+    ids = [await support.submit(c, "Refund please", refund_cents=500) for c in customers]
+    for workflow_id in ids:
+        await support.wait(workflow_id, lambda s: s.get("status") == "attention", "a dead letter")
+    query = "workflow_type = 'support_ticket' AND status = 'attention'"
+    ask = {"action": "redrive", "query": query, "reason": f"customers {run} added to the CRM"}
+    dry = await support.http.post("/v1/bulk-actions", json={**ask, "dry_run": True}, headers=OPERATOR)
+    assert dry.status_code == 200 and set(ids) <= {i["workflow_id"] for i in dry.json()["items"]}, dry.text
+    for customer in customers:
+        crm = {"customer_id": customer, "name": "Grace Hopper", "plan": "pro"}
+        await support.http.post(f"{support.sandbox}/crm/customers", json=crm)
+    created = await support.http.post("/v1/bulk-actions", json=ask, headers=OPERATOR)
+    assert created.status_code == 202, created.text
+    bulk_id = created.json()["bulk_id"]
+
+    for workflow_id, customer in zip(ids, customers, strict=True):
+        assert (await support.ended(workflow_id))["status"] == "completed"
+        assert [r["customer_id"] for r in await support.replies_to(customer)] == [customer]
+    action = (await support.http.get(f"/v1/bulk-actions/{bulk_id}", headers=OPERATOR)).json()
+    mine = {i["workflow_id"]: i for i in action["items"] if i["workflow_id"] in ids}
+    assert {i["status"] for i in mine.values()} == {"done"}, action
+    operations = (
+        await support.http.get(
+            f"{support.dead_letters}/v1/operations", params={"actor": "sam.operator"}, headers=OPERATOR
+        )
+    ).json()["items"]
+    redriven = [o for o in operations if bulk_id in o["reason"]]
+    assert len(redriven) == 3 and {o["op"] for o in redriven} == {"redrive"}, redriven
 
 
 async def test_every_service_reached_postgresql_through_pgbouncer_in_transaction_mode(

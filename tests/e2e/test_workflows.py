@@ -1940,7 +1940,8 @@ async def test_a_bulk_cancel_by_query_survives_a_sigkill_halfway_and_cancels_eac
     )
     world.stack.kill("gateway")  # SIGKILL, mid-run
     halfway = await world_pg.fetchval(
-        "SELECT count(*) FROM gateway.bulk_items WHERE bulk_id = $1 AND status <> 'pending'", bulk_id
+        "SELECT count(*) FROM gateway.bulk_items WHERE bulk_id = $1 AND status IN ('done', 'skipped')",
+        bulk_id,
     )
     assert 15 <= halfway < 50, halfway
     await world.stack.restart("gateway")
@@ -2147,6 +2148,111 @@ async def test_a_reset_to_a_step_gives_the_reservation_back_runs_the_step_again_
         world, "workflows", "reset", workflow_id, "--to", validated["event_id"], "--reason", "pay again?"
     )
     assert code == 1 and "payment.issued" in err and "nothing gives it back" in err
+
+
+async def test_a_bulk_reset_by_query_takes_each_back_gives_each_reservation_back_and_pays_each_once(
+    world: World, world_pg: asyncpg.Connection
+) -> None:
+    """Four procurements waiting for a manager, found by their amount (unique to this run):
+    the CLI's dry run counts them and resets nothing; the bulk reset takes each back to its
+    invoice.validated, as the operator and saying which bulk action. Each budget reservation
+    is given back and taken again, the manager is asked again, and once approved each
+    invoice is paid once."""
+    run = uuid.uuid4().hex[:8]
+    total = f"{10 + int(run[:4], 16) % 9000 / 100:.2f}"  # this run's own amount
+    bodies = [procurement(f"{run}{i}", total=total, line=f"1 x GPU hours @ {total} EUR") for i in range(4)]
+    ids = [(await world.awaiting_manager(body))[0] for body in bodies]
+    query = f"amount = {round(float(total) * 100)} AND status = 'waiting'"
+    first = {
+        w: next(
+            e["event_id"]
+            for e in (await world.status(w, OPERATOR))["timeline"]
+            if e["event_type"] == "budget.reserved"
+        )
+        for w in ids
+    }
+
+    ask = (
+        "workflows",
+        "bulk-reset",
+        "--query",
+        query,
+        "--to",
+        "invoice.validated",
+        "--reason",
+        "ledger fixed",
+    )
+    code, out, err = await chorus_cli(world, *ask, "--dry-run")
+    assert code == 0 and "dry run: would reset to invoice.validated 4 workflow(s); nothing done" in out, (
+        out,
+        err,
+    )
+    assert all(w in out for w in ids)
+    unknown = await world.http.post(
+        "/v1/bulk-actions",
+        json={"action": "reset", "reset_to": "invoice.nonsense", "query": query, "reason": "x"},
+        headers=OPERATOR,
+    )
+    assert unknown.status_code == 422 and unknown.json()["errors"][0]["pointer"] == "/reset_to", unknown.text
+    for wrong, pointer in (
+        ({"action": "cancel", "reset_to": "invoice.validated"}, "/reset_to"),  # another action's field
+        ({"action": "repin", "to_release": "0.2.0"}, "/service"),  # a repin names its service
+        ({"action": "repin", "service": "no_such_service", "to_release": "0.2.0"}, "/service"),
+    ):
+        refused = await world.http.post(
+            "/v1/bulk-actions", json={**wrong, "query": query, "reason": "x"}, headers=OPERATOR
+        )
+        assert refused.status_code == 422 and refused.json()["errors"][0]["pointer"] == pointer, refused.text
+    code, out, err = await chorus_cli(world, *ask, "--rate", "4", "--output", "json")
+    assert code == 0, err
+    bulk_id = json.loads(out)["bulk_id"]
+
+    async def progress() -> dict[str, Any]:
+        return (await world.http.get(f"/v1/bulk-actions/{bulk_id}", headers=OPERATOR)).json()  # type: ignore[no-any-return]
+
+    final = await wait_until(
+        progress, until=lambda p: p["finished_at"] is not None, timeout_s=60, what="the end"
+    )
+    assert (final["action"], final["reset_to"], final["done"], final["skipped"]) == (
+        "reset",
+        "invoice.validated",
+        4,
+        0,
+    )
+
+    def live(status: dict[str, Any], event_type: str) -> list[dict[str, Any]]:
+        return [e for e in status["timeline"] if e["event_type"] == event_type and e["undone_by"] is None]
+
+    for workflow_id in ids:
+        status = await world.wait(
+            workflow_id,
+            lambda s, before=first[workflow_id]: (
+                any(
+                    e["event_type"] == "workflow.reset_applied" and e["payload"]["service"] == "budget_agent"
+                    for e in s["timeline"]
+                )
+                and len(live(s, "budget.reserved")) == 1
+                and live(s, "budget.reserved")[0]["event_id"] != before
+                and (s.get("pending_approval") or {}).get("tier") == "manager"
+            ),
+            "the reset applied, the reservation taken again and the manager asked again",
+            who=OPERATOR,
+        )
+        [requested] = [e for e in status["timeline"] if e["event_type"] == "workflow.reset_requested"]
+        assert requested["payload"]["requested_by"] == "sam.operator"
+        assert requested["payload"]["reason"] == f"ledger fixed (bulk action {bulk_id})"
+        assert len(live(status, "budget.released")) == 1
+        approved = await world.decide(status["pending_approval"]["approval_id"], MANAGER, "approve")
+        assert approved.status_code == 202, approved.text
+    for workflow_id in ids:
+        assert (await world.ended(workflow_id))["status"] == "completed"
+    payments = (await world.stats())["payments"]["by_key"].values()
+    paid = sorted(p["invoice_id"] for p in payments if p["invoice_id"].startswith(f"INV-{run}"))
+    assert paid == sorted(f"INV-{run}{i}" for i in range(4))  # each once
+    held = await world_pg.fetch(
+        "SELECT status FROM budget_agent.reservations WHERE workflow_id = ANY($1)", ids
+    )
+    assert [r["status"] for r in held] == ["reserved"] * 4
 
 
 async def test_a_reset_not_stated_by_the_gateway_rolls_nothing_back(

@@ -503,8 +503,10 @@ SHORT: list[Scenario] = [
 async def bulk_actions_under_sigkill(ctx: Ctx) -> None:
     """Procurements of amounts of this run's own: eight wait for their manager and one bulk
     action cancels them; eight lack a line and another sends it to each (then they are
-    approved and paid). The gateway, whose worker does both, is SIGKILLed halfway and
-    restarted: each is cancelled once, or gets its line once."""
+    approved and paid); eight more wait for their manager and a third resets each to
+    invoice.validated (its reservation given back and taken again; then approved and paid).
+    The gateway, whose worker does all three, is SIGKILLed halfway and restarted: each is
+    cancelled once, gets its line once, or is reset once and paid once."""
     driver = ctx.dep.driver
     cents = 50_000 + ctx.rng.randrange(1, 40_000)
     price = f"{cents / 100:.2f}"
@@ -520,9 +522,21 @@ async def bulk_actions_under_sigkill(ctx: Ctx) -> None:
     to_fix = [
         await driver.submit("procurement", ctx.scenario, total=short_total, line=line) for _ in range(8)
     ]
-    if not await driver.wait_gate(to_cancel, "manager", 120.0) or not await driver.wait_waiting_for(
-        to_fix, "signal add_line", 120.0
-    ):
+    reset_cents = cents + 6200
+    reset_price = f"{reset_cents / 100:.2f}"
+    to_reset = [
+        await driver.submit(
+            "procurement",
+            ctx.scenario,
+            approve_tiers=(),  # approved once reset
+            total=reset_price,
+            line=f"1 x GPU hours @ {reset_price} EUR",
+        )
+        for _ in range(8)
+    ]
+    if not await driver.wait_gate(
+        [*to_cancel, *to_reset], "manager", 120.0
+    ) or not await driver.wait_waiting_for(to_fix, "signal add_line", 120.0):
         ctx.faults.problems.append("the workflows never reached their manager or their wait for a line")
         return
     added = {"line": {"description": "GPU hours", "quantity": 1, "unit_price_cents": 3100}}
@@ -541,23 +555,40 @@ async def bulk_actions_under_sigkill(ctx: Ctx) -> None:
             },
             key=f"{ctx.scenario}-line",
         ),
+        await driver.bulk(
+            {
+                "action": "reset",
+                "reset_to": "invoice.validated",
+                "query": f"amount = {reset_cents} AND status = 'waiting'",
+                "reason": "the ledger was corrected",
+            },
+            key=f"{ctx.scenario}-reset",
+        ),
     ]
-    # Killed once a few are done (2 a second each): most still pending, in both actions.
-    done = await driver.bulk_done(actions, at_least=3, timeout_s=30.0)
+    # Killed once a few are done (2 a second each): most still pending, in every action.
+    done = await driver.bulk_done(actions, at_least=4, timeout_s=30.0)
     await injectors.kill(ctx.dep, ctx.faults, "gateway")
     fault = ctx.faults.faults[-1]
-    fault.detail += f" after {done} of 16 items were done"
-    if not 3 <= done < 16:
+    fault.detail += f" after {done} of 24 items were done"
+    if not 4 <= done < 24:
         ctx.faults.problems.append(
-            f"the gateway was not killed halfway through its bulk actions ({done} of 16 done)"
+            f"the gateway was not killed halfway through its bulk actions ({done} of 24 done)"
         )
     await asyncio.sleep(1.0)
     await ctx.dep.start_proc("gateway")
     fault.healed_at = time.monotonic()
+    finals = []
     for bulk_id in actions:
         final = await driver.bulk_finished(bulk_id, 120.0)
+        finals.append(final)
         if final is None or (final["done"], final["skipped"]) != (8, 0):
             ctx.faults.problems.append(f"bulk action {bulk_id} ended {final}")
+    resets = {i["workflow_id"]: i["detail"] for i in (finals[-1] or {}).get("items", [])}
+    for w in to_reset:
+        reset_id = resets.get(w.workflow_id)
+        if reset_id is None or not await driver.reset_applied(w.workflow_id, reset_id, "budget_agent", 120.0):
+            ctx.faults.problems.append(f"{w.workflow_id}: the bulk reset ({reset_id}) never finished")
+        w.approve_tiers = frozenset({"manager"})  # now the driver approves it
 
 
 async def resets_under_sigkill(ctx: Ctx) -> None:
@@ -675,8 +706,8 @@ def full() -> list[Scenario]:
         ),
         Scenario(
             "bulk-actions-sigkill-gateway",
-            "a bulk cancel of 8 procurements and a bulk signal (a missing line) to 8 more, the "
-            "gateway that acts on both SIGKILLed halfway",
+            "a bulk cancel of 8 procurements, a bulk signal (a missing line) to 8 more and a bulk "
+            "reset of 8 more to invoice.validated, the gateway that acts on all three SIGKILLed halfway",
             "main",
             bulk_actions_under_sigkill,
         ),

@@ -188,6 +188,21 @@ class EventDiscarded(EventModel):
     actor: Name
 
 
+BULK_ID_PATTERN = r"^bulk-[0-9a-f]{32}$"
+"""A gateway bulk action's id (POST /v1/bulk-actions)."""
+
+
+@event("workflow.redrive_requested", 1)
+class RedriveRequested(EventModel):
+    """An operator asks, through the gateway (a bulk action by query), that the dead letters
+    the workflow is waiting on go back to their topics: the dead-letter service redrives each
+    of its open letters, with the operator as the operation's actor."""
+
+    requested_by: Name = Field(description="the operator's principal")
+    reason: Text = Field(min_length=1)
+    bulk_id: str | None = Field(default=None, pattern=BULK_ID_PATTERN, description="the bulk action asking")
+
+
 @event("review.requested", 1)
 class ReviewRequested(EventModel):
     """A handler's output kept failing validation; a person has to look at it."""

@@ -13,6 +13,7 @@ from pydantic import Field
 
 from chorus.contracts.base import EventModel, Model, Name, Text, UtcDateTime, event
 from chorus.contracts.envelope import Release
+from chorus.contracts.platform import BULK_ID_PATTERN
 
 RolloutStatus = Literal["canary", "promoted", "rolled_back"]
 """``canary``: a share of new workflows goes to the canary release; ``promoted``: every new
@@ -96,6 +97,20 @@ class RepinRequested(EventModel):
     )
     requested_by: Name = Field(description="the operator's principal")
     reason: Text
+
+
+@event("workflow.repin_ordered", 1)
+class RepinOrdered(EventModel):
+    """An operator asks, through the gateway (a bulk action by query), that the workflow move
+    to another release of a service: the rollout service checks it as it checks its own
+    API's request, and states ``workflow.repin_requested`` to the service's runtimes, or
+    records why not."""
+
+    service: Name
+    to_release: Release
+    requested_by: Name = Field(description="the operator's principal")
+    reason: Text = Field(min_length=1)
+    bulk_id: str | None = Field(default=None, pattern=BULK_ID_PATTERN, description="the bulk action asking")
 
 
 @event("workflow.repin_answered", 1)

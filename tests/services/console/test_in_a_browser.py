@@ -30,6 +30,7 @@ from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import Select
 
 from chorus.contracts.registry import Registry
 from chorus.tools.devstack import SERVICES, DevStack
@@ -388,25 +389,8 @@ async def test_an_operator_counts_then_cancels_the_workflows_a_search_finds_from
     deployment: Deployment, browser: WebDriver
 ) -> None:
     stack = deployment.stack
-    run = uuid.uuid4().hex[:8]
-    total = f"{10 + int(run[:4], 16) % 9000 / 100:.2f}"  # this run's own amount
-    bodies = [procurement(f"{run}{i}", total=total, line=f"1 x GPU hours @ {total} EUR") for i in range(2)]
-    query = f"amount = {round(float(total) * 100)} AND status = 'waiting'"
-    async with httpx.AsyncClient(base_url=stack.api_url, timeout=10) as api:
-        ids = [
-            (await api.post("/v1/workflows/procurement", json=body, headers=SUBMITTER)).json()["workflow_id"]
-            for body in bodies
-        ]
-
-        async def waiting() -> bool:
-            found = await api.get("/v1/workflows", params={"query": query}, headers=OPERATOR)
-            return len(found.json()["workflows"]) == 2
-
-        await _eventually(waiting, "both waiting for their manager")
-    browser.get(f"{stack.console_url}/bulk-actions")
-    sign_in(browser, "demo-operator-key")
-    until(lambda: "Act on every running workflow" in text(browser), "the bulk action form")
-    browser.find_element(By.ID, "query").send_keys(query)
+    ids, query = await _two_waiting(stack)
+    _bulk_form(browser, stack, query)
     browser.find_element(By.ID, "reason").send_keys("supplier withdrew")
     browser.find_element(By.CSS_SELECTOR, "button[name='dry_run']").click()
     dry = until(lambda: browser.find_elements(By.CSS_SELECTOR, ".dry-run"), "the dry run's count")
@@ -425,6 +409,76 @@ async def test_an_operator_counts_then_cancels_the_workflows_a_search_finds_from
     assert all(workflow_id in items for workflow_id in ids) and "sam.operator" in text(browser)
     shot(browser, "bulk-action-done")
     sign_out(browser)
+
+
+async def test_an_operator_resets_the_workflows_a_search_finds_to_an_event_type_from_the_console(
+    deployment: Deployment, browser: WebDriver
+) -> None:
+    """Two procurements waiting for their manager: the operator counts them, then resets both
+    to their invoice.validated; each is taken back and waits for its manager again."""
+    stack = deployment.stack
+    ids, query = await _two_waiting(stack)
+    _bulk_form(browser, stack, query)
+    async with httpx.AsyncClient(base_url=stack.api_url, timeout=10) as api:
+        Select(browser.find_element(By.ID, "action")).select_by_value("reset")
+        browser.find_element(By.ID, "reset_to").send_keys("invoice.validated")
+        browser.find_element(By.ID, "reason").send_keys("the ledger was corrected")
+        browser.find_element(By.CSS_SELECTOR, "button[name='dry_run']").click()
+        dry = until(lambda: browser.find_elements(By.CSS_SELECTOR, ".dry-run"), "the dry run's count")
+        assert "would reset to invoice.validated 2 running workflow(s); nothing was done" in dry[0].text
+        shot(browser, "bulk-reset-dry-run")
+        browser.find_element(By.CSS_SELECTOR, "form.bulk button.danger").click()
+        until(
+            lambda: (
+                "2 done, 0 skipped, 0 pending" in browser.find_element(By.CSS_SELECTOR, ".bulk-progress").text
+            ),
+            "both reset",
+            reload=browser,
+        )
+        assert "reset to invoice.validated" in browser.find_element(By.TAG_NAME, "h1").text
+        assert browser.find_element(By.CSS_SELECTOR, "table.items").text.count("rst-") == 2
+        shot(browser, "bulk-reset-done")
+
+        async def taken_back() -> bool:
+            for workflow_id in ids:
+                timeline = (await api.get(f"/v1/workflows/{workflow_id}", headers=OPERATOR)).json()[
+                    "timeline"
+                ]
+                if not any(e["event_type"] == "workflow.reset_applied" for e in timeline):
+                    return False
+            return True
+
+        await _eventually(taken_back, "both reset")
+    sign_out(browser)
+
+
+async def _two_waiting(stack: DevStack) -> tuple[list[str], str]:
+    """Two procurements of this run's own amount, once both wait for their manager: (their
+    ids, the search that finds them)."""
+    run = uuid.uuid4().hex[:8]
+    total = f"{10 + int(run[:4], 16) % 9000 / 100:.2f}"
+    bodies = [procurement(f"{run}{i}", total=total, line=f"1 x GPU hours @ {total} EUR") for i in range(2)]
+    query = f"amount = {round(float(total) * 100)} AND status = 'waiting'"
+    async with httpx.AsyncClient(base_url=stack.api_url, timeout=10) as api:
+        ids = [
+            (await api.post("/v1/workflows/procurement", json=body, headers=SUBMITTER)).json()["workflow_id"]
+            for body in bodies
+        ]
+
+        async def waiting() -> bool:
+            found = await api.get("/v1/workflows", params={"query": query}, headers=OPERATOR)
+            return len(found.json()["workflows"]) == 2
+
+        await _eventually(waiting, "both waiting for their manager")
+    return ids, query
+
+
+def _bulk_form(browser: WebDriver, stack: DevStack, query: str) -> None:
+    """The bulk action form, as the operator, with ``query`` in it."""
+    browser.get(f"{stack.console_url}/bulk-actions")
+    sign_in(browser, "demo-operator-key")
+    until(lambda: "Act on every running workflow" in text(browser), "the bulk action form")
+    browser.find_element(By.ID, "query").send_keys(query)
 
 
 async def _eventually(probe: Callable[[], Any], what: str, timeout_s: float = 90.0) -> Any:

@@ -11,6 +11,7 @@ plays the runtime) to check filters, grouping, bulk redrive, errors and metrics.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import uuid
@@ -36,6 +37,7 @@ from chorus.contracts.platform import (
     FireTarget,
     KafkaHeader,
     OriginalRecord,
+    RedriveRequested,
     TimerSchedule,
 )
 from chorus.contracts.registry import Registry
@@ -90,9 +92,9 @@ class Stack:
 
 def readers(suffix: str) -> list[str]:
     """The services that read the test topic of a stack's registry (``svc_<suffix>``, the
-    failing service; the bulk redrive's; the forger's claim): a redrive goes back only to
-    a topic the letter's service reads."""
-    return [f"svc_{suffix}", f"svc_bulk_{suffix}", f"svc_claimed_{suffix}"]
+    failing service; the bulk redrive's; the forger's claim; an operator's request's): a
+    redrive goes back only to a topic the letter's service reads."""
+    return [f"svc_{suffix}", f"svc_bulk_{suffix}", f"svc_claimed_{suffix}", f"svc_asked_{suffix}"]
 
 
 async def start_stack(stack: AsyncExitStack, tmp: Path, suffix: str, kafka: str, db: str) -> Stack:
@@ -788,3 +790,40 @@ async def test_every_route_needs_a_key_reads_need_an_operator_or_auditor_and_cha
     assert done.exit_code == 0, done.output
     shown = (await shared.http.get(one, headers=as_("audrey"))).json()
     assert (shown["resolved_by"], [o["actor"] for o in shown["operations"]]) == ("carol", ["carol"])
+
+
+async def test_an_operators_redrive_of_a_workflow_waits_for_its_letter_then_redrives_it_once_as_them(
+    shared: Stack, kafka_bootstrap: str
+) -> None:
+    """An operator's request (workflow.redrive_requested, the gateway's word for a bulk
+    action) that arrives before the workflow's dead letter: the service looks again until the
+    letter is stored, redrives it once with the operator as the operation's actor; the same
+    request delivered again redrives nothing more."""
+    service = f"svc_asked_{shared.suffix}"
+    original = envelope(TaskSubmitted(task=f"{service}-1"), workflow_id=f"wf-asked-{uuid.uuid4().hex[:8]}")
+    letter = synthetic_letter(
+        shared.registry, service, "persistent", at=datetime.now(timezone.utc), offset=11, original=original
+    )
+    bulk_id = f"bulk-{uuid.uuid4().hex}"
+    asked = envelope(
+        RedriveRequested(requested_by="carol", reason="the CRM is back", bulk_id=bulk_id),
+        workflow_id=original.workflow_id,
+    )
+    topic = shared.registry.physical_topic("workflow.redrive_requested")
+    await publish(kafka_bootstrap, topic, [asked])
+    await asyncio.sleep(2.0)  # taken, and nothing of the workflow to redrive yet
+    await publish_letters(shared, kafka_bootstrap, [letter])
+
+    async def redriven() -> dict[str, Any] | None:
+        found = await _letter_of(shared, str(letter.event_id))
+        return found if found is not None and found["status"] == "redriven" else None
+
+    await eventually(redriven, what="the letter redriven for the operator's request")
+    await publish(kafka_bootstrap, topic, [asked])  # delivered again: the same request
+    await asyncio.sleep(2.0)
+    ops = (await shared.http.get("/v1/operations", params={"letter_id": str(letter.event_id)})).json()[
+        "items"
+    ]
+    assert [(o["op"], o["actor"], o["reason"], o["result"]) for o in ops] == [
+        ("redrive", "carol", f"the CRM is back (bulk action {bulk_id})", "redriven")
+    ]

@@ -440,3 +440,94 @@ async def test_a_canary_failing_a_third_of_its_workflows_is_rolled_back_by_the_r
         what="the rollout service's record of where the new workflows went",
     )
     assert set(pins.values()) == {CANARY}
+
+
+async def test_a_bulk_repin_by_query_moves_each_waiting_canary_workflow_once_and_records_refusals(
+    rollouts: Rollouts, services_pg: asyncpg.Connection
+) -> None:
+    """The canary (0.3.0) takes every new workflow again; three, found by their amount (unique
+    to this run), wait for a person. A bulk repin to a release the rollout does not have is
+    refused by the rollout service for each, among the moves with why; the bulk repin to
+    stable (the CLI's) moves each once, as the operator and naming the bulk action; all
+    three, read by the canary, complete pinned to stable."""
+    policy = await rollouts.change("start", {"canary": FLAKY, "percent": 100})
+    await rollouts.followed(policy["revision"])
+    stable = policy["stable"]  # 0.2.0 after the tests above
+    run = uuid.uuid4().hex[:8]
+    total = f"{10 + int(run[:4], 16) % 9000 / 100:.2f}"  # this run's own amount
+    url = f"{rollouts.stack.api_url}/v1/workflows/procurement"
+    bodies = [
+        procurement(f"{run}{i}", po=PO["po_number"], total=total, line=f"1 x GPU hours @ {total} EUR")
+        for i in range(3)
+    ]
+    ids = [await accepted(rollouts.http, url, body, SUBMITTER) for body in bodies]
+    query = f"amount = {round(float(total) * 100)} AND status = 'waiting'"
+
+    async def found() -> set[str]:
+        listed = await rollouts.http.get(
+            f"{rollouts.stack.api_url}/v1/workflows", params={"query": query}, headers=OPERATOR
+        )
+        return {w["workflow_id"] for w in listed.json()["workflows"]}
+
+    await wait_until(found, until=lambda f: f == set(ids), timeout_s=120, what="three waiting workflows")
+    assert set((await rollouts.pins(services_pg, ids)).values()) == {FLAKY}
+
+    async def bulk(body: dict[str, Any]) -> str:
+        created = await rollouts.http.post(
+            f"{rollouts.stack.api_url}/v1/bulk-actions",
+            json={"action": "repin", "service": "invoice_agent", "query": query, **body},
+            headers=OPERATOR,
+        )
+        assert created.status_code == 202, created.text
+        return str(created.json()["bulk_id"])
+
+    async def moves(bulk_id: str) -> dict[str, dict[str, Any]]:
+        listed = (await rollouts.status())["repins"]
+        return {m["workflow_id"]: m for m in listed if bulk_id in m["reason"]}
+
+    nowhere = await bulk({"to_release": "9.9.9", "reason": "a typo"})
+    refused = await wait_until(
+        lambda: moves(nowhere), until=lambda m: set(m) == set(ids), timeout_s=60, what="the refusals"
+    )
+    assert {(m["outcome"], m["requested_by"]) for m in refused.values()} == {("refused", OPERATOR_NAME)}
+    assert all("'9.9.9' is not a release" in m["refusal"] for m in refused.values()), refused
+
+    code, out, err = await chorus(
+        "workflows",
+        "bulk-repin",
+        "--query",
+        query,
+        "--service",
+        "invoice_agent",
+        "--to",
+        stable,
+        "--reason",
+        "retiring 0.3.0",
+        "--output",
+        "json",
+        env={"CHORUS_GATEWAY_URL": rollouts.stack.api_url},
+    )
+    assert code == 0, (out, err)
+    moved_by = json.loads(out)["bulk_id"]
+    moved = await wait_until(
+        lambda: moves(moved_by),
+        until=lambda m: set(m) == set(ids) and all(v["outcome"] != "pending" for v in m.values()),
+        timeout_s=60,
+        what="the moves answered",
+    )
+    assert {(m["outcome"], m["from_release"], m["to_release"]) for m in moved.values()} == {
+        ("repinned", FLAKY, stable)
+    }, moved
+    assert all(m["reason"] == f"retiring 0.3.0 (bulk action {moved_by})" for m in moved.values())
+    assert set((await rollouts.pins(services_pg, ids)).values()) == {stable}
+    ended = await rollouts.all_end(ids)
+    assert {b["status"] for b in ended.values()} == {"completed"}
+    for workflow_id, body in ended.items():
+        read = [e["producer_version"] for e in body["timeline"] if e["producer"] == "invoice_agent"]
+        assert read[0] == VERSION_OF[FLAKY], (workflow_id, read)  # read before the move
+    # Each moved once: the refused action moved nothing, the second one each workflow once.
+    asked = await services_pg.fetchval(
+        "SELECT count(*) FROM rollout_service.repins WHERE workflow_id = ANY($1) AND outcome = 'repinned'",
+        ids,
+    )
+    assert asked == 3

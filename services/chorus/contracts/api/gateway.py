@@ -19,7 +19,7 @@ from chorus.contracts.api.audit_projector import (
 )
 from chorus.contracts.api.base import ApiModel, IsoDateTime
 from chorus.contracts.base import Comment, EventModel, InClear, Model, Ref, Url, plain_input
-from chorus.contracts.envelope import Priority
+from chorus.contracts.envelope import EVENT_TYPE_PATTERN, Priority, Release
 from chorus.contracts.lifecycle import SIGNAL_FIELDS
 
 StartT = TypeVar("StartT", bound=EventModel)
@@ -177,17 +177,40 @@ class ScheduleList(ApiModel):
     schedules: list[Schedule]
 
 
+BulkActionName = Literal["cancel", "signal", "reset", "redrive", "repin"]
+BULK_TARGETS: dict[str, tuple[str, ...]] = {
+    "cancel": (),
+    "signal": ("signal", "input"),
+    "reset": ("reset_to",),
+    "redrive": (),
+    "repin": ("service", "to_release"),
+}
+"""What each bulk action names besides its query and reason (and nothing else)."""
+
+
 class BulkActionBody(ApiModel):
     """``POST /v1/bulk-actions``: what to do to every running workflow a query finds."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    action: Literal["cancel", "signal"] = Field(
-        description="what is done to each workflow found: cancel it, or send it a signal (one an "
-        "operator may send, with ``signal`` and ``input``)"
+    action: BulkActionName = Field(
+        description="what is done to each workflow found: ``cancel`` it; send it a ``signal`` (one "
+        "an operator may send, with ``signal`` and ``input``); ``reset`` it to its latest event of "
+        "type ``reset_to`` (as POST /v1/workflows/{id}/reset would); ``redrive`` the dead letters it "
+        "waits on (the dead-letter service, as the operator); ``repin`` it at ``service`` to the "
+        "release ``to_release`` (the rollout service checks and asks, as the operator)"
     )
     signal: Annotated[str, Field(max_length=40)] | None = Field(default=None, description="the signal's name")
     input: dict[str, Any] | None = Field(default=None, description="the signal's input (each one gets it)")
+    reset_to: Annotated[str, Field(max_length=80, pattern=EVENT_TYPE_PATTERN)] | None = Field(
+        default=None, description="reset: the event type each workflow goes back to (its latest one)"
+    )
+    service: Annotated[str, Field(max_length=80, pattern=r"^[a-z][a-z0-9_]*$")] | None = Field(
+        default=None, description="repin: the service whose release each workflow moves to"
+    )
+    to_release: Release | None = Field(
+        default=None, description="repin: the release of ``service`` each workflow moves to"
+    )
     query: Annotated[str, Field(min_length=1, max_length=1000)] = Field(
         description="which workflows (GET /v1/workflows?query=): only running, waiting and attention "
         "ones are acted on"
@@ -350,8 +373,11 @@ class BulkAction(ApiModel):
     fixed), and how far it got. ``dry_run``: what it would act on, nothing done."""
 
     bulk_id: str | None = Field(description="null for a dry run")
-    action: Literal["cancel", "signal"]
+    action: BulkActionName
     signal: str | None = None
+    reset_to: str | None = None
+    service: str | None = None
+    to_release: str | None = None
     query: str
     reason: str
     requested_by: str

@@ -74,12 +74,15 @@ class LetterFilter:
     since: datetime | None = None
     until: datetime | None = None
     limit: int = DEFAULT_LIMIT
+    workflow_id: str | None = None
+    """One workflow's letters (an operator's request through the gateway; not a list filter)."""
 
     @property
     def narrows(self) -> bool:
         """True when something other than status and limit restricts the match."""
         return any(
-            v is not None for v in (self.service, self.category, self.event_type, self.since, self.until)
+            v is not None
+            for v in (self.service, self.category, self.event_type, self.since, self.until, self.workflow_id)
         )
 
 

@@ -1,5 +1,7 @@
-"""The handler of ``event.dead_lettered``: store the letter in the same transaction as
-the event's inbox row, so each dead letter is stored exactly once."""
+"""The handlers: ``event.dead_lettered`` stores the letter in the same transaction as the
+event's inbox row, so each dead letter is stored exactly once; ``workflow.redrive_requested``
+(an operator's, stated by the gateway) stores the request the same way, for the redrive
+worker (chorus.platform.deadletter_service.operations)."""
 
 from __future__ import annotations
 
@@ -10,10 +12,10 @@ from typing import Any
 
 from chorus.base.errors import PersistentError
 from chorus.contracts.envelope import Envelope
-from chorus.contracts.platform import EventDeadLettered
+from chorus.contracts.platform import EventDeadLettered, RedriveRequested
 from chorus.kernel.codec import Event
 from chorus.kernel.service import Context, Outcome
-from chorus.platform.deadletter_service.adapters.repository import StoreLetter
+from chorus.platform.deadletter_service.adapters.repository import AskRedrive, StoreLetter
 
 
 async def on_event_dead_lettered(
@@ -22,6 +24,17 @@ async def on_event_dead_lettered(
     """Store the letter as ``open``. Malformed base64 is a persistent error: the
     letter itself is then dead-lettered, with its own bytes, and stored as such."""
     return Outcome(effects=[letter_row(event.envelope, event.payload, ctx.clock.now())])
+
+
+async def on_redrive_requested(
+    event: Event[RedriveRequested], state: None, ctx: Context[Any]
+) -> Outcome[Any]:
+    """Keep the operator's request; its letters are redriven by the worker, as them."""
+    asked = event.payload
+    reason = f"{asked.reason} (bulk action {asked.bulk_id})" if asked.bulk_id else asked.reason
+    envelope = event.envelope
+    request = AskRedrive(envelope.event_id, envelope.workflow_id, asked.requested_by, reason, ctx.clock.now())
+    return Outcome(effects=[request])
 
 
 def letter_row(envelope: Envelope, letter: EventDeadLettered, received_at: datetime) -> StoreLetter:

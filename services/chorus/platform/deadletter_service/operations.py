@@ -20,14 +20,17 @@ not put on a topic, as the dead-letter service, what its writer could not.
 from __future__ import annotations
 
 import base64
+import logging
 import uuid
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
 
 from chorus.base.errors import UnauthorizedError
+from chorus.base.logs import fields
+from chorus.base.loops import forever
 from chorus.contracts.envelope import Envelope
 from chorus.contracts.platform import EventDiscarded
 from chorus.kernel.envelopes import child_envelope
@@ -37,6 +40,7 @@ from chorus.kernel.store import OutboxMessage
 from chorus.platform.deadletter_service.adapters import repository as repo
 from chorus.platform.deadletter_service.adapters.repository import Letter, OperationRow
 from chorus.platform.deadletter_service.domain import (
+    MAX_LIMIT,
     LetterFilter,
     Operation,
     TransitionRefusedError,
@@ -46,6 +50,13 @@ from chorus.platform.deadletter_service.domain import (
 )
 
 REFUSED = "refused"
+IDLE_S = 1.0
+"""How often an idle redrive worker looks for operators' requests."""
+LETTER_WAIT = timedelta(minutes=10)
+"""How long a request that finds no open letter of its workflow waits for one to arrive."""
+LETTER_RETRY = timedelta(seconds=5)
+
+log = logging.getLogger("chorus.platform.deadletter_service")
 
 
 class LetterNotFoundError(LookupError):
@@ -104,19 +115,60 @@ async def discard(rt: RuntimeHandle, letter_id: uuid.UUID, *, actor: str, reason
 async def redrive_matching(rt: RuntimeHandle, f: LetterFilter, *, actor: str, reason: str) -> list[Done]:
     """Redrive every open letter matching ``f`` (at most ``f.limit``, oldest first),
     all in one transaction. Letters a concurrent operation holds are left out."""
+    async with rt.pool.acquire() as conn, rt.outbox.transaction(conn) as tx:
+        done, _ = await redrive_in(rt, tx, f, actor=actor, reason=reason)
+    return done
+
+
+async def redrive_in(
+    rt: RuntimeHandle, tx: OutboxTransaction, f: LetterFilter, *, actor: str, reason: str
+) -> tuple[list[Done], int]:
+    """:func:`redrive_matching` in the caller's transaction: (the letters redriven, how many
+    were refused, each refusal recorded)."""
     now = rt.clock.now()
     done: list[Done] = []
-    async with rt.pool.acquire() as conn, rt.outbox.transaction(conn) as tx:
-        letters = await repo.lock_open_letters(conn, f)
-        for letter in letters:
-            status = resolve(letter.status, "redrive")
-            why = _why_not_redriven(rt, letter)
-            if why is not None:
-                await _refused(conn, letter, "redrive", actor, reason, now, {"refused": why, "bulk": True})
-                continue
-            one = _resolved_now(rt, conn, tx, letter, "redrive", status, actor, reason, now, bulk=True)
-            done.append(await one)
-    return done
+    refused = 0
+    for letter in await repo.lock_open_letters(tx.conn, f):
+        status = resolve(letter.status, "redrive")
+        why = _why_not_redriven(rt, letter)
+        if why is not None:
+            await _refused(tx.conn, letter, "redrive", actor, reason, now, {"refused": why, "bulk": True})
+            refused += 1
+            continue
+        done.append(
+            await _resolved_now(rt, tx.conn, tx, letter, "redrive", status, actor, reason, now, bulk=True)
+        )
+    return done, refused
+
+
+async def redrive_requested(rt: RuntimeHandle) -> None:
+    """Worker: operators' requests to redrive a workflow's open letters
+    (``workflow.redrive_requested``, stated by the gateway for a bulk action's item), each in
+    one transaction with its letters' redrives, so a crash leaves it to do or done, once."""
+
+    async def round_() -> float:
+        now = rt.clock.now()
+        async with rt.pool.acquire() as conn, rt.outbox.transaction(conn) as tx:
+            request = await repo.next_redrive_request(conn, now)
+            if request is None:
+                return IDLE_S
+            f = LetterFilter(workflow_id=request.workflow_id, limit=MAX_LIMIT)
+            done, refused = await redrive_in(rt, tx, f, actor=request.requested_by, reason=request.reason)
+            if not done and not refused and now - request.requested_at < LETTER_WAIT:
+                # The operator saw a dead letter this service has not stored yet (it reads
+                # chorus.deadletters at its own pace): look again in a moment.
+                await repo.redrive_request_later(conn, request.request_id, now + LETTER_RETRY)
+                return 0.0
+            await repo.redrive_request_done(conn, request.request_id, now, len(done), refused)
+        log.info(
+            "redrove a workflow's dead letters for an operator",
+            extra=fields(
+                workflow_id=request.workflow_id, by=request.requested_by, redriven=len(done), refused=refused
+            ),
+        )
+        return 0.0
+
+    await forever("redrive requests", round_, every_s=IDLE_S, sleep=rt.clock.sleep, retry_s=1.0)
 
 
 def _why_not_redriven(rt: RuntimeHandle, letter: Letter) -> str | None:

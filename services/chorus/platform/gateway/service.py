@@ -62,6 +62,9 @@ SPEC: ServiceSpec[GatewayState, WebhookSender] = ServiceSpec(
             "invoice.line_added",
             "schedule.due",
             "workflow.reset_requested",
+            # A bulk action's requests to the dead-letter and rollout services.
+            "workflow.redrive_requested",
+            "workflow.repin_ordered",
         }
     ),
     state=GatewayState,

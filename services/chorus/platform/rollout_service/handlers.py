@@ -12,7 +12,7 @@ from typing import Any
 from chorus.base.errors import PersistentError
 from chorus.contracts.lifecycle import WorkflowEnded, WorkflowStarted
 from chorus.contracts.platform import EventDeadLettered, ReviewRequested
-from chorus.contracts.rollouts import ReleaseReported, RepinAnswered
+from chorus.contracts.rollouts import ReleaseReported, RepinAnswered, RepinOrdered
 from chorus.kernel.codec import Event
 from chorus.kernel.service import Context, Outcome
 from chorus.platform.rollout_service.adapters.repository import (
@@ -21,6 +21,7 @@ from chorus.platform.rollout_service.adapters.repository import (
     RecordPins,
     RecordRepinAnswer,
     RecordReport,
+    RepinOrder,
 )
 
 
@@ -82,3 +83,20 @@ async def on_repin_answered(event: Event[RepinAnswered], state: None, ctx: Conte
     except ValueError as exc:
         raise PersistentError(f"/payload/request_id: not a UUID ({exc})") from None
     return Outcome(effects=[RecordRepinAnswer(request_id, env.workflow_id, answer, env.occurred_at)])
+
+
+async def on_repin_ordered(event: Event[RepinOrdered], state: None, ctx: Context[Any]) -> Outcome[Any]:
+    """An operator's order (through the gateway) to move a workflow: kept, for the repin
+    worker to check and ask for as the operator (chorus.platform.rollout_service.changes)."""
+    env, order = event.envelope, event.payload
+    reason = f"{order.reason} (bulk action {order.bulk_id})" if order.bulk_id else order.reason
+    kept = RepinOrder(
+        env.event_id,
+        order.service,
+        env.workflow_id,
+        order.to_release,
+        order.requested_by,
+        reason,
+        ctx.clock.now(),
+    )
+    return Outcome(effects=[kept])

@@ -11,6 +11,7 @@ from chorus import __version__
 from chorus.tools.cli import access as access_cli
 from chorus.tools.cli import approvals as approvals_cli
 from chorus.tools.cli import audit as audit_cli
+from chorus.tools.cli import bulk as bulk_cli  # noqa: F401  (its commands join `workflows`)
 from chorus.tools.cli import deploy as deploy_cli
 from chorus.tools.cli import dev as dev_cli
 from chorus.tools.cli import dlq as dlq_cli

@@ -14,7 +14,8 @@ from urllib.parse import quote
 import typer
 from pydantic import JsonValue
 
-from chorus.contracts.api.gateway import BulkAction, SignalSent, WorkflowSignals
+from chorus.contracts.api.gateway import SignalSent, WorkflowSignals
+from chorus.tools.cli.bulk import ask
 from chorus.tools.cli.events import CliError, read_data
 from chorus.tools.cli.options import GATEWAY, ApiCall, api_command, fail, table_of
 from chorus.tools.cli.workflows import app, console
@@ -151,11 +152,4 @@ def bulk_signal_command(
         "dry_run": dry_run,
         "rate_per_s": rate,
     }
-    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-    answer = call.answer(BulkAction, "POST", "/v1/bulk-actions", json=body, headers=headers)
-    if call.printed(answer):
-        return
-    if answer.bulk_id is None:
-        typer.echo(f"dry run: would send {name} to {answer.matched} workflow(s); nothing sent")
-        return
-    typer.echo(f"{answer.bulk_id}: sending {name} to {answer.matched} workflow(s) at {answer.rate_per_s:g}/s")
+    ask(call, body, idempotency_key, f"send {name} to", f"sending {name} to")

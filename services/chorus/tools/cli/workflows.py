@@ -22,8 +22,6 @@ from rich.markup import escape
 
 from chorus.contracts.api.audit_projector import WorkflowSummary
 from chorus.contracts.api.gateway import (
-    BulkAction,
-    BulkActionBody,
     CancelAccepted,
     CancelBody,
     SearchAttributes,
@@ -194,62 +192,6 @@ def attributes_command(call: ApiCall) -> None:
         for name, kind in attributes.items():
             table.add_row(workflow_type, name, kind)
     console.print(table)
-
-
-@api_command(app, "bulk-cancel", GATEWAY)
-def bulk_cancel_command(
-    call: ApiCall,
-    query: Annotated[
-        str,
-        typer.Option(
-            "--query", help="Which workflows (as `chorus workflows list --query`); running ones only."
-        ),
-    ],
-    reason: Annotated[str, typer.Option("--reason", help="Why (required; in each workflow's audit trail).")],
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Count what it would cancel; cancel nothing.")
-    ] = False,
-    rate: Annotated[
-        float, typer.Option("--rate", min=0.01, max=100, help="At most this many a second.")
-    ] = 10.0,
-    idempotency_key: Annotated[
-        str | None, typer.Option("--idempotency-key", help="Asking again with it is the same action.")
-    ] = None,
-) -> None:
-    """Cancel every running workflow a query finds (operators): the gateway acts on each
-    once, at --rate, and carries on after a restart. `bulk-status` shows how far it got."""
-    body = BulkActionBody.model_construct(
-        action="cancel", query=query, reason=reason, dry_run=dry_run, rate_per_s=rate
-    ).model_dump(mode="json")
-    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-    answer = call.answer(BulkAction, "POST", "/v1/bulk-actions", json=body, headers=headers)
-    if call.printed(answer):
-        return
-    if answer.bulk_id is None:
-        typer.echo(f"dry run: would cancel {answer.matched} workflow(s); nothing done")
-        for item in answer.items:
-            typer.echo(f"  {item.workflow_id}")
-        return
-    typer.echo(f"{answer.bulk_id}: cancelling {answer.matched} workflow(s) at {answer.rate_per_s:g}/s")
-
-
-@api_command(app, "bulk-status", GATEWAY)
-def bulk_status_command(
-    call: ApiCall,
-    bulk_id: Annotated[str, typer.Argument(help="The bulk action's id (bulk-cancel's answer).")],
-) -> None:
-    """How far a bulk action got: done, skipped (and why), pending."""
-    answer = call.answer(BulkAction, "GET", f"/v1/bulk-actions/{quote(bulk_id, safe='')}")
-    if call.printed(answer):
-        return
-    state = f"finished {at_utc(answer.finished_at)}" if answer.finished_at else "running"
-    typer.echo(
-        f"{answer.bulk_id}: {answer.action} by {answer.requested_by}, {state}: {answer.done} done, "
-        f"{answer.skipped} skipped, {answer.pending} pending of {answer.matched}"
-    )
-    for item in answer.items:
-        if item.status == "skipped":
-            typer.echo(f"  {item.workflow_id}: skipped ({item.detail})")
 
 
 def _aware(value: datetime | None, option: str) -> str | None:

@@ -82,6 +82,28 @@ MIGRATIONS = [
         "by_workflow",
         (f"CREATE INDEX IF NOT EXISTS letters_by_workflow ON {SCHEMA}.letters (original_workflow_id)",),
     ),
+    # An operator's request (workflow.redrive_requested, stated by the gateway) to redrive a
+    # workflow's open letters: stored with its inbox row, done by the redrive worker.
+    migrations.Migration(
+        3,
+        "redrive_requests",
+        (
+            f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.redrive_requests (
+                request_id uuid PRIMARY KEY,
+                workflow_id text NOT NULL,
+                requested_by text NOT NULL,
+                reason text NOT NULL,
+                requested_at timestamptz NOT NULL,
+                retry_at timestamptz,
+                done_at timestamptz,
+                redriven int,
+                refused int)""",
+            f"""CREATE INDEX IF NOT EXISTS redrive_requests_pending
+                ON {SCHEMA}.redrive_requests (requested_at) WHERE done_at IS NULL""",
+            f"""CREATE INDEX IF NOT EXISTS redrive_requests_by_workflow
+                ON {SCHEMA}.redrive_requests (workflow_id)""",
+        ),
+    ),
 ]
 
 
@@ -124,7 +146,79 @@ class LetterRetention(ErasedAsRetired):
         ops = await conn.execute(
             f"DELETE FROM {SCHEMA}.operations WHERE letter_id = ANY($1::uuid[])", [r["id"] for r in letters]
         )
-        return {f"{SCHEMA}.letters": len(letters), f"{SCHEMA}.operations": rows_affected(ops)}
+        asked = await conn.execute(
+            f"DELETE FROM {SCHEMA}.redrive_requests WHERE workflow_id = ANY($1::text[])", list(workflow_ids)
+        )
+        return {
+            f"{SCHEMA}.letters": len(letters),
+            f"{SCHEMA}.operations": rows_affected(ops),
+            f"{SCHEMA}.redrive_requests": rows_affected(asked),
+        }
+
+
+@dataclass(frozen=True)
+class AskRedrive:
+    """An operator's request to redrive a workflow's open letters, stored once (its event id)
+    with the request's inbox row; the redrive worker does it."""
+
+    request_id: uuid.UUID
+    workflow_id: str
+    requested_by: str
+    reason: str
+    requested_at: datetime
+
+    async def apply(self, conn: asyncpg.Connection) -> None:
+        await conn.execute(
+            f"""INSERT INTO {SCHEMA}.redrive_requests
+                  (request_id, workflow_id, requested_by, reason, requested_at)
+                VALUES ($1, $2, $3, $4, $5) ON CONFLICT (request_id) DO NOTHING""",
+            self.request_id,
+            self.workflow_id,
+            self.requested_by,
+            self.reason,
+            self.requested_at,
+        )
+
+
+@dataclass(frozen=True)
+class RedriveRequest:
+    request_id: uuid.UUID
+    workflow_id: str
+    requested_by: str
+    reason: str
+    requested_at: datetime
+
+
+async def next_redrive_request(conn: asyncpg.Connection, now: datetime) -> RedriveRequest | None:
+    """The oldest request not done yet and due (``now``), locked for this transaction
+    (replicas skip it)."""
+    row = await conn.fetchrow(
+        f"""SELECT request_id, workflow_id, requested_by, reason, requested_at
+            FROM {SCHEMA}.redrive_requests
+            WHERE done_at IS NULL AND (retry_at IS NULL OR retry_at <= $1)
+            ORDER BY requested_at, request_id LIMIT 1 FOR UPDATE SKIP LOCKED""",
+        now,
+    )
+    return RedriveRequest(**dict(row)) if row is not None else None
+
+
+async def redrive_request_later(conn: asyncpg.Connection, request_id: uuid.UUID, at: datetime) -> None:
+    await conn.execute(
+        f"UPDATE {SCHEMA}.redrive_requests SET retry_at = $2 WHERE request_id = $1", request_id, at
+    )
+
+
+async def redrive_request_done(
+    conn: asyncpg.Connection, request_id: uuid.UUID, at: datetime, redriven: int, refused: int
+) -> None:
+    await conn.execute(
+        f"""UPDATE {SCHEMA}.redrive_requests SET done_at = $2, redriven = $3, refused = $4
+            WHERE request_id = $1""",
+        request_id,
+        at,
+        redriven,
+        refused,
+    )
 
 
 @dataclass(frozen=True)
@@ -216,6 +310,7 @@ def _where(f: LetterFilter) -> tuple[str, list[Any]]:
     args: list[Any] = []
     for column, value in (
         ("service", f.service),
+        ("original_workflow_id", f.workflow_id),
         ("error_category", f.category),
         ("original_event_type", f.event_type),
         ("status", f.status),

@@ -17,6 +17,10 @@ from typing import Any
 import asyncpg
 
 PENDING, DONE, SKIPPED = "pending", "done", "skipped"
+QUEUED = "queued"
+"""Pending, as this version writes it: a gateway from before resets, redrives and repins
+claims only ``pending`` items, and would take any action it does not know for a cancel."""
+TO_DO = (PENDING, QUEUED)
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,9 @@ class Asked:
     rate_per_s: float
     signal: str | None = None
     input: dict[str, Any] | None = None
+    reset_to: str | None = None
+    service: str | None = None
+    to_release: str | None = None
 
 
 async def create(conn: asyncpg.Connection, asked: Asked, found: Sequence[Found]) -> bool:
@@ -47,8 +54,9 @@ async def create(conn: asyncpg.Connection, asked: Asked, found: Sequence[Found])
         inserted = await conn.fetchval(
             """INSERT INTO gateway.bulk_actions
                  (bulk_id, action, query, reason, requested_by, requested_at, rate_per_s, matched,
-                  signal, input)
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb) ON CONFLICT (bulk_id) DO NOTHING
+                  signal, input, reset_to, service, to_release)
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11, $12, $13)
+               ON CONFLICT (bulk_id) DO NOTHING
                RETURNING bulk_id""",
             asked.bulk_id,
             asked.action,
@@ -60,12 +68,15 @@ async def create(conn: asyncpg.Connection, asked: Asked, found: Sequence[Found])
             len(found),
             asked.signal,
             json.dumps(asked.input) if asked.input is not None else None,
+            asked.reset_to,
+            asked.service,
+            asked.to_release,
         )
         if inserted is None:
             return False
         await conn.executemany(
-            """INSERT INTO gateway.bulk_items (bulk_id, position, workflow_id, workflow_type)
-               VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING""",
+            f"""INSERT INTO gateway.bulk_items (bulk_id, position, workflow_id, workflow_type, status)
+               VALUES ($1, $2, $3, $4, '{QUEUED}') ON CONFLICT DO NOTHING""",
             [(asked.bulk_id, i, f.workflow_id, f.workflow_type) for i, f in enumerate(found)],
         )
     return True
@@ -84,19 +95,25 @@ class Claimed:
     rate_per_s: float
     signal: str | None
     input: dict[str, Any] | None
+    reset_to: str | None
+    service: str | None
+    to_release: str | None
 
 
-async def next_batch(conn: asyncpg.Connection, limit: int) -> list[Claimed]:
-    """Up to ``limit`` pending items of the oldest unfinished action, locked until the
-    caller's transaction ends (replicas skip them: each takes items of its own)."""
+async def next_batch(conn: asyncpg.Connection, limit: int, actions: Sequence[str]) -> list[Claimed]:
+    """Up to ``limit`` items to do of the oldest action of the kinds this gateway knows
+    (``actions``: a later version's are left to it), locked until the caller's transaction
+    ends (replicas skip them: each takes items of its own)."""
     rows = await conn.fetch(
         """SELECT i.bulk_id, i.workflow_id, i.workflow_type, a.action, a.reason, a.requested_by,
-                  a.rate_per_s, a.signal, a.input::text AS input
+                  a.rate_per_s, a.signal, a.input::text AS input, a.reset_to, a.service, a.to_release
            FROM gateway.bulk_items i JOIN gateway.bulk_actions a USING (bulk_id)
-           WHERE i.status = 'pending' AND a.finished_at IS NULL
+           WHERE i.status = ANY($2::text[]) AND a.action = ANY($3::text[])
            ORDER BY a.requested_at, i.bulk_id, i.position
            LIMIT $1 FOR UPDATE OF i SKIP LOCKED""",
         limit,
+        list(TO_DO),
+        list(actions),
     )
     return [Claimed(**{**dict(r), "input": json.loads(r["input"]) if r["input"] else None}) for r in rows]
 
@@ -106,12 +123,13 @@ async def settle(
 ) -> None:
     await conn.execute(
         """UPDATE gateway.bulk_items SET status = $3, detail = $4, at = $5
-           WHERE bulk_id = $1 AND workflow_id = $2 AND status = 'pending'""",
+           WHERE bulk_id = $1 AND workflow_id = $2 AND status = ANY($6::text[])""",
         item.bulk_id,
         item.workflow_id,
         status,
         detail,
         at,
+        list(TO_DO),
     )
 
 
@@ -121,16 +139,18 @@ async def finish_done(conn: asyncpg.Connection, at: datetime) -> list[str]:
         """UPDATE gateway.bulk_actions a SET finished_at = $1
            WHERE finished_at IS NULL
              AND NOT EXISTS (SELECT 1 FROM gateway.bulk_items i
-                             WHERE i.bulk_id = a.bulk_id AND i.status = 'pending')
+                             WHERE i.bulk_id = a.bulk_id AND i.status = ANY($2::text[]))
            RETURNING bulk_id""",
         at,
+        list(TO_DO),
     )
     return [r["bulk_id"] for r in rows]
 
 
-_WITH_COUNTS = """SELECT a.bulk_id, a.action, a.signal, a.input::text AS input, a.query, a.reason,
+_WITH_COUNTS = """SELECT a.bulk_id, a.action, a.signal, a.input::text AS input, a.reset_to, a.service,
+                  a.to_release, a.query, a.reason,
                   a.requested_by, a.requested_at, a.rate_per_s, a.matched, a.finished_at,
-                  count(*) FILTER (WHERE i.status = 'pending') AS pending,
+                  count(*) FILTER (WHERE i.status IN ('pending', 'queued')) AS pending,
                   count(*) FILTER (WHERE i.status = 'done') AS done,
                   count(*) FILTER (WHERE i.status = 'skipped') AS skipped
            FROM gateway.bulk_actions a LEFT JOIN gateway.bulk_items i USING (bulk_id)"""
@@ -150,8 +170,10 @@ async def find(conn: asyncpg.Connection, bulk_id: str, items: int = 100) -> dict
     if row is None:
         return None
     listed = await conn.fetch(
-        """SELECT workflow_id, status, detail, at FROM gateway.bulk_items
-           WHERE bulk_id = $1 ORDER BY position LIMIT $2""",
+        # Queued is pending, as a reader sees it (the difference is only whom it is for).
+        f"""SELECT workflow_id, CASE WHEN status = '{QUEUED}' THEN '{PENDING}' ELSE status END AS status,
+                  detail, at
+           FROM gateway.bulk_items WHERE bulk_id = $1 ORDER BY position LIMIT $2""",
         bulk_id,
         items,
     )

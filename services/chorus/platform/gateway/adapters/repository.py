@@ -196,6 +196,20 @@ MIGRATIONS = [
         "reset_request_hash",
         ("ALTER TABLE gateway.resets ADD COLUMN IF NOT EXISTS request_hash text",),
     ),
+    # A bulk action may reset (to an event type), or repin (at a service, to a release).
+    migrations.Migration(
+        11,
+        "bulk_targets",
+        (
+            "ALTER TABLE gateway.bulk_actions ADD COLUMN IF NOT EXISTS reset_to text",
+            "ALTER TABLE gateway.bulk_actions ADD COLUMN IF NOT EXISTS service text",
+            "ALTER TABLE gateway.bulk_actions ADD COLUMN IF NOT EXISTS to_release text",
+            # Items this version writes are "queued": a gateway from before would take a reset,
+            # redrive or repin it does not know for a cancel (chorus.platform.gateway.adapters.bulk).
+            """CREATE INDEX IF NOT EXISTS bulk_items_queued ON gateway.bulk_items (bulk_id, position)
+                WHERE status = 'queued'""",
+        ),
+    ),
 ]
 
 

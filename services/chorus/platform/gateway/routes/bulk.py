@@ -16,8 +16,15 @@ from fastapi import Path
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from chorus.contracts.api.gateway import BulkAction, BulkActionBody, BulkActions, BulkItem, signal_input
-from chorus.contracts.lifecycle import SIGNAL_FIELDS
+from chorus.contracts.api.gateway import (
+    BULK_TARGETS,
+    BulkAction,
+    BulkActionBody,
+    BulkActions,
+    BulkItem,
+    signal_input,
+)
+from chorus.contracts.lifecycle import NOT_A_STEP, SIGNAL_FIELDS
 from chorus.contracts.registry import personal_pointers
 from chorus.contracts.search import SearchQueryError, attribute_types, parse
 from chorus.platform.gateway.adapters import bulk
@@ -31,6 +38,9 @@ MAX_BULK = 10_000
 """The most workflows one bulk action acts on: a query that finds more is refused (narrow it)."""
 RUNNING = ("running", "waiting", "attention")
 """What a bulk action acts on: workflows that have not ended."""
+ACTED_ON = {"reset": ("waiting",), "redrive": ("attention",)}
+"""Narrower for these: a reset takes back only a workflow that waits, a redrive only one whose
+latest news is a dead letter (a dry run counts what it would act on)."""
 SHOWN = 100
 BulkId = Annotated[str, Path(max_length=80, pattern=r"^bulk-[0-9a-f]{32}$")]
 
@@ -43,14 +53,15 @@ BulkId = Annotated[str, Path(max_length=80, pattern=r"^bulk-[0-9a-f]{32}$")]
 async def create(
     body: BulkActionBody, who: Operator, api: Api, idempotency_key: IdempotencyKey = None
 ) -> JSONResponse:
-    """Cancel, or send a signal to, every running workflow ``query`` finds (202 with the
-    action), or count them (``dry_run``: 200, nothing done). Each workflow's audit trail
-    names the operator and the reason; a retry with the same Idempotency-Key answers with the
-    first action."""
+    """Cancel, send a signal to, reset, redrive or repin every running workflow ``query``
+    finds (202 with the action), or count them (``dry_run``: 200, nothing done). Each
+    workflow's audit trail names the operator and the reason; a retry with the same
+    Idempotency-Key answers with the first action."""
     try:
         parse(body.query, attribute_types(api.rt.registry))
     except SearchQueryError as exc:
         raise Problem(400, "Invalid query", str(exc)) from None
+    _check_targets(api, body)
     if body.action == "signal":
         _check_signal(api, body)
     # A retried request (same operator, same key) is the same action, never a second one:
@@ -63,7 +74,7 @@ async def create(
             earlier = await bulk.find(conn, bulk_id, SHOWN)
         if earlier is not None:
             return _replayed(earlier, body, bulk_id, idempotency_key, status_url)
-    found = await _running(api, body.query, who)
+    found = await _running(api, body.query, who, ACTED_ON.get(body.action, RUNNING))
     now = api.rt.clock.now()
     if body.dry_run:
         items = [BulkItem(workflow_id=f.workflow_id, status="pending", detail=None, at=None) for f in found]
@@ -71,6 +82,9 @@ async def create(
             bulk_id=None,
             action=body.action,
             signal=body.signal,
+            reset_to=body.reset_to,
+            service=body.service,
+            to_release=body.to_release,
             query=body.query,
             reason=body.reason,
             requested_by=who.principal,
@@ -94,6 +108,9 @@ async def create(
         body.rate_per_s,
         body.signal,
         body.input,
+        body.reset_to,
+        body.service,
+        body.to_release,
     )
     async with api.rt.pool.acquire() as conn:
         created = await bulk.create(conn, asked, found)
@@ -110,8 +127,19 @@ def _replayed(
 ) -> JSONResponse:
     """The action stored under this Idempotency-Key; 409 when the key named another one."""
     stored = json.loads(shown["input"]) if shown["input"] else None
-    asked = (shown["action"], shown["signal"], stored, shown["query"], shown["reason"], shown["rate_per_s"])
-    if asked != (body.action, body.signal, body.input, body.query, body.reason, body.rate_per_s):
+    targets = (shown["signal"], stored, shown["reset_to"], shown["service"], shown["to_release"])
+    asked = (shown["action"], *targets, shown["query"], shown["reason"], shown["rate_per_s"])
+    if asked != (
+        body.action,
+        body.signal,
+        body.input,
+        body.reset_to,
+        body.service,
+        body.to_release,
+        body.query,
+        body.reason,
+        body.rate_per_s,
+    ):
         raise Problem(409, "Idempotency-Key reused", f"{key!r} named another bulk action ({bulk_id})")
     headers = {"Location": status_url, "Idempotent-Replayed": "true"}
     return JSONResponse(_answer(shown, status_url).model_dump(mode="json"), status_code=202, headers=headers)
@@ -134,6 +162,32 @@ async def status(bulk_id: BulkId, who: Operator, api: Api) -> BulkAction:
     if shown is None:
         raise Problem(404, "Not found", f"no bulk action {bulk_id!r}")
     return _answer(shown, f"{api.base_url}/v1/bulk-actions/{bulk_id}")
+
+
+def _check_targets(api: GatewayApi, body: BulkActionBody) -> None:
+    """The action names what it needs (a reset its event type, a repin its service and
+    release) and nothing another action would (422 naming the field otherwise)."""
+    named = BULK_TARGETS[body.action]
+    for field in sorted({f for fields in BULK_TARGETS.values() for f in fields}):
+        given = getattr(body, field) is not None
+        if given and field not in named:
+            raise _invalid(field, f"a {body.action} takes no {field}")
+        if not given and field in named and body.action != "signal":  # a signal's: _check_signal
+            raise _invalid(field, f"required by a {body.action}")
+    registry = api.rt.registry
+    if body.reset_to is not None and (
+        body.reset_to in NOT_A_STEP
+        or not registry.knows(body.reset_to)
+        # The platform's own topics carry its records and requests, never a workflow's step.
+        or registry.topic_for(body.reset_to).topic.startswith("chorus.")
+    ):
+        raise _invalid("reset_to", f"{body.reset_to!r} is no step's event type a workflow goes back to")
+    if body.service is not None and body.service not in registry.principals.services:
+        raise _invalid("service", f"no service {body.service!r} in the registry")
+
+
+def _invalid(field: str, message: str) -> Problem:
+    return Problem(422, "Invalid bulk action", message, errors=[{"pointer": f"/{field}", "message": message}])
 
 
 def _check_signal(api: GatewayApi, body: BulkActionBody) -> None:
@@ -176,12 +230,12 @@ def _check_signal(api: GatewayApi, body: BulkActionBody) -> None:
         raise invalid_input(exc) from None
 
 
-async def _running(api: GatewayApi, query: str, who: ApiKey) -> list[bulk.Found]:
-    """Every running workflow ``query`` finds now (the read model's pages, followed)."""
+async def _running(api: GatewayApi, query: str, who: ApiKey, statuses: tuple[str, ...]) -> list[bulk.Found]:
+    """Every workflow of ``statuses`` ``query`` finds now (the read model's pages, followed)."""
     found: list[bulk.Found] = []
     cursor: str | None = None
     while True:
-        params: dict[str, Any] = {"query": query, "status": list(RUNNING), "limit": "1000"}
+        params: dict[str, Any] = {"query": query, "status": list(statuses), "limit": "1000"}
         if cursor:
             params["cursor"] = cursor
         page = await api.reads.workflows(params, for_whom=who.principal)
@@ -198,8 +252,12 @@ async def _running(api: GatewayApi, query: str, who: ApiKey) -> list[bulk.Found]
 
 
 def _answer(shown: dict[str, Any], status_url: str) -> BulkAction:
+    # Not finished while an item is to do (a gateway from before queued items, running beside
+    # this one in a rolling upgrade, marks an action of them finished at once).
+    finished_at = shown["finished_at"] if not shown["pending"] else None
     return BulkAction(
-        **{k: v for k, v in shown.items() if k not in ("items", "input")},
+        **{k: v for k, v in shown.items() if k not in ("items", "input", "finished_at")},
+        finished_at=finished_at,
         items=[BulkItem(**item) for item in shown["items"]],
         status_url=status_url,
     )

@@ -19,11 +19,14 @@ from pydantic import ValidationError
 from chorus.base.logs import fields
 from chorus.contracts.api.audit_projector import WorkflowStatusView
 from chorus.contracts.api.gateway import ResetAccepted, ResetBody
+from chorus.contracts.envelope import Envelope
 from chorus.contracts.lifecycle import ResetRequested
 from chorus.contracts.platform import OriginalRecord
 from chorus.kernel.envelopes import derived_event_id
 from chorus.kernel.records import Record, to_original
+from chorus.kernel.service import RuntimeHandle
 from chorus.platform.gateway.adapters import repository
+from chorus.platform.gateway.adapters.readmodel import ReadModel
 from chorus.platform.gateway.domain import ResetPlan, TimelineEvent, plan_reset
 from chorus.platform.gateway.routes.deps import (
     Api,
@@ -75,19 +78,8 @@ async def reset(
         return _accepted(api, earlier, replayed=True)
     if view is None:
         raise Problem(409, "Not started yet", f"workflow {workflow_id} has no step to go back to yet")
-    timeline = [
-        TimelineEvent(e.event_id, e.event_type, e.occurred_at, e.undone_by, e.origin)
-        for e in await api.reads.timeline(workflow_id, for_whom=who.principal)
-    ]
-    declared = api.rt.registry.reset_of(view.workflow_type)
-    plan = plan_reset(
-        timeline,
-        body.event_id,
-        view.status,
-        declared.compensated,
-        declared.irreversible,
-        edit=body.input is not None,
-    )
+    timeline = await timeline_of(api.reads, workflow_id, who.principal)
+    plan = planned(api.rt, view, timeline, body.event_id, edit=body.input is not None)
     if not isinstance(plan, ResetPlan):
         status, detail = plan
         raise Problem(status, "Cannot reset", detail)
@@ -99,32 +91,18 @@ async def reset(
         if body.input is not None
         else None
     )
-    row = repository.ResetRow(
+    row, envelope = reset_request(
+        api.rt,
+        view,
+        accepted,
+        plan,
         reset_id=reset_id,
-        workflow_id=workflow_id,
-        point_event_id=uuid.UUID(plan.point.event_id),
-        point_event_type=plan.point.event_type,
-        undone=[e.event_type for e in plan.undone],
-        compensated=plan.compensated,
-        replacement_event_id=replacement[0] if replacement else None,
         requested_by=who.principal,
         reason=body.reason,
-        requested_at=now,
+        replacement=replacement,
         request_hash=_request_hash(body),
+        now=now,
     )
-    request = ResetRequested(
-        reset_id=reset_id,
-        point_event_id=row.point_event_id,
-        point_event_type=row.point_event_type,
-        undone=[uuid.UUID(e.event_id) for e in plan.undone],
-        requested_by=who.principal,
-        reason=body.reason,
-        replacement_event_id=row.replacement_event_id,
-        replacement=replacement[1] if replacement else None,
-    )
-    envelope = in_workflow(
-        api.rt, request, workflow_id, view.workflow_type, accepted, f"reset:{reset_id}", now
-    ).model_copy(update={"subject_ref": view.subject_ref})  # its row goes with the subject's
     async with api.rt.pool.acquire() as conn, api.rt.outbox.transaction(conn) as tx:
         recorded = await repository.insert_reset(conn, row)
         if recorded:
@@ -136,6 +114,65 @@ async def reset(
         extra=fields(workflow_id=workflow_id, reset_id=reset_id, by=who.principal, to=plan.point.event_type),
     )
     return _accepted(api, row, replayed=not recorded)
+
+
+async def timeline_of(reads: ReadModel, workflow_id: str, for_whom: str) -> list[TimelineEvent]:
+    """The workflow's timeline as a reset sees it (what was undone, where each came from)."""
+    return [
+        TimelineEvent(e.event_id, e.event_type, e.occurred_at, e.undone_by, e.origin)
+        for e in await reads.timeline(workflow_id, for_whom=for_whom)
+    ]
+
+
+def planned(
+    rt: RuntimeHandle, view: WorkflowStatusView, timeline: list[TimelineEvent], event_id: str, *, edit: bool
+) -> ResetPlan | tuple[int, str]:
+    """What a reset of the workflow to ``event_id`` undoes, as its type declares (or why not)."""
+    declared = rt.registry.reset_of(view.workflow_type)
+    return plan_reset(timeline, event_id, view.status, declared.compensated, declared.irreversible, edit=edit)
+
+
+def reset_request(
+    rt: RuntimeHandle,
+    view: WorkflowStatusView,
+    accepted: repository.SubmissionRow | None,
+    plan: ResetPlan,
+    *,
+    reset_id: str,
+    requested_by: str,
+    reason: str,
+    replacement: tuple[uuid.UUID, OriginalRecord] | None,
+    request_hash: str,
+    now: datetime,
+) -> tuple[repository.ResetRow, Envelope]:
+    """The reset's row here and its ``workflow.reset_requested``, to commit together."""
+    row = repository.ResetRow(
+        reset_id=reset_id,
+        workflow_id=view.workflow_id,
+        point_event_id=uuid.UUID(plan.point.event_id),
+        point_event_type=plan.point.event_type,
+        undone=[e.event_type for e in plan.undone],
+        compensated=plan.compensated,
+        replacement_event_id=replacement[0] if replacement else None,
+        requested_by=requested_by,
+        reason=reason,
+        requested_at=now,
+        request_hash=request_hash,
+    )
+    request = ResetRequested(
+        reset_id=reset_id,
+        point_event_id=row.point_event_id,
+        point_event_type=row.point_event_type,
+        undone=[uuid.UUID(e.event_id) for e in plan.undone],
+        requested_by=requested_by,
+        reason=reason,
+        replacement_event_id=row.replacement_event_id,
+        replacement=replacement[1] if replacement else None,
+    )
+    envelope = in_workflow(
+        rt, request, view.workflow_id, view.workflow_type, accepted, f"reset:{reset_id}", now
+    ).model_copy(update={"subject_ref": view.subject_ref})  # its row goes with the subject's
+    return row, envelope
 
 
 def _request_hash(body: ResetBody) -> str:

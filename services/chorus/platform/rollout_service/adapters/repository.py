@@ -106,9 +106,35 @@ REPINS = migrations.Migration(
 )
 
 
+REPIN_ORDERS = migrations.Migration(
+    3,
+    "repin_orders",
+    (
+        # An operator's order to move a workflow (workflow.repin_ordered, stated by the gateway):
+        # stored with its inbox row, asked for (or refused, in repins) by the repin worker.
+        f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.repin_orders (
+            order_id uuid PRIMARY KEY,
+            service text NOT NULL,
+            workflow_id text NOT NULL,
+            to_release text NOT NULL,
+            requested_by text NOT NULL,
+            reason text NOT NULL,
+            ordered_at timestamptz NOT NULL,
+            retry_at timestamptz,
+            done_at timestamptz)""",
+        f"""CREATE INDEX IF NOT EXISTS repin_orders_pending
+            ON {SCHEMA}.repin_orders (ordered_at) WHERE done_at IS NULL""",
+        f"CREATE INDEX IF NOT EXISTS repin_orders_by_workflow ON {SCHEMA}.repin_orders (workflow_id)",
+    ),
+)
+
+
 async def migrate(conn: asyncpg.Connection) -> None:
     await migrations.migrate(
-        conn, schema=SCHEMA, component="rollouts", migrations=[*migrations.baseline(DDL), REPINS]
+        conn,
+        schema=SCHEMA,
+        component="rollouts",
+        migrations=[*migrations.baseline(DDL), REPINS, REPIN_ORDERS],
     )
 
 
@@ -335,6 +361,74 @@ async def add_repin(
     )
 
 
+@dataclass(frozen=True)
+class RepinOrder:
+    """An operator's order to move a workflow to another release (workflow.repin_ordered)."""
+
+    order_id: uuid.UUID
+    service: str
+    workflow_id: str
+    to_release: str
+    requested_by: str
+    reason: str
+    ordered_at: datetime
+
+    async def apply(self, conn: asyncpg.Connection) -> None:
+        """Stored once (its event id), with the order's inbox row."""
+        await conn.execute(
+            f"""INSERT INTO {SCHEMA}.repin_orders
+                  (order_id, service, workflow_id, to_release, requested_by, reason, ordered_at)
+                VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (order_id) DO NOTHING""",
+            self.order_id,
+            self.service,
+            self.workflow_id,
+            self.to_release,
+            self.requested_by,
+            self.reason,
+            self.ordered_at,
+        )
+
+
+async def next_repin_order(conn: asyncpg.Connection, now: datetime) -> RepinOrder | None:
+    """The oldest order not done yet and due (``now``), locked for this transaction
+    (replicas skip it)."""
+    row = await conn.fetchrow(
+        f"""SELECT order_id, service, workflow_id, to_release, requested_by, reason, ordered_at
+            FROM {SCHEMA}.repin_orders WHERE done_at IS NULL AND (retry_at IS NULL OR retry_at <= $1)
+            ORDER BY ordered_at, order_id LIMIT 1 FOR UPDATE SKIP LOCKED""",
+        now,
+    )
+    return RepinOrder(**dict(row)) if row is not None else None
+
+
+async def repin_order_later(conn: asyncpg.Connection, order_id: uuid.UUID, at: datetime) -> None:
+    await conn.execute(f"UPDATE {SCHEMA}.repin_orders SET retry_at = $2 WHERE order_id = $1", order_id, at)
+
+
+async def repin_order_done(conn: asyncpg.Connection, order_id: uuid.UUID, at: datetime) -> None:
+    await conn.execute(f"UPDATE {SCHEMA}.repin_orders SET done_at = $2 WHERE order_id = $1", order_id, at)
+
+
+async def refused_repin(conn: asyncpg.Connection, order: RepinOrder, why: str, by: str, at: datetime) -> None:
+    """An order the rollout service refused, in the moves' audit (the order's id, answered at
+    once): nothing was asked of the service's releases."""
+    await conn.execute(
+        f"""INSERT INTO {SCHEMA}.repins (request_id, service, workflow_id, to_release, requested_by,
+                                         reason, requested_at, outcome, answered_by, refusal, answered_at)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, 'refused', $8, $9, $10) ON CONFLICT DO NOTHING""",
+        order.order_id,
+        order.service,
+        order.workflow_id,
+        order.to_release,
+        order.requested_by,
+        order.reason,
+        order.ordered_at,
+        by,
+        why,
+        at,
+    )
+
+
 _REPIN_COLUMNS = """request_id, workflow_id, from_release, to_release, requested_by, reason,
                     requested_at, outcome, answered_by, refusal, answered_at"""
 
@@ -506,7 +600,9 @@ class RolloutRetention(ErasedAsRetired):
     deployments, and name no workflow."""
 
     keep_reports_s: float = 86400.0
-    workflow_tables = tuple(f"{SCHEMA}.{table}" for table in ("assignments", "endings", "failures", "repins"))
+    workflow_tables = tuple(
+        f"{SCHEMA}.{table}" for table in ("assignments", "endings", "failures", "repins", "repin_orders")
+    )
 
     async def purge(self, conn: asyncpg.Connection, now: datetime) -> dict[str, int]:
         done = await conn.execute(
