@@ -9,12 +9,13 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 from prometheus_client.parser import text_string_to_metric_families
+from pydantic import BaseModel
 
 from chorus.base import tracing
 from chorus.base.metrics import Metrics
 from chorus.base.tracing import TraceContext, handling_span
 from chorus.kernel.messaging import Delivery, published
-from chorus.llm import ChatMessage
+from chorus.llm import AgentLoop, ChatMessage, Tool, ToolContext
 from chorus.observability import tracing as exporters
 from chorus.observability.tracing import TracingConfigError, setup_tracing
 from chorus.outside.llm import usage
@@ -114,6 +115,63 @@ async def test_a_models_chat_is_a_gen_ai_client_span_with_the_tokens_it_used(
     counted = tokens_counted()
     assert counted["input"] - before.get("input", 0) == 12
     assert counted["output"] - before.get("output", 0) == 3
+
+
+async def test_an_agent_loop_is_chat_spans_and_execute_tool_spans_under_the_handling(
+    exported: InMemorySpanExporter,
+) -> None:
+    """A loop of two turns (a tool call, then the answer): each model turn a gen_ai chat span
+    with its tokens, the tool call an execute_tool span between them, all in the step's trace."""
+    turns = iter(
+        [
+            {
+                "role": "assistant",
+                "tool_calls": [{"id": "c1", "function": {"name": "add", "arguments": '{"a": 2}'}}],
+            },
+            {"role": "assistant", "content": "3"},
+        ]
+    )
+
+    def model(request: httpx.Request) -> httpx.Response:
+        body = {
+            "model": "small",
+            "choices": [{"message": next(turns)}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 1},
+        }
+        return httpx.Response(200, json=body)
+
+    class Add(BaseModel):
+        a: int
+
+    async def add(args: Add, call: ToolContext) -> int:
+        return args.a + 1
+
+    class Kept:
+        async def checkpoint(self, state: BaseModel) -> None:
+            pass
+
+        def idempotency_key(self, *parts: str) -> str:
+            return ":".join(parts)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(model)) as client:
+        llm = OpenAICompatibleLLM(client, base_url="http://llm.test/v1", model="small")
+        loop = AgentLoop(llm, [Tool("add", "add one", Add, add)])
+        with handling_span(DELIVERY.span_name, PARENT, {}):
+            done = await loop.run(Kept(), [{"role": "user", "content": "2+1?"}], None, keep=lambda t: t)
+    assert done.answer == "3"
+    spans = sorted(exported.get_finished_spans(), key=lambda s: s.start_time or 0)
+    handled = next(s for s in spans if s.kind == SpanKind.CONSUMER)
+    named = [
+        (s.name, (s.attributes or {}).get("gen_ai.usage.input_tokens")) for s in spans if s is not handled
+    ]
+    assert named == [("chat small", 5), ("execute_tool add", None), ("chat small", 5)]
+    tool = next(s for s in spans if s.name == "execute_tool add")
+    assert tool.attributes is not None and tool.attributes["gen_ai.tool.call.id"] == "c1"
+    assert all(
+        s.parent is not None and s.parent.span_id == handled.context.span_id
+        for s in spans
+        if s is not handled
+    )
 
 
 def tokens_counted() -> dict[str, float]:

@@ -173,6 +173,24 @@ def _working_span(
 
 
 @contextmanager
+def tool_span(tool: str, call_id: str) -> Iterator[None]:
+    """A model's tool call made inside a handler, as GenAI's ``execute_tool`` INTERNAL span,
+    a child of the event being handled; the calls the tool makes are its children. Nothing
+    without an exporter or outside a handling."""
+    parent = _handling.get()
+    if parent is None or _spans is None:
+        yield
+        return
+    attributes: Attributes = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": tool,
+        "gen_ai.tool.call.id": call_id,
+    }
+    with _spans.span(f"execute_tool {tool}", parent, "internal", attributes) as opened, _handling_as(opened):
+        yield
+
+
+@contextmanager
 def outbound_span(
     what: str, method: str, host: str, name: str = "", attributes: Attributes | None = None
 ) -> Iterator[str | None]:

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from chorus.base.clock import Clock, clock_from_setting
 from chorus.base.db import create_pool
-from chorus.base.errors import TransientError
+from chorus.base.errors import RateLimitedError
 from chorus.outside.breaker import BreakerPolicy, CircuitBreaker
 from chorus.outside.ratelimit import RateLimiter, RateLimitTimeout
 
@@ -72,7 +72,7 @@ class Guard:
             try:
                 await self.limiter.acquire(timeout_s=self.dependency.max_wait_s)
             except RateLimitTimeout as exc:
-                raise TransientError(f"{self.dependency.name}: {exc}") from exc
+                raise RateLimitedError(f"{self.dependency.name}: {exc}") from exc
         async with self.breaker.call():
             yield
 

@@ -15,7 +15,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
-from chorus.base.errors import PersistentError, TransientError
+from chorus.base.errors import PersistentError, RateLimitedError, TransientError
 from chorus.base.faults import fault_point
 from chorus.base.logs import redact
 from chorus.base.tracing import Attributes, annotate, building, outbound_span
@@ -164,7 +164,11 @@ async def _call(
         ) from exc
     fault_point("mid_external_call")
     status = response.status_code
-    if status == 429 or status >= 500:
+    if status == 429:
+        raise RateLimitedError(
+            f"{what}: {shown} answered {status}", retry_after_s=_retry_after(response), caused_by_input=blame
+        )
+    if status >= 500:
         raise TransientError(
             f"{what}: {shown} answered {status}", retry_after_s=_retry_after(response), caused_by_input=blame
         )

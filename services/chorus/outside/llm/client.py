@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -31,6 +31,7 @@ from chorus.outside.breaker import BreakerPolicy
 from chorus.outside.dependencies import Dependency, Guarding, dependencies
 from chorus.outside.external import Convention, ExternalRejection, call_json
 from chorus.outside.llm import usage
+from chorus.outside.llm.loop import ModelTurn, ToolCall, Usage
 
 OFFLINE_MODEL_NAME = "chorus-offline-deterministic"
 M = TypeVar("M", bound=BaseModel)
@@ -63,14 +64,52 @@ def task_of(messages: list[ChatMessage]) -> str:
     return first.removeprefix("task:").strip()
 
 
+ToolSkill = Callable[[Sequence[Mapping[str, Any]]], Mapping[str, Any]]
+"""A task's deterministic turn in a tool-calling loop: from the messages so far, the reply
+(``{"content": ...}`` to answer, ``{"tool_calls": [{"name", "arguments"}]}`` to call)."""
+
+
 class OfflineModel:
     """Deterministic answers from the owning service's skills; no network, no randomness."""
 
     name = OFFLINE_MODEL_NAME
 
-    def __init__(self, skills: Mapping[str, Skill]) -> None:
+    def __init__(
+        self, skills: Mapping[str, Skill], tool_skills: Mapping[str, ToolSkill] | None = None
+    ) -> None:
         self.skills = dict(skills)
+        self.tool_skills = dict(tool_skills or {})
         self.calls = 0
+
+    async def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]],
+        *,
+        timeout_s: float = 120.0,
+    ) -> ModelTurn:
+        """A turn of a tool-calling loop (chorus.outside.llm.loop): the task's tool skill's
+        reply; its calls numbered by turn, its tokens counted as four characters each."""
+        self.calls += 1
+        task = task_of([ChatMessage(str(m["role"]), str(m.get("content") or "")) for m in messages[:1]])
+        skill = self.tool_skills.get(task)
+        if skill is None:
+            raise PersistentError(f"the offline model has no tool skill for task {task!r}")
+        reply = skill(messages)
+        turn = sum(1 for m in messages if m.get("role") == "assistant")
+        calls = [
+            ToolCall(id=f"call-{turn}-{i}", name=c["name"], arguments=dict(c.get("arguments") or {}))
+            for i, c in enumerate(reply.get("tool_calls") or [])
+        ]
+        return ModelTurn(
+            model=self.name,
+            content=reply.get("content"),
+            tool_calls=calls,
+            usage=Usage(
+                input_tokens=len(json.dumps([*messages, *tools], sort_keys=True)) // 4,
+                output_tokens=len(json.dumps(reply, sort_keys=True)) // 4,
+            ),
+        )
 
     async def complete(self, messages: list[ChatMessage], *, timeout_s: float = 120.0) -> str:
         self.calls += 1
@@ -127,12 +166,80 @@ class OpenAICompatibleLLM:
             raise SemanticError("LLM answered without choices[0].message.content", [str(exc)]) from exc
         return content
 
+    async def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]],
+        *,
+        timeout_s: float = 120.0,
+    ) -> ModelTurn:
+        """A turn of a tool-calling loop (chorus.outside.llm.loop): the model's text or tool
+        calls, with its usage. Arguments that are not a JSON object are the model's mistake
+        (SemanticError: the step asks again)."""
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        request: dict[str, Any] = {"model": self.name, "messages": list(messages), "temperature": 0}
+        if tools:
+            request["tools"] = list(tools)
+        try:
+            async with self.guard.call() if self.guard is not None else contextlib.nullcontext():
+                response = await call_json(
+                    self.client,
+                    "POST",
+                    f"{self.base_url}/chat/completions",
+                    what="LLM",
+                    json=request,
+                    headers=headers,
+                    timeout_s=timeout_s,
+                    convention=Convention(
+                        f"chat {self.name}", usage.chat_attributes(self.name), self._answered
+                    ),
+                )
+        except ExternalRejection as exc:
+            raise PersistentError(f"LLM request refused ({exc.status}): {exc.body}") from exc
+        try:
+            body = response.json()
+            message = body["choices"][0]["message"]
+            calls = [
+                ToolCall(
+                    id=str(c["id"]), name=str(c["function"]["name"]), arguments=_arguments(c["function"])
+                )
+                for c in message.get("tool_calls") or []
+            ]
+            content = message.get("content")
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise SemanticError(
+                "LLM answered without a message or with malformed tool calls", [str(exc)]
+            ) from exc
+        spent = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+        return ModelTurn(
+            model=str(body.get("model") or self.name),
+            content=content if isinstance(content, str) else None,
+            tool_calls=calls,
+            usage=Usage(
+                input_tokens=_count(spent.get("prompt_tokens")),
+                output_tokens=_count(spent.get("completion_tokens")),
+            ),
+        )
+
     def _answered(self, response: httpx.Response) -> Attributes:
         try:
             body = response.json()
         except ValueError:
             return {}  # complete() says what is wrong with it
         return usage.answered(self.name, body)
+
+
+def _arguments(function: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool call's arguments: OpenAI sends them as a JSON string (some servers as an object)."""
+    raw = function.get("arguments") or "{}"
+    parsed = json.loads(raw) if isinstance(raw, str) else raw
+    if not isinstance(parsed, dict):
+        raise TypeError(f"tool call arguments are not a JSON object: {raw!r}")
+    return parsed
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def reprompt(

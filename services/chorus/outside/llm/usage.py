@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import Histogram
+from prometheus_client import Counter, Histogram
 from prometheus_client.registry import Collector
 
 from chorus.base.tracing import Attributes
@@ -28,9 +28,24 @@ _TOKENS = Histogram(
 )
 
 
+_COST = Counter(
+    "chorus_llm_cost_usd",
+    "What language models' turns in agent loops cost, in dollars, by the price table",
+    ["gen_ai_request_model"],
+    registry=None,
+)
+
+
+def count_cost(model: str, micro_usd: int) -> None:
+    """A priced turn of an agent loop (chorus.outside.llm.loop)."""
+    if micro_usd > 0:
+        _COST.labels(model).inc(micro_usd / 1_000_000)
+
+
 class TokenUsageCollector(Collector):
     def collect(self) -> Iterator[Any]:
         yield from _TOKENS.collect()
+        yield from _COST.collect()
 
 
 def chat_attributes(model: str) -> dict[str, str | int | float | bool]:

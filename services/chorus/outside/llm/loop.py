@@ -1,0 +1,365 @@
+"""A durable tool-calling loop for a handler: a model that may call tools, turn after turn,
+until it answers.
+
+Each model turn and each tool call is kept in the handler's checkpoint the moment it
+completes (``ctx.checkpoint``, through the ``keep`` function the handler gives: its state
+with the transcript in it). A crash anywhere in the loop (SIGKILL, a deploy) re-runs the
+handler on its last checkpoint, and the loop goes on from there: a model turn that was kept
+is not asked for again, a tool call whose result was kept is not made again. What can repeat
+is only the call that was under way when the process died, so a tool with side effects gets
+an idempotency key that is the same on every try of that call (the workflow's, the step's,
+the turn's and the call's), as payments do.
+
+Every turn records what it cost: its model, input and output tokens, and (from the price
+table the service is configured with) money, in micro-dollars so that sums are exact. The
+loop stops before a turn that ``limits`` refuse (turns, tokens, cost), saying the spend so far:
+a semantic failure (``LoopLimitError``: a person decides, as for any answer the model could
+not get right) or, as the limits say, a persistent one (``LoopLimitFailed``).
+
+Deliberately small: the loop is the handler's, not the runtime's (a step may hold one next
+to its other work), and a tool is a plain async function of a validated model. The messages
+are OpenAI's chat format (``tool_calls``, ``tool`` messages), which every OpenAI-compatible
+server and the offline model speak.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from chorus.base.errors import PersistentError, RateLimitedError, SemanticError
+from chorus.base.tracing import tool_span
+from chorus.outside.breaker import BreakerOpenError
+from chorus.outside.llm import usage as usage_metrics
+
+
+class ToolCall(BaseModel):
+    """A call the model asked for: its id (the model's), the tool, and its arguments."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class Usage(BaseModel):
+    """What a model turn (or a whole transcript) read, wrote and cost."""
+
+    model_config = ConfigDict(frozen=True)
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_micro_usd: int = 0
+    """Money, in millionths of a dollar (exact sums; 1_000_000 is one dollar)."""
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cost_micro_usd=self.cost_micro_usd + other.cost_micro_usd,
+        )
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+class ModelTurn(BaseModel):
+    """One answer of the model: text, or tool calls (or both), and what it cost."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    """The model that answered (a fallback's, when the first could not)."""
+    content: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    usage: Usage = Usage()
+    passed_over: list[str] = Field(default_factory=list)
+    """Models of the chain asked first that could not answer, each with why."""
+
+
+class ToolResult(BaseModel):
+    """What a tool call returned (JSON), or why it could not be made (its arguments refused,
+    no such tool): the model is told either way and may try again."""
+
+    model_config = ConfigDict(frozen=True)
+
+    call_id: str
+    name: str
+    output: Any = None
+    error: str | None = None
+
+
+class Turn(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    answer: ModelTurn
+    results: list[ToolResult] = Field(default_factory=list)
+
+    @property
+    def pending(self) -> list[ToolCall]:
+        """The calls of this turn whose result is not kept yet, in the model's order."""
+        return self.answer.tool_calls[len(self.results) :]
+
+
+class Transcript(BaseModel):
+    """The loop so far, as the handler's checkpoint keeps it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    turns: list[Turn] = Field(default_factory=list)
+    answer: str | None = None
+    """The model's final text, once it answered without calling a tool."""
+
+    @property
+    def usage(self) -> Usage:
+        total = Usage()
+        for turn in self.turns:
+            total += turn.answer.usage
+        return total
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The turns as chat messages (the assistant's calls, then each call's result)."""
+        found: list[dict[str, Any]] = []
+        for turn in self.turns:
+            found.append(assistant_message(turn.answer))
+            found += [
+                {
+                    "role": "tool",
+                    "tool_call_id": r.call_id,
+                    "content": json.dumps({"error": r.error} if r.error is not None else r.output),
+                }
+                for r in turn.results
+            ]
+        return found
+
+
+def assistant_message(turn: ModelTurn) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": turn.content}
+    if turn.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": json.dumps(c.arguments, sort_keys=True)},
+            }
+            for c in turn.tool_calls
+        ]
+    return message
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool gets besides its arguments."""
+
+    idempotency_key: str
+    """The same on every try of this call (workflow, step, turn, call): give it to whatever
+    the tool changes outside, so that a call repeated after a crash changes it once."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool the model may call: its name, what it is for, its arguments (a pydantic model,
+    whose JSON schema the model is shown and which validates what the model sends), and the
+    async function that does it (its result: anything JSON)."""
+
+    name: str
+    description: str
+    arguments: type[BaseModel]
+    run: Callable[[Any, ToolContext], Awaitable[Any]]
+
+    def schema(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.arguments.model_json_schema(),
+            },
+        }
+
+
+class ToolModel(Protocol):
+    """A model that may call tools (chorus.outside.llm.client's two kinds, a fallback chain)."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def chat(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], *, timeout_s: float
+    ) -> ModelTurn: ...
+
+
+@dataclass(frozen=True)
+class FallbackModel:
+    """A chain of models for a step: the first that can answer does. A model whose breaker
+    is open or that is rate-limited (a 429, or no room in the shared limiter) is passed over
+    for the next, and the turn says so; any other failure is the step's (a transient one is
+    retried from the first model again)."""
+
+    chain: Sequence[ToolModel]
+
+    @property
+    def name(self) -> str:
+        return " > ".join(m.name for m in self.chain)
+
+    async def chat(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], *, timeout_s: float
+    ) -> ModelTurn:
+        passed: list[str] = []
+        for i, model in enumerate(self.chain):
+            try:
+                turn = await model.chat(messages, tools, timeout_s=timeout_s)
+            except (BreakerOpenError, RateLimitedError) as exc:
+                if i == len(self.chain) - 1:
+                    raise
+                passed.append(f"{model.name}: {exc}")
+                continue
+            return turn.model_copy(update={"passed_over": passed})
+        raise PersistentError("a fallback chain of no model")
+
+
+@dataclass(frozen=True)
+class Prices:
+    """Dollars per million tokens, by model: what a turn costs (a model not listed: nothing,
+    and its tokens are still counted)."""
+
+    per_million: Mapping[str, tuple[float, float]]
+    """model -> (input, output) in dollars per million tokens."""
+
+    def cost(self, model: str, input_tokens: int, output_tokens: int) -> int:
+        """Micro-dollars: a million tokens at ``p`` dollars each million is ``p`` dollars."""
+        price_in, price_out = self.per_million.get(model, (0.0, 0.0))
+        return round(input_tokens * price_in + output_tokens * price_out)
+
+
+@dataclass(frozen=True)
+class LoopLimits:
+    """When the loop stops before asking the model again (None: no limit), and what then."""
+
+    max_turns: int = 10
+    max_tokens: int | None = None
+    max_cost_micro_usd: int | None = None
+    on_limit: Literal["escalate", "fail"] = "escalate"
+    """escalate: a semantic failure, which the runtime hands to a person once its retries
+    (which ask the model nothing more: the limit holds) are spent; fail: a persistent one,
+    dead-lettered at once."""
+
+
+def _spent(why: str, usage: Usage) -> str:
+    return f"the agent loop stopped: {why} (spent {usage.tokens} tokens, ${usage.cost_micro_usd / 1e6:.6f})"
+
+
+class LoopLimitError(SemanticError):
+    """The loop reached one of its limits before the model answered (``on_limit`` escalate):
+    ``usage`` is the spend so far, ``why`` the limit; the message, which a reviewer reads,
+    says both."""
+
+    def __init__(self, why: str, usage: Usage) -> None:
+        super().__init__(_spent(why, usage))
+        self.why, self.usage = why, usage
+
+
+class LoopLimitFailed(PersistentError):
+    """The same, with ``on_limit`` fail: the step is dead-lettered."""
+
+    def __init__(self, why: str, usage: Usage) -> None:
+        super().__init__(_spent(why, usage))
+        self.why, self.usage = why, usage
+
+
+class Checkpointing(Protocol):
+    """What the loop needs of the handler's context (chorus.kernel.service.Context)."""
+
+    async def checkpoint(self, state: BaseModel) -> None: ...
+
+    def idempotency_key(self, *parts: str) -> str: ...
+
+
+@dataclass(frozen=True)
+class AgentLoop:
+    model: ToolModel
+    tools: Sequence[Tool]
+    prices: Prices = Prices({})
+    limits: LoopLimits = LoopLimits()
+    timeout_s: float = 120.0
+
+    async def run(
+        self,
+        ctx: Checkpointing,
+        messages: Sequence[Mapping[str, Any]],
+        transcript: Transcript | None,
+        keep: Callable[[Transcript], BaseModel],
+    ) -> Transcript:
+        """Go on from ``transcript`` (the checkpoint's; None to start) until the model
+        answers: the transcript with its ``answer``. ``messages`` are the system and user
+        messages the loop starts from (the same on every run of the step); ``keep`` makes the
+        handler's state from a transcript, for each checkpoint."""
+        by_name = {t.name: t for t in self.tools}
+        schemas = [t.schema() for t in self.tools]
+        transcript = transcript or Transcript()
+        while transcript.answer is None:
+            last = transcript.turns[-1] if transcript.turns else None
+            if last is not None and last.pending:
+                call = last.pending[0]
+                key = ctx.idempotency_key("tool", str(len(transcript.turns)), call.id)
+                result = await _call(by_name, call, key)
+                turn = last.model_copy(update={"results": [*last.results, result]})
+                transcript = transcript.model_copy(update={"turns": [*transcript.turns[:-1], turn]})
+            else:
+                self._check_limits(transcript)
+                asked = [*messages, *transcript.messages()]
+                answer = await self.model.chat(asked, schemas, timeout_s=self.timeout_s)
+                usage = answer.usage
+                priced = usage.model_copy(
+                    update={
+                        "cost_micro_usd": self.prices.cost(
+                            answer.model, usage.input_tokens, usage.output_tokens
+                        )
+                    }
+                )
+                answer = answer.model_copy(update={"usage": priced})
+                usage_metrics.count_cost(answer.model, priced.cost_micro_usd)
+                update: dict[str, Any] = {"turns": [*transcript.turns, Turn(answer=answer)]}
+                if not answer.tool_calls:
+                    update["answer"] = answer.content or ""
+                transcript = transcript.model_copy(update=update)
+            await ctx.checkpoint(keep(transcript))
+        return transcript
+
+    def _check_limits(self, transcript: Transcript) -> None:
+        spent, limits = transcript.usage, self.limits
+        why = None
+        if len(transcript.turns) >= limits.max_turns:
+            why = f"{limits.max_turns} model turns without an answer"
+        elif limits.max_tokens is not None and spent.tokens >= limits.max_tokens:
+            why = f"the budget of {limits.max_tokens} tokens is spent"
+        elif limits.max_cost_micro_usd is not None and spent.cost_micro_usd >= limits.max_cost_micro_usd:
+            why = f"the budget of ${limits.max_cost_micro_usd / 1e6:.6f} is spent"
+        if why is not None:
+            raise (LoopLimitError if limits.on_limit == "escalate" else LoopLimitFailed)(why, spent)
+
+
+async def _call(tools: Mapping[str, Tool], call: ToolCall, key: str) -> ToolResult:
+    """The call made (once its arguments validate), or why not, as the model will read it.
+    What the tool raises is the step's error (transient: retried, persistent: dead-lettered)."""
+    tool = tools.get(call.name)
+    if tool is None:
+        return ToolResult(
+            call_id=call.id, name=call.name, error=f"no tool {call.name!r}; tools: {sorted(tools)}"
+        )
+    try:
+        arguments = tool.arguments.model_validate(call.arguments)
+    except ValidationError as exc:
+        errors = "; ".join(
+            "/" + "/".join(str(p) for p in e["loc"]) + f": {e['msg']}" for e in exc.errors(include_url=False)
+        )
+        return ToolResult(call_id=call.id, name=call.name, error=f"arguments refused: {errors}")
+    with tool_span(call.name, call.id):
+        output = await tool.run(arguments, ToolContext(idempotency_key=key))
+    return ToolResult(call_id=call.id, name=call.name, output=output)

@@ -1,0 +1,264 @@
+"""The durable tool-calling loop (chorus.llm.AgentLoop): each model turn and tool call kept
+as it completes, so a crash at any point resumes without asking the model again or making a
+finished call twice; a side effect repeated mid-call lands once through its idempotency key;
+tokens and cost per turn; limits that stop the loop with the spend."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import BaseModel
+
+from chorus.base.metrics import Metrics
+from chorus.llm import (
+    AgentLoop,
+    FallbackModel,
+    LoopLimitError,
+    LoopLimitFailed,
+    LoopLimits,
+    OfflineModel,
+    Prices,
+    Tool,
+    ToolContext,
+    Transcript,
+)
+from chorus.outside.breaker import BreakerOpenError
+from chorus.outside.llm import usage
+from chorus.outside.llm.client import OpenAICompatibleLLM
+
+SYSTEM = {"role": "system", "content": "task: refund\nDecide the refund with the tools."}
+USER = {"role": "user", "content": "Customer cust-7 asks for a refund of order 77."}
+
+
+class Crash(BaseException):
+    """The process dies here (a BaseException: nothing in the loop may catch it)."""
+
+
+class Lookup(BaseModel):
+    order_id: str
+
+
+class Refund(BaseModel):
+    order_id: str
+    cents: int
+
+
+class Shop:
+    """The outside world the tools change: refunds land once per idempotency key."""
+
+    def __init__(self) -> None:
+        self.lookups = 0
+        self.refund_calls = 0
+        self.refunds: dict[str, int] = {}
+        self.crash_in_refund = False
+
+    async def lookup(self, args: Lookup, call: ToolContext) -> dict[str, Any]:
+        self.lookups += 1
+        return {"order_id": args.order_id, "paid_cents": 1250}
+
+    async def refund(self, args: Refund, call: ToolContext) -> dict[str, Any]:
+        self.refund_calls += 1
+        self.refunds.setdefault(call.idempotency_key, args.cents)
+        if self.crash_in_refund:  # done outside, then the process dies before it is kept
+            self.crash_in_refund = False
+            raise Crash
+        return {"refunded_cents": args.cents}
+
+    def tools(self) -> list[Tool]:
+        return [
+            Tool("lookup_order", "What an order was paid", Lookup, self.lookup),
+            Tool("refund", "Refund an order (changes the shop)", Refund, self.refund),
+        ]
+
+
+def refund_skill(messages: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """Look the order up, refund what was paid, then say so: what the next turn is follows
+    from the tool results so far (as a model's would)."""
+    results = [json.loads(m["content"]) for m in messages if m["role"] == "tool"]
+    if not results:
+        return {"tool_calls": [{"name": "lookup_order", "arguments": {"order_id": "77"}}]}
+    if len(results) == 1:
+        paid = results[0]["paid_cents"]
+        return {"tool_calls": [{"name": "refund", "arguments": {"order_id": "77", "cents": paid}}]}
+    return {"content": f"refunded {results[1]['refunded_cents']} cents"}
+
+
+class Ctx:
+    """The handler context as the loop sees it; the checkpoint is what the runtime keeps, and
+    the process dies after the ``crash_after``-th checkpoint commits."""
+
+    def __init__(self, kept: Transcript | None = None, crash_after: int | None = None) -> None:
+        self.kept = kept
+        self.commits = 0
+        self.crash_after = crash_after
+
+    async def checkpoint(self, state: BaseModel) -> None:
+        assert isinstance(state, Transcript)
+        self.kept = Transcript.model_validate(state.model_dump(mode="json"))  # as stored
+        self.commits += 1
+        if self.crash_after is not None and self.commits == self.crash_after:
+            raise Crash
+
+    def idempotency_key(self, *parts: str) -> str:
+        return ":".join(["wf-1:invoice.received", "support_agent", *parts])
+
+
+def loop(model: OfflineModel, shop: Shop, **limits: Any) -> AgentLoop:
+    return AgentLoop(
+        model, shop.tools(), prices=Prices({model.name: (2.0, 8.0)}), limits=LoopLimits(**limits)
+    )
+
+
+def dollars_counted(model: str) -> float:
+    """chorus_llm_cost_usd_total for ``model``, as a service's /metrics shows it."""
+    metrics = Metrics("test")
+    metrics.registry.register(usage.TokenUsageCollector())
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(metrics.render().decode())
+        for s in family.samples
+        if s.name == "chorus_llm_cost_usd_total" and s.labels["gen_ai_request_model"] == model
+    )
+
+
+async def test_the_model_calls_both_tools_then_answers_and_each_turn_is_kept_and_priced() -> None:
+    model, shop, ctx = OfflineModel({}, {"refund": refund_skill}), Shop(), Ctx()
+    before = dollars_counted(model.name)
+    done = await loop(model, shop).run(ctx, [SYSTEM, USER], None, keep=lambda t: t)
+    assert done.answer == "refunded 1250 cents"
+    assert [[c.name for c in t.answer.tool_calls] for t in done.turns] == [["lookup_order"], ["refund"], []]
+    assert ctx.commits == 5  # three model turns, two tool calls
+    assert (model.calls, shop.lookups, shop.refund_calls) == (3, 1, 1)
+    first = done.turns[0].answer.usage
+    assert first.input_tokens > 0 and first.cost_micro_usd == round(
+        first.input_tokens * 2.0 + first.output_tokens * 8.0
+    )
+    assert done.usage.tokens == sum(t.answer.usage.tokens for t in done.turns)
+    assert dollars_counted(model.name) - before == pytest.approx(done.usage.cost_micro_usd / 1e6)
+
+
+@pytest.mark.parametrize("crash_after", [1, 2, 3, 4, 5])
+async def test_a_crash_after_any_kept_turn_or_call_resumes_without_repeating_it(crash_after: int) -> None:
+    model, shop = OfflineModel({}, {"refund": refund_skill}), Shop()
+    ctx = Ctx(crash_after=crash_after)
+    with pytest.raises(Crash):
+        await loop(model, shop).run(ctx, [SYSTEM, USER], None, keep=lambda t: t)
+    again = Ctx(kept=ctx.kept)  # the step runs again on what was kept
+    done = await loop(model, shop).run(again, [SYSTEM, USER], again.kept, keep=lambda t: t)
+    assert done.answer == "refunded 1250 cents"
+    assert (model.calls, shop.lookups, shop.refund_calls) == (3, 1, 1)
+    assert ctx.commits + again.commits == 5
+
+
+async def test_a_crash_mid_tool_call_repeats_that_call_with_its_key_and_the_refund_lands_once() -> None:
+    model, shop = OfflineModel({}, {"refund": refund_skill}), Shop()
+    shop.crash_in_refund = True
+    ctx = Ctx()
+    with pytest.raises(Crash):
+        await loop(model, shop).run(ctx, [SYSTEM, USER], None, keep=lambda t: t)
+    done = await loop(model, shop).run(Ctx(kept=ctx.kept), [SYSTEM, USER], ctx.kept, keep=lambda t: t)
+    assert done.answer == "refunded 1250 cents"
+    assert shop.refund_calls == 2  # the call under way when it died is made again...
+    assert list(shop.refunds.values()) == [1250]  # ...with the same key: one refund
+    assert model.calls == 3
+
+
+async def test_limits_stop_the_loop_before_the_next_turn_with_the_spend_so_far() -> None:
+    shop = Shop()
+    with pytest.raises(LoopLimitError) as turns:
+        await loop(OfflineModel({}, {"refund": refund_skill}), shop, max_turns=2).run(
+            Ctx(), [SYSTEM, USER], None, keep=lambda t: t
+        )
+    assert "2 model turns" in str(turns.value) and turns.value.usage.tokens > 0
+    assert shop.refund_calls == 1  # the second turn's call was made; no third turn asked
+    with pytest.raises(LoopLimitError) as cost:
+        await loop(OfflineModel({}, {"refund": refund_skill}), Shop(), max_cost_micro_usd=1).run(
+            Ctx(), [SYSTEM, USER], None, keep=lambda t: t
+        )
+    assert "$0.000001 is spent" in str(cost.value) and cost.value.usage.cost_micro_usd > 1
+    assert cost.value.category == "semantic"  # escalated: a person decides, the spend in the message
+    with pytest.raises(LoopLimitFailed) as failed:
+        await loop(OfflineModel({}, {"refund": refund_skill}), Shop(), max_tokens=1, on_limit="fail").run(
+            Ctx(), [SYSTEM, USER], None, keep=lambda t: t
+        )
+    assert failed.value.category == "persistent" and "1 tokens is spent" in str(failed.value)
+
+
+async def test_arguments_the_tool_refuses_and_unknown_tools_are_told_to_the_model() -> None:
+    def sloppy(messages: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+        results = [json.loads(m["content"]) for m in messages if m["role"] == "tool"]
+        if not results:
+            return {"tool_calls": [{"name": "refund", "arguments": {"order_id": "77"}}, {"name": "teleport"}]}
+        return {"content": json.dumps(results)}
+
+    shop = Shop()
+    done = await loop(OfflineModel({}, {"refund": sloppy}), shop).run(
+        Ctx(), [SYSTEM, USER], None, keep=lambda t: t
+    )
+    told = json.loads(done.answer or "")
+    assert "/cents: Field required" in told[0]["error"] and "no tool 'teleport'" in told[1]["error"]
+    assert shop.refund_calls == 0
+
+
+async def test_an_openai_compatible_server_s_tool_calls_and_usage_are_read() -> None:
+    seen: list[dict[str, Any]] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        message = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "lookup_order", "arguments": '{"order_id": "77"}'},
+                }
+            ],
+        }
+        body = {
+            "model": "m-1",
+            "choices": [{"message": message}],
+            "usage": {"prompt_tokens": 40, "completion_tokens": 9},
+        }
+        return httpx.Response(200, json=body)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(server)) as client:
+        model = OpenAICompatibleLLM(client, base_url="http://llm.test/v1", model="m-1")
+        turn = await model.chat([SYSTEM, USER], [Shop().tools()[0].schema()], timeout_s=5)
+    assert [(c.id, c.name, c.arguments) for c in turn.tool_calls] == [
+        ("c1", "lookup_order", {"order_id": "77"})
+    ]
+    assert (turn.usage.input_tokens, turn.usage.output_tokens, turn.model) == (40, 9, "m-1")
+    assert seen[0]["tools"][0]["function"]["parameters"]["required"] == ["order_id"]
+
+
+async def test_the_primary_rate_limited_or_its_breaker_open_the_fallback_answers_and_says_so() -> None:
+    def busy(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(429, json={"error": "slow down"}, headers={"Retry-After": "3"})
+
+    class Tripped:
+        name = "primary-b"
+
+        async def chat(self, *args: Any, **kwargs: Any) -> Any:
+            raise BreakerOpenError("llm: breaker open")
+
+    shop = Shop()
+    fallback = OfflineModel({}, {"refund": refund_skill})
+    async with httpx.AsyncClient(transport=httpx.MockTransport(busy)) as client:
+        primary = OpenAICompatibleLLM(client, base_url="http://llm.test/v1", model="primary-a")
+        chain = FallbackModel([primary, Tripped(), fallback])
+        done = await AgentLoop(chain, shop.tools()).run(Ctx(), [SYSTEM, USER], None, keep=lambda t: t)
+    assert done.answer == "refunded 1250 cents"
+    first = done.turns[0].answer
+    assert first.model == fallback.name
+    assert [p.split(":")[0] for p in first.passed_over] == ["primary-a", "primary-b"]
+    assert "answered 429" in first.passed_over[0] and "breaker open" in first.passed_over[1]
+
+    with pytest.raises(BreakerOpenError):  # the last of the chain cannot either: the step's error
+        await FallbackModel([Tripped()]).chat([SYSTEM, USER], [], timeout_s=1)
