@@ -2,8 +2,9 @@
 
 from chorus.base.errors import (
     PersistentError,
+    RateLimitedError,
     SemanticError,
     TransientError,
 )
 
-__all__ = ["PersistentError", "SemanticError", "TransientError"]
+__all__ = ["PersistentError", "RateLimitedError", "SemanticError", "TransientError"]

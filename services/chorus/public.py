@@ -119,7 +119,7 @@ PUBLIC: Mapping[str, frozenset[str]] = {
         }
     ),
     "chorus.codec": frozenset({"Event", "upcast"}),
-    "chorus.errors": frozenset({"TransientError", "PersistentError", "SemanticError"}),
+    "chorus.errors": frozenset({"TransientError", "PersistentError", "SemanticError", "RateLimitedError"}),
     "chorus.clock": frozenset({"Clock", "SystemClock", "ManualClock"}),
     "chorus.tracing": frozenset({"link"}),
     "chorus.stages": frozenset(
@@ -141,6 +141,19 @@ PUBLIC: Mapping[str, frozenset[str]] = {
             "llm_dependency",
             "parse_json_output",
             "reprompt",
+            "AgentLoop",
+            "FallbackModel",
+            "LoopLimitError",
+            "LoopLimitFailed",
+            "LoopLimits",
+            "ModelTurn",
+            "Prices",
+            "Tool",
+            "ToolCall",
+            "ToolContext",
+            "ToolResult",
+            "Transcript",
+            "Usage",
         }
     ),
     # Its own tables

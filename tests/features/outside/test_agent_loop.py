@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 import httpx
@@ -14,6 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel
 
+from chorus.base.errors import SemanticError
 from chorus.base.metrics import Metrics
 from chorus.llm import (
     AgentLoop,
@@ -21,6 +23,7 @@ from chorus.llm import (
     LoopLimitError,
     LoopLimitFailed,
     LoopLimits,
+    ModelTurn,
     OfflineModel,
     Prices,
     Tool,
@@ -138,7 +141,6 @@ async def test_the_model_calls_both_tools_then_answers_and_each_turn_is_kept_and
     assert first.input_tokens > 0 and first.cost_micro_usd == round(
         first.input_tokens * 2.0 + first.output_tokens * 8.0
     )
-    assert done.usage.tokens == sum(t.answer.usage.tokens for t in done.turns)
     assert dollars_counted(model.name) - before == pytest.approx(done.usage.cost_micro_usd / 1e6)
 
 
@@ -205,12 +207,50 @@ async def test_arguments_the_tool_refuses_and_unknown_tools_are_told_to_the_mode
     assert shop.refund_calls == 0
 
 
-async def test_an_openai_compatible_server_s_tool_calls_and_usage_are_read() -> None:
+async def test_an_openai_compatible_server_is_sent_the_calls_and_results_and_priced_by_the_name_asked() -> (
+    None
+):
+    """Two turns against a server speaking OpenAI's format: the second request carries the
+    assistant's tool call and the tool's result; the turn is priced under the model's
+    configured name although the server answers with a dated one (as OpenAI's does)."""
     seen: list[dict[str, Any]] = []
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "lookup_order", "arguments": '{"order_id": "77"}'},
+    }
+    replies = iter(
+        [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "assistant", "content": "paid 1250 cents"},
+        ]
+    )
 
     def server(request: httpx.Request) -> httpx.Response:
         seen.append(json.loads(request.content))
-        message = {
+        body = {
+            "model": "m-1-2026-01-01",
+            "choices": [{"message": next(replies), "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1_000_000, "completion_tokens": 500_000},
+        }
+        return httpx.Response(200, json=body)
+
+    shop = Shop()
+    async with httpx.AsyncClient(transport=httpx.MockTransport(server)) as client:
+        model = OpenAICompatibleLLM(client, base_url="http://llm.test/v1", model="m-1")
+        priced = AgentLoop(model, shop.tools(), prices=Prices({"m-1": (2.0, 8.0)}))
+        done = await priced.run(Ctx(), [SYSTEM, USER], None, keep=lambda t: t)
+    assert done.answer == "paid 1250 cents"
+    first = done.turns[0].answer
+    assert [(c.id, c.name, c.arguments) for c in first.tool_calls] == [
+        ("c1", "lookup_order", {"order_id": "77"})
+    ]
+    assert (first.model, first.response_model) == ("m-1", "m-1-2026-01-01")
+    assert first.usage.cost_micro_usd == 6_000_000  # $2 for a million in, $4 for half a million out
+    assert done.usage.cost_micro_usd == 12_000_000
+    assert seen[0]["tools"][0]["function"]["parameters"]["required"] == ["order_id"]
+    assert seen[1]["messages"][2:] == [
+        {
             "role": "assistant",
             "content": None,
             "tool_calls": [
@@ -220,22 +260,74 @@ async def test_an_openai_compatible_server_s_tool_calls_and_usage_are_read() -> 
                     "function": {"name": "lookup_order", "arguments": '{"order_id": "77"}'},
                 }
             ],
-        }
-        body = {
-            "model": "m-1",
-            "choices": [{"message": message}],
-            "usage": {"prompt_tokens": 40, "completion_tokens": 9},
-        }
-        return httpx.Response(200, json=body)
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": json.dumps({"order_id": "77", "paid_cents": 1250})},
+    ]
+
+
+async def test_a_server_answering_nothing_is_a_semantic_failure_naming_why() -> None:
+    def server(request: httpx.Request) -> httpx.Response:
+        message = {"role": "assistant", "content": None, "refusal": "I cannot help with that"}
+        return httpx.Response(200, json={"choices": [{"message": message, "finish_reason": "stop"}]})
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(server)) as client:
         model = OpenAICompatibleLLM(client, base_url="http://llm.test/v1", model="m-1")
-        turn = await model.chat([SYSTEM, USER], [Shop().tools()[0].schema()], timeout_s=5)
-    assert [(c.id, c.name, c.arguments) for c in turn.tool_calls] == [
-        ("c1", "lookup_order", {"order_id": "77"})
-    ]
-    assert (turn.usage.input_tokens, turn.usage.output_tokens, turn.model) == (40, 9, "m-1")
-    assert seen[0]["tools"][0]["function"]["parameters"]["required"] == ["order_id"]
+        with pytest.raises(SemanticError, match="I cannot help with that"):
+            await model.chat([SYSTEM, USER], [], timeout_s=5)
+
+
+async def test_an_answer_the_handler_refused_is_told_to_the_model_which_answers_again_once() -> None:
+    def strict(messages: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+        told = [m for m in messages if m["role"] == "user" and "was invalid" in m["content"]]
+        return {"content": "1250" if told else "twelve fifty"}
+
+    model, ctx = OfflineModel({}, {"refund": strict}), Ctx()
+    first = await loop(model, Shop()).run(ctx, [SYSTEM, USER], None, keep=lambda t: t)
+    assert first.answer == "twelve fifty"
+    # The handler's semantic retry: ctx.feedback holds what it refused.
+    again = await loop(model, Shop()).run(
+        ctx, [SYSTEM, USER], ctx.kept, keep=lambda t: t, refused=["/: not a number"]
+    )
+    assert again.answer == "1250" and model.calls == 2
+    assert again.turns[0].refused == ["/: not a number"]
+    # Run again on what was kept (a redelivery after the answer): nothing is asked.
+    same = await loop(model, Shop()).run(ctx, [SYSTEM, USER], ctx.kept, keep=lambda t: t)
+    assert same.answer == "1250" and model.calls == 2
+
+
+async def test_calls_with_one_id_get_keys_of_their_own_and_results_are_kept_as_json() -> None:
+    class At(BaseModel):
+        order_id: str
+        when: datetime
+
+    keys: list[str] = []
+
+    async def refund(args: Refund, call: ToolContext) -> At:
+        keys.append(call.idempotency_key)
+        return At(order_id=args.order_id, when=datetime(2026, 12, 6, tzinfo=timezone.utc))
+
+    def twice(messages: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+        if any(m["role"] == "tool" for m in messages):
+            return {"content": "done"}
+        calls = [{"name": "refund", "arguments": {"order_id": o, "cents": 1}} for o in ("77", "78")]
+        return {"tool_calls": calls}
+
+    class SameIds:
+        """A server that gives every call the same id (some OpenAI-compatible ones do)."""
+
+        name = "same-ids"
+
+        async def chat(self, *args: Any, **kwargs: Any) -> ModelTurn:
+            turn = await OfflineModel({}, {"refund": twice}).chat(*args, **kwargs)
+            calls = [c.model_copy(update={"id": "call"}) for c in turn.tool_calls]
+            return turn.model_copy(update={"tool_calls": calls})
+
+    same_id = SameIds()
+    tools = [Tool("refund", "Refund an order", Refund, refund)]
+    ctx = Ctx()
+    done = await AgentLoop(same_id, tools).run(ctx, [SYSTEM, USER], None, keep=lambda t: t)
+    assert len(set(keys)) == 2  # one refund each, whatever ids the model gave the calls
+    assert done.turns[0].results[0].output == {"order_id": "77", "when": "2026-12-06T00:00:00Z"}
 
 
 async def test_the_primary_rate_limited_or_its_breaker_open_the_fallback_answers_and_says_so() -> None:

@@ -198,7 +198,8 @@ class OpenAICompatibleLLM:
             raise PersistentError(f"LLM request refused ({exc.status}): {exc.body}") from exc
         try:
             body = response.json()
-            message = body["choices"][0]["message"]
+            choice = body["choices"][0]
+            message = choice["message"]
             calls = [
                 ToolCall(
                     id=str(c["id"]), name=str(c["function"]["name"]), arguments=_arguments(c["function"])
@@ -206,13 +207,17 @@ class OpenAICompatibleLLM:
                 for c in message.get("tool_calls") or []
             ]
             content = message.get("content")
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise SemanticError(
                 "LLM answered without a message or with malformed tool calls", [str(exc)]
             ) from exc
+        if not calls and not (isinstance(content, str) and content.strip()):
+            why = message.get("refusal") or f"finish_reason {choice.get('finish_reason')!r}"
+            raise SemanticError(f"LLM answered nothing ({why})", [f"/: no answer and no tool call ({why})"])
         spent = body.get("usage") if isinstance(body.get("usage"), dict) else {}
         return ModelTurn(
-            model=str(body.get("model") or self.name),
+            model=self.name,
+            response_model=str(body["model"]) if isinstance(body.get("model"), str) else None,
             content=content if isinstance(content, str) else None,
             tool_calls=calls,
             usage=Usage(

@@ -25,11 +25,12 @@ server and the offline model speak.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from chorus.base.errors import PersistentError, RateLimitedError, SemanticError
 from chorus.base.tracing import tool_span
@@ -75,7 +76,10 @@ class ModelTurn(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     model: str
-    """The model that answered (a fallback's, when the first could not)."""
+    """The model asked, by the name it is configured and priced under (a fallback's, when the
+    first could not answer)."""
+    response_model: str | None = None
+    """The name the server answered with (OpenAI's is dated: gpt-4o-mini-2024-07-18)."""
     content: str | None = None
     tool_calls: list[ToolCall] = Field(default_factory=list)
     usage: Usage = Usage()
@@ -100,6 +104,9 @@ class Turn(BaseModel):
 
     answer: ModelTurn
     results: list[ToolResult] = Field(default_factory=list)
+    refused: list[str] = Field(default_factory=list)
+    """Why the handler refused this turn's answer (its validation errors): told to the model,
+    which is asked again."""
 
     @property
     def pending(self) -> list[ToolCall]:
@@ -136,6 +143,9 @@ class Transcript(BaseModel):
                 }
                 for r in turn.results
             ]
+            if turn.refused:
+                said = "\n".join(f"- {e}" for e in turn.refused)
+                found.append({"role": "user", "content": f"Your answer was invalid:\n{said}"})
         return found
 
 
@@ -162,16 +172,24 @@ class ToolContext:
     the tool changes outside, so that a call repeated after a crash changes it once."""
 
 
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+"""What OpenAI's API takes as a function's name."""
+
+
 @dataclass(frozen=True)
 class Tool:
     """A tool the model may call: its name, what it is for, its arguments (a pydantic model,
     whose JSON schema the model is shown and which validates what the model sends), and the
-    async function that does it (its result: anything JSON)."""
+    async function that does it (its result: anything pydantic can put in JSON)."""
 
     name: str
     description: str
     arguments: type[BaseModel]
     run: Callable[[Any, ToolContext], Awaitable[Any]]
+
+    def __post_init__(self) -> None:
+        if not TOOL_NAME.match(self.name):
+            raise ValueError(f"tool name {self.name!r}: letters, digits, _ and - only, at most 64")
 
     def schema(self) -> dict[str, Any]:
         return {
@@ -288,6 +306,8 @@ class AgentLoop:
     prices: Prices = Prices({})
     limits: LoopLimits = LoopLimits()
     timeout_s: float = 120.0
+    name: str = "agent"
+    """Which loop of the step (in its tools' idempotency keys): two loops of one step differ."""
 
     async def run(
         self,
@@ -295,19 +315,28 @@ class AgentLoop:
         messages: Sequence[Mapping[str, Any]],
         transcript: Transcript | None,
         keep: Callable[[Transcript], BaseModel],
+        *,
+        refused: Sequence[str] = (),
     ) -> Transcript:
         """Go on from ``transcript`` (the checkpoint's; None to start) until the model
         answers: the transcript with its ``answer``. ``messages`` are the system and user
         messages the loop starts from (the same on every run of the step); ``keep`` makes the
-        handler's state from a transcript, for each checkpoint."""
+        handler's state from a transcript, for each checkpoint. ``refused``: why the handler
+        refused the answer kept (``ctx.feedback``, on the runtime's semantic retry): the model
+        is told and asked again."""
         by_name = {t.name: t for t in self.tools}
         schemas = [t.schema() for t in self.tools]
         transcript = transcript or Transcript()
+        if transcript.answer is not None and refused and transcript.turns:
+            told = transcript.turns[-1].model_copy(update={"refused": list(refused)})
+            transcript = Transcript(turns=[*transcript.turns[:-1], told])
+            await ctx.checkpoint(keep(transcript))
         while transcript.answer is None:
             last = transcript.turns[-1] if transcript.turns else None
             if last is not None and last.pending:
                 call = last.pending[0]
-                key = ctx.idempotency_key("tool", str(len(transcript.turns)), call.id)
+                # By position (the model's ids may repeat, or be empty): the same on every try.
+                key = ctx.idempotency_key(self.name, str(len(transcript.turns)), str(len(last.results)))
                 result = await _call(by_name, call, key)
                 turn = last.model_copy(update={"results": [*last.results, result]})
                 transcript = transcript.model_copy(update={"turns": [*transcript.turns[:-1], turn]})
@@ -362,4 +391,8 @@ async def _call(tools: Mapping[str, Tool], call: ToolCall, key: str) -> ToolResu
         return ToolResult(call_id=call.id, name=call.name, error=f"arguments refused: {errors}")
     with tool_span(call.name, call.id):
         output = await tool.run(arguments, ToolContext(idempotency_key=key))
-    return ToolResult(call_id=call.id, name=call.name, output=output)
+    # As JSON now: what the checkpoint keeps is what the model reads next (a model, a date).
+    return ToolResult(call_id=call.id, name=call.name, output=_AS_JSON.dump_python(output, mode="json"))
+
+
+_AS_JSON: TypeAdapter[Any] = TypeAdapter(Any)
