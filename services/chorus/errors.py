@@ -2,9 +2,9 @@
 
 from chorus.base.errors import (
     PersistentError,
-    RateLimitedError,
     SemanticError,
     TransientError,
 )
+from chorus.outside.ratelimit import RateLimitedError
 
 __all__ = ["PersistentError", "RateLimitedError", "SemanticError", "TransientError"]

@@ -52,11 +52,6 @@ class TransientError(ChorusError):
         self.caused_by_input = caused_by_input
 
 
-class RateLimitedError(TransientError):
-    """The dependency said too many (429), or this deployment's share of it (the shared rate
-    limiter) had no room within the wait: retry later, or ask another (a model's fallback)."""
-
-
 class PersistentError(ChorusError):
     """Never retry: dead-letter at once."""
 

@@ -150,11 +150,15 @@ def request_span(
 
 
 @contextmanager
-def work_span(service: str, name: str, traceparent: str | None) -> Iterator[str]:
-    """Work a service does later on behalf of an event (a message its delivery loop sends)
-    as an INTERNAL span, a child of ``traceparent`` (a new trace without one): the calls made
-    inside are its children. Yields the traceparent of what it publishes."""
-    with _working_span(f"{service} {name}", traceparent, "internal", {}) as current:
+def work_span(
+    service: str, name: str, traceparent: str | None, attributes: Attributes | None = None
+) -> Iterator[str]:
+    """Work a service does on behalf of an event (a message its delivery loop sends, a tool
+    an agent calls) as an INTERNAL span, a child of ``traceparent`` (or of the handling: a new
+    trace outside one): the calls made inside are its children. Yields its traceparent."""
+    with _working_span(
+        f"{service} {name}", traceparent or _handling.get(), "internal", attributes or {}
+    ) as current:
         yield current
 
 
@@ -170,24 +174,6 @@ def _working_span(
         return
     with _spans.span(name, traceparent, kind, attributes, links) as opened, _handling_as(opened) as current:
         yield current
-
-
-@contextmanager
-def tool_span(tool: str, call_id: str) -> Iterator[None]:
-    """A model's tool call made inside a handler, as GenAI's ``execute_tool`` INTERNAL span,
-    a child of the event being handled; the calls the tool makes are its children. Nothing
-    without an exporter or outside a handling."""
-    parent = _handling.get()
-    if parent is None or _spans is None:
-        yield
-        return
-    attributes: Attributes = {
-        "gen_ai.operation.name": "execute_tool",
-        "gen_ai.tool.name": tool,
-        "gen_ai.tool.call.id": call_id,
-    }
-    with _spans.span(f"execute_tool {tool}", parent, "internal", attributes) as opened, _handling_as(opened):
-        yield
 
 
 @contextmanager

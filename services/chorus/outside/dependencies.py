@@ -21,9 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from chorus.base.clock import Clock, clock_from_setting
 from chorus.base.db import create_pool
-from chorus.base.errors import RateLimitedError
 from chorus.outside.breaker import BreakerPolicy, CircuitBreaker
-from chorus.outside.ratelimit import RateLimiter, RateLimitTimeout
+from chorus.outside.ratelimit import RateLimitedError, RateLimiter, RateLimitTimeout
 
 
 class Dependency(BaseModel):

@@ -15,11 +15,12 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
-from chorus.base.errors import PersistentError, RateLimitedError, TransientError
+from chorus.base.errors import PersistentError, TransientError
 from chorus.base.faults import fault_point
 from chorus.base.logs import redact
 from chorus.base.tracing import Attributes, annotate, building, outbound_span
 from chorus.outside.egress import pin
+from chorus.outside.ratelimit import RateLimitedError
 
 
 class ExternalRejection(PersistentError):

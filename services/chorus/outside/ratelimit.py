@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from chorus.base.clock import Clock
+from chorus.base.errors import TransientError
 from chorus.base.migrations import baseline, migrate
 
 DDL = [
@@ -35,6 +36,11 @@ async def migrate_rate_limits(conn: asyncpg.Connection) -> None:
 
 class RateLimitTimeout(Exception):
     """No token within the caller's deadline."""
+
+
+class RateLimitedError(TransientError):
+    """The dependency said too many (429), or this deployment's share of it (the shared rate
+    limiter) had no room within the wait: retry later, or ask another (a model's fallback)."""
 
 
 @dataclass(frozen=True)

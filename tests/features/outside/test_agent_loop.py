@@ -108,7 +108,7 @@ class Ctx:
             raise Crash
 
     def idempotency_key(self, *parts: str) -> str:
-        return ":".join(["wf-1:invoice.received", "support_agent", *parts])
+        return ":".join(["wf-1:step-1", "support_agent", *parts])
 
 
 def loop(model: OfflineModel, shop: Shop, **limits: Any) -> AgentLoop:

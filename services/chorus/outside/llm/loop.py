@@ -32,10 +32,11 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from chorus.base.errors import PersistentError, RateLimitedError, SemanticError
-from chorus.base.tracing import tool_span
+from chorus.base.errors import PersistentError, SemanticError
+from chorus.base.tracing import work_span
 from chorus.outside.breaker import BreakerOpenError
 from chorus.outside.llm import usage as usage_metrics
+from chorus.outside.ratelimit import RateLimitedError
 
 
 class ToolCall(BaseModel):
@@ -389,7 +390,12 @@ async def _call(tools: Mapping[str, Tool], call: ToolCall, key: str) -> ToolResu
             "/" + "/".join(str(p) for p in e["loc"]) + f": {e['msg']}" for e in exc.errors(include_url=False)
         )
         return ToolResult(call_id=call.id, name=call.name, error=f"arguments refused: {errors}")
-    with tool_span(call.name, call.id):
+    gen_ai = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": call.name,
+        "gen_ai.tool.call.id": call.id,
+    }
+    with work_span("execute_tool", call.name, None, gen_ai):  # GenAI's name: "execute_tool <tool>"
         output = await tool.run(arguments, ToolContext(idempotency_key=key))
     # As JSON now: what the checkpoint keeps is what the model reads next (a model, a date).
     return ToolResult(call_id=call.id, name=call.name, output=_AS_JSON.dump_python(output, mode="json"))
