@@ -137,28 +137,13 @@ class OpenAICompatibleLLM:
         self.guard = guard
 
     async def complete(self, messages: list[ChatMessage], *, timeout_s: float = 120.0) -> str:
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        try:
-            async with self.guard.call() if self.guard is not None else contextlib.nullcontext():
-                response = await call_json(
-                    self.client,
-                    "POST",
-                    f"{self.base_url}/chat/completions",
-                    what="LLM",
-                    json={
-                        "model": self.name,
-                        "messages": [m.as_json() for m in messages],
-                        "temperature": 0,
-                        "response_format": {"type": "json_object"},
-                    },
-                    headers=headers,
-                    timeout_s=timeout_s,
-                    convention=Convention(
-                        f"chat {self.name}", usage.chat_attributes(self.name), self._answered
-                    ),
-                )
-        except ExternalRejection as exc:
-            raise PersistentError(f"LLM request refused ({exc.status}): {exc.body}") from exc
+        request = {
+            "model": self.name,
+            "messages": [m.as_json() for m in messages],
+            "temperature": 0,
+            "response_format": {"type": "json_object"},
+        }
+        response = await self._post(request, timeout_s)
         try:
             body = response.json()
             content: str = body["choices"][0]["message"]["content"]
@@ -176,26 +161,10 @@ class OpenAICompatibleLLM:
         """A turn of a tool-calling loop (chorus.outside.llm.loop): the model's text or tool
         calls, with its usage. Arguments that are not a JSON object are the model's mistake
         (SemanticError: the step asks again)."""
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         request: dict[str, Any] = {"model": self.name, "messages": list(messages), "temperature": 0}
         if tools:
             request["tools"] = list(tools)
-        try:
-            async with self.guard.call() if self.guard is not None else contextlib.nullcontext():
-                response = await call_json(
-                    self.client,
-                    "POST",
-                    f"{self.base_url}/chat/completions",
-                    what="LLM",
-                    json=request,
-                    headers=headers,
-                    timeout_s=timeout_s,
-                    convention=Convention(
-                        f"chat {self.name}", usage.chat_attributes(self.name), self._answered
-                    ),
-                )
-        except ExternalRejection as exc:
-            raise PersistentError(f"LLM request refused ({exc.status}): {exc.body}") from exc
+        response = await self._post(request, timeout_s)
         try:
             body = response.json()
             choice = body["choices"][0]
@@ -225,6 +194,26 @@ class OpenAICompatibleLLM:
                 output_tokens=_count(spent.get("completion_tokens")),
             ),
         )
+
+    async def _post(self, request: dict[str, Any], timeout_s: float) -> httpx.Response:
+        """One chat completion request, behind the ``llm`` guard, as a GenAI client span."""
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        try:
+            async with self.guard.call() if self.guard is not None else contextlib.nullcontext():
+                return await call_json(
+                    self.client,
+                    "POST",
+                    f"{self.base_url}/chat/completions",
+                    what="LLM",
+                    json=request,
+                    headers=headers,
+                    timeout_s=timeout_s,
+                    convention=Convention(
+                        f"chat {self.name}", usage.chat_attributes(self.name), self._answered
+                    ),
+                )
+        except ExternalRejection as exc:
+            raise PersistentError(f"LLM request refused ({exc.status}): {exc.body}") from exc
 
     def _answered(self, response: httpx.Response) -> Attributes:
         try:
