@@ -192,6 +192,12 @@ BULK_ID_PATTERN = r"^bulk-[0-9a-f]{32}$"
 """A gateway bulk action's id (POST /v1/bulk-actions)."""
 
 
+def bulk_reason(reason: str, bulk_id: str | None) -> str:
+    """An operator's reason as each workflow's audit trail records it: naming the bulk action
+    that asked, when one did (the gateway's, the dead-letter and rollout services' alike)."""
+    return f"{reason} (bulk action {bulk_id})" if bulk_id else reason
+
+
 @event("workflow.redrive_requested", 1)
 class RedriveRequested(EventModel):
     """An operator asks, through the gateway (a bulk action by query), that the dead letters

@@ -31,7 +31,7 @@ from chorus.outside.breaker import BreakerPolicy
 from chorus.outside.dependencies import Dependency, Guarding, dependencies
 from chorus.outside.external import Convention, ExternalRejection, call_json
 from chorus.outside.llm import usage
-from chorus.outside.llm.loop import ModelTurn, ToolCall, Usage
+from chorus.outside.llm.loop import ModelTurn, ToolCall, Usage, pointed
 
 OFFLINE_MODEL_NAME = "chorus-offline-deterministic"
 M = TypeVar("M", bound=BaseModel)
@@ -266,11 +266,7 @@ def parse_json_output(text: str, model: type[M]) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        errors = [
-            "/" + "/".join(str(p) for p in err["loc"]) + f": {err['msg']}"
-            for err in exc.errors(include_url=False)
-        ]
-        raise SemanticError(f"output does not match {model.__name__}", errors) from None
+        raise SemanticError(f"output does not match {model.__name__}", pointed(exc)) from None
 
 
 class LLMSettings(BaseModel):

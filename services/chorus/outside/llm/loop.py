@@ -251,10 +251,12 @@ class Prices:
     per_million: Mapping[str, tuple[float, float]]
     """model -> (input, output) in dollars per million tokens."""
 
-    def cost(self, model: str, input_tokens: int, output_tokens: int) -> int:
-        """Micro-dollars: a million tokens at ``p`` dollars each million is ``p`` dollars."""
+    def priced(self, model: str, usage: Usage) -> Usage:
+        """``usage`` with its cost in micro-dollars (a million tokens at ``p`` dollars each
+        million is ``p`` dollars)."""
         price_in, price_out = self.per_million.get(model, (0.0, 0.0))
-        return round(input_tokens * price_in + output_tokens * price_out)
+        cost = round(usage.input_tokens * price_in + usage.output_tokens * price_out)
+        return usage.model_copy(update={"cost_micro_usd": cost})
 
 
 @dataclass(frozen=True)
@@ -345,14 +347,7 @@ class AgentLoop:
                 self._check_limits(transcript)
                 asked = [*messages, *transcript.messages()]
                 answer = await self.model.chat(asked, schemas, timeout_s=self.timeout_s)
-                usage = answer.usage
-                priced = usage.model_copy(
-                    update={
-                        "cost_micro_usd": self.prices.cost(
-                            answer.model, usage.input_tokens, usage.output_tokens
-                        )
-                    }
-                )
+                priced = self.prices.priced(answer.model, answer.usage)
                 answer = answer.model_copy(update={"usage": priced})
                 usage_metrics.count_cost(answer.model, priced.cost_micro_usd)
                 update: dict[str, Any] = {"turns": [*transcript.turns, Turn(answer=answer)]}
@@ -386,9 +381,7 @@ async def _call(tools: Mapping[str, Tool], call: ToolCall, key: str) -> ToolResu
     try:
         arguments = tool.arguments.model_validate(call.arguments)
     except ValidationError as exc:
-        errors = "; ".join(
-            "/" + "/".join(str(p) for p in e["loc"]) + f": {e['msg']}" for e in exc.errors(include_url=False)
-        )
+        errors = "; ".join(pointed(exc))
         return ToolResult(call_id=call.id, name=call.name, error=f"arguments refused: {errors}")
     gen_ai = {
         "gen_ai.operation.name": "execute_tool",
@@ -402,3 +395,9 @@ async def _call(tools: Mapping[str, Tool], call: ToolCall, key: str) -> ToolResu
 
 
 _AS_JSON: TypeAdapter[Any] = TypeAdapter(Any)
+
+
+def pointed(exc: ValidationError) -> list[str]:
+    """What a model's output (an answer, a tool's arguments) got wrong, by JSON pointer: what
+    the model is told."""
+    return ["/" + "/".join(str(p) for p in e["loc"]) + f": {e['msg']}" for e in exc.errors(include_url=False)]

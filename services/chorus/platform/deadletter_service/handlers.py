@@ -12,7 +12,7 @@ from typing import Any
 
 from chorus.base.errors import PersistentError
 from chorus.contracts.envelope import Envelope
-from chorus.contracts.platform import EventDeadLettered, RedriveRequested
+from chorus.contracts.platform import EventDeadLettered, RedriveRequested, bulk_reason
 from chorus.kernel.codec import Event
 from chorus.kernel.service import Context, Outcome
 from chorus.platform.deadletter_service.adapters.repository import AskRedrive, StoreLetter
@@ -31,7 +31,7 @@ async def on_redrive_requested(
 ) -> Outcome[Any]:
     """Keep the operator's request; its letters are redriven by the worker, as them."""
     asked = event.payload
-    reason = f"{asked.reason} (bulk action {asked.bulk_id})" if asked.bulk_id else asked.reason
+    reason = bulk_reason(asked.reason, asked.bulk_id)
     envelope = event.envelope
     request = AskRedrive(envelope.event_id, envelope.workflow_id, asked.requested_by, reason, ctx.clock.now())
     return Outcome(effects=[request])

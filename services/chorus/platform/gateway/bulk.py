@@ -37,7 +37,7 @@ from chorus.base.loops import forever
 from chorus.contracts.api.audit_projector import WorkflowStatusView
 from chorus.contracts.base import EventModel
 from chorus.contracts.envelope import Envelope
-from chorus.contracts.platform import RedriveRequested
+from chorus.contracts.platform import RedriveRequested, bulk_reason
 from chorus.contracts.rollouts import RepinOrdered
 from chorus.kernel.outbox import OutboxTransaction
 from chorus.kernel.service import RuntimeHandle
@@ -56,11 +56,10 @@ IDLE_S = 1.0
 """How often an idle worker looks for pending items."""
 
 
-async def _signal(
-    tx: OutboxTransaction, rt: RuntimeHandle, item: bulk.Claimed, submission: repository.SubmissionRow | None
-) -> tuple[str, str | None]:
+async def _signal(ctx: _Item) -> tuple[str, str | None]:
     """The action's signal to one workflow, as the operator's (its Idempotency-Key, the
     action's and the workflow's: sent once): (done, the signal's id) or (skipped, why)."""
+    tx, rt, item = ctx.tx, ctx.rt, ctx.item
     assert item.signal is not None and item.input is not None
     declared = rt.registry.signals(item.workflow_type).get(item.signal)
     if declared is None or "operator" not in declared.roles:
@@ -68,12 +67,12 @@ async def _signal(
     signalled = Signalled(
         item.workflow_id,
         item.workflow_type,
-        submission,
+        ctx.submission,
         item.signal,
         rt.registry.latest_model(declared.event),
         item.input,
         item.requested_by,
-        f"{item.reason} (bulk action {item.bulk_id})",
+        ctx.reason,
     )
     try:
         # A savepoint: a refusal (the input, the event's size) leaves no signal row behind.
@@ -93,10 +92,9 @@ async def _signal(
 
 
 async def _cancel(ctx: _Item) -> tuple[str, str | None]:
-    reason = f"{ctx.item.reason} (bulk action {ctx.item.bulk_id})"
     item = ctx.item
     request = await cancel_in(
-        ctx.tx, ctx.rt, item.workflow_id, item.workflow_type, ctx.submission, item.requested_by, reason
+        ctx.tx, ctx.rt, item.workflow_id, item.workflow_type, ctx.submission, item.requested_by, ctx.reason
     )
     return (
         (bulk.DONE, None)
@@ -125,7 +123,7 @@ async def _reset(ctx: _Item) -> tuple[str, str | None]:
         plan,
         reset_id=reset_id,
         requested_by=item.requested_by,
-        reason=f"{item.reason} (bulk action {item.bulk_id})",
+        reason=ctx.reason,
         replacement=None,
         request_hash=item.bulk_id,
         now=ctx.rt.clock.now(),
@@ -181,6 +179,11 @@ class _Item:
     view: WorkflowStatusView | None
     submission: repository.SubmissionRow | None
 
+    @property
+    def reason(self) -> str:
+        """The operator's reason, naming this bulk action (each workflow's audit trail)."""
+        return bulk_reason(self.item.reason, self.item.bulk_id)
+
     def operation(self, event: EventModel) -> Envelope:
         """``event`` in the workflow, once per action and workflow (its idempotency key)."""
         workflow_type = self.view.workflow_type if self.view is not None else self.item.workflow_type
@@ -190,13 +193,9 @@ class _Item:
         )
 
 
-async def _signalled(ctx: _Item) -> tuple[str, str | None]:
-    return await _signal(ctx.tx, ctx.rt, ctx.item, ctx.submission)
-
-
 ACTIONS: dict[str, Callable[[_Item], Awaitable[tuple[str, str | None]]]] = {
     "cancel": _cancel,
-    "signal": _signalled,
+    "signal": _signal,
     "reset": _reset,
     "redrive": _redrive,
     "repin": _repin,

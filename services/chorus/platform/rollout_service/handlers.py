@@ -11,7 +11,7 @@ from typing import Any
 
 from chorus.base.errors import PersistentError
 from chorus.contracts.lifecycle import WorkflowEnded, WorkflowStarted
-from chorus.contracts.platform import EventDeadLettered, ReviewRequested
+from chorus.contracts.platform import EventDeadLettered, ReviewRequested, bulk_reason
 from chorus.contracts.rollouts import ReleaseReported, RepinAnswered, RepinOrdered
 from chorus.kernel.codec import Event
 from chorus.kernel.service import Context, Outcome
@@ -89,7 +89,7 @@ async def on_repin_ordered(event: Event[RepinOrdered], state: None, ctx: Context
     """An operator's order (through the gateway) to move a workflow: kept, for the repin
     worker to check and ask for as the operator (chorus.platform.rollout_service.changes)."""
     env, order = event.envelope, event.payload
-    reason = f"{order.reason} (bulk action {order.bulk_id})" if order.bulk_id else order.reason
+    reason = bulk_reason(order.reason, order.bulk_id)
     kept = RepinOrder(
         env.event_id,
         order.service,

@@ -147,12 +147,12 @@ async def finish_done(conn: asyncpg.Connection, at: datetime) -> list[str]:
     return [r["bulk_id"] for r in rows]
 
 
-_WITH_COUNTS = """SELECT a.bulk_id, a.action, a.signal, a.input::text AS input, a.reset_to, a.service,
+_WITH_COUNTS = f"""SELECT a.bulk_id, a.action, a.signal, a.input::text AS input, a.reset_to, a.service,
                   a.to_release, a.query, a.reason,
                   a.requested_by, a.requested_at, a.rate_per_s, a.matched, a.finished_at,
-                  count(*) FILTER (WHERE i.status IN ('pending', 'queued')) AS pending,
-                  count(*) FILTER (WHERE i.status = 'done') AS done,
-                  count(*) FILTER (WHERE i.status = 'skipped') AS skipped
+                  count(*) FILTER (WHERE i.status IN ('{PENDING}', '{QUEUED}')) AS pending,
+                  count(*) FILTER (WHERE i.status = '{DONE}') AS done,
+                  count(*) FILTER (WHERE i.status = '{SKIPPED}') AS skipped
            FROM gateway.bulk_actions a LEFT JOIN gateway.bulk_items i USING (bulk_id)"""
 
 

@@ -42,6 +42,8 @@ ACTED_ON = {"reset": ("waiting",), "redrive": ("attention",)}
 """Narrower for these: a reset takes back only a workflow that waits, a redrive only one whose
 latest news is a dead letter (a dry run counts what it would act on)."""
 SHOWN = 100
+ASKED = ("action", "signal", "input", "reset_to", "service", "to_release", "query", "reason", "rate_per_s")
+"""What makes two requests the same bulk action (a retry with its Idempotency-Key)."""
 BulkId = Annotated[str, Path(max_length=80, pattern=r"^bulk-[0-9a-f]{32}$")]
 
 
@@ -126,20 +128,8 @@ def _replayed(
     shown: dict[str, Any], body: BulkActionBody, bulk_id: str, key: str | None, status_url: str
 ) -> JSONResponse:
     """The action stored under this Idempotency-Key; 409 when the key named another one."""
-    stored = json.loads(shown["input"]) if shown["input"] else None
-    targets = (shown["signal"], stored, shown["reset_to"], shown["service"], shown["to_release"])
-    asked = (shown["action"], *targets, shown["query"], shown["reason"], shown["rate_per_s"])
-    if asked != (
-        body.action,
-        body.signal,
-        body.input,
-        body.reset_to,
-        body.service,
-        body.to_release,
-        body.query,
-        body.reason,
-        body.rate_per_s,
-    ):
+    stored = {**shown, "input": json.loads(shown["input"]) if shown["input"] else None}
+    if any(stored[field] != getattr(body, field) for field in ASKED):
         raise Problem(409, "Idempotency-Key reused", f"{key!r} named another bulk action ({bulk_id})")
     headers = {"Location": status_url, "Idempotent-Replayed": "true"}
     return JSONResponse(_answer(shown, status_url).model_dump(mode="json"), status_code=202, headers=headers)
