@@ -435,8 +435,16 @@ async def test_an_operator_resets_the_workflows_a_search_finds_to_an_event_type_
             "both reset",
             reload=browser,
         )
-        assert "reset to invoice.validated" in browser.find_element(By.TAG_NAME, "h1").text
-        assert browser.find_element(By.CSS_SELECTOR, "table.items").text.count("rst-") == 2
+        # Read as one (a read of a page being replaced is tried again).
+        heading, items = until(
+            lambda: (
+                browser.find_element(By.TAG_NAME, "h1").text,
+                browser.find_element(By.CSS_SELECTOR, "table.items").text,
+            ),
+            "the action's page",
+        )
+        assert "reset to invoice.validated" in heading
+        assert items.count("rst-") == 2
         shot(browser, "bulk-reset-done")
 
         async def taken_back() -> bool:
