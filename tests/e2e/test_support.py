@@ -162,6 +162,32 @@ async def test_a_large_refund_waits_for_the_manager_and_is_late_after_its_reply_
     assert len(await support.replies_to("cust-1002")) == 1
 
 
+async def test_the_agent_looks_the_orders_up_notes_the_ticket_once_and_the_reviewer_sees_its_calls(
+    support: Support,
+) -> None:
+    """The triage agent's loop with the CRM's tools: the refund is capped by what the
+    customer's orders left to refund, the note is written once, and the manager who decides
+    sees which tools the agent called."""
+    orders = [{"order_id": "ord-9", "total_cents": 9000, "refunded_cents": 3000}]
+    customer = {"customer_id": "cust-orders", "name": "Katherine Johnson", "plan": "pro", "orders": orders}
+    await support.http.post(f"{support.sandbox}/crm/customers", json=customer)
+    workflow = await support.submit("cust-orders", "Refund both charges", refund_cents=12000)
+    status = await support.wait(workflow, lambda s: s.get("pending_approval"), "an approval request")
+    context = status["pending_approval"]["context"]
+    assert context["summary"] == "refund of 60.00 to Katherine Johnson"  # 90.00 paid, 30.00 back
+    assert context["steps_taken"][:3] == [
+        "called lookup_customer",
+        "called order_history",
+        "called add_crm_note",
+    ]
+    notes = [
+        n
+        for n in (await support.http.get(f"{support.sandbox}/crm/notes")).json()
+        if n["customer_id"] == "cust-orders"
+    ]
+    assert [(n["note"], n["requests"]) for n in notes] == [("billing ticket: Refund both charges", 1)]
+
+
 async def test_a_rejected_refund_ends_rejected_and_nothing_is_sent(support: Support) -> None:
     customer = {"customer_id": "cust-reject", "name": "Edsger Dijkstra", "plan": "team"}
     await support.http.post(f"{support.sandbox}/crm/customers", json=customer)
@@ -208,6 +234,10 @@ async def test_an_unknown_customer_is_a_dead_letter_until_redriven_then_answered
     status = await support.ended(workflow)
     assert status["status"] == "completed"
     assert [r["customer_id"] for r in await support.replies_to("cust-unknown")] == ["cust-unknown"]
+    # The redriven step went on from its checkpoint: the model's first turn (the lookups it
+    # asked for) was kept before the lookup failed, and was not asked again.
+    stats = (await support.http.get(f"{support.sandbox}/stats")).json()
+    assert [asked for asked in stats["llm_repeated"] if asked.startswith("triage_ticket")] == []
 
 
 async def test_a_bulk_redrive_by_query_redrives_each_waiting_tickets_letter_once_as_the_operator(

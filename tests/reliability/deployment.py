@@ -101,6 +101,8 @@ class FaultLog:
     problems: list[str] = field(default_factory=list)
     """Faults that could not be injected as asked (an injection point never reached):
     a scenario that did not break anything must not pass."""
+    notes: list[str] = field(default_factory=list)
+    """What the scenario measured besides (in its result's notes)."""
 
     def add(self, kind: str, target: str, detail: str, *, count: int = 1) -> Fault:
         fault = Fault(kind, target, detail, time.monotonic(), count=count)

@@ -468,4 +468,8 @@ class Driver:
             replies = await client.get(f"{self.sandbox_url}/helpdesk/replies")
             replies.raise_for_status()
             stats["helpdesk"] = replies.json()
+            # And its CRM's notes, which the triage agent's loop writes (one per ticket, by key).
+            notes = await client.get(f"{self.sandbox_url}/crm/notes")
+            notes.raise_for_status()
+            stats["crm_notes"] = notes.json()
             return stats

@@ -225,8 +225,8 @@ def judge_effects(
 ) -> Reconciliation:
     """Exactly once per idempotency key: one payment per completed invoice (under the key
     the payment agent derives), one report delivery key per completed report, one helpdesk
-    reply key per completed ticket, one completion webhook (delivery id) per ended workflow;
-    none for the others."""
+    reply key per completed ticket (and at most one CRM note, which its agent loop writes),
+    one completion webhook (delivery id) per ended workflow; none for the others."""
     out = Reconciliation()
     by_key: dict[str, dict[str, Any]] = stats["payments"]["by_key"]
     requests: dict[str, int] = stats["payment_requests"]
@@ -249,10 +249,9 @@ def judge_effects(
             retried += sum(max(0, requests.get(k, 0) - 1) for k in keys)
             payments += len(keys)
         elif w.kind == "support_ticket":
-            replies = [r for r in stats.get("helpdesk", []) if r["customer_id"] == customer_id(w.token)]
-            _once(out, w, status, len(replies), "reply keys for one ticket", "a reply to the customer")
-            retried += sum(max(0, r.get("requests", 1) - 1) for r in replies)
-            replied += len(replies)
+            replies, repeats = _ticket_effects(out, w, status, stats)
+            replied += replies
+            retried += repeats
         else:
             title = f"Report: {report_topic(w.token)}"[:200]
             deliveries = [d for d in stats["deliveries"] if d["body"].get("title") == title]
@@ -284,6 +283,19 @@ def judge_effects(
             "delivery; the key makes the receiver apply it once)"
         )
     return out
+
+
+def _ticket_effects(out: Reconciliation, w: Tracked, status: str, stats: dict[str, Any]) -> tuple[int, int]:
+    """A ticket's reply (one for a completed ticket) and its agent loop's note on the
+    customer's record (one, whatever the ticket's end): how many replies, how many repeats."""
+    replies = [r for r in stats.get("helpdesk", []) if r["customer_id"] == customer_id(w.token)]
+    _once(out, w, status, len(replies), "reply keys for one ticket", "a reply to the customer")
+    notes = [n for n in stats.get("crm_notes", []) if n["customer_id"] == customer_id(w.token)]
+    if len(notes) > 1:
+        out.duplicate_effects += len(notes) - 1
+        out.effect_problems.append(f"{w.workflow_id}: {len(notes)} CRM notes for one ticket")
+    repeats = sum(max(0, e.get("requests", 1) - 1) for e in [*replies, *notes])
+    return len(replies), repeats
 
 
 def _once(out: Reconciliation, w: Tracked, status: str, seen: int, what: str, missing: str) -> None:

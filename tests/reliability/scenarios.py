@@ -14,6 +14,7 @@ import logging
 import random
 import time
 import traceback
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -622,6 +623,49 @@ async def resets_under_sigkill(ctx: Ctx) -> None:
         w.approve_tiers = frozenset({"manager"})  # now the driver approves it
 
 
+LOOP_POINTS = [("after_model_turn", 2), ("mid_tool_call", 3), ("after_tool_call", 2)]
+"""Where the triage agent's loop is SIGKILLed: after a model turn was kept, while a tool call
+is made but not kept (the one call a crash may repeat), after a tool call was kept."""
+
+
+async def agent_loop_under_sigkill(ctx: Ctx) -> None:
+    """Support tickets one at a time (each loop runs alone, so what repeats is the killed
+    loop's), the triage agent SIGKILLed at each point of its tool-calling loop. The sandbox
+    counts what was asked: no model turn asked twice, and of the tool calls only the one in
+    flight at the mid-call kill (its key the same: one note per ticket)."""
+    driver = ctx.dep.driver
+    before = await driver.sandbox_stats()
+
+    async def one_ticket_at_a_time() -> None:
+        tickets = ctx.workflows()
+        if tickets and not (tickets[-1].ended or tickets[-1].last.get("pending_approval")):
+            return  # the last ticket's loop is not over yet
+        await driver.submit("support_ticket", ctx.scenario)
+
+    for point, nth in LOOP_POINTS:
+        await injectors.sigkill_at(ctx.dep, ctx.faults, "triage_agent", point, nth, feed=one_ticket_at_a_time)
+    tickets = ctx.workflows()
+    if not await driver.wait_settled(tickets, 120.0):
+        return  # the reconciler says which is stuck
+    after = await driver.sandbox_stats()
+    asked = {k: n for k, n in after["llm_repeated"].items() if k.startswith("triage_ticket")}
+    for conversation, n in asked.items():
+        if n > before["llm_repeated"].get(conversation, 1):
+            ctx.faults.problems.append(f"a model turn asked {n} times once kept: {conversation}")
+    customers = {f"/crm/customers/cust-{w.token}" for w in tickets}
+    calls = Counter(
+        t["path"]
+        for t in after["traces"][len(before["traces"]) :]
+        if t["path"].rsplit("/", 1)[0] in customers or t["path"] in customers
+    )
+    repeated = {path: n for path, n in calls.items() if n > 1}
+    if list(repeated.values()) != [2]:
+        ctx.faults.problems.append(f"not just the call killed mid-call made again: {repeated}")
+    ctx.faults.notes.append(
+        f"{len(tickets)} tickets, {sum(calls.values())} tool calls, repeated: {repeated or 'none'}"
+    )
+
+
 def full() -> list[Scenario]:
     scenarios = [
         Scenario(
@@ -719,6 +763,13 @@ def full() -> list[Scenario]:
             resets_under_sigkill,
         ),
         Scenario(
+            "sigkill-agent-loop",
+            "support tickets one at a time, the triage agent SIGKILLed in its tool-calling loop: "
+            + ", ".join(f"{p} (#{n})" for p, n in LOOP_POINTS),
+            "main",
+            agent_loop_under_sigkill,
+        ),
+        Scenario(
             "poison-at-broker-limit",
             "production size limits; a 900 KB non-JSON record (under the broker's 1 MB limit)",
             "defaults",
@@ -765,7 +816,7 @@ async def run_scenario(dep: Deployment, scenario: Scenario, seed: int = 0) -> Sc
         max_recovery_s=recon.max_recovery_s,
         checks=recon.checks,
         violations=[*errors, *recon.violations],
-        notes=recon.notes,
+        notes=[*faults.notes, *recon.notes],
         fault_log=[asdict(f) for f in faults.faults],
         startup_crashes=dep.startup_crashes[crashes_before:],
         duration_s=time.monotonic() - started,

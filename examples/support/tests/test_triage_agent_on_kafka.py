@@ -11,13 +11,13 @@ from pathlib import Path
 import httpx
 import pytest
 from aiohttp import web
-from chorus.llm import OfflineModel
+from chorus.llm import AgentLoop, OfflineModel
 from chorus.runtime.runner import running
 from chorus.teststack import isolated_registry, publish, read_events
 
 from support_contracts.events import TicketAnswered, TicketReceived
-from support_sandbox import SKILLS, setup
-from triage_agent.adapters.outside import Crm, Helpdesk
+from support_sandbox import TOOL_SKILLS, setup
+from triage_agent.adapters.outside import Crm, Helpdesk, crm_tools
 from triage_agent.bootstrap import Deps
 from triage_agent.config import Settings
 from triage_agent.service import SPEC
@@ -50,9 +50,9 @@ async def test_a_ticket_is_answered_once_even_when_delivered_twice(
 
         @asynccontextmanager
         async def with_outside_world(_: Settings) -> AsyncIterator[Deps]:
+            crm = Crm(client, f"{url}/crm")
             yield Deps(
-                llm=OfflineModel(SKILLS),
-                crm=Crm(client, f"{url}/crm"),
+                agent=AgentLoop(OfflineModel({}, TOOL_SKILLS), crm_tools(crm), name="triage"),
                 helpdesk=Helpdesk(client, f"{url}/helpdesk"),
                 refund_threshold_cents=5000,
                 approval_chain=[],
@@ -68,6 +68,8 @@ async def test_a_ticket_is_answered_once_even_when_delivered_twice(
                 registry, bootstrap, "ticket.answered", workflow_id=sent.workflow_id, settle_s=3.0
             )
         replies = (await client.get(f"{url}/helpdesk/replies")).json()
+        notes = (await client.get(f"{url}/crm/notes")).json()
     answered: TicketAnswered = answers[0].payload
     assert len(answers) == 1 and (answered.category, answered.refund_cents) == ("billing", 900)
     assert [r["customer_id"] for r in replies] == ["cust-1002"]  # the customer heard from us once
+    assert [(n["customer_id"], n["requests"]) for n in notes] == [("cust-1002", 1)]  # noted once

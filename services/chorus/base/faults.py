@@ -1,13 +1,12 @@
 """Named fault-injection points for the reliability suite.
 
-``CHORUS_FAULTS="after_db_commit:3,after_publish:1"`` makes this process kill
-itself with SIGKILL the 3rd time it passes ``after_db_commit`` and the first time
-it passes ``after_publish``. Unset (production), a point costs one dict lookup.
-
-Points: ``after_inbox_insert`` (inside the handling transaction),
-``after_db_commit`` (outcome committed, Kafka offset not yet), ``after_publish``
-(outbox rows published, not yet marked), ``mid_external_call`` (adapters, while
-a request to an external system is in flight).
+``CHORUS_FAULTS="after_db_commit:3,after_publish:1"``: this process SIGKILLs itself the 3rd
+time it passes ``after_db_commit`` and the 1st it passes ``after_publish``. Unset
+(production), a point costs one dict lookup. Points: ``after_inbox_insert`` (inside the
+handling transaction), ``after_db_commit`` (outcome committed, Kafka offset not yet),
+``after_publish`` (outbox rows published, not yet marked), ``mid_external_call`` (an
+external request in flight); an agent loop's ``after_model_turn``, ``after_tool_call``
+(kept in the checkpoint) and ``mid_tool_call`` (the tool answered, its result not kept).
 """
 
 from __future__ import annotations

@@ -187,7 +187,8 @@ class DevStackSettings(BaseModel):
     sandbox: list[str] = Field(
         default_factory=list,
         description="modules extending the sandbox: SKILLS (the stand-in model's answers to the "
-        "project's prompts) and setup(app) (stand-ins of the project's outside world)",
+        "project's prompts), TOOL_SKILLS (its turns in a tool-calling loop) and setup(app) "
+        "(stand-ins of the project's outside world)",
     )
     env: dict[str, str] = Field(
         default_factory=dict,

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import httpx
 from chorus.contracts.approvals import EscalationStep
-from chorus.llm import LLM, llm_dependency
+from chorus.llm import AgentLoop, Prices, llm_dependency
 
-from triage_agent.adapters.outside import Crm, Helpdesk
+from triage_agent.adapters.outside import Crm, Helpdesk, crm_tools
 from triage_agent.config import Settings
 
 
@@ -19,8 +19,8 @@ from triage_agent.config import Settings
 class Deps:
     """What a handler may use besides its event and state (``ctx.deps``)."""
 
-    llm: LLM
-    crm: Crm
+    agent: AgentLoop
+    """The model with the CRM's tools, turn after turn until it answers (chorus.llm.AgentLoop)."""
     helpdesk: Helpdesk
     refund_threshold_cents: int
     approval_chain: list[EscalationStep]
@@ -30,9 +30,16 @@ class Deps:
 @asynccontextmanager
 async def bootstrap(settings: Settings) -> AsyncIterator[Deps]:
     async with httpx.AsyncClient(timeout=10.0) as client, llm_dependency(settings) as llm:
+        crm = Crm(client, settings.crm_url)
         yield Deps(
-            llm=llm,
-            crm=Crm(client, settings.crm_url),
+            agent=AgentLoop(
+                llm,
+                crm_tools(crm),
+                prices=Prices(settings.llm_prices),
+                limits=settings.agent_limits,
+                timeout_s=settings.llm_timeout_s,
+                name="triage",
+            ),
             helpdesk=Helpdesk(client, settings.helpdesk_url),
             refund_threshold_cents=settings.refund_threshold_cents,
             approval_chain=list(settings.approval_chain),

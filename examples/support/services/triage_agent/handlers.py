@@ -13,7 +13,15 @@ from chorus.service import CancelTimer, Context, Outcome, ScheduleTimer
 
 from support_contracts.events import TicketAnswered, TicketReceived, TicketReplyDue
 from triage_agent.bootstrap import Deps
-from triage_agent.domain import SERVICE, Triage, TriageState, approval_for, semantic_errors, triage_prompt
+from triage_agent.domain import (
+    SERVICE,
+    Triage,
+    TriageState,
+    approval_for,
+    looked_up,
+    semantic_errors,
+    triage_prompt,
+)
 
 REPLY_DUE = "reply-due"
 
@@ -21,19 +29,27 @@ REPLY_DUE = "reply-due"
 async def on_ticket_received(
     event: Event[TicketReceived], state: TriageState | None, ctx: Context[Deps]
 ) -> Outcome[TriageState]:
-    """Look the customer up, let the model classify the ticket and draft the reply, check
-    the answer; then send it, or ask a person first when the refund is large. The runtime
-    commits the new state, the emitted events and the timer in one transaction with the
-    fact that this event was handled: a redelivery is not handled twice."""
+    """Let the model triage the ticket with the CRM's tools (the customer, their orders, a
+    note), check its answer; then send the reply, or ask a person first when the refund is
+    large. Each model turn and tool call is kept as it completes: a crash goes on from there,
+    asking the model nothing twice. The runtime commits the new state, the emitted events and
+    the timer in one transaction with the fact that this event was handled: a redelivery is
+    not handled twice."""
     ticket = event.payload
-    customer = await ctx.deps.crm.customer(ticket.customer_id)
-    answer = await ctx.deps.llm.complete(triage_prompt(ticket, customer, ctx.feedback))
-    triage = parse_json_output(answer, Triage)
-    errors = semantic_errors(triage, ticket, customer)
+    transcript = await ctx.deps.agent.run(
+        ctx,
+        triage_prompt(ticket),
+        state.transcript if state is not None else None,
+        keep=lambda kept: TriageState(ticket=ticket, transcript=kept),
+        refused=ctx.feedback,  # a semantic retry: the model is told what was wrong
+    )
+    triage = parse_json_output(transcript.answer or "", Triage)
+    customer, orders = looked_up(transcript, ticket.customer_id)
+    errors = semantic_errors(triage, ticket, customer, orders)
     if errors:
-        # Re-prompted with these errors (ctx.feedback); if it stays wrong, a person reviews.
+        # Told to the model on the retry (ctx.feedback); if it stays wrong, a person reviews.
         raise SemanticError("the triage does not fit the ticket", errors)
-    state = TriageState(ticket=ticket, customer=customer, triage=triage)
+    state = TriageState(ticket=ticket, transcript=transcript, customer=customer, triage=triage)
     if triage.refund_cents <= ctx.deps.refund_threshold_cents:
         return await reply(state, ctx)
     due = ScheduleTimer(
@@ -73,20 +89,21 @@ async def on_ticket_reply_due(
 
 async def reply(state: TriageState, ctx: Context[Deps]) -> Outcome[TriageState]:
     """Send the reply (once, whatever retries: the step's idempotency key) and end the workflow."""
+    customer, triage = state.decided()
     reply_id = await ctx.deps.helpdesk.send(
-        state.customer.customer_id, state.triage.reply, key=ctx.idempotency_key("reply")
+        customer.customer_id, triage.reply, key=ctx.idempotency_key("reply")
     )
     answered = TicketAnswered(
-        category=state.triage.category,
-        reply=state.triage.reply,
-        refund_cents=state.triage.refund_cents,
+        category=triage.category,
+        reply=triage.reply,
+        refund_cents=triage.refund_cents,
         reply_id=reply_id,
         overdue=state.overdue,
     )
     ended = WorkflowEnded(
         outcome="completed",
-        reason=f"answered ({state.triage.category})",
-        result={"reply_id": reply_id, "refund_cents": state.triage.refund_cents, "overdue": state.overdue},
+        reason=f"answered ({triage.category})",
+        result={"reply_id": reply_id, "refund_cents": triage.refund_cents, "overdue": state.overdue},
         ended_by=SERVICE,
     )
     done = state.model_copy(update={"answered": True, "waiting_for_approval": False})

@@ -31,7 +31,7 @@ from chorus.outside.breaker import BreakerPolicy
 from chorus.outside.dependencies import Dependency, Guarding, dependencies
 from chorus.outside.external import Convention, ExternalRejection, call_json
 from chorus.outside.llm import usage
-from chorus.outside.llm.loop import ModelTurn, ToolCall, Usage, pointed
+from chorus.outside.llm.loop import LoopLimits, ModelTurn, ToolCall, Usage, pointed
 
 OFFLINE_MODEL_NAME = "chorus-offline-deterministic"
 M = TypeVar("M", bound=BaseModel)
@@ -282,10 +282,16 @@ class LLMSettings(BaseModel):
     llm_breaker: BreakerPolicy = BreakerPolicy()
     """The ``llm`` circuit breaker, shared the same way (chorus.outside.breaker)."""
     llm_timeout_s: float = 120.0
+    llm_prices: dict[str, tuple[float, float]] = {}
+    """Dollars per million tokens, (input, output), by model: what an agent loop's turns cost
+    (chorus.outside.llm.loop.Prices). CHORUS_LLM_PRICES='{"gpt-4o-mini": [0.15, 0.6]}'."""
+    agent_limits: LoopLimits = LoopLimits()
+    """An agent loop's turns, tokens and cost per step, and what happens at the limit:
+    CHORUS_AGENT_LIMITS='{"max_turns": 6, "max_cost_micro_usd": 20000, "on_limit": "escalate"}'."""
 
 
 @asynccontextmanager
-async def llm_dependency(settings: Any) -> AsyncIterator[LLM]:
+async def llm_dependency(settings: Any) -> AsyncIterator[OpenAICompatibleLLM]:
     """The LLM a service's handlers use, built from its settings (bootstrap helper): an
     HTTP client, the shared ``llm`` rate limiter and circuit breaker (chorus.outside.dependencies)."""
     if not str(settings.llm_base_url).startswith(("http://", "https://")):

@@ -27,12 +27,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from chorus.base.errors import PersistentError, SemanticError
+from chorus.base.faults import fault_point
 from chorus.base.tracing import work_span
 from chorus.outside.breaker import BreakerOpenError
 from chorus.outside.llm import usage as usage_metrics
@@ -140,7 +141,11 @@ class Transcript(BaseModel):
                 {
                     "role": "tool",
                     "tool_call_id": r.call_id,
-                    "content": json.dumps({"error": r.error} if r.error is not None else r.output),
+                    # Keys sorted: the checkpoint (jsonb) does not keep their order, and a turn
+                    # asked after a resume reads the same bytes (a server's prompt cache too).
+                    "content": json.dumps(
+                        {"error": r.error} if r.error is not None else r.output, sort_keys=True
+                    ),
                 }
                 for r in turn.results
             ]
@@ -259,13 +264,15 @@ class Prices:
         return usage.model_copy(update={"cost_micro_usd": cost})
 
 
-@dataclass(frozen=True)
-class LoopLimits:
-    """When the loop stops before asking the model again (None: no limit), and what then."""
+class LoopLimits(BaseModel):
+    """When the loop stops before asking the model again (None: no limit), and what then: a
+    setting (JSON in CHORUS_AGENT_LIMITS, chorus.outside.llm.client.LLMSettings)."""
 
-    max_turns: int = 10
-    max_tokens: int | None = None
-    max_cost_micro_usd: int | None = None
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_turns: int = Field(default=10, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_cost_micro_usd: int | None = Field(default=None, ge=1)
     on_limit: Literal["escalate", "fail"] = "escalate"
     """escalate: a semantic failure, which the runtime hands to a person once its retries
     (which ask the model nothing more: the limit holds) are spent; fail: a persistent one,
@@ -307,7 +314,7 @@ class AgentLoop:
     model: ToolModel
     tools: Sequence[Tool]
     prices: Prices = Prices({})
-    limits: LoopLimits = LoopLimits()
+    limits: LoopLimits = field(default_factory=LoopLimits)
     timeout_s: float = 120.0
     name: str = "agent"
     """Which loop of the step (in its tools' idempotency keys): two loops of one step differ."""
@@ -341,8 +348,10 @@ class AgentLoop:
                 # By position (the model's ids may repeat, or be empty): the same on every try.
                 key = ctx.idempotency_key(self.name, str(len(transcript.turns)), str(len(last.results)))
                 result = await _call(by_name, call, key)
+                fault_point("mid_tool_call")  # made, not kept: the one call a crash repeats
                 turn = last.model_copy(update={"results": [*last.results, result]})
                 transcript = transcript.model_copy(update={"turns": [*transcript.turns[:-1], turn]})
+                kept = "after_tool_call"
             else:
                 self._check_limits(transcript)
                 asked = [*messages, *transcript.messages()]
@@ -354,7 +363,9 @@ class AgentLoop:
                 if not answer.tool_calls:
                     update["answer"] = answer.content or ""
                 transcript = transcript.model_copy(update=update)
+                kept = "after_model_turn"
             await ctx.checkpoint(keep(transcript))
+            fault_point(kept)
         return transcript
 
     def _check_limits(self, transcript: Transcript) -> None:

@@ -26,7 +26,8 @@ from aiohttp.typedefs import Handler
 from aiosmtpd.controller import Controller
 
 from chorus.outside.llm import ChatMessage
-from chorus.outside.llm.client import OFFLINE_MODEL_NAME, Skill, task_of
+from chorus.outside.llm.client import OFFLINE_MODEL_NAME, OfflineModel, Skill, ToolSkill, task_of
+from chorus.outside.llm.loop import Usage, assistant_message
 from chorus.reference.sandbox.model import SKILLS, flaky_answer
 
 CLOSED_VENDORS = {"vendor-closed"}
@@ -50,7 +51,8 @@ class SandboxConfig:
     plugins: tuple[str, ...] = ()
     """Modules of projects extending the sandbox (their ``project.yaml``'s ``dev.sandbox``):
     each may define ``SKILLS`` (task -> skill: the stand-in model's answers to the project's
-    prompts) and ``setup(app)`` (routes standing in for the project's outside world)."""
+    prompts), ``TOOL_SKILLS`` (task -> its turns in a tool-calling loop) and ``setup(app)``
+    (routes standing in for the project's outside world)."""
 
 
 @dataclass
@@ -67,6 +69,11 @@ class Sandbox:
     deliveries: list[dict[str, Any]] = field(default_factory=list)
     webhooks: list[dict[str, Any]] = field(default_factory=list)
     llm_calls: Counter[str] = field(default_factory=Counter)
+    tool_skills: dict[str, ToolSkill] = field(default_factory=dict)
+    llm_asked: Counter[str] = field(default_factory=Counter)
+    """Model requests by task and conversation (a digest of the messages): a turn asked
+    twice is the same conversation twice, which an agent loop that kept the first answer
+    never sends."""
     slack: list[dict[str, Any]] = field(default_factory=list)
     mail: list[dict[str, Any]] = field(default_factory=list)
     """Messages the SMTP stand-in accepted (appended from its thread; list.append is atomic)."""
@@ -84,6 +91,7 @@ class Sandbox:
             "deliveries": self.deliveries,
             "webhooks": self.webhooks,
             "llm_calls": dict(self.llm_calls),
+            "llm_repeated": {asked: n for asked, n in self.llm_asked.items() if n > 1},
             "slack": self.slack,
             "mail": self.mail,
             "traces": self.traces,
@@ -181,36 +189,30 @@ class Sandbox:
     async def chat(self, request: web.Request) -> web.Response:
         self.requests["llm"] += 1
         body = await request.json()
-        messages = [ChatMessage(m["role"], m["content"]) for m in body.get("messages", [])]
+        asked = body.get("messages", [])
+        messages = [ChatMessage(m["role"], m.get("content") or "") for m in asked]
         try:
             task = task_of(messages)
         except Exception:
             return web.json_response({"error": {"message": "no task line"}}, status=400)
         self.llm_calls[task] += 1
+        digest = hashlib.sha256(json.dumps(asked, sort_keys=True).encode()).hexdigest()[:16]
+        self.llm_asked[f"{task}:{digest}"] += 1
+        if body.get("tools"):  # a turn of a tool-calling loop: the task's tool skill answers
+            tool_skill = self.tool_skills.get(task)
+            if tool_skill is None:
+                return web.json_response({"error": {"message": f"no tool skill for {task}"}}, status=400)
+            turn = await OfflineModel({}, {task: tool_skill}).chat(asked, body["tools"])
+            finish = "tool_calls" if turn.tool_calls else "stop"
+            return web.json_response(completion(assistant_message(turn), finish, turn.usage))
         skill = self.skills.get(task)
         if skill is None:
             return web.json_response({"error": {"message": f"unknown task {task}"}}, status=400)
         content = flaky_answer(str(body.get("model", "")), messages) or skill(messages)
-        return web.json_response(
-            {
-                "id": f"chatcmpl-{uuid.uuid4().hex[:10]}",
-                "object": "chat.completion",
-                "model": OFFLINE_MODEL_NAME,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": content},
-                        "finish_reason": "stop",
-                    }
-                ],
-                # What it read and wrote, as OpenAI's API says it (a stand-in's tokens are words).
-                "usage": {
-                    "prompt_tokens": (read := sum(len(m.content.split()) for m in messages)),
-                    "completion_tokens": (wrote := len(content.split())),
-                    "total_tokens": read + wrote,
-                },
-            }
-        )
+        # What it read and wrote (a stand-in's tokens are words).
+        read = sum(len(m.content.split()) for m in messages)
+        spent = Usage(input_tokens=read, output_tokens=len(content.split()))
+        return web.json_response(completion({"role": "assistant", "content": content}, "stop", spent))
 
     async def get_stats(self, _: web.Request) -> web.Response:
         return web.json_response(self.stats())
@@ -257,6 +259,21 @@ class MailSink:
         return "250 Message accepted for delivery"
 
 
+def completion(message: dict[str, Any], finish: str, usage: Usage) -> dict[str, Any]:
+    """A chat completion as OpenAI's API answers it, usage included."""
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:10]}",
+        "object": "chat.completion",
+        "model": OFFLINE_MODEL_NAME,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {
+            "prompt_tokens": usage.input_tokens,
+            "completion_tokens": usage.output_tokens,
+            "total_tokens": usage.tokens,
+        },
+    }
+
+
 def create_app(config: SandboxConfig) -> web.Application:
     sandbox = Sandbox(config)
 
@@ -276,6 +293,7 @@ def create_app(config: SandboxConfig) -> web.Application:
         if taken:
             raise ValueError(f"sandbox plugin {name}: the model has skills {taken} already")
         sandbox.skills.update(skills)
+        sandbox.tool_skills.update(getattr(plugin, "TOOL_SKILLS", {}))
         if hasattr(plugin, "setup"):
             plugin.setup(app)
     app.router.add_post("/payments", sandbox.pay)

@@ -1,0 +1,110 @@
+"""The sandbox's model in a tool-calling loop, over HTTP as an agent calls it: the support
+project's triage (its plugin: the stand-in's turns, the CRM the tools call) run by
+chorus.llm.AgentLoop through the OpenAI-compatible client. What the reliability suite counts
+(a conversation asked twice, notes by key) is what these stats say."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from aiohttp import web
+from pydantic import BaseModel
+
+from chorus.outside.llm import AgentLoop, Transcript
+from chorus.outside.llm.client import OpenAICompatibleLLM
+from chorus.reference.sandbox.app import SandboxConfig, create_app
+
+SUPPORT = Path(__file__).resolve().parents[3] / "examples" / "support" / "services"
+
+
+class Kept(BaseModel):
+    transcript: Transcript
+
+
+def kept(transcript: Transcript) -> Kept:
+    return Kept(transcript=transcript)
+
+
+class Checkpoints:
+    """A handler context's part the loop uses: the checkpoints it kept, in memory."""
+
+    def __init__(self) -> None:
+        self.kept: list[Transcript] = []
+
+    async def checkpoint(self, state: BaseModel) -> None:
+        assert isinstance(state, Kept)
+        self.kept.append(state.transcript)
+
+    def idempotency_key(self, *parts: str) -> str:
+        return ":".join(("wf-1", "triage_agent", *parts))
+
+
+@pytest.fixture
+async def sandbox(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
+    monkeypatch.syspath_prepend(str(SUPPORT))
+    runner = web.AppRunner(create_app(SandboxConfig(plugins=("support_sandbox",))))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    yield f"http://{host}:{port}"
+    await runner.cleanup()
+
+
+async def stats(client: httpx.AsyncClient, url: str) -> dict[str, Any]:
+    seen: dict[str, Any] = (await client.get(f"{url}/stats")).json()
+    return seen
+
+
+async def test_the_triage_loop_over_http_looks_up_notes_once_and_answers(sandbox: str) -> None:
+    # The project's own modules, found as its services find them (not on this checkout's paths).
+    events = importlib.import_module("support_contracts.events")
+    outside = importlib.import_module("triage_agent.adapters.outside")
+    domain = importlib.import_module("triage_agent.domain")
+    ticket = events.TicketReceived(
+        customer_id="cust-1002", subject="Charged twice", body="Refund it.", refund_cents=4000
+    )
+    async with httpx.AsyncClient() as client:
+        model = OpenAICompatibleLLM(client, base_url=f"{sandbox}/v1", model="gpt-4o-mini")
+        loop = AgentLoop(model, outside.crm_tools(outside.Crm(client, f"{sandbox}/crm")), name="triage")
+        ctx = Checkpoints()
+        transcript = await loop.run(ctx, domain.triage_prompt(ticket), None, kept)
+        triage = domain.Triage.model_validate_json(transcript.answer or "")
+        assert domain.semantic_errors(triage, ticket, *domain.looked_up(transcript, ticket.customer_id)) == []
+        assert [[c.name for c in t.answer.tool_calls] for t in transcript.turns] == [
+            ["lookup_customer", "order_history"],
+            ["add_crm_note"],
+            [],
+        ]
+        assert triage.reply.startswith("Dear Grace Hopper") and triage.refund_cents == 4000
+        assert all(t.answer.usage.input_tokens > 0 for t in transcript.turns)
+
+        # Run again on what the checkpoint kept (a resume after a crash): nothing is asked again.
+        again = await loop.run(ctx, domain.triage_prompt(ticket), ctx.kept[-1], kept)
+        assert again == transcript
+        seen = await stats(client, sandbox)
+        assert seen["llm_calls"] == {"triage_ticket": 3} and seen["llm_repeated"] == {}
+        notes = (await client.get(f"{sandbox}/crm/notes")).json()
+        assert [(n["customer_id"], n["requests"]) for n in notes] == [("cust-1002", 1)]
+
+        # From the checkpoint before the last turn: that turn is the one asked twice.
+        await loop.run(ctx, domain.triage_prompt(ticket), ctx.kept[-2], kept)
+        assert list((await stats(client, sandbox))["llm_repeated"].values()) == [2]
+
+
+async def test_a_tool_turn_for_a_task_without_tool_skills_is_a_400_naming_it(sandbox: str) -> None:
+    async with httpx.AsyncClient() as client:
+        response = await client.post(
+            f"{sandbox}/v1/chat/completions",
+            json={
+                "model": "m",
+                "messages": [{"role": "system", "content": "task: extract_invoice"}],
+                "tools": [{"type": "function", "function": {"name": "x", "parameters": {}}}],
+            },
+        )
+    assert response.status_code == 400 and "no tool skill for extract_invoice" in response.text
