@@ -134,6 +134,7 @@ def test_runtime_pseudo_producer_only_on_platform_topics() -> None:
         "chorus.reviews",
         "chorus.releases",
         "chorus.resets",
+        "chorus.spend",
     }
 
 

@@ -7,6 +7,7 @@ the gateway."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -18,6 +19,7 @@ import pytest
 
 from chorus.tools.devstack import REFERENCE_PROJECT, DevStack
 from tests.support.pgbouncer import PgBouncer
+from tests.support.processes import chorus
 from tests.support.stacks import own_stack
 from tests.support.wait import wait_until
 
@@ -36,6 +38,8 @@ SERVICES = (
     "gateway",
 )
 """The platform services a ticket meets (the project's own are found, not listed)."""
+PRICES = '{"gpt-4o-mini": [0.15, 0.6]}'
+"""The triage agent's price table (dollars per million tokens in, out) for its model."""
 
 
 @dataclass
@@ -119,7 +123,7 @@ async def support(
             name="support",
             services=SERVICES,
             project=REFERENCE_PROJECT,
-            service_env={"triage_agent": {"CHORUS_REPLY_WITHIN_S": "2"}},
+            service_env={"triage_agent": {"CHORUS_REPLY_WITHIN_S": "2", "CHORUS_LLM_PRICES": PRICES}},
             # As a deployment past one database's connections runs: each service's pool
             # through PgBouncer in transaction mode (the relay's leader lock directly).
             through_pgbouncer=True,
@@ -186,6 +190,36 @@ async def test_the_agent_looks_the_orders_up_notes_the_ticket_once_and_the_revie
         if n["customer_id"] == "cust-orders"
     ]
     assert [(n["note"], n["requests"]) for n in notes] == [("billing ticket: Refund both charges", 1)]
+    # What the model used is the workflow's spend (its own topic: the projection may read it
+    # after the approval): in its status, and in `chorus workflows show`.
+    spend = (await support.wait(workflow, lambda s: s.get("spend"), "its spend"))["spend"]
+    assert (spend["model_turns"], spend["tool_calls"], spend["models"]) == (3, 3, ["gpt-4o-mini"])
+    expected = spend["input_tokens"] * 0.15 + spend["output_tokens"] * 0.6  # micro-dollars
+    # Each turn is priced on its own, to the micro-dollar: the sum is within a turn's rounding.
+    assert spend["input_tokens"] > 0 and abs(spend["cost_micro_usd"] - expected) <= 3 and expected > 0
+    code, out, err = await chorus(
+        "workflows", "show", workflow, env={"CHORUS_GATEWAY_URL": support.stack.api_url}
+    )
+    assert code == 0, err
+    assert f"spend ${spend['cost_usd']:.6f}" in out and "3 model turns  3 tool calls  gpt-4o-mini" in out
+
+
+async def test_an_agent_loop_past_its_limit_goes_to_a_person_saying_what_it_spent(support: Support) -> None:
+    """The model never answers (it looks the orders up again and again): at its 10 turns the
+    loop stops, the runtime's retries ask the model nothing more, and a person is asked to
+    review, told the limit and the spend."""
+    workflow = await support.submit("cust-1002", "ENDLESS refund question", refund_cents=100)
+    status = await support.wait(
+        workflow, lambda s: (s.get("pending_approval") or {}).get("context"), "a review", timeout_s=90
+    )
+    assert status["status"] == "waiting"  # for the reviewer (a person's approval of the review)
+    why = status["pending_approval"]["context"]["why"]
+    assert "the agent loop stopped: 10 model turns without an answer (spent " in why, why
+    spent = re.search(r"spent (\d+) tokens, \$(\d+\.\d{6})\)", why)
+    assert spent is not None and int(spent.group(1)) > 0 and float(spent.group(2)) > 0, why
+    traces = (await support.http.get(f"{support.sandbox}/stats")).json()["traces"]
+    asked = [t for t in traces if t["path"] == "/crm/customers/cust-1002/orders"]
+    assert len(asked) >= 10  # its 10 turns' calls (other tickets of cust-1002 add theirs)
 
 
 async def test_a_rejected_refund_ends_rejected_and_nothing_is_sent(support: Support) -> None:

@@ -24,7 +24,8 @@ the demo and the tests ask."""
 def triage_turn(messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The stand-in model's turn in the triage: first it looks the customer and their orders
     up, then it notes the ticket on their record, then it answers. A subject with MISFILED in
-    it is misfiled (technical) until the model is told why: a semantic retry."""
+    it is misfiled (technical) until the model is told why: a semantic retry; one with ENDLESS
+    has the model look the orders up again and again, never answering (until its limits)."""
     user = str(messages[1]["content"])
     customer_id = re.search(r"^customer id: (\S+)", user, re.MULTILINE)
     asked = re.search(r"^refund asked: (\d+)", user, re.MULTILINE)
@@ -38,6 +39,8 @@ def triage_turn(messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             ]
         }
     text = user.lower()
+    if "endless" in text:
+        return {"tool_calls": [{"name": "order_history", "arguments": {"customer_id": who}}]}
     told = any("answer was invalid" in str(m.get("content")) for m in messages[2:] if m["role"] == "user")
     if "refund" in text or "invoice" in text or "charged" in text:
         category = "technical" if "misfiled" in text and not told else "billing"

@@ -8,7 +8,7 @@ from datetime import timedelta
 import httpx
 import pytest
 from chorus.contracts.approvals import ApprovalDecided, ApprovalRequested, EscalationStep
-from chorus.contracts.lifecycle import WorkflowEnded
+from chorus.contracts.lifecycle import SpendRecorded, WorkflowEnded
 from chorus.errors import PersistentError, SemanticError, TransientError
 from chorus.llm import AgentLoop, OfflineModel
 from chorus.service import CancelTimer, ScheduleTimer
@@ -93,6 +93,8 @@ async def test_a_small_refund_is_answered_at_once_after_the_model_used_the_crm(
     # Three model turns: the customer and her orders, a note, the answer; each kept as it came.
     assert model.calls == 3 and list(world.notes.values()) == ["billing ticket: Refund please"]
     assert len(step.checkpoints) == 6  # 3 turns and 3 tool calls
+    spent = step.first(SpendRecorded)  # what it used goes out with the answer
+    assert (spent.model_turns, spent.tool_calls) == (3, 3) and spent.input_tokens > 0
 
 
 async def test_a_refund_is_no_more_than_the_orders_left_to_refund(harness: WorkflowHarness) -> None:

@@ -253,3 +253,19 @@ class ResetApplied(EventModel):
         default_factory=list, description="the event types its compensation stated (budget.released)"
     )
     refused: Text | None = Field(default=None, description="why it changed nothing")
+
+
+@event("workflow.spend_recorded", 1)
+class SpendRecorded(EventModel):
+    """What a step's language model used for the workflow (an agent loop's transcript,
+    chorus.llm): model turns, tool calls, tokens and money. Stated by the service that
+    spent it, for itself, with the step's other events: the workflow's spend is the sum."""
+
+    service: Name
+    step: Name = Field(description="which loop of the service (its name)")
+    models: list[Name] = Field(max_length=20, description="the models that answered, first to last")
+    model_turns: int = Field(ge=0)
+    tool_calls: int = Field(ge=0)
+    input_tokens: int = Field(ge=0)
+    output_tokens: int = Field(ge=0)
+    cost_micro_usd: int = Field(ge=0, description="money, in millionths of a dollar (the price table's)")

@@ -176,9 +176,11 @@ class Messages:
     async def review(
         self, env: Envelope, errors: list[str], attempts: int, now: datetime, traceparent: str
     ) -> OutboxMessage:
+        failed = f"{env.event_type} output failed validation {attempts} times"
         body = ReviewRequested(
             service=self.spec.name,
-            reason=f"{env.event_type} output failed validation {attempts} times",
+            # The last error says what the reviewer decides on (a loop's limit says its spend).
+            reason=f"{failed}: {storable(errors[-1])[:1000]}" if errors else failed,
             validation_errors=[storable(e)[:MAX_TEXT] for e in errors[-20:]],
             attempts=attempts,
             original_event_type=env.event_type,

@@ -417,7 +417,9 @@ async def support(client: Client, target: Target, ticket: str, stranger: str, ru
     pending = status["pending_approval"]
     console.print(f"support ticket waits for: {status.get('waiting_for')} ({pending['context']['summary']})")
     # The triage agent's loop: the model called the CRM's tools before it answered.
-    console.print(f"the agent's steps, as the manager sees them: {'; '.join(pending['context']['steps_taken'])}")
+    console.print(
+        f"the agent's steps, as the manager sees them: {'; '.join(pending['context']['steps_taken'])}"
+    )
     await client.wait_for(
         ticket,
         lambda s: any(i.get("event_type") == "ticket.reply_due" for i in s.get("timeline", [])),

@@ -387,3 +387,32 @@ def test_search_attributes_are_the_latest_stated_whatever_order_events_arrive_in
     # Another workflow type's events state nothing of procurement's attributes.
     entry, model = ev("report.requested", 1, workflow_type="research_report", topic="GPUs")
     assert attributes_of(entry, model, declared) == {"topic": "GPUs"}
+
+
+def test_a_workflows_spend_is_the_sum_of_its_steps_records_in_any_order_and_no_stage() -> None:
+    """Two steps' models (one of them a fallback's) spent for one workflow: its status says
+    the sum, whichever record the projection read first, and the stage stays the domain's."""
+    records = [
+        ev("workflow.started", 0),
+        ev("invoice.received", 1),
+        ev("workflow.spend_recorded", 2, models=["gpt-4o-mini"], input_tokens=1000, cost_micro_usd=150),
+        ev(
+            "workflow.spend_recorded",
+            3,
+            service="report_agent",
+            models=["small-fallback", "gpt-4o-mini"],
+            model_turns=1,
+            tool_calls=0,
+            input_tokens=10,
+            output_tokens=4,
+            cost_micro_usd=1_000_001,
+        ),
+    ]
+    forward, backward = derive(fold_all(records)), derive(fold_all(records[::-1]))
+    assert forward == backward and forward.spend is not None
+    assert (forward.spend.model_turns, forward.spend.tool_calls) == (4, 3)
+    assert (forward.spend.input_tokens, forward.spend.output_tokens) == (1010, 100)
+    assert (forward.spend.cost_micro_usd, forward.spend.cost_usd) == (1_000_151, 1.000151)
+    assert forward.spend.models == ["gpt-4o-mini", "small-fallback"]
+    assert forward.stage == "invoice.received"
+    assert derive(fold_all(procurement_run())).spend is None  # no model used: no spend at all

@@ -16,7 +16,7 @@ import pytest
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
-from chorus.contracts.api.audit_projector import ApprovalTask, PendingApproval, TimelineEntry
+from chorus.contracts.api.audit_projector import ApprovalTask, PendingApproval, Spend, TimelineEntry
 from chorus.contracts.api.deadletter_service import (
     LetterDetail,
     LetterError,
@@ -96,6 +96,15 @@ WORKFLOW = WorkflowDetail(
     subject_ref=None,
     pending_approval=PendingApproval(
         approval_id="appr-1", tier="manager", level=0, waiting_until=NOW + timedelta(hours=2), context=None
+    ),
+    spend=Spend(
+        model_turns=3,
+        tool_calls=2,
+        input_tokens=1480,
+        output_tokens=96,
+        cost_micro_usd=280,
+        cost_usd=0.00028,
+        models=["gpt-4o-mini"],
     ),
     timeline=[
         TimelineEntry(
@@ -253,6 +262,8 @@ async def console() -> AsyncIterator[httpx.AsyncClient]:
                 "workflow.started",
                 "add_line",  # a form to send it, its input filled in with what to replace
                 "quantity&#34;: 0",
+                # What its models used.
+                "$0.000280 · 1576 tokens · 3 model turns · 2 tool calls (gpt-4o-mini)",
             ],
         ),
         ("/dead-letters", ["0b0c7f4e", "invoice_agent", "not an envelope"]),

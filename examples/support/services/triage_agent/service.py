@@ -20,7 +20,15 @@ SPEC: ServiceSpec[TriageState, Deps] = ServiceSpec(
         On(TicketReplyDue, on_ticket_reply_due, timeout_s=30),
         WORKFLOW_END,
     ],
-    produces=frozenset({"ticket.answered", "ticket.reply_due", "approval.requested", "workflow.ended"}),
+    produces=frozenset(
+        {
+            "ticket.answered",
+            "ticket.reply_due",
+            "approval.requested",
+            "workflow.ended",
+            "workflow.spend_recorded",
+        }
+    ),
     state=TriageState,
     bootstrap=bootstrap,
 )

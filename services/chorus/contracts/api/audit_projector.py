@@ -74,6 +74,19 @@ class PendingApproval(ApiModel):
     context: dict[str, Any] | str | None
 
 
+class Spend(ApiModel):
+    """What the workflow's language models used, summed over its steps' records
+    (workflow.spend_recorded)."""
+
+    model_turns: int
+    tool_calls: int
+    input_tokens: int
+    output_tokens: int
+    cost_micro_usd: int = Field(description="millionths of a dollar (exact)")
+    cost_usd: float
+    models: list[str] = Field(description="the models that answered")
+
+
 class StatusView(ApiModel):
     """A workflow's status, stage, what it waits for, its outcome, times and counts: the
     columns of its projection row, which the read API answers with (and the workflow id)."""
@@ -101,6 +114,7 @@ class StatusView(ApiModel):
     attributes: dict[str, str | int | float] = Field(
         default_factory=dict, description="its search attributes (workflows.yaml), as last stated"
     )
+    spend: Spend | None = Field(default=None, description="what its language models used (None: nothing)")
 
 
 class WorkflowStatusView(StatusView):

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from chorus.base.errors import PersistentError, SemanticError
 from chorus.base.faults import fault_point
 from chorus.base.tracing import work_span
+from chorus.contracts.lifecycle import SpendRecorded
 from chorus.outside.breaker import BreakerOpenError
 from chorus.outside.llm import usage as usage_metrics
 from chorus.outside.ratelimit import RateLimitedError
@@ -131,6 +132,22 @@ class Transcript(BaseModel):
         for turn in self.turns:
             total += turn.answer.usage
         return total
+
+    def spent(self, service: str, step: str) -> SpendRecorded:
+        """What the loop used, as the event stating it for the workflow: emit it with the
+        step's other events (in their transaction, so a redelivery does not count it twice).
+        Every turn kept counts, a refused answer's too."""
+        usage = self.usage
+        return SpendRecorded(
+            service=service,
+            step=step,
+            models=list(dict.fromkeys(t.answer.model for t in self.turns))[:20],
+            model_turns=len(self.turns),
+            tool_calls=sum(len(t.results) for t in self.turns),
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cost_micro_usd=usage.cost_micro_usd,
+        )
 
     def messages(self) -> list[dict[str, Any]]:
         """The turns as chat messages (the assistant's calls, then each call's result)."""

@@ -23,7 +23,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict
 
-from chorus.contracts.api.audit_projector import ApprovalState, Attention, PendingApproval, StatusView
+from chorus.contracts.api.audit_projector import ApprovalState, Attention, PendingApproval, Spend, StatusView
 from chorus.contracts.approvals import (
     ApprovalDecided,
     ApprovalDecisionSubmitted,
@@ -37,6 +37,7 @@ from chorus.contracts.lifecycle import (
     AwaitsSignal,
     Signal,
     SignalAnswer,
+    SpendRecorded,
     SubmitterNotified,
     WorkflowAttentionNeeded,
     WorkflowEnded,
@@ -76,6 +77,7 @@ PLATFORM_EVENTS = frozenset(
         "submitter.notified",
         "workflow.reset_requested",
         "workflow.reset_applied",
+        "workflow.spend_recorded",
     }
 )
 
@@ -288,6 +290,8 @@ class WorkflowFacts(_Fact):
     """workflow.started's business key (the submitter's Idempotency-Key)."""
     attributes: dict[str, Attribute] = {}
     """Its search attributes (workflows.yaml): each the value the latest event stating it said."""
+    spend: Spend | None = None
+    """The sum of its workflow.spend_recorded (a sum: any order gives the same)."""
 
 
 def _earliest(a: T | None, b: T | None) -> T | None:
@@ -373,6 +377,8 @@ def fold(
         )
         # The first end wins: "nothing more happens" after it.
         update["ended"] = _earliest(facts.ended, ended)
+    elif isinstance(payload, SpendRecorded):
+        update["spend"] = _add_spend(facts.spend, payload)
     elif isinstance(payload, EventDeadLettered):
         update["last_dead_letter"] = _latest(facts.last_dead_letter, stamp)
         why = stamp.tagged(dead_letter_why(payload))
@@ -394,6 +400,20 @@ def fold(
             ),
         }
     return facts.model_copy(update=update)
+
+
+def _add_spend(spend: Spend | None, recorded: SpendRecorded) -> Spend:
+    cost = (spend.cost_micro_usd if spend else 0) + recorded.cost_micro_usd
+    return Spend(
+        model_turns=(spend.model_turns if spend else 0) + recorded.model_turns,
+        tool_calls=(spend.tool_calls if spend else 0) + recorded.tool_calls,
+        input_tokens=(spend.input_tokens if spend else 0) + recorded.input_tokens,
+        output_tokens=(spend.output_tokens if spend else 0) + recorded.output_tokens,
+        cost_micro_usd=cost,
+        cost_usd=cost / 1e6,
+        # Sorted: the set of models, whichever record came first.
+        models=sorted({*(spend.models if spend else []), *recorded.models}),
+    )
 
 
 def _fold_approval(
@@ -599,6 +619,7 @@ def derive(facts: WorkflowFacts) -> StatusView:
         submitter_ref=facts.submitter.value if facts.submitter else None,
         business_key=facts.business_key.value if facts.business_key else None,
         attributes={name: attribute.value for name, attribute in sorted(facts.attributes.items())},
+        spend=facts.spend,
     )
 
 

@@ -22,6 +22,7 @@ from chorus.contracts.envelope import Envelope
 from chorus.contracts.lifecycle import (
     ResetApplied,
     ResetRequested,
+    SpendRecorded,
     StageDeadlineReached,
     SubmitterNotified,
     WorkflowAttentionNeeded,
@@ -78,6 +79,7 @@ PROJECTED: tuple[type[EventModel], ...] = (
     SubmitterNotified,
     ResetRequested,
     ResetApplied,
+    SpendRecorded,
     InvoiceReceived,
     InvoiceValidated,
     InvoiceRejected,

@@ -36,6 +36,7 @@ from chorus.contracts.api.audit_projector import (
     ReplayJob,
     ReplayRequest,
     ReplayResult,
+    Spend,
     Timeline,
     TimelineEntry,
     WorkflowStatusView,
@@ -225,6 +226,15 @@ def timeline_command(
     print_workflow(workflow_id, status, entries)
 
 
+def spend_line(spend: Spend) -> str:
+    """What a workflow's models used, in one line (the CLI's and the console's words)."""
+    return (
+        f"${spend.cost_usd:.6f}  {spend.input_tokens + spend.output_tokens} tokens "
+        f"({spend.input_tokens} in, {spend.output_tokens} out)  {spend.model_turns} model turns  "
+        f"{spend.tool_calls} tool calls  {', '.join(spend.models)}"
+    )
+
+
 def print_workflow(
     workflow_id: str, status: WorkflowStatusView | AcceptedWorkflow | None, entries: list[TimelineEntry]
 ) -> None:
@@ -254,6 +264,8 @@ def print_workflow(
         )
         counts = f"events {status.events}  attempts {status.attempts}"
         console.print(f"started {at_utc(status.started_at)}{ended}{waiting}  {counts}")
+        if status.spend is not None:
+            console.print(f"spend {spend_line(status.spend)}")
     else:
         console.print(f"[bold]{escape(workflow_id)}[/bold]: no status row (removed by the janitor)")
     table = Table(show_lines=False)
