@@ -139,6 +139,8 @@ PUBLIC: Mapping[str, frozenset[str]] = {
             "ChatMessage",
             "OfflineModel",
             "llm_dependency",
+            "agent_model",
+            "LLMEndpoint",
             "parse_json_output",
             "reprompt",
             "AgentLoop",

@@ -38,8 +38,15 @@ SERVICES = (
     "gateway",
 )
 """The platform services a ticket meets (the project's own are found, not listed)."""
-PRICES = '{"gpt-4o-mini": [0.15, 0.6]}'
-"""The triage agent's price table (dollars per million tokens in, out) for its model."""
+TRIAGE_ENV = {
+    "CHORUS_REPLY_WITHIN_S": "2",
+    # Its price table (dollars per million tokens in, out) for its model.
+    "CHORUS_LLM_PRICES": '{"gpt-4o-mini": [0.15, 0.6]}',
+    # A fallback model, and a breaker that opens when most of the primary's calls of the last
+    # 3 s failed (at least 2): the earlier tests' answers are out of its window by then.
+    "CHORUS_LLM_FALLBACK": '[{"model": "gpt-4.1-nano"}]',
+    "CHORUS_LLM_BREAKER": '{"min_calls": 2, "window_s": 3, "open_s": 30}',
+}
 
 
 @dataclass
@@ -123,7 +130,7 @@ async def support(
             name="support",
             services=SERVICES,
             project=REFERENCE_PROJECT,
-            service_env={"triage_agent": {"CHORUS_REPLY_WITHIN_S": "2", "CHORUS_LLM_PRICES": PRICES}},
+            service_env={"triage_agent": TRIAGE_ENV},
             # As a deployment past one database's connections runs: each service's pool
             # through PgBouncer in transaction mode (the relay's leader lock directly).
             through_pgbouncer=True,
@@ -320,3 +327,20 @@ async def test_every_service_reached_postgresql_through_pgbouncer_in_transaction
     assert (await support.ended(workflow))["status"] == "completed"
     assert support.pgbouncer is not None
     assert support.pgbouncer.logins() == set(support.stack.database_roles)
+
+
+async def test_with_the_primary_models_breaker_open_the_fallback_answers_and_the_spend_says_which(
+    support: Support,
+) -> None:
+    """The primary model is down (503): the step is retried until its breaker opens, then the
+    fallback model answers every turn, and the workflow's spend names it. (Last in the
+    module: the primary's breaker stays open for a while after.)"""
+    await support.http.put(f"{support.sandbox}/llm/outages/gpt-4o-mini")
+    try:
+        workflow = await support.submit("cust-1001", "Refund for a late delivery", refund_cents=700)
+        status = await support.answered(workflow)
+    finally:
+        await support.http.delete(f"{support.sandbox}/llm/outages/gpt-4o-mini")
+    assert status["status"] == "completed" and answered(status)["refund_cents"] == 700
+    spend = (await support.wait(workflow, lambda s: s.get("spend"), "its spend"))["spend"]
+    assert spend["models"] == ["gpt-4.1-nano"] and spend["model_turns"] == 3

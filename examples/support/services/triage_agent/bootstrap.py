@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import httpx
 from chorus.contracts.approvals import EscalationStep
-from chorus.llm import AgentLoop, Prices, llm_dependency
+from chorus.llm import AgentLoop, Prices, agent_model
 
 from triage_agent.adapters.outside import Crm, Helpdesk, crm_tools
 from triage_agent.config import Settings
@@ -29,11 +29,11 @@ class Deps:
 
 @asynccontextmanager
 async def bootstrap(settings: Settings) -> AsyncIterator[Deps]:
-    async with httpx.AsyncClient(timeout=10.0) as client, llm_dependency(settings) as llm:
+    async with httpx.AsyncClient(timeout=10.0) as client, agent_model(settings) as model:
         crm = Crm(client, settings.crm_url)
         yield Deps(
             agent=AgentLoop(
-                llm,
+                model,
                 crm_tools(crm),
                 prices=Prices(settings.llm_prices),
                 limits=settings.agent_limits,

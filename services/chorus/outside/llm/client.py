@@ -23,15 +23,15 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import httpx
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from chorus.base.errors import PersistentError, SemanticError
 from chorus.base.tracing import Attributes
 from chorus.outside.breaker import BreakerPolicy
-from chorus.outside.dependencies import Dependency, Guarding, dependencies
+from chorus.outside.dependencies import Dependency, Guarding, Guards, dependencies
 from chorus.outside.external import Convention, ExternalRejection, call_json
 from chorus.outside.llm import usage
-from chorus.outside.llm.loop import LoopLimits, ModelTurn, ToolCall, Usage, pointed
+from chorus.outside.llm.loop import FallbackModel, LoopLimits, ModelTurn, ToolCall, ToolModel, Usage, pointed
 
 OFFLINE_MODEL_NAME = "chorus-offline-deterministic"
 M = TypeVar("M", bound=BaseModel)
@@ -269,6 +269,17 @@ def parse_json_output(text: str, model: type[M]) -> M:
         raise SemanticError(f"output does not match {model.__name__}", pointed(exc)) from None
 
 
+class LLMEndpoint(BaseModel):
+    """A model a step may fall back to: its name, and where it is served when that is not
+    CHORUS_LLM_BASE_URL (with its own key)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = Field(min_length=1, max_length=200)
+    base_url: str = ""
+    api_key: str = Field(default="", repr=False)
+
+
 class LLMSettings(BaseModel):
     """Fields a service that talks to an LLM adds to its Settings (CHORUS_LLM_*)."""
 
@@ -285,6 +296,10 @@ class LLMSettings(BaseModel):
     llm_prices: dict[str, tuple[float, float]] = {}
     """Dollars per million tokens, (input, output), by model: what an agent loop's turns cost
     (chorus.outside.llm.loop.Prices). CHORUS_LLM_PRICES='{"gpt-4o-mini": [0.15, 0.6]}'."""
+    llm_fallback: list[LLMEndpoint] = []
+    """The models an agent loop's turn falls back to, in order, when the one before is
+    rate-limited or its breaker is open (chorus.outside.llm.client.agent_model):
+    CHORUS_LLM_FALLBACK='[{"model": "gpt-4.1-nano"}]'."""
     agent_limits: LoopLimits = LoopLimits()
     """An agent loop's turns, tokens and cost per step, and what happens at the limit:
     CHORUS_AGENT_LIMITS='{"max_turns": 6, "max_cost_micro_usd": 20000, "on_limit": "escalate"}'."""
@@ -294,23 +309,44 @@ class LLMSettings(BaseModel):
 async def llm_dependency(settings: Any) -> AsyncIterator[OpenAICompatibleLLM]:
     """The LLM a service's handlers use, built from its settings (bootstrap helper): an
     HTTP client, the shared ``llm`` rate limiter and circuit breaker (chorus.outside.dependencies)."""
-    if not str(settings.llm_base_url).startswith(("http://", "https://")):
+    async with dependencies(settings) as deps, httpx.AsyncClient() as client:
+        yield await _guarded(settings, deps, client, LLMEndpoint(model=settings.llm_model), "llm")
+
+
+@asynccontextmanager
+async def agent_model(settings: Any) -> AsyncIterator[ToolModel]:
+    """The model an agent loop asks (bootstrap helper): the configured one, or, with
+    ``llm_fallback`` set, the chain of it and its fallbacks (FallbackModel), each model with
+    a breaker and a rate limiter of its own (``llm:<model>``, shared by every replica), so
+    one model's outage opens its breaker and the next answers."""
+    async with dependencies(settings) as deps, httpx.AsyncClient() as client:
+        if not settings.llm_fallback:
+            yield await _guarded(settings, deps, client, LLMEndpoint(model=settings.llm_model), "llm")
+            return
+        chain = [LLMEndpoint(model=settings.llm_model), *settings.llm_fallback]
+        yield FallbackModel([await _guarded(settings, deps, client, e, f"llm:{e.model}") for e in chain])
+
+
+async def _guarded(
+    settings: Any, deps: Guards, client: httpx.AsyncClient, endpoint: LLMEndpoint, name: str
+) -> OpenAICompatibleLLM:
+    base_url = endpoint.base_url or settings.llm_base_url
+    if not str(base_url).startswith(("http://", "https://")):
         raise ValueError(
-            f"no language model configured (CHORUS_LLM_BASE_URL={settings.llm_base_url!r}): set it to "
+            f"no language model configured (CHORUS_LLM_BASE_URL={base_url!r}): set it to "
             "an OpenAI-compatible endpoint; make services and the demo use the sandbox's, "
             "http://127.0.0.1:9400/v1 (the built-in 'offline' model is gone)"
         )
-    llm = Dependency(
-        name="llm",
+    guarded = Dependency(
+        name=name,
         rate_per_s=settings.llm_rate_per_s,
         max_wait_s=settings.llm_timeout_s,
         breaker=settings.llm_breaker,
     )
-    async with dependencies(settings) as deps, httpx.AsyncClient() as client:
-        yield OpenAICompatibleLLM(
-            client,
-            base_url=settings.llm_base_url,
-            model=settings.llm_model,
-            api_key=settings.llm_api_key,
-            guard=await deps.guard(llm),
-        )
+    return OpenAICompatibleLLM(
+        client,
+        base_url=base_url,
+        model=endpoint.model,
+        api_key=endpoint.api_key or settings.llm_api_key,
+        guard=await deps.guard(guarded),
+    )

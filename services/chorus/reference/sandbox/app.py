@@ -70,6 +70,8 @@ class Sandbox:
     webhooks: list[dict[str, Any]] = field(default_factory=list)
     llm_calls: Counter[str] = field(default_factory=Counter)
     tool_skills: dict[str, ToolSkill] = field(default_factory=dict)
+    models_down: set[str] = field(default_factory=set)
+    """Models that answer 503 (an outage, PUT /llm/outages/{model}): a fallback's test."""
     llm_asked: Counter[str] = field(default_factory=Counter)
     """Model requests by task and conversation (a digest of the messages): a turn asked
     twice is the same conversation twice, which an agent loop that kept the first answer
@@ -196,6 +198,8 @@ class Sandbox:
         except Exception:
             return web.json_response({"error": {"message": "no task line"}}, status=400)
         self.llm_calls[task] += 1
+        if body.get("model") in self.models_down:
+            return web.json_response({"error": {"message": f"{body['model']} is down"}}, status=503)
         digest = hashlib.sha256(json.dumps(asked, sort_keys=True).encode()).hexdigest()[:16]
         self.llm_asked[f"{task}:{digest}"] += 1
         if body.get("tools"):  # a turn of a tool-calling loop: the task's tool skill answers
@@ -213,6 +217,14 @@ class Sandbox:
         read = sum(len(m.content.split()) for m in messages)
         spent = Usage(input_tokens=read, output_tokens=len(content.split()))
         return web.json_response(completion({"role": "assistant", "content": content}, "stop", spent))
+
+    async def outage(self, request: web.Request) -> web.Response:
+        model = request.match_info["model"]
+        if request.method == "PUT":
+            self.models_down.add(model)
+        else:
+            self.models_down.discard(model)
+        return web.Response(status=204)
 
     async def get_stats(self, _: web.Request) -> web.Response:
         return web.json_response(self.stats())
@@ -301,6 +313,8 @@ def create_app(config: SandboxConfig) -> web.Application:
     app.router.add_post("/deliveries", sandbox.deliver)
     app.router.add_post("/hooks/{name}", sandbox.hook)
     app.router.add_post("/v1/chat/completions", sandbox.chat)
+    app.router.add_put("/llm/outages/{model}", sandbox.outage)
+    app.router.add_delete("/llm/outages/{model}", sandbox.outage)
     app.router.add_get("/stats", sandbox.get_stats)
     app.router.add_post("/slack/{channel}", sandbox.slack_hook)
     app.router.add_get("/mail", sandbox.get_mail)
