@@ -36,6 +36,7 @@ from chorus.contracts.api.gateway import (
     WorkflowSignals,
 )
 from chorus.contracts.api.outcome_analytics import (
+    Cost,
     Durations,
     OutcomeBucket,
     Outcomes,
@@ -171,6 +172,7 @@ BUCKET = OutcomeBucket(
     escalated=0,
     dead_lettered={"poison": 1},
     duration_s=DURATIONS,
+    cost=Cost(completed_usd=0.00045, per_completed_usd=0.00045),
 )
 RELEASE = ReleaseOutcomes(
     service="invoice_agent",
@@ -268,7 +270,7 @@ async def console() -> AsyncIterator[httpx.AsyncClient]:
         ),
         ("/dead-letters", ["0b0c7f4e", "invoice_agent", "not an envelope"]),
         (f"/dead-letters/{SUMMARY.id}", ["poison", "DecodeError", "bWFya2Vy", "No one has acted on it yet"]),
-        ("/outcomes", ["procurement", "canary", "100% of ended"]),
+        ("/outcomes", ["procurement", "canary", "100% of ended", "cost per completed ($)", "0.00045"]),
     ],
 )
 async def test_every_page_draws_the_published_answers(

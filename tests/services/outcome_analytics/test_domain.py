@@ -21,7 +21,7 @@ from chorus.base.metrics import Metrics
 from chorus.contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
 from chorus.contracts.base import EventModel
 from chorus.contracts.envelope import Envelope, ProducerRef
-from chorus.contracts.lifecycle import Outcome, WorkflowEnded, WorkflowStarted
+from chorus.contracts.lifecycle import Outcome, SpendRecorded, WorkflowEnded, WorkflowStarted
 from chorus.contracts.platform import (
     ErrorCategory,
     EventDeadLettered,
@@ -577,3 +577,36 @@ def test_facts_through_their_topic_in_shares_per_partition_give_the_same_view() 
     assert len({partition for partition, _ in store._shares}) == 3
     assert view.rows() == view_of(events).rows()
     assert view.releases() == view_of(events).releases()
+
+
+def spent(wf: str, wtype: str, when: datetime, micro_usd: int) -> tuple[Envelope, EventModel]:
+    payload = example(SpendRecorded).model_copy(update={"cost_micro_usd": micro_usd})
+    return _env(payload, wf, wtype, when), payload
+
+
+def test_the_cost_per_completed_workflow_counts_each_spend_once_in_any_order() -> None:
+    """Two completed tickets (one spends after it ended, one spend read twice) and one
+    rejected: the hour they completed in says what the completed ones' models cost, in all
+    and per workflow, whatever order the records come in."""
+    events = [
+        start("t1", "support_ticket", at(0)),
+        spent("t1", "support_ticket", at(1), 300),
+        end("t1", "support_ticket", at(2), "completed"),
+        spent("t1", "support_ticket", at(3), 100),  # a step after the end (its reply)
+        start("t2", "support_ticket", at(0)),
+        spent("t2", "support_ticket", at(1), 500),
+        end("t2", "support_ticket", at(2), "completed"),
+        start("t3", "support_ticket", at(0)),
+        spent("t3", "support_ticket", at(1), 9000),  # not completed: not in the cost
+        end("t3", "support_ticket", at(2), "rejected"),
+    ]
+    events.append(events[5])  # t2's spend redelivered
+    shuffled = events[:]
+    random.Random(7).shuffle(shuffled)
+    for order in (events, events[::-1], shuffled):
+        row = only(view_of(order), "support_ticket", at(2))
+        assert row["cost"] == {"completed_usd": 0.0009, "per_completed_usd": 0.00045}, order
+    assert only(view_of(events[:3]), "support_ticket", at(2))["cost"]["per_completed_usd"] == 0.0003
+    none = view_of([start("t4", "procurement", at(0)), end("t4", "procurement", at(1), "failed")])
+    assert only(none, "procurement", at(1))["cost"] == {"completed_usd": 0.0, "per_completed_usd": None}
+    assert view_of(events).totals()["support_ticket"].completed_cost == 900

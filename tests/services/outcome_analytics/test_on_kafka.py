@@ -179,6 +179,11 @@ def expected_rows(plans: Sequence[Planned]) -> dict[tuple[str, str], dict[str, A
             "escalated": len(escalated.get(key, set())),
             "dead_lettered": {c: dead.get(key, Counter())[c] for c in CATEGORIES},
             "duration_s": independent_percentiles(values),
+            # No model spent anything in this stream: nothing per completed workflow, if any.
+            "cost": {
+                "completed_usd": 0.0,
+                "per_completed_usd": 0.0 if ended.get(key, Counter())["completed"] else None,
+            },
         }
     return rows
 

@@ -17,6 +17,15 @@ class Durations(ApiModel):
     p99: float | None
 
 
+class Cost(ApiModel):
+    """What the language models of the workflows that completed in the hour spent
+    (workflow.spend_recorded), in dollars."""
+
+    completed_usd: float
+    per_completed_usd: float | None
+    """None when none completed."""
+
+
 class OutcomeBucket(ApiModel):
     """One workflow type in one hour (UTC)."""
 
@@ -29,6 +38,7 @@ class OutcomeBucket(ApiModel):
     dead_lettered: dict[str, int]
     """Per error category: every category, zero included."""
     duration_s: Durations
+    cost: Cost = Cost(completed_usd=0.0, per_completed_usd=None)
 
 
 class ReleaseOutcomes(ApiModel):

@@ -320,7 +320,8 @@ def chart(title: str, points: list[tuple[str, float]], *, width: float = 640, he
 
 def outcome_series(buckets: list[OutcomeBucket], workflow_type: str) -> dict[str, list[tuple[str, float]]]:
     """Per hour, for one workflow type: started, completed, escalated, timed out, dead-lettered
-    (all categories), and the p50 / p99 durations."""
+    (all categories), the p50 / p99 durations, and (where its models spent anything) the cost
+    per completed workflow."""
     rows = sorted((b for b in buckets if b.workflow_type == workflow_type), key=lambda b: b.hour)
     series: dict[str, list[tuple[str, float]]] = {}
     for b in rows:
@@ -334,6 +335,8 @@ def outcome_series(buckets: list[OutcomeBucket], workflow_type: str) -> dict[str
             "p50 duration (s)": b.duration_s.p50 or 0.0,
             "p99 duration (s)": b.duration_s.p99 or 0.0,
         }
+        if any(r.cost.completed_usd for r in rows):
+            values["cost per completed ($)"] = b.cost.per_completed_usd or 0.0
         for name, value in values.items():
             series.setdefault(name, []).append((hour, float(value)))
     return series

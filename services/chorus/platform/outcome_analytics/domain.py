@@ -27,6 +27,10 @@ Counting rules (each one idempotent, so redelivered or republished events count 
   the workflow the original record belonged to, ``unknown`` until that is known.
 - ``durations``: ``workflow.ended.occurred_at - workflow.started.occurred_at`` in
   seconds, in the ended event's bucket, once both are known.
+- ``completed_cost``: what the language models of the workflows that completed spent
+  (their ``workflow.spend_recorded``, distinct event ids), in the hour they completed
+  (a record after the end adds to that hour): with ``ended["completed"]``, the cost per
+  completed workflow.
 
 By release (versioned rollouts, :meth:`OutcomeView.releases`): the same numbers per
 service, release and workflow type, over all time, for the workflows whose
@@ -56,7 +60,7 @@ from chorus.base.compat import fromisoformat
 from chorus.contracts.approvals import ApprovalRequested
 from chorus.contracts.base import EventModel, in_utc, is_sealed
 from chorus.contracts.envelope import Envelope
-from chorus.contracts.lifecycle import Outcome, WorkflowEnded, WorkflowStarted
+from chorus.contracts.lifecycle import Outcome, SpendRecorded, WorkflowEnded, WorkflowStarted
 from chorus.contracts.platform import ErrorCategory, EventDeadLettered, ReviewRequested
 
 OUTCOMES: tuple[str, ...] = get_args(Outcome)
@@ -71,6 +75,7 @@ CONSUMED: tuple[type[EventModel], ...] = (
     ApprovalRequested,
     ReviewRequested,
     EventDeadLettered,
+    SpendRecorded,
 )
 ACCEPT: dict[str, int] = {model.event_type: model.version for model in CONSUMED}
 """Event type -> the version this code reads (older ones are upcast, newer refused)."""
@@ -141,7 +146,7 @@ class Fact(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: Literal["started", "ended", "escalated", "dead_lettered"]
+    kind: Literal["started", "ended", "escalated", "dead_lettered", "spent"]
     event_id: UUID
     workflow_id: str | None
     """None only for a dead letter of a record that names no workflow (poison bytes)."""
@@ -154,6 +159,8 @@ class Fact(BaseModel):
     service: str | None = None
     """The service that wrote a dead letter."""
     pins: dict[str, str] = Field(default_factory=dict)
+    cost_micro_usd: int = 0
+    """What a ``spent`` fact's models cost."""
 
     @property
     def key(self) -> str:
@@ -186,6 +193,10 @@ class WorkflowState(BaseModel):
     """Dead letters by the service that wrote them, by category."""
     pending: list[PendingLetter] = Field(default_factory=list)
     """Dead letters counted under ``unknown`` until an event tells the workflow's type."""
+    spent: list[UUID] = Field(default_factory=list)
+    """Event ids of its spend records already counted."""
+    cost_micro_usd: int = 0
+    """What they add up to."""
 
 
 @dataclass(frozen=True)
@@ -200,6 +211,8 @@ class Delta:
     letters: int = 0
     """+1 or -1 (a letter moved from ``unknown`` to the type) on ``dead_lettered``."""
     duration: float | None = None
+    completed_cost: int = 0
+    """Micro-dollars the completed workflows' models spent."""
 
 
 @dataclass
@@ -212,6 +225,8 @@ class Bucket:
     dead_lettered: Counter[str] = field(default_factory=Counter)
     durations: list[float] = field(default_factory=list)
     """Seconds, kept sorted so percentiles are exact."""
+    completed_cost: int = 0
+    """Micro-dollars."""
 
     def is_empty(self) -> bool:
         return not (self.started or +self.ended or self.escalated or +self.dead_lettered or self.durations)
@@ -219,6 +234,7 @@ class Bucket:
     def add(self, delta: Delta) -> None:
         self.started += delta.started
         self.escalated += delta.escalated
+        self.completed_cost += delta.completed_cost
         if delta.ended is not None:
             self.ended[delta.ended] += 1
         if delta.dead_lettered is not None:
@@ -229,6 +245,7 @@ class Bucket:
     def merge(self, other: Bucket) -> None:
         self.started += other.started
         self.escalated += other.escalated
+        self.completed_cost += other.completed_cost
         self.ended.update(other.ended)
         self.dead_lettered.update(other.dead_lettered)
         self.durations = list(heapq.merge(self.durations, other.durations))
@@ -240,6 +257,7 @@ class Bucket:
             "escalated": self.escalated,
             "dead_lettered": {k: v for k, v in self.dead_lettered.items() if v},
             "durations": self.durations,
+            "completed_cost": self.completed_cost,
         }
 
     @classmethod
@@ -250,6 +268,7 @@ class Bucket:
             escalated=data["escalated"],
             dead_lettered=Counter(data["dead_lettered"]),
             durations=list(data["durations"]),
+            completed_cost=data.get("completed_cost", 0),  # a bucket kept before it was counted
         )
 
 
@@ -283,6 +302,8 @@ def fact_of(envelope: Envelope, payload: EventModel) -> Fact | None:
         return Fact(kind="ended", outcome=payload.outcome, **common)
     if isinstance(payload, ApprovalRequested | ReviewRequested):
         return Fact(kind="escalated", **common)
+    if isinstance(payload, SpendRecorded):
+        return Fact(kind="spent", cost_micro_usd=payload.cost_micro_usd, **common)
     return None
 
 
@@ -327,6 +348,13 @@ def fold(state: WorkflowState, fact: Fact) -> tuple[WorkflowState, list[Delta]]:
         state.ended_at, state.ended_in, state.outcome = fact.occurred_at, key, fact.outcome
         deltas.append(Delta(key, ended=fact.outcome))
         _record_duration(state, deltas)
+        if fact.outcome == "completed" and state.cost_micro_usd:
+            deltas.append(Delta(key, completed_cost=state.cost_micro_usd))  # spent before the end
+    elif fact.kind == "spent" and fact.event_id not in state.spent:
+        state.spent.append(fact.event_id)
+        state.cost_micro_usd += fact.cost_micro_usd
+        if state.outcome == "completed" and state.ended_in is not None and fact.cost_micro_usd:
+            deltas.append(Delta(state.ended_in, completed_cost=fact.cost_micro_usd))
     elif fact.kind == "escalated" and hour not in state.escalated_in:
         # Distinct per bucket: a workflow escalated in two hours counts in both.
         state.escalated_in.append(hour)
@@ -481,6 +509,16 @@ def bucket_row(key: BucketKey, bucket: Bucket) -> dict[str, Any]:
         "escalated": bucket.escalated,
         "dead_lettered": {category: bucket.dead_lettered[category] for category in ERROR_CATEGORIES},
         "duration_s": duration_summary(bucket.durations),
+        "cost": cost_summary(bucket.completed_cost, bucket.ended["completed"]),
+    }
+
+
+def cost_summary(completed_cost: int, completed: int) -> dict[str, Any]:
+    """What the completed workflows' language models cost, in all and per workflow (None
+    with none completed), in dollars."""
+    return {
+        "completed_usd": completed_cost / 1e6,
+        "per_completed_usd": round(completed_cost / completed / 1e6, 6) if completed else None,
     }
 
 
@@ -519,6 +557,8 @@ class TypeTotals:
     dead_lettered: dict[str, int]
     durations: list[float]
     """Every duration, ascending."""
+    completed_cost: int
+    """Micro-dollars the completed workflows' models spent."""
 
     @classmethod
     def of(cls, buckets: Iterable[Bucket]) -> TypeTotals:
@@ -534,6 +574,7 @@ class TypeTotals:
             escalated=sum(b.escalated for b in buckets),
             dead_lettered={category: dead[category] for category in ERROR_CATEGORIES},
             durations=list(heapq.merge(*(b.durations for b in buckets))),
+            completed_cost=sum(b.completed_cost for b in buckets),
         )
 
 

@@ -43,6 +43,11 @@ class ViewCollector:
             "Dead-lettered records by error category, under their workflow's type ('unknown' when not known)",
             "category",
         )
+        cost = _gauge(
+            "completed_cost_usd",
+            "What the language models of the completed workflows spent (workflow.spend_recorded),"
+            " in dollars: divided by workflows_ended{outcome='completed'}, the cost per completed workflow",
+        )
         duration = Metric(
             f"{PREFIX}_workflow_duration_seconds",
             "Workflow duration (ended minus started), exact quantiles over the view",
@@ -51,6 +56,7 @@ class ViewCollector:
         for workflow_type, total in totals.items():
             started.add_metric([workflow_type], total.started)
             escalated.add_metric([workflow_type], total.escalated)
+            cost.add_metric([workflow_type], total.completed_cost / 1e6)
             for outcome, count in total.ended.items():
                 ended.add_metric([workflow_type, outcome], count)
             for category, count in total.dead_lettered.items():
@@ -65,4 +71,4 @@ class ViewCollector:
                         {**labels, "quantile": str(p / 100)},
                         percentile(total.durations, p),
                     )
-        yield from (started, ended, escalated, dead, duration)
+        yield from (started, ended, escalated, dead, cost, duration)
