@@ -134,7 +134,7 @@ def test_runtime_pseudo_producer_only_on_platform_topics() -> None:
         "chorus.reviews",
         "chorus.releases",
         "chorus.resets",
-        "chorus.spend",
+        "chorus.agents",
     }
 
 
@@ -204,6 +204,7 @@ PERSONAL_FIELDS: dict[tuple[str, int], list[str]] = {
     ("retry.due", 1): ["/original"],
     ("event.dead_lettered", 1): ["/original"],
     ("event.dead_lettered", 2): ["/original"],
+    ("agent.turn_recorded", 1): ["/said"],
 }
 
 

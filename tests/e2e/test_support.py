@@ -17,6 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
+from chorus.contracts.base import is_sealed
+from chorus.contracts.registry import Registry
+from chorus.testing.stack import read_events
 from chorus.tools.devstack import REFERENCE_PROJECT, DevStack
 from tests.support.pgbouncer import PgBouncer
 from tests.support.processes import chorus
@@ -54,6 +57,8 @@ class Support:
     stack: DevStack
     http: httpx.AsyncClient
     pgbouncer: PgBouncer | None
+    registry: Registry
+    bootstrap: str
 
     @property
     def sandbox(self) -> str:
@@ -137,7 +142,7 @@ async def support(
         ) as own,
         httpx.AsyncClient(base_url=own.stack.api_url, timeout=10.0) as http,
     ):
-        yield Support(own.stack, http, own.pgbouncer)
+        yield Support(own.stack, http, own.pgbouncer, own.registry, kafka_bootstrap)
 
 
 async def test_a_small_refund_is_answered_and_replied_to_once(support: Support) -> None:
@@ -209,6 +214,21 @@ async def test_the_agent_looks_the_orders_up_notes_the_ticket_once_and_the_revie
     )
     assert code == 0, err
     assert f"spend ${spend['cost_usd']:.6f}" in out and "3 model turns  3 tool calls  gpt-4o-mini" in out
+    # The loop turn by turn in its timeline, what the model saw and said opened for the reader...
+    timeline = (await support.status_of(workflow))["timeline"]
+    turns = [e for e in timeline if e["event_type"] == "agent.turn_recorded"]
+    assert [e["external_call"] for e in turns] == [
+        "turn 1: gpt-4o-mini called lookup_customer, order_history",
+        "turn 2: gpt-4o-mini called add_crm_note",
+        "turn 3: gpt-4o-mini answered",
+    ]
+    assert "Katherine Johnson" in turns[0]["payload"]["said"]["tool_calls"][0]["result"]
+    assert '"refund_cents": 6000' in turns[2]["payload"]["said"]["answer"]
+    # ... and sealed on the topic: personal data, erased with its subject.
+    records = await read_events(
+        support.registry, support.bootstrap, "agent.turn_recorded", workflow_id=workflow, count=3
+    )
+    assert all(is_sealed(r.payload.said) for r in records), [r.payload.said for r in records]
 
 
 async def test_an_agent_loop_past_its_limit_goes_to_a_person_saying_what_it_spent(support: Support) -> None:

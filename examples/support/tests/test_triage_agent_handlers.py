@@ -8,7 +8,7 @@ from datetime import timedelta
 import httpx
 import pytest
 from chorus.contracts.approvals import ApprovalDecided, ApprovalRequested, EscalationStep
-from chorus.contracts.lifecycle import SpendRecorded, WorkflowEnded
+from chorus.contracts.lifecycle import AgentTurnRecorded, SpendRecorded, WorkflowEnded
 from chorus.errors import PersistentError, SemanticError, TransientError
 from chorus.llm import AgentLoop, OfflineModel
 from chorus.service import CancelTimer, ScheduleTimer
@@ -95,6 +95,9 @@ async def test_a_small_refund_is_answered_at_once_after_the_model_used_the_crm(
     assert len(step.checkpoints) == 6  # 3 turns and 3 tool calls
     spent = step.first(SpendRecorded)  # what it used goes out with the answer
     assert (spent.model_turns, spent.tool_calls) == (3, 3) and spent.input_tokens > 0
+    turns = [e for e in step.outcome.emit if isinstance(e, AgentTurnRecorded)]  # its audit trail
+    assert [t.tools_called for t in turns] == [["lookup_customer", "order_history"], ["add_crm_note"], []]
+    assert "Ada Lovelace" in turns[0].said.tool_calls[0].result and turns[0].said.prompt
 
 
 async def test_a_refund_is_no_more_than_the_orders_left_to_refund(harness: WorkflowHarness) -> None:

@@ -9,6 +9,8 @@ from pydantic import Field
 from chorus.contracts.base import (
     EventModel,
     KeyedRef,
+    LongText,
+    Model,
     Name,
     Personal,
     Text,
@@ -269,3 +271,44 @@ class SpendRecorded(EventModel):
     input_tokens: int = Field(ge=0)
     output_tokens: int = Field(ge=0)
     cost_micro_usd: int = Field(ge=0, description="money, in millionths of a dollar (the price table's)")
+
+
+class ToolCallSaid(Model):
+    """One tool call of a turn as the model asked for it and what the tool answered (JSON
+    text, cut at its field's length)."""
+
+    id: Text
+    name: Name
+    arguments: Text
+    result: Text = ""
+    error: Text | None = None
+
+
+class TurnSaid(Model):
+    """What the model saw and said in one turn: sealed as personal data (it derives from the
+    workflow's input), opened for whoever may read the workflow."""
+
+    prompt: LongText | None = Field(default=None, description="the messages the loop began from (first turn)")
+    answer: LongText | None = None
+    tool_calls: list[ToolCallSaid] = Field(default_factory=list, max_length=50)
+    refused: list[Text] = Field(default_factory=list, max_length=50, description="why its answer was refused")
+
+
+@event("agent.turn_recorded", 1)
+class AgentTurnRecorded(EventModel):
+    """One model turn of an agent loop (chorus.llm) and the tool calls it led to, stated
+    with the step that ran the loop: the workflow's audit trail shows the loop turn by turn."""
+
+    service: Name
+    step: Name = Field(description="which loop of the service (its name)")
+    turn: int = Field(ge=1)
+    model: Name = Field(description="the model that answered, as configured (a fallback's when it answered)")
+    response_model: Name | None = None
+    passed_over: list[Text] = Field(
+        default_factory=list, max_length=20, description="models that could not answer first"
+    )
+    tools_called: list[Name] = Field(default_factory=list, max_length=50)
+    input_tokens: int = Field(ge=0)
+    output_tokens: int = Field(ge=0)
+    cost_micro_usd: int = Field(ge=0)
+    said: Personal[TurnSaid]

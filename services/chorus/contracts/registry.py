@@ -634,8 +634,26 @@ class Registry:
     def handles_personal(self, service: str) -> bool:
         """Whether a topic ``service`` reads or writes carries a type with personal fields
         (chorus.privacy.crypto), so that it needs data keys. Relays do not count: what they
-        carry is a record of the service's own topics, personal only if those are."""
-        return bool((self.reads(service) | self.writes(service)) & self._personal_topics)
+        carry is a record of the service's own topics, personal only if those are. Nor does
+        a type every runtime may state for itself (an agent loop's turns): only a service
+        that says it states it (principals.yaml ``signs``) seals it."""
+        principal = self.principals.services.get(service)
+        states = set(principal.signs) if principal is not None else set()
+        return bool(
+            (self.reads(service) | self.writes(service)) & self._personal_topics
+            or states & self._runtime_personal_types
+        )
+
+    @cached_property
+    def _runtime_personal_types(self) -> frozenset[str]:
+        runtime_stated = {
+            ev.type for spec in self.topics.values() for ev in spec.events if RUNTIME_PRODUCER in ev.signers()
+        }
+        return frozenset(
+            event_type
+            for (event_type, _), schema in self.schemas.items()
+            if event_type in runtime_stated and personal_pointers(schema)
+        )
 
     @cached_property
     def _personal_topics(self) -> frozenset[str]:
@@ -645,6 +663,7 @@ class Registry:
             spec.topic
             for (event_type, _), schema in self.schemas.items()
             if event_type not in RELAYS
+            and event_type not in self._runtime_personal_types
             and (spec := self._topic_of.get(event_type)) is not None
             and personal_pointers(schema)
         )

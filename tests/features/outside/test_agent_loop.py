@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from chorus.base.errors import SemanticError
 from chorus.base.metrics import Metrics
+from chorus.contracts.lifecycle import SpendRecorded
 from chorus.llm import (
     AgentLoop,
     FallbackModel,
@@ -27,12 +28,15 @@ from chorus.llm import (
     OfflineModel,
     Prices,
     Tool,
+    ToolCall,
     ToolContext,
+    ToolResult,
     Transcript,
 )
 from chorus.outside.breaker import BreakerOpenError
 from chorus.outside.llm import usage
 from chorus.outside.llm.client import OpenAICompatibleLLM
+from chorus.outside.llm.loop import Turn
 
 SYSTEM = {"role": "system", "content": "task: refund\nDecide the refund with the tools."}
 USER = {"role": "user", "content": "Customer cust-7 asks for a refund of order 77."}
@@ -354,3 +358,24 @@ async def test_the_primary_rate_limited_or_its_breaker_open_the_fallback_answers
 
     with pytest.raises(BreakerOpenError):  # the last of the chain cannot either: the step's error
         await FallbackModel([Tripped()]).chat([SYSTEM, USER], [], timeout_s=1)
+
+
+def test_a_turns_record_stays_within_an_event_however_much_the_model_was_shown() -> None:
+    """The audit trail's record of a turn cuts what it keeps of the prompt, the answer and the
+    tool calls (the checkpoint keeps all of it), and says where: one tool answering 200 KB
+    and a 100 KB prompt still make an event far within the 64 KB a record may have."""
+    huge = ToolResult(call_id="c1", name="lookup", output={"rows": "x" * 200_000})
+    turn = Turn(
+        answer=ModelTurn(
+            model="m", tool_calls=[ToolCall(id="c1", name="lookup", arguments={"q": "y" * 50_000})]
+        ),
+        results=[huge],
+    )
+    recorded = Transcript(turns=[turn]).recorded(
+        "support_agent", "triage", [{"role": "user", "content": "z" * 100_000}]
+    )
+    said = recorded[0].model_dump(mode="json")["said"]
+    assert len(json.dumps(said)) < 32_000
+    assert said["tool_calls"][0]["result"].endswith("…(cut)") and said["prompt"].endswith("…(cut)")
+    spent = recorded[-1]
+    assert isinstance(spent, SpendRecorded) and (spent.model_turns, spent.tool_calls) == (1, 1)

@@ -416,3 +416,12 @@ def test_a_workflows_spend_is_the_sum_of_its_steps_records_in_any_order_and_no_s
     assert forward.spend.models == ["gpt-4o-mini", "small-fallback"]
     assert forward.stage == "invoice.received"
     assert derive(fold_all(procurement_run())).spend is None  # no model used: no spend at all
+
+
+def test_an_agent_loops_turn_is_a_timeline_row_naming_its_model_and_calls_and_no_stage() -> None:
+    calls = ev("agent.turn_recorded", 2)
+    answers = ev("agent.turn_recorded", 3, turn=2, tools_called=[], model="small-fallback")
+    assert calls[0].external_call == "turn 1: gpt-4o-mini called lookup_customer, order_history"
+    assert answers[0].external_call == "turn 2: small-fallback answered"
+    view = derive(fold_all([ev("workflow.started", 0), ev("invoice.received", 1), calls, answers]))
+    assert view.stage == "invoice.received" and view.events == 4

@@ -51,12 +51,12 @@ async def on_ticket_received(
         # Told to the model on the retry (ctx.feedback); if it stays wrong, a person reviews.
         raise SemanticError("the triage does not fit the ticket", errors)
     state = TriageState(ticket=ticket, transcript=transcript, customer=customer, triage=triage)
-    # What the model used (turns, tool calls, tokens, money) goes out with the step: the
-    # workflow's spend in its status, the console and `chorus workflows show`.
-    spent = transcript.spent(SERVICE, "triage")
+    # The loop goes out with the step: each turn (what the model saw and said, sealed) and
+    # what it spent, for the workflow's timeline, its status, the console and the CLI.
+    recorded = transcript.recorded(SERVICE, "triage", triage_prompt(ticket))
     if triage.refund_cents <= ctx.deps.refund_threshold_cents:
         answered = await reply(state, ctx)
-        return dataclasses.replace(answered, emit=[spent, *answered.emit])
+        return dataclasses.replace(answered, emit=[*recorded, *answered.emit])
     due = ScheduleTimer(
         REPLY_DUE,
         due_at=ctx.clock.now() + timedelta(seconds=ctx.deps.reply_within_s),
@@ -64,7 +64,7 @@ async def on_ticket_received(
     )
     asking = state.model_copy(update={"waiting_for_approval": True})
     request = approval_for(state, event.envelope.workflow_id, ctx.deps.approval_chain)
-    return Outcome(state=asking, emit=[spent, request], timers=[due])
+    return Outcome(state=asking, emit=[*recorded, request], timers=[due])
 
 
 async def on_approval_decided(

@@ -27,6 +27,7 @@ SPEC: ServiceSpec[TriageState, Deps] = ServiceSpec(
             "approval.requested",
             "workflow.ended",
             "workflow.spend_recorded",
+            "agent.turn_recorded",
         }
     ),
     state=TriageState,

@@ -35,7 +35,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from chorus.base.errors import PersistentError, SemanticError
 from chorus.base.faults import fault_point
 from chorus.base.tracing import work_span
-from chorus.contracts.lifecycle import SpendRecorded
+from chorus.contracts.base import EventModel
+from chorus.contracts.lifecycle import AgentTurnRecorded, SpendRecorded, ToolCallSaid, TurnSaid
 from chorus.outside.breaker import BreakerOpenError
 from chorus.outside.llm import usage as usage_metrics
 from chorus.outside.ratelimit import RateLimitedError
@@ -133,6 +134,16 @@ class Transcript(BaseModel):
             total += turn.answer.usage
         return total
 
+    def recorded(self, service: str, step: str, prompt: Sequence[Mapping[str, Any]] = ()) -> list[EventModel]:
+        """The loop as the workflow's audit trail keeps it: one ``agent.turn_recorded`` per
+        turn (what the model saw and said, sealed as personal data; ``prompt``: the messages
+        the loop began from), then what it spent. Emit them with the step's other events."""
+        turns: list[EventModel] = [
+            _turn_recorded(service, step, i, turn, prompt if i == 1 else ())
+            for i, turn in enumerate(self.turns, start=1)
+        ]
+        return [*turns, self.spent(service, step)]
+
     def spent(self, service: str, step: str) -> SpendRecorded:
         """What the loop used, as the event stating it for the workflow: emit it with the
         step's other events (in their transaction, so a redelivery does not count it twice).
@@ -170,6 +181,57 @@ class Transcript(BaseModel):
                 said = "\n".join(f"- {e}" for e in turn.refused)
                 found.append({"role": "user", "content": f"Your answer was invalid:\n{said}"})
         return found
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text`` within a field's length (what is cut says so)."""
+    return text if len(text) <= limit else text[: limit - 20] + " …(cut)"
+
+
+SAID_CHARS = (6000, 6000, 16000)
+"""What one turn's record keeps of the prompt, the answer and all its tool calls' arguments
+and results together: sealed (a third more as base64) it stays well within an event's
+64 KB, however much the model was shown. The checkpoint keeps all of it."""
+
+
+def _turn_recorded(
+    service: str, step: str, number: int, turn: Turn, prompt: Sequence[Mapping[str, Any]]
+) -> AgentTurnRecorded:
+    answer = turn.answer
+    prompt_chars, answer_chars, calls_chars = SAID_CHARS
+    each = max(200, min(4000, calls_chars // (2 * max(1, len(answer.tool_calls[:50])))))
+    calls = []
+    for position, c in enumerate(answer.tool_calls[:50]):
+        # By position, as the loop keeps them (the model's ids may repeat, or be empty).
+        result = turn.results[position] if position < len(turn.results) else None
+        calls.append(
+            ToolCallSaid(
+                id=_cut(c.id, 200),
+                name=c.name[:200],
+                arguments=_cut(json.dumps(c.arguments, sort_keys=True), each),
+                result=_cut(json.dumps(result.output, sort_keys=True), each) if result else "",
+                error=_cut(result.error, each) if result and result.error is not None else None,
+            )
+        )
+    said = TurnSaid(
+        prompt=_cut(json.dumps(list(prompt), sort_keys=True), prompt_chars) if prompt else None,
+        answer=_cut(answer.content, answer_chars) if answer.content else None,
+        tool_calls=calls,
+        refused=[_cut(r, 500) for r in turn.refused[:20]],
+    )
+    return AgentTurnRecorded(
+        service=service,
+        step=step,
+        turn=number,
+        model=answer.model[:200],
+        response_model=answer.response_model[:200] if answer.response_model else None,
+        passed_over=[_cut(p, 500) for p in answer.passed_over[:20]],
+        tools_called=[c.name[:200] for c in answer.tool_calls[:50]],
+        input_tokens=answer.usage.input_tokens,
+        output_tokens=answer.usage.output_tokens,
+        cost_micro_usd=answer.usage.cost_micro_usd,
+        said=said,
+    )
 
 
 def assistant_message(turn: ModelTurn) -> dict[str, Any]:

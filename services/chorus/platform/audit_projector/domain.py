@@ -34,6 +34,7 @@ from chorus.contracts.approvals import (
 from chorus.contracts.base import CATALOG, EventModel, is_sealed
 from chorus.contracts.envelope import Envelope
 from chorus.contracts.lifecycle import (
+    AgentTurnRecorded,
     AwaitsSignal,
     Signal,
     SignalAnswer,
@@ -78,6 +79,7 @@ PLATFORM_EVENTS = frozenset(
         "workflow.reset_requested",
         "workflow.reset_applied",
         "workflow.spend_recorded",
+        "agent.turn_recorded",
     }
 )
 
@@ -174,6 +176,10 @@ def external_call_of(payload: EventModel) -> str | None:
         return f"webhook: {payload.delivered_to} (HTTP {payload.status_code})"
     if isinstance(payload, SubmitterNotified):
         return f"{payload.channel} to the submitter ({payload.notice})"
+    if isinstance(payload, AgentTurnRecorded):
+        # The loop turn by turn: who answered, and the tools it called (or its answer).
+        did = f"called {', '.join(payload.tools_called)}" if payload.tools_called else "answered"
+        return f"turn {payload.turn}: {payload.model} {did}"
     return None
 
 

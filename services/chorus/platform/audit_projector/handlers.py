@@ -20,6 +20,7 @@ from chorus.contracts.approvals import (
 from chorus.contracts.base import EventModel
 from chorus.contracts.envelope import Envelope
 from chorus.contracts.lifecycle import (
+    AgentTurnRecorded,
     ResetApplied,
     ResetRequested,
     SpendRecorded,
@@ -80,6 +81,7 @@ PROJECTED: tuple[type[EventModel], ...] = (
     ResetRequested,
     ResetApplied,
     SpendRecorded,
+    AgentTurnRecorded,
     InvoiceReceived,
     InvoiceValidated,
     InvoiceRejected,
