@@ -408,17 +408,23 @@ def fold(
     return facts.model_copy(update=update)
 
 
+NOTHING_SPENT = Spend(
+    model_turns=0, tool_calls=0, input_tokens=0, output_tokens=0, cost_micro_usd=0, cost_usd=0.0, models=[]
+)
+
+
 def _add_spend(spend: Spend | None, recorded: SpendRecorded) -> Spend:
-    cost = (spend.cost_micro_usd if spend else 0) + recorded.cost_micro_usd
+    was = spend or NOTHING_SPENT
+    cost = was.cost_micro_usd + recorded.cost_micro_usd
     return Spend(
-        model_turns=(spend.model_turns if spend else 0) + recorded.model_turns,
-        tool_calls=(spend.tool_calls if spend else 0) + recorded.tool_calls,
-        input_tokens=(spend.input_tokens if spend else 0) + recorded.input_tokens,
-        output_tokens=(spend.output_tokens if spend else 0) + recorded.output_tokens,
+        model_turns=was.model_turns + recorded.model_turns,
+        tool_calls=was.tool_calls + recorded.tool_calls,
+        input_tokens=was.input_tokens + recorded.input_tokens,
+        output_tokens=was.output_tokens + recorded.output_tokens,
         cost_micro_usd=cost,
         cost_usd=cost / 1e6,
         # Sorted: the set of models, whichever record came first.
-        models=sorted({*(spend.models if spend else []), *recorded.models}),
+        models=sorted({*was.models, *recorded.models}),
     )
 
 

@@ -323,6 +323,7 @@ def outcome_series(buckets: list[OutcomeBucket], workflow_type: str) -> dict[str
     (all categories), the p50 / p99 durations, and (where its models spent anything) the cost
     per completed workflow."""
     rows = sorted((b for b in buckets if b.workflow_type == workflow_type), key=lambda b: b.hour)
+    spent = any(b.cost.completed_usd for b in rows)
     series: dict[str, list[tuple[str, float]]] = {}
     for b in rows:
         hour = b.hour.astimezone(timezone.utc).strftime("%H:%M")
@@ -335,7 +336,7 @@ def outcome_series(buckets: list[OutcomeBucket], workflow_type: str) -> dict[str
             "p50 duration (s)": b.duration_s.p50 or 0.0,
             "p99 duration (s)": b.duration_s.p99 or 0.0,
         }
-        if any(r.cost.completed_usd for r in rows):
+        if spent:
             values["cost per completed ($)"] = b.cost.per_completed_usd or 0.0
         for name, value in values.items():
             series.setdefault(name, []).append((hour, float(value)))

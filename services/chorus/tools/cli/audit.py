@@ -227,7 +227,7 @@ def timeline_command(
 
 
 def spend_line(spend: Spend) -> str:
-    """What a workflow's models used, in one line (the CLI's and the console's words)."""
+    """What a workflow's models used, in one line (the console's workflow page says the same)."""
     return (
         f"${spend.cost_usd:.6f}  {spend.input_tokens + spend.output_tokens} tokens "
         f"({spend.input_tokens} in, {spend.output_tokens} out)  {spend.model_turns} model turns  "
