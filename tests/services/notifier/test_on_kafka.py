@@ -295,7 +295,13 @@ async def test_the_submitter_gets_one_message_per_ended_workflow_on_each_of_thei
         assert f"https://console.example/workflows/{wf}" in mail["text"]
         [post] = await wait_until(partial(_one_of, outside.slack_about, wf), what=f"pat's channel of {wf}")
         assert post["channel"] == "buyers"
-        sent = await notifications(runner, wf)
+        # The outbox marks a message delivered only once the channel's answer is back, which
+        # may be just after the mailbox or the channel shows it.
+        sent = await wait_until(
+            partial(notifications, runner, wf),
+            until=lambda ns: ns and all(n["status"] != "pending" for n in ns),
+            what=f"pat's messages of {wf} settled",
+        )
         assert {(n["channel"], n["recipient"], n["status"]) for n in sent} == {
             ("email", "submitter:pat.buyer", "delivered"),
             ("webhook", "submitter:pat.buyer", "delivered"),
