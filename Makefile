@@ -224,8 +224,8 @@ lock:
 	@# chorus-workflows is this tree, which no index has.
 	.lockenv/bin/python -c 'import tomllib, sys; deps = tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]; print("\n".join(d for d in deps if not d.startswith("chorus-workflows")))' \
 		services/chorus/reference/pyproject.toml > .lockenv/reference.in
-	$(PIP_COMPILE) --extra analytics --extra otlp -o requirements-runtime.lock pyproject.toml .lockenv/reference.in
-	$(PIP_COMPILE) --extra analytics --extra otlp --extra dev -c requirements-runtime.lock -o requirements.lock pyproject.toml .lockenv/reference.in
+	$(PIP_COMPILE) --extra analytics --extra otlp --extra pydantic-ai -o requirements-runtime.lock pyproject.toml .lockenv/reference.in
+	$(PIP_COMPILE) --extra analytics --extra otlp --extra pydantic-ai --extra dev -c requirements-runtime.lock -o requirements.lock pyproject.toml .lockenv/reference.in
 	rm -rf .lockenv
 
 clean:

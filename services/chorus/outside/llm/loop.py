@@ -432,7 +432,7 @@ class AgentLoop:
                 transcript = transcript.model_copy(update={"turns": [*transcript.turns[:-1], turn]})
                 kept = "after_tool_call"
             else:
-                self._check_limits(transcript)
+                check_limits(self.limits, len(transcript.turns), transcript.usage)
                 asked = [*messages, *transcript.messages()]
                 answer = await self.model.chat(asked, schemas, timeout_s=self.timeout_s)
                 priced = self.prices.priced(answer.model, answer.usage)
@@ -447,17 +447,19 @@ class AgentLoop:
             fault_point(kept)
         return transcript
 
-    def _check_limits(self, transcript: Transcript) -> None:
-        spent, limits = transcript.usage, self.limits
-        why = None
-        if len(transcript.turns) >= limits.max_turns:
-            why = f"{limits.max_turns} model turns without an answer"
-        elif limits.max_tokens is not None and spent.tokens >= limits.max_tokens:
-            why = f"the budget of {limits.max_tokens} tokens is spent"
-        elif limits.max_cost_micro_usd is not None and spent.cost_micro_usd >= limits.max_cost_micro_usd:
-            why = f"the budget of ${limits.max_cost_micro_usd / 1e6:.6f} is spent"
-        if why is not None:
-            raise (LoopLimitError if limits.on_limit == "escalate" else LoopLimitFailed)(why, spent)
+
+def check_limits(limits: LoopLimits, turns: int, spent: Usage) -> None:
+    """Raise what ``limits`` say (LoopLimitError or LoopLimitFailed) when ``turns`` model turns
+    that spent ``spent`` leave no room for another."""
+    why = None
+    if turns >= limits.max_turns:
+        why = f"{limits.max_turns} model turns without an answer"
+    elif limits.max_tokens is not None and spent.tokens >= limits.max_tokens:
+        why = f"the budget of {limits.max_tokens} tokens is spent"
+    elif limits.max_cost_micro_usd is not None and spent.cost_micro_usd >= limits.max_cost_micro_usd:
+        why = f"the budget of ${limits.max_cost_micro_usd / 1e6:.6f} is spent"
+    if why is not None:
+        raise (LoopLimitError if limits.on_limit == "escalate" else LoopLimitFailed)(why, spent)
 
 
 async def _call(tools: Mapping[str, Tool], call: ToolCall, key: str) -> ToolResult:
