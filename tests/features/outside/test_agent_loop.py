@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -121,16 +122,22 @@ def loop(model: OfflineModel, shop: Shop, **limits: Any) -> AgentLoop:
     )
 
 
-def dollars_counted(model: str) -> float:
-    """chorus_llm_cost_usd_total for ``model``, as a service's /metrics shows it."""
+def counted(series: str, model: str, workflow_type: str = "", **labels: str) -> float:
+    """``series`` (chorus_llm_cost_usd_total, chorus_llm_tokens_total) for ``model`` and
+    ``workflow_type``, as a service's /metrics shows it."""
     metrics = Metrics("test")
     metrics.registry.register(usage.TokenUsageCollector())
+    wanted = {"gen_ai_request_model": model, "workflow_type": workflow_type, **labels}
     return sum(
         s.value
         for family in text_string_to_metric_families(metrics.render().decode())
         for s in family.samples
-        if s.name == "chorus_llm_cost_usd_total" and s.labels["gen_ai_request_model"] == model
+        if s.name == series and wanted.items() <= s.labels.items()
     )
+
+
+def dollars_counted(model: str, workflow_type: str = "") -> float:
+    return counted("chorus_llm_cost_usd_total", model, workflow_type)
 
 
 async def test_the_model_calls_both_tools_then_answers_and_each_turn_is_kept_and_priced() -> None:
@@ -193,6 +200,35 @@ async def test_limits_stop_the_loop_before_the_next_turn_with_the_spend_so_far()
             Ctx(), [SYSTEM, USER], None, keep=lambda t: t
         )
     assert failed.value.category == "persistent" and "1 tokens is spent" in str(failed.value)
+
+
+class TypedCtx(Ctx):
+    """A context for an event of a workflow of ``workflow_type`` (its envelope's)."""
+
+    def __init__(self, workflow_type: str) -> None:
+        super().__init__()
+        self.envelope = SimpleNamespace(workflow_type=workflow_type)
+
+
+async def test_a_workflow_types_own_limits_apply_to_its_loops_and_its_spend_is_counted_for_it() -> None:
+    model = OfflineModel({}, {"refund": refund_skill})
+    typed = AgentLoop(
+        model,
+        Shop().tools(),
+        prices=Prices({model.name: (2.0, 8.0)}),
+        limits=LoopLimits(max_turns=10),
+        limits_by_type={"vip_refund": LoopLimits(max_turns=1, on_limit="fail")},
+    )
+    before = (dollars_counted(model.name, "refund"), dollars_counted(model.name, "vip_refund"))
+    tokens_before = counted("chorus_llm_tokens_total", model.name, "refund", gen_ai_token_type="input")
+    done = await typed.run(TypedCtx("refund"), [SYSTEM, USER], None, keep=lambda t: t)
+    assert done.answer == "refunded 1250 cents"  # the default limits: room for three turns
+    with pytest.raises(LoopLimitFailed, match="1 model turns"):
+        await typed.run(TypedCtx("vip_refund"), [SYSTEM, USER], None, keep=lambda t: t)
+    assert dollars_counted(model.name, "refund") - before[0] == pytest.approx(done.usage.cost_micro_usd / 1e6)
+    assert dollars_counted(model.name, "vip_refund") - before[1] > 0  # its one turn, for its type
+    input_tokens = counted("chorus_llm_tokens_total", model.name, "refund", gen_ai_token_type="input")
+    assert input_tokens - tokens_before == done.usage.input_tokens
 
 
 async def test_arguments_the_tool_refuses_and_unknown_tools_are_told_to_the_model() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -169,6 +170,16 @@ async def test_limits_stop_the_run_before_the_turn_they_refuse_with_what_it_spen
     assert "2 model turns without an answer" in str(stopped.value) and f"spent {spent.tokens} tokens" in str(
         stopped.value
     )
+    # A workflow type's own limits, for the type of the event the handler is for.
+    vip = Checkpoints()
+    vip.envelope = SimpleNamespace(workflow_type="vip_order")  # type: ignore[attr-defined]
+    by_type = {"vip_order": LoopLimits(max_turns=1)}
+    with pytest.raises(LoopLimitError, match="1 model turns"):
+        await run_agent(World().agent(), vip, None, keep, limits_by_type=by_type, user_prompt=PROMPT)
+    other = await run_agent(
+        World().agent(), Checkpoints(), None, keep, limits_by_type=by_type, user_prompt=PROMPT
+    )
+    assert other.output == "reserved 2 bolt"
     failing = LoopLimits(max_tokens=1, on_limit="fail")
     with pytest.raises(LoopLimitFailed, match="the budget of 1 tokens is spent"):
         await run_agent(World().agent(), Checkpoints(), None, keep, limits=failing, user_prompt=PROMPT)

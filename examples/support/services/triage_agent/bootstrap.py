@@ -37,6 +37,7 @@ async def bootstrap(settings: Settings) -> AsyncIterator[Deps]:
                 crm_tools(crm),
                 prices=Prices(settings.llm_prices),
                 limits=settings.agent_limits,
+                limits_by_type=settings.agent_limits_by_type,
                 timeout_s=settings.llm_timeout_s,
                 name="triage",
             ),

@@ -303,6 +303,10 @@ class LLMSettings(BaseModel):
     agent_limits: LoopLimits = LoopLimits()
     """An agent loop's turns, tokens and cost per step, and what happens at the limit:
     CHORUS_AGENT_LIMITS='{"max_turns": 6, "max_cost_micro_usd": 20000, "on_limit": "escalate"}'."""
+    agent_limits_by_type: dict[str, LoopLimits] = {}
+    """The same for a workflow type whose loops have limits of their own (AgentLoop's
+    ``limits_by_type``): CHORUS_AGENT_LIMITS_BY_TYPE='{"support": {"max_cost_micro_usd":
+    50000, "on_limit": "fail"}}'."""
 
 
 @asynccontextmanager

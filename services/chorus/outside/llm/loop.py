@@ -394,6 +394,9 @@ class AgentLoop:
     tools: Sequence[Tool]
     prices: Prices = Prices({})
     limits: LoopLimits = field(default_factory=LoopLimits)
+    limits_by_type: Mapping[str, LoopLimits] = field(default_factory=dict)
+    """Limits of a workflow type's loops, where its differ from ``limits`` (the workflow type
+    of the event the handler is for)."""
     timeout_s: float = 120.0
     name: str = "agent"
     """Which loop of the step (in its tools' idempotency keys): two loops of one step differ."""
@@ -415,6 +418,8 @@ class AgentLoop:
         is told and asked again."""
         by_name = {t.name: t for t in self.tools}
         schemas = [t.schema() for t in self.tools]
+        workflow_type = usage_metrics.workflow_type_of(ctx)
+        limits = self.limits_by_type.get(workflow_type, self.limits)
         transcript = transcript or Transcript()
         if transcript.answer is not None and refused and transcript.turns:
             told = transcript.turns[-1].model_copy(update={"refused": list(refused)})
@@ -432,12 +437,18 @@ class AgentLoop:
                 transcript = transcript.model_copy(update={"turns": [*transcript.turns[:-1], turn]})
                 kept = "after_tool_call"
             else:
-                check_limits(self.limits, len(transcript.turns), transcript.usage)
+                check_limits(limits, len(transcript.turns), transcript.usage)
                 asked = [*messages, *transcript.messages()]
                 answer = await self.model.chat(asked, schemas, timeout_s=self.timeout_s)
                 priced = self.prices.priced(answer.model, answer.usage)
                 answer = answer.model_copy(update={"usage": priced})
-                usage_metrics.count_cost(answer.model, priced.cost_micro_usd)
+                usage_metrics.count_spend(
+                    workflow_type,
+                    answer.model,
+                    priced.input_tokens,
+                    priced.output_tokens,
+                    priced.cost_micro_usd,
+                )
                 update: dict[str, Any] = {"turns": [*transcript.turns, Turn(answer=answer)]}
                 if not answer.tool_calls:
                     update["answer"] = answer.content or ""

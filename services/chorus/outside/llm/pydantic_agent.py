@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -284,7 +284,13 @@ class _Run:
                 output_tokens=int(spent.get("output_tokens") or 0),
             ),
         )
-        usage_metrics.count_cost(model, usage.cost_micro_usd)
+        usage_metrics.count_spend(
+            usage_metrics.workflow_type_of(self.ctx),
+            model,
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cost_micro_usd,
+        )
         return usage
 
 
@@ -374,12 +380,14 @@ async def run_agent(
     keep: Callable[[AgentJournal], BaseModel],
     *,
     limits: LoopLimits | None = None,
+    limits_by_type: Mapping[str, LoopLimits] | None = None,
     prices: Prices | None = None,
     **run: Any,
 ) -> AgentRun:
     """Run ``agent`` (``run``: what ``agent.run`` takes: the prompt, deps, …) from ``journal``
     (the checkpoint's; None to start): every model request and tool call is kept through
-    ``keep`` (the handler's state from a journal) with ``ctx.checkpoint`` as it completes."""
+    ``keep`` (the handler's state from a journal) with ``ctx.checkpoint`` as it completes.
+    ``limits``, ``limits_by_type`` and ``prices`` as the agent loop's (AgentLoop)."""
     if ChorusDurability.from_agent(agent) is None:
         raise ValueError(
             f"agent {agent.name!r} has no ChorusDurability capability: nothing it does would be kept"
@@ -389,7 +397,7 @@ async def run_agent(
         (journal or AgentJournal()).entries,
         keep,
         agent.name or "agent",
-        limits or LoopLimits(),
+        (limits_by_type or {}).get(usage_metrics.workflow_type_of(ctx), limits or LoopLimits()),
         prices or Prices({}),
     )
     token = _run.set(state)

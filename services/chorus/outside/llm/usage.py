@@ -30,22 +30,42 @@ _TOKENS = Histogram(
 
 _COST = Counter(
     "chorus_llm_cost_usd",
-    "What language models' turns in agent loops cost, in dollars, by the price table",
-    ["gen_ai_request_model"],
+    "What agents' model turns cost, in dollars by the price table, by workflow type and model",
+    ["workflow_type", "gen_ai_request_model"],
+    registry=None,
+)
+_SPENT = Counter(
+    "chorus_llm_tokens",
+    "Tokens agents' model turns read (input) and wrote (output), by workflow type and model",
+    ["workflow_type", "gen_ai_request_model", "gen_ai_token_type"],
     registry=None,
 )
 
 
-def count_cost(model: str, micro_usd: int) -> None:
-    """A priced turn of an agent loop (chorus.outside.llm.loop)."""
+def count_spend(
+    workflow_type: str, model: str, input_tokens: int, output_tokens: int, micro_usd: int
+) -> None:
+    """A model turn of an agent (chorus.outside.llm.loop, chorus.outside.llm.pydantic_agent),
+    counted for its workflow's type: what a type of workflow costs, as it runs."""
+    for token_type, count in (("input", input_tokens), ("output", output_tokens)):
+        if count > 0:
+            _SPENT.labels(workflow_type, model, token_type).inc(count)
     if micro_usd > 0:
-        _COST.labels(model).inc(micro_usd / 1_000_000)
+        _COST.labels(workflow_type, model).inc(micro_usd / 1_000_000)
+
+
+def workflow_type_of(ctx: object) -> str:
+    """The workflow type of the event a handler's context is for (its envelope's); "" for a
+    context without one (a test's)."""
+    envelope = getattr(ctx, "envelope", None)
+    return str(getattr(envelope, "workflow_type", "") or "")
 
 
 class TokenUsageCollector(Collector):
     def collect(self) -> Iterator[Any]:
         yield from _TOKENS.collect()
         yield from _COST.collect()
+        yield from _SPENT.collect()
 
 
 def chat_attributes(model: str) -> dict[str, str | int | float | bool]:
