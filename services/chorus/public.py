@@ -144,6 +144,7 @@ PUBLIC: Mapping[str, frozenset[str]] = {
             "parse_json_output",
             "reprompt",
             "AgentLoop",
+            "AskTool",
             "FallbackModel",
             "LoopLimitError",
             "LoopLimitFailed",

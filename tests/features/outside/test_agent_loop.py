@@ -18,9 +18,11 @@ from pydantic import BaseModel
 
 from chorus.base.errors import SemanticError
 from chorus.base.metrics import Metrics
+from chorus.contracts.approvals import ApprovalContext, ApprovalFacts, ApprovalRequested, EscalationStep
 from chorus.contracts.lifecycle import SpendRecorded
 from chorus.llm import (
     AgentLoop,
+    AskTool,
     FallbackModel,
     LoopLimitError,
     LoopLimitFailed,
@@ -229,6 +231,60 @@ async def test_a_workflow_types_own_limits_apply_to_its_loops_and_its_spend_is_c
     assert dollars_counted(model.name, "vip_refund") - before[1] > 0  # its one turn, for its type
     input_tokens = counted("chorus_llm_tokens_total", model.name, "refund", gen_ai_token_type="input")
     assert input_tokens - tokens_before == done.usage.input_tokens
+
+
+class AskManager(BaseModel):
+    order_id: str
+    cents: int
+
+
+def ask_manager(args: AskManager, call: ToolContext) -> ApprovalRequested:
+    """The approval gate as a tool: a person decides; the call's key is the approval's id."""
+    return ApprovalRequested(
+        approval_id=call.idempotency_key,
+        requested_by="support_agent",
+        chain=[EscalationStep(tier="manager", window_s=3600)],
+        context=ApprovalContext(summary=f"refund {args.cents} cents of order {args.order_id}?"),
+        facts=ApprovalFacts(amount_cents=args.cents),
+    )
+
+
+def asking_skill(messages: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """Look the order up, ask a manager, refund if they approve, then say what happened."""
+    results = [json.loads(m["content"]) for m in messages if m["role"] == "tool"]
+    if not results:
+        return {"tool_calls": [{"name": "lookup_order", "arguments": {"order_id": "77"}}]}
+    paid = results[0]["paid_cents"]
+    if len(results) == 1:
+        return {"tool_calls": [{"name": "ask_manager", "arguments": {"order_id": "77", "cents": paid}}]}
+    if len(results) == 2 and results[1]["decision"] == "approve":
+        return {"tool_calls": [{"name": "refund", "arguments": {"order_id": "77", "cents": paid}}]}
+    return {"content": f"{results[1]['decision']}d by {results[1]['decided_by']}"}
+
+
+async def test_a_tool_a_person_answers_parks_the_loop_until_their_answer_resumes_it() -> None:
+    model, shop, ctx = OfflineModel({}, {"refund": asking_skill}), Shop(), Ctx()
+    asking = AskTool("ask_manager", "Ask a manager to approve a refund", AskManager, ask_manager)
+    agent = AgentLoop(model, [*shop.tools(), asking])
+    parked = await agent.run(ctx, [SYSTEM, USER], None, keep=lambda t: t)
+    assert parked.answer is None and parked.waiting == "wf-1:step-1:support_agent:agent:2:0"
+    assert ctx.kept == parked  # parked in the checkpoint: no process waits for the person
+    request = agent.asked(ctx, parked)
+    assert isinstance(request, ApprovalRequested) and request.approval_id == parked.waiting
+    assert request.facts.amount_cents == 1250
+    # The step redelivered while parked asks the model nothing more.
+    assert await agent.run(Ctx(kept=parked), [SYSTEM, USER], parked, keep=lambda t: t) == parked
+    assert model.calls == 2
+    # An answer to another call is not this loop's; the manager's is.
+    assert agent.answered(parked, "wf-9:other", {"decision": "approve"}) is None
+    decided = {"decision": "approve", "decided_by": "dana.manager"}
+    answered = agent.answered(parked, request.approval_id, decided)
+    assert answered is not None and answered.waiting is None
+    assert agent.answered(answered, request.approval_id, decided) is None  # answered already
+    done = await agent.run(Ctx(kept=answered), [SYSTEM, USER], answered, keep=lambda t: t)
+    assert done.answer == "approved by dana.manager"
+    assert (model.calls, shop.lookups, shop.refund_calls) == (4, 1, 1)
+    assert [r.name for t in done.turns for r in t.results] == ["lookup_order", "ask_manager", "refund"]
 
 
 async def test_arguments_the_tool_refuses_and_unknown_tools_are_told_to_the_model() -> None:

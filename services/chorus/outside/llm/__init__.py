@@ -15,6 +15,7 @@ from chorus.outside.llm.client import (
 )
 from chorus.outside.llm.loop import (
     AgentLoop,
+    AskTool,
     FallbackModel,
     LoopLimitError,
     LoopLimitFailed,
@@ -32,6 +33,7 @@ from chorus.outside.llm.loop import (
 __all__ = [
     "LLM",
     "AgentLoop",
+    "AskTool",
     "ChatMessage",
     "FallbackModel",
     "LLMEndpoint",

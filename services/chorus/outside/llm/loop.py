@@ -126,6 +126,9 @@ class Transcript(BaseModel):
     turns: list[Turn] = Field(default_factory=list)
     answer: str | None = None
     """The model's final text, once it answered without calling a tool."""
+    waiting: str | None = None
+    """The key of the call the loop is parked on (an :class:`AskTool`'s): someone else
+    answers it (another service, a person), and ``AgentLoop.answered`` gives it the answer."""
 
     @property
     def usage(self) -> Usage:
@@ -257,6 +260,35 @@ class ToolContext:
     the tool changes outside, so that a call repeated after a crash changes it once."""
 
 
+@dataclass(frozen=True)
+class AskTool:
+    """A tool someone else answers: another service (an event it handles, answered by an
+    event the handler gets) or a person (an approval). Calling it parks the loop, as an
+    approval parks a workflow: no process waits. ``run`` returns the transcript ``waiting``
+    on the call; the handler emits ``AgentLoop.asked`` (what ``ask`` makes of the call's
+    arguments and its key, which the answer must carry back) and ends its step. The answer's
+    handler gives it to the loop (``AgentLoop.answered``) and runs the loop on."""
+
+    name: str
+    description: str
+    arguments: type[BaseModel]
+    ask: Callable[[Any, ToolContext], EventModel]
+
+    def __post_init__(self) -> None:
+        if not TOOL_NAME.match(self.name):
+            raise ValueError(f"tool name {self.name!r}: letters, digits, _ and - only, at most 64")
+
+    def schema(self) -> dict[str, Any]:
+        return _function_schema(self.name, self.description, self.arguments)
+
+
+def _function_schema(name: str, description: str, arguments: type[BaseModel]) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": arguments.model_json_schema()},
+    }
+
+
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 """What OpenAI's API takes as a function's name."""
 
@@ -277,14 +309,7 @@ class Tool:
             raise ValueError(f"tool name {self.name!r}: letters, digits, _ and - only, at most 64")
 
     def schema(self) -> dict[str, Any]:
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": self.arguments.model_json_schema(),
-            },
-        }
+        return _function_schema(self.name, self.description, self.arguments)
 
 
 class ToolModel(Protocol):
@@ -391,7 +416,7 @@ class Checkpointing(Protocol):
 @dataclass(frozen=True)
 class AgentLoop:
     model: ToolModel
-    tools: Sequence[Tool]
+    tools: Sequence[Tool | AskTool]
     prices: Prices = Prices({})
     limits: LoopLimits = field(default_factory=LoopLimits)
     limits_by_type: Mapping[str, LoopLimits] = field(default_factory=dict)
@@ -425,12 +450,19 @@ class AgentLoop:
             told = transcript.turns[-1].model_copy(update={"refused": list(refused)})
             transcript = Transcript(turns=[*transcript.turns[:-1], told])
             await ctx.checkpoint(keep(transcript))
-        while transcript.answer is None:
+        while transcript.answer is None and transcript.waiting is None:
             last = transcript.turns[-1] if transcript.turns else None
             if last is not None and last.pending:
                 call = last.pending[0]
-                # By position (the model's ids may repeat, or be empty): the same on every try.
-                key = ctx.idempotency_key(self.name, str(len(transcript.turns)), str(len(last.results)))
+                key = self._key(ctx, transcript)
+                if (
+                    isinstance(by_name.get(call.name), AskTool)
+                    and _parsed(by_name[call.name], call) is not None
+                ):
+                    # Parked: the handler emits the question; the answer resumes the loop.
+                    transcript = transcript.model_copy(update={"waiting": key})
+                    await ctx.checkpoint(keep(transcript))
+                    break
                 result = await _call(by_name, call, key)
                 fault_point("mid_tool_call")  # made, not kept: the one call a crash repeats
                 turn = last.model_copy(update={"results": [*last.results, result]})
@@ -458,6 +490,33 @@ class AgentLoop:
             fault_point(kept)
         return transcript
 
+    def _key(self, ctx: Checkpointing, transcript: Transcript) -> str:
+        """The pending call's key: by position (the model's ids may repeat, or be empty), the
+        same on every try."""
+        last = transcript.turns[-1]
+        return ctx.idempotency_key(self.name, str(len(transcript.turns)), str(len(last.results)))
+
+    def asked(self, ctx: Checkpointing, transcript: Transcript) -> EventModel:
+        """The event that asks the call ``transcript`` waits on (emit it with the step)."""
+        call = transcript.turns[-1].pending[0] if transcript.waiting and transcript.turns else None
+        tool = next((t for t in self.tools if call is not None and t.name == call.name), None)
+        if call is None or not isinstance(tool, AskTool):
+            raise ValueError("the transcript waits on no ask tool's call")
+        arguments = _parsed(tool, call)
+        return tool.ask(arguments, ToolContext(idempotency_key=self._key(ctx, transcript)))
+
+    def answered(self, transcript: Transcript, key: str, output: Any) -> Transcript | None:
+        """``transcript`` with ``output`` (anything pydantic can put in JSON) as the result of
+        the call it waits on, whose key ``key`` must be; None when it waits on no such call
+        (an answer to a call of another loop, or one answered already): nothing to do."""
+        if transcript.waiting is None or transcript.waiting != key:
+            return None
+        last = transcript.turns[-1]
+        call = last.pending[0]
+        result = ToolResult(call_id=call.id, name=call.name, output=_AS_JSON.dump_python(output, mode="json"))
+        turn = last.model_copy(update={"results": [*last.results, result]})
+        return transcript.model_copy(update={"turns": [*transcript.turns[:-1], turn], "waiting": None})
+
 
 def check_limits(limits: LoopLimits, turns: int, spent: Usage) -> None:
     """Raise what ``limits`` say (LoopLimitError or LoopLimitFailed) when ``turns`` model turns
@@ -473,7 +532,14 @@ def check_limits(limits: LoopLimits, turns: int, spent: Usage) -> None:
         raise (LoopLimitError if limits.on_limit == "escalate" else LoopLimitFailed)(why, spent)
 
 
-async def _call(tools: Mapping[str, Tool], call: ToolCall, key: str) -> ToolResult:
+def _parsed(tool: Tool | AskTool, call: ToolCall) -> BaseModel | None:
+    try:
+        return tool.arguments.model_validate(call.arguments)
+    except ValidationError:
+        return None
+
+
+async def _call(tools: Mapping[str, Tool | AskTool], call: ToolCall, key: str) -> ToolResult:
     """The call made (once its arguments validate), or why not, as the model will read it.
     What the tool raises is the step's error (transient: retried, persistent: dead-lettered)."""
     tool = tools.get(call.name)
@@ -486,6 +552,7 @@ async def _call(tools: Mapping[str, Tool], call: ToolCall, key: str) -> ToolResu
     except ValidationError as exc:
         errors = "; ".join(pointed(exc))
         return ToolResult(call_id=call.id, name=call.name, error=f"arguments refused: {errors}")
+    assert isinstance(tool, Tool)  # an ask tool's valid call parks the loop instead
     gen_ai = {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": call.name,
