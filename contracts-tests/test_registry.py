@@ -205,6 +205,7 @@ PERSONAL_FIELDS: dict[tuple[str, int], list[str]] = {
     ("event.dead_lettered", 1): ["/original"],
     ("event.dead_lettered", 2): ["/original"],
     ("agent.turn_recorded", 1): ["/said"],
+    ("agent.output_streamed", 1): ["/text"],
 }
 
 

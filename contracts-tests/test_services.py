@@ -192,7 +192,7 @@ async def test_handlers_run_on_examples_emit_only_valid_declared_events() -> Non
     assert idle == [], f"no handler of {idle} accepted any example; add examples it can handle"
 
 
-async def _no_checkpoint(_: Any) -> None:
+async def _no_checkpoint(_: Any, __: Any) -> None:
     return None
 
 

@@ -7,6 +7,7 @@ the gateway."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 import uuid
@@ -49,6 +50,8 @@ TRIAGE_ENV = {
     # 3 s failed (at least 2): the earlier tests' answers are out of its window by then.
     "CHORUS_LLM_FALLBACK": '[{"model": "gpt-4.1-nano"}]',
     "CHORUS_LLM_BREAKER": '{"min_calls": 2, "window_s": 3, "open_s": 30}',
+    # Answers streamed, what the model has written published at most every half second.
+    "CHORUS_AGENT_STREAM_EVERY_S": "0.5",
 }
 
 
@@ -247,6 +250,27 @@ async def test_an_agent_loop_past_its_limit_goes_to_a_person_saying_what_it_spen
     traces = (await support.http.get(f"{support.sandbox}/stats")).json()["traces"]
     asked = [t for t in traces if t["path"] == "/crm/customers/cust-1002/orders"]
     assert len(asked) >= 10  # its 10 turns' calls (other tickets of cust-1002 add theirs)
+
+
+async def test_a_long_answer_shows_on_the_workflows_status_as_the_model_writes_it(support: Support) -> None:
+    """The model writes its answer slowly (a piece a second): the workflow's status shows
+    what it has written while the step runs, the console's page too; the step's outcome
+    replaces it."""
+    workflow = await support.submit("cust-1001", "SLOW refund question", refund_cents=300)
+    writing = await support.wait(
+        workflow, lambda s: (s.get("streaming") or {}).get("chars"), "the answer as it is written"
+    )
+    assert writing["status"] == "running"
+    shown = writing["streaming"]
+    assert (shown["service"], shown["step"], shown["turn"]) == ("triage_agent", "triage", 3)
+    assert shown["text"].startswith('{"category": "billing"') and shown["chars"] == len(shown["text"])
+    status = await support.answered(workflow)
+    assert status["streaming"] is None
+    reply = answered(status)
+    whole = json.dumps({k: reply[k] for k in ("category", "reply", "refund_cents")})  # as the model wrote it
+    assert whole.startswith(shown["text"]) and shown["chars"] < len(whole)  # shown while being written
+    rows = [e for e in status["timeline"] if e["event_type"] == "agent.output_streamed"]
+    assert rows and all("writing (" in (e.get("external_call") or "") for e in rows)
 
 
 async def test_a_rejected_refund_ends_rejected_and_nothing_is_sent(support: Support) -> None:

@@ -159,6 +159,19 @@ async def test_handle_refuses_a_checkpoint_written_by_a_newer_version(kernel: Ke
     assert out.frame.state_version == 2  # written back exactly as stored
 
 
+async def test_a_checkpoint_publishes_what_the_step_says_so_far_before_its_outcome(
+    kernel: KernelUnderTest,
+) -> None:
+    env = task("wf-p", "long", mode="progress")
+    await kernel.deliver(env)
+    said = await kernel.events("test.task_done")
+    assert [e["payload"]["task"] for e in said] == ["long: step 1 of 2", "long: step 2 of 2", "long"]
+    assert len({e["event_id"] for e in said}) == 3  # each an event of its own
+    assert {e["causation_id"] for e in said} == {str(env.event_id)}
+    kept = memory(kernel).state["wf-p"].state
+    assert kept is not None and kept["steps_done"] == [1, 2]
+
+
 async def test_handle_asks_a_person_after_the_semantic_retries(kernel: KernelUnderTest) -> None:
     out = await through(kernel, Item(kernel.record(task(mode="semantic"))), *UP_TO_HANDLE)
     assert isinstance(out, Item) and isinstance(out.result, Review)

@@ -4,6 +4,8 @@ model's chat), which every tracing backend reads."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import httpx
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -14,6 +16,7 @@ from pydantic import BaseModel
 from chorus.base import tracing
 from chorus.base.metrics import Metrics
 from chorus.base.tracing import TraceContext, handling_span
+from chorus.contracts.base import EventModel
 from chorus.kernel.messaging import Delivery, published
 from chorus.llm import AgentLoop, ChatMessage, Tool, ToolContext
 from chorus.observability import tracing as exporters
@@ -147,7 +150,7 @@ async def test_an_agent_loop_is_chat_spans_and_execute_tool_spans_under_the_hand
         return args.a + 1
 
     class Kept:
-        async def checkpoint(self, state: BaseModel) -> None:
+        async def checkpoint(self, state: BaseModel, *, emit: Sequence[EventModel] = ()) -> None:
             pass
 
         def idempotency_key(self, *parts: str) -> str:

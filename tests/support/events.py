@@ -27,6 +27,7 @@ class TaskSubmitted(EventModel):
         "huge_emit",
         "call",
         "remind",
+        "progress",
     ] = "ok"
     transient_failures: int = 0
     """The handler raises TransientError on attempts 1..transient_failures."""

@@ -75,6 +75,12 @@ async def on_task_submitted(
             await ctx.checkpoint(progress)
             if step == 2 and ctx.attempt == 1:
                 raise TransientError("connection reset after step 2")
+    if task.mode == "progress":
+        # A long step saying how far it got, with each checkpoint, before its outcome.
+        for step in (1, 2):
+            progress = progress.model_copy(update={"steps_done": [*progress.steps_done, step]})
+            said = TaskDone(task=f"{task.task}: step {step} of 2", attempt=ctx.attempt, handled_count=0)
+            await ctx.checkpoint(progress, emit=[said])
     progress = progress.model_copy(
         update={"handled": progress.handled + 1, "tasks": [*progress.tasks, task.task]}
     )

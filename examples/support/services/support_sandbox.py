@@ -25,7 +25,8 @@ def triage_turn(messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The stand-in model's turn in the triage: first it looks the customer and their orders
     up, then it notes the ticket on their record, then it answers. A subject with MISFILED in
     it is misfiled (technical) until the model is told why: a semantic retry; one with ENDLESS
-    has the model look the orders up again and again, never answering (until its limits)."""
+    has the model look the orders up again and again, never answering (until its limits); one
+    with SLOW has it write its answer slowly, a second per piece, when it is streamed."""
     user = str(messages[1]["content"])
     customer_id = re.search(r"^customer id: (\S+)", user, re.MULTILINE)
     asked = re.search(r"^refund asked: (\d+)", user, re.MULTILINE)
@@ -57,7 +58,8 @@ def triage_turn(messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     reply = f"Dear {results['lookup_customer'].get('name', 'customer')}, thank you for writing."
     if refund:
         reply += f" We refund {refund / 100:.2f} to your account."
-    return {"content": json.dumps({"category": category, "reply": reply, "refund_cents": refund})}
+    answer = {"content": json.dumps({"category": category, "reply": reply, "refund_cents": refund})}
+    return {**answer, "stream_pause_s": 1.0} if "slow" in text else answer
 
 
 def tool_results(messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -312,3 +312,18 @@ class AgentTurnRecorded(EventModel):
     output_tokens: int = Field(ge=0)
     cost_micro_usd: int = Field(ge=0)
     said: Personal[TurnSaid]
+
+
+@event("agent.output_streamed", 1)
+class AgentOutputStreamed(EventModel):
+    """What the model is writing in a turn of an agent loop whose step is still running (a
+    long answer, streamed), stated by the service running it with a checkpoint: the
+    workflow's status shows it until the step moves on. Not the step's outcome: the turn's
+    agent.turn_recorded, with the step, says what it answered."""
+
+    service: Name
+    step: Name = Field(description="which loop of the service (its name)")
+    turn: int = Field(ge=1)
+    model: Name
+    chars: int = Field(ge=0, description="how much the model has written in this turn so far")
+    text: Personal[LongText] = Field(description="what it has written so far (its last 6,000 characters)")

@@ -78,6 +78,17 @@ class Messages:
             **overrides,
         )
 
+    async def progress(
+        self, env: Envelope, events: Sequence[EventModel], now: datetime, traceparent: str, checkpoint: str
+    ) -> list[OutboxMessage]:
+        """What a step publishes with a checkpoint, mid-step (``ctx.checkpoint(emit=...)``):
+        placed by the checkpoint (its time, the try, its number in the try), so each
+        checkpoint's events are events of their own."""
+        return [
+            await self.message(self._child(env, event, now, f"progress/{checkpoint}/{i}", traceparent))
+            for i, event in enumerate(events)
+        ]
+
     async def outcome(
         self, env: Envelope, outcome: Outcome[Any], now: datetime, traceparent: str
     ) -> list[OutboxMessage]:

@@ -134,7 +134,19 @@ def kernel_steps(
         control=Control(controls),
         load=Load(store, group, w.metrics),
         order=Order(store, group, clock),
-        handle=Handle(spec, w.deps, store, clock, w.metrics, random.Random(), w.sealer, release, group),
+        handle=Handle(
+            spec,
+            w.deps,
+            store,
+            clock,
+            w.metrics,
+            random.Random(),
+            w.sealer,
+            release,
+            group,
+            messages=letters.messages,
+            on_outbox=letters.on_outbox,
+        ),
         commit=Commit(
             spec, store, clock, w.metrics, w.guard, letters.messages, letters, group, on_committed, release
         ),

@@ -122,7 +122,7 @@ class Context(Generic[D]):
     feedback: list[str]
     """Validation errors of earlier tries of this delivery (for re-prompting)."""
     log: logging.LoggerAdapter[logging.Logger]
-    _checkpoint: Callable[[BaseModel], Awaitable[None]]
+    _checkpoint: Callable[[BaseModel, Sequence[EventModel]], Awaitable[None]]
     _open: Callable[[str], Awaitable[Any]] = field(default=_no_key_store, repr=False)
 
     def idempotency_key(self, *parts: str) -> str:
@@ -145,13 +145,17 @@ class Context(Generic[D]):
         opened: T = await self._open(str(value))
         return opened
 
-    async def checkpoint(self, state: BaseModel) -> None:
+    async def checkpoint(self, state: BaseModel, *, emit: Sequence[EventModel] = ()) -> None:
         """Commit ``state`` now, mid-handler (a step boundary).
 
         If the process dies later in this handler, the redelivered event sees
         this state, so finished steps are not repeated.
+
+        ``emit``: events published with it, while the step still runs (how far a long step
+        has got: an agent's partial output). They are what the step had done when it was
+        kept, not its outcome: a retried step may say more, or otherwise, later.
         """
-        await self._checkpoint(state)
+        await self._checkpoint(state, emit)
 
 
 Handler = Callable[[Event[Any], Any, Context[Any]], Awaitable[Outcome[Any]]]

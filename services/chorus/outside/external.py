@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -66,6 +66,7 @@ async def call_json(
     submitter_url: bool = False,
     max_response_bytes: int = 4 * 1024 * 1024,
     convention: Convention | None = None,
+    on_chunk: Callable[[bytes], Awaitable[None]] | None = None,
 ) -> httpx.Response:
     """Send one request; return the 2xx response or raise the matching taxonomy error.
 
@@ -81,6 +82,9 @@ async def call_json(
 
     ``mid_external_call`` (fault injection) fires after the other side answered and
     before the caller records the answer: the hardest moment to crash.
+
+    ``on_chunk``: each piece of a 2xx answer's body as it arrives (a streamed answer read
+    while it is written); the whole body is still the response's.
     """
     named, described = (convention.name, convention.attributes) if convention else ("", None)
     with outbound_span(what, method, urlsplit(url).hostname or "", named, described) as traceparent:
@@ -96,6 +100,7 @@ async def call_json(
             timeout_s=timeout_s,
             submitter_url=submitter_url,
             max_response_bytes=max_response_bytes,
+            on_chunk=on_chunk,
         )
         more = convention.answered(response) if convention else {}
         if building():
@@ -126,6 +131,7 @@ async def _call(
     timeout_s: float,
     submitter_url: bool,
     max_response_bytes: int,
+    on_chunk: Callable[[bytes], Awaitable[None]] | None = None,
 ) -> httpx.Response:
     blame = submitter_url
     shown = redact(url)  # messages reach logs and timelines: never a URL's credentials
@@ -147,7 +153,8 @@ async def _call(
             timeout=timeout_s,
             extensions=extensions,
         ) as streamed:
-            body = await _read_at_most(streamed, max_response_bytes, f"{what}: {shown}", blame)
+            sink = on_chunk if streamed.status_code < 400 else None
+            body = await _read_at_most(streamed, max_response_bytes, f"{what}: {shown}", blame, sink)
             # The body is already decoded (gzip, br): its headers must not say otherwise.
             kept = [(k, v) for k, v in streamed.headers.multi_items() if k.lower() not in _FRAMING]
             response = httpx.Response(
@@ -190,7 +197,13 @@ async def _call(
     return response
 
 
-async def _read_at_most(response: httpx.Response, limit: int, what: str, blame: bool) -> bytes:
+async def _read_at_most(
+    response: httpx.Response,
+    limit: int,
+    what: str,
+    blame: bool,
+    on_chunk: Callable[[bytes], Awaitable[None]] | None = None,
+) -> bytes:
     """The body, refused (not retried) once it passes ``limit`` bytes: a server must not
     be able to fill this process's memory."""
     chunks: list[bytes] = []
@@ -200,6 +213,8 @@ async def _read_at_most(response: httpx.Response, limit: int, what: str, blame: 
         if size > limit:
             raise _blamed(PersistentError(f"{what} answered more than {limit:,} bytes"), blame)
         chunks.append(chunk)
+        if on_chunk is not None:
+            await on_chunk(chunk)
     return b"".join(chunks)
 
 

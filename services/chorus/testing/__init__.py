@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -73,6 +74,8 @@ class Step:
     outcome: Outcome[Any]
     checkpoints: list[BaseModel]
     """States the handler committed mid-step (``ctx.checkpoint``), in order."""
+    progress: list[EventModel] = field(default_factory=list)
+    """Events it published with them (``ctx.checkpoint(state, emit=...)``), in order."""
 
     @property
     def emitted(self) -> list[EventModel]:
@@ -125,9 +128,13 @@ class WorkflowHarness:
         assert route is not None, f"{self.spec.name} has no handler for {event.event_type}"
         workflow = event.envelope.workflow_id
         checkpoints: list[BaseModel] = []
+        progress: list[EventModel] = []
 
-        async def checkpoint(state: BaseModel) -> None:
+        async def checkpoint(state: BaseModel, emit: Sequence[EventModel]) -> None:
+            if emit:
+                check_outcome(self.spec, Outcome(emit=list(emit)))
             checkpoints.append(state)
+            progress.extend(emit)
             self.states[workflow] = self._stored(state)
 
         ctx: Context[Any] = Context(
@@ -144,7 +151,7 @@ class WorkflowHarness:
         check_outcome(self.spec, outcome)  # what the runtime would dead-letter fails here too
         if outcome.state is not None:
             self.states[workflow] = self._stored(outcome.state)
-        step = Step(event, outcome, checkpoints)
+        step = Step(event, outcome, checkpoints, progress)
         self.steps.append(step)
         return step
 

@@ -94,11 +94,13 @@ class MemoryStore:
             self.state[c.workflow_id] = Row(
                 c.workflow_type, c.state, c.state_version, 1, c.parked_on, c.subject_ref, release=c.release
             )
+            self._publish(c.messages)
             return 1
         if row is None or row.revision != c.expected_revision:
             raise ConflictError(f"workflow {c.workflow_id} changed concurrently")
         row.state, row.state_version, row.parked_on = c.state, c.state_version, c.parked_on
         row.subject_ref, row.revision = c.subject_ref or row.subject_ref, row.revision + 1
+        self._publish(c.messages)
         return row.revision
 
     async def park(self, claim: Claim, record: Record) -> bool:

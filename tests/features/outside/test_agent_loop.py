@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from chorus.base.errors import SemanticError
 from chorus.base.metrics import Metrics
 from chorus.contracts.approvals import ApprovalContext, ApprovalFacts, ApprovalRequested, EscalationStep
+from chorus.contracts.base import EventModel
 from chorus.contracts.lifecycle import SpendRecorded
 from chorus.llm import (
     AgentLoop,
@@ -107,7 +108,7 @@ class Ctx:
         self.commits = 0
         self.crash_after = crash_after
 
-    async def checkpoint(self, state: BaseModel) -> None:
+    async def checkpoint(self, state: BaseModel, *, emit: Sequence[EventModel] = ()) -> None:
         assert isinstance(state, Transcript)
         self.kept = Transcript.model_validate(state.model_dump(mode="json"))  # as stored
         self.commits += 1

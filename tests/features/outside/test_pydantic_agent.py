@@ -7,7 +7,7 @@ guard with its failures in Chorus's terms."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from types import SimpleNamespace
 from typing import Any
@@ -24,6 +24,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from chorus.base.errors import PersistentError, TransientError
+from chorus.contracts.base import EventModel
 from chorus.contracts.lifecycle import AgentTurnRecorded, SpendRecorded
 from chorus.llm import LoopLimitError, LoopLimitFailed, LoopLimits, Prices
 from chorus.pydantic_ai import (
@@ -50,7 +51,7 @@ class Checkpoints:
     def __init__(self) -> None:
         self.kept: list[AgentJournal] = []
 
-    async def checkpoint(self, state: BaseModel) -> None:
+    async def checkpoint(self, state: BaseModel, *, emit: Sequence[EventModel] = ()) -> None:
         assert isinstance(state, Kept)
         self.kept.append(state.journal)
 

@@ -18,7 +18,7 @@ from tests.support.fakes import InMemoryPolicies
 
 
 def _ctx(event: Any, clock: ManualClock) -> Context[Any]:
-    async def no_checkpoint(_: Any) -> None:
+    async def no_checkpoint(_: Any, __: Any) -> None:
         raise AssertionError("the gate does not checkpoint mid-handler")
 
     return Context(

@@ -425,3 +425,22 @@ def test_an_agent_loops_turn_is_a_timeline_row_naming_its_model_and_calls_and_no
     assert answers[0].external_call == "turn 2: small-fallback answered"
     view = derive(fold_all([ev("workflow.started", 0), ev("invoice.received", 1), calls, answers]))
     assert view.stage == "invoice.received" and view.events == 4
+
+
+def test_what_a_model_is_writing_shows_on_the_status_until_anything_else_happens() -> None:
+    """A long step's streamed answer: the latest shows while the step runs (whichever record
+    the projection read first); the step's outcome, or the workflow's end, hides it."""
+    writing = [
+        ev("workflow.started", 0),
+        ev("invoice.received", 1),
+        ev("agent.output_streamed", 2, chars=24, text='{"category": "billing", '),
+        ev("agent.output_streamed", 3, chars=48, text='{"category": "billing", "reply": "Dear Grace'),
+    ]
+    forward, backward = derive(fold_all(writing)), derive(fold_all(writing[::-1]))
+    assert forward == backward and forward.streaming is not None
+    assert (forward.streaming.chars, forward.streaming.turn, forward.streaming.step) == (48, 3, "triage")
+    assert forward.streaming.text.endswith("Dear Grace") and forward.stage == "invoice.received"
+    assert writing[2][0].external_call == "turn 3: gpt-4o-mini writing (24 characters so far)"
+    answered = [*writing, ev("agent.turn_recorded", 4, turn=3, tools_called=[])]
+    assert derive(fold_all(answered)).streaming is None
+    assert derive(fold_all([*writing, ev("workflow.ended", 3.5)])).streaming is None

@@ -38,6 +38,7 @@ async def bootstrap(settings: Settings) -> AsyncIterator[Deps]:
                 prices=Prices(settings.llm_prices),
                 limits=settings.agent_limits,
                 limits_by_type=settings.agent_limits_by_type,
+                stream_every_s=settings.agent_stream_every_s,
                 timeout_s=settings.llm_timeout_s,
                 name="triage",
             ),

@@ -28,6 +28,7 @@ SPEC: ServiceSpec[TriageState, Deps] = ServiceSpec(
             "workflow.ended",
             "workflow.spend_recorded",
             "agent.turn_recorded",
+            "agent.output_streamed",
         }
     ),
     state=TriageState,

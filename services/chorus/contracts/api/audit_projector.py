@@ -87,6 +87,19 @@ class Spend(ApiModel):
     models: list[str] = Field(description="the models that answered")
 
 
+class Streaming(ApiModel):
+    """What a model is writing in a step that still runs (agent.output_streamed, the latest):
+    shown until anything else happens to the workflow."""
+
+    service: str
+    step: str
+    turn: int
+    model: str
+    chars: int = Field(description="how much it has written in this turn so far")
+    text: str = Field(description="what it has written so far (its last 6,000 characters)")
+    at: datetime
+
+
 class StatusView(ApiModel):
     """A workflow's status, stage, what it waits for, its outcome, times and counts: the
     columns of its projection row, which the read API answers with (and the workflow id)."""
@@ -115,6 +128,9 @@ class StatusView(ApiModel):
         default_factory=dict, description="its search attributes (workflows.yaml), as last stated"
     )
     spend: Spend | None = Field(default=None, description="what its language models used (None: nothing)")
+    streaming: Streaming | None = Field(
+        default=None, description="what a model is writing in a step still running (None: nothing)"
+    )
 
 
 class WorkflowStatusView(StatusView):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -41,11 +41,12 @@ from chorus.contracts.platform import Failure
 from chorus.kernel.backoff import full_jitter
 from chorus.kernel.chain import Again, Item
 from chorus.kernel.codec import Event, upcast
+from chorus.kernel.messages import Messages
 from chorus.kernel.messaging import Delivery
 from chorus.kernel.ports import Sealing
 from chorus.kernel.results import DeadLetter, Dropped, Frame, Result, Retry, Review, Succeeded
-from chorus.kernel.service import Context, On, ServiceSpec, check_outcome
-from chorus.kernel.store import Checkpoint, ConflictError, StateRow, Store
+from chorus.kernel.service import Context, On, Outcome, ServiceSpec, check_outcome
+from chorus.kernel.store import Checkpoint, ConflictError, OutboxMessage, StateRow, Store
 
 T = TypeVar("T")
 
@@ -65,6 +66,10 @@ class Handle:
     """A workflow's first checkpoint is pinned to this release (chorus.releases)."""
     group: str = ""
     """The consumer group it reads as (its spans say so)."""
+    messages: Messages | None = None
+    """Builds what a checkpoint publishes (``ctx.checkpoint(state, emit=...)``)."""
+    on_outbox: Callable[[], None] = lambda: None
+    """A checkpoint published something (the relay reads it)."""
     name: str = "handle"
 
     async def __call__(self, item: Item) -> Item | Again:
@@ -108,9 +113,26 @@ class Handle:
         )
         return frame, refused
 
-    async def checkpoint(self, env: Envelope, frame: Frame, state: BaseModel) -> None:
-        """``ctx.checkpoint``: the handler's state committed now, mid-step."""
+    async def checkpoint(
+        self,
+        env: Envelope,
+        frame: Frame,
+        state: BaseModel,
+        emit: Sequence[EventModel],
+        traceparent: str,
+        attempt: int,
+    ) -> None:
+        """``ctx.checkpoint``: the handler's state committed now, mid-step, with the events it
+        publishes so far."""
         body = state.model_dump(mode="json")
+        messages: list[OutboxMessage] = []
+        if emit:
+            check_outcome(self.spec, Outcome(emit=list(emit)))
+            if self.messages is None:
+                raise PersistentError("this runtime publishes nothing mid-step (no message builder)")
+            now = self.clock.now()
+            where = f"{now.isoformat()}/{attempt}/{frame.checkpoints}"
+            messages = await self.messages.progress(env, emit, now, traceparent, where)
         frame.revision = await self.store.checkpoint(
             Checkpoint(
                 workflow_id=env.workflow_id,
@@ -124,10 +146,13 @@ class Handle:
                 release=self.release,
                 event_id=env.event_id,
                 event_type=env.event_type,
+                messages=messages,
             )
         )
         frame.state = body
         frame.checkpoints += 1
+        if messages:
+            self.on_outbox()
 
     def migrated(self, row: StateRow | None) -> dict[str, Any] | None:
         """The checkpoint's state brought up to the service's state version."""
@@ -152,7 +177,8 @@ class Handle:
         with handling_span(name, env.traceparent, attributes) as traceparent:
             for _ in range(route.semantic_attempts):
                 try:
-                    return Succeeded(await self._call(route, event, frame, attempt, feedback)), traceparent
+                    called = self._call(route, event, frame, attempt, feedback, traceparent)
+                    return Succeeded(await called), traceparent
                 except SemanticError as exc:
                     self.metrics.failures.labels("semantic", env.event_type).inc()
                     feedback.extend(exc.errors)
@@ -189,7 +215,13 @@ class Handle:
         }
 
     async def _call(
-        self, route: On, event: Event[EventModel], frame: Frame, attempt: int, feedback: list[str]
+        self,
+        route: On,
+        event: Event[EventModel],
+        frame: Frame,
+        attempt: int,
+        feedback: list[str],
+        traceparent: str,
     ) -> Any:
         env = event.envelope
         if route.personal:
@@ -208,7 +240,7 @@ class Handle:
             attempt=attempt,
             feedback=list(feedback),
             log=logging.LoggerAdapter(logging.getLogger(self.spec.name)),
-            _checkpoint=lambda s: self.checkpoint(env, frame, s),
+            _checkpoint=lambda s, emit: self.checkpoint(env, frame, s, emit, traceparent, attempt),
             _open=self._open,
         )
         outcome = await self._within(route.handler(event, state, ctx), route.timeout_s)

@@ -222,6 +222,8 @@ class Checkpoint:
     event_id: uuid.UUID | None = None
     """The event being handled: the history row of a mid-step checkpoint is its step's."""
     event_type: str | None = None
+    messages: Sequence[OutboxMessage] = ()
+    """Events published with it (``ctx.checkpoint(state, emit=...)``), in its transaction."""
 
 
 class Store(Protocol):

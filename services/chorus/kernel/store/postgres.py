@@ -718,7 +718,10 @@ class PgStore:
 
     async def checkpoint(self, checkpoint: Checkpoint) -> int:
         async with self.pool.acquire() as conn, conn.transaction():
-            return await self.sql.write_state(conn, checkpoint)
+            revision = await self.sql.write_state(conn, checkpoint)
+            if checkpoint.messages:
+                await self.sql.add_outbox(conn, checkpoint.messages)
+            return revision
 
     async def park(self, claim: Claim, record: Record) -> bool:
         assert claim.workflow_id is not None

@@ -31,7 +31,16 @@ from chorus.outside.breaker import BreakerPolicy
 from chorus.outside.dependencies import Dependency, Guarding, Guards, dependencies
 from chorus.outside.external import Convention, ExternalRejection, call_json
 from chorus.outside.llm import usage
-from chorus.outside.llm.loop import FallbackModel, LoopLimits, ModelTurn, ToolCall, ToolModel, Usage, pointed
+from chorus.outside.llm.loop import (
+    FallbackModel,
+    LoopLimits,
+    ModelTurn,
+    TextSink,
+    ToolCall,
+    ToolModel,
+    Usage,
+    pointed,
+)
 
 OFFLINE_MODEL_NAME = "chorus-offline-deterministic"
 M = TypeVar("M", bound=BaseModel)
@@ -87,9 +96,11 @@ class OfflineModel:
         tools: Sequence[Mapping[str, Any]],
         *,
         timeout_s: float = 120.0,
+        on_text: TextSink | None = None,
     ) -> ModelTurn:
         """A turn of a tool-calling loop (chorus.outside.llm.loop): the task's tool skill's
-        reply; its calls numbered by turn, its tokens counted as four characters each."""
+        reply; its calls numbered by turn, its tokens counted as four characters each (its
+        text told ``on_text`` at once: it does not stream)."""
         self.calls += 1
         task = task_of([ChatMessage(str(m["role"]), str(m.get("content") or "")) for m in messages[:1]])
         skill = self.tool_skills.get(task)
@@ -101,6 +112,8 @@ class OfflineModel:
             ToolCall(id=f"call-{turn}-{i}", name=c["name"], arguments=dict(c.get("arguments") or {}))
             for i, c in enumerate(reply.get("tool_calls") or [])
         ]
+        if on_text is not None and reply.get("content"):
+            await on_text(str(reply["content"]))
         return ModelTurn(
             model=self.name,
             content=reply.get("content"),
@@ -157,16 +170,22 @@ class OpenAICompatibleLLM:
         tools: Sequence[Mapping[str, Any]],
         *,
         timeout_s: float = 120.0,
+        on_text: TextSink | None = None,
     ) -> ModelTurn:
         """A turn of a tool-calling loop (chorus.outside.llm.loop): the model's text or tool
         calls, with its usage. Arguments that are not a JSON object are the model's mistake
-        (SemanticError: the step asks again)."""
+        (SemanticError: the step asks again). With ``on_text``, the answer is streamed
+        (server-sent events, as OpenAI's API streams) and its text told as it grows."""
         request: dict[str, Any] = {"model": self.name, "messages": list(messages), "temperature": 0}
         if tools:
             request["tools"] = list(tools)
-        response = await self._post(request, timeout_s)
+        streamed = _StreamedChat(on_text) if on_text is not None else None
+        if streamed is not None:
+            request["stream"] = True
+            request["stream_options"] = {"include_usage": True}
+        response = await self._post(request, timeout_s, streamed)
         try:
-            body = response.json()
+            body = streamed.body() if streamed is not None else response.json()
             choice = body["choices"][0]
             message = choice["message"]
             calls = [
@@ -183,7 +202,8 @@ class OpenAICompatibleLLM:
         if not calls and not (isinstance(content, str) and content.strip()):
             why = message.get("refusal") or f"finish_reason {choice.get('finish_reason')!r}"
             raise SemanticError(f"LLM answered nothing ({why})", [f"/: no answer and no tool call ({why})"])
-        spent = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+        said = body.get("usage")
+        spent: dict[str, Any] = said if isinstance(said, dict) else {}
         return ModelTurn(
             model=self.name,
             response_model=str(body["model"]) if isinstance(body.get("model"), str) else None,
@@ -195,9 +215,14 @@ class OpenAICompatibleLLM:
             ),
         )
 
-    async def _post(self, request: dict[str, Any], timeout_s: float) -> httpx.Response:
+    async def _post(
+        self, request: dict[str, Any], timeout_s: float, streamed: _StreamedChat | None = None
+    ) -> httpx.Response:
         """One chat completion request, behind the ``llm`` guard, as a GenAI client span."""
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        answered = (
+            self._answered if streamed is None else lambda _: usage.answered(self.name, streamed.body())
+        )
         try:
             async with self.guard.call() if self.guard is not None else contextlib.nullcontext():
                 return await call_json(
@@ -208,9 +233,8 @@ class OpenAICompatibleLLM:
                     json=request,
                     headers=headers,
                     timeout_s=timeout_s,
-                    convention=Convention(
-                        f"chat {self.name}", usage.chat_attributes(self.name), self._answered
-                    ),
+                    convention=Convention(f"chat {self.name}", usage.chat_attributes(self.name), answered),
+                    on_chunk=streamed.feed if streamed is not None else None,
                 )
         except ExternalRejection as exc:
             raise PersistentError(f"LLM request refused ({exc.status}): {exc.body}") from exc
@@ -221,6 +245,79 @@ class OpenAICompatibleLLM:
         except ValueError:
             return {}  # complete() says what is wrong with it
         return usage.answered(self.name, body)
+
+
+class _StreamedChat:
+    """A chat completion streamed as server-sent events (``data: {chunk}`` lines, then
+    ``data: [DONE]``), put together as it arrives: the text told ``on_text`` as it grows,
+    the tool calls' pieces joined by their index, the usage of the last chunk."""
+
+    def __init__(self, on_text: TextSink) -> None:
+        self.on_text = on_text
+        self.pending = b""
+        self.text: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.usage: dict[str, Any] | None = None
+        self.model: str | None = None
+        self.finish: str | None = None
+
+    async def feed(self, chunk: bytes) -> None:
+        self.pending += chunk
+        *lines, self.pending = self.pending.split(b"\n")
+        grew = False
+        for line in lines:
+            data = line.strip()
+            if not data.startswith(b"data:") or data == b"data: [DONE]":
+                continue
+            try:
+                event = json.loads(data[5:])
+            except ValueError:
+                continue  # not a chunk: body() says the answer is malformed if nothing came
+            grew = self._add(event) or grew
+        if grew:
+            await self.on_text("".join(self.text))
+
+    def _add(self, event: Any) -> bool:
+        if not isinstance(event, dict):
+            return False
+        self.model = event.get("model") if isinstance(event.get("model"), str) else self.model
+        if isinstance(event.get("usage"), dict):
+            self.usage = event["usage"]
+        grew = False
+        for choice in event.get("choices") or []:
+            delta = choice.get("delta") or {}
+            if isinstance(delta.get("content"), str) and delta["content"]:
+                self.text.append(delta["content"])
+                grew = True
+            for piece in delta.get("tool_calls") or []:
+                call = self.calls.setdefault(
+                    int(piece.get("index", 0)), {"id": "", "name": "", "arguments": ""}
+                )
+                function = piece.get("function") or {}
+                call["id"] = piece.get("id") or call["id"]
+                call["name"] += function.get("name") or ""
+                call["arguments"] += function.get("arguments") or ""
+            self.finish = choice.get("finish_reason") or self.finish
+        return grew
+
+    def body(self) -> dict[str, Any]:
+        """The answer as a non-streamed completion's body."""
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.text) or None}
+        if self.calls:
+            message["tool_calls"] = [
+                {
+                    "id": c["id"],
+                    "type": "function",
+                    "function": {"name": c["name"], "arguments": c["arguments"]},
+                }
+                for _, c in sorted(self.calls.items())
+            ]
+        body: dict[str, Any] = {"choices": [{"index": 0, "message": message, "finish_reason": self.finish}]}
+        if self.model is not None:
+            body["model"] = self.model
+        if self.usage is not None:
+            body["usage"] = self.usage
+        return body
 
 
 def _arguments(function: Mapping[str, Any]) -> dict[str, Any]:
@@ -303,6 +400,11 @@ class LLMSettings(BaseModel):
     agent_limits: LoopLimits = LoopLimits()
     """An agent loop's turns, tokens and cost per step, and what happens at the limit:
     CHORUS_AGENT_LIMITS='{"max_turns": 6, "max_cost_micro_usd": 20000, "on_limit": "escalate"}'."""
+    agent_stream_every_s: float | None = Field(default=None, gt=0)
+    """Stream an agent loop's answers and publish what the model has written so far at most
+    this often (AgentLoop's ``stream_every_s``: the workflow's status shows it while the step
+    runs): CHORUS_AGENT_STREAM_EVERY_S=1. Unset: answers come whole (a server that streams
+    without usage, as some do, leaves the turn's tokens uncounted)."""
     agent_limits_by_type: dict[str, LoopLimits] = {}
     """The same for a workflow type whose loops have limits of their own (AgentLoop's
     ``limits_by_type``): CHORUS_AGENT_LIMITS_BY_TYPE='{"support": {"max_cost_micro_usd":

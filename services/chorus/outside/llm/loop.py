@@ -28,15 +28,23 @@ import json
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from datetime import datetime
+from typing import Any, Literal, Protocol, cast
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from chorus.base.clock import Clock
 from chorus.base.errors import PersistentError, SemanticError
 from chorus.base.faults import fault_point
 from chorus.base.tracing import work_span
 from chorus.contracts.base import EventModel
-from chorus.contracts.lifecycle import AgentTurnRecorded, SpendRecorded, ToolCallSaid, TurnSaid
+from chorus.contracts.lifecycle import (
+    AgentOutputStreamed,
+    AgentTurnRecorded,
+    SpendRecorded,
+    ToolCallSaid,
+    TurnSaid,
+)
 from chorus.outside.breaker import BreakerOpenError
 from chorus.outside.llm import usage as usage_metrics
 from chorus.outside.ratelimit import RateLimitedError
@@ -319,8 +327,20 @@ class ToolModel(Protocol):
     def name(self) -> str: ...
 
     async def chat(
-        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], *, timeout_s: float
-    ) -> ModelTurn: ...
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]],
+        *,
+        timeout_s: float,
+        on_text: TextSink | None = None,
+    ) -> ModelTurn:
+        """``on_text``: the answer's text so far, as the model writes it (a model that
+        streams calls it as its text grows; one that does not, once, with all of it)."""
+        ...
+
+
+TextSink = Callable[[str], Awaitable[None]]
+"""What is told a turn's text so far, as the model writes it (AgentLoop's streaming)."""
 
 
 @dataclass(frozen=True)
@@ -337,12 +357,17 @@ class FallbackModel:
         return " > ".join(m.name for m in self.chain)
 
     async def chat(
-        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], *, timeout_s: float
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]],
+        *,
+        timeout_s: float,
+        on_text: TextSink | None = None,
     ) -> ModelTurn:
         passed: list[str] = []
         for i, model in enumerate(self.chain):
             try:
-                turn = await model.chat(messages, tools, timeout_s=timeout_s)
+                turn = await model.chat(messages, tools, timeout_s=timeout_s, on_text=on_text)
             except (BreakerOpenError, RateLimitedError) as exc:
                 if i == len(self.chain) - 1:
                     raise
@@ -408,9 +433,20 @@ class LoopLimitFailed(PersistentError):
 class Checkpointing(Protocol):
     """What the loop needs of the handler's context (chorus.kernel.service.Context)."""
 
-    async def checkpoint(self, state: BaseModel) -> None: ...
+    async def checkpoint(self, state: BaseModel, *, emit: Sequence[EventModel] = ()) -> None: ...
 
     def idempotency_key(self, *parts: str) -> str: ...
+
+
+class _Handler(Checkpointing, Protocol):
+    """A handler's context, as a loop that streams uses it."""
+
+    service: str
+    clock: Clock
+
+
+STREAMED_CHARS = 6000
+"""What an agent.output_streamed keeps of the text so far: its end."""
 
 
 @dataclass(frozen=True)
@@ -425,6 +461,11 @@ class AgentLoop:
     timeout_s: float = 120.0
     name: str = "agent"
     """Which loop of the step (in its tools' idempotency keys): two loops of one step differ."""
+    stream_every_s: float | None = None
+    """Stream each answer and publish what the model has written so far at most this often
+    (``agent.output_streamed``, with a checkpoint: the workflow's status shows it while the
+    step runs); None: the answer comes whole. The context must be a handler's (its service
+    and clock)."""
 
     async def run(
         self,
@@ -471,7 +512,8 @@ class AgentLoop:
             else:
                 check_limits(limits, len(transcript.turns), transcript.usage)
                 asked = [*messages, *transcript.messages()]
-                answer = await self.model.chat(asked, schemas, timeout_s=self.timeout_s)
+                sink = self._publishing(ctx, keep(transcript), len(transcript.turns) + 1)
+                answer = await self.model.chat(asked, schemas, timeout_s=self.timeout_s, on_text=sink)
                 priced = self.prices.priced(answer.model, answer.usage)
                 answer = answer.model_copy(update={"usage": priced})
                 usage_metrics.count_spend(
@@ -489,6 +531,32 @@ class AgentLoop:
             await ctx.checkpoint(keep(transcript))
             fault_point(kept)
         return transcript
+
+    def _publishing(self, ctx: Checkpointing, kept: BaseModel, turn: int) -> TextSink | None:
+        """What publishes a turn's text so far (with the checkpoint it already has), at most
+        every ``stream_every_s`` by the handler's clock; None when the loop does not stream."""
+        every = self.stream_every_s
+        if every is None:
+            return None
+        handler = cast(_Handler, ctx)
+        last: list[datetime] = []
+
+        async def publish(text: str) -> None:
+            now = handler.clock.now()
+            if last and (now - last[0]).total_seconds() < every:
+                return
+            last[:] = [now]
+            said = AgentOutputStreamed(
+                service=handler.service,
+                step=self.name,
+                turn=turn,
+                model=self.model.name[:200],
+                chars=len(text),
+                text=text[-STREAMED_CHARS:],
+            )
+            await ctx.checkpoint(kept, emit=[said])
+
+        return publish
 
     def _key(self, ctx: Checkpointing, transcript: Transcript) -> str:
         """The pending call's key: by position (the model's ids may repeat, or be empty), the

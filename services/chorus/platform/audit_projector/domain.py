@@ -23,7 +23,14 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict
 
-from chorus.contracts.api.audit_projector import ApprovalState, Attention, PendingApproval, Spend, StatusView
+from chorus.contracts.api.audit_projector import (
+    ApprovalState,
+    Attention,
+    PendingApproval,
+    Spend,
+    StatusView,
+    Streaming,
+)
 from chorus.contracts.approvals import (
     ApprovalDecided,
     ApprovalDecisionSubmitted,
@@ -34,6 +41,7 @@ from chorus.contracts.approvals import (
 from chorus.contracts.base import CATALOG, EventModel, is_sealed
 from chorus.contracts.envelope import Envelope
 from chorus.contracts.lifecycle import (
+    AgentOutputStreamed,
     AgentTurnRecorded,
     AwaitsSignal,
     Signal,
@@ -80,6 +88,7 @@ PLATFORM_EVENTS = frozenset(
         "workflow.reset_applied",
         "workflow.spend_recorded",
         "agent.turn_recorded",
+        "agent.output_streamed",
     }
 )
 
@@ -176,6 +185,8 @@ def external_call_of(payload: EventModel) -> str | None:
         return f"webhook: {payload.delivered_to} (HTTP {payload.status_code})"
     if isinstance(payload, SubmitterNotified):
         return f"{payload.channel} to the submitter ({payload.notice})"
+    if isinstance(payload, AgentOutputStreamed):
+        return f"turn {payload.turn}: {payload.model} writing ({payload.chars} characters so far)"
     if isinstance(payload, AgentTurnRecorded):
         # The loop turn by turn: who answered, and the tools it called (or its answer).
         did = f"called {', '.join(payload.tools_called)}" if payload.tools_called else "answered"
@@ -239,6 +250,17 @@ class Ended(Stamp):
     result: dict[str, Any]
 
 
+class Streamed(Stamp):
+    """The latest agent.output_streamed (its text sealed, as the event carried it)."""
+
+    service: str
+    step: str
+    turn: int
+    model: str
+    chars: int
+    text: str
+
+
 class Escalation(Stamp):
     level: int
     tier: str
@@ -298,6 +320,8 @@ class WorkflowFacts(_Fact):
     """Its search attributes (workflows.yaml): each the value the latest event stating it said."""
     spend: Spend | None = None
     """The sum of its workflow.spend_recorded (a sum: any order gives the same)."""
+    streaming: Streamed | None = None
+    """The latest agent.output_streamed: shown while nothing happened after it."""
 
 
 def _earliest(a: T | None, b: T | None) -> T | None:
@@ -383,8 +407,8 @@ def fold(
         )
         # The first end wins: "nothing more happens" after it.
         update["ended"] = _earliest(facts.ended, ended)
-    elif isinstance(payload, SpendRecorded):
-        update["spend"] = _add_spend(facts.spend, payload)
+    elif isinstance(payload, SpendRecorded | AgentOutputStreamed):
+        update.update(_fold_agent(facts, stamp, payload))
     elif isinstance(payload, EventDeadLettered):
         update["last_dead_letter"] = _latest(facts.last_dead_letter, stamp)
         why = stamp.tagged(dead_letter_why(payload))
@@ -406,6 +430,16 @@ def fold(
             ),
         }
     return facts.model_copy(update=update)
+
+
+def _fold_agent(
+    facts: WorkflowFacts, stamp: Stamp, payload: SpendRecorded | AgentOutputStreamed
+) -> dict[str, Any]:
+    """What an agent loop's records change: the spend (a sum), or what it is writing now."""
+    if isinstance(payload, SpendRecorded):
+        return {"spend": _add_spend(facts.spend, payload)}
+    said = payload.model_dump(include={"service", "step", "turn", "model", "chars", "text"})
+    return {"streaming": _latest(facts.streaming, Streamed(**stamp.model_dump(), **said))}
 
 
 NOTHING_SPENT = Spend(
@@ -632,7 +666,17 @@ def derive(facts: WorkflowFacts) -> StatusView:
         business_key=facts.business_key.value if facts.business_key else None,
         attributes={name: attribute.value for name, attribute in sorted(facts.attributes.items())},
         spend=facts.spend,
+        streaming=_streaming(facts, ended),
     )
+
+
+def _streaming(facts: WorkflowFacts, ended: Ended | None) -> Streaming | None:
+    """What a model is writing, while it is the latest the workflow did: a later event (the
+    step's outcome, anything else) or its end hides it."""
+    shown = facts.streaming
+    if shown is None or ended is not None or shown.at < facts.last_at:
+        return None
+    return Streaming(**shown.model_dump(exclude={"event_id"}))
 
 
 # -- retention ------------------------------------------------------------------------------

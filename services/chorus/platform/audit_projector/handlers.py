@@ -20,6 +20,7 @@ from chorus.contracts.approvals import (
 from chorus.contracts.base import EventModel
 from chorus.contracts.envelope import Envelope
 from chorus.contracts.lifecycle import (
+    AgentOutputStreamed,
     AgentTurnRecorded,
     ResetApplied,
     ResetRequested,
@@ -82,6 +83,7 @@ PROJECTED: tuple[type[EventModel], ...] = (
     ResetApplied,
     SpendRecorded,
     AgentTurnRecorded,
+    AgentOutputStreamed,
     InvoiceReceived,
     InvoiceValidated,
     InvoiceRejected,

@@ -268,7 +268,7 @@ async def _apply(pool: asyncpg.Pool, effects: list[Effect]) -> None:
             await effect.apply(conn)
 
 
-async def _no_checkpoint(_: EventModel | Any) -> None:
+async def _no_checkpoint(_: EventModel | Any, __: Any) -> None:
     raise RuntimeError("the audit projector keeps no checkpoint")
 
 

@@ -188,7 +188,7 @@ class Sandbox:
             return web.json_response({"ok": False}, status=int(wanted))
         return web.json_response({"ok": valid}, status=200 if valid else 401)
 
-    async def chat(self, request: web.Request) -> web.Response:
+    async def chat(self, request: web.Request) -> web.StreamResponse:
         self.requests["llm"] += 1
         body = await request.json()
         asked = body.get("messages", [])
@@ -208,7 +208,12 @@ class Sandbox:
                 return web.json_response({"error": {"message": f"no tool skill for {task}"}}, status=400)
             turn = await OfflineModel({}, {task: tool_skill}).chat(asked, body["tools"])
             finish = "tool_calls" if turn.tool_calls else "stop"
-            return web.json_response(completion(assistant_message(turn), finish, turn.usage))
+            answer = completion(assistant_message(turn), finish, turn.usage)
+            if body.get("stream"):
+                # A skill may ask for a slow stream (a long answer, written over seconds).
+                pause = float(tool_skill(asked).get("stream_pause_s") or 0.0)
+                return await streamed(request, answer, pause)
+            return web.json_response(answer)
         skill = self.skills.get(task)
         if skill is None:
             return web.json_response({"error": {"message": f"unknown task {task}"}}, status=400)
@@ -269,6 +274,37 @@ class MailSink:
             }
         )
         return "250 Message accepted for delivery"
+
+
+STREAM_PIECE = 24
+"""Characters of text per streamed chunk."""
+
+
+async def streamed(request: web.Request, answer: dict[str, Any], pause_s: float) -> web.StreamResponse:
+    """``answer`` (a completion) as OpenAI streams it: server-sent events of chunks, the text
+    a few characters at a time (``pause_s`` apart), each tool call in one piece, the usage
+    last (as ``stream_options.include_usage`` asks), then ``[DONE]``."""
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    [choice] = answer["choices"]
+    message = choice["message"]
+    head = {"id": answer["id"], "object": "chat.completion.chunk", "model": answer["model"]}
+
+    async def send(chunk: dict[str, Any]) -> None:
+        await response.write(b"data: " + json.dumps({**head, **chunk}).encode() + b"\n\n")
+
+    text = message.get("content") or ""
+    for start in range(0, len(text), STREAM_PIECE):
+        if start and pause_s:
+            await asyncio.sleep(pause_s)
+        await send({"choices": [{"index": 0, "delta": {"content": text[start : start + STREAM_PIECE]}}]})
+    for index, call in enumerate(message.get("tool_calls") or []):
+        await send({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": index, **call}]}}]})
+    await send({"choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]})
+    await send({"choices": [], "usage": answer["usage"]})
+    await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+    return response
 
 
 def completion(message: dict[str, Any], finish: str, usage: Usage) -> dict[str, Any]:

@@ -211,7 +211,13 @@ def projection_migrations(schema: str) -> list[Migration]:
         # What the workflow's language models used (workflow.spend_recorded, summed).
         (f"ALTER TABLE {s}.workflow_status ADD COLUMN IF NOT EXISTS spend jsonb",),
     )
-    return [*baseline(projection_ddl(schema)), version, attributes, undone, spend]
+    streaming = Migration(
+        6,
+        "streaming",
+        # What a model is writing in a step still running (agent.output_streamed, the latest).
+        (f"ALTER TABLE {s}.workflow_status ADD COLUMN IF NOT EXISTS streaming jsonb",),
+    )
+    return [*baseline(projection_ddl(schema)), version, attributes, undone, spend, streaming]
 
 
 def ledger_migrations(schema: str) -> list[Migration]:
@@ -493,9 +499,10 @@ async def write_status(
                outcome, outcome_reason, result, started_at, ended_at, duration_s,
                last_event_at, events, subject_ref, pending_approval_id, pending_tier,
                pending_level, pending_context, facts, updated_at, submitter_ref, business_key,
-               attributes, spend)
+               attributes, spend, streaming)
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11, $12, $13, $14, $15,
-                    $16, $17, $18, $19, $20::jsonb, $21::jsonb, $22, $23, $24, $25::jsonb, $26::jsonb)
+                    $16, $17, $18, $19, $20::jsonb, $21::jsonb, $22, $23, $24, $25::jsonb, $26::jsonb,
+                    $27::jsonb)
             ON CONFLICT (workflow_id) DO UPDATE SET
               workflow_type = EXCLUDED.workflow_type, status = EXCLUDED.status,
               stage = EXCLUDED.stage, waiting_for = EXCLUDED.waiting_for,
@@ -510,7 +517,7 @@ async def write_status(
               pending_context = EXCLUDED.pending_context, facts = EXCLUDED.facts,
               updated_at = EXCLUDED.updated_at, submitter_ref = EXCLUDED.submitter_ref,
               business_key = EXCLUDED.business_key, attributes = EXCLUDED.attributes,
-              spend = EXCLUDED.spend""",
+              spend = EXCLUDED.spend, streaming = EXCLUDED.streaming""",
         workflow_id,
         view.workflow_type,
         view.status,
@@ -537,6 +544,7 @@ async def write_status(
         view.business_key,
         json.dumps(view.attributes),
         view.spend.model_dump_json() if view.spend else None,
+        view.streaming.model_dump_json() if view.streaming else None,
     )
 
 

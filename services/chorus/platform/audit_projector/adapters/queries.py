@@ -53,7 +53,7 @@ _STATUS_COLUMNS = """workflow_id, workflow_type, status, stage, waiting_for, wai
     outcome, outcome_reason, result::text AS result, started_at, ended_at, duration_s, last_event_at,
     events, subject_ref, submitter_ref, business_key, pending_approval_id, pending_tier, pending_level,
     pending_context::text AS pending_context, facts::text AS facts, attributes::text AS attributes,
-    spend::text AS spend"""
+    spend::text AS spend, streaming::text AS streaming"""
 """What a workflow's status view is read from (its facts tell why it needs attention)."""
 
 
@@ -234,6 +234,7 @@ def _status(r: asyncpg.Record) -> WorkflowStatusView:
     row["result"] = _loads(row["result"])
     row["attributes"] = _loads(row["attributes"])
     row["spend"] = _loads(row["spend"])
+    row["streaming"] = _loads(row["streaming"])
     # Only a workflow in attention needs its facts read (status polls are frequent).
     why = attention(WorkflowFacts.model_validate_json(r["facts"])) if r["status"] == ATTENTION else None
     return WorkflowStatusView(**row, pending_approval=pending, attention=why)
