@@ -178,7 +178,8 @@ class OpenAICompatibleLLM:
         (server-sent events, as OpenAI's API streams) and its text told as it grows."""
         request: dict[str, Any] = {"model": self.name, "messages": list(messages), "temperature": 0}
         if tools:
-            request["tools"] = list(tools)
+            # "auto" is OpenAI's default; said, as llama.cpp's server offers no tool without it.
+            request["tools"], request["tool_choice"] = list(tools), "auto"
         streamed = _StreamedChat(on_text) if on_text is not None else None
         if streamed is not None:
             request["stream"] = True

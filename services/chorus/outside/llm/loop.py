@@ -246,7 +246,8 @@ def _turn_recorded(
 
 
 def assistant_message(turn: ModelTurn) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": turn.content}
+    # "" rather than null beside tool calls: OpenAI takes either, llama.cpp's server only "".
+    message: dict[str, Any] = {"role": "assistant", "content": turn.content or ""}
     if turn.tool_calls:
         message["tool_calls"] = [
             {
