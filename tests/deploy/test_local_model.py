@@ -19,15 +19,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from aiohttp import web
 from pydantic import BaseModel
 
 from chorus.base.errors import PersistentError
 from chorus.contracts.base import EventModel
 from chorus.llm import AgentLoop, LoopLimitError, LoopLimits, Prices, Transcript
 from chorus.outside.llm.client import OpenAICompatibleLLM
-from chorus.reference.sandbox.app import SandboxConfig, create_app
 from chorus.tools.devstack import free_port
+from tests.support.sandboxes import sandbox_running
 
 pytestmark = [pytest.mark.integration, pytest.mark.localmodel]
 
@@ -98,13 +97,8 @@ def local_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 async def crm(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
     """The sandbox with the support project's plugin: the CRM the triage's tools call."""
     monkeypatch.syspath_prepend(str(SUPPORT))
-    runner = web.AppRunner(create_app(SandboxConfig(plugins=("support_sandbox",))))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    yield f"http://{host}:{port}"
-    await runner.cleanup()
+    async with sandbox_running("support_sandbox") as url:
+        yield url
 
 
 class Kept(BaseModel):

@@ -13,13 +13,12 @@ from typing import Any
 
 import httpx
 import pytest
-from aiohttp import web
 
-from chorus.reference.sandbox.app import SandboxConfig, create_app
 from tests.support.events import TaskSubmitted
 from tests.support.kafka import envelope, events_of, publish, read_topic
 from tests.support.processes import ServiceProcess, infra_env
 from tests.support.registry import isolated_registry
+from tests.support.sandboxes import sandbox_running
 
 pytest.importorskip("pydantic_ai")
 pytestmark = pytest.mark.integration
@@ -27,13 +26,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 async def sandbox() -> AsyncIterator[str]:
-    runner = web.AppRunner(create_app(SandboxConfig(plugins=("tests.support.stock_sandbox",))))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    yield f"http://{host}:{port}"
-    await runner.cleanup()
+    async with sandbox_running("tests.support.stock_sandbox") as url:
+        yield url
 
 
 async def _seen(url: str) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -14,7 +14,6 @@ from typing import Any
 
 import httpx
 import pytest
-from aiohttp import web
 from pydantic import BaseModel
 
 pytest.importorskip("pydantic_ai")
@@ -34,7 +33,7 @@ from chorus.pydantic_ai import (
     idempotency_key,
     run_agent,
 )
-from chorus.reference.sandbox.app import SandboxConfig, create_app
+from tests.support.sandboxes import sandbox_running
 
 
 class Kept(BaseModel):
@@ -233,13 +232,8 @@ class Recorded:
 
 @pytest.fixture
 async def sandbox() -> AsyncIterator[str]:
-    runner = web.AppRunner(create_app(SandboxConfig(plugins=("tests.support.stock_sandbox",))))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    yield f"http://{host}:{port}"
-    await runner.cleanup()
+    async with sandbox_running("tests.support.stock_sandbox") as url:
+        yield url
 
 
 def openai_model(base_url: str, model: str, guard: Recorded) -> GuardedModel:

@@ -12,7 +12,6 @@ from typing import Any
 
 import httpx
 import pytest
-from aiohttp import web
 from pydantic import BaseModel
 
 from chorus.base.clock import SystemClock
@@ -20,7 +19,8 @@ from chorus.contracts.base import EventModel
 from chorus.contracts.lifecycle import AgentOutputStreamed
 from chorus.outside.llm import AgentLoop, Transcript
 from chorus.outside.llm.client import OpenAICompatibleLLM
-from chorus.reference.sandbox.app import STREAM_PIECE, SandboxConfig, create_app
+from chorus.reference.sandbox.app import STREAM_PIECE
+from tests.support.sandboxes import sandbox_running
 
 SUPPORT = Path(__file__).resolve().parents[3] / "examples" / "support" / "services"
 
@@ -50,13 +50,8 @@ class Checkpoints:
 @pytest.fixture
 async def sandbox(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
     monkeypatch.syspath_prepend(str(SUPPORT))
-    runner = web.AppRunner(create_app(SandboxConfig(plugins=("support_sandbox",))))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    yield f"http://{host}:{port}"
-    await runner.cleanup()
+    async with sandbox_running("support_sandbox") as url:
+        yield url
 
 
 async def stats(client: httpx.AsyncClient, url: str) -> dict[str, Any]:
