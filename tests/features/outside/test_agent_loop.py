@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel
 
-from chorus.base.errors import SemanticError
+from chorus.base.errors import SemanticError, TransientError
 from chorus.base.metrics import Metrics
 from chorus.contracts.approvals import ApprovalContext, ApprovalFacts, ApprovalRequested, EscalationStep
 from chorus.contracts.base import EventModel
@@ -371,6 +371,65 @@ async def test_a_server_answering_nothing_is_a_semantic_failure_naming_why() -> 
         model = OpenAICompatibleLLM(client, base_url="http://llm.test/v1", model="m-1")
         with pytest.raises(SemanticError, match="I cannot help with that"):
             await model.chat([SYSTEM, USER], [], timeout_s=5)
+
+
+def sse(*chunks: Mapping[str, Any], done: bool = True) -> bytes:
+    """Server-sent events as OpenAI streams a chat completion (the last line's newline left off
+    when not ``done``: a server that closes without it)."""
+    lines = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
+    return lines + b"data: [DONE]\n\n" if done else lines.rstrip(b"\n")
+
+
+async def test_a_streamed_answer_is_put_together_whatever_way_the_server_streams_it() -> None:
+    """Tool calls in pieces (one without its index), the usage in a last line without its
+    newline; a server that answers whole although asked to stream; an error sent mid-stream."""
+    split_call = sse(
+        {"model": "m-1", "choices": [{"delta": {"content": "let me "}}]},
+        {"choices": [{"delta": {"content": "look"}}]},
+        {"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "lookup_"}}]}}]},
+        {
+            "choices": [
+                {"delta": {"tool_calls": [{"index": 0, "function": {"name": "order", "arguments": '{"or'}}]}}
+            ]
+        },
+        {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": 'der_id": "77"}'}}]}}]},
+        {
+            "choices": [
+                {"delta": {"tool_calls": [{"id": "c2", "function": {"name": "refund", "arguments": "{}"}}]}}
+            ]
+        },
+        {"choices": [], "usage": {"prompt_tokens": 40, "completion_tokens": 9}},
+        done=False,
+    )
+    whole = json.dumps(
+        {"choices": [{"message": {"role": "assistant", "content": "done"}}], "usage": {"prompt_tokens": 5}}
+    ).encode()
+    broken = sse({"choices": [{"delta": {"content": "hal"}}]}, {"error": {"message": "overloaded"}})
+    answers = iter([split_call, whole, broken])
+
+    def server(request: httpx.Request) -> httpx.Response:
+        assert json.loads(request.content)["stream_options"] == {"include_usage": True}
+        return httpx.Response(200, content=next(answers))
+
+    told: list[str] = []
+
+    async def tell(text: str) -> None:
+        told.append(text)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(server)) as client:
+        model = OpenAICompatibleLLM(client, base_url="http://llm.test/v1", model="m-1")
+        turn = await model.chat([SYSTEM, USER], [], timeout_s=5, on_text=tell)
+        assert [(c.id, c.name, c.arguments) for c in turn.tool_calls] == [
+            ("c1", "lookup_order", {"order_id": "77"}),
+            ("c2", "refund", {}),
+        ]
+        assert (turn.content, turn.response_model) == ("let me look", "m-1")
+        assert (turn.usage.input_tokens, turn.usage.output_tokens) == (40, 9)
+        assert told and told[-1] == "let me look"
+        answered = await model.chat([SYSTEM, USER], [], timeout_s=5, on_text=tell)
+        assert (answered.content, answered.usage.input_tokens) == ("done", 5)
+        with pytest.raises(TransientError, match="overloaded"):
+            await model.chat([SYSTEM, USER], [], timeout_s=5, on_text=tell)
 
 
 async def test_an_answer_the_handler_refused_is_told_to_the_model_which_answers_again_once() -> None:

@@ -6,6 +6,7 @@ guard with its failures in Chorus's terms."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -61,7 +62,9 @@ class Checkpoints:
 class World:
     """The model's turns (look the item up, reserve it, answer) and what the tools changed."""
 
-    def __init__(self) -> None:
+    def __init__(self, item: str = "bolt", quantity: int = 2) -> None:
+        """``item`` and ``quantity``: what the model makes of the order (the prompt)."""
+        self.item, self.quantity = item, quantity
         self.asked = 0
         self.calls: Counter[str] = Counter()
         self.reserved: dict[str, int] = {}
@@ -71,12 +74,11 @@ class World:
         self.asked += 1
         turn = sum(1 for m in messages if m.kind == "response")
         if turn == 0:
-            return ModelResponse(parts=[ToolCallPart("look_up", {"item": "bolt"}, tool_call_id="c1")])
+            return ModelResponse(parts=[ToolCallPart("look_up", {"item": self.item}, tool_call_id="c1")])
         if turn == 1:
-            return ModelResponse(
-                parts=[ToolCallPart("reserve", {"item": "bolt", "quantity": 2}, tool_call_id="c2")]
-            )
-        return ModelResponse(parts=[TextPart("reserved 2 bolt")])
+            reserve = {"item": self.item, "quantity": self.quantity}
+            return ModelResponse(parts=[ToolCallPart("reserve", reserve, tool_call_id="c2")])
+        return ModelResponse(parts=[TextPart(f"reserved {self.quantity} {self.item}")])
 
     def agent(self) -> Agent[None, str]:
         agent = Agent(
@@ -129,7 +131,9 @@ async def test_a_run_resumed_from_any_checkpoint_asks_and_calls_only_what_it_has
         assert sum(resumed.calls.values()) == 2 - done["tool_call"]
         # The reservation, made by whichever run got to it, has the same key every time.
         assert resumed.keys in ([], world.keys)
-    assert world.keys == ["wf-1:stock_agent:stock:3"]
+    # Its place in the run (the 4th entry) and a digest of what it asked.
+    [key] = world.keys
+    assert re.fullmatch(r"wf-1:stock_agent:stock:3:[0-9a-f]{16}", key), key
 
 
 async def test_a_call_cut_off_before_it_was_kept_is_made_again_with_the_same_key() -> None:
@@ -139,16 +143,18 @@ async def test_a_call_cut_off_before_it_was_kept_is_made_again_with_the_same_key
     before_reserving = ctx.kept[2]  # the reservation was made, then the process died
     await run_agent(world.agent(), Checkpoints(), before_reserving, keep, user_prompt=PROMPT)
     assert world.calls["reserve"] == 2
-    assert world.keys == ["wf-1:stock_agent:stock:3"] * 2 and len(world.reserved) == 1
+    assert len(world.keys) == 2 and len(set(world.keys)) == 1 and len(world.reserved) == 1
 
 
 async def test_a_changed_prompt_replays_nothing_from_where_it_differs() -> None:
     world = World()
     ctx = Checkpoints()
     await run_agent(world.agent(), ctx, None, keep, user_prompt=PROMPT)
-    other = World()
+    other = World("nut", 3)
     await run_agent(other.agent(), Checkpoints(), ctx.kept[-1], keep, user_prompt="Reserve 3 of nut.")
     assert other.asked == 3 and sum(other.calls.values()) == 2
+    # Another call at the same place in the run: a key of its own, not the one made before.
+    assert other.keys != world.keys and len(other.keys) == 1
 
 
 async def test_limits_stop_the_run_before_the_turn_they_refuse_with_what_it_spent() -> None:

@@ -25,7 +25,7 @@ from typing import Any, Protocol, TypeVar
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from chorus.base.errors import PersistentError, SemanticError
+from chorus.base.errors import PersistentError, SemanticError, TransientError
 from chorus.base.tracing import Attributes
 from chorus.outside.breaker import BreakerPolicy
 from chorus.outside.dependencies import Dependency, Guarding, Guards, dependencies
@@ -185,8 +185,14 @@ class OpenAICompatibleLLM:
             request["stream"] = True
             request["stream_options"] = {"include_usage": True}
         response = await self._post(request, timeout_s, streamed)
+        whole = streamed.body() if streamed is not None else None
+        if streamed is not None and streamed.error is not None:
+            raise TransientError(f"LLM {self.name} broke off its answer: {str(streamed.error)[:500]}")
         try:
-            body = streamed.body() if streamed is not None else response.json()
+            # A server that would not stream answered whole: read as such.
+            body: Any = (
+                whole if whole is not None and streamed is not None and streamed.chunks else response.json()
+            )
             choice = body["choices"][0]
             message = choice["message"]
             calls = [
@@ -261,10 +267,19 @@ class _StreamedChat:
         self.usage: dict[str, Any] | None = None
         self.model: str | None = None
         self.finish: str | None = None
+        self.chunks = 0
+        """Chunks read: none means the server did not stream (it answered whole)."""
+        self.error: Any = None
+        """An error the server sent in the stream."""
 
     async def feed(self, chunk: bytes) -> None:
         self.pending += chunk
         *lines, self.pending = self.pending.split(b"\n")
+        if self._read(lines):
+            await self.on_text("".join(self.text))
+
+    def _read(self, lines: Sequence[bytes]) -> bool:
+        """Add what ``lines`` say; True when the text grew."""
         grew = False
         for line in lines:
             data = line.strip()
@@ -273,13 +288,16 @@ class _StreamedChat:
             try:
                 event = json.loads(data[5:])
             except ValueError:
-                continue  # not a chunk: body() says the answer is malformed if nothing came
+                continue  # not a chunk: what did come says what the answer was
             grew = self._add(event) or grew
-        if grew:
-            await self.on_text("".join(self.text))
+        return grew
 
     def _add(self, event: Any) -> bool:
         if not isinstance(event, dict):
+            return False
+        self.chunks += 1
+        if "error" in event:
+            self.error = event["error"]
             return False
         self.model = event.get("model") if isinstance(event.get("model"), str) else self.model
         if isinstance(event.get("usage"), dict):
@@ -291,9 +309,8 @@ class _StreamedChat:
                 self.text.append(delta["content"])
                 grew = True
             for piece in delta.get("tool_calls") or []:
-                call = self.calls.setdefault(
-                    int(piece.get("index", 0)), {"id": "", "name": "", "arguments": ""}
-                )
+                index = piece.get("index") if isinstance(piece.get("index"), int) else len(self.calls)
+                call = self.calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
                 function = piece.get("function") or {}
                 call["id"] = piece.get("id") or call["id"]
                 call["name"] += function.get("name") or ""
@@ -302,7 +319,11 @@ class _StreamedChat:
         return grew
 
     def body(self) -> dict[str, Any]:
-        """The answer as a non-streamed completion's body."""
+        """The answer as a non-streamed completion's body (a last line without its newline
+        read too)."""
+        if self.pending:
+            self._read([self.pending])
+            self.pending = b""
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.text) or None}
         if self.calls:
             message["tool_calls"] = [

@@ -148,7 +148,9 @@ class Transcript(BaseModel):
     def recorded(self, service: str, step: str, prompt: Sequence[Mapping[str, Any]] = ()) -> list[EventModel]:
         """The loop as the workflow's audit trail keeps it: one ``agent.turn_recorded`` per
         turn (what the model saw and said, sealed as personal data; ``prompt``: the messages
-        the loop began from), then what it spent. Emit them with the step's other events."""
+        the loop began from), then what it spent. Emit them with the step's other events,
+        once, with the step that ends the loop (a loop parked on an AskTool spans steps: the
+        step that parks it does not record it, or its turns would count twice)."""
         turns: list[EventModel] = [
             _turn_recorded(service, step, i, turn, prompt if i == 1 else ())
             for i, turn in enumerate(self.turns, start=1)
@@ -458,7 +460,7 @@ class AgentLoop:
     limits: LoopLimits = field(default_factory=LoopLimits)
     limits_by_type: Mapping[str, LoopLimits] = field(default_factory=dict)
     """Limits of a workflow type's loops, where its differ from ``limits`` (the workflow type
-    of the event the handler is for)."""
+    of the event the handler is for): whole limits of their own, in place of ``limits``."""
     timeout_s: float = 120.0
     name: str = "agent"
     """Which loop of the step (in its tools' idempotency keys): two loops of one step differ."""
@@ -572,7 +574,10 @@ class AgentLoop:
         if call is None or not isinstance(tool, AskTool):
             raise ValueError("the transcript waits on no ask tool's call")
         arguments = _parsed(tool, call)
-        return tool.ask(arguments, ToolContext(idempotency_key=self._key(ctx, transcript)))
+        # The key it parked on (whichever step asks again: a reminder's too), which the
+        # answer must carry back.
+        assert transcript.waiting is not None
+        return tool.ask(arguments, ToolContext(idempotency_key=transcript.waiting))
 
     def answered(self, transcript: Transcript, key: str, output: Any) -> Transcript | None:
         """``transcript`` with ``output`` (anything pydantic can put in JSON) as the result of

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
-from pydantic_ai import Agent
+from pydantic_ai import Agent, RunContext
 from pydantic_ai.agent import AgentRunResult
 from pydantic_ai.durable_exec import (
     JSON_CODEC,
@@ -58,11 +58,12 @@ from pydantic_ai.durable_exec import (
 )
 from pydantic_ai.exceptions import ModelAPIError, ModelHTTPError
 from pydantic_ai.messages import ModelMessage, ModelResponse
-from pydantic_ai.models import ModelRequestParameters
+from pydantic_ai.models import ModelRequestParameters, StreamedResponse
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.settings import ModelSettings
+from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from chorus.base.errors import PersistentError, TransientError
 from chorus.base.faults import fault_point
@@ -101,6 +102,8 @@ class JournalEntry(BaseModel):
     """Its result, as Pydantic AI encodes it for a journal (JSON)."""
     usage: Usage | None = None
     """What a model request read, wrote and cost."""
+    call_id: str | None = None
+    """A tool call's id (the model's): which of the turn's calls it answered."""
 
 
 class AgentJournal(BaseModel):
@@ -156,8 +159,13 @@ def _model_turn(entry: JournalEntry) -> ModelTurn:
 
 
 def _tool_result(entry: JournalEntry, turn: Turn) -> ToolResult:
-    position = len(turn.results)
-    call = turn.answer.tool_calls[position] if position < len(turn.answer.tool_calls) else None
+    # By the model's id where the entry has it: some calls of a turn have no entry (an
+    # output tool, arguments refused), so positions would pair the wrong ones.
+    answered = {r.call_id for r in turn.results}
+    pending = [c for c in turn.answer.tool_calls if c.id not in answered]
+    call = next(
+        (c for c in pending if entry.call_id and c.id == entry.call_id), pending[0] if pending else None
+    )
     # Pydantic AI's record of a call: {"kind": "tool_return", "result": ...}, or how it ended
     # otherwise (a retry asked of the model, a call deferred), which the model is told.
     said = entry.payload if isinstance(entry.payload, dict) else {}
@@ -194,10 +202,15 @@ _ANY: TypeAdapter[Any] = TypeAdapter(Any)
 
 
 def _digest(cache_key: tuple[object, ...]) -> str:
-    """What an operation was asked, as a digest; what cannot be put in JSON (a run context, a
-    tool object) counts by its type."""
-    parts = []
+    """What an operation was asked (messages, settings, a tool's name and arguments), as a
+    digest. The run's context (its deps, its usage so far) and tool objects count by their
+    type only: what they hold may differ from one process to the next, and the question
+    asked does not."""
+    parts: list[Any] = []
     for part in cache_key:
+        if isinstance(part, RunContext | ToolsetTool):
+            parts.append(type(part).__name__)
+            continue
         try:
             encoded = _ANY.dump_json(part, fallback=lambda o: type(o).__name__)
             parts.append(_without_volatile(json.loads(encoded)))
@@ -247,7 +260,7 @@ class _Run:
         return None
 
     async def execute(
-        self, kind: str, name: str, body: Callable[[], Awaitable[object]], inputs: str
+        self, kind: str, name: str, body: Callable[[], Awaitable[object]], inputs: str, call_id: str | None
     ) -> object:
         prior = self.replayed(kind, name, inputs)
         if prior is not None:
@@ -261,13 +274,16 @@ class _Run:
                 kind=kind, name=name, inputs=inputs, payload=payload, usage=self._priced(payload)
             )
         else:
-            token = _key.set(self.ctx.idempotency_key(self.agent, str(len(self.entries))))
+            # Its place in the run and what it asks: the same call tried again has the same key,
+            # and another call at that place (a run that went otherwise) has its own.
+            key = self.ctx.idempotency_key(self.agent, str(len(self.entries)), inputs[:16])
+            token = _key.set(key)
             try:
                 payload = await body()
             finally:
                 _key.reset(token)
             fault_point("mid_tool_call")  # made, not kept: the one call a crash repeats
-            entry = JournalEntry(kind=kind, name=name, inputs=inputs, payload=payload)
+            entry = JournalEntry(kind=kind, name=name, inputs=inputs, payload=payload, call_id=call_id)
         self.entries.append(entry)
         await self.ctx.checkpoint(self.keep(self.journal))
         fault_point("after_model_turn" if kind == MODEL_REQUEST else "after_tool_call")
@@ -324,7 +340,9 @@ class _Backend(JournalCallableOperationBackend[None]):
         )
         if run is None or kind is None:
             return await body()
-        return await run.execute(kind, name, body, _digest(cache_key))
+        context = next((part for part in cache_key if isinstance(part, RunContext)), None)
+        call_id = context.tool_call_id if context is not None and kind == TOOL_CALL else None
+        return await run.execute(kind, name, body, _digest(cache_key), call_id)
 
 
 class ChorusDurability(BaseDurabilityCapability[Any]):
@@ -423,15 +441,34 @@ class GuardedModel(WrapperModel):
         model_settings: ModelSettings | None,
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
-        async with self.guard.call():
-            try:
-                return await super().request(messages, model_settings, model_request_parameters)
-            except ModelHTTPError as exc:
-                if exc.status_code == 429 or exc.status_code >= 500:
-                    raise TransientError(f"LLM {self.model_name}: {exc.status_code}") from exc
-                raise PersistentError(f"LLM request refused ({exc.status_code}): {exc.body}") from exc
-            except ModelAPIError as exc:
-                raise TransientError(f"LLM {self.model_name}: {exc.message}") from exc
+        async with self.guard.call(), self._in_chorus_terms():
+            return await super().request(messages, model_settings, model_request_parameters)
+
+    @asynccontextmanager
+    async def request_stream(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+        run_context: RunContext[Any] | None = None,
+    ) -> AsyncIterator[StreamedResponse]:
+        async with (
+            self.guard.call(),
+            self._in_chorus_terms(),
+            super().request_stream(messages, model_settings, model_request_parameters, run_context) as stream,
+        ):
+            yield stream
+
+    @asynccontextmanager
+    async def _in_chorus_terms(self) -> AsyncIterator[None]:
+        try:
+            yield
+        except ModelHTTPError as exc:
+            if exc.status_code == 429 or exc.status_code >= 500:
+                raise TransientError(f"LLM {self.model_name}: {exc.status_code}") from exc
+            raise PersistentError(f"LLM request refused ({exc.status_code}): {exc.body}") from exc
+        except ModelAPIError as exc:
+            raise TransientError(f"LLM {self.model_name}: {exc.message}") from exc
 
 
 @asynccontextmanager
