@@ -41,7 +41,7 @@ help:
 	@echo "make test-service S=NAME   one service's tests (tests/services/NAME), on the local stack"
 	@echo "make test-pythons   the wheel as users install it: the tutorial from pip install; Python 3.10 to 3.13"
 	@echo "make test-compose   docker-compose.yml built, started and the demo run against it (a Docker engine)"
-	@echo "make test-local-model   the agent loop against a small real model on CPU (builds llama.cpp once: ~15 min)"
+	@echo "make test-local-model   the agent loop against a small real model on CPU (builds llama.cpp once: 5 min)"
 	@echo "make up | down | status | lint | fmt | bench | setup | lock | clean"
 	@echo "make services | observe   every service on its documented port | Prometheus on them (:9090)"
 	@echo "make schemas | docs | topics   regenerate JSON Schemas | AsyncAPI doc; create Kafka topics"
@@ -126,7 +126,7 @@ test-pythons: up
 # The support triage's agent loop against a small real model (SmolLM2-135M-Instruct, from
 # PyPI) that llama-cpp-python's OpenAI-compatible server runs on CPU: the model's own tool
 # calls, tokens and cost, kept turn by turn. The first run builds llama-cpp-python from source
-# (about 15 minutes on 2 cores: PyPI has no wheel of it), which is why make test leaves it out.
+# (5 minutes on 2 idle cores, 15 on busy ones: PyPI has no wheel of it), which is why make test leaves it out.
 test-local-model: up
 	$(LOCAL)/localmodel.sh ensure
 	$(LOCAL_ENV) $(PY) -m pytest tests/deploy/test_local_model.py -m localmodel --timeout=1800 --durations=5 $(PYTEST_ARGS)

