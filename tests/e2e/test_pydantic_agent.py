@@ -21,7 +21,6 @@ from tests.support.processes import ServiceProcess, infra_env
 from tests.support.registry import isolated_registry
 from tests.support.sandboxes import sandbox_running
 
-pytest.importorskip("pydantic_ai")
 pytestmark = pytest.mark.integration
 
 

@@ -14,7 +14,7 @@ from tests.support.helm import ensure_helm, of_kind, parse, service_of, template
 from tests.support.processes import run_captured, user_env
 
 ROOT = Path(__file__).resolve().parents[2]
-EXTRAS = "analytics,otlp,dev"
+EXTRAS = "analytics,otlp,pydantic-ai,dev"
 """What a wheel's own tests need beside the runtime (the tests use the dev tools)."""
 WHEELHOUSE = ROOT / ".local" / "wheelhouse"
 """Kept between runs, one folder per Python version: what pip downloaded once installs offline."""
