@@ -267,8 +267,8 @@ class _Run:
             self.entries.append(prior)
             return prior.payload
         if kind == MODEL_REQUEST:
-            transcript = self.journal.transcript()
-            check_limits(self.limits, len(transcript.turns), self.journal.usage)
+            journal = self.journal
+            check_limits(self.limits, journal.model_requests, journal.usage)
             payload = await body()
             entry = JournalEntry(
                 kind=kind, name=name, inputs=inputs, payload=payload, usage=self._priced(payload)
