@@ -515,7 +515,7 @@ class AgentLoop:
             else:
                 check_limits(limits, len(transcript.turns), transcript.usage)
                 asked = [*messages, *transcript.messages()]
-                sink = self._publishing(ctx, keep(transcript), len(transcript.turns) + 1)
+                sink = self._publishing(ctx, keep, transcript)
                 answer = await self.model.chat(asked, schemas, timeout_s=self.timeout_s, on_text=sink)
                 priced = self.prices.priced(answer.model, answer.usage)
                 answer = answer.model_copy(update={"usage": priced})
@@ -535,13 +535,16 @@ class AgentLoop:
             fault_point(kept)
         return transcript
 
-    def _publishing(self, ctx: Checkpointing, kept: BaseModel, turn: int) -> TextSink | None:
-        """What publishes a turn's text so far (with the checkpoint it already has), at most
-        every ``stream_every_s`` by the handler's clock; None when the loop does not stream."""
+    def _publishing(
+        self, ctx: Checkpointing, keep: Callable[[Transcript], BaseModel], transcript: Transcript
+    ) -> TextSink | None:
+        """What publishes the next turn's text so far (with the checkpoint it already has), at
+        most every ``stream_every_s`` by the handler's clock; None when the loop does not stream."""
         every = self.stream_every_s
         if every is None:
             return None
         handler = cast(_Handler, ctx)
+        kept, turn = keep(transcript), len(transcript.turns) + 1
         last: list[datetime] = []
 
         async def publish(text: str) -> None:
