@@ -7,7 +7,6 @@ guard with its failures in Chorus's terms."""
 from __future__ import annotations
 
 import re
-import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -17,10 +16,6 @@ from typing import Any
 import httpx
 import pytest
 from pydantic import BaseModel
-
-if sys.version_info < (3, 11):  # Pydantic AI 2 needs 3.11: the extra installs nothing on 3.10
-    pytest.skip("Pydantic AI 2 needs Python 3.11", allow_module_level=True)
-
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
