@@ -39,6 +39,7 @@ import asyncpg
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import (
     InvalidTopicError,
+    KafkaError,
     MessageSizeTooLargeError,
     OutOfOrderSequenceNumber,
     RecordListTooLargeError,
@@ -63,10 +64,13 @@ log = logging.getLogger("chorus.relay")
 # The broker's answers that blame one record (or its batch), never the cluster.
 RECORD_REFUSALS = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError)
 # Answers that blame the row's topic: no such topic (after the producer waited its request
-# timeout for it to appear), an invalid name, or one this service may not write. Sending the
-# row again alone cannot help, so it is set aside at once.
+# timeout for it to appear, and a metadata answer confirms it: Relay._refused), an invalid
+# name, or one this service may not write. Sending the row again alone cannot help, so it is
+# set aside at once.
 TOPIC_REFUSALS = (UnknownTopicOrPartitionError, InvalidTopicError, TopicAuthorizationFailedError)
 REFUSALS = (*RECORD_REFUSALS, *TOPIC_REFUSALS)
+METADATA_CHECK_S = 10.0
+"""How long a refusal's confirmation waits for the cluster's metadata."""
 
 READ_AHEAD_MEMORY_S = 5.0
 READ_AHEAD_MAX = 20_000
@@ -298,6 +302,8 @@ class OutboxRelay:
                     raise errors[row.id]
                 await (await self._send(row))
             except REFUSALS as exc:
+                if not await self._refused(row, exc):
+                    raise  # the broker is out of reach: not a refusal; the round is retried
                 await self._set_aside(row, RowRefusedError(f"the broker refused it: {exc!r}"))
                 if isinstance(exc, RECORD_REFUSALS):
                     await self._replace_producer()
@@ -306,6 +312,19 @@ class OutboxRelay:
             async with self.pool.acquire() as conn:
                 await self.store.mark_dispatched(conn, [row.id], self.clock.now())
             self.published += 1
+
+    async def _refused(self, row: OutboxRow, exc: BaseException) -> bool:
+        """Whether the broker really refused ``row``. aiokafka raises "unknown topic" also
+        when no broker answered its metadata requests for a request timeout (a network
+        partition; seen in the reliability suite: a committed row dead-lettered): only a
+        metadata answer that lacks the topic confirms it is missing."""
+        if not isinstance(exc, UnknownTopicOrPartitionError):
+            return True
+        try:
+            cluster = await asyncio.wait_for(self.producer.client.fetch_all_metadata(), METADATA_CHECK_S)
+        except (KafkaError, OSError, asyncio.TimeoutError):
+            return False
+        return row.topic not in cluster.topics()
 
     async def _set_aside(self, row: OutboxRow, error: RowRefusedError) -> None:
         message = await self.dead_letter(row, error)
