@@ -32,7 +32,7 @@ LOCAL_ENV = set -a && . $(CURDIR)/.local/kafka/admin.env && set +a && \
 	CHORUS_KEY_SERVICE_CA_FILE=$(TLS_DIR)/ca.pem
 
 .PHONY: help setup up down status demo services test test-fast test-service test-deploy test-pythons test-compose test-local-model lint fmt bench lock clean \
-	schemas docs topics bench-quick test-reliability observe
+	schemas docs topics bench-quick test-reliability observe soak
 
 help:
 	@echo "make demo   start Kafka, PostgreSQL and every service, run the main job"
@@ -42,6 +42,7 @@ help:
 	@echo "make test-pythons   the wheel as users install it: the tutorial from pip install; Python 3.10 to 3.13"
 	@echo "make test-compose   docker-compose.yml built, started and the demo run against it (a Docker engine)"
 	@echo "make test-local-model   the agent loop against a small real model on CPU (builds llama.cpp once: 5 min)"
+	@echo "make soak   an hour of load with faults every few minutes (SOAK_MINUTES, SOAK_SEED); needs root"
 	@echo "make up | down | status | lint | fmt | bench | setup | lock | clean"
 	@echo "make services | observe   every service on its documented port | Prometheus on them (:9090)"
 	@echo "make schemas | docs | topics   regenerate JSON Schemas | AsyncAPI doc; create Kafka topics"
@@ -168,6 +169,21 @@ test-deploy: up
 RELIABILITY_ARGS ?=
 test-reliability: up
 	$(LOCAL_ENV) $(PY) -m tests.reliability $(RELIABILITY_ARGS)
+
+# The soak (tests/soak): SOAK_MINUTES (default 60) of the three reference workflows at half
+# of what this machine sustains (measured first), a fault drawn at random every 1-3 minutes,
+# sometimes two at once: processes killed and paused, brokers killed, PostgreSQL restarted,
+# services partitioned (network namespaces, nftables), latency and packet loss, clock skew.
+# SOAK_SEED replays a run's schedule (its first line prints it). Report and plots in
+# .local/soak-results/<timestamp>/; SOAK_PUBLISH=docs/soak makes it the committed latest
+# result. Needs root (network namespaces); not part of `make test`.
+SOAK_MINUTES ?= 60
+SOAK_SEED ?=
+SOAK_PUBLISH ?=
+soak: up
+	bench/make-venv.sh
+	$(LOCAL_ENV) $(PY) -m tests.soak --minutes $(SOAK_MINUTES) $(if $(SOAK_SEED),--seed $(SOAK_SEED)) \
+		$(if $(SOAK_PUBLISH),--publish $(SOAK_PUBLISH))
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -236,9 +236,14 @@ start_node() {
   ensure_secrets
   (umask 077 && write_config "$n")  # server.properties holds the admin password
   format_storage "$n"
-  log "starting node $n on 127.0.0.1:$port (logs: $dir/logs/server.log)"
+  # KAFKA_NETNS_<n>: run node n in that network namespace (the reliability suite's network
+  # lab, tests/reliability/netlab.py, which routes 127.0.0.1 to and from it); `ip netns exec`
+  # execs java, so the pid is the broker's.
+  local netns_var="KAFKA_NETNS_$n" in_netns=()
+  [[ -n "${!netns_var:-}" ]] && in_netns=(ip netns exec "${!netns_var}")
+  log "starting node $n on 127.0.0.1:$port${in_netns:+ in network namespace ${!netns_var}} (logs: $dir/logs/server.log)"
   # JVM flags as in Kafka's kafka-run-class.sh / kafka-server-start.sh.
-  nohup java $KAFKA_HEAP -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+  nohup "${in_netns[@]}" java $KAFKA_HEAP -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
     -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent \
     -Djava.awt.headless=true \
     -Dlog4j2.configurationFile="$CHORUS_ROOT/deploy/local/log4j2.yaml" \

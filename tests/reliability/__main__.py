@@ -29,7 +29,7 @@ from tests.reliability.report import (
     summary_line,
     write_report,
 )
-from tests.reliability.scenarios import SHORT, Scenario, deployments, full, run_scenario
+from tests.reliability.scenarios import SHORT, Scenario, deployments, full, run_control, run_scenario
 
 log = logging.getLogger("reliability")
 
@@ -57,16 +57,10 @@ async def run_deployment(
 ) -> list[ScenarioResult]:
     """Start the deployment (and its private infrastructure), run its scenarios, stop it;
     ``described`` gets what the deployment turned out to be."""
-    private_kafka = config.kafka.name is not None
-    private_pg = config.postgres.private_dir is not None
     results: list[ScenarioResult] = []
     deployment = Deployment(config, results_dir)
     try:
-        if private_kafka:
-            await config.kafka.reset()  # a fresh cluster: nothing left from earlier runs
-            await config.kafka.start()
-        if private_pg:
-            await config.postgres.start()
+        await deployment.start_infrastructure()
         log.info(
             "starting deployment %s (kafka %s, postgres %s)",
             config.name,
@@ -78,6 +72,10 @@ async def run_deployment(
         described[config.name] += f"; {deployment.topology}"
         for scenario in scenarios:
             results.append(await run_scenario(deployment, scenario, seed))
+        # Negative controls last: each breaks the deployment on purpose.
+        for scenario, result in zip(scenarios, results, strict=True):
+            if scenario.control is not None:
+                await run_control(deployment, scenario, result, seed)
     except Exception as exc:
         log.exception("deployment %s failed", config.name)
         done = {r.name for r in results}
@@ -89,10 +87,7 @@ async def run_deployment(
         try:
             await deployment.stop(clean=passed)
         finally:
-            if private_kafka:
-                await config.kafka.stop()
-            if private_pg:
-                await config.postgres.stop()
+            await deployment.stop_infrastructure()
     return results
 
 

@@ -22,6 +22,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import asyncpg
 import httpx
@@ -35,7 +36,8 @@ from chorus.tools.declarations import service_module
 from chorus.tools.devstack import REFERENCE_PROJECT, DevStack, Proc, free_port, project_services
 from chorus.tools.topics import apply_topics, read_topics
 from tests.reliability.driver import Driver
-from tests.reliability.infra import KafkaCluster, PostgresServer
+from tests.reliability.infra import KafkaCluster, PostgresServer, broker_netns
+from tests.reliability.netlab import NetLab, Node
 from tests.support.registry import ensure_service_users, grant_access, isolated_schemas
 
 log = logging.getLogger("reliability.deployment")
@@ -54,6 +56,7 @@ LARGE_ORDER = {
     "cost_center": "cc-research",
 }
 STARTUP_ATTEMPTS = 5
+DATABASE_PROXY = "database"
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,15 @@ class DeploymentConfig:
     1 MB). None keeps every service's production default."""
     session_timeout_ms: int = 6_000
     """The broker's minimum: a SIGKILLed member leaves the group after this long."""
+    isolated: tuple[str, ...] = ()
+    """Services each run in a network namespace of its own (:mod:`tests.reliability.netlab`),
+    which a scenario can partition from the broker or the database while they run."""
+    database_proxy: bool = False
+    """Every service reaches the database through a toxiproxy (latency, resets)."""
+
+    @property
+    def netlab(self) -> bool:
+        return bool(self.isolated) or self.database_proxy or self.kafka.isolated
 
     def describe(self) -> str:
         kafka = self.kafka
@@ -76,9 +88,15 @@ class DeploymentConfig:
             if self.max_event_bytes is not None
             else "production default size limits"
         )
+        network = ""
+        if self.isolated:
+            network += f"; in network namespaces of their own: {', '.join(self.isolated)}"
+        if self.database_proxy:
+            network += "; the database through toxiproxy"
         return (
             f"Kafka {kafka.label} at {kafka.bootstrap}, replication factor {kafka.replication_factor}, "
             f"min.insync.replicas {insync}, producers acks=all; PostgreSQL {self.postgres.label}; {limits}"
+            f"{network}"
         )
 
 
@@ -183,6 +201,9 @@ class Deployment:
         self.poison: list[Poison] = []
         """Every poison record published into this deployment (the dead-letter check is
         over all of them: the store is the deployment's)."""
+        self.lab: NetLab | None = None
+        self.nodes: dict[str, Node] = {}
+        """service -> the network namespace it runs in (``config.isolated``)."""
 
     # -- parts -------------------------------------------------------------------------------
 
@@ -237,10 +258,16 @@ class Deployment:
         await grant_access(self.registry, kafka.bootstrap)
         self.topology = await self._check_topics()
         self.database_url = await self.config.postgres.create_database(self.database)
+        services_database = self.database_url
+        if self.config.netlab:
+            await self.start_lab()
+            assert self.lab is not None
+            if self.config.database_proxy:
+                services_database = await self._database_proxy(self.lab)
         env = {
             "CHORUS_SCHEMAS_DIR": str(self.registry.root),
             "CHORUS_KAFKA_BOOTSTRAP": kafka.bootstrap,
-            "CHORUS_DATABASE_URL": self.database_url,
+            "CHORUS_DATABASE_URL": services_database,
             "CHORUS_CLOCK": f"offset-file:{self.clock_file}",
             "CHORUS_DB_POOL_SIZE": "5",
             "CHORUS_SESSION_TIMEOUT_MS": str(self.config.session_timeout_ms),
@@ -275,12 +302,91 @@ class Deployment:
         # The LLM is the sandbox's OpenAI-compatible endpoint (as everywhere): the agents'
         # model calls are external calls too (mid_external_call applies to them).
         self._stack = stack
+        for name in self.config.isolated:
+            self.nodes[name] = await self._isolate(name)
         await stack.provision()
         await asyncio.gather(*(self.start_proc(name) for name in stack.procs))
         await self.stack.wait_api()
         self._driver = Driver(stack.api_url, stack.sandbox_url)
         await self._driver.start()
         self._pool = await asyncpg.create_pool(self.database_url, min_size=1, max_size=6)
+
+    async def start_infrastructure(self) -> None:
+        """The private Kafka (fresh: nothing left from earlier runs) and PostgreSQL this
+        deployment breaks, when it has them; the shared ones are never touched."""
+        kafka, postgres = self.config.kafka, self.config.postgres
+        if kafka.name is not None:
+            await kafka.reset()
+            if kafka.isolated:
+                await self.start_lab()  # its brokers start in the lab's namespaces
+            await kafka.start()
+        if postgres.private_dir is not None:
+            await postgres.start()
+
+    async def stop_infrastructure(self) -> None:
+        try:
+            if self.config.kafka.name is not None:
+                await self.config.kafka.stop()
+        finally:
+            if self.config.postgres.private_dir is not None:
+                await self.config.postgres.stop()
+
+    async def start_lab(self) -> None:
+        """The network lab, with a namespace per broker of an isolated cluster: before the
+        brokers start (they start in them). A no-op once started."""
+        if self.lab is not None:
+            return
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.lab = NetLab(self.workdir / "netlab")
+        await self.lab.start()
+        kafka = self.config.kafka
+        if kafka.isolated:
+            for n in range(1, kafka.nodes + 1):
+                # The client and controller ports (kafka.sh: base + 2(n-1), + 1).
+                node = await self.lab.node(f"kafka{n}", [kafka.port(n), kafka.port(n) + 1])
+                assert node.netns == broker_netns(n)
+
+    def broker_node(self, n: int) -> Node:
+        assert self.lab is not None
+        return self.lab.nodes[f"kafka{n}"]
+
+    async def _database_proxy(self, lab: NetLab) -> str:
+        """The services' database URL, through a toxiproxy in front of the server."""
+        assert lab.toxiproxy is not None
+        parts = urlsplit(self.database_url)
+        port = await lab.toxiproxy.proxy(DATABASE_PROXY, f"{parts.hostname}:{parts.port}")
+        return parts._replace(netloc=f"{parts.netloc.rsplit(':', 1)[0]}:{port}").geturl()
+
+    async def _isolate(self, name: str) -> Node:
+        """Put ``name``'s process in a namespace of its own (before it starts): everything it
+        reaches at 127.0.0.1 crosses the node's veth pair, and so do the host's calls to its
+        health and API ports."""
+        assert self.lab is not None
+        proc = self.proc(name)
+        own = {int(urlsplit(proc.health_url).port or 0)} if proc.health_url else set()
+        if "CHORUS_API_PORT" in proc.env:
+            own.add(int(proc.env["CHORUS_API_PORT"]))
+        node = await self.lab.node(name, own)
+        proc.argv = node.wrap(proc.argv)
+        return node
+
+    def node(self, name: str) -> Node:
+        if name not in self.nodes:
+            raise KeyError(f"{name} does not run in a network namespace of its own in {self.config.name}")
+        return self.nodes[name]
+
+    def kafka_ports(self) -> list[int]:
+        kafka = self.config.kafka
+        if kafka.external:
+            return [int(address.rsplit(":", 1)[1]) for address in kafka.bootstrap.split(",")]
+        return [kafka.port(n) for n in range(1, kafka.nodes + 1)]
+
+    def database_port(self) -> int:
+        """The port the services reach the database on (the proxy's, when there is one)."""
+        lab = self.lab
+        if lab is not None and lab.toxiproxy is not None and DATABASE_PROXY in lab.toxiproxy.proxies:
+            return lab.toxiproxy.proxies[DATABASE_PROXY]
+        return int(urlsplit(self.database_url).port or 5432)
 
     async def _check_topics(self) -> str:
         """Read back what the broker made of the topics: the durability a scenario claims
@@ -327,12 +433,16 @@ class Deployment:
             await self._pool.close()
         if self._stack is not None:
             await self._stack.stop()
-        if not clean:
-            return
-        if self.database_url:
-            await self.config.postgres.drop_database(self.database)
-        if self._registry is not None:
-            await self.delete_topics()
+        try:
+            if not clean:
+                return
+            if self.database_url:
+                await self.config.postgres.drop_database(self.database)
+            if self._registry is not None:
+                await self.delete_topics()
+        finally:
+            if self.lab is not None:  # last: the brokers may live in it
+                await self.lab.stop()
 
     async def delete_topics(self) -> None:
         """Each partition holds a file descriptor on the broker, which dies when a few

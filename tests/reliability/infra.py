@@ -60,6 +60,9 @@ class KafkaCluster:
     port_base: int = 9092
     external: str | None = None
     """Bootstrap of a broker not started here (CHORUS_KAFKA_BOOTSTRAP); never broken."""
+    isolated: bool = False
+    """Each broker runs in a network namespace of its own (tests/reliability/netlab.py, which
+    must have made them: :func:`broker_netns`), so one can be cut off from the others."""
 
     @staticmethod
     def shared(bootstrap: str | None = None) -> KafkaCluster:
@@ -93,11 +96,27 @@ class KafkaCluster:
     def env(self) -> dict[str, str]:
         if self.name is None:
             return {}
+        netns = {f"KAFKA_NETNS_{n}": broker_netns(n) for n in range(1, self.nodes + 1) if self.isolated}
         return {
             "KAFKA_CLUSTER": self.name,
             "KAFKA_NODES": str(self.nodes),
             "KAFKA_PORT_BASE": str(self.port_base),
+            **netns,
         }
+
+    async def leaders(self, topics: list[str]) -> dict[int, int]:
+        """Broker -> how many partitions of ``topics`` it leads, as the cluster says now."""
+        admin = make_admin(self.bootstrap)
+        await admin.start()
+        try:
+            described = await admin.describe_topics(topics)
+        finally:
+            await admin.close()
+        leads: dict[int, int] = {}
+        for topic in described:
+            for partition in topic["partitions"]:
+                leads[partition["leader"]] = leads.get(partition["leader"], 0) + 1
+        return leads
 
     def node_dir(self, node: int) -> Path:
         base = ROOT / ".local" / "kafka"
@@ -139,17 +158,14 @@ class KafkaCluster:
 
     async def busiest_node(self, topics: list[str]) -> int:
         """The broker that leads most partitions of ``topics`` (the one whose loss hurts most)."""
-        admin = make_admin(self.bootstrap)
-        await admin.start()
-        try:
-            described = await admin.describe_topics(topics)
-        finally:
-            await admin.close()
-        leads: dict[int, int] = {}
-        for topic in described:
-            for partition in topic["partitions"]:
-                leads[partition["leader"]] = leads.get(partition["leader"], 0) + 1
+        leads = await self.leaders(topics)
         return max(leads, key=lambda n: leads[n]) if leads else 1
+
+
+def broker_netns(node: int) -> str:
+    """The network namespace broker ``node`` of an isolated cluster runs in (the lab's node
+    named ``kafka<node>``)."""
+    return f"chl-kafka{node}"
 
 
 @dataclass(frozen=True)

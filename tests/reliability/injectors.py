@@ -8,6 +8,7 @@ that broke nothing cannot pass.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import logging
@@ -18,12 +19,14 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
+import asyncpg
 from aiokafka.errors import KafkaError
 
 from chorus.kernel.kafka import make_consumer, make_producer, stop_client
 from chorus.platform.audit_projector.replay import partitions
-from tests.reliability.deployment import Deployment, FaultLog, Poison, subscriptions
+from tests.reliability.deployment import DATABASE_PROXY, Deployment, FaultLog, Poison, subscriptions
 from tests.reliability.observe import group_lag, read_all
 
 log = logging.getLogger("reliability.injectors")
@@ -377,3 +380,139 @@ async def kill(dep: Deployment, faults: FaultLog, service: str) -> None:
     faults.add("sigkill", service, "SIGKILL at an arbitrary point")
     dep.stopped_on_purpose.add(service)
     dep.stack.kill(service)
+
+
+# -- network faults (tests/reliability/netlab.py) ----------------------------------------------
+
+STOP_LINE = "chorus fault injection: SIGSTOP at {point}"
+
+
+async def stopped_at(
+    dep: Deployment,
+    faults: FaultLog,
+    service: str,
+    point: str,
+    nth: int = 1,
+    *,
+    feed: Callable[[], Awaitable[None]] | None = None,
+    timeout_s: float = 120.0,
+) -> int | None:
+    """Restart ``service`` with ``CHORUS_FAULTS=<point>:<nth>:stop`` and wait until it stops
+    itself there (SIGSTOP, frozen at that exact place); returns its pid, or None (a problem
+    recorded) when traffic never took it there."""
+    await dep.terminate(service)
+    # Not waited healthy: it may reach the point before its health endpoint first answers.
+    await dep.start_proc(service, {"CHORUS_FAULTS": f"{point}:{nth}:stop"}, healthy=False)
+    proc = dep.proc(service)
+    assert proc.popen is not None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    line = STOP_LINE.format(point=point)
+    while loop.time() < deadline and proc.running:
+        if line in dep.log_since_start(service):
+            return proc.popen.pid
+        if feed is not None:
+            await feed()
+        await asyncio.sleep(0.1)
+    if proc.running:
+        faults.problems.append(f"{service}: {point}:{nth} was not reached within {timeout_s:.0f}s")
+    else:
+        faults.problems.append(f"{service} armed with {point}:{nth}:stop exited: {dep.last_error(service)}")
+    return None
+
+
+async def partition_at(
+    dep: Deployment,
+    faults: FaultLog,
+    service: str,
+    point: str,
+    target: str,
+    *,
+    hold_s: float,
+    around: Callable[[], contextlib.AbstractAsyncContextManager[None]] | None = None,
+    feed: Callable[[], Awaitable[None]] | None = None,
+) -> bool:
+    """Freeze ``service`` at ``point``, cut its node off from ``target`` ("database" or
+    "kafka"), let it go on (SIGCONT) into the partition for ``hold_s``, then heal.
+
+    The process never stops running: it finds out as a real one would, through calls that
+    hang and sessions that time out. ``around`` is entered once the partition is in place
+    and left before it heals (a scenario's check that it bit, or a negative control's
+    sabotage); ``feed`` brings traffic to the point. Returns whether the fault was injected."""
+    node = dep.node(service)
+    pid = await stopped_at(dep, faults, service, point, feed=feed)
+    if pid is None:
+        return False
+    ports = dep.kafka_ports() if target == "kafka" else [dep.database_port()]
+    await node.partition(ports, f"{target} ({', '.join(map(str, ports))})")
+    fault = faults.add("partition", service, f"from {target} at {point}, {hold_s:.0f}s")
+    os.kill(pid, signal.SIGCONT)
+    try:
+        async with around() if around is not None else contextlib.nullcontext():
+            await asyncio.sleep(hold_s)
+    finally:
+        await node.heal()
+    fault.healed_at = time.monotonic()
+    if not dep.proc(service).running:
+        faults.problems.append(f"{service} exited while partitioned from {target}: {dep.last_error(service)}")
+        await dep.start_proc(service)
+    return True
+
+
+async def database_latency(
+    dep: Deployment, faults: FaultLog, *, ms: int, for_s: float, applied: bool = True
+) -> float:
+    """``ms`` more on every answer the database sends any service, for ``for_s`` (toxiproxy
+    on the services' path to it). Returns the round trip a client on that path measured in
+    the middle of it (``applied`` False measures without the toxic: the negative control)."""
+    lab = dep.lab
+    assert lab is not None and lab.toxiproxy is not None, f"{dep.config.name} has no database proxy"
+    fault = faults.add("latency", "database", f"+{ms} ms on every answer, {for_s:.0f}s")
+    if applied:
+        await lab.toxiproxy.latency(DATABASE_PROXY, ms, direction="downstream")
+    try:
+        await asyncio.sleep(for_s / 2)
+        measured = await _round_trip_ms(dep)
+        await asyncio.sleep(for_s / 2)
+    finally:
+        await lab.toxiproxy.clear(DATABASE_PROXY)
+    fault.healed_at = time.monotonic()
+    return measured
+
+
+async def _round_trip_ms(dep: Deployment) -> float:
+    """One query's round trip on the services' path to the database (the proxy)."""
+    parts = urlsplit(dep.database_url)
+    url = parts._replace(netloc=f"{parts.netloc.rsplit(':', 1)[0]}:{dep.database_port()}").geturl()
+    conn = await asyncpg.connect(url, timeout=30)
+    try:
+        started = time.perf_counter()
+        await conn.fetchval("SELECT 1")
+        return (time.perf_counter() - started) * 1000
+    finally:
+        await conn.close()
+
+
+async def cut_broker_outbound(
+    dep: Deployment, faults: FaultLog, *, hold_s: float, applied: bool = True
+) -> tuple[int, int, int]:
+    """An asymmetric partition: the broker leading most partitions can no longer open or use
+    connections of its own (to the controller quorum, to the leaders it follows), while
+    clients and the other brokers still reach it. Returns (node, partitions it led before,
+    partitions it leads at the end of the cut); ``applied`` False measures without the cut
+    (the negative control)."""
+    kafka = dep.config.kafka
+    topics = all_topics(dep)
+    node = await kafka.busiest_node(topics)
+    before = (await kafka.leaders(topics)).get(node, 0)
+    fault = faults.add("partition", f"{kafka.label} node {node}", f"its own connections cut, {hold_s:.0f}s")
+    lab_node = dep.broker_node(node)
+    if applied:
+        await lab_node.cut_outbound("the other brokers")
+    try:
+        await asyncio.sleep(hold_s)
+        during = (await kafka.leaders(topics)).get(node, 0)
+    finally:
+        await lab_node.heal()
+    fault.healed_at = time.monotonic()
+    return node, before, during

@@ -15,7 +15,7 @@ import random
 import time
 import traceback
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -119,6 +119,20 @@ class Scenario:
     body: Body
     deadline_s: float = 180.0
     """Recovery deadline: how long after its faults every workflow has to settle."""
+    control: Control | None = None
+    """Its negative control, run after the deployment's scenarios."""
+
+
+@dataclass(frozen=True)
+class Control:
+    """A negative control: the scenario's fault again, with the guarantee it checks broken on
+    purpose. The scenario's own checks must fail it, in the way ``failed`` names; a control
+    that passes means the scenario could not see what it claims to check."""
+
+    breaks: str
+    body: Body
+    failed: Callable[[ScenarioResult], bool]
+    deadline_s: float = 120.0
 
 
 # -- deployments ---------------------------------------------------------------------------------
@@ -135,6 +149,17 @@ def deployments(shared_kafka: KafkaCluster | None = None) -> dict[str, Deploymen
             "kafka-cluster", KafkaCluster("reliability3", nodes=3, port_base=19192), PostgresServer.shared()
         ),
         "postgres": DeploymentConfig("postgres", local, PostgresServer.private()),
+        # The payment agent in a network namespace of its own; every service reaches the
+        # database through toxiproxy.
+        "netlab": DeploymentConfig(
+            "netlab", local, PostgresServer.shared(), isolated=("payment_agent",), database_proxy=True
+        ),
+        # Three brokers, each in a network namespace of its own.
+        "kafka-netlab": DeploymentConfig(
+            "kafka-netlab",
+            KafkaCluster("reliability3", nodes=3, port_base=19192, isolated=True),
+            PostgresServer.shared(),
+        ),
         # Every service with its production default size limits.
         "defaults": DeploymentConfig("defaults", local, PostgresServer.shared(), max_event_bytes=None),
     }
@@ -458,6 +483,230 @@ async def poison_at_broker_limit(ctx: Ctx) -> None:
     await ctx.submit(2)
 
 
+# -- network faults --------------------------------------------------------------------------------
+
+
+async def _sandbox(ctx: Ctx, method: str, path: str) -> None:
+    async with httpx.AsyncClient(timeout=10.0) as client:
+        (await client.request(method, f"{ctx.dep.driver.sandbox_url}{path}")).raise_for_status()
+
+
+def _procurements(ctx: Ctx, every_s: float = 3.0) -> Callable[[], Awaitable[None]]:
+    """A feed for a fault armed in the payment agent: a procurement every few seconds
+    (the only workflow that pays)."""
+    last = [0.0]
+
+    async def feed() -> None:
+        if time.monotonic() - last[0] >= every_s:
+            last[0] = time.monotonic()
+            await ctx.dep.driver.submit("procurement", ctx.scenario)
+
+    return feed
+
+
+async def _count(ctx: Ctx, sql: str) -> int:
+    async with ctx.dep.pool.acquire() as conn:
+        return int(await conn.fetchval(sql))
+
+
+def partition_database_mid_payment(*, keys_ignored: bool = False) -> Body:
+    """The payment agent frozen with a payment made and its result not kept (mid external
+    call), cut off from PostgreSQL, let go on into the partition for 75 s (past its 60 s
+    command timeout), healed. It must commit nothing while cut off, pay each invoice once
+    (the step done again after the partition repeats the call under the same key), and
+    settle every workflow. ``keys_ignored``: the negative control's provider, which charges
+    again for a repeated key."""
+
+    async def body(ctx: Ctx) -> None:
+        if keys_ignored:
+            await _sandbox(ctx, "PUT", "/payments/keys-ignored")
+        inbox = "SELECT count(*) FROM payment_agent.inbox"
+
+        @contextlib.asynccontextmanager
+        async def nothing_committed() -> AsyncIterator[None]:
+            before = await _count(ctx, inbox)
+            yield
+            during = await _count(ctx, inbox) - before
+            if during:
+                ctx.faults.problems.append(
+                    f"the payment agent committed {during} record(s) while cut off from the "
+                    "database: the partition did not hold"
+                )
+
+        try:
+            await ctx.submit(3)
+            async with ctx.trickle(every_s=3.0, limit=16):
+                await injectors.partition_at(
+                    ctx.dep,
+                    ctx.faults,
+                    "payment_agent",
+                    "mid_external_call",
+                    "database",
+                    hold_s=75.0,
+                    around=nothing_committed,
+                    feed=_procurements(ctx),
+                )
+            if keys_ignored:
+                # The step is done again only once its connections find the healed network
+                # (TCP's retransmission backoff): the provider ignores keys until then.
+                await ctx.dep.driver.wait_settled(ctx.workflows(), 180.0)
+        finally:
+            if keys_ignored:
+                await _sandbox(ctx, "DELETE", "/payments/keys-ignored")
+
+    return body
+
+
+def partition_kafka_after_commit(*, drop_outbox: bool = False) -> Body:
+    """The payment agent frozen after its commit (outcome and outbox rows in PostgreSQL, Kafka
+    offset not committed, nothing published), cut off from the broker, let go on for 40 s (its
+    session times out; its producer cannot publish), healed. What it committed must be
+    published once it can reach the broker, and the record it never acknowledged, read again,
+    must not be handled twice. ``drop_outbox``: the negative control deletes the unsent rows
+    while it is cut off (a relay that forgets what was committed)."""
+
+    async def body(ctx: Ctx) -> None:
+        unsent = "SELECT count(*) FROM payment_agent.outbox WHERE dispatched_at IS NULL"
+
+        @contextlib.asynccontextmanager
+        async def publishing_stalled() -> AsyncIterator[None]:
+            yield
+            held = await _count(ctx, unsent)
+            if drop_outbox:
+                async with ctx.dep.pool.acquire() as conn:
+                    await conn.execute("DELETE FROM payment_agent.outbox WHERE dispatched_at IS NULL")
+            if not held:
+                ctx.faults.problems.append(
+                    "the payment agent's outbox held nothing unsent at the end of the partition: "
+                    "it published (or committed nothing), so the partition did not hold"
+                )
+            else:
+                ctx.faults.notes.append(f"{held} committed row(s) waited in the outbox for the broker")
+
+        await ctx.submit(3)
+        async with ctx.trickle(every_s=3.0, limit=14):
+            await injectors.partition_at(
+                ctx.dep,
+                ctx.faults,
+                "payment_agent",
+                "after_db_commit",
+                "kafka",
+                hold_s=40.0,
+                around=publishing_stalled,
+                feed=_procurements(ctx),
+            )
+
+    return body
+
+
+def database_latency(*, applied: bool = True) -> Body:
+    """200 ms more on every answer PostgreSQL sends any service, for a minute, under steady
+    traffic. Slower is all it may be: nothing lost, failed, dead-lettered or repeated. The
+    latency must be seen on the services' path (else the scenario tested nothing): the
+    negative control runs it without the toxic."""
+
+    async def body(ctx: Ctx) -> None:
+        await ctx.submit(3)
+        async with ctx.trickle(every_s=2.0, limit=40):
+            await asyncio.sleep(4.0)
+            measured = await injectors.database_latency(
+                ctx.dep, ctx.faults, ms=200, for_s=60.0, applied=applied
+            )
+        if measured < 200:
+            ctx.faults.problems.append(
+                f"a query on the services' path to the database took {measured:.0f} ms during the "
+                "fault: the latency was not there"
+            )
+        else:
+            ctx.faults.notes.append(f"a query on the services' path took {measured:.0f} ms during the fault")
+
+    return body
+
+
+def broker_cut_outbound(*, applied: bool = True) -> Body:
+    """Three brokers, each in a namespace of its own; the one leading most partitions loses
+    every connection it opens (to the controller quorum, to the leaders it follows) for 45 s,
+    while clients and the other brokers still reach it: it is fenced and its leaderships
+    move, while it may still believe itself a leader. Acknowledged writes (acks=all,
+    min.insync.replicas 2) must all be there, and every workflow settle. The cut must be seen
+    to bite (its leaderships moved): the negative control runs it without the cut."""
+
+    async def body(ctx: Ctx) -> None:
+        await ctx.submit(4)
+        async with ctx.trickle(every_s=2.0, limit=40):
+            await asyncio.sleep(3.0)
+            node, before, during = await injectors.cut_broker_outbound(
+                ctx.dep, ctx.faults, hold_s=45.0, applied=applied
+            )
+            await asyncio.sleep(8.0)
+        if during >= before:
+            ctx.faults.problems.append(
+                f"broker {node} led {before} partitions before the cut and {during} at its end: "
+                "the cut was not there"
+            )
+        else:
+            ctx.faults.notes.append(f"broker {node} led {before} partitions before the cut, {during} after")
+
+    return body
+
+
+def _harmed(result: ScenarioResult) -> bool:
+    """The control's own workflows were harmed (not just a store-wide check)."""
+    return result.lost + result.duplicate_effects + result.stuck > 0
+
+
+def _fault_unseen(result: ScenarioResult) -> bool:
+    return any("was not there" in v for v in result.violations)
+
+
+NETWORK: list[Scenario] = [
+    Scenario(
+        "partition-database-mid-payment",
+        "the payment agent frozen with a payment made and not yet kept, cut off from PostgreSQL "
+        "(nftables in its network namespace) for 75 s while it runs, then healed",
+        "netlab",
+        partition_database_mid_payment(),
+        deadline_s=240.0,
+        control=Control(
+            "the payment provider ignores the Idempotency-Key, so the step done again pays again",
+            partition_database_mid_payment(keys_ignored=True),
+            _harmed,
+            deadline_s=240.0,
+        ),
+    ),
+    Scenario(
+        "partition-kafka-after-commit",
+        "the payment agent frozen after its commit and before its publish, cut off from the "
+        "broker for 40 s while it runs (its session times out), then healed",
+        "netlab",
+        partition_kafka_after_commit(),
+        deadline_s=240.0,
+        control=Control(
+            "the committed outbox rows are deleted while it is cut off (a relay that forgets)",
+            partition_kafka_after_commit(drop_outbox=True),
+            _harmed,
+        ),
+    ),
+    Scenario(
+        "database-latency",
+        "200 ms added to every answer of PostgreSQL to every service (toxiproxy) for a minute",
+        "netlab",
+        database_latency(),
+        deadline_s=240.0,
+        control=Control("the latency is never applied", database_latency(applied=False), _fault_unseen),
+    ),
+    Scenario(
+        "partition-broker-asymmetric",
+        "3 brokers in network namespaces (RF 3, min.insync.replicas 2): the busiest one cannot "
+        "open or use connections of its own for 45 s while clients and the others still reach it",
+        "kafka-netlab",
+        broker_cut_outbound(),
+        deadline_s=240.0,
+        control=Control("the cut is never applied", broker_cut_outbound(applied=False), _fault_unseen),
+    ),
+]
+
+
 # -- the suites ---------------------------------------------------------------------------------------
 
 
@@ -776,7 +1025,7 @@ def full() -> list[Scenario]:
             poison_at_broker_limit,
         ),
     ]
-    return scenarios
+    return scenarios + NETWORK
 
 
 # -- running ---------------------------------------------------------------------------------------------
@@ -840,3 +1089,24 @@ async def run_scenario(dep: Deployment, scenario: Scenario, seed: int = 0) -> Sc
         result.duration_s,
     )
     return result
+
+
+async def run_control(dep: Deployment, scenario: Scenario, result: ScenarioResult, seed: int = 0) -> None:
+    """Run ``scenario``'s negative control on the deployment and record in ``result``
+    whether it failed as it must (a control that passes is a violation of the scenario)."""
+    control = scenario.control
+    assert control is not None
+    broken = Scenario(
+        f"{scenario.name}/control", control.breaks, scenario.deployment, control.body, control.deadline_s
+    )
+    outcome = await run_scenario(dep, broken, seed)
+    seen = f"lost={outcome.lost} duplicate_effects={outcome.duplicate_effects} stuck={outcome.stuck}"
+    if control.failed(outcome):
+        result.checks["negative control"] = "ok"
+        first = "; ".join(v.splitlines()[0] for v in outcome.violations[:3])
+        result.notes.append(f"negative control ({control.breaks}): failed as it must ({seen}): {first}")
+    else:
+        result.checks["negative control"] = "passed: the checks are blind to it"
+        result.violations.append(
+            f"negative control ({control.breaks}) passed ({seen}): the scenario cannot see what it checks"
+        )

@@ -7,6 +7,7 @@ handling transaction), ``after_db_commit`` (outcome committed, Kafka offset not 
 ``after_publish`` (outbox rows published, not yet marked), ``mid_external_call`` (an
 external request in flight); an agent loop's ``after_model_turn``, ``after_tool_call``
 (kept in the checkpoint) and ``mid_tool_call`` (the tool answered, its result not kept).
+``<point>:<n>:stop`` SIGSTOPs it there instead (the suite partitions it there, then SIGCONTs).
 """
 
 from __future__ import annotations
@@ -15,17 +16,17 @@ import os
 import signal
 import sys
 
-_budget: dict[str, int] = {}
+_armed: dict[str, tuple[int, signal.Signals]] = {}
 for _item in filter(None, os.environ.get("CHORUS_FAULTS", "").split(",")):
-    _name, _, _count = _item.partition(":")
-    _budget[_name.strip()] = int(_count or 1)
+    _name, _count, _action = [*_item.split(":"), "", ""][:3]
+    _armed[_name.strip()] = (int(_count or 1), signal.SIGSTOP if _action == "stop" else signal.SIGKILL)
 
 
 def fault_point(name: str) -> None:
-    if not _budget or name not in _budget:
+    if name not in _armed:
         return
-    _budget[name] -= 1
-    if _budget[name] == 0:
-        sys.stderr.write(f"chorus fault injection: SIGKILL at {name}\n")
+    left, sig = _armed[name] = (_armed[name][0] - 1, _armed[name][1])
+    if left == 0:
+        sys.stderr.write(f"chorus fault injection: {sig.name} at {name}\n")
         sys.stderr.flush()
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), sig)

@@ -72,6 +72,10 @@ class Sandbox:
     tool_skills: dict[str, ToolSkill] = field(default_factory=dict)
     models_down: set[str] = field(default_factory=set)
     """Models that answer 503 (an outage, PUT /llm/outages/{model}): a fallback's test."""
+    keys_ignored: bool = False
+    """A provider that ignores Idempotency-Key (PUT /payments/keys-ignored): each request is a
+    payment of its own, recorded under ``<key>#<n>``. The reliability suite's negative
+    control: a step repeated after a fault then pays twice, which its checks must see."""
     llm_asked: Counter[str] = field(default_factory=Counter)
     """Model requests by task and conversation (a digest of the messages): a turn asked
     twice is the same conversation twice, which an agent loop that kept the first answer
@@ -116,6 +120,8 @@ class Sandbox:
         body = await request.json()
         if body.get("vendor_id") in CLOSED_VENDORS:
             return web.json_response({"error": "vendor account closed"}, status=422)
+        if self.keys_ignored and self.payment_requests[key] > 1:
+            key = f"{key}#{self.payment_requests[key]}"
         if key in self.payments:  # the same key pays once; a retry sees the same payment
             return web.json_response(self.payments[key], status=200)
         payment = {
@@ -229,6 +235,10 @@ class Sandbox:
             self.models_down.add(model)
         else:
             self.models_down.discard(model)
+        return web.Response(status=204)
+
+    async def ignore_keys(self, request: web.Request) -> web.Response:
+        self.keys_ignored = request.method == "PUT"
         return web.Response(status=204)
 
     async def get_stats(self, _: web.Request) -> web.Response:
@@ -351,6 +361,8 @@ def create_app(config: SandboxConfig) -> web.Application:
     app.router.add_post("/v1/chat/completions", sandbox.chat)
     app.router.add_put("/llm/outages/{model}", sandbox.outage)
     app.router.add_delete("/llm/outages/{model}", sandbox.outage)
+    app.router.add_put("/payments/keys-ignored", sandbox.ignore_keys)
+    app.router.add_delete("/payments/keys-ignored", sandbox.ignore_keys)
     app.router.add_get("/stats", sandbox.get_stats)
     app.router.add_post("/slack/{channel}", sandbox.slack_hook)
     app.router.add_get("/mail", sandbox.get_mail)

@@ -1,0 +1,232 @@
+"""The soak's report: tables every five minutes and at the end, fitted slopes, and plots.
+
+``report.md`` and ``samples.json`` are rewritten at each report; at the end the plots
+(PNG, drawn by tests/soak/plots.py in the bench's tools venv, which has matplotlib) go
+beside them. A slope is a least-squares fit of a process's RSS (MiB/hour) or open file
+descriptors (per hour) over the second half of the run, per process run: a restart (a
+new pid, a fault's doing) starts a new run, and only the longest run of each process
+in that half counts (shorter than ten minutes: no slope).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.reliability.driver import Tracked
+from tests.soak.sampler import Sample
+
+RSS_BOUND_MIB_PER_H = 8.0
+"""The bound a process's RSS slope must stay within: a service's caches fill in the first
+minutes and then hold; a leak of one record's worth per workflow would show as tens of
+MiB per hour at this load."""
+FD_BOUND_PER_H = 2.0
+"""Open file descriptors: a leaked connection per fault would be about 30 per hour."""
+MIN_RUN_S = 600.0
+
+
+@dataclass
+class Slope:
+    process: str
+    per_hour: float
+    start: float
+    end: float
+    points: int
+    span_s: float
+
+
+def fit(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (seconds, value), per hour."""
+    xs = [x for x, _ in points]
+    ys = [y for _, y in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    if var == 0:
+        return 0.0
+    return 3600 * sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var
+
+
+def slopes(samples: list[Sample], what: str) -> list[Slope]:
+    """Per process, the slope of ``what`` ("rss_mib" or "fds") over its longest run in the
+    second half of the samples."""
+    if not samples:
+        return []
+    half = samples[-1].t_s / 2
+    late = [s for s in samples if s.t_s >= half]
+    runs: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for s in late:
+        values: dict[str, float] = getattr(s, what)
+        for name, value in values.items():
+            runs.setdefault((name, s.pids.get(name, 0)), []).append((s.t_s, float(value)))
+    best: dict[str, list[tuple[float, float]]] = {}
+    for (name, _), points in runs.items():
+        if len(points) > len(best.get(name, [])):
+            best[name] = points
+    out = []
+    for name, points in sorted(best.items()):
+        span = points[-1][0] - points[0][0]
+        if span < MIN_RUN_S or len(points) < 5:
+            continue
+        out.append(Slope(name, fit(points), points[0][1], points[-1][1], len(points), span))
+    return out
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def latency_windows(workflows: list[Tracked], started_at: float, window_s: float) -> list[dict[str, Any]]:
+    """p50/p99 of submitted -> settled, by the window the workflow was submitted in."""
+    by_window: dict[int, list[float]] = {}
+    for w in workflows:
+        if w.settled_at is not None:
+            by_window.setdefault(int((w.submitted_at - started_at) // window_s), []).append(
+                w.settled_at - w.submitted_at
+            )
+    return [
+        {
+            "from_min": k * window_s / 60,
+            "count": len(v),
+            "p50_s": percentile(v, 0.5),
+            "p99_s": percentile(v, 0.99),
+        }
+        for k, v in sorted(by_window.items())
+    ]
+
+
+@dataclass
+class Report:
+    out_dir: Path
+    meta: dict[str, Any]
+    fault_rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def write(
+        self,
+        samples: list[Sample],
+        workflows: list[Tracked],
+        started_at: float,
+        final: dict[str, Any] | None = None,
+        plots: list[str] | None = None,
+    ) -> Path:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        rss, fds = slopes(samples, "rss_mib"), slopes(samples, "fds")
+        windows = latency_windows(workflows, started_at, 300.0)
+        data = {
+            "meta": self.meta,
+            "final": final,
+            "faults": self.fault_rows,
+            "latency_windows": windows,
+            "slopes": {
+                "rss_mib_per_h": [vars(s) for s in rss],
+                "fds_per_h": [vars(s) for s in fds],
+                "bounds": {"rss_mib_per_h": RSS_BOUND_MIB_PER_H, "fds_per_h": FD_BOUND_PER_H},
+            },
+            "samples": [s.to_json() for s in samples],
+        }
+        (self.out_dir / "samples.json").write_text(json.dumps(data, indent=1))
+        path = self.out_dir / "report.md"
+        path.write_text(self.markdown(samples, rss, fds, windows, final, plots or []))
+        return path
+
+    def markdown(
+        self,
+        samples: list[Sample],
+        rss: list[Slope],
+        fds: list[Slope],
+        windows: list[dict[str, Any]],
+        final: dict[str, Any] | None,
+        plots: list[str],
+    ) -> str:
+        m = self.meta
+        lines = [
+            f"# Soak: {m['minutes']:.0f} minutes, seed {m['seed']}",
+            "",
+            f"Started {m['started']} on {m['machine']}. Replay: `make soak SOAK_MINUTES={m['minutes']:.0f} "
+            f"SOAK_SEED={m['seed']}`.",
+            "",
+            f"- Deployment: {m['deployment']}",
+            f"- Capacity measured first: {m['capacity_per_s']:.2f} workflows/s settled (closed loop of "
+            f"{m['capacity_in_flight']}, {m['capacity_s']:.0f} s, the three reference workflows in turn); "
+            f"load: {m['rate_per_s']:.2f}/s (50%)",
+        ]
+        if final is not None:
+            lines += [
+                "",
+                "## Result",
+                "",
+                f"**{final['summary']}**",
+                "",
+                f"- Faults injected: {final['faults']} ({final['by_kind']}); double faults: "
+                f"{final['doubles']}; network partitions: {final['partitions']}",
+                f"- Workflows: {final['started']} started, {final['settled']} settled; max recovery "
+                f"{final['max_recovery_s']}",
+                f"- RSS slopes within {RSS_BOUND_MIB_PER_H} MiB/h: {final['rss_within']}; fd slopes within "
+                f"{FD_BOUND_PER_H}/h: {final['fds_within']}",
+            ]
+            for v in final["violations"][:30]:
+                lines.append(f"- violation: {v}")
+            for n in final["notes"][:30]:
+                lines.append(f"- note: {n}")
+        lines += ["", "## Over time (every 5 minutes)", ""]
+        lines += [
+            "| min | started | settled | lag (sum) | outbox (sum) | tables MiB | indexes MiB | "
+            "group members | RSS sum MiB | fds sum |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for s in _every(samples, 300.0):
+            lines.append(
+                f"| {s.t_s / 60:.0f} | {s.started} | {s.settled} | {sum(s.lag.values())} | "
+                f"{sum(s.outbox.values())} | {s.table_mib:.1f} | {s.index_mib:.1f} | "
+                f"{sum(s.group_members.values())} | {sum(s.rss_mib.values()):.0f} | {sum(s.fds.values())} |"
+            )
+        lines += ["", "## Latency (submitted -> settled, by 5-minute window of submission)", ""]
+        lines += ["| from min | workflows | p50 s | p99 s |", "|---|---|---|---|"]
+        lines += [
+            f"| {w['from_min']:.0f} | {w['count']} | {w['p50_s']:.2f} | {w['p99_s']:.2f} |" for w in windows
+        ]
+        lines += [
+            "",
+            "## Slopes (second half of the run, each process's longest run)",
+            "",
+            "| process | RSS MiB/h | RSS from -> to | fds/h | fds from -> to |",
+            "|---|---|---|---|---|",
+        ]
+        fd_by = {f.process: f for f in fds}
+        for r in rss:
+            f = fd_by.get(r.process)
+            fd_cells = f"{f.per_hour:+.2f} | {f.start:.0f} -> {f.end:.0f}" if f else "- | -"
+            flag = "" if abs(r.per_hour) <= RSS_BOUND_MIB_PER_H else " **over**"
+            lines.append(
+                f"| {r.process} | {r.per_hour:+.2f}{flag} | {r.start:.0f} -> {r.end:.0f} | {fd_cells} |"
+            )
+        if samples:
+            last = samples[-1]
+            lines += ["", "## Database at the end (tables + indexes, MiB per schema)", ""]
+            lines += ["| schema | MiB |", "|---|---|"]
+            lines += [f"| {k} | {v:.2f} |" for k, v in sorted(last.tables.items(), key=lambda kv: -kv[1])]
+        lines += ["", "## Faults", "", "| at min | kind | target | detail | healed after s |"]
+        lines += ["|---|---|---|---|---|"]
+        lines += [
+            f"| {r['at_min']:.1f} | {r['kind']} | {r['target']} | {r['detail']} | {r['healed_s']} |"
+            for r in self.fault_rows
+        ]
+        if plots:
+            lines += ["", "## Plots", ""]
+            lines += [f"![{p}]({p})" for p in plots]
+        return "\n".join(lines) + "\n"
+
+
+def _every(samples: list[Sample], step_s: float) -> list[Sample]:
+    out: list[Sample] = []
+    for s in samples:
+        if not out or s.t_s - out[-1].t_s >= step_s:
+            out.append(s)
+    if samples and out[-1] is not samples[-1]:
+        out.append(samples[-1])
+    return out
