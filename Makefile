@@ -222,18 +222,22 @@ topics: setup
 
 # Benchmarks (bench/README.md): Chorus and its baselines side by side, one run, same broker
 # and database. Results in .local/bench-results/<timestamp>-<mode>/. The side venvs (chart
-# and profiler tools; DBOS, which cannot share .venv with faust) are built once.
+# and profiler tools; DBOS, which cannot share .venv with faust; Restate's SDK, with its
+# server binary from the npm registry) are built once.
 bench: up
 	bench/make-venv.sh
 	bench/dbos/make-venv.sh
+	bench/restate/make-venv.sh
 	$(LOCAL_ENV) $(PY) -m bench.run --mode full
 
 # The short version (under 2 minutes once the side venvs exist); its last line is
 # R2=.. R3=.. R4_p50_ms=.. R4_p99_ms=.. R5=.. R5_p50_ms=.. R5_p99_ms=.. ... timer_p99_ms=..
 # R5_per_s=.. R5_sealed_per_s=.. R5_sealed_p50_ms=.. R5_sealed_p99_ms=.. R5_sealed_ratio=..
+# signed_hop_ratio=.. R5_vs_restate=.. R5_p50_vs_restate=.. R5_p99_vs_restate=.. R5_closed_vs_restate=..
 bench-quick: up
 	bench/make-venv.sh
 	bench/dbos/make-venv.sh
+	bench/restate/make-venv.sh
 	$(LOCAL_ENV) $(PY) -m bench.run --mode quick
 
 # Re-pin after editing pyproject.toml (pip-tools, with hashes; pins already in the

@@ -53,7 +53,14 @@ def main(src: str, dst: str) -> None:
             labels.append("Chorus sealed")
             stats.append(r["R5"]["sealed"]["per_s"])
             colors.append("tab:cyan")
-        _bar(ax, [*labels, "DBOS"], [*stats, r["R5"]["dbos"]["per_s"]], [*colors, "tab:orange"])
+        labels.append("DBOS")
+        stats.append(r["R5"]["dbos"]["per_s"])
+        colors.append("tab:orange")
+        if "restate" in r["R5"]:  # runs before Restate was a baseline have none
+            labels.append("Restate")
+            stats.append(r["R5"]["restate"]["per_s"])
+            colors.append("tab:purple")
+        _bar(ax, labels, stats, colors)
     ax.set_title("R5: 5-step workflows/s")
 
     ax = axes[1][0]
@@ -90,17 +97,20 @@ def main(src: str, dst: str) -> None:
                     f"R5 workflow {q[:3]}",
                     r["R5"]["chorus"][q]["median"],
                     r["R5"]["dbos"][q]["median"],
+                    r["R5"]["restate"][q]["median"] if "restate" in r["R5"] else 0.0,
                 )
             )
     x = range(len(groups))
     if groups:
-        ax.bar([i - 0.2 for i in x], [g[1] for g in groups], 0.4, label="Chorus", color="tab:blue")
-        ax.bar([i + 0.2 for i in x], [g[2] for g in groups], 0.4, label="DBOS", color="tab:orange")
+        ax.bar([i - 0.27 for i in x], [g[1] for g in groups], 0.27, label="Chorus", color="tab:blue")
+        ax.bar(list(x), [g[2] for g in groups], 0.27, label="DBOS", color="tab:orange")
+        if "restate" in r["R5"]:
+            ax.bar([i + 0.27 for i in x], [g[3] for g in groups], 0.27, label="Restate", color="tab:purple")
     if "timers" in r:
         t = r["timers"]["lateness_ms"]
         n = len(groups)
         ax.bar([n, n + 1], [t["p50"], t["p99"]], 0.4, color="tab:green", label="timer lateness")
-        groups += [("timer p50", 0, 0), ("timer p99", 0, 0)]
+        groups += [("timer p50", 0, 0, 0), ("timer p99", 0, 0, 0)]
     ax.set_xticks(list(range(len(groups))), [g[0] for g in groups], fontsize=8)
     ax.set_title("Workflow latency and timer lateness (ms)")
     if groups:

@@ -96,10 +96,15 @@ class TimerFired(EventModel):
 
 DRIVER_SIGNER = "bench_driver"
 SIGNED_NOOP = "bench_signed_noop"
+SEALED_FLOW = "bench_sealed_flow"
 
 
-def _topic(name: str, *event_types: str, signed_by: str = "") -> str:
+def _topic(name: str, *event_types: str, signed_by: str = "", service: str = "") -> str:
+    """A bench topic's file. ``service``: a bench service named as its producer and consumer,
+    for the registry to know what it reads and writes (a service that handles personal fields
+    gets data keys only then: Registry.handles_personal)."""
     signer = f"    signed_by: {signed_by}\n" if signed_by else ""
+    also = f", {service}" if service else ""
     events = "".join(
         f"  - type: {t}\n    versions: [1]\n    compatibility: full\n{signer}" for t in event_types
     )
@@ -107,8 +112,8 @@ def _topic(name: str, *event_types: str, signed_by: str = "") -> str:
         f"topic: {name}\n"
         "description: Benchmark-only topic (bench/).\n"
         "owner: bench\n"
-        f"producers: [{signed_by or 'bench'}]\n"
-        "consumers: [bench]\n"
+        f"producers: [{signed_by or 'bench'}{also}]\n"
+        f"consumers: [bench{also}]\n"
         "partitions: 6\n"
         "retention_ms: 3600000\n"
         "cleanup_policy: delete\n"
@@ -127,7 +132,8 @@ BENCH_TOPICS: dict[str, str] = {
     "bench.signed.out": _topic("bench.signed.out", "bench.signed_pong", signed_by=SIGNED_NOOP),
     "bench.steps": _topic("bench.steps", "bench.step"),
     "bench.done": _topic("bench.done", "bench.flow_done"),
-    "bench.sealed.steps": _topic("bench.sealed.steps", "bench.sealed_step"),
-    "bench.sealed.done": _topic("bench.sealed.done", "bench.sealed_done"),
+    # The sealed flow's: it needs data keys, so the registry must know it reads and writes them.
+    "bench.sealed.steps": _topic("bench.sealed.steps", "bench.sealed_step", service=SEALED_FLOW),
+    "bench.sealed.done": _topic("bench.sealed.done", "bench.sealed_done", service=SEALED_FLOW),
     "bench.fired": _topic("bench.fired", "bench.timer_fired"),
 }

@@ -9,6 +9,9 @@ from typing import Any
 # Issue 16's targets for R5: one workflow at a time, and a closed loop of 32 in flight.
 R5_P50_MS, R5_P99_MS = 12, 25
 CLOSED_PER_S, CLOSED_P99_MS = 250, 150
+# And against Restate, each a ratio Chorus/Restate per round: one at a time p50 <= 0.8x and
+# p99 <= 1x Restate's, closed-loop workflows/s >= 3x Restate's.
+VS_RESTATE_P50, VS_RESTATE_P99, VS_RESTATE_CLOSED = 0.8, 1.0, 3.0
 
 
 def _m(s: dict[str, Any], fmt: str = "{:.2f}") -> str:
@@ -37,6 +40,11 @@ def verdicts(r: dict[str, Any]) -> dict[str, bool]:
             c = x["closed"]["chorus"]
             out["R5_closed_per_s"] = c["per_s"]["median"] >= CLOSED_PER_S
             out["R5_closed_p99"] = c["p99_ms"]["median"] <= CLOSED_P99_MS
+        if "restate" in x.get("vs", {}):
+            v = x["vs"]["restate"]
+            out["R5_vs_restate_p50"] = v["p50"]["median"] <= VS_RESTATE_P50
+            out["R5_vs_restate_p99"] = v["p99"]["median"] <= VS_RESTATE_P99
+            out["R5_vs_restate_closed"] = v["closed_per_s"]["median"] >= VS_RESTATE_CLOSED
     if "timers" in r:
         out["timers"] = r["timers"]["lateness_ms"]["p99"] <= 250
     if "parked" in r:
@@ -59,6 +67,12 @@ def summary_line(r: dict[str, Any]) -> str:
     def val5(get: Any, fmt: str) -> str:
         """An R5-with-encryption value; NA from a run (an older one) that did not measure it."""
         return fmt.format(get()) if sealed else "NA"
+
+    restate = r.get("R5", {}).get("vs", {}).get("restate", {})
+
+    def vs_restate(key: str) -> str:
+        """Chorus over Restate (R5, per round); NA from a run without Restate."""
+        return f"{restate[key]['median']:.2f}" if restate else "NA"
 
     return " ".join(
         [
@@ -83,8 +97,36 @@ def summary_line(r: dict[str, Any]) -> str:
             "R5_sealed_ratio=" + val5(lambda: sealed["ratio"]["median"], "{:.2f}"),
             # The no-op hop with both events signed over unsigned, messages/s per round.
             "signed_hop_ratio=" + val("signing", lambda: r["signing"]["ratio"]["median"], "{:.2f}"),
+            # Chorus over Restate, per round: workflows/s of the backlog, one-at-a-time p50 and
+            # p99 (below 1: Chorus is faster), closed-loop workflows/s.
+            "R5_vs_restate=" + vs_restate("per_s"),
+            "R5_p50_vs_restate=" + vs_restate("p50"),
+            "R5_p99_vs_restate=" + vs_restate("p99"),
+            "R5_closed_vs_restate=" + vs_restate("closed_per_s"),
         ]
     )
+
+
+def restate_rows(x: dict[str, Any], ok: dict[str, bool]) -> list[str]:
+    """R5's rows against Restate: Chorus, Restate, the per-round ratio, its target."""
+    v, c = x["vs"]["restate"], x["closed"]
+    return [
+        f"| R5 workflows/s (5 steps), vs Restate | {_m(x['chorus']['per_s'], '{:.1f}')} "
+        f"| Restate {_m(x['restate']['per_s'], '{:.1f}')} | ratio {_m(v['per_s'])} | - | - |",
+        f"| R5 p50 latency, one at a time, vs Restate (ms) | {_m(x['chorus']['p50_ms'], '{:.1f}')} "
+        f"| Restate {_m(x['restate']['p50_ms'], '{:.1f}')} | ratio {_m(v['p50'])} "
+        f"| ≤ {VS_RESTATE_P50}x | {_yes(ok['R5_vs_restate_p50'])} |",
+        f"| R5 p99 latency, one at a time, vs Restate (ms) | {_m(x['chorus']['p99_ms'], '{:.1f}')} "
+        f"| Restate {_m(x['restate']['p99_ms'], '{:.1f}')} | ratio {_m(v['p99'])} "
+        f"| ≤ {VS_RESTATE_P99:.0f}x | {_yes(ok['R5_vs_restate_p99'])} |",
+        f"| R5 closed loop, 32 in flight: workflows/s, vs Restate | {_m(c['chorus']['per_s'], '{:.0f}')} "
+        f"| Restate {_m(c['restate']['per_s'], '{:.0f}')} | ratio {_m(v['closed_per_s'])} "
+        f"| ≥ {VS_RESTATE_CLOSED:.0f}x | {_yes(ok['R5_vs_restate_closed'])} |",
+        f"| R5 closed loop, 32 in flight: p50 / p99, vs Restate (ms) "
+        f"| {_m(c['chorus']['p50_ms'], '{:.1f}')} / {_m(c['chorus']['p99_ms'], '{:.1f}')} "
+        f"| Restate {_m(c['restate']['p50_ms'], '{:.1f}')} / {_m(c['restate']['p99_ms'], '{:.1f}')} "
+        "| - | - | - |",
+    ]
 
 
 def markdown(r: dict[str, Any], line: str) -> str:
@@ -183,6 +225,8 @@ def markdown(r: dict[str, Any], line: str) -> str:
                     f"| R5 closed loop, 32 in flight: {q[:3]} (ms) | {_m(c['chorus'][q], '{:.1f}')} "
                     f"| DBOS {_m(c['dbos'][q], '{:.1f}')} | - | {target} | {met} |"
                 )
+    if "R5" in r and "restate" in r["R5"]:
+        lines += restate_rows(r["R5"], ok)
     if "R5" in r and "sealed" in r["R5"]:
         x, plain = r["R5"]["sealed"], r["R5"]["chorus"]
         lines.append(
@@ -233,9 +277,9 @@ def markdown(r: dict[str, Any], line: str) -> str:
             "| | service | PostgreSQL (our backends) | broker | whole machine |",
             "|---|---|---|---|---|",
         ]
-        for name in ("chorus", "sealed", "dbos"):
+        for name in ("chorus", "sealed", "dbos", "restate"):
             if name not in c:
-                continue  # sealed: not in runs before it was measured
+                continue  # sealed, restate: not in runs before they were measured
             x = c[name]
             lines.append(
                 f"| {name} | {_m(x['service'])} | {_m(x['postgres'])} | {_m(x['broker'])} "

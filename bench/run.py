@@ -11,6 +11,8 @@ The last line printed is the summary a script can read::
     R2=<ratio> R3=<ratio> R4_p50_ms=<tax> R4_p99_ms=<tax> R5=<ratio> R5_p50_ms=<ms> R5_p99_ms=<ms>
     R5_closed_per_s=<n> R5_closed_p99_ms=<ms> timer_p99_ms=<ms>
     R5_per_s=<n> R5_sealed_per_s=<n> R5_sealed_p50_ms=<ms> R5_sealed_p99_ms=<ms> R5_sealed_ratio=<ratio>
+    signed_hop_ratio=<ratio> R5_vs_restate=<ratio> R5_p50_vs_restate=<ratio> R5_p99_vs_restate=<ratio>
+    R5_closed_vs_restate=<ratio>
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import asyncio
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -43,6 +46,7 @@ from bench.procs import ServiceProc, Worker, bench_worker, profiled_worker
 from bench.profile import top_frames
 from bench.registry import bench_registry, delete_topics, raw_topics
 from bench.report import write_reports
+from bench.restate.fetch_server import binary as restate_binary
 from bench.stats import percentile, ratio, summary
 from chorus.base.settings import LOCAL_DATABASE_URL, LOCAL_KAFKA, demo_key_service_credential
 from chorus.contracts.approvals import ApprovalContext, ApprovalRequested, EscalationStep
@@ -62,10 +66,14 @@ T = TypeVar("T")
 RESULTS = ROOT / ".local" / "bench-results"
 TOOLS_VENV = ROOT / ".local" / "bench-venv"
 DBOS_VENV = ROOT / ".local" / "bench-dbos-venv"
+RESTATE_VENV = ROOT / ".local" / "bench-restate-venv"
+RESTATE_DIR = ROOT / ".local" / "bench-restate"
+"""The pinned restate-server (bench/restate/make-venv.sh) and each run's data directory."""
 SPY = TOOLS_VENV / "bin" / "py-spy"
 BENCH_DB = "chorus_bench"
 DBOS_APP_DB = "dbos_bench"
 DBOS_SYS_DB = "dbos_bench_sys"
+RESTATE_APP_DB = "restate_bench"
 CLOSED_IN_FLIGHT = 32  # R5 closed loop: what a client with 32 workers keeps running
 RUN_LOCK = 0x43484F52  # one bench run at a time: the databases above are per machine
 
@@ -519,7 +527,88 @@ async def section_durable(b: Bench) -> None:
     await raw.worker.stop()
 
 
-# -- R5: 5-step workflows, Chorus vs DBOS ---------------------------------------------------------
+# -- R5: 5-step workflows, Chorus vs DBOS and Restate ------------------------------------------------
+
+
+@dataclass
+class Baseline:
+    """A workflow engine R5 compares with (DBOS, Restate): a worker in its own venv, steered
+    like bench/dbos/worker.py, which times its workflows as its client sees them."""
+
+    worker: Worker
+    databases: list[str]
+    """The PostgreSQL databases its backends serve (their CPU is metered)."""
+
+    @property
+    def pids(self) -> list[int]:
+        """The worker and the processes it started (Restate: restate-server, the SDK endpoint)."""
+        return [self.worker.pid, *(int(p) for p in self.worker.hello.get("pids", []))]
+
+    async def throughput(self, b: Bench, w: int) -> dict[str, Any]:
+        meter = await Meter(b, self.pids, self.databases).open()
+        reply = await self.worker.call("throughput", timeout_s=600 + 2 * w, workflows=w)
+        usage = await meter.close()
+        return {"per_s": w / reply["elapsed_s"], "usage": asdict(usage)}
+
+    async def latency(self, m: int) -> list[float]:
+        reply = await self.worker.call("latency", timeout_s=600, workflows=m)
+        return [float(x) for x in reply["latencies_ms"]]
+
+    async def closed(self, w: int) -> dict[str, Any]:
+        reply = await self.worker.call("closed", timeout_s=600 + w, workflows=w, in_flight=CLOSED_IN_FLIGHT)
+        return {"per_s": w / reply["elapsed_s"], "latency": pct([float(x) for x in reply["latencies_ms"]])}
+
+
+def side_worker(name: str, venv: Path, env: dict[str, str], b: Bench) -> Worker:
+    """bench/<name>/worker.py in its venv (bench/<name>/make-venv.sh builds it)."""
+    python = venv / "bin" / "python"
+    if not python.exists():
+        raise RuntimeError(f"{python} missing: run bench/{name}/make-venv.sh (make bench does)")
+    return Worker(name, [str(python), str(ROOT / "bench" / name / "worker.py")], env, b.logs)
+
+
+async def start_baselines(b: Bench) -> tuple[Baseline, Baseline]:
+    """DBOS and Restate, started side by side; their versions go into the environment."""
+    server = restate_binary(RESTATE_DIR)
+    if not server.exists():
+        raise RuntimeError(f"{server} missing: run bench/restate/make-venv.sh (make bench does)")
+    # A killed run leaves its data directory behind (its server is gone with it): under the
+    # run lock, nothing else uses them.
+    shutil.rmtree(RESTATE_DIR / "runs", ignore_errors=True)
+    dbos_env = {
+        "DBOS_SYSTEM_URL": db_url(b.admin_url, DBOS_SYS_DB),
+        "DBOS_APP_URL": db_url(b.admin_url, DBOS_APP_DB),
+    }
+    restate_env = {
+        "RESTATE_SERVER_BIN": str(server),
+        "RESTATE_APP_URL": db_url(b.admin_url, RESTATE_APP_DB),
+        "RESTATE_WORK_DIR": str(RESTATE_DIR),
+    }
+    dbos, restate = await asyncio.gather(
+        b.started(side_worker("dbos", DBOS_VENV, dbos_env, b)),
+        b.started(side_worker("restate", RESTATE_VENV, restate_env, b)),
+    )
+    for name, worker in (("dbos", dbos), ("restate", restate)):
+        b.results.setdefault("environment", {})[name] = {
+            "mode": worker.hello.get("mode"),
+            **worker.hello.get("versions", {}),
+        }
+    return Baseline(dbos, [DBOS_APP_DB, DBOS_SYS_DB]), Baseline(restate, [RESTATE_APP_DB])
+
+
+def versus(rounds: list[dict[int, Any]], i: int) -> dict[str, Any]:
+    """Chorus's R5 (variant 0) over variant ``i``'s, round by round: workflows/s of the backlog,
+    one-at-a-time p50 and p99 (below 1: Chorus is faster), closed-loop workflows/s."""
+
+    def per_round(get: Callable[[dict[str, Any]], float]) -> dict[str, Any]:
+        return summary([get(r[0]) / get(r[i]) for r in rounds])
+
+    return {
+        "per_s": per_round(lambda t: t["per_s"]),
+        "p50": per_round(lambda t: t["latency"]["p50"]),
+        "p99": per_round(lambda t: t["latency"]["p99"]),
+        "closed_per_s": per_round(lambda t: t["closed"]["per_s"]),
+    }
 
 
 @dataclass
@@ -631,6 +720,11 @@ async def start_key_service(b: Bench) -> tuple[ServiceProc, HttpKeyStore, str]:
         **tls,
         "CHORUS_GROUP_ID": f"key_service-{b.suffix}",
         "CHORUS_API_PORT": str(api_port),
+        # Its callers: the driver (as the gateway) and the sealed flow, whose name is in no
+        # principals.yaml, so the demo's default (every registered service) leaves it out.
+        "CHORUS_KEY_SERVICE_CLIENTS": json.dumps(
+            {demo_key_service_credential(s): s for s in ("gateway", bench_events.SEALED_FLOW)}
+        ),
     }
     service = ServiceProc("key_service", env, b.logs)
     b.cleanup.append(service.stop)
@@ -647,10 +741,7 @@ async def start_key_service(b: Bench) -> tuple[ServiceProc, HttpKeyStore, str]:
 
 async def section_workflows(b: Bench) -> None:
     s = b.sizes
-    b.log("R5: 5-step workflow, Chorus vs DBOS Transact, and Chorus with personal data sealed")
-    python = DBOS_VENV / "bin" / "python"
-    if not python.exists():
-        raise RuntimeError(f"{python} missing: run bench/dbos/make-venv.sh (make bench does)")
+    b.log("R5: 5-step workflow, Chorus vs DBOS Transact and Restate, and Chorus with personal data sealed")
     key_service, keys, ca_file = await start_key_service(b)
     # Only the sealed flow is told where the key service is: the plain one runs as before.
     sealed_env = {
@@ -658,25 +749,11 @@ async def section_workflows(b: Bench) -> None:
         "CHORUS_KEY_STORES": json.dumps({keys.region: keys.url}),
         KEY_SERVICE_CA: ca_file,
     }
-    flow_worker, sealed_worker, dbos = await asyncio.gather(
+    flow_worker, sealed_worker, (dbos, restate) = await asyncio.gather(
         b.started(bench_worker("chorus-flow", "chorus-flow", b.chorus_env(), b.logs)),
         b.started(bench_worker("chorus-sealed-flow", "chorus-sealed_flow", sealed_env, b.logs)),
-        b.started(
-            Worker(
-                "dbos",
-                [str(python), str(ROOT / "bench" / "dbos" / "worker.py")],
-                {
-                    "DBOS_SYSTEM_URL": db_url(b.admin_url, DBOS_SYS_DB),
-                    "DBOS_APP_URL": db_url(b.admin_url, DBOS_APP_DB),
-                },
-                b.logs,
-            )
-        ),
+        start_baselines(b),
     )
-    b.results.setdefault("environment", {})["dbos"] = {
-        "mode": dbos.hello.get("mode"),
-        **dbos.hello.get("versions", {}),
-    }
     await asyncio.gather(flow_worker.call("ready"), sealed_worker.call("ready"))
     flow = Flow(flow_worker, await FlowDriver.start(b))
     sealed = Flow(sealed_worker, await FlowDriver.start(b, keys), [key_service.pid])
@@ -739,25 +816,14 @@ async def section_workflows(b: Bench) -> None:
             await f.worker.call("pause")
         return {"per_s": w / elapsed, "latency": pct(latencies)}
 
-    async def dbos_closed(w: int) -> dict[str, Any]:
-        reply = await dbos.call("closed", timeout_s=600 + w, workflows=w, in_flight=CLOSED_IN_FLIGHT)
-        return {"per_s": w / reply["elapsed_s"], "latency": pct([float(x) for x in reply["latencies_ms"]])}
-
-    async def dbos_throughput(w: int) -> dict[str, Any]:
-        meter = await Meter(b, [dbos.pid], [DBOS_APP_DB, DBOS_SYS_DB]).open()
-        reply = await dbos.call("throughput", timeout_s=600 + 2 * w, workflows=w)
-        usage = await meter.close()
-        return {"per_s": w / reply["elapsed_s"], "usage": asdict(usage)}
-
-    async def dbos_latency(m: int) -> list[float]:
-        reply = await dbos.call("latency", timeout_s=600, workflows=m)
-        return [float(x) for x in reply["latencies_ms"]]
+    baselines = {"dbos": dbos, "restate": restate}
 
     async def trial(variant: str) -> dict[str, Any]:
-        if variant == "dbos":
-            thr = await dbos_throughput(s.flow_workflows)
-            lat = await dbos_latency(s.flow_latency)
-            closed = await dbos_closed(s.flow_closed)
+        if variant in baselines:
+            base = baselines[variant]
+            thr = await base.throughput(b, s.flow_workflows)
+            lat = await base.latency(s.flow_latency)
+            closed = await base.closed(s.flow_closed)
         else:
             f = flow if variant == "chorus" else sealed
             thr = await chorus_throughput(f, s.flow_workflows)
@@ -769,11 +835,12 @@ async def section_workflows(b: Bench) -> None:
 
     await chorus_throughput(flow, max(10, s.flow_workflows // 4))  # warm-up, untimed
     await chorus_throughput(sealed, max(10, s.flow_workflows // 4))
-    await dbos_throughput(max(10, s.flow_workflows // 4))
-    # The sealed flow is a third variant of the same rounds, so that sealed/plain is a ratio
-    # of two trials seconds apart, like Chorus/DBOS.
-    rounds = await interleaved(s.rounds, ["chorus", "sealed", "dbos"], trial)
-    variants = ((0, "chorus"), (2, "dbos"))
+    for base in (dbos, restate):
+        await base.throughput(b, max(10, s.flow_workflows // 4))
+    # The sealed flow is a variant of the same rounds, so that sealed/plain is a ratio of two
+    # trials seconds apart, like Chorus/DBOS and Chorus/Restate.
+    rounds = await interleaved(s.rounds, ["chorus", "sealed", "dbos", "restate"], trial)
+    variants = ((0, "chorus"), (2, "dbos"), (3, "restate"))
     out: dict[str, Any] = {"what": "5-step workflows/s and end-to-end latency (one in flight)"}
     for i, name in variants:
         out[name] = {
@@ -784,6 +851,12 @@ async def section_workflows(b: Bench) -> None:
     out["ratio"] = summary([r[0]["per_s"] / r[2]["per_s"] for r in rounds])
     out["p50_diff_ms"] = summary([r[0]["latency"]["p50"] - r[2]["latency"]["p50"] for r in rounds])
     out["target"] = ">= 1.5x DBOS throughput, p50 no worse; one at a time p50 <= 12 ms, p99 <= 25 ms"
+    # Chorus over each baseline, per round (issue targets against Restate: one-at-a-time p50
+    # <= 0.8x Restate's, p99 <= Restate's, closed-loop throughput >= 3x Restate's).
+    out["vs"] = {"dbos": versus(rounds, 2), "restate": versus(rounds, 3)}
+    out["restate_target"] = (
+        "one at a time p50 <= 0.8x Restate's, p99 <= Restate's; closed loop >= 3x Restate's"
+    )
     out["closed"] = {
         "what": f"closed loop, {CLOSED_IN_FLIGHT} workflows in flight, each end starts the next",
         "target": ">= 250 workflows/s, p99 <= 150 ms",
@@ -820,7 +893,7 @@ async def section_workflows(b: Bench) -> None:
 
     per_step = steps * s.flow_workflows
     cpu: dict[str, Any] = {"what": "CPU ms per workflow step, from /proc (R5 throughput trials)"}
-    for i, name in ((0, "chorus"), (1, "sealed"), (2, "dbos")):
+    for i, name in ((0, "chorus"), (1, "sealed"), (2, "dbos"), (3, "restate")):
         usages = [r[i]["usage"] for r in rounds]
         cpu[name] = {
             "service": summary([1000 * u["service_cpu_s"] / per_step for u in usages]),
@@ -831,14 +904,16 @@ async def section_workflows(b: Bench) -> None:
     cpu["note"] = (
         "broker and machine_busy include whatever else ran on the shared machine; "
         "postgres counts only the backends of the benchmark's databases; "
-        "sealed's service is the flow service and the key service together"
+        "sealed's service is the flow service and the key service together; "
+        "dbos's is its process (client and workflows); restate's its client, SDK endpoint and restate-server"
     )
     b.results["cpu"] = cpu
     b.log(
-        f"R5 Chorus {out['chorus']['per_s']['median']:.1f}/s vs DBOS {out['dbos']['per_s']['median']:.1f}/s; "
+        f"R5 Chorus {out['chorus']['per_s']['median']:.1f}/s vs DBOS {out['dbos']['per_s']['median']:.1f}/s, "
+        f"Restate {out['restate']['per_s']['median']:.1f}/s; "
         f"sealed {out['sealed']['per_s']['median']:.1f}/s (x{out['sealed']['ratio']['median']:.2f})"
     )
-    await asyncio.gather(dbos.stop(), sealed.worker.stop(), key_service.stop())
+    await asyncio.gather(dbos.worker.stop(), restate.worker.stop(), sealed.worker.stop(), key_service.stop())
 
     # A flame graph of the flow service in closed-loop trials: the same service, restarted
     # under py-spy. Long enough that its start (imports) is a small part of the samples.
@@ -1273,7 +1348,7 @@ async def environment(b: Bench) -> dict[str, Any]:
 
 async def prepare_databases(b: Bench) -> None:
     conn = b.pg()
-    for name in (BENCH_DB, DBOS_APP_DB, DBOS_SYS_DB):
+    for name in (BENCH_DB, DBOS_APP_DB, DBOS_SYS_DB, RESTATE_APP_DB):
         await conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         await conn.execute(f"CREATE DATABASE {name}")
 

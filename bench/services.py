@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from bench.events import (
+    SEALED_FLOW,
     SIGNED_NOOP,
     DurablePing,
     DurablePong,
@@ -126,7 +127,7 @@ SPECS: dict[str, ServiceSpec[Any, Any]] = {
         state=FlowState,
     ),
     "sealed_flow": ServiceSpec(
-        name="bench_sealed_flow",
+        name=SEALED_FLOW,
         version="0",
         handlers=[On(SealedStep, on_sealed_step, timeout_s=30, personal=True)],
         produces=frozenset({"bench.sealed_step", "bench.sealed_done"}),
