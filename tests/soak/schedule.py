@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from tests.reliability import injectors
-from tests.reliability.deployment import DATABASE_PROXY, Deployment, FaultLog
+from tests.reliability.deployment import DATABASE_PROXY, Deployment, Fault, FaultLog
 
 KINDS = (
     "sigkill",
@@ -133,13 +133,14 @@ async def _sigstop(dep: Deployment, faults: FaultLog, planned: Planned) -> None:
     if proc.popen is None or not proc.running:
         faults.problems.append(f"sigstop: {planned.target} was not running")
         return
+    pid = proc.popen.pid
     fault = faults.add("sigstop", planned.target, f"paused {planned.hold_s:.0f}s")
-    os.kill(proc.popen.pid, signal.SIGSTOP)
-    try:
-        await asyncio.sleep(planned.hold_s)
-    finally:
-        os.kill(proc.popen.pid, signal.SIGCONT)
-    fault.healed_at = time.monotonic()
+    os.kill(pid, signal.SIGSTOP)
+
+    async def wake() -> None:
+        os.kill(pid, signal.SIGCONT)
+
+    await _hold(fault, planned.hold_s, wake)
 
 
 async def _broker_kill(dep: Deployment, faults: FaultLog, planned: Planned) -> None:
@@ -163,34 +164,26 @@ async def _partition(dep: Deployment, faults: FaultLog, planned: Planned) -> Non
     ports = dep.kafka_ports() if target == "kafka" else [dep.database_port()]
     await node.partition(ports, target)
     fault = faults.add("partition", planned.target, f"{planned.detail}, {planned.hold_s:.0f}s")
-    try:
-        await asyncio.sleep(planned.hold_s)
-    finally:
-        await node.heal()
-    fault.healed_at = time.monotonic()
+    await _hold(fault, planned.hold_s, node.heal)
 
 
 async def _latency(dep: Deployment, faults: FaultLog, planned: Planned) -> None:
     assert dep.lab is not None and dep.lab.toxiproxy is not None
-    ms = int(planned.detail.strip("+ ms"))
+    toxiproxy = dep.lab.toxiproxy
     fault = faults.add("latency", "database", f"{planned.detail} on every answer, {planned.hold_s:.0f}s")
-    await dep.lab.toxiproxy.latency(DATABASE_PROXY, ms, direction="downstream")
-    try:
-        await asyncio.sleep(planned.hold_s)
-    finally:
-        await dep.lab.toxiproxy.clear(DATABASE_PROXY)
-    fault.healed_at = time.monotonic()
+    await toxiproxy.latency(DATABASE_PROXY, int(planned.detail.strip("+ ms")), direction="downstream")
+
+    async def clear() -> None:
+        await toxiproxy.clear(DATABASE_PROXY)
+
+    await _hold(fault, planned.hold_s, clear)
 
 
 async def _loss(dep: Deployment, faults: FaultLog, planned: Planned) -> None:
     node = dep.node(planned.target)
     await node.lose(int(planned.detail.rstrip("%")))
     fault = faults.add("loss", planned.target, f"{planned.detail} of its packets, {planned.hold_s:.0f}s")
-    try:
-        await asyncio.sleep(planned.hold_s)
-    finally:
-        await node.heal()
-    fault.healed_at = time.monotonic()
+    await _hold(fault, planned.hold_s, node.heal)
 
 
 async def _clock_skew(dep: Deployment, faults: FaultLog, planned: Planned) -> None:
@@ -203,11 +196,20 @@ async def _clock_skew(dep: Deployment, faults: FaultLog, planned: Planned) -> No
     fault = faults.add("clock-skew", planned.target, f"{planned.detail} for {planned.hold_s:.0f}s")
     await dep.terminate(planned.target)
     await dep.start_proc(planned.target, {"CHORUS_CLOCK": f"offset-file:{skewed}"})
-    try:
-        await asyncio.sleep(planned.hold_s)
-    finally:
+
+    async def restore() -> None:
         await dep.terminate(planned.target)
         await dep.start_proc(planned.target)
+
+    await _hold(fault, planned.hold_s, restore)
+
+
+async def _hold(fault: Fault, hold_s: float, heal: Callable[[], Awaitable[None]]) -> None:
+    """Leave it broken for ``hold_s``, heal it (whatever happens), note when it was whole."""
+    try:
+        await asyncio.sleep(hold_s)
+    finally:
+        await heal()
     fault.healed_at = time.monotonic()
 
 
