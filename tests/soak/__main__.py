@@ -36,7 +36,7 @@ from tests.reliability.driver import KINDS, Kind
 from tests.reliability.infra import ROOT, KafkaCluster, PostgresServer
 from tests.reliability.reconciler import reconcile
 from tests.soak import schedule
-from tests.soak.report import FD_BOUND_PER_H, RSS_BOUND_MIB_PER_H, Report, Slope, slopes
+from tests.soak.report import Report
 from tests.soak.sampler import Sampler
 
 log = logging.getLogger("soak")
@@ -225,23 +225,15 @@ class Run:
         recon = await reconcile(dep, "soak", faults, deadline_s=600.0)
         capacity_recon = await reconcile(dep, "soak-capacity", FaultLog(), deadline_s=120.0)
         await sampler.sample()
-        rss, fds = slopes(sampler.samples, "rss_mib"), slopes(sampler.samples, "fds")
-        rss_over = [s.process for s in rss if abs(s.per_hour) > RSS_BOUND_MIB_PER_H]
-        fds_over = [s.process for s in fds if abs(s.per_hour) > FD_BOUND_PER_H]
         doubles = sum(len(s.faults) > 1 for s in self.slots)
         partitions = faults.by_kind().get("partition", 0)
-        violations = [*recon.violations, *capacity_recon.violations, *self.failed_submissions]
-        violations += [f"RSS slope over {RSS_BOUND_MIB_PER_H} MiB/h: {p}" for p in rss_over]
-        violations += [f"open files slope over {FD_BOUND_PER_H}/h: {p}" for p in fds_over]
-        summary = (
-            f"soak minutes={self.args.minutes:g} seed={self.args.seed} workflows={recon.workflows} "
-            f"faults={faults.total} partitions={partitions} doubles={doubles} lost={len(recon.lost)} "
-            f"duplicate_effects={recon.duplicate_effects} stuck={len(recon.stuck)} "
-            f"rss_slope_max_mib_h={_worst(rss)} fd_slope_max_h={_worst(fds)}"
-        )
         soaked = dep.driver.of("soak")
         final = {
-            "summary": summary,
+            "summary": (
+                f"soak minutes={self.args.minutes:g} seed={self.args.seed} workflows={recon.workflows} "
+                f"faults={faults.total} partitions={partitions} doubles={doubles} lost={len(recon.lost)} "
+                f"duplicate_effects={recon.duplicate_effects} stuck={len(recon.stuck)}"
+            ),
             "faults": faults.total,
             "by_kind": faults.by_kind(),
             "doubles": doubles,
@@ -249,27 +241,19 @@ class Run:
             "started": len(soaked),
             "settled": sum(1 for w in soaked if w.settled),
             "max_recovery_s": f"{recon.max_recovery_s:.0f}s" if recon.max_recovery_s is not None else "-",
-            "rss_within": not rss_over,
-            "fds_within": not fds_over,
-            "violations": violations,
+            "violations": [*recon.violations, *capacity_recon.violations, *self.failed_submissions],
             "notes": recon.notes,
         }
         self.report.fault_rows = fault_rows(faults, self.t0)
         self.report.write(sampler.samples, soaked, self.t0, final)
-        names = plot(self.report.out_dir)
-        path = self.report.write(sampler.samples, soaked, self.t0, final, names)
+        verdict = self.report.write(sampler.samples, soaked, self.t0, final, plot(self.report.out_dir))
         if publish_to is not None:
             publish(self.report.out_dir, publish_to)
-        for v in violations[:40]:
+        for v in verdict.violations[:40]:
             print(f"violation: {v}")
-        print(f"report: {path}")
-        print(summary, flush=True)
-        return not violations
-
-
-def _worst(fitted: list[Slope]) -> str:
-    """The steepest slope, or n/a when the run was too short to fit one."""
-    return f"{max(abs(s.per_hour) for s in fitted):.2f}" if fitted else "n/a"
+        print(f"report: {self.report.out_dir / 'report.md'}")
+        print(verdict.summary, flush=True)
+        return not verdict.violations
 
 
 def publish(out_dir: Path, dest: Path) -> None:

@@ -28,16 +28,25 @@ def faults(ax: Any, data: dict[str, Any]) -> None:
 
 
 def per_process(data: dict[str, Any], key: str, title: str, ylabel: str, out: Path) -> None:
+    """Chorus's processes (and PostgreSQL's postmaster) above, on a scale of their own; the
+    brokers, the sum over PostgreSQL's backends and the sandbox below (reported, not judged:
+    tests/soak/report.py says why)."""
     samples = data["samples"]
     names = sorted({n for s in samples for n in s[key]})
-    fig, ax = plt.subplots(figsize=(11, 5.5))
-    for name in names:
-        xs = [s["t_s"] / 60 for s in samples if name in s[key]]
-        ys = [s[key][name] for s in samples if name in s[key]]
-        ax.plot(xs, ys, lw=1, label=name)
-    faults(ax, data)
-    ax.set(title=title, xlabel="minutes", ylabel=ylabel)
-    ax.legend(fontsize=6, ncol=3, loc="upper left")
+    others = [n for n in names if n.startswith("kafka-") or n in ("postgres-backends", "sandbox")]
+    fig, axes = plt.subplots(2, 1, figsize=(11, 9), sharex=True)
+    for ax, group, what in (
+        (axes[0], [n for n in names if n not in others], "Chorus's processes and PostgreSQL"),
+        (axes[1], others, "brokers, PostgreSQL's backends (sum), sandbox"),
+    ):
+        for name in group:
+            xs = [s["t_s"] / 60 for s in samples if name in s[key]]
+            ys = [s[key][name] for s in samples if name in s[key]]
+            ax.plot(xs, ys, lw=1, label=name)
+        faults(ax, data)
+        ax.set(title=f"{title}: {what}", ylabel=ylabel)
+        ax.legend(fontsize=6, ncol=4, loc="upper left")
+    axes[1].set(xlabel="minutes")
     fig.tight_layout()
     fig.savefig(out, dpi=90)
     plt.close(fig)

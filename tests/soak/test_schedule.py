@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 from tests.soak import schedule
-from tests.soak.report import fit, slopes
+from tests.soak.report import RSS_BOUND_MIB_PER_H, fit, over, slopes
 from tests.soak.sampler import Sample
 
 SERVICES = ["gateway", "payment_agent", "timer_service", "approval_gate"]
@@ -30,19 +30,21 @@ def test_an_hour_has_a_fault_every_one_to_three_minutes_and_the_minimums() -> No
         assert {f.kind for f in faults} <= set(schedule.KINDS)
 
 
-def test_a_slope_is_fitted_per_process_run_and_a_restart_starts_a_new_one() -> None:
+def test_a_slope_is_fitted_on_a_run_up_before_the_window_and_growth_of_ours_is_judged() -> None:
     assert round(fit([(0, 100.0), (1800, 101.0), (3600, 102.0)]), 6) == 2.0
     samples = []
     for i in range(241):  # an hour, one sample every 15 s
         t = i * 15.0
         leaking = 100 + 10 * t / 3600  # 10 MiB/h
-        # Restarted at 45 min: a new pid, its RSS back to a fresh process's.
-        pid, flat = (2, 80.0) if t >= 2700 else (1, 120.0)
-        rss = {"leaky": leaking, "restarted": flat}
-        samples.append(Sample(t, i, i, rss_mib=rss, pids={"leaky": 1, "restarted": pid}))
+        # Restarted at 45 min: a new pid, which warms up (its first minutes are no leak).
+        pid, warming = (2, 80.0 + 40 * (t - 2700) / 900) if t >= 2700 else (1, 120.0)
+        rss = {"leaky": leaking, "restarted": warming, "kafka-1": leaking}
+        pids = {"leaky": 1, "restarted": pid, "kafka-1": 1}
+        samples.append(Sample(t, i, i, rss_mib=rss, pids=pids))
     fitted = {s.process: s for s in slopes(samples, "rss_mib")}
     assert round(fitted["leaky"].per_hour, 3) == 10.0
-    # The longest run of the second half is the new pid's 15 minutes, flat: the drop at
-    # the restart is not a slope.
+    # Only the run that was up when the second half began counts: flat, 30 -> 45 min.
     assert fitted["restarted"].per_hour == 0.0
-    assert fitted["restarted"].span_s == 900.0
+    assert fitted["restarted"].span_s == 885.0
+    # A broker's JVM is reported, not judged.
+    assert [s.process for s in over(list(fitted.values()), RSS_BOUND_MIB_PER_H)] == ["leaky"]
