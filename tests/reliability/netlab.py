@@ -25,8 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -254,20 +252,6 @@ class Toxiproxy:
                 },
             )
 
-    async def reset_peers(self, proxy: str, toxicity: float) -> None:
-        """Reset (TCP RST) that fraction of the proxy's connections as data flows."""
-        await self._call(
-            "POST",
-            f"/proxies/{proxy}/toxics",
-            {
-                "name": "reset_downstream",
-                "type": "reset_peer",
-                "stream": "downstream",
-                "toxicity": toxicity,
-                "attributes": {"timeout": 0},
-            },
-        )
-
     async def clear(self, proxy: str) -> None:
         for toxic in await self._call("GET", f"/proxies/{proxy}/toxics"):
             await self._call("DELETE", f"/proxies/{proxy}/toxics/{toxic['name']}")
@@ -281,15 +265,6 @@ class NetLab:
     workdir: Path
     nodes: dict[str, Node] = field(default_factory=dict)
     toxiproxy: Toxiproxy | None = None
-
-    @staticmethod
-    def available() -> str | None:
-        """Why this machine cannot run the lab, or None when it can."""
-        if os.geteuid() != 0:
-            return "the network lab needs root (network namespaces, nftables)"
-        if shutil.which("ip") is None:
-            return "no `ip` (iproute2)"
-        return None
 
     async def start(self) -> None:
         await run_script("netlab.sh", "ensure", {}, timeout_s=600)
@@ -345,10 +320,3 @@ class NetLab:
         )
         for port in sorted(node.own_ports):
             await self.toxiproxy.relay(f"{node.name}-{port}", port, f"{node.address}:{port}")
-
-    async def heal_all(self) -> None:
-        for node in self.nodes.values():
-            await node.heal()
-        if self.toxiproxy is not None:
-            for proxy in self.toxiproxy.proxies:
-                await self.toxiproxy.clear(proxy)
