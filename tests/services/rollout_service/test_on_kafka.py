@@ -184,7 +184,10 @@ async def rollouts(
             "CHORUS_PURCHASE_ORDERS": json.dumps([PO]),
             "CHORUS_BUDGETS": json.dumps({"cc-rollout": 1_000_000_000}),
         },
-        "rollout_service": {"CHORUS_JUDGE_INTERVAL_S": "1"},
+        # A canary's failure share is exported from the round that rolls it back until the
+        # next round: three seconds are three of Prometheus's one-second scrapes and rule
+        # evaluations, so the worse-than-stable alert is seen to fire (at one, CI missed it).
+        "rollout_service": {"CHORUS_JUDGE_INTERVAL_S": "3"},
         # Two hundred submissions, then polling each: above a submitter's usual rate.
         "gateway": {"CHORUS_API_RATE_PER_S": "1000", "CHORUS_API_BURST": "1000"},
         # The release in the service's own group plays the one before invoice.validated
