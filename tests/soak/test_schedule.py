@@ -32,6 +32,11 @@ def test_an_hour_has_a_fault_every_one_to_three_minutes_and_the_minimums() -> No
 
 def test_a_slope_is_fitted_on_a_run_up_before_the_window_and_growth_of_ours_is_judged() -> None:
     assert round(fit([(0, 100.0), (1800, 101.0), (3600, 102.0)]), 6) == 2.0
+    # Open files of a service: flat with two bursts of connections (the first hour's
+    # notifier); then the same with one more leaked every six minutes.
+    flat = [(i * 15.0, 49.0 if i in (11, 38) else 28.0 + i % 3) for i in range(42)]
+    assert abs(fit(flat)) < 2.0
+    assert round(fit([(t, v + t / 360) for t, v in flat])) == 10
     samples = []
     for i in range(241):  # an hour, one sample every 15 s
         t = i * 15.0
