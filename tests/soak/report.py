@@ -9,12 +9,11 @@ file descriptors (per hour) over the second half of the run (the window), per pr
 restart (a new pid, a fault's doing) starts a new run. Only a run that was already up when
 the window opened counts (what a process does in its first minutes, filling its caches and
 pools, is not a leak), the longest such run of each process, if it spans ten minutes. Growth
-is judged, not
-shrinking, and only for Chorus's own processes and PostgreSQL's postmaster; the others are
-reported: a broker's RSS is its JVM heap growing toward -Xmx as G1 expands it, the sum over
-PostgreSQL's backends counts the shared buffers each one touches and follows how many there
-are, and the sandbox keeps every call it answers in memory by design (it is the test's
-outside world, counting effects).
+is judged, not shrinking, and only for Chorus's own processes and PostgreSQL's postmaster;
+the others are reported: a broker's RSS is its JVM heap growing toward -Xmx as G1 expands
+it, the sum over PostgreSQL's backends counts the shared buffers each one touches and
+follows how many there are, and the sandbox keeps every call it answers in memory by design
+(it is the test's outside world, counting effects).
 """
 
 from __future__ import annotations
