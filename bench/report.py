@@ -322,6 +322,9 @@ def markdown(r: dict[str, Any], line: str) -> str:
             "",
             f"B - A per round (ms): p50 {_m(x['B_minus_A_ms']['p50'])}, p99 {_m(x['B_minus_A_ms']['p99'])}",
             "",
+            f"Closed loop of 32 in flight, workflows/s: A {_m(x['A']['closed_per_s'], '{:.0f}')}, "
+            f"B {_m(x['B']['closed_per_s'], '{:.0f}')}; A/B per round {_m(x['closed_A_over_B'], '{:.2f}')}",
+            "",
             "| stage (p50 ms) | A | B |",
             "|---|---|---|",
             f"| workflow (5 steps) | {_m(x['A']['p50'], '{:.1f}')} | {_m(x['B']['p50'], '{:.1f}')} |",

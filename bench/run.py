@@ -695,6 +695,21 @@ class FlowDriver:
         return (seen.recv_ns - sent) / 1e6
 
 
+async def closed_loop(driver: FlowDriver, wfs: list[str]) -> dict[str, Any]:
+    """A client's closed loop over ``wfs`` (prepared, the flow service running):
+    CLOSED_IN_FLIGHT workflows running, each end starts the next."""
+    queue = iter(wfs)
+    latencies: list[float] = []
+
+    async def client() -> None:
+        for wf in queue:
+            latencies.append(await driver.one(wf))
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(CLOSED_IN_FLIGHT)))
+    return {"per_s": len(wfs) / (time.perf_counter() - t0), "latency": pct(latencies)}
+
+
 @dataclass
 class Flow:
     """A Chorus flow service under test, and what drives it."""
@@ -795,26 +810,15 @@ async def section_workflows(b: Bench) -> None:
         return out
 
     async def chorus_closed(f: Flow, w: int) -> dict[str, Any]:
-        """A client's closed loop: CLOSED_IN_FLIGHT workflows running, each end starts the next."""
         wfs = [f"flow-{b.suffix}-{i}" for i in b.next_seqs(w)]
         await f.driver.prepare(wfs)
         await f.worker.call("resume")
         f.driver.listener.live()
-        queue = iter(wfs)
-        latencies: list[float] = []
-
-        async def client() -> None:
-            for wf in queue:
-                latencies.append(await f.driver.one(wf))
-
         try:
-            t0 = time.perf_counter()
-            await asyncio.gather(*(client() for _ in range(CLOSED_IN_FLIGHT)))
-            elapsed = time.perf_counter() - t0
+            return await closed_loop(f.driver, wfs)
         finally:
             f.driver.listener.pause()
             await f.worker.call("pause")
-        return {"per_s": w / elapsed, "latency": pct(latencies)}
 
     baselines = {"dbos": dbos, "restate": restate}
 
@@ -966,20 +970,25 @@ async def section_ab(b: Bench) -> None:
             await flow.call("trace")
             lat = [await driver.one(f"ab-{b.suffix}-{i}") for i in b.next_seqs(s.flow_latency)]
             traces[variant].append(await flow.call("hops"))
+            closed = await closed_loop(driver, [f"ab-{b.suffix}-{i}" for i in b.next_seqs(s.flow_closed)])
         finally:
             driver.listener.pause()
             await flow.stop()
-        return pct(lat)
+        return {**pct(lat), "closed_per_s": closed["per_s"]}
 
     rounds = await interleaved(2 * s.rounds, ["A", "B"], trial)
-    out: dict[str, Any] = {"what": "R5 one at a time: A = this tree, B = " + str(tree)}
+    out: dict[str, Any] = {"what": "R5 one at a time and closed loop: A = this tree, B = " + str(tree)}
     for i, name in ((0, "A"), (1, "B")):
-        out[name] = {q: summary([r[i][q] for r in rounds]) for q in ("p50", "p99")}
+        out[name] = {q: summary([r[i][q] for r in rounds]) for q in ("p50", "p99", "closed_per_s")}
         out[name]["event_loop"] = loops[name]
         out[name]["breakdown"] = breakdown(traces[name])
     out["B_minus_A_ms"] = {q: summary([r[1][q] - r[0][q] for r in rounds]) for q in ("p50", "p99")}
+    out["closed_A_over_B"] = summary([r[0]["closed_per_s"] / r[1]["closed_per_s"] for r in rounds])
     b.results["ab"] = out
-    b.log(f"A/B p50 A {out['A']['p50']['median']:.1f} ms, B {out['B']['p50']['median']:.1f} ms")
+    b.log(
+        f"A/B p50 A {out['A']['p50']['median']:.1f} ms, B {out['B']['p50']['median']:.1f} ms; closed loop "
+        f"A/B {out['closed_A_over_B']['median']:.2f}"
+    )
 
 
 # -- signing ---------------------------------------------------------------------------------------
