@@ -140,6 +140,8 @@ class Verdict:
     summary: str
     """The one line a script reads."""
     violations: list[str]
+    rss_over: list[Slope] = field(default_factory=list)
+    fds_over: list[Slope] = field(default_factory=list)
 
 
 @dataclass
@@ -171,11 +173,14 @@ class Report:
         rss, fds = slopes(samples, "rss_mib"), slopes(samples, "fds")
         verdict = None
         if final is not None:
-            grew = [f"RSS grew {s.per_hour:.1f} MiB/h: {s.process}" for s in over(rss, RSS_BOUND_MIB_PER_H)]
-            grew += [f"open files grew {s.per_hour:.1f}/h: {s.process}" for s in over(fds, FD_BOUND_PER_H)]
+            rss_over, fds_over = over(rss, RSS_BOUND_MIB_PER_H), over(fds, FD_BOUND_PER_H)
+            grew = [f"RSS grew {s.per_hour:.1f} MiB/h: {s.process}" for s in rss_over]
+            grew += [f"open files grew {s.per_hour:.1f}/h: {s.process}" for s in fds_over]
             verdict = Verdict(
                 f"{final['summary']} rss_growth_max_mib_h={worst(rss)} fd_growth_max_h={worst(fds)}",
                 [*final["violations"], *grew],
+                rss_over,
+                fds_over,
             )
         data = {
             "meta": self.meta,
@@ -229,8 +234,8 @@ class Report:
                 f"- Workflows: {final['started']} started, {final['settled']} settled; max recovery "
                 f"{final['max_recovery_s']}",
                 f"- Growth of every judged process within {RSS_BOUND_MIB_PER_H} MiB/h of RSS and "
-                f"{FD_BOUND_PER_H}/h of open files: {'yes' if not over(rss, RSS_BOUND_MIB_PER_H) else 'no'}, "
-                f"{'yes' if not over(fds, FD_BOUND_PER_H) else 'no'} (slopes below)",
+                f"{FD_BOUND_PER_H}/h of open files: {'no' if verdict.rss_over else 'yes'}, "
+                f"{'no' if verdict.fds_over else 'yes'} (slopes below)",
             ]
             for v in verdict.violations[:30]:
                 lines.append(f"- violation: {v}")

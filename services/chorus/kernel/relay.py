@@ -324,13 +324,9 @@ class OutboxRelay:
             self.published += 1
 
     async def _mark(self, ids: list[int]) -> None:
-        """Mark rows dispatched, on the leader's connection (only a leader publishes; a round
-        run without leading, as a test may, marks on the pool, durably)."""
-        if self._marks is not None:
-            await self.store.mark_dispatched(self._marks, ids, self.clock.now())
-            return
-        async with self.pool.acquire() as conn:
-            await self.store.mark_dispatched(conn, ids, self.clock.now())
+        """Mark rows dispatched, on the leader's connection: only a leader publishes."""
+        assert self._marks is not None, "a relay publishes only while it leads"
+        await self.store.mark_dispatched(self._marks, ids, self.clock.now())
 
     async def _refused(self, row: OutboxRow, exc: BaseException) -> bool:
         """Whether the broker really refused ``row``. aiokafka raises "unknown topic" also
